@@ -1,0 +1,84 @@
+"""hpcdl's command line.
+
+Subcommands live in their own modules and are imported only when used (a lazy
+click group), so ``hpcdl --help`` stays fast and never imports torch.
+To add a command: write it in ``hpcdl/cli/<module>.py`` and add one line to
+``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+from hpcdl import __version__
+from hpcdl.errors import HpcdlError
+
+# name -> (module:attribute, one-line help shown by `hpcdl --help`)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "submit": ("hpcdl.cli.submit:submit", "Validate, render and submit a training job."),
+    "alloc": ("hpcdl.cli.submit:alloc", "Render (or run) salloc for interactive work."),
+    "profiles": ("hpcdl.cli.profiles:profiles", "List, show and validate cluster profiles."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        target, _ = COMMANDS[cmd_name]
+        module_name, attr = target.split(":")
+        cmd = getattr(importlib.import_module(module_name), attr)
+        assert isinstance(cmd, click.Command)
+        return cmd
+
+    def invoke(self, ctx: click.Context) -> Any:
+        # The one place where library errors become messages and exit codes
+        # (2 bad input, 1 failed tool); CliRunner-based tests see the same.
+        try:
+            return super().invoke(ctx)
+        except HpcdlError as err:
+            report(err)
+            ctx.exit(err.exit_code)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Use the static help strings so `--help` imports no subcommand module.
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hpcdl")
+def cli() -> None:
+    """hpcdl: distributed deep learning on Slurm clusters in one command.
+
+    Builds Apptainer/Singularity images with PyTorch, Horovod and MPI, renders
+    sbatch scripts from YAML cluster profiles, checks each request against the
+    cluster's limits before anything is written, submits it and follows it.
+
+    \b
+    Typical use:
+      hpcdl profiles list
+      hpcdl submit --profile neuron --nodes 2 --gpus 4 --dry-run
+      hpcdl submit --profile sandbox --nodes 2 --gpus 4 --image img.sif --wait
+    """
+
+
+def report(err: HpcdlError) -> None:
+    """Print an hpcdl error as the user should see it: one line, then the hint."""
+    click.echo(f"error: {err.message}", err=True)
+    if err.hint:
+        click.echo(f"hint: {err.hint}", err=True)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Console entry point."""
+    return cli.main(args=argv, prog_name="hpcdl")

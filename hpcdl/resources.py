@@ -1,0 +1,36 @@
+"""Where hpcdl's bundled files live: inside the installed wheel, or the repo checkout.
+
+The wheel carries templates/, containers/ and examples/ under ``hpcdl/_data``
+(see pyproject's force-include); a source checkout keeps them at top level.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parent
+
+
+def data_dir(name: str) -> Path:
+    """The bundled folder ``name`` (templates, containers, examples)."""
+    installed = PACKAGE_DIR / "_data" / name
+    if installed.is_dir():
+        return installed
+    return REPO_ROOT / name
+
+
+def templates_dir() -> Path:
+    return data_dir("templates")
+
+
+def containers_dir() -> Path:
+    return data_dir("containers")
+
+
+def examples_dir() -> Path:
+    return data_dir("examples")
+
+
+def bundled_profiles_dir() -> Path:
+    return PACKAGE_DIR / "profiles" / "bundled"
