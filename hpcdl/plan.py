@@ -1,0 +1,348 @@
+"""A user's request, checked against a cluster profile, becomes a frozen JobPlan.
+
+``build_plan`` is pure: it decides everything (partition, tasks, CPUs, time,
+the launch argv and the rendered script) and raises ValidationError naming the
+field, the value and the limit before anything is written or submitted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from hpcdl import __version__
+from hpcdl.errors import ValidationError
+from hpcdl.profiles.schema import Partition, Profile
+from hpcdl.render import Raw, render_template, shell_join
+from hpcdl.resources import examples_dir
+from hpcdl.slurmtime import format_time, parse_time
+
+Backend = Literal["horovod", "ddp"]
+BACKENDS: tuple[str, ...] = ("horovod", "ddp")
+
+# Where the image carries the project (see containers/*.yaml).
+IMAGE_PROJECT_DIR = PurePosixPath("/opt/hpcdl")
+DEFAULT_EXAMPLE = "resnet50_imagenet.py"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Names Slurm's #SBATCH parser takes as they are; others go in double quotes.
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_.+\-]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What the user asked for, before any check. ``gpus`` is GPUs per node."""
+
+    nodes: int = 1
+    gpus: int = 0
+    partition: str | None = None
+    time: str | None = None
+    cpus_per_task: int | None = None
+    job_name: str | None = None
+    image: str | None = None
+    backend: str = "horovod"
+    env: tuple[tuple[str, str], ...] = ()
+    binds: tuple[str, ...] = ()
+    command: tuple[str, ...] = ()
+    data: str | None = None
+    template: str | None = None
+    run_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """Everything decided about one job; ``script`` is exactly what gets submitted."""
+
+    profile: str
+    cluster_type: str
+    partition: str
+    partition_reason: str
+    nodes: int
+    gpus_per_node: int
+    tasks_per_node: int
+    ntasks: int
+    cpus_per_task: int
+    time: str
+    job_name: str
+    backend: str
+    image: str | None
+    env: tuple[tuple[str, str], ...]
+    binds: tuple[str, ...]
+    command: tuple[str, ...]
+    launch_line: str
+    output: str
+    error: str
+    run_dir: str | None
+    script: str
+    warnings: tuple[str, ...] = field(default=())
+    hpcdl_version: str = __version__
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["env"] = dict(self.env)
+        data["binds"] = list(self.binds)
+        data["command"] = list(self.command)
+        data["warnings"] = list(self.warnings)
+        return data
+
+    def sbatch_argv(self, script_path: str | Path) -> list[str]:
+        """argv that submits this plan; the exact job name travels here, not in the script."""
+        return ["sbatch", "--parsable", f"--job-name={self.job_name}", str(script_path)]
+
+
+def _fail(message: str) -> ValidationError:
+    return ValidationError(message)
+
+
+def check_request(req: JobRequest) -> None:
+    """Malformed values, independent of any profile. Raises ValidationError."""
+    if req.nodes < 1:
+        raise _fail(f"nodes: must be at least 1 (got {req.nodes})")
+    if req.gpus < 0:
+        raise _fail(f"gpus: must be 0 or more GPUs per node (got {req.gpus})")
+    if req.cpus_per_task is not None and req.cpus_per_task < 1:
+        raise _fail(f"cpus-per-task: must be at least 1 (got {req.cpus_per_task})")
+    if req.backend not in BACKENDS:
+        raise _fail(f"backend: '{req.backend}' is not one of {', '.join(BACKENDS)}")
+    if req.time is not None:
+        try:
+            parse_time(req.time)
+        except ValueError as exc:
+            raise _fail(f"time: {exc}") from exc
+    if req.job_name is not None:
+        if not req.job_name.strip():
+            raise _fail("job-name: must not be empty")
+        if _CONTROL.search(req.job_name):
+            raise _fail(
+                f"job-name: control characters (newline, tab) cannot be part of a Slurm job "
+                f"name (got {req.job_name!r})"
+            )
+    for key, _value in req.env:
+        if not _ENV_NAME.match(key):
+            raise _fail(f"env: '{key}' is not a valid variable name (use KEY=VALUE)")
+    for bind in req.binds:
+        src = bind.split(":", 1)[0]
+        if not src or "," in bind or _CONTROL.search(bind):
+            raise _fail(f"bind: '{bind}' is not SRC[:DST] (no commas, no control characters)")
+
+
+def _problems(part: Partition, req: JobRequest, cpus_per_task: int, seconds: int | None) -> list[str]:
+    """Every limit of ``part`` the request breaks, as 'field: value vs limit' lines."""
+    out = []
+    if req.gpus > part.gpus_per_node:
+        out.append(
+            f"gpus: {req.gpus} GPUs per node exceeds partition {part.name}'s "
+            f"{part.gpus_per_node} GPUs per node"
+        )
+    if req.nodes > part.node_limit:
+        out.append(
+            f"nodes: {req.nodes} exceeds partition {part.name}'s limit of "
+            f"{part.node_limit} nodes per job"
+        )
+    limit = part.max_seconds
+    if seconds is not None and limit is not None and seconds > limit:
+        out.append(
+            f"time: {format_time(seconds)} exceeds partition {part.name}'s max time {part.max_time}"
+        )
+    tasks = tasks_per_node(req.gpus)
+    if cpus_per_task * tasks > part.cpus_per_node:
+        out.append(
+            f"cpus-per-task: {cpus_per_task} x {tasks} tasks per node = {cpus_per_task * tasks} "
+            f"exceeds partition {part.name}'s {part.cpus_per_node} CPUs per node"
+        )
+    total_gpus = req.nodes * req.gpus
+    if part.max_gpus_per_user is not None and total_gpus > part.max_gpus_per_user:
+        out.append(
+            f"gpus: {req.nodes} nodes x {req.gpus} GPUs = {total_gpus} exceeds partition "
+            f"{part.name}'s per-user limit of {part.max_gpus_per_user} GPUs"
+        )
+    return out
+
+
+def tasks_per_node(gpus: int) -> int:
+    """One rank per GPU; a CPU-only job runs one rank per node."""
+    return max(gpus, 1)
+
+
+def default_cpus_per_task(part: Partition, gpus: int) -> int:
+    """The node's CPUs shared evenly between its GPUs (ZIH's rule: maxCPUs / #GPUs)."""
+    share = part.cpus_per_node // max(part.gpus_per_node, 1)
+    return max(1, min(share, part.cpus_per_node // tasks_per_node(gpus)))
+
+
+def _size_key(part: Partition, order: int) -> tuple[int, int, int, int, int]:
+    return (part.gpus_per_node, part.cpus_per_node, part.nodes, 0 if part.default else 1, order)
+
+
+def choose_partition(profile: Profile, req: JobRequest) -> tuple[Partition, str]:
+    """The requested partition, or the smallest that fits. Raises ValidationError."""
+    seconds = parse_time(req.time) if req.time else None
+
+    def cpt(part: Partition) -> int:
+        return req.cpus_per_task or default_cpus_per_task(part, req.gpus)
+
+    fits = [
+        p for p in profile.partitions if not _problems(p, req, cpt(p), seconds)
+    ]
+    fit_names = ", ".join(p.name for p in fits) or "none"
+    if req.partition is not None:
+        part = profile.partition(req.partition)
+        if part is None:
+            names = ", ".join(p.name for p in profile.partitions)
+            raise _fail(
+                f"partition: '{req.partition}' is not a partition of profile {profile.name} "
+                f"(partitions: {names})"
+            )
+        problems = _problems(part, req, cpt(part), seconds)
+        if problems:
+            raise _fail(f"{problems[0]} (partitions that fit: {fit_names})")
+        return part, "requested"
+    if not fits:
+        ranked = sorted(
+            enumerate(profile.partitions),
+            key=lambda ip: (len(_problems(ip[1], req, cpt(ip[1]), seconds)), -ip[1].gpus_per_node),
+        )
+        closest = ranked[0][1]
+        first = _problems(closest, req, cpt(closest), seconds)[0]
+        raise _fail(f"{first} (no partition of profile {profile.name} fits; partitions that fit: none)")
+    order = {p.name: i for i, p in enumerate(profile.partitions)}
+    best = min(fits, key=lambda p: _size_key(p, order[p.name]))
+    return best, f"smallest partition that fits (candidates: {fit_names})"
+
+
+def _job_time(profile: Profile, part: Partition, req: JobRequest) -> str:
+    if req.time:
+        return format_time(parse_time(req.time))
+    default = parse_time(profile.scheduler.default_time)
+    limit = part.max_seconds
+    if default is not None and limit is not None and default > limit:
+        default = limit
+    return format_time(default)
+
+
+def _default_command(profile: Profile, req: JobRequest) -> list[str]:
+    base = IMAGE_PROJECT_DIR / "examples" if req.image else examples_dir()
+    cmd = [profile.python, str(base / DEFAULT_EXAMPLE), "--backend", req.backend]
+    data = req.data or profile.paths.imagenet
+    cmd += ["--data", data] if data else ["--synthetic"]
+    return cmd
+
+
+def _launch_tokens(profile: Profile, req: JobRequest, command: list[str]) -> list[str]:
+    tokens: list[str] = []
+    mpi = profile.mpi
+    if mpi.launcher == "srun":
+        tokens.append(Raw("srun"))
+        if mpi.srun_mpi:
+            tokens.append(Raw(f"--mpi={mpi.srun_mpi}"))
+    elif mpi.launcher == "mpirun":
+        tokens += [Raw("mpirun"), Raw("-np"), Raw('"$SLURM_NTASKS"')]
+    else:  # horovodrun: needs the host list, written by the script into $HPCDL_HOSTFILE
+        tokens += [Raw("horovodrun"), Raw("-np"), Raw('"$SLURM_NTASKS"'),
+                   Raw("--hostfile"), Raw('"$HPCDL_HOSTFILE"')]
+    tokens += list(mpi.launcher_args)
+    if req.image:
+        runtime = profile.container.binary or profile.container.runtime
+        tokens += [runtime, "exec"]
+        if profile.container.nv:
+            tokens.append("--nv")
+        for bind in (*profile.container.binds, *req.binds):
+            tokens += ["-B", bind]
+        tokens.append(req.image)
+    return tokens + command
+
+
+def _sbatch_job_name(name: str) -> str:
+    """The job name as #SBATCH can carry it (the exact one goes on sbatch's argv)."""
+    if _PLAIN_NAME.match(name):
+        return name
+    return '"' + name.replace('"', "'") + '"'
+
+
+def _sbatch_value(value: str) -> str:
+    # sbatch's #SBATCH parser understands double quotes, not shell quoting.
+    return f'"{value}"' if any(c.isspace() for c in value) else value
+
+
+def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
+    """Validate ``req`` against ``profile`` and render its sbatch script.
+
+    Raises ValidationError (bad value, over a limit) or RenderError (template).
+    """
+    check_request(req)
+    part, reason = choose_partition(profile, req)
+    tasks = tasks_per_node(req.gpus)
+    cpus = req.cpus_per_task or default_cpus_per_task(part, req.gpus)
+    job_name = req.job_name or f"hpcdl-{req.backend}"
+    command = list(req.command) or _default_command(profile, req)
+    launch = shell_join(_launch_tokens(profile, req, command))
+    log_dir = req.run_dir or "."
+    output, error = f"{log_dir}/slurm-%j.out", f"{log_dir}/slurm-%j.err"
+    omp = cpus if profile.env.omp_num_threads == "cpus-per-task" else profile.env.omp_num_threads
+    env = tuple(profile.env.vars.items()) + tuple(req.env)
+    warnings = []
+    if profile.scheduler.type != "slurm":
+        warnings.append(
+            f"profile {profile.name} uses {profile.scheduler.type}, not Slurm: this script is "
+            f"for reading, hpcdl cannot submit it"
+        )
+    gres = None
+    if req.gpus:
+        gres = (f"--gres=gpu:{req.gpus}" if profile.scheduler.gpu_request == "gres"
+                else f"--gpus-per-node={req.gpus}")
+    context = {
+        "profile": profile,
+        "job_name": _sbatch_job_name(job_name),
+        "job_name_q": shell_join([job_name]),
+        "partition": part.name,
+        "nodes": req.nodes,
+        "tasks_per_node": tasks,
+        "ntasks": req.nodes * tasks,
+        "gpu_option": gres,
+        "cpus_per_task": cpus,
+        "time": _job_time(profile, part, req),
+        "output": _sbatch_value(output),
+        "error": _sbatch_value(error),
+        "extra_options": [f"--{k}={v}" for k, v in profile.scheduler.extra_options.items()],
+        "account": profile.scheduler.account,
+        "qos": profile.scheduler.qos,
+        "modules": profile.modules,
+        "omp_num_threads": omp,
+        "exports": [(k, shell_join([v])) for k, v in env],
+        "backend": req.backend,
+        "image_q": shell_join([req.image]) if req.image else None,
+        "launcher": profile.mpi.launcher,
+        "launch_line": launch,
+    }
+    script = render_template(
+        "sbatch.sh.j2",
+        context,
+        template_file=req.template,
+        template_dirs=[profile.template_dir] if profile.template_dir else (),
+    )
+    return JobPlan(
+        profile=profile.name,
+        cluster_type=profile.scheduler.type,
+        partition=part.name,
+        partition_reason=reason,
+        nodes=req.nodes,
+        gpus_per_node=req.gpus,
+        tasks_per_node=tasks,
+        ntasks=req.nodes * tasks,
+        cpus_per_task=cpus,
+        time=context["time"],
+        job_name=job_name,
+        backend=req.backend,
+        image=req.image,
+        env=env,
+        binds=tuple(profile.container.binds) + req.binds if req.image else req.binds,
+        command=tuple(command),
+        launch_line=launch,
+        output=output,
+        error=error,
+        run_dir=req.run_dir,
+        script=script,
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,76 @@
+"""Jinja2 rendering of job scripts: pure functions, no I/O beyond reading templates.
+
+Everything a user supplies reaches a shell only through ``shlex.quote``: the
+plan builder quotes values in Python (see ``shell_join``), and templates get a
+``q`` filter for any value they add themselves.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from hpcdl import __version__
+from hpcdl.errors import RenderError
+from hpcdl.resources import templates_dir
+
+
+class Raw(str):
+    """A shell token written by hpcdl itself (e.g. ``"$SLURM_NTASKS"``): not quoted.
+
+    Only code in this package creates Raw tokens; user values are plain str and
+    are always quoted.
+    """
+
+
+def shell_join(tokens: Iterable[str]) -> str:
+    """Join argv tokens into one shell line, quoting every non-Raw token."""
+    return " ".join(t if isinstance(t, Raw) else shlex.quote(t) for t in tokens)
+
+
+def _environment(search_path: list[Path]) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(p) for p in search_path]),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # shell scripts, not HTML  # noqa: S701
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["q"] = lambda v: shlex.quote(str(v))
+    return env
+
+
+def render_template(
+    name: str,
+    context: Mapping[str, Any],
+    *,
+    template_file: str | Path | None = None,
+    template_dirs: Iterable[str | Path] = (),
+) -> str:
+    """Render template ``name`` (e.g. ``sbatch.sh.j2``).
+
+    ``template_file`` replaces the template outright (``--template FILE``);
+    ``template_dirs`` (a profile's template_dir) are searched before the bundled
+    templates. Raises RenderError naming the template and the problem.
+    """
+    search = [Path(d).expanduser() for d in template_dirs] + [templates_dir()]
+    if template_file is not None:
+        path = Path(template_file).expanduser()
+        if not path.is_file():
+            raise RenderError(f"template: file '{path}' does not exist")
+        search = [path.parent, *search]
+        name = path.name
+    env = _environment(search)
+    try:
+        template = env.get_template(name)
+        return template.render(hpcdl_version=__version__, **context)
+    except jinja2.TemplateNotFound as exc:
+        raise RenderError(f"template: '{name}' not found in {', '.join(map(str, search))}") from exc
+    except jinja2.TemplateError as exc:
+        where = f"{exc.filename}:{exc.lineno}" if getattr(exc, "lineno", None) else name  # type: ignore[attr-defined]
+        raise RenderError(f"template {where}: {exc.message}") from exc

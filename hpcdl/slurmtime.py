@@ -1,0 +1,57 @@
+"""Slurm time strings <-> seconds.
+
+Slurm accepts "MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS" and
+"infinite"/"UNLIMITED". Pure functions, shared by profile validation, request
+validation and the live check against a real cluster.
+"""
+
+from __future__ import annotations
+
+import re
+
+UNLIMITED = None
+_UNLIMITED_WORDS = {"infinite", "unlimited"}
+_DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$")
+_CLOCK = re.compile(r"^(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_time(text: str) -> int | None:
+    """Seconds for a Slurm time string, or None for unlimited.
+
+    Raises ValueError with the accepted forms when ``text`` is not a Slurm time.
+    """
+    value = str(text).strip()
+    if value.lower() in _UNLIMITED_WORDS:
+        return UNLIMITED
+    m = _DAYS.match(value)
+    if m:
+        days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+        return _checked(((days * 24 + hours) * 60 + minutes) * 60 + seconds, value)
+    m = _CLOCK.match(value)
+    if m:
+        parts = [int(g) for g in m.groups() if g is not None]
+        if len(parts) == 1:  # minutes
+            return _checked(parts[0] * 60, value)
+        if len(parts) == 2:  # minutes:seconds
+            return _checked(parts[0] * 60 + parts[1], value)
+        return _checked(parts[0] * 3600 + parts[1] * 60 + parts[2], value)
+    raise ValueError(
+        f"'{value}' is not a Slurm time (use HH:MM:SS, D-HH:MM:SS, minutes, or 'infinite')"
+    )
+
+
+def _checked(seconds: int, value: str) -> int:
+    if seconds <= 0:
+        raise ValueError(f"'{value}' is not a positive time")
+    return seconds
+
+
+def format_time(seconds: int | None) -> str:
+    """Slurm's canonical form: D-HH:MM:SS (days only when needed), or 'infinite'."""
+    if seconds is None:
+        return "infinite"
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
