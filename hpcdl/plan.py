@@ -202,7 +202,8 @@ def choose_partition(profile: Profile, req: JobRequest) -> tuple[Partition, str]
     if not fits:
         ranked = sorted(
             enumerate(profile.partitions),
-            key=lambda ip: (len(_problems(ip[1], req, cpt(ip[1]), seconds)), -ip[1].gpus_per_node),
+            key=lambda ip: (len(_problems(ip[1], req, cpt(ip[1]), seconds)),
+                        -ip[1].node_limit, -ip[1].gpus_per_node),
         )
         closest = ranked[0][1]
         first = _problems(closest, req, cpt(closest), seconds)[0]
@@ -212,7 +213,7 @@ def choose_partition(profile: Profile, req: JobRequest) -> tuple[Partition, str]
     return best, f"smallest partition that fits (candidates: {fit_names})"
 
 
-def _job_time(profile: Profile, part: Partition, req: JobRequest) -> str:
+def job_time(profile: Profile, part: Partition, req: JobRequest) -> str:
     if req.time:
         return format_time(parse_time(req.time))
     default = parse_time(profile.scheduler.default_time)
@@ -254,6 +255,29 @@ def _launch_tokens(profile: Profile, req: JobRequest, command: list[str]) -> lis
     return tokens + command
 
 
+def scheduler_options(
+    profile: Profile, part: Partition, req: JobRequest, cpus_per_task: int, time: str
+) -> list[str]:
+    """The Slurm options shared by sbatch (#SBATCH lines) and salloc (argv), in order."""
+    options = [
+        f"--partition={part.name}",
+        f"--nodes={req.nodes}",
+        f"--ntasks-per-node={tasks_per_node(req.gpus)}",
+    ]
+    if req.gpus:
+        options.append(
+            f"--gres=gpu:{req.gpus}" if profile.scheduler.gpu_request == "gres"
+            else f"--gpus-per-node={req.gpus}"
+        )
+    options += [f"--cpus-per-task={cpus_per_task}", f"--time={time}"]
+    if profile.scheduler.account:
+        options.append(f"--account={profile.scheduler.account}")
+    if profile.scheduler.qos:
+        options.append(f"--qos={profile.scheduler.qos}")
+    options += [f"--{k}={v}" for k, v in profile.scheduler.extra_options.items()]
+    return options
+
+
 def _sbatch_job_name(name: str) -> str:
     """The job name as #SBATCH can carry it (the exact one goes on sbatch's argv)."""
     if _PLAIN_NAME.match(name):
@@ -288,27 +312,21 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
             f"profile {profile.name} uses {profile.scheduler.type}, not Slurm: this script is "
             f"for reading, hpcdl cannot submit it"
         )
-    gres = None
-    if req.gpus:
-        gres = (f"--gres=gpu:{req.gpus}" if profile.scheduler.gpu_request == "gres"
-                else f"--gpus-per-node={req.gpus}")
+    time = job_time(profile, part, req)
     context = {
         "profile": profile,
         "job_name": _sbatch_job_name(job_name),
         "job_name_q": shell_join([job_name]),
-        "partition": part.name,
+        "options": [
+            *scheduler_options(profile, part, req, cpus, time),
+            f"--output={_sbatch_value(output)}",
+            f"--error={_sbatch_value(error)}",
+        ],
         "nodes": req.nodes,
         "tasks_per_node": tasks,
         "ntasks": req.nodes * tasks,
-        "gpu_option": gres,
-        "cpus_per_task": cpus,
-        "time": _job_time(profile, part, req),
-        "output": _sbatch_value(output),
-        "error": _sbatch_value(error),
-        "extra_options": [f"--{k}={v}" for k, v in profile.scheduler.extra_options.items()],
-        "account": profile.scheduler.account,
-        "qos": profile.scheduler.qos,
         "modules": profile.modules,
+        "cpus_per_task": cpus,
         "omp_num_threads": omp,
         "exports": [(k, shell_join([v])) for k, v in env],
         "backend": req.backend,
@@ -332,7 +350,7 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
         tasks_per_node=tasks,
         ntasks=req.nodes * tasks,
         cpus_per_task=cpus,
-        time=context["time"],
+        time=time,
         job_name=job_name,
         backend=req.backend,
         image=req.image,

@@ -137,3 +137,16 @@ def stream(
 
 def _lines(fh) -> Iterator[str]:  # type: ignore[no-untyped-def]
     yield from iter(fh.readline, "")
+
+
+def interactive(argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> int:
+    """Run ``argv`` attached to the user's terminal (salloc, shells); return its exit code.
+
+    Output is not captured: the user interacts with the program directly.
+    Raises ToolError when the program does not exist.
+    """
+    argv = [str(a) for a in argv]
+    try:
+        return subprocess.call(argv, env=_env(env))
+    except FileNotFoundError as exc:
+        raise ToolError(f"{argv[0]}: command not found", argv=argv, returncode=127) from exc

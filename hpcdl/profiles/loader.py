@@ -100,7 +100,9 @@ def load_profile_file(path: str | os.PathLike[str]) -> Profile:
 
 def describe_validation_error(exc: pydantic.ValidationError, model: type[pydantic.BaseModel]) -> str:
     """One line for the first schema error: field path, problem, value, valid keys."""
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # An unknown key usually explains the "missing" errors beside it (a typo): name it first.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = err["loc"]
     field = _dotted(loc)
     if err["type"] == "extra_forbidden":

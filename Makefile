@@ -1,0 +1,27 @@
+# hpcdl: the two commands for a fresh machine are `make demo` and `make test`.
+PY ?= python3
+PYTEST_ARGS ?=
+
+.PHONY: help setup test unit lint demo
+
+help:
+	@echo "make demo   - the main job: sandbox cluster, image, a 2-node ResNet run"
+	@echo "make test   - install what the tests need, then run lint + all tests"
+	@echo "make unit   - unit tests only (no Slurm, Apptainer, MPI)"
+
+# Everything the tests need, idempotent: each script checks before it installs.
+setup:
+	scripts/setup.sh
+
+lint:
+	$(PY) -m ruff check hpcdl tests $(wildcard bench examples)
+	$(PY) -m mypy
+
+test: setup lint
+	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+unit:
+	$(PY) -m pytest $(PYTEST_ARGS) tests/unit
+
+demo:
+	scripts/demo.sh

@@ -1,0 +1,41 @@
+"""Click option parsing shared by the commands that build a job plan."""
+
+from __future__ import annotations
+
+import click
+
+from hpcdl.errors import ValidationError
+
+
+def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``KEY=VALUE`` pairs; the value is kept verbatim (quotes, newlines, ``$(...)``)."""
+    pairs = []
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValidationError(f"env: '{item}' is not KEY=VALUE")
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+def request_options(func):  # type: ignore[no-untyped-def]
+    """The options every plan-building command takes (submit, alloc)."""
+    options = [
+        click.option("--profile", "-p", "profile", metavar="NAME|PATH",
+                     help="Cluster profile (default: $HPCDL_PROFILE). See `hpcdl profiles list`."),
+        click.option("--partition", metavar="NAME",
+                     help="Partition; default: the smallest one that fits the request."),
+        click.option("--nodes", "-N", type=int, default=1, show_default=True, help="Number of nodes."),
+        click.option("--gpus", "-G", type=int, required=True,
+                     help="GPUs per node; one rank per GPU (--nodes 2 --gpus 4 runs 8 ranks)."),
+        click.option("--time", "-t", metavar="HH:MM:SS",
+                     help="Wall time limit (HH:MM:SS, D-HH:MM:SS or minutes)."),
+        click.option("--cpus-per-task", "-c", type=int,
+                     help="CPUs per rank; default: the node's CPUs shared between its GPUs."),
+        click.option("--job-name", "-J", help="Slurm job name."),
+        click.option("--template", type=click.Path(dir_okay=False),
+                     help="Use this Jinja2 template instead of the bundled one."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func

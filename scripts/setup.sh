@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Install (when missing) everything `make test` needs, each step idempotent and timed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+step() {
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "==> $name"
+  "$@"
+  echo "==> $name: done in $(( SECONDS - t0 )) s"
+}
+step "python deps" scripts/install-python-deps.sh

@@ -1,0 +1,25 @@
+#!/bin/bash
+# Rendered by hpcdl 0.1.0 for profile generic: edit the profile or
+# the request and render again rather than editing this file.
+#SBATCH --job-name=hpcdl-horovod
+#SBATCH --partition=gpu
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --gres=gpu:4
+#SBATCH --cpus-per-task=8
+#SBATCH --time=01:00:00
+#SBATCH --output=./slurm-%j.out
+#SBATCH --error=./slurm-%j.err
+
+set -euo pipefail
+
+# Slurm >= 22.05: srun no longer inherits --cpus-per-task from the batch job;
+# without this the ranks' data loaders starve on one CPU each.
+export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-8}"
+export OMP_NUM_THREADS=8
+export NCCL_DEBUG=WARN
+export HPCDL_JOB_NAME=hpcdl-horovod
+export HPCDL_BACKEND=horovod
+
+echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 8 ranks (2 nodes x 4)"
+srun --mpi=pmix python3 <repo>/examples/resnet50_imagenet.py --backend horovod --synthetic

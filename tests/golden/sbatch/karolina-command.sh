@@ -1,0 +1,28 @@
+#!/bin/bash -l
+# Rendered by hpcdl 0.1.0 for profile karolina: edit the profile or
+# the request and render again rather than editing this file.
+#SBATCH --job-name=t1
+#SBATCH --partition=qgpu
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=1
+#SBATCH --cpus-per-task=16
+#SBATCH --time=01:00:00
+#SBATCH --account=OPEN-00-00
+#SBATCH --output=/runs/t1/slurm-%j.out
+#SBATCH --error=/runs/t1/slurm-%j.err
+
+module load OpenMPI/4.1.4-GCC-11.3.0 apptainer
+
+set -euo pipefail
+
+# Slurm >= 22.05: srun no longer inherits --cpus-per-task from the batch job;
+# without this the ranks' data loaders starve on one CPU each.
+export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-16}"
+export OMP_NUM_THREADS=16
+export NCCL_DEBUG=WARN
+export HPCDL_JOB_NAME=t1
+export HPCDL_BACKEND=horovod
+
+echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 1 ranks (1 nodes x 1)"
+srun --mpi=pmix python3 train.py --lr 0.1

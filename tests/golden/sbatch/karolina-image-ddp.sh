@@ -1,0 +1,30 @@
+#!/bin/bash -l
+# Rendered by hpcdl 0.1.0 for profile karolina: edit the profile or
+# the request and render again rather than editing this file.
+#SBATCH --job-name="resnet50 ddp"
+#SBATCH --partition=qgpu
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --gpus-per-node=2
+#SBATCH --cpus-per-task=16
+#SBATCH --time=00:20:00
+#SBATCH --account=OPEN-00-00
+#SBATCH --output=./slurm-%j.out
+#SBATCH --error=./slurm-%j.err
+
+module load OpenMPI/4.1.4-GCC-11.3.0 apptainer
+
+set -euo pipefail
+
+# Slurm >= 22.05: srun no longer inherits --cpus-per-task from the batch job;
+# without this the ranks' data loaders starve on one CPU each.
+export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-16}"
+export OMP_NUM_THREADS=16
+export NCCL_DEBUG=WARN
+export NCCL_SOCKET_IFNAME=ib0
+export HPCDL_JOB_NAME='resnet50 ddp'
+export HPCDL_BACKEND=ddp
+export HPCDL_IMAGE=/images/pytorch-horovod.sif
+
+echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 4 ranks (2 nodes x 2)"
+srun --mpi=pmix apptainer exec --nv -B /scratch -B /mnt/proj1 -B /data/imagenet:/imagenet /images/pytorch-horovod.sif python3 /opt/hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet

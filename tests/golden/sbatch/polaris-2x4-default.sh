@@ -1,0 +1,29 @@
+#!/bin/bash -l
+# Rendered by hpcdl 0.1.0 for profile polaris: edit the profile or
+# the request and render again rather than editing this file.
+#SBATCH --job-name=hpcdl-horovod
+#SBATCH --partition=debug
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --gpus-per-node=4
+#SBATCH --cpus-per-task=8
+#SBATCH --time=01:00:00
+#SBATCH --account=YOUR_PROJECT
+#SBATCH --output=./slurm-%j.out
+#SBATCH --error=./slurm-%j.err
+
+module load conda cray-mpich
+
+set -euo pipefail
+
+# Slurm >= 22.05: srun no longer inherits --cpus-per-task from the batch job;
+# without this the ranks' data loaders starve on one CPU each.
+export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-8}"
+export OMP_NUM_THREADS=8
+export NCCL_DEBUG=WARN
+export NCCL_NET_GDR_LEVEL=PHB
+export HPCDL_JOB_NAME=hpcdl-horovod
+export HPCDL_BACKEND=horovod
+
+echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 8 ranks (2 nodes x 4)"
+mpirun -np "$SLURM_NTASKS" python3 <repo>/examples/resnet50_imagenet.py --backend horovod --synthetic

@@ -1,0 +1,31 @@
+#!/bin/bash -l
+# Rendered by hpcdl 0.1.0 for profile polaris: edit the profile or
+# the request and render again rather than editing this file.
+#SBATCH --job-name="resnet50 ddp"
+#SBATCH --partition=debug
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --gpus-per-node=2
+#SBATCH --cpus-per-task=8
+#SBATCH --time=00:20:00
+#SBATCH --account=YOUR_PROJECT
+#SBATCH --output=./slurm-%j.out
+#SBATCH --error=./slurm-%j.err
+
+module load conda cray-mpich
+
+set -euo pipefail
+
+# Slurm >= 22.05: srun no longer inherits --cpus-per-task from the batch job;
+# without this the ranks' data loaders starve on one CPU each.
+export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-8}"
+export OMP_NUM_THREADS=8
+export NCCL_DEBUG=WARN
+export NCCL_NET_GDR_LEVEL=PHB
+export NCCL_SOCKET_IFNAME=ib0
+export HPCDL_JOB_NAME='resnet50 ddp'
+export HPCDL_BACKEND=ddp
+export HPCDL_IMAGE=/images/pytorch-horovod.sif
+
+echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 4 ranks (2 nodes x 2)"
+mpirun -np "$SLURM_NTASKS" apptainer exec --nv -B /eagle -B /grand -B /data/imagenet:/imagenet /images/pytorch-horovod.sif python3 /opt/hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet

@@ -1,0 +1,27 @@
+#!/bin/bash
+# Rendered by hpcdl 0.1.0 for profile sandbox: edit the profile or
+# the request and render again rather than editing this file.
+#SBATCH --job-name="resnet50 ddp"
+#SBATCH --partition=debug
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --gres=gpu:2
+#SBATCH --cpus-per-task=2
+#SBATCH --time=00:20:00
+#SBATCH --output=./slurm-%j.out
+#SBATCH --error=./slurm-%j.err
+
+set -euo pipefail
+
+# Slurm >= 22.05: srun no longer inherits --cpus-per-task from the batch job;
+# without this the ranks' data loaders starve on one CPU each.
+export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-2}"
+export OMP_NUM_THREADS=1
+export OMP_PROC_BIND=false
+export NCCL_SOCKET_IFNAME=ib0
+export HPCDL_JOB_NAME='resnet50 ddp'
+export HPCDL_BACKEND=ddp
+export HPCDL_IMAGE=/images/pytorch-horovod.sif
+
+echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 4 ranks (2 nodes x 2)"
+srun --mpi=pmix apptainer exec --nv -B /data/imagenet:/imagenet /images/pytorch-horovod.sif python3 /opt/hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet

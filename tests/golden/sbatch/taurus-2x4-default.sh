@@ -1,0 +1,27 @@
+#!/bin/bash -l
+# Rendered by hpcdl 0.1.0 for profile taurus: edit the profile or
+# the request and render again rather than editing this file.
+#SBATCH --job-name=hpcdl-horovod
+#SBATCH --partition=gpu2
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --gres=gpu:4
+#SBATCH --cpus-per-task=6
+#SBATCH --time=01:00:00
+#SBATCH --output=./slurm-%j.out
+#SBATCH --error=./slurm-%j.err
+
+module load modenv/hiera GCC/10.2.0 CUDA/11.1.1 OpenMPI/4.0.5
+
+set -euo pipefail
+
+# Slurm >= 22.05: srun no longer inherits --cpus-per-task from the batch job;
+# without this the ranks' data loaders starve on one CPU each.
+export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-6}"
+export OMP_NUM_THREADS=6
+export NCCL_DEBUG=WARN
+export HPCDL_JOB_NAME=hpcdl-horovod
+export HPCDL_BACKEND=horovod
+
+echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 8 ranks (2 nodes x 4)"
+srun --mpi=pmix python3 <repo>/examples/resnet50_imagenet.py --backend horovod --synthetic

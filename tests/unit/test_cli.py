@@ -1,0 +1,114 @@
+"""CLI behaviour through click's runner: exit codes, one-line messages, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from hpcdl.cli import cli
+
+
+def invoke(*args: str, cwd=None):
+    runner = CliRunner()
+    result = runner.invoke(cli, list(args), catch_exceptions=False)
+    assert "Traceback" not in result.output
+    return result
+
+
+def test_dry_run_prints_script_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("submit", "--profile", "neuron", "--nodes", "2", "--gpus", "4", "--dry-run")
+    assert result.exit_code == 0
+    assert "#SBATCH --partition=cas_v100nv_4" in result.stdout
+    assert "smallest partition that fits" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_gpus_over_limit_exit_2_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("submit", "-p", "neuron", "-N", "2", "-G", "9", "--partition", "amd_a100nv_8",
+                    "--dry-run")
+    assert result.exit_code == 2
+    assert result.stderr == ("error: gpus: 9 GPUs per node exceeds partition amd_a100nv_8's 8 GPUs "
+                             "per node (partitions that fit: none)\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_nodes_over_limit(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("submit", "-p", "neuron", "--nodes", "99", "--gpus", "4")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: nodes: 99 exceeds partition cas_v100_4's limit of 15")
+    assert list(tmp_path.iterdir()) == []  # refused before a run directory exists
+
+
+def test_json_plan(tmp_path):
+    result = invoke("submit", "-p", "sandbox", "-N", "2", "-G", "4", "--dry-run", "--json",
+                    "-e", "A=b c", "--", "hostname")
+    assert result.exit_code == 0
+    plan = json.loads(result.stdout)
+    assert plan["ntasks"] == 8 and plan["partition"] == "debug"
+    assert plan["env"]["A"] == "b c" and plan["command"] == ["hostname"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["-p", "nope", "-G", "1"], "error: profile: unknown profile 'nope'"),
+        (["-p", "sandbox", "-G", "1", "--partition", "huge"], "error: partition: 'huge'"),
+        (["-p", "sandbox", "-G", "1", "-e", "NOEQUALS"], "error: env: 'NOEQUALS' is not KEY=VALUE"),
+        (["-p", "sandbox", "-G", "1", "-t", "later"], "error: time: 'later' is not a Slurm time"),
+        (["-p", "sandbox", "-G", "2", "-c", "5"], "error: cpus-per-task: 5 x 2 tasks per node"),
+        (["-p", "sandbox", "-G", "x"], "'x' is not a valid integer"),
+        (["-p", "sandbox"], "Missing option '--gpus'"),
+    ],
+)
+def test_bad_input_exit_2(args, needle):
+    result = invoke("submit", *args, "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert needle in result.stderr
+
+
+def test_malformed_profile_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\npartitions:\n  - {name: p, nodes: 1, gpus_per_node: 1, cpus: 4}\n")
+    result = invoke("profiles", "validate", str(bad))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {bad}: unknown key 'partitions[0].cpus'")
+    result = invoke("submit", "--profile", str(bad), "-G", "1", "--dry-run")
+    assert result.exit_code == 2 and str(bad) in result.stderr
+
+
+def test_profiles_list_show_validate(tmp_path):
+    result = invoke("profiles", "list", "--json")
+    names = [row["name"] for row in json.loads(result.stdout)]
+    assert names == ["generic", "karolina", "neuron", "polaris", "sandbox", "taurus"]
+    shown = invoke("profiles", "show", "neuron").stdout
+    assert "amd_a100nv_8" in shown and "14" in shown
+    good = invoke("profiles", "validate", "hpcdl/profiles/bundled/sandbox.yaml")
+    assert good.exit_code == 0 and "ok (profile sandbox, 3 partitions)" in good.stdout
+
+
+def test_alloc_dry_run_matches_seed_form():
+    result = invoke("alloc", "-p", "neuron", "--partition", "amd_a100nv_8", "-J", "debug",
+                    "-N", "2", "-t", "2:00:00", "-G", "4", "--dry-run")
+    assert result.exit_code == 0
+    assert ("salloc --job-name=debug --partition=amd_a100nv_8 --nodes=2 --ntasks-per-node=4 "
+            "--gres=gpu:4 --cpus-per-task=7 --time=02:00:00 --comment=pytorch") in result.stdout
+
+
+def test_help_is_fast_and_never_imports_torch():
+    code = ("import sys; from hpcdl.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "try:\n    main(['submit', '--help'])\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules, 'torch imported on the CLI path'\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode == 0, out.stderr
+    assert "Commands:" in out.stdout and out.stdout.rstrip().endswith("ok")

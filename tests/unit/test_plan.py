@@ -1,0 +1,148 @@
+"""The validation matrix: what each request against each limit turns into."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcdl.errors import ValidationError
+from hpcdl.plan import JobRequest, build_plan, choose_partition
+from hpcdl.profiles import load_profile
+
+
+@pytest.fixture(scope="module")
+def neuron():
+    return load_profile("neuron")
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    return load_profile("sandbox")
+
+
+def refused(profile, **kw) -> str:
+    with pytest.raises(ValidationError) as err:
+        build_plan(profile, JobRequest(**kw))
+    assert err.value.exit_code == 2
+    assert "\n" not in err.value.message  # one line
+    return err.value.message
+
+
+def test_two_by_four_on_neuron_picks_smallest_4gpu_partition(neuron):
+    plan = build_plan(neuron, JobRequest(nodes=2, gpus=4))
+    assert plan.partition == "cas_v100nv_4"
+    assert plan.partition_reason.startswith("smallest partition that fits")
+    assert (plan.ntasks, plan.tasks_per_node, plan.cpus_per_task) == (8, 4, 10)
+    assert "#SBATCH --gres=gpu:4" in plan.script
+    assert "#SBATCH --comment=pytorch" in plan.script
+
+
+def test_eight_gpus_goes_to_an_eight_gpu_partition(neuron):
+    assert build_plan(neuron, JobRequest(nodes=2, gpus=8)).partition == "cas_v100nv_8"
+    assert build_plan(neuron, JobRequest(nodes=6, gpus=8)).partition == "amd_a100nv_8"
+
+
+def test_gpus_over_partition(neuron):
+    msg = refused(neuron, nodes=2, gpus=9, partition="amd_a100nv_8")
+    assert msg == ("gpus: 9 GPUs per node exceeds partition amd_a100nv_8's 8 GPUs per node "
+                   "(partitions that fit: none)")
+
+
+def test_gpus_over_every_partition(neuron):
+    msg = refused(neuron, nodes=1, gpus=9)
+    assert msg.startswith("gpus: 9 GPUs per node exceeds partition")
+    assert "partitions that fit: none" in msg
+
+
+def test_nodes_over_max(neuron):
+    msg = refused(neuron, nodes=99, gpus=4)
+    assert msg.startswith("nodes: 99 exceeds partition cas_v100_4's limit of 15 nodes per job")
+
+
+def test_nodes_over_named_partition_lists_those_that_fit(neuron):
+    msg = refused(neuron, nodes=3, gpus=4, partition="amd_a100_4")
+    assert msg.startswith("nodes: 3 exceeds partition amd_a100_4's limit of 2 nodes per job")
+    assert "(partitions that fit: cas_v100nv_8, cas_v100nv_4, cas_v100_4, amd_a100nv_8)" in msg
+
+
+def test_time_over_max(sandbox):
+    msg = refused(sandbox, nodes=1, gpus=1, partition="short", time="00:06:00")
+    assert msg.startswith("time: 00:06:00 exceeds partition short's max time 00:05:00")
+    assert "partitions that fit: debug, gpu" in msg
+
+
+def test_time_picks_a_partition_that_allows_it(sandbox):
+    assert build_plan(sandbox, JobRequest(nodes=1, gpus=1, time="1:00:00")).partition == "gpu"
+    assert build_plan(sandbox, JobRequest(nodes=1, gpus=1)).partition == "debug"
+
+
+def test_cpus_times_tasks_over_node(sandbox):
+    msg = refused(sandbox, nodes=1, gpus=4, cpus_per_task=3, partition="debug")
+    assert msg.startswith("cpus-per-task: 3 x 4 tasks per node = 12 exceeds partition debug's 8 CPUs")
+
+
+def test_per_user_gpu_limit(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "name: limited\npartitions:\n"
+        '  - {name: g4, nodes: 4, gpus_per_node: 4, cpus_per_node: 16, max_time: "1:00:00", '
+        "max_gpus_per_user: 8}\n"
+    )
+    prof = load_profile(str(path))
+    assert build_plan(prof, JobRequest(nodes=2, gpus=4)).ntasks == 8  # exactly the limit
+    msg = refused(prof, nodes=3, gpus=4)
+    assert msg.startswith("gpus: 3 nodes x 4 GPUs = 12 exceeds partition g4's per-user limit of 8 GPUs")
+
+
+def test_unknown_partition(neuron):
+    msg = refused(neuron, nodes=1, gpus=1, partition="gpu")
+    assert msg.startswith("partition: 'gpu' is not a partition of profile neuron (partitions: cas_v100nv_8")
+
+
+@pytest.mark.parametrize(
+    ("kw", "start"),
+    [
+        ({"nodes": 0, "gpus": 1}, "nodes: must be at least 1 (got 0)"),
+        ({"nodes": 1, "gpus": -1}, "gpus: must be 0 or more"),
+        ({"nodes": 1, "gpus": 1, "cpus_per_task": 0}, "cpus-per-task: must be at least 1"),
+        ({"nodes": 1, "gpus": 1, "time": "tomorrow"}, "time: 'tomorrow' is not a Slurm time"),
+        ({"nodes": 1, "gpus": 1, "backend": "mpi"}, "backend: 'mpi' is not one of horovod, ddp"),
+        ({"nodes": 1, "gpus": 1, "job_name": "a\nb"}, "job-name: control characters"),
+        ({"nodes": 1, "gpus": 1, "job_name": "  "}, "job-name: must not be empty"),
+        ({"nodes": 1, "gpus": 1, "env": (("1BAD", "x"),)}, "env: '1BAD' is not a valid variable name"),
+        ({"nodes": 1, "gpus": 1, "binds": ("a,b",)}, "bind: 'a,b' is not SRC[:DST]"),
+    ],
+)
+def test_malformed_values(sandbox, kw, start):
+    assert refused(sandbox, **kw).startswith(start)
+
+
+def test_default_time_is_clipped_to_partition(sandbox):
+    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, partition="short"))
+    assert plan.time == "00:05:00"
+
+
+def test_choose_partition_prefers_default_on_ties(sandbox):
+    part, reason = choose_partition(sandbox, JobRequest(nodes=2, gpus=4))
+    assert part.name == "debug"
+    assert "candidates: debug, gpu" in reason
+
+
+def test_cpu_only_job_runs_one_task_per_node(neuron):
+    plan = build_plan(neuron, JobRequest(nodes=2, gpus=0))
+    assert plan.partition == "skl"
+    assert plan.tasks_per_node == 1
+    assert "--gres" not in plan.script
+
+
+def test_pbs_profile_warns(tmp_path):
+    plan = build_plan(load_profile("polaris"), JobRequest(nodes=2, gpus=4))
+    assert plan.cluster_type == "pbs"
+    assert any("cannot submit" in w for w in plan.warnings)
+    assert 'mpirun -np "$SLURM_NTASKS"' in plan.script
+
+
+def test_plan_json_roundtrip(sandbox):
+    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=4, env=(("A", "1"),)))
+    data = plan.to_dict()
+    assert data["ntasks"] == 8 and data["env"]["A"] == "1" and data["script"] == plan.script
+    assert plan.sbatch_argv("/r/job.sbatch")[-2:] == [f"--job-name={plan.job_name}", "/r/job.sbatch"]

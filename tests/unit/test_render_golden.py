@@ -1,0 +1,100 @@
+"""Golden files: every bundled profile x a few requests, rendered to sbatch/salloc text.
+
+Regenerate after an intended change with:  HPCDL_REGEN_GOLDEN=1 pytest tests/unit/test_render_golden.py
+then read the diff before committing it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hpcdl.alloc import build_alloc
+from hpcdl.plan import JobRequest, build_plan
+from hpcdl.profiles import load_profile
+from hpcdl.resources import REPO_ROOT
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+REGEN = os.environ.get("HPCDL_REGEN_GOLDEN") == "1"
+PROFILES = ["generic", "karolina", "neuron", "polaris", "sandbox", "taurus"]
+
+REQUESTS = {
+    "2x4-default": JobRequest(nodes=2, gpus=4),
+    "image-ddp": JobRequest(
+        nodes=2, gpus=2, image="/images/pytorch-horovod.sif", backend="ddp",
+        env=(("NCCL_SOCKET_IFNAME", "ib0"),), binds=("/data/imagenet:/imagenet",),
+        data="/imagenet", job_name="resnet50 ddp", time="00:20:00",
+    ),
+    "command": JobRequest(
+        nodes=1, gpus=1, command=("python3", "train.py", "--lr", "0.1"), job_name="t1",
+        run_dir="/runs/t1",
+    ),
+}
+
+
+def normalise(text: str) -> str:
+    # The default example path is absolute in the checkout; goldens must not depend on it.
+    return text.replace(str(REPO_ROOT), "<repo>")
+
+
+def check_golden(path: Path, text: str) -> None:
+    text = normalise(text)
+    if REGEN:
+        path.write_text(text)
+    assert path.is_file(), f"missing golden {path}: run with HPCDL_REGEN_GOLDEN=1"
+    assert text == path.read_text(), f"{path.name} drifted; HPCDL_REGEN_GOLDEN=1 regenerates"
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("case", sorted(REQUESTS))
+def test_sbatch_golden(profile, case):
+    plan = build_plan(load_profile(profile), REQUESTS[case])
+    check_golden(GOLDEN / "sbatch" / f"{profile}-{case}.sh", plan.script)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_salloc_golden(profile):
+    plan = build_alloc(load_profile(profile), JobRequest(nodes=2, gpus=2, time="2:00:00"))
+    check_golden(GOLDEN / "salloc" / f"{profile}.sh", plan.script)
+
+
+def test_neuron_script_lines_that_matter():
+    script = build_plan(load_profile("neuron"), REQUESTS["image-ddp"]).script
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash -l"  # login shell so `module` exists
+    for expected in [
+        '#SBATCH --job-name="resnet50 ddp"',
+        "#SBATCH --partition=cas_v100_2",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=2",
+        "#SBATCH --gres=gpu:2",
+        "#SBATCH --cpus-per-task=16",
+        "#SBATCH --time=00:20:00",
+        "#SBATCH --comment=pytorch",
+        "module load gcc/10.2.0 cuda/11.4 cudampi/openmpi-4.1.1",
+        'export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-16}"',
+        "export NCCL_SOCKET_IFNAME=ib0",
+    ]:
+        assert expected in lines, expected
+    assert lines[-1] == (
+        "srun singularity exec --nv -B /scratch -B /apps -B /data/imagenet:/imagenet "
+        "/images/pytorch-horovod.sif python3 /opt/hpcdl/examples/resnet50_imagenet.py "
+        "--backend ddp --data /imagenet"
+    )
+
+
+def test_karolina_uses_gpus_per_node_and_account():
+    script = build_plan(load_profile("karolina"), REQUESTS["2x4-default"]).script
+    assert "#SBATCH --gpus-per-node=4" in script
+    assert "#SBATCH --account=OPEN-00-00" in script
+    assert "srun --mpi=pmix python3" in script
+
+
+def test_template_override(tmp_path):
+    custom = tmp_path / "my.sh.j2"
+    custom.write_text("#!/bin/sh\n# {{ profile.name }} {{ ntasks }}\n{{ launch_line }}\n")
+    plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=4, template=str(custom),
+                                                          command=("hostname",)))
+    assert plan.script == "#!/bin/sh\n# sandbox 8\nsrun --mpi=pmix hostname\n"
