@@ -71,7 +71,8 @@ def expand_hostlist(spec: str) -> list[str]:
 
 
 def _split_top_level(spec: str) -> list[str]:
-    items, depth, start = [], 0, 0
+    items: list[str] = []
+    depth = start = 0
     for i, ch in enumerate(spec):
         if ch == "[":
             depth += 1
@@ -97,7 +98,7 @@ def _expand_one(item: str, spec: str) -> list[str]:
             raise ConfigError(f"hostlist {spec!r}: malformed item {item!r}")
         return [item]
     prefix, suffix = item[: match.start()], item[match.end() :]
-    out = []
+    out: list[str] = []
     for value in _expand_ranges(match.group(1), spec):
         # The suffix may hold more bracket groups: expand it recursively.
         out.extend(prefix + value + rest for rest in _expand_one(suffix, spec) or [""])

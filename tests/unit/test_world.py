@@ -203,8 +203,12 @@ def test_slurm_master_addr_and_port_overrides() -> None:
         ({"RANK": "2", "WORLD_SIZE": "2"}, "rank 2 outside world size 2"),
         ({"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "70000"}, "MASTER_PORT"),
         (
-            {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "3",
-             "SLURM_NTASKS_PER_NODE": "2"},
+            {
+                "SLURM_PROCID": "0",
+                "SLURM_NTASKS": "2",
+                "SLURM_LOCALID": "3",
+                "SLURM_NTASKS_PER_NODE": "2",
+            },
             "local rank 3",
         ),
     ],
@@ -229,7 +233,12 @@ def test_export_torch_env_sets_env_init_variables() -> None:
     }
     # Round trip: the exported variables read back as the same placement.
     again = detect_world(env)
-    assert (again.rank, again.world_size, again.master_addr, again.master_port) == (1, 4, "n1", 15077)
+    assert (again.rank, again.world_size, again.master_addr, again.master_port) == (
+        1,
+        4,
+        "n1",
+        15077,
+    )
 
 
 def test_world_module_imports_only_the_stdlib() -> None:
