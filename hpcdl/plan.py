@@ -235,7 +235,9 @@ def _launch_tokens(profile: Profile, req: JobRequest, command: list[str]) -> lis
     tokens: list[str] = []
     mpi = profile.mpi
     if mpi.launcher == "srun":
-        tokens.append(Raw("srun"))
+        # --label prefixes every output line with its task id, so a crash can be
+        # traced to the rank that printed it (see hpcdl.results).
+        tokens += [Raw("srun"), Raw("--label")]
         if mpi.srun_mpi:
             tokens.append(Raw(f"--mpi={mpi.srun_mpi}"))
     elif mpi.launcher == "mpirun":
