@@ -8,6 +8,7 @@ import click
 
 from hpcdl.cli.options import parse_env, request_options
 from hpcdl.plan import BACKENDS, JobRequest, build_plan
+from hpcdl.preflight import check_inputs
 from hpcdl.profiles import load_profile
 
 
@@ -62,6 +63,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
         click.echo(plan.script, nl=False)
         return
+    check_inputs(request)
     # Real submission lives with the Slurm adapter (run directory, sbatch, follow).
     from hpcdl.slurm.jobs import submit_request
 

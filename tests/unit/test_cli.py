@@ -112,3 +112,20 @@ def test_help_is_fast_and_never_imports_torch():
                          env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert out.returncode == 0, out.stderr
     assert "Commands:" in out.stdout and out.stdout.rstrip().endswith("ok")
+
+
+def test_missing_image_and_dataset_are_refused_before_submission(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("submit", "-p", "sandbox", "-N", "2", "-G", "2",
+                    "--image", str(tmp_path / "none.sif"))
+    assert result.exit_code == 2
+    assert f"error: image: '{tmp_path / 'none.sif'}' does not exist" in result.stderr
+    assert "hint: build it first: hpcdl build" in result.stderr
+    result = invoke("submit", "-p", "sandbox", "-N", "2", "-G", "2", "--data", "nodata")
+    assert result.exit_code == 2
+    assert "error: data: dataset folder 'nodata' does not exist" in result.stderr
+    assert "hpcdl data make-tiny nodata" in result.stderr
+    (tmp_path / "flat").mkdir()
+    result = invoke("submit", "-p", "sandbox", "-N", "2", "-G", "2", "--data", "flat")
+    assert result.exit_code == 2 and "has no train/ folder" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["flat"]  # nothing written
