@@ -47,6 +47,7 @@ class JobRequest:
     binds: tuple[str, ...] = ()
     command: tuple[str, ...] = ()
     data: str | None = None
+    example_args: tuple[str, ...] = ()
     template: str | None = None
     run_dir: str | None = None
 
@@ -122,6 +123,8 @@ def check_request(req: JobRequest) -> None:
     for key, _value in req.env:
         if not _ENV_NAME.match(key):
             raise _fail(f"env: '{key}' is not a valid variable name (use KEY=VALUE)")
+    if req.example_args and req.command:
+        raise _fail("example-arg: only applies to the bundled example, not to a COMMAND")
     for bind in req.binds:
         src = bind.split(":", 1)[0]
         if not src or "," in bind or _CONTROL.search(bind):
@@ -228,7 +231,7 @@ def _default_command(profile: Profile, req: JobRequest) -> list[str]:
     cmd = [profile.python, str(base / DEFAULT_EXAMPLE), "--backend", req.backend]
     data = req.data or profile.paths.imagenet
     cmd += ["--data", data] if data else ["--synthetic"]
-    return cmd
+    return cmd + list(req.example_args)
 
 
 def _launch_tokens(profile: Profile, req: JobRequest, command: list[str]) -> list[str]:

@@ -146,3 +146,11 @@ def test_plan_json_roundtrip(sandbox):
     data = plan.to_dict()
     assert data["ntasks"] == 8 and data["env"]["A"] == "1" and data["script"] == plan.script
     assert plan.sbatch_argv("/r/job.sbatch")[-2:] == [f"--job-name={plan.job_name}", "/r/job.sbatch"]
+
+
+def test_example_args_follow_the_bundled_example(sandbox):
+    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, example_args=("--arch=resnet18", "a b")))
+    assert plan.command[-2:] == ("--arch=resnet18", "a b")
+    assert plan.launch_line.endswith("--synthetic --arch=resnet18 'a b'")
+    assert refused(sandbox, nodes=1, gpus=1, example_args=("-x",), command=("true",)).startswith(
+        "example-arg: only applies to the bundled example")
