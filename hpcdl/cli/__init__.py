@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("hpcdl.cli.submit:submit", "Validate, render and submit a training job."),
     "alloc": ("hpcdl.cli.submit:alloc", "Render (or run) salloc for interactive work."),
     "profiles": ("hpcdl.cli.profiles:profiles", "List, show and validate cluster profiles."),
+    "data": ("hpcdl.cli.data:data", "Make and check ImageFolder datasets (make-tiny, check)."),
 }
 
 
