@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "alloc": ("hpcdl.cli.submit:alloc", "Render (or run) salloc for interactive work."),
     "profiles": ("hpcdl.cli.profiles:profiles", "List, show and validate cluster profiles."),
     "data": ("hpcdl.cli.data:data", "Make and check ImageFolder datasets (make-tiny, check)."),
+    "build": ("hpcdl.cli.build:build", "Build an Apptainer/Singularity image from a spec or .def."),
 }
 
 

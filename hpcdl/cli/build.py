@@ -1,0 +1,99 @@
+"""`hpcdl build`: image spec (or definition file) -> Apptainer/Singularity image."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from hpcdl.errors import UserInputError
+
+
+def _default_ref() -> str:
+    if Path("Singularity.def").is_file():
+        return "Singularity.def"
+    from hpcdl.container.spec import bundled_spec_names
+
+    raise UserInputError(
+        "build: no SPEC or DEF given and no ./Singularity.def "
+        f"(bundled specs: {', '.join(bundled_spec_names())})"
+    )
+
+
+def _profile_binary(profile: str | None) -> str | None:
+    if not profile:
+        return None
+    from hpcdl.profiles import load_profile
+
+    container = load_profile(profile).container
+    return container.binary or container.runtime
+
+
+@click.command()
+@click.argument("ref", metavar="[SPEC|DEF]", required=False)
+@click.option("-o", "--output", metavar="IMAGE",
+              help="Where the image goes (default: ${HPCDL_CACHE:-/var/cache/hpcdl}/images/NAME.sif).")
+@click.option("--fakeroot", is_flag=True, help="Build without root (user namespaces; site must allow it).")
+@click.option("--sandbox", is_flag=True, help="Build a writable folder instead of a SIF file.")
+@click.option("--remote", is_flag=True, help="Build on the configured remote build service.")
+@click.option("--force", is_flag=True, help="Rebuild even when the content hash is unchanged.")
+@click.option("--profile", "-p", metavar="NAME|PATH",
+              help="Use this cluster profile's container runtime binary.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the definition and the build command; build nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable plan/result.")
+@click.option("--verbose", "-v", is_flag=True, help="Show every line of the build output.")
+def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, remote: bool,
+          force: bool, profile: str | None, dry_run: bool, as_json: bool, verbose: bool) -> None:
+    """Build an image from a spec (containers/NAME.yaml or a bundled NAME) or a .def file.
+
+    The spec is rendered through templates/singularity.def.j2 and built with apptainer
+    (or singularity) into a temporary file beside the target, renamed into place only
+    when the build and its %test succeed: a failed or interrupted build leaves the
+    previous image untouched. The full log goes to IMAGE.build.log, the rendered
+    definition to IMAGE.def, and a content hash of the definition and every file copied
+    in to IMAGE.hash: rebuilding an unchanged spec is a no-op (--force rebuilds).
+
+    \b
+    Examples:
+      hpcdl build pytorch-horovod-cpu              # buildable without a registry
+      hpcdl build pytorch-horovod-gpu --fakeroot   # on a cluster login node
+      hpcdl build my.def -o my.sif --dry-run
+    """
+    from hpcdl.container.build import execute, plan_build
+
+    plan = plan_build(ref or _default_ref(), output=output, sandbox=sandbox, fakeroot=fakeroot,
+                      remote=remote, force=force)
+    if dry_run:
+        if as_json:
+            click.echo(json.dumps({**plan.to_dict(), "definition": plan.definition}, indent=2))
+            return
+        click.echo(plan.definition, nl=False)
+        click.echo(f"\n# build: {' '.join(plan.argv('apptainer', plan.output, '<definition>'))}", err=True)
+        state = "up to date (no-op; --force rebuilds)" if plan.up_to_date else "would build"
+        click.echo(f"# {plan.output}: {state}; content hash {plan.content_hash[:16]}", err=True)
+        return
+    binary = _profile_binary(profile)
+    start = time.monotonic()
+
+    def progress(line: str) -> None:
+        # Apptainer's own INFO/WARNING lines mark the stages; the rest only with -v.
+        text = line.rstrip()
+        if verbose or text.startswith(("INFO:", "WARNING:", "FATAL:", "ERROR:")):
+            click.echo(f"[{time.monotonic() - start:6.0f}s] {text}", err=True)
+
+    if not plan.up_to_date or force:
+        click.echo(f"building {plan.name} -> {plan.output} (log: {plan.log_path})", err=True)
+    result = execute(plan, binary=binary, on_line=None if as_json else progress)
+    if as_json:
+        click.echo(json.dumps({**plan.to_dict(), "built": result.built,
+                               "seconds": round(result.seconds, 1)}, indent=2))
+    elif result.built:
+        size = result.image.stat().st_size if result.image.is_file() else 0
+        click.echo(f"built {result.image} in {result.seconds:.0f} s"
+                   + (f" ({size / 2**20:.0f} MiB)" if size else ""))
+    else:
+        click.echo(f"{result.image} is up to date (content hash {result.content_hash[:16]}); "
+                   "--force rebuilds")

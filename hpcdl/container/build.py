@@ -1,0 +1,378 @@
+"""Building images: plan (render, hash, argv) then execute (atomic, logged, streamed).
+
+``plan_build`` is pure apart from reading the spec, the copied files and the hash
+record; ``--dry-run`` prints exactly that plan. ``execute`` runs the runtime's
+``build`` into a temporary path beside the target and renames it into place only
+after the build (and its %test) succeeded, so a failed or interrupted build leaves
+the previous image untouched and no partial file. The content hash (rendered
+definition + every file copied in) is written beside the image; when it matches,
+a rebuild is a no-op.
+
+Why not spython's build: ``Client.build(stream=True)`` streams stdout only and reads
+stderr once the process has ended, so Apptainer's own ``FATAL:`` message never
+reaches the caller's log and a build that writes more than a pipe buffer (64 KiB) to
+stderr blocks forever; it always runs ``singularity`` (never ``apptainer`` or a
+profile's binary) and leaves the child running when the caller is interrupted. Its
+non-streaming form returns None or an older image on failure. So the build runs
+through ``hpcdl.proc.stream`` (stdout+stderr merged, exit code checked, child killed
+on interrupt), with the same argv spython would compose.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from hpcdl import proc
+from hpcdl.container.hashing import (
+    content_hash,
+    previous_digests,
+    read_record,
+    write_json_atomic,
+)
+from hpcdl.container.render import RenderContext, cache_dir, render_definition
+from hpcdl.container.runtime import Runtime, find_runtime, runtime_env
+from hpcdl.container.spec import ImageSpec, find_spec, load_spec
+from hpcdl.errors import BuildError, ToolError, UserInputError
+
+# Placeholders for machine paths when hashing a rendered spec: a fresh clone in another
+# folder, with the same content, hashes the same and reuses the cached image.
+HASH_CONTEXT = RenderContext(
+    cache_dir="${HPCDL_CACHE}", project_dir="${HPCDL_PROJECT}", spec_dir="${SPEC_DIR}"
+)
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything decided before anything runs; ``--dry-run`` shows this."""
+
+    source: str  # spec or definition file
+    name: str
+    definition: str
+    output: Path
+    sandbox: bool
+    argv_options: tuple[str, ...]  # build options after `build`
+    files: tuple[tuple[str, str], ...]  # (host source, path in image)
+    content_hash: str
+    record: dict[str, Any] = field(repr=False)
+    up_to_date: bool
+    force: bool
+    workdir: Path  # where relative %files paths resolve (the definition's folder)
+
+    @property
+    def log_path(self) -> Path:
+        return _sibling(self.output, ".build.log")
+
+    @property
+    def hash_path(self) -> Path:
+        return _sibling(self.output, ".hash")
+
+    @property
+    def def_path(self) -> Path:
+        return _sibling(self.output, ".def")
+
+    def argv(self, runtime: str, target: str | Path, definition: str | Path) -> list[str]:
+        return [runtime, "build", *self.argv_options, str(target), str(definition)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "name": self.name,
+            "output": str(self.output),
+            "sandbox": self.sandbox,
+            "build_options": list(self.argv_options),
+            "files": [{"source": s, "destination": d} for s, d in self.files],
+            "content_hash": self.content_hash,
+            "up_to_date": self.up_to_date,
+            "will_build": self.force or not self.up_to_date,
+            "log": str(self.log_path),
+            "hash_record": str(self.hash_path),
+        }
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image: Path
+    built: bool  # False: up to date, nothing ran
+    seconds: float
+    content_hash: str
+    log: Path | None
+    runtime: str | None
+
+
+def _sibling(output: Path, suffix: str) -> Path:
+    return output.with_name(output.name + suffix)
+
+
+def default_output(name: str, sandbox: bool) -> Path:
+    """``${HPCDL_CACHE:-/var/cache/hpcdl}/images/<name>.sif`` (a folder for --sandbox)."""
+    return Path(cache_dir()) / "images" / (name if sandbox else f"{name}.sif")
+
+
+def _is_definition(path: Path) -> bool:
+    return path.suffix == ".def" or path.name in ("Singularity", "Apptainer") or (
+        path.suffix not in (".yaml", ".yml") and _looks_like_def(path)
+    )
+
+
+def _looks_like_def(path: Path) -> bool:
+    try:
+        head = path.read_text(errors="replace")[:4000]
+    except OSError:
+        return False
+    return re.search(r"^\s*Bootstrap:", head, re.M | re.I) is not None
+
+
+def files_of_definition(text: str, workdir: Path) -> list[tuple[str, str]]:
+    """(source, destination) pairs of a definition's ``%files`` sections (``%files from
+    stage`` copies between stages and is skipped); relative sources resolve in ``workdir``.
+    """
+    out: list[tuple[str, str]] = []
+    section: str | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("%"):
+            section = line
+            continue
+        if section != "%files" or not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        src = parts[0]
+        dst = parts[1] if len(parts) > 1 else src
+        path = Path(src)
+        out.append((str(path if path.is_absolute() else workdir / path), dst))
+    return out
+
+
+def _localimage_source(text: str, workdir: Path) -> list[tuple[str, str]]:
+    """A ``Bootstrap: localimage`` base is an input too: hash it (digests are cached)."""
+    boot = re.search(r"^\s*Bootstrap:\s*(\S+)", text, re.M | re.I)
+    base = re.search(r"^\s*From:\s*(\S+)", text, re.M | re.I)
+    if boot and base and boot.group(1).lower() == "localimage":
+        path = Path(base.group(1))
+        return [(str(path if path.is_absolute() else workdir / path), "<base image>")]
+    return []
+
+
+def _check_wheelhouse(spec: ImageSpec, files: list[tuple[str, str]]) -> None:
+    """Each ``pip.local`` requirement must have its wheel in the wheelhouse before a
+    20-minute build finds out. Raises BuildError naming the wheel and the fix."""
+    wheelhouse = next((Path(s) for s, d in files if d == "/opt/wheelhouse"), None)
+    if wheelhouse is None:
+        return
+    hint = "scripts/build-image.sh --prepare-only fills it (torch CPU wheel + Horovod wheel)"
+    if not wheelhouse.is_dir():
+        raise BuildError(f"wheelhouse {wheelhouse} does not exist", hint=hint)
+    wheels = [p.name.lower() for p in wheelhouse.glob("*.whl")]
+    for req in spec.pip.local:
+        name, _, version = req.partition("==")
+        stem = name.lower().replace("-", "_")
+        pattern = re.compile(rf"^{re.escape(stem)}-{re.escape(version)}(\+[^-]+)?-")
+        if not any(pattern.match(w) for w in wheels):
+            raise BuildError(
+                f"wheelhouse {wheelhouse} has no wheel for {req}", hint=hint
+            )
+
+
+def plan_build(
+    ref: str,
+    *,
+    output: str | Path | None = None,
+    sandbox: bool = False,
+    fakeroot: bool = False,
+    remote: bool = False,
+    force: bool = False,
+    extra_options: tuple[str, ...] = (),
+) -> BuildPlan:
+    """Decide what ``hpcdl build REF`` does. ``REF``: a spec file or bundled spec name,
+    or a definition file.
+
+    Raises UserInputError (unknown spec/file, bad combination), ConfigError (spec) or
+    BuildError (a copied file or wheel is missing).
+    """
+    if sandbox and remote:
+        raise UserInputError("--sandbox and --remote cannot be combined (remote builds give a SIF)")
+    path = Path(ref).expanduser()
+    if path.is_file() and _is_definition(path):
+        text = path.read_text()
+        workdir = path.resolve().parent
+        name = path.stem if path.suffix == ".def" else path.name.lower()
+        files = files_of_definition(text, workdir)
+        hash_text = text
+        source = str(path)
+    else:
+        spec_path = find_spec(ref)
+        spec = load_spec(spec_path)
+        ctx = RenderContext(spec_dir=str(spec_path.resolve().parent))
+        rendered = render_definition(spec, ctx)
+        text = rendered.text
+        files = list(rendered.files)
+        _check_wheelhouse(spec, files)
+        workdir = spec_path.resolve().parent
+        name = spec.name
+        hash_text = render_definition(spec, HASH_CONTEXT).text
+        source = str(spec_path)
+
+    out = Path(output).expanduser() if output else default_output(name, sandbox)
+    out = out.absolute()
+    options: list[str] = []
+    if sandbox:
+        options.append("--sandbox")
+    if fakeroot:
+        options.append("--fakeroot")
+    if remote:
+        options.append("--remote")
+    options.extend(extra_options)
+
+    inputs = files + _localimage_source(text, workdir)
+    for src, _dst in inputs:
+        if not Path(src).exists():
+            raise BuildError(f"{source}: file to copy in does not exist: {src}")
+    record = read_record(_sibling(out, ".hash"))
+    digest = content_hash(
+        hash_text,
+        inputs,
+        options=["sandbox"] if sandbox else [],
+        previous=previous_digests(record),
+    )
+    up_to_date = bool(
+        record and record.get("hash") == digest.digest and (out.is_dir() if sandbox else out.is_file())
+    )
+    return BuildPlan(
+        source=source,
+        name=name,
+        definition=text,
+        output=out,
+        sandbox=sandbox,
+        argv_options=tuple(options),
+        files=tuple(files),
+        content_hash=digest.digest,
+        record=digest.record(spec=name, source=source),
+        up_to_date=up_to_date,
+        force=force,
+        workdir=workdir,
+    )
+
+
+def execute(
+    plan: BuildPlan,
+    *,
+    runtime: Runtime | None = None,
+    binary: str | None = None,
+    on_line: Callable[[str], None] | None = None,
+    timeout: float | None = None,
+) -> BuildResult:
+    """Build ``plan`` unless it is up to date (and not forced).
+
+    Raises ToolError when no runtime exists, BuildError with the tool's message and exit
+    code when the build fails (the previous image and its hash record stay untouched).
+    """
+    if plan.up_to_date and not plan.force:
+        return BuildResult(plan.output, False, 0.0, plan.content_hash, None, None)
+    runtime = runtime or find_runtime(binary)
+    out = plan.output
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # The temporary image lives beside the target (same filesystem: the rename is atomic).
+    tmpdir = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    tmp_image = tmpdir / out.name
+    def_file = tmpdir / "image.def"
+    def_file.write_text(plan.definition)
+    argv = plan.argv(runtime.path, tmp_image, def_file)
+    log_tmp = tmpdir / "build.log"
+    start = time.monotonic()
+    try:
+        with log_tmp.open("w") as log:
+            log.write(f"# hpcdl build {plan.source} -> {out}\n# {' '.join(argv)}\n")
+            log.write(f"# runtime: {runtime}\n# content hash: {plan.content_hash}\n")
+
+            def handle(line: str) -> None:
+                log.write(line)
+                log.flush()
+                if on_line:
+                    on_line(line)
+
+            try:
+                proc.stream(
+                    argv,
+                    on_line=handle,
+                    timeout=timeout,
+                    env=runtime_env(),
+                    cwd=plan.workdir,
+                    error_cls=BuildError,
+                )
+            except BuildError as err:
+                log.write(f"# FAILED: exit {err.returncode}\n")
+                log.close()
+                _publish_log(log_tmp, plan.log_path)
+                raise BuildError(
+                    f"{runtime.name} build of {plan.name} failed (exit {err.returncode}): "
+                    f"{_tool_message(err.output)}",
+                    argv=argv,
+                    returncode=err.returncode,
+                    output=err.output,
+                    hint=f"full log: {plan.log_path}; the previous image (if any) is untouched",
+                ) from err
+            except ToolError as err:  # pragma: no cover - proc raises error_cls
+                raise BuildError(err.message, argv=argv, returncode=err.returncode) from err
+        # Never trust the exit code alone: the image must be there.
+        if not (tmp_image.is_dir() if plan.sandbox else tmp_image.is_file() and tmp_image.stat().st_size > 0):
+            _publish_log(log_tmp, plan.log_path)
+            raise BuildError(
+                f"{runtime.name} build of {plan.name} exited 0 but wrote no image",
+                argv=argv,
+                hint=f"full log: {plan.log_path}",
+            )
+        seconds = time.monotonic() - start
+        _replace(tmp_image, out)
+        _publish_log(log_tmp, plan.log_path)
+        shutil.copyfile(def_file, plan.def_path)
+        write_json_atomic(
+            plan.hash_path,
+            {
+                **plan.record,
+                "runtime": f"{runtime.name} {runtime.version}",
+                "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "build_seconds": round(seconds, 1),
+            },
+        )
+        return BuildResult(out, True, seconds, plan.content_hash, plan.log_path, str(runtime))
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _publish_log(tmp: Path, dest: Path) -> None:
+    if tmp.exists():
+        os.replace(tmp, dest)
+
+
+def _replace(new: Path, target: Path) -> None:
+    """Move ``new`` to ``target`` atomically (a folder for sandboxes: swap, then delete)."""
+    if new.is_dir():
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+        os.replace(new, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    else:
+        if target.is_dir():
+            raise BuildError(f"{target} is a folder (a sandbox); choose another -o or remove it")
+        os.replace(new, target)
+
+
+def _tool_message(output: str) -> str:
+    """The line that says why: Apptainer's FATAL/ERROR line, else the last line."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.startswith(("FATAL:", "ERROR:")):
+            return ln
+    return lines[-1] if lines else "no output"

@@ -1,0 +1,137 @@
+"""Image spec -> Apptainer definition text: a pure function (templates read, nothing written).
+
+The result also lists every host path the definition copies in (``%files``), so the
+builder can hash exactly what goes into the image.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpcdl.container.spec import ImageSpec, _req_name, expand_path
+from hpcdl.errors import ConfigError
+from hpcdl.render import render_template
+from hpcdl.resources import REPO_ROOT, containers_dir
+
+TEMPLATE = "singularity.def.j2"
+DEFAULT_CACHE = "/var/cache/hpcdl"
+# Folders of the project copied into /opt/hpcdl (PYTHONPATH) when spec.project is set.
+PROJECT_DIRS = ("hpcdl", "examples")
+
+
+def cache_dir() -> str:
+    """hpcdl's cache for expensive artefacts: ``$HPCDL_CACHE`` or /var/cache/hpcdl."""
+    return os.environ.get("HPCDL_CACHE") or DEFAULT_CACHE
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """The machine-dependent inputs of a render; fixed values give reproducible goldens."""
+
+    cache_dir: str = field(default_factory=cache_dir)
+    project_dir: str = str(REPO_ROOT)
+    spec_dir: str = field(default_factory=lambda: str(containers_dir()))
+
+
+@dataclass(frozen=True)
+class Definition:
+    text: str
+    files: tuple[tuple[str, str], ...]  # (host source, path in the image)
+
+
+def copied_files(spec: ImageSpec, ctx: RenderContext) -> list[tuple[str, str]]:
+    """The ``%files`` entries: the wheelhouse, then the project folders.
+
+    Raises ConfigError for a path Apptainer's %files cannot carry (whitespace).
+    """
+    files: list[tuple[str, str]] = []
+    if spec.pip.wheelhouse:
+        src = expand_path(
+            spec.pip.wheelhouse,
+            cache_dir=ctx.cache_dir,
+            project_dir=ctx.project_dir,
+            spec_dir=ctx.spec_dir,
+        )
+        files.append((src, "/opt/wheelhouse"))
+    if spec.project:
+        root = ctx.project_dir.rstrip("/") or "/"
+        for name in PROJECT_DIRS:
+            files.append((f"{root}/{name}", f"/opt/hpcdl/{name}"))
+    for src, _ in files:
+        if re.search(r"\s", src):
+            raise ConfigError(f"spec {spec.name}: path {src!r} contains whitespace (%files cannot copy it)")
+    return files
+
+
+def horovod_build_env(spec: ImageSpec) -> list[tuple[str, str]]:
+    """HOROVOD_* variables for a source build, from the spec's Horovod section."""
+    hvd = spec.horovod
+    if hvd is None:
+        return []
+    # Values are fixed words (1, GLOO, NCCL, MPI), safe to render unquoted.
+    env = [("HOROVOD_WITH_PYTORCH", "1"), ("HOROVOD_WITHOUT_TENSORFLOW", "1"),
+           ("HOROVOD_WITHOUT_MXNET", "1")]
+    env.append(("HOROVOD_WITH_GLOO", "1") if "gloo" in hvd.controllers else ("HOROVOD_WITHOUT_GLOO", "1"))
+    env.append(("HOROVOD_WITH_MPI", "1") if "mpi" in hvd.controllers else ("HOROVOD_WITHOUT_MPI", "1"))
+    if hvd.cpu_operations:
+        env.append(("HOROVOD_CPU_OPERATIONS", hvd.cpu_operations))
+    if hvd.gpu_operations:
+        env.append(("HOROVOD_GPU_OPERATIONS", hvd.gpu_operations))
+    return env
+
+
+def capability_checks(spec: ImageSpec) -> dict[str, object]:
+    """What the %test capability check asserts inside the built image."""
+    reqs = spec.pip.local + spec.pip.packages
+    torch = next((r.split("==", 1)[1] for r in reqs if _req_name(r) == "torch"), None)
+    horovod: list[str] = []
+    if spec.horovod:
+        horovod = sorted(spec.horovod.controllers)
+        if spec.horovod.gpu_operations == "NCCL":
+            horovod.append("nccl")
+    has_mpi4py = any(_req_name(r) == "mpi4py" for r in reqs)
+    return {
+        "torch": torch,
+        "horovod": horovod,
+        "mpi_flavour": spec.mpi.flavour,
+        "mpi_version": spec.mpi.version if has_mpi4py else None,
+    }
+
+
+def render_definition(spec: ImageSpec, ctx: RenderContext | None = None) -> Definition:
+    """Render ``spec`` through templates/singularity.def.j2.
+
+    Raises RenderError (template problem) or ConfigError (a path the spec cannot use).
+    """
+    ctx = ctx or RenderContext()
+    files = copied_files(spec, ctx)
+    text = render_template(
+        TEMPLATE,
+        {
+            "spec": spec,
+            "files": files,
+            "horovod_env": horovod_build_env(spec),
+            "checks": capability_checks(spec),
+        },
+    )
+    return Definition(text=text, files=tuple(files))
+
+
+# The committed root Singularity.def: the default (GPU) image, rendered with paths that
+# work from the repo root and the default cache, so it is the same on every machine.
+DEFAULT_SPEC = "pytorch-horovod-gpu"
+ROOT_CONTEXT = RenderContext(cache_dir=DEFAULT_CACHE, project_dir=".", spec_dir="containers")
+
+
+def render_root_definition() -> str:
+    """The text the repo's ``Singularity.def`` must hold (a test fails on drift)."""
+    from hpcdl.container.spec import find_spec, load_spec
+
+    return render_definition(load_spec(find_spec(DEFAULT_SPEC)), ROOT_CONTEXT).text
+
+
+def root_definition_path() -> Path:
+    return REPO_ROOT / "Singularity.def"

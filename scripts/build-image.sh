@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Build the CPU image (containers/pytorch-horovod-cpu.yaml) from scratch or from cache.
+#
+# 1. Fill the wheelhouse the spec copies in (${HPCDL_CACHE:-/var/cache/hpcdl}/wheelhouse):
+#    - the pinned torch CPU wheel: pip download torch==2.13.0 --no-deps (pip's configuration
+#      on these machines resolves that to the local CPU wheel);
+#    - the Horovod 0.28.1 wheel with the C++17 fix, from scripts/build-horovod.sh (cached
+#      under wheels/; built on first use). Exactly one Horovod wheel is kept;
+#    - the spec's other pip.local requirements and every dependency (the image installs
+#      from the wheelhouse with --no-index).
+# 2. `hpcdl build pytorch-horovod-cpu`: a no-op (< 1 s) when the content hash of the
+#    rendered definition + every copied file matches the cached image.
+#
+# Usage: scripts/build-image.sh [--prepare-only] [hpcdl build options, e.g. --force -o X.sif]
+# Needs Apptainer (scripts/install-apptainer.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+CACHE=${HPCDL_CACHE:-/var/cache/hpcdl}
+WHEELHOUSE=$CACHE/wheelhouse
+TORCH_SPEC="torch==2.13.0"
+SPEC=pytorch-horovod-cpu
+prepare_only=0
+args=()
+for arg in "$@"; do
+  case "$arg" in
+    --prepare-only) prepare_only=1 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) args+=("$arg") ;;
+  esac
+done
+
+log() { echo "[build-image] $*" >&2; }
+mkdir -p "$WHEELHOUSE"
+
+if ! ls "$WHEELHOUSE"/torch-2.13.0*.whl >/dev/null 2>&1; then
+  log "wheelhouse: pip download $TORCH_SPEC --no-deps"
+  "$PY" -m pip download -q "$TORCH_SPEC" --no-deps -d "$WHEELHOUSE" \
+      2> >(grep -v 'is ignored: it is neither' >&2) >&2
+fi
+
+hvd=$(scripts/build-horovod.sh --print-wheel)
+[ -f "$hvd" ] || { log "scripts/build-horovod.sh gave no wheel"; exit 1; }
+target=$WHEELHOUSE/$(basename "$hvd")
+if ! cmp -s "$hvd" "$target"; then
+  log "wheelhouse: $(basename "$hvd")"
+  # -p keeps the mtime, so the content hash can reuse its digest next time.
+  cp -p "$hvd" "$WHEELHOUSE/.horovod.tmp"
+  mv -f "$WHEELHOUSE/.horovod.tmp" "$target"
+  rm -f "$WHEELHOUSE/.downloaded"
+fi
+for f in "$WHEELHOUSE"/horovod-*.whl; do
+  [ "$f" = "$target" ] || { log "wheelhouse: removing stale $(basename "$f")"; rm -f "$f"; }
+done
+
+# The spec's pip.local requirements and all their dependencies. Horovod resolves to the
+# wheel above and torch to the CPU wheel (both already in the wheelhouse).
+mapfile -t reqs < <("$PY" -c '
+import sys
+from hpcdl.container.spec import find_spec, load_spec
+print("\n".join(load_spec(find_spec(sys.argv[1])).pip.local))
+' "$SPEC")
+[ ${#reqs[@]} -gt 0 ] || { log "spec $SPEC lists no pip.local requirements"; exit 1; }
+stamp=$WHEELHOUSE/.downloaded
+want=$(printf '%s\n' "${reqs[@]}")
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "wheelhouse: pip download ${reqs[*]} (+ dependencies)"
+  "$PY" -m pip download -q --only-binary :all: --find-links "$WHEELHOUSE" \
+      -d "$WHEELHOUSE" "${reqs[@]}" 2> >(grep -v 'is ignored: it is neither' >&2) >&2
+  printf '%s\n' "$want" >"$stamp"
+fi
+
+if [ "$prepare_only" = 1 ]; then
+  log "wheelhouse ready: $WHEELHOUSE ($(ls "$WHEELHOUSE"/*.whl | wc -l) wheels)"
+  exit 0
+fi
+exec "$PY" -m hpcdl build "$SPEC" "${args[@]}"
