@@ -1,0 +1,14 @@
+"""Building blocks shared by the example training scripts (model, data, LR schedule,
+checkpoints, distributed backends). They import torch; the ``hpcdl`` package does not.
+
+The examples run as plain scripts (``python3 examples/resnet50_imagenet.py``), inside
+the image with ``PYTHONPATH=/opt/hpcdl`` or from a checkout; when ``hpcdl`` is not
+importable, the checkout's root (this directory's grandparent) is put on sys.path.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+if importlib.util.find_spec("hpcdl") is None:
+    sys.path.insert(1, str(Path(__file__).resolve().parents[2]))

@@ -1,0 +1,172 @@
+"""Input pipeline without torchvision: ImageFolder + transforms with PIL, synthetic
+images, and a DistributedSampler that can resume in the middle of an epoch.
+
+Random augmentation is drawn from a generator seeded by (seed, epoch, sample index),
+not from the process's global RNG: a sample is augmented the same way whichever
+rank or data-loader worker reads it, and a resumed run sees exactly the images the
+uninterrupted run would have seen.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch.utils.data import Dataset, DistributedSampler
+
+from hpcdl.errors import UserInputError
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+
+def _to_tensor(img: object, size: int) -> torch.Tensor:
+    raw = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)  # type: ignore[attr-defined]
+    x = raw.view(size, size, 3).permute(2, 0, 1).float().div_(255)
+    mean = torch.tensor(MEAN).view(3, 1, 1)
+    std = torch.tensor(STD).view(3, 1, 1)
+    return (x - mean) / std
+
+
+def random_resized_crop_box(
+    width: int, height: int, rng: random.Random, scale: tuple[float, float] = (0.08, 1.0)
+) -> tuple[int, int, int, int]:
+    """Inception-style crop box (left, top, right, bottom), as torchvision's RandomResizedCrop."""
+    area = width * height
+    log_ratio = (math.log(3 / 4), math.log(4 / 3))
+    for _ in range(10):
+        target = area * rng.uniform(*scale)
+        ratio = math.exp(rng.uniform(*log_ratio))
+        w = round(math.sqrt(target * ratio))
+        h = round(math.sqrt(target / ratio))
+        if 0 < w <= width and 0 < h <= height:
+            left = rng.randint(0, width - w)
+            top = rng.randint(0, height - h)
+            return left, top, left + w, top + h
+    side = min(width, height)  # fallback: central square
+    left, top = (width - side) // 2, (height - side) // 2
+    return left, top, left + side, top + side
+
+
+def train_transform(img: object, size: int, rng: random.Random) -> torch.Tensor:
+    from PIL import Image
+
+    assert isinstance(img, Image.Image)
+    box = random_resized_crop_box(img.width, img.height, rng)
+    out = img.resize((size, size), Image.BILINEAR, box=box)
+    if rng.random() < 0.5:
+        out = out.transpose(Image.FLIP_LEFT_RIGHT)
+    return _to_tensor(out, size)
+
+
+def val_transform(img: object, size: int) -> torch.Tensor:
+    """Resize the short side to size*256/224, then centre-crop size x size."""
+    from PIL import Image
+
+    assert isinstance(img, Image.Image)
+    short = max(size, round(size * 256 / 224))
+    scale = short / min(img.width, img.height)
+    w, h = max(size, round(img.width * scale)), max(size, round(img.height * scale))
+    img = img.resize((w, h), Image.BILINEAR)
+    left, top = (w - size) // 2, (h - size) // 2
+    return _to_tensor(img.crop((left, top, left + size, top + size)), size)
+
+
+class ImageFolderDataset(Dataset):
+    """Samples from ``hpcdl.data.imagefolder.scan_imagefolder`` decoded with PIL."""
+
+    def __init__(
+        self, samples: Sequence[tuple[str, int]], size: int, train: bool, seed: int = 0
+    ) -> None:
+        self.samples = list(samples)
+        self.size = size
+        self.train = train
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        from PIL import Image, UnidentifiedImageError
+
+        path, label = self.samples[index]
+        try:
+            with Image.open(path) as im:
+                img = im.convert("RGB")
+        except (OSError, UnidentifiedImageError) as exc:
+            raise UserInputError(f"dataset image {path}: cannot be decoded ({exc})") from None
+        if self.train:
+            rng = random.Random(f"{self.seed}/{self.epoch}/{index}")
+            return train_transform(img, self.size, rng), label
+        return val_transform(img, self.size), label
+
+
+class SyntheticImages(Dataset):
+    """Random images and labels, a pure function of (seed, index): same on every rank."""
+
+    def __init__(self, length: int, num_classes: int, size: int, seed: int = 0) -> None:
+        self.length = length
+        self.num_classes = num_classes
+        self.size = size
+        self.seed = seed
+
+    def set_epoch(self, epoch: int) -> None:
+        pass  # no augmentation
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        label = int(torch.randint(self.num_classes, (1,), generator=g))
+        return torch.randn(3, self.size, self.size, generator=g), label
+
+
+class ResumableDistributedSampler(DistributedSampler):
+    """DistributedSampler (shuffle per epoch via set_epoch, one shard per rank) that can
+    skip the samples this rank already consumed in the current epoch, for a resume."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.skip = 0
+
+    def set_position(self, epoch: int, samples_done: int) -> None:
+        self.set_epoch(epoch)
+        self.skip = samples_done
+
+    def __iter__(self) -> Iterator[int]:
+        indices = list(super().__iter__())
+        skip, self.skip = self.skip, 0  # only the first pass after a resume skips
+        return iter(indices[skip:])
+
+    def __len__(self) -> int:
+        return self.num_samples - self.skip
+
+
+def shard_indices(
+    length: int, world_size: int, rank: int, epoch: int, seed: int, shuffle: bool = True,
+    drop_last: bool = False,
+) -> list[int]:
+    """The indices ``rank`` reads in ``epoch`` (what the sampler yields), for tests and tools."""
+
+    class _Len:
+        def __len__(self) -> int:
+            return length
+
+    sampler = DistributedSampler(
+        _Len(), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last  # type: ignore[arg-type]
+    )
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def even_shard(length: int, world_size: int, rank: int) -> list[int]:
+    """A strided shard without padding (for evaluation: counts are summed across ranks,
+    so uneven shards are fine and no sample is counted twice)."""
+    return list(range(rank, length, world_size))

@@ -1,0 +1,229 @@
+"""Two distributed backends behind one small interface: Horovod and PyTorch DDP.
+
+The training script calls the same methods whichever backend it runs on; each
+method maps to that backend's idiomatic call (hvd.DistributedOptimizer vs
+DistributedDataParallel, hvd.broadcast_* vs torch.distributed.broadcast, ...).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpcdl.launch.world import World, detect_world, export_torch_env
+
+
+class Backend:
+    name = "none"
+    rank = 0
+    size = 1
+    local_rank = 0
+    local_size = 1
+    nodes = 1
+
+    def __init__(self) -> None:
+        self.device = torch.device("cpu")
+
+    def _pin_device(self) -> None:
+        # One GPU per local rank: rank k on a node drives GPU k (mod what it can see,
+        # so a launcher that already narrowed CUDA_VISIBLE_DEVICES to one GPU works).
+        if torch.cuda.is_available():
+            index = self.local_rank % torch.cuda.device_count()
+            torch.cuda.set_device(index)
+            self.device = torch.device("cuda", index)
+
+    # Overridden below.
+    def wrap(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, *, fp16_allreduce: bool,
+        batches_per_allreduce: int,
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        return model, optimizer
+
+    def broadcast_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, extra: Any
+    ) -> Any:
+        return extra
+
+    def allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        return tensor
+
+    def allgather_object(self, obj: Any, name: str) -> list[Any]:
+        return [obj]
+
+    @contextlib.contextmanager
+    def no_sync(self, model: nn.Module) -> Iterator[None]:
+        yield
+
+    def synchronize_then_step(self, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
+        """optimizer.step(), going through the AMP GradScaler when there is one."""
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+            scaler.update()
+
+    def barrier(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+class HorovodBackend(Backend):
+    name = "horovod"
+
+    def __init__(self) -> None:
+        super().__init__()
+        import horovod.torch as hvd
+
+        self.hvd = hvd
+        hvd.init()
+        self.rank, self.size = hvd.rank(), hvd.size()
+        self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
+        self.nodes = hvd.cross_size()
+        self._pin_device()
+
+    def wrap(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, *, fp16_allreduce: bool,
+        batches_per_allreduce: int,
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        hvd = self.hvd
+        compression = hvd.Compression.fp16 if fp16_allreduce else hvd.Compression.none
+        # backward_passes_per_step: gradients of k sub-batches accumulate locally and
+        # are allreduced once, trading memory for k-times fewer allreduces.
+        optimizer = hvd.DistributedOptimizer(
+            optimizer,
+            named_parameters=model.named_parameters(),
+            compression=compression,
+            backward_passes_per_step=batches_per_allreduce,
+            op=hvd.Average,
+        )
+        return model, optimizer
+
+    def broadcast_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, extra: Any
+    ) -> Any:
+        hvd = self.hvd
+        has_state = hvd.broadcast_object(len(optimizer.state) > 0, root_rank=0, name="has_opt_state")
+        if has_state:
+            # Optimizer state first: on ranks with a fresh optimizer, Horovod initialises
+            # it with a zero-gradient step, which (with weight decay) moves the weights;
+            # the parameter broadcast below then overwrites them with rank 0's.
+            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        return hvd.broadcast_object(extra, root_rank=0, name="resume_state")
+
+    def allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        return self.hvd.allreduce(tensor, op=self.hvd.Sum, name=name)
+
+    def allgather_object(self, obj: Any, name: str) -> list[Any]:
+        return list(self.hvd.allgather_object(obj, name=name))
+
+    def synchronize_then_step(self, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
+        if scaler is None:
+            optimizer.step()
+            return
+        # AMP with Horovod: finish the allreduce, unscale, then step without a second sync.
+        optimizer.synchronize()  # type: ignore[attr-defined]
+        scaler.unscale_(optimizer)
+        with optimizer.skip_synchronize():  # type: ignore[attr-defined]
+            scaler.step(optimizer)
+        scaler.update()
+
+    def barrier(self) -> None:
+        self.hvd.barrier()
+
+    def shutdown(self) -> None:
+        self.hvd.shutdown()
+
+
+class DDPBackend(Backend):
+    name = "ddp"
+
+    def __init__(self, world: World | None = None, timeout_s: float = 600) -> None:
+        super().__init__()
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.world = world or detect_world()
+        self.rank, self.size = self.world.rank, self.world.world_size
+        self.local_rank, self.local_size = self.world.local_rank, self.world.local_size
+        self.nodes = self.world.nodes
+        self._pin_device()
+        # env:// reads RANK/WORLD_SIZE/MASTER_*: set them from whichever launcher ran us
+        # (mpirun and srun do not set them; torchrun does and they pass through).
+        export_torch_env(self.world)
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        dist.init_process_group(
+            backend,
+            init_method="env://",
+            rank=self.rank,
+            world_size=self.size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+            **({"device_id": self.device} if self.device.type == "cuda" else {}),
+        )
+
+    def wrap(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, *, fp16_allreduce: bool,
+        batches_per_allreduce: int,
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        # Bucketing left at its default (25 MB buckets, overlapping with backward).
+        ddp = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        if fp16_allreduce:
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        return ddp, optimizer
+
+    def _broadcast_object(self, obj: Any) -> Any:
+        box = [obj if self.rank == 0 else None]
+        self.dist.broadcast_object_list(box, src=0, device=self.device if self.device.type == "cuda" else None)
+        return box[0]
+
+    def broadcast_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, extra: Any
+    ) -> Any:
+        for tensor in model.state_dict().values():
+            self.dist.broadcast(tensor, src=0)  # in place: state_dict tensors share storage
+        if self._broadcast_object(len(optimizer.state) > 0):
+            state = self._broadcast_object(optimizer.state_dict() if self.rank == 0 else None)
+            if self.rank != 0:
+                optimizer.load_state_dict(state)
+        return self._broadcast_object(extra)
+
+    def allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        self.dist.all_reduce(tensor, op=self.dist.ReduceOp.SUM)
+        return tensor
+
+    def allgather_object(self, obj: Any, name: str) -> list[Any]:
+        out: list[Any] = [None] * self.size
+        self.dist.all_gather_object(out, obj)
+        return out
+
+    @contextlib.contextmanager
+    def no_sync(self, model: nn.Module) -> Iterator[None]:
+        with model.no_sync():  # type: ignore[operator]
+            yield
+
+    def barrier(self) -> None:
+        self.dist.barrier()
+
+    def shutdown(self) -> None:
+        self.dist.destroy_process_group()
+
+
+def init_backend(name: str, timeout_s: float = 600) -> Backend:
+    """Initialise ``horovod`` or ``ddp``. Raises ValueError for another name and
+    ImportError when Horovod is not installed."""
+    if name == "horovod":
+        return HorovodBackend()
+    if name == "ddp":
+        return DDPBackend(timeout_s=timeout_s)
+    raise ValueError(f"unknown backend {name!r}")
