@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import trainkit  # noqa: F401  (puts hpcdl on sys.path when run from a checkout)
+
 from hpcdl.errors import HpcdlError, UserInputError
 from hpcdl.launch.world import World, detect_world
 
@@ -88,11 +89,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     data.add_argument("--workers", type=int, default=None, help="[default: SLURM_CPUS_PER_TASK-1]")
     data.add_argument("--val-batches", type=int, default=0, help="cap eval batches (0: all)")
     train = p.add_argument_group("training")
-    train.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"], help="per rank, per sub-batch")
-    train.add_argument("--batches-per-allreduce", type=int, default=1,
-                       help="sub-batches accumulated locally per allreduce")
+    train.add_argument(
+        "--batch-size", type=int, default=DEFAULTS["batch_size"], help="per rank, per sub-batch"
+    )
+    train.add_argument(
+        "--batches-per-allreduce",
+        type=int,
+        default=1,
+        help="sub-batches accumulated locally per allreduce",
+    )
     train.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
-    train.add_argument("--max-steps", type=int, default=0, help="stop after this many optimizer steps (0: no cap)")
+    train.add_argument(
+        "--max-steps", type=int, default=0, help="stop after this many optimizer steps (0: no cap)"
+    )
     train.add_argument("--lr", type=float, default=DEFAULTS["lr"], help="base LR for one rank")
     train.add_argument("--lr-scaling", choices=("linear", "sqrt", "none"), default="linear")
     train.add_argument("--warmup-epochs", type=float, default=DEFAULTS["warmup_epochs"])
@@ -100,24 +109,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train.add_argument("--wd", type=float, default=5e-5, help="weight decay")
     train.add_argument("--zero-init-residual", action="store_true")
     train.add_argument("--fp16-allreduce", action="store_true", help="compress gradients to fp16")
-    train.add_argument("--amp", choices=("auto", "on", "off"), default="auto", help="auto: on with CUDA")
+    train.add_argument(
+        "--amp", choices=("auto", "on", "off"), default="auto", help="auto: on with CUDA"
+    )
     train.add_argument("--seed", type=int, default=42)
     train.add_argument("--threads", type=int, default=None, help="torch threads per rank")
     ck = p.add_argument_group("checkpoints")
     ck.add_argument("--checkpoint-dir", default="checkpoints", help="'' disables checkpoints")
     ck.add_argument("--keep-checkpoints", type=int, default=3, metavar="N")
-    ck.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
-                    help="also checkpoint every N steps (0: at epoch ends and the end only)")
-    ck.add_argument("--resume", nargs="?", const="latest", default=None, metavar="PATH",
-                    help="resume from PATH, or the newest checkpoint in --checkpoint-dir")
+    ck.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="also checkpoint every N steps (0: at epoch ends and the end only)",
+    )
+    ck.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        default=None,
+        metavar="PATH",
+        help="resume from PATH, or the newest checkpoint in --checkpoint-dir",
+    )
     p.add_argument("--log-every", type=int, default=0, help="rank-0 step lines every N steps")
     p.add_argument("--dist-timeout", type=float, default=600, help="seconds for collectives")
     args = p.parse_args(argv)
     problems = []
     if not args.synthetic and not args.data:
         problems.append("pass --data DIR (ImageFolder layout) or --synthetic")
-    for name in ("batch_size", "batches_per_allreduce", "epochs", "image_size", "synthetic_size",
-                 "num_classes"):
+    for name in (
+        "batch_size",
+        "batches_per_allreduce",
+        "epochs",
+        "image_size",
+        "synthetic_size",
+        "num_classes",
+    ):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
     if args.image_size < 32:
@@ -148,7 +176,9 @@ def build_datasets(args: argparse.Namespace, data_root: str | None) -> tuple[Any
 
     if args.synthetic:
         train = SyntheticImages(args.synthetic_size, args.num_classes, args.image_size, args.seed)
-        val = SyntheticImages(args.synthetic_val_size, args.num_classes, args.image_size, args.seed + 1)
+        val = SyntheticImages(
+            args.synthetic_val_size, args.num_classes, args.image_size, args.seed + 1
+        )
         return train, val, args.num_classes
     from hpcdl.data.imagefolder import scan_imagefolder
 
@@ -165,13 +195,17 @@ def prepare_data(args: argparse.Namespace, world: World) -> tuple[str | None, fl
         return None, None
     if not args.stage_to:
         return args.data, None
-    from hpcdl.data.imagefolder import scan_imagefolder
     from trainkit.staging import stage_dataset
+
+    from hpcdl.data.imagefolder import scan_imagefolder
 
     scan_imagefolder(args.data)  # fail on a bad source before copying it anywhere
     path, seconds, copied = stage_dataset(args.data, args.stage_to, local_rank=world.local_rank)
     if copied:
-        print(f"staged {args.data} -> {path} in {seconds:.2f} s (host {socket.gethostname()})", flush=True)
+        print(
+            f"staged {args.data} -> {path} in {seconds:.2f} s (host {socket.gethostname()})",
+            flush=True,
+        )
     return str(path), seconds
 
 
@@ -198,7 +232,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     backend = init_backend(args.backend, timeout_s=args.dist_timeout)
     rank, size, device = backend.rank, backend.size, backend.device
     use_amp = cuda if args.amp == "auto" else args.amp == "on" and cuda
-    workers = args.workers if args.workers is not None else default_workers(os.environ, backend.local_size, cuda)
+    workers = (
+        args.workers
+        if args.workers is not None
+        else default_workers(os.environ, backend.local_size, cuda)
+    )
 
     # Same seed everywhere for the initial weights (rank 0's are broadcast anyway);
     # per-rank seeds for anything random on a rank (dropout, worker RNGs).
@@ -214,7 +252,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.wd
     )
     train_model, optimizer = backend.wrap(
-        model, optimizer, fp16_allreduce=args.fp16_allreduce, batches_per_allreduce=args.batches_per_allreduce
+        model,
+        optimizer,
+        fp16_allreduce=args.fp16_allreduce,
+        batches_per_allreduce=args.batches_per_allreduce,
     )
     scaler = torch.amp.GradScaler("cuda") if use_amp else None
 
@@ -222,7 +263,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     progress = Progress(global_batch=global_batch)
     resumed_from = None
     if args.resume and rank == 0:
-        path = latest_checkpoint(args.checkpoint_dir) if args.resume == "latest" else Path(args.resume)
+        path = (
+            latest_checkpoint(args.checkpoint_dir) if args.resume == "latest" else Path(args.resume)
+        )
         if path is None:
             print(f"resume: no checkpoint in {args.checkpoint_dir}; starting fresh", flush=True)
         else:
@@ -242,7 +285,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     progress, resumed_from = backend.broadcast_state(model, optimizer, (progress, resumed_from))
     if progress.global_batch != global_batch and progress.step_in_epoch:
         # The shards of a half-done epoch depend on the world size: restart at the next epoch.
-        log(rank, f"resume: global batch {progress.global_batch} -> {global_batch}; continuing at the next epoch")
+        log(
+            rank,
+            f"resume: global batch {progress.global_batch} -> {global_batch}; continuing at the next epoch",
+        )
         progress.epoch, progress.step_in_epoch = progress.epoch + 1, 0
     progress.global_batch = global_batch
 
@@ -262,7 +308,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         total_steps = min(total_steps, args.max_steps)
     val_loader = DataLoader(
         Subset(val_set, even_shard(len(val_set), size, rank)),
-        batch_size=args.batch_size, num_workers=workers, pin_memory=cuda,
+        batch_size=args.batch_size,
+        num_workers=workers,
+        pin_memory=cuda,
     )
     loader_kwargs: dict[str, Any] = {}
     if workers > 0 and args.backend == "horovod":
@@ -274,14 +322,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             loader_kwargs["multiprocessing_context"] = "forkserver"
 
     criterion = nn.CrossEntropyLoss()
-    log(rank, (
-        f"hpcdl {args.backend}: {size} ranks on {backend.nodes} node(s) via {world.launcher}, "
-        f"device {device.type}, {args.arch} {args.image_size}px, global batch {global_batch}, "
-        f"lr {args.lr:g} -> {target_lr:g} ({args.lr_scaling}, warm-up {args.warmup_epochs:g} epochs), "
-        f"{steps_per_epoch} steps/epoch, {total_steps} steps, workers {workers}, "
-        f"threads {torch.get_num_threads()}, amp {'on' if use_amp else 'off'}"
-        + (f", resumed from {resumed_from} at step {progress.global_step}" if resumed_from else "")
-    ))
+    log(
+        rank,
+        (
+            f"hpcdl {args.backend}: {size} ranks on {backend.nodes} node(s) via {world.launcher}, "
+            f"device {device.type}, {args.arch} {args.image_size}px, global batch {global_batch}, "
+            f"lr {args.lr:g} -> {target_lr:g} ({args.lr_scaling}, warm-up {args.warmup_epochs:g} epochs), "
+            f"{steps_per_epoch} steps/epoch, {total_steps} steps, workers {workers}, "
+            f"threads {torch.get_num_threads()}, amp {'on' if use_amp else 'off'}"
+            + (
+                f", resumed from {resumed_from} at step {progress.global_step}"
+                if resumed_from
+                else ""
+            )
+        ),
+    )
 
     ckpt_path: str | None = None
 
@@ -299,7 +354,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "image_size": args.image_size,
             "world_size": size,
         }
-        ckpt_path = str(save_checkpoint(args.checkpoint_dir, progress.global_step, state, keep=args.keep_checkpoints))
+        ckpt_path = str(
+            save_checkpoint(
+                args.checkpoint_dir, progress.global_step, state, keep=args.keep_checkpoints
+            )
+        )
 
     def evaluate() -> tuple[float, float, int]:
         model.eval()
@@ -329,8 +388,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sampler.set_position(epoch, progress.step_in_epoch * loader_batch)
         train_set.set_epoch(epoch)
         loader = DataLoader(
-            train_set, batch_size=loader_batch, sampler=sampler, num_workers=workers,
-            pin_memory=cuda, drop_last=True, **loader_kwargs,
+            train_set,
+            batch_size=loader_batch,
+            sampler=sampler,
+            num_workers=workers,
+            pin_memory=cuda,
+            drop_last=True,
+            **loader_kwargs,
         )
         model.train()
         sums = torch.zeros(3, dtype=torch.float64)  # loss*n, top-1 hits, n
@@ -338,8 +402,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for x, y in loader:
             step_start = time.monotonic()
             lr = lr_at(
-                epoch, progress.step_in_epoch, steps_per_epoch, base_lr=args.lr, target_lr=target_lr,
-                warmup_epochs=args.warmup_epochs, total_epochs=args.epochs,
+                epoch,
+                progress.step_in_epoch,
+                steps_per_epoch,
+                base_lr=args.lr,
+                target_lr=target_lr,
+                warmup_epochs=args.warmup_epochs,
+                total_epochs=args.epochs,
             )
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -349,7 +418,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # --batches-per-allreduce: k sub-batches, gradients accumulated locally; only
             # the last backward pass communicates (Horovod counts passes, DDP via no_sync).
             for i, (xs, ys) in enumerate(zip(x.chunk(n_chunks), y.chunk(n_chunks), strict=True)):
-                sync = contextlib.nullcontext() if i == n_chunks - 1 else backend.no_sync(train_model)
+                sync = (
+                    contextlib.nullcontext() if i == n_chunks - 1 else backend.no_sync(train_model)
+                )
                 with sync:
                     with torch.autocast(device.type, enabled=use_amp):
                         out = train_model(xs)
@@ -357,7 +428,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     scaled = loss / n_chunks
                     (scaler.scale(scaled) if scaler is not None else scaled).backward()
                 sums += torch.tensor(
-                    [float(loss.detach()) * len(ys), topk_correct(out.detach().float(), ys, (1,))[0], len(ys)],
+                    [
+                        float(loss.detach()) * len(ys),
+                        topk_correct(out.detach().float(), ys, (1,))[0],
+                        len(ys),
+                    ],
                     dtype=torch.float64,
                 )
             backend.synchronize_then_step(optimizer, scaler)
@@ -371,7 +446,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 timed_images += loader_batch * size
                 timed_seconds += time.monotonic() - step_start
             if args.log_every and progress.global_step % args.log_every == 0:
-                log(rank, f"  step {progress.global_step}/{total_steps} loss {float(loss.detach()):.4f} lr {lr:.5f}")
+                log(
+                    rank,
+                    f"  step {progress.global_step}/{total_steps} loss {float(loss.detach()):.4f} lr {lr:.5f}",
+                )
             if args.checkpoint_every and progress.global_step % args.checkpoint_every == 0:
                 checkpoint()
             if progress.global_step >= total_steps:
@@ -385,11 +463,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         progress.epoch_times.append(round(epoch_time, 4))
         if not math.isfinite(final_loss):
             raise RuntimeError(f"epoch {epoch + 1}: training loss is {final_loss}")
-        log(rank, (
-            f"epoch {epoch + 1}/{args.epochs}  step {progress.global_step}  loss {final_loss:.4f}  "
-            f"train top1 {100 * train_top1:.1f}%  val top1 {100 * top1:.1f}%  top5 {100 * top5:.1f}% "
-            f"({n_val} images)  lr {lr:.5f}  {epoch_time:.2f} s"
-        ))
+        log(
+            rank,
+            (
+                f"epoch {epoch + 1}/{args.epochs}  step {progress.global_step}  loss {final_loss:.4f}  "
+                f"train top1 {100 * train_top1:.1f}%  val top1 {100 * top1:.1f}%  top5 {100 * top5:.1f}% "
+                f"({n_val} images)  lr {lr:.5f}  {epoch_time:.2f} s"
+            ),
+        )
         if progress.step_in_epoch >= steps_per_epoch:
             progress.epoch += 1
             progress.step_in_epoch = 0

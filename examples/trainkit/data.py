@@ -150,7 +150,12 @@ class ResumableDistributedSampler(DistributedSampler):
 
 
 def shard_indices(
-    length: int, world_size: int, rank: int, epoch: int, seed: int, shuffle: bool = True,
+    length: int,
+    world_size: int,
+    rank: int,
+    epoch: int,
+    seed: int,
+    shuffle: bool = True,
     drop_last: bool = False,
 ) -> list[int]:
     """The indices ``rank`` reads in ``epoch`` (what the sampler yields), for tests and tools."""
@@ -160,7 +165,12 @@ def shard_indices(
             return length
 
     sampler = DistributedSampler(
-        _Len(), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last  # type: ignore[arg-type]
+        _Len(),
+        num_replicas=world_size,
+        rank=rank,
+        shuffle=shuffle,
+        seed=seed,
+        drop_last=drop_last,  # type: ignore[arg-type]
     )
     sampler.set_epoch(epoch)
     return list(sampler)

@@ -39,7 +39,11 @@ class Backend:
 
     # Overridden below.
     def wrap(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, *, fp16_allreduce: bool,
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        fp16_allreduce: bool,
         batches_per_allreduce: int,
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
         return model, optimizer
@@ -89,7 +93,11 @@ class HorovodBackend(Backend):
         self._pin_device()
 
     def wrap(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, *, fp16_allreduce: bool,
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        fp16_allreduce: bool,
         batches_per_allreduce: int,
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
         hvd = self.hvd
@@ -109,7 +117,9 @@ class HorovodBackend(Backend):
         self, model: nn.Module, optimizer: torch.optim.Optimizer, extra: Any
     ) -> Any:
         hvd = self.hvd
-        has_state = hvd.broadcast_object(len(optimizer.state) > 0, root_rank=0, name="has_opt_state")
+        has_state = hvd.broadcast_object(
+            len(optimizer.state) > 0, root_rank=0, name="has_opt_state"
+        )
         if has_state:
             # Optimizer state first: on ranks with a fresh optimizer, Horovod initialises
             # it with a zero-gradient step, which (with weight decay) moves the weights;
@@ -169,7 +179,11 @@ class DDPBackend(Backend):
         )
 
     def wrap(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, *, fp16_allreduce: bool,
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        fp16_allreduce: bool,
         batches_per_allreduce: int,
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -184,7 +198,9 @@ class DDPBackend(Backend):
 
     def _broadcast_object(self, obj: Any) -> Any:
         box = [obj if self.rank == 0 else None]
-        self.dist.broadcast_object_list(box, src=0, device=self.device if self.device.type == "cuda" else None)
+        self.dist.broadcast_object_list(
+            box, src=0, device=self.device if self.device.type == "cuda" else None
+        )
         return box[0]
 
     def broadcast_state(

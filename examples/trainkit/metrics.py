@@ -8,7 +8,9 @@ import torch
 from torch import nn
 
 
-def topk_correct(output: torch.Tensor, target: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> list[int]:
+def topk_correct(
+    output: torch.Tensor, target: torch.Tensor, ks: tuple[int, ...] = (1, 5)
+) -> list[int]:
     """How many rows have the target among the top-k logits, for each k (k capped at classes)."""
     maxk = min(max(ks), output.shape[1])
     pred = output.topk(maxk, dim=1).indices

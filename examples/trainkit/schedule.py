@@ -35,7 +35,9 @@ def lr_scale_factor(world_size: int, batches_per_allreduce: int = 1, mode: str =
     raise ValueError(f"unknown LR scaling {mode!r}; choose from {', '.join(SCALINGS)}")
 
 
-def scaled_lr(base_lr: float, world_size: int, batches_per_allreduce: int = 1, mode: str = "linear") -> float:
+def scaled_lr(
+    base_lr: float, world_size: int, batches_per_allreduce: int = 1, mode: str = "linear"
+) -> float:
     return base_lr * lr_scale_factor(world_size, batches_per_allreduce, mode)
 
 

@@ -79,5 +79,7 @@ def stage_dataset(
         shutil.rmtree(tmp, ignore_errors=True)
         copied = False
         if not _complete(dest, src):
-            raise UserInputError(f"--stage-to {stage_to}: {dest} exists and is not a copy of {src}") from None
+            raise UserInputError(
+                f"--stage-to {stage_to}: {dest} exists and is not a copy of {src}"
+            ) from None
     return dest, time.monotonic() - start, copied
