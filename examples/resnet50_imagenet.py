@@ -460,7 +460,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         final_loss = float(sums[0]) / n
         train_top1 = float(sums[1]) / n
         top1, top5, n_val = evaluate()
-        progress.epoch_times.append(round(epoch_time, 4))
+        # A resumed epoch adds its remaining time to what the first run measured.
+        if len(progress.epoch_times) > epoch:
+            progress.epoch_times[epoch] = round(progress.epoch_times[epoch] + epoch_time, 4)
+        else:
+            progress.epoch_times.append(round(epoch_time, 4))
         if not math.isfinite(final_loss):
             raise RuntimeError(f"epoch {epoch + 1}: training loss is {final_loss}")
         log(
