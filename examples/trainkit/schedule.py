@@ -44,9 +44,9 @@ def scaled_lr(
 def decay_milestones(total_epochs: int) -> list[int]:
     """Epochs at which the LR drops 10x: 30/60/80 for a 90-epoch run.
 
-    Milestones that would fall on epoch 0 (very short runs) are dropped.
+    Milestones that would fall on epoch 0 (very short runs) are dropped, duplicates merged.
     """
-    return [m for m in (round(f * total_epochs) for f in DECAY_FRACTIONS) if m > 0]
+    return sorted({m for m in (round(f * total_epochs) for f in DECAY_FRACTIONS) if m > 0})
 
 
 def lr_at(
