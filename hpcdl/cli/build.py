@@ -72,7 +72,8 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
             return
         click.echo(plan.definition, nl=False)
         click.echo(f"\n# build: {' '.join(plan.argv('apptainer', plan.output, '<definition>'))}", err=True)
-        state = "up to date (no-op; --force rebuilds)" if plan.up_to_date else "would build"
+        state = ("up to date (no-op; --force rebuilds)" if plan.up_to_date
+                 else "would build: " + "; ".join(plan.reasons))
         click.echo(f"# {plan.output}: {state}; content hash {plan.content_hash[:16]}", err=True)
         return
     binary = _profile_binary(profile)
@@ -86,6 +87,9 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
 
     if not plan.up_to_date or force:
         click.echo(f"building {plan.name} -> {plan.output} (log: {plan.log_path})", err=True)
+        why = ["--force"] if plan.up_to_date else list(plan.reasons)
+        if why:
+            click.echo("  because: " + "; ".join(why), err=True)
     result = execute(plan, binary=binary, on_line=None if as_json else progress)
     if as_json:
         click.echo(json.dumps({**plan.to_dict(), "built": result.built,

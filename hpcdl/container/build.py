@@ -66,6 +66,7 @@ class BuildPlan:
     up_to_date: bool
     force: bool
     workdir: Path  # where relative %files paths resolve (the definition's folder)
+    reasons: tuple[str, ...] = ()  # why a build is needed (first few differences)
 
     @property
     def log_path(self) -> Path:
@@ -93,6 +94,7 @@ class BuildPlan:
             "content_hash": self.content_hash,
             "up_to_date": self.up_to_date,
             "will_build": self.force or not self.up_to_date,
+            "reasons": list(self.reasons),
             "log": str(self.log_path),
             "hash_record": str(self.hash_path),
         }
@@ -247,6 +249,7 @@ def plan_build(
         record and record.get("hash") == digest.digest and (out.is_dir() if sandbox else out.is_file())
     )
     return BuildPlan(
+        reasons=tuple(rebuild_reasons(record, digest.record(), out, sandbox)),
         source=source,
         name=name,
         definition=text,
@@ -346,6 +349,33 @@ def execute(
         return BuildResult(out, True, seconds, plan.content_hash, plan.log_path, str(runtime))
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def rebuild_reasons(old: dict[str, Any] | None, new: dict[str, Any], out: Path,
+                    sandbox: bool, limit: int = 5) -> list[str]:
+    """Why the image must be (re)built, for the user: pure comparison of two records."""
+    if not (out.is_dir() if sandbox else out.is_file()):
+        return [f"{out} does not exist"]
+    if not old:
+        return ["no hash record beside the image"]
+    if old.get("hash") == new.get("hash"):
+        return []
+    reasons: list[str] = []
+    if old.get("definition_sha256") != new.get("definition_sha256"):
+        reasons.append("the rendered definition changed")
+    if old.get("options") != new.get("options"):
+        reasons.append("build options changed")
+    before, after = old.get("files") or {}, new.get("files") or {}
+    for path in sorted(set(before) | set(after)):
+        if path not in before:
+            reasons.append(f"new file {path}")
+        elif path not in after:
+            reasons.append(f"removed file {path}")
+        elif before[path].get("sha256") != after[path].get("sha256"):
+            reasons.append(f"changed {path}")
+    if len(reasons) > limit:
+        reasons = reasons[:limit] + [f"... and {len(reasons) - limit} more"]
+    return reasons or ["content hash differs (file modes or copied folders changed)"]
 
 
 def _publish_log(tmp: Path, dest: Path) -> None:

@@ -1,0 +1,113 @@
+"""`hpcdl doctor` and `hpcdl inspect`: what the host and an image offer, and what clashes."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+def _print_host(host) -> None:  # type: ignore[no-untyped-def]
+    click.echo("host:")
+    rt = f"{host.runtime} {host.runtime_version} ({host.runtime_path})" if host.runtime else "none"
+    click.echo(f"  container runtime : {rt}")
+    tools = ", ".join(t for t, ok in host.slurm_tools.items() if ok) or "none"
+    click.echo(f"  slurm             : {host.slurm_version or '-'} (tools: {tools})")
+    click.echo(f"  srun --mpi=list   : {', '.join(host.srun_mpi) or '-'}"
+               + (f" ({', '.join(host.pmix_plugins)})" if host.pmix_plugins else ""))
+    gpus = f"{len(host.gpus)} x {host.gpus[0]}, driver {host.driver_version}" if host.gpus else "none"
+    click.echo(f"  GPUs              : {gpus}")
+    click.echo(f"  MPI               : {host.mpi_flavour or '-'} {host.mpi_version or ''}".rstrip())
+
+
+def _print_image(image) -> None:  # type: ignore[no-untyped-def]
+    click.echo(f"image: {image.path}")
+    if not image.exists or image.error:
+        click.echo(f"  error             : {image.error or 'does not exist'}")
+        return
+    click.echo(f"  python            : {image.python}")
+    click.echo(f"  torch             : {image.torch} ("
+               + (f"CUDA {image.torch_cuda}" if image.torch_cuda else "CPU build")
+               + (f", NCCL {image.nccl}" if image.nccl else "") + ")")
+    click.echo(f"  MPI               : {image.mpi_library or '-'}")
+    if image.labels:
+        click.echo("  labels            :")
+        for key, value in sorted(image.labels.items()):
+            click.echo(f"    {key} {value}")
+    if image.horovod_table:
+        click.echo("  horovodrun -cb    :")
+        for line in image.horovod_table.rstrip().splitlines():
+            click.echo(f"    {line.rstrip()}")
+    else:
+        click.echo(f"  horovod           : {image.horovod or 'not installed'}")
+
+
+@click.command()
+@click.option("--image", "-i", metavar="IMAGE", help="Also look inside this image.")
+@click.option("--profile", "-p", metavar="NAME|PATH",
+              help="Check the profile's launcher (srun --mpi, --nv) against this host.")
+@click.option("--json", "as_json", is_flag=True, help="Facts and verdicts as JSON.")
+def doctor(image: str | None, profile: str | None, as_json: bool) -> None:
+    """Check the host (and an image) for what distributed training needs.
+
+    Host: container runtime and version, Slurm tools, `srun --mpi=list`, GPUs and
+    driver, MPI flavour and version. Image: torch, CUDA/NCCL, the Horovod capability
+    table (as `horovodrun -cb` shows it), its MPI. Then one verdict per line, ok /
+    warning / problem, each problem with its fix. Exit 1 when there is a problem.
+
+    \b
+    Examples:
+      hpcdl doctor
+      hpcdl doctor --image /var/cache/hpcdl/images/pytorch-horovod-cpu.sif -p sandbox
+    """
+    from hpcdl.container.doctor import (
+        host_facts,
+        image_facts,
+        profile_facts,
+        report,
+        verdicts,
+    )
+
+    prof = profile_facts(profile) if profile else None
+    binary = None
+    if profile:
+        from hpcdl.profiles import load_profile
+
+        container = load_profile(profile).container
+        binary = container.binary
+    host = host_facts(binary)
+    img = image_facts(image, binary) if image and host.runtime else None
+    if image and not host.runtime:
+        from hpcdl.container.doctor import ImageFacts
+
+        img = ImageFacts(path=image, error="no container runtime to look inside it")
+    checks = verdicts(host, img, prof)
+    if as_json:
+        click.echo(json.dumps(report(host, img, checks), indent=2))
+    else:
+        _print_host(host)
+        if img:
+            _print_image(img)
+        click.echo("verdicts:")
+        for v in checks:
+            click.echo("  " + v.line().replace("\n", "\n  "))
+    if any(v.level == "problem" for v in checks):
+        raise SystemExit(1)
+
+
+@click.command()
+@click.argument("image", metavar="IMAGE")
+@click.option("--json", "as_json", is_flag=True, help="Facts as JSON.")
+def inspect(image: str, as_json: bool) -> None:
+    """Show what is inside IMAGE: labels, python, torch/CUDA/NCCL, MPI, `horovodrun -cb`."""
+    from dataclasses import asdict
+
+    from hpcdl.container.doctor import image_facts, require_image
+
+    facts = image_facts(require_image(image))
+    if as_json:
+        click.echo(json.dumps(asdict(facts), indent=2))
+    else:
+        _print_image(facts)
+    if facts.error:
+        raise SystemExit(1)
