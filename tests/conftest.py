@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["tests.unit.conftest_examples"]
 
 IN_CI = os.environ.get("CI") == "true"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit import examples_path
+from tests.unit.conftest_examples import EXAMPLES
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
@@ -83,7 +83,7 @@ def test_process_killed_mid_write_leaves_previous_checkpoint_loadable(tmp_path: 
 
     ckpt, marker = tmp_path / "ckpt", tmp_path / "writing"
     script = tmp_path / "child.py"
-    script.write_text(CHILD.format(examples=str(examples_path.EXAMPLES)))
+    script.write_text(CHILD.format(examples=str(EXAMPLES)))
     proc = subprocess.Popen([sys.executable, str(script), str(ckpt), str(marker)])
     try:
         deadline = time.monotonic() + 60

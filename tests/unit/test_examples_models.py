@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit import examples_path  # noqa: F401
-
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 

@@ -7,8 +7,6 @@ import math
 import pytest
 from trainkit.schedule import decay_milestones, lr_at, lr_scale_factor, scaled_lr
 
-from tests.unit import examples_path  # noqa: F401
-
 
 def test_linear_and_sqrt_scaling() -> None:
     assert scaled_lr(0.0125, 8) == pytest.approx(0.1)

@@ -1,4 +1,5 @@
-"""Puts the repo's examples/ directory on sys.path so tests can import ``trainkit``."""
+"""Examples' test set-up: puts the repo's examples/ directory on sys.path (at plugin
+load, before test modules are collected) so tests can import ``trainkit``."""
 
 import sys
 from pathlib import Path
