@@ -1,0 +1,176 @@
+"""Build planning without a runtime: wheelhouse checks, no-op detection, CLI dry-run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hpcdl.cli import cli
+from hpcdl.container.build import execute, plan_build
+from hpcdl.container.hashing import write_json_atomic
+from hpcdl.container.runtime import find_runtime
+from hpcdl.container.spec import find_spec, load_spec
+from hpcdl.errors import BuildError, ToolError, UserInputError
+
+WHEELS = [
+    "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+    "horovod-0.28.1-cp311-cp311-linux_x86_64.whl",
+    "mpi4py-4.1.2-cp311-cp311-manylinux1_x86_64.whl",
+    "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl",
+    "pillow-13.0.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+]
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An HPCDL_CACHE whose wheelhouse has (empty) wheels with the right names."""
+    monkeypatch.setenv("HPCDL_CACHE", str(tmp_path))
+    wh = tmp_path / "wheelhouse"
+    wh.mkdir()
+    for name in WHEELS:
+        (wh / name).write_bytes(b"")
+    return tmp_path
+
+
+def test_plan_defaults_to_cache_images(cache: Path) -> None:
+    plan = plan_build("pytorch-horovod-cpu")
+    assert plan.output == cache / "images" / "pytorch-horovod-cpu.sif"
+    assert plan.log_path.name == "pytorch-horovod-cpu.sif.build.log"
+    assert plan.hash_path.name == "pytorch-horovod-cpu.sif.hash"
+    assert (str(cache / "wheelhouse"), "/opt/wheelhouse") in plan.files
+    assert not plan.up_to_date and plan.reasons == (f"{plan.output} does not exist",)
+    argv = plan.argv("apptainer", "/t/x.sif", "/t/x.def")
+    assert argv == ["apptainer", "build", "/t/x.sif", "/t/x.def"]
+
+
+def test_options_reach_the_argv(cache: Path, tmp_path: Path) -> None:
+    plan = plan_build("pytorch-horovod-cpu", output=tmp_path / "o.sif", fakeroot=True,
+                      remote=True)
+    assert plan.argv("apptainer", "t", "d")[2:4] == ["--fakeroot", "--remote"]
+    sandbox = plan_build("pytorch-horovod-cpu", sandbox=True)
+    assert sandbox.output == cache / "images" / "pytorch-horovod-cpu"
+    assert "--sandbox" in sandbox.argv_options
+    assert sandbox.content_hash != plan.content_hash
+
+
+def test_sandbox_and_remote_refused(cache: Path) -> None:
+    with pytest.raises(UserInputError, match="cannot be combined"):
+        plan_build("pytorch-horovod-cpu", sandbox=True, remote=True)
+
+
+def test_missing_wheel_is_named(cache: Path) -> None:
+    (cache / "wheelhouse" / WHEELS[1]).unlink()
+    with pytest.raises(BuildError) as exc:
+        plan_build("pytorch-horovod-cpu")
+    assert "horovod==0.28.1" in exc.value.message
+    assert exc.value.hint and "build-image.sh" in exc.value.hint
+
+
+def test_missing_wheelhouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPCDL_CACHE", str(tmp_path))
+    with pytest.raises(BuildError, match="does not exist"):
+        plan_build("pytorch-horovod-cpu")
+
+
+def test_unchanged_rebuild_is_a_noop_without_runtime(cache: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "img.sif"
+    plan = plan_build("pytorch-horovod-cpu", output=out)
+    out.write_bytes(b"SIF")
+    write_json_atomic(plan.hash_path, plan.record)
+    again = plan_build("pytorch-horovod-cpu", output=out)
+    assert again.up_to_date and again.reasons == ()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no runtime needed for a no-op
+    result = execute(again)
+    assert not result.built and result.image == out
+    forced = plan_build("pytorch-horovod-cpu", output=out, force=True)
+    with pytest.raises(ToolError, match="neither apptainer nor singularity"):
+        execute(forced)
+    assert out.read_bytes() == b"SIF"  # a failed start leaves the image alone
+
+
+def test_changed_wheel_triggers_rebuild(cache: Path, tmp_path: Path) -> None:
+    out = tmp_path / "img.sif"
+    plan = plan_build("pytorch-horovod-cpu", output=out)
+    out.write_bytes(b"SIF")
+    write_json_atomic(plan.hash_path, plan.record)
+    (cache / "wheelhouse" / WHEELS[3]).write_bytes(b"new numpy")
+    again = plan_build("pytorch-horovod-cpu", output=out)
+    assert not again.up_to_date
+    assert any(WHEELS[3] in r for r in again.reasons)
+
+
+def test_definition_file_with_relative_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPCDL_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "payload").mkdir()
+    (tmp_path / "payload" / "f.txt").write_text("x")
+    d = tmp_path / "tiny.def"
+    d.write_text("Bootstrap: localimage\nFrom: base.sif\n\n%files\n    payload /opt/payload\n")
+    with pytest.raises(BuildError, match="does not exist: .*base.sif"):
+        plan_build(str(d))
+    (tmp_path / "base.sif").write_bytes(b"base")
+    plan = plan_build(str(d))
+    assert plan.name == "tiny" and plan.workdir == tmp_path
+    assert plan.files == ((str(tmp_path / "payload"), "/opt/payload"),)
+    # The base image is an input: a new base means a rebuild.
+    first = plan.content_hash
+    (tmp_path / "base.sif").write_bytes(b"base2")
+    assert plan_build(str(d)).content_hash != first
+
+
+def test_no_runtime_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ToolError) as exc:
+        find_runtime()
+    assert exc.value.message == "neither apptainer nor singularity is on PATH"
+    assert exc.value.hint and "install-apptainer.sh" in exc.value.hint
+    with pytest.raises(ToolError, match="not found or not executable"):
+        find_runtime(str(tmp_path / "apptainer"))
+
+
+def test_cli_dry_run_prints_definition_and_writes_nothing(cache: Path) -> None:
+    r = CliRunner().invoke(cli, ["build", "pytorch-horovod-cpu", "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert "Bootstrap: debootstrap" in r.stdout
+    assert "would build" in r.stderr
+    assert not (cache / "images").exists()
+
+
+def test_cli_dry_run_json(cache: Path) -> None:
+    r = CliRunner().invoke(cli, ["build", "pytorch-horovod-cpu", "--dry-run", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["will_build"] is True and data["name"] == "pytorch-horovod-cpu"
+    assert data["definition"].startswith("# Generated by hpcdl")
+
+
+def test_cli_missing_wheel_exit_1_no_traceback(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPCDL_CACHE", str(tmp_path))
+    r = CliRunner().invoke(cli, ["build", "pytorch-horovod-cpu"])
+    assert r.exit_code == 1
+    assert "error: wheelhouse" in r.stderr and "Traceback" not in r.output
+
+
+def test_cli_unknown_spec_exit_2(cache: Path) -> None:
+    r = CliRunner().invoke(cli, ["build", "nope"])
+    assert r.exit_code == 2 and "bundled:" in r.stderr
+
+
+def test_cli_bad_spec_exit_2(tmp_path: Path, cache: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(find_spec("pytorch-horovod-cpu").read_text() + "colour: blue\n")
+    r = CliRunner().invoke(cli, ["build", str(bad)])
+    assert r.exit_code == 2
+    assert f"{bad}: unknown key 'colour'" in r.stderr
+
+
+def test_gpu_spec_renders_for_build_planning(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The GPU image cannot be built here (no registry), but it plans: no wheelhouse needed.
+    monkeypatch.setenv("HPCDL_CACHE", str(tmp_path))
+    plan = plan_build("pytorch-horovod-gpu")
+    assert "From: nvcr.io/nvidia/pytorch:24.10-py3" in plan.definition
+    assert load_spec(find_spec("pytorch-horovod-gpu")).gpu
