@@ -10,3 +10,4 @@ step() {
   echo "==> $name: done in $(( SECONDS - t0 )) s"
 }
 step "python deps" scripts/install-python-deps.sh
+step "slurm sandbox" scripts/sandbox.sh up
