@@ -1,0 +1,113 @@
+"""The run directory: one per submitted job, holding what was submitted and what came back.
+
+    runs/<job-name>-<YYYYmmdd-HHMMSS>-<xxxx>/
+        job.sbatch     the exact script given to sbatch
+        plan.json      the validated plan (JobPlan.to_dict())
+        job.json       job id, sbatch argv, submission time
+        slurm-<id>.out / slurm-<id>.err   the job's stdout / stderr (written by Slurm)
+        result.json    final state, exit code and the example's hpcdl_result (after --wait)
+
+The root is ``$HPCDL_RUNS`` or ``./runs``. Every file hpcdl writes here is written
+atomically (temp file + rename), so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
+
+
+def runs_root() -> Path:
+    """Where run directories go: ``$HPCDL_RUNS`` or ``./runs``."""
+    return Path(os.environ.get("HPCDL_RUNS") or "runs").expanduser()
+
+
+def safe_name(job_name: str) -> str:
+    """A file-name-safe form of a job name (the exact name is kept in plan.json)."""
+    name = _UNSAFE.sub("-", job_name).strip("-.")
+    return name[:48] or "job"
+
+
+def create_run_dir(job_name: str, root: Path | None = None) -> Path:
+    """Make a new, empty, uniquely named run directory and return its absolute path.
+
+    Safe under concurrency: the random suffix plus ``mkdir`` (which fails when the
+    name exists) means two submissions never share a directory.
+    """
+    base = (root or runs_root()).resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for _ in range(100):
+        path = base / f"{safe_name(job_name)}-{stamp}-{secrets.token_hex(3)}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise OSError(f"could not create a unique run directory under {base}")
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` through a temp file in the same directory + rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_plan(run_dir: Path, script: str, plan: dict[str, Any]) -> Path:
+    """job.sbatch + plan.json; returns the script's path."""
+    script_path = run_dir / "job.sbatch"
+    write_atomic(script_path, script, mode=0o755)
+    write_json(run_dir / "plan.json", plan)
+    return script_path
+
+
+def record_submission(run_dir: Path, job_id: str, argv: list[str]) -> None:
+    write_json(run_dir / "job.json", {
+        "job_id": job_id,
+        "argv": argv,
+        "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    })
+
+
+def write_result(run_dir: Path, result: dict[str, Any]) -> None:
+    write_json(run_dir / "result.json", result)
+
+
+def log_paths(run_dir: Path, job_id: str) -> tuple[Path, Path]:
+    """(stdout, stderr) of job ``job_id`` in ``run_dir`` (the plan's slurm-%j.out/.err)."""
+    return run_dir / f"slurm-{job_id}.out", run_dir / f"slurm-{job_id}.err"
+
+
+def find_run(job_id: str, root: Path | None = None) -> Path | None:
+    """The run directory whose job.json names ``job_id``, or None."""
+    base = root or runs_root()
+    if not base.is_dir():
+        return None
+    for meta in base.glob("*/job.json"):
+        try:
+            if json.loads(meta.read_text(encoding="utf-8")).get("job_id") == job_id:
+                return meta.parent
+        except (OSError, ValueError):
+            continue
+    return None

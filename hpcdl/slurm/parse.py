@@ -1,0 +1,147 @@
+"""Pure parsers for the text Slurm's commands print. No subprocesses here.
+
+Formats are chosen so that the one user-controlled field (the job name) comes
+last and is split off with ``maxsplit``: a name with ``|`` in it cannot shift
+the other columns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from hpcdl.errors import SubmitError
+from hpcdl.slurm.states import UNKNOWN, is_final, to_hpcdl
+
+# squeue -o: job id, state, reason, nodes, elapsed, time limit, partition, name (last).
+SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%l|%P|%j"
+# sacct -o: the same idea; JobName last.
+SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Elapsed,Timelimit,Partition,JobName"
+
+_JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$")
+_EXIT = re.compile(r"^(\d+):(\d+)$")
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job as hpcdl reports it. ``slurm_state`` is Slurm's word, ``state`` hpcdl's."""
+
+    job_id: str
+    name: str
+    state: str
+    slurm_state: str
+    exit_code: int | None = None
+    signal: int | None = None
+    nodes: str = ""
+    elapsed: str = ""
+    time_limit: str = ""
+    partition: str = ""
+    reason: str = ""
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_job_id(stdout: str) -> str:
+    """The job id from ``sbatch --parsable`` ("123" or "123;cluster").
+
+    Raises SubmitError when sbatch printed something else.
+    """
+    lines = [ln.strip() for ln in stdout.strip().splitlines() if ln.strip()]
+    m = _JOB_ID.match(lines[-1]) if lines else None
+    if not m:
+        raise SubmitError(f"sbatch printed no job id (output: {stdout.strip()!r})")
+    return m.group(1)
+
+
+def parse_exit_code(text: str) -> tuple[int | None, int | None]:
+    """Slurm's "EXIT:SIGNAL" (e.g. "3:0", "0:15") as (exit, signal); (None, None) if absent."""
+    m = _EXIT.match(text.strip())
+    if not m:
+        return None, None
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_squeue(stdout: str) -> list[JobStatus]:
+    """Rows of ``squeue -h -o SQUEUE_FORMAT``."""
+    out = []
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|", 7)
+        if len(parts) != 8:
+            continue
+        job_id, raw, reason, nodes, elapsed, limit, partition, name = parts
+        out.append(JobStatus(
+            job_id=job_id.strip(), name=name, state=to_hpcdl(raw), slurm_state=raw.strip(),
+            nodes=nodes.strip(), elapsed=elapsed.strip(), time_limit=limit.strip(),
+            partition=partition.strip(), reason="" if reason.strip() == "None" else reason.strip(),
+            source="squeue",
+        ))
+    return out
+
+
+def parse_sacct(stdout: str) -> list[JobStatus]:
+    """Rows of ``sacct -n -P -X -o SACCT_FIELDS`` (job allocations only, no steps)."""
+    out = []
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|", 7)
+        if len(parts) != 8:
+            continue
+        job_id, raw, exit_text, nodes, elapsed, limit, partition, name = parts
+        if "." in job_id:  # a step row slipped in (no -X): not a job
+            continue
+        code, sig = parse_exit_code(exit_text)
+        out.append(JobStatus(
+            job_id=job_id.strip(), name=name, state=to_hpcdl(raw), slurm_state=raw.strip(),
+            exit_code=code, signal=sig, nodes=nodes.strip(), elapsed=elapsed.strip(),
+            time_limit=limit.strip(), partition=partition.strip(), source="sacct",
+        ))
+    return out
+
+
+def is_sacct_placeholder(row: JobStatus, known_final: bool) -> bool:
+    """True for the row sacct shows for a few seconds after a job ends.
+
+    Until slurmctld's end record reaches slurmdbd, sacct can answer with a row
+    named "allocation" in state PENDING (or a non-final state): when another
+    source already saw the job end, that row is stale.
+    """
+    if row.state == UNKNOWN:
+        return True
+    return known_final and not is_final(row.state)
+
+
+def parse_scontrol_exit(text: str, job_state: str) -> tuple[int | None, int | None]:
+    """ExitCode from ``scontrol -o show job`` output.
+
+    The job name comes before ExitCode in that line and may contain anything, so
+    search only after " JobState=<state> " (the state another source reported).
+    """
+    anchor = text.rfind(f" JobState={job_state} ")
+    if anchor < 0:
+        return None, None
+    m = re.search(r" ExitCode=(\d+):(\d+)", text[anchor:])
+    if not m:
+        return None, None
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_key_values(line: str) -> dict[str, str]:
+    """``scontrol -o show partition`` style "Key=Value Key=Value" (values without spaces)."""
+    out = {}
+    for token in line.split():
+        key, sep, value = token.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def gpus_in_gres(gres: str) -> int:
+    """GPUs per node in a sinfo %G string ("gpu:fake:4", "gpu:a100:8(S:0-1)", "(null)" -> 0)."""
+    return sum(int(m.group(1)) for m in _GPU_GRES.finditer(gres.strip()))

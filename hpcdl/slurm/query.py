@@ -1,0 +1,117 @@
+"""Asking Slurm about jobs: squeue for live jobs, sacct for finished ones,
+``scontrol show job`` to bridge the seconds in which sacct lags behind.
+"""
+
+from __future__ import annotations
+
+import getpass
+import time
+
+from hpcdl import proc
+from hpcdl.errors import ToolError
+from hpcdl.slurm.parse import (
+    SACCT_FIELDS,
+    SQUEUE_FORMAT,
+    JobStatus,
+    is_sacct_placeholder,
+    parse_sacct,
+    parse_scontrol_exit,
+    parse_squeue,
+)
+from hpcdl.slurm.states import UNKNOWN, is_final
+
+QUERY_TIMEOUT = 30
+
+
+def slurm_available() -> bool:
+    """True when Slurm's client tools are on PATH."""
+    return all(proc.which(tool) for tool in ("sbatch", "squeue", "sacct", "scontrol"))
+
+
+def squeue_job(job_id: str) -> JobStatus | None:
+    """The job as squeue sees it (live, or ended less than MinJobAge ago), or None."""
+    res = proc.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", SQUEUE_FORMAT],
+                   timeout=QUERY_TIMEOUT, check=False)
+    # squeue exits 1 with "Invalid job id specified" once the job left its memory.
+    rows = [r for r in parse_squeue(res.stdout) if r.job_id == job_id] if res.ok else []
+    return rows[0] if rows else None
+
+
+def sacct_job(job_id: str) -> JobStatus | None:
+    """The job's accounting row, or None when the database has none (yet)."""
+    res = proc.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", SACCT_FIELDS],
+                   timeout=QUERY_TIMEOUT, check=False)
+    if not res.ok:
+        return None
+    rows = [r for r in parse_sacct(res.stdout) if r.job_id == job_id]
+    return rows[-1] if rows else None
+
+
+def scontrol_exit(job_id: str, slurm_state: str) -> tuple[int | None, int | None]:
+    """(exit, signal) from ``scontrol show job`` while slurmctld still holds the job."""
+    res = proc.run(["scontrol", "-o", "show", "job", job_id], timeout=QUERY_TIMEOUT, check=False)
+    if not res.ok:
+        return None, None
+    return parse_scontrol_exit(res.stdout, slurm_state)
+
+
+def job_status(job_id: str, *, settle_s: float = 0.0) -> JobStatus:
+    """The job's status: squeue first, then sacct for finished jobs and the exit code.
+
+    ``settle_s``: how long to keep polling sacct while it still shows its
+    placeholder row for a job that squeue saw end. Raises ToolError when Slurm
+    knows nothing about ``job_id``.
+    """
+    live = squeue_job(job_id)
+    if live is not None and not is_final(live.state):
+        return live
+    known_final = live is not None
+    deadline = time.monotonic() + settle_s
+    while True:
+        row = sacct_job(job_id)
+        if row is not None and not is_sacct_placeholder(row, known_final):
+            if live is not None and row.exit_code is None:
+                code, sig = scontrol_exit(job_id, live.slurm_state)
+                return _with_exit(row, code, sig)
+            return row
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    if live is not None:
+        # sacct lags: slurmctld still has the job and its exit code.
+        code, sig = scontrol_exit(job_id, live.slurm_state)
+        return _with_exit(live, code, sig, source="squeue+scontrol")
+    if row is not None:
+        return row
+    raise ToolError(
+        f"job {job_id}: unknown to squeue and sacct",
+        hint="check the id (hpcdl status lists your jobs)",
+    )
+
+
+def _with_exit(row: JobStatus, code: int | None, sig: int | None,
+               source: str | None = None) -> JobStatus:
+    from dataclasses import replace
+
+    return replace(row, exit_code=code, signal=sig, source=source or row.source)
+
+
+def list_jobs(*, since: str = "now-1days", all_users: bool = False) -> list[JobStatus]:
+    """The user's jobs: live ones from squeue, finished ones (since ``since``) from sacct."""
+    user = [] if all_users else ["-u", getpass.getuser()]
+    sq = proc.run(["squeue", "-h", "-t", "all", *user, "-o", SQUEUE_FORMAT],
+                  timeout=QUERY_TIMEOUT, check=False, error_cls=ToolError)
+    live = {r.job_id: r for r in parse_squeue(sq.stdout)} if sq.ok else {}
+    sa = proc.run(["sacct", "-n", "-P", "-X", "-S", since, *(["-a"] if all_users else user),
+                   "-o", SACCT_FIELDS], timeout=QUERY_TIMEOUT, check=False)
+    merged = {r.job_id: r for r in parse_sacct(sa.stdout)} if sa.ok else {}
+    for job_id, row in live.items():
+        # A live job's squeue state is current; a finished one's sacct row has the exit code.
+        if not is_final(row.state) or job_id not in merged or merged[job_id].state == UNKNOWN:
+            merged[job_id] = row
+    return sorted(merged.values(), key=lambda r: _id_key(r.job_id))
+
+
+def _id_key(job_id: str) -> tuple[int, str]:
+    head = job_id.split("_", 1)[0]
+    return (int(head) if head.isdigit() else 0, job_id)
