@@ -25,6 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "build": ("hpcdl.cli.build:build", "Build an Apptainer/Singularity image from a spec or .def."),
     "doctor": ("hpcdl.cli.doctor:doctor", "Check host and image: runtime, Slurm, GPUs, MPI, Horovod."),
     "inspect": ("hpcdl.cli.doctor:inspect", "Show what is inside an image (torch, MPI, horovodrun -cb)."),
+    "status": ("hpcdl.cli.jobs:status", "Show a job's state (squeue/sacct) or your recent jobs."),
+    "logs": ("hpcdl.cli.jobs:logs", "Print (or follow with -f) a job's stdout/stderr."),
+    "cancel": ("hpcdl.cli.jobs:cancel", "Cancel a pending or running job."),
+    "sandbox": ("hpcdl.cli.sandbox:sandbox", "Start/stop/check the local two-node Slurm sandbox."),
 }
 
 

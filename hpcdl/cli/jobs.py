@@ -1,0 +1,78 @@
+"""`hpcdl status`, `hpcdl logs`, `hpcdl cancel`: a submitted job's life."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from hpcdl.slurm.parse import JobStatus
+
+
+def _row(s: JobStatus) -> str:
+    code = "" if s.exit_code is None else f"{s.exit_code}" + (f"/sig{s.signal}" if s.signal else "")
+    return (f"{s.job_id:<10} {s.state:<10} {s.slurm_state:<12} {code:<8} {s.partition:<10} "
+            f"{s.nodes:<12} {s.elapsed:<10} {s.name}")
+
+
+_HEADER = (f"{'JOBID':<10} {'STATE':<10} {'SLURM':<12} {'EXIT':<8} {'PARTITION':<10} "
+           f"{'NODES':<12} {'ELAPSED':<10} NAME")
+
+
+@click.command()
+@click.argument("job_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--since", default="now-1days", show_default=True,
+              help="Without JOBID: list finished jobs since this time (sacct -S syntax).")
+@click.option("--all-users", is_flag=True, help="Without JOBID: every user's jobs.")
+def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> None:
+    """Show a job's state (or your recent jobs): squeue while it runs, sacct after.
+
+    STATE is hpcdl's (PENDING, RUNNING, SUSPENDED, COMPLETED, FAILED, CANCELLED,
+    TIMEOUT, UNKNOWN); SLURM is Slurm's own word; EXIT is the job's exit code.
+
+    \b
+    Examples:
+      hpcdl status 1234
+      hpcdl status --json
+    """
+    from hpcdl.slurm.query import job_status, list_jobs
+
+    if job_id:
+        row = job_status(job_id, settle_s=3)
+        if as_json:
+            click.echo(json.dumps(row.to_dict()))
+        else:
+            click.echo(_HEADER)
+            click.echo(_row(row))
+        return
+    rows = list_jobs(since=since, all_users=all_users)
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in rows]))
+        return
+    click.echo(_HEADER)
+    for r in rows:
+        click.echo(_row(r))
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new output until the job ends.")
+def logs(job_id: str, follow: bool) -> None:
+    """Print a job's stdout (stderr goes to stderr), from its run directory.
+
+    With -f, follows the files while the job runs and stops when it has ended.
+    """
+    from hpcdl.slurm.jobs import stream_logs
+
+    stream_logs(job_id, follow_job=follow)
+
+
+@click.command()
+@click.argument("job_id")
+def cancel(job_id: str) -> None:
+    """Cancel a pending or running job (scancel) and report its final state."""
+    from hpcdl.slurm.jobs import cancel as cancel_job
+
+    final = cancel_job(job_id)
+    click.echo(f"job {job_id}: {final.state} (Slurm {final.slurm_state})")
