@@ -148,6 +148,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
+    if args.resume == "latest" and not args.checkpoint_dir:
+        problems.append("--resume without a path needs --checkpoint-dir to look in")
     if args.image_size < 32:
         problems.append(f"--image-size {args.image_size} is below ResNet's minimum of 32")
     if problems:
