@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,13 +62,20 @@ def stage_dataset(
                 )
             time.sleep(poll)
         return dest, time.monotonic() - start, False
+    tmp: Path | None = None
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.staging-{socket.gethostname()}-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp)
+        # A private name per copier (unique even for two copiers in one process).
+        tmp = Path(
+            tempfile.mkdtemp(
+                prefix=f".{dest.name}.staging-{socket.gethostname()}-", dir=dest.parent
+            )
+        )
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
         (tmp / MARKER).write_text(f"{src}\n")
     except OSError as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise UserInputError(f"--stage-to {stage_to}: cannot copy {src}: {exc}") from None
     try:
         if dest.exists() and not _complete(dest, src):
