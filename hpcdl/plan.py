@@ -231,6 +231,8 @@ def _default_command(profile: Profile, req: JobRequest) -> list[str]:
     cmd = [profile.python, str(base / DEFAULT_EXAMPLE), "--backend", req.backend]
     data = req.data or profile.paths.imagenet
     cmd += ["--data", data] if data else ["--synthetic"]
+    if req.run_dir:  # checkpoints belong with the run that wrote them
+        cmd += ["--checkpoint-dir", f"{req.run_dir}/checkpoints"]
     return cmd + list(req.example_args)
 
 
@@ -254,7 +256,9 @@ def _launch_tokens(profile: Profile, req: JobRequest, command: list[str]) -> lis
         tokens += [runtime, "exec"]
         if profile.container.nv:
             tokens.append("--nv")
-        for bind in (*profile.container.binds, *req.binds):
+        # The run directory holds the logs and checkpoints: the ranks must see it.
+        run_binds = [req.run_dir] if req.run_dir else []
+        for bind in (*profile.container.binds, *req.binds, *run_binds):
             tokens += ["-B", bind]
         tokens.append(req.image)
     return tokens + command
