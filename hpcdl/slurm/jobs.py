@@ -40,7 +40,7 @@ _HINTS = (
      "more nodes than the partition allows: see MaxNodes in `scontrol show partition`"),
     ("Requested time limit is invalid",
      "--time exceeds the partition's MaxTime: see `scontrol show partition`"),
-    ("Invalid partition name",
+    ("invalid partition",
      "the partition does not exist on this cluster: see `sinfo -s`"),
     ("Invalid generic resource",
      "the cluster has no such GRES: see `sinfo -o '%P %G'`"),

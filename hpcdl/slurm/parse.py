@@ -19,6 +19,7 @@ SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%l|%P|%j"
 # sacct -o: the same idea; JobName last.
 SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Elapsed,Timelimit,Partition,JobName"
 
+PLACEHOLDER_NAME = "allocation"
 _JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$")
 _EXIT = re.compile(r"^(\d+):(\d+)$")
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
@@ -105,16 +106,21 @@ def parse_sacct(stdout: str) -> list[JobStatus]:
     return out
 
 
-def is_sacct_placeholder(row: JobStatus, known_final: bool) -> bool:
+def is_sacct_placeholder(row: JobStatus, live: JobStatus | None) -> bool:
     """True for the row sacct shows for a few seconds after a job ends.
 
-    Until slurmctld's end record reaches slurmdbd, sacct can answer with a row
-    named "allocation" in state PENDING (or a non-final state): when another
-    source already saw the job end, that row is stale.
+    Until slurmctld's job record reaches slurmdbd, sacct can answer with a row
+    built from the job's steps: named "allocation", in state PENDING or already
+    final. ``live`` is what squeue says about the same job (None: squeue has
+    forgotten it, and then the database is all there is).
     """
     if row.state == UNKNOWN:
         return True
-    return known_final and not is_final(row.state)
+    if live is None:
+        return False
+    if is_final(live.state) and not is_final(row.state):
+        return True
+    return row.name == PLACEHOLDER_NAME and live.name != PLACEHOLDER_NAME
 
 
 def parse_scontrol_exit(text: str, job_state: str) -> tuple[int | None, int | None]:

@@ -18,7 +18,7 @@ from hpcdl.slurm.parse import (
     parse_scontrol_exit,
     parse_squeue,
 )
-from hpcdl.slurm.states import UNKNOWN, is_final
+from hpcdl.slurm.states import is_final
 
 QUERY_TIMEOUT = 30
 
@@ -65,11 +65,10 @@ def job_status(job_id: str, *, settle_s: float = 0.0) -> JobStatus:
     live = squeue_job(job_id)
     if live is not None and not is_final(live.state):
         return live
-    known_final = live is not None
     deadline = time.monotonic() + settle_s
     while True:
         row = sacct_job(job_id)
-        if row is not None and not is_sacct_placeholder(row, known_final):
+        if row is not None and not is_sacct_placeholder(row, live):
             if live is not None and row.exit_code is None:
                 code, sig = scontrol_exit(job_id, live.slurm_state)
                 return _with_exit(row, code, sig)
@@ -107,7 +106,8 @@ def list_jobs(*, since: str = "now-1days", all_users: bool = False) -> list[JobS
     merged = {r.job_id: r for r in parse_sacct(sa.stdout)} if sa.ok else {}
     for job_id, row in live.items():
         # A live job's squeue state is current; a finished one's sacct row has the exit code.
-        if not is_final(row.state) or job_id not in merged or merged[job_id].state == UNKNOWN:
+        if (not is_final(row.state) or job_id not in merged
+                or is_sacct_placeholder(merged[job_id], row)):
             merged[job_id] = row
     return sorted(merged.values(), key=lambda r: _id_key(r.job_id))
 
