@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
+import socket
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
+from hpcdl.errors import ConfigError
 from hpcdl.launch.world import World, detect_world, export_torch_env
 
 
@@ -167,6 +170,7 @@ class DDPBackend(Backend):
         self._pin_device()
         # env:// reads RANK/WORLD_SIZE/MASTER_*: set them from whichever launcher ran us
         # (mpirun and srun do not set them; torchrun does and they pass through).
+        _check_resolves(self.world)
         export_torch_env(self.world)
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         dist.init_process_group(
@@ -233,6 +237,22 @@ class DDPBackend(Backend):
 
     def shutdown(self) -> None:
         self.dist.destroy_process_group()
+
+
+def _check_resolves(world: World) -> None:
+    """Fail in one line instead of letting env:// init retry an unknown host for minutes.
+
+    Raises ConfigError when MASTER_ADDR does not resolve.
+    """
+    try:
+        socket.getaddrinfo(world.master_addr, world.master_port)
+    except OSError:
+        where = "MASTER_ADDR" if os.environ.get("MASTER_ADDR") else "rendezvous host"
+        raise ConfigError(
+            f"{where} {world.master_addr!r} (from {world.launcher}) does not resolve on "
+            f"{socket.gethostname()}",
+            hint="export MASTER_ADDR=<address of rank 0's node> before launching",
+        ) from None
 
 
 def init_backend(name: str, timeout_s: float = 600) -> Backend:

@@ -70,10 +70,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-def launch(argv: list[str], cwd: Path, timeout: float = TIMEOUT) -> Launch:
+def launch(
+    argv: list[str], cwd: Path, timeout: float = TIMEOUT, extra_env: dict[str, str] | None = None
+) -> Launch:
     """Run a launcher in its own session; on timeout kill the whole group and fail."""
     proc = subprocess.Popen(
-        argv, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        argv, cwd=cwd, env={**_env(), **(extra_env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, start_new_session=True,
     )  # fmt: skip
     try:
@@ -303,3 +305,36 @@ def test_synthetic_benchmark_horovod(tmp_path: Path) -> None:
     res = run.result()
     assert res["world_size"] == 2 and res["images_per_sec"] > 0
     assert len(res["iterations"]) == 2
+
+
+def srun(*args: str) -> list[str]:
+    return ["srun", "-N2", "-n2", "--mpi=pmix", "-t", "5", sys.executable, str(RESNET), *args]
+
+
+@pytest.mark.slurm
+@pytest.mark.horovod
+def test_horovod_and_ddp_under_srun_on_two_nodes(slurm_cluster: Path, tmp_path: Path) -> None:
+    require_horovod()
+    args = [*SMALL, "--max-steps", "3", "--checkpoint-dir", ""]
+    hvd = launch(srun("--backend", "horovod", *args), tmp_path)
+    res = assert_two_rank_run(hvd, "horovod")
+    assert res["launcher"] == "slurm" and res["nodes"] == 2
+    # The sandbox's node names (n1, n2) do not resolve: DDP's rendezvous needs an address.
+    ddp = launch(srun("--backend", "ddp", *args), tmp_path, extra_env={"MASTER_ADDR": "127.0.0.1"})
+    res_ddp = assert_two_rank_run(ddp, "ddp")
+    assert res_ddp["nodes"] == 2
+    assert res_ddp["param_checksum"] == res["param_checksum"]
+    hosts = set(re.findall(r"hpcdl_rank_checksum rank=\d+ host=(\S+)", ddp.output))
+    assert hosts == {"n1", "n2"}
+
+
+@pytest.mark.slurm
+def test_ddp_under_srun_with_unresolvable_master_is_one_line(
+    slurm_cluster: Path, tmp_path: Path
+) -> None:
+    run = launch(
+        srun("--backend", "ddp", *SMALL, "--max-steps", "1", "--checkpoint-dir", ""), tmp_path
+    )
+    assert run.returncode != 0
+    assert "Traceback" not in run.output
+    assert "error: rendezvous host 'n1' (from slurm) does not resolve" in run.output
