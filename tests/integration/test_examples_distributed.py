@@ -58,7 +58,8 @@ class Launch:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
+    # A MASTER_ADDR/PORT left in the caller's environment would override the launchers'.
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
     env.update(
         OMP_NUM_THREADS="1",
         OMPI_ALLOW_RUN_AS_ROOT="1",
