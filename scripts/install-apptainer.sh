@@ -10,10 +10,14 @@
 #      executable of the package to that prefix's loader + rpath (host libc untouched);
 #   4. repacks the .deb without the libc6 dependency and installs it with apt, so Debian's
 #      maintainer scripts run and /usr/bin/singularity exists;
-#   5. writes /usr/local/bin/{apptainer,singularity} wrappers that set APPTAINER_DROP_CAPS to
-#      the capabilities root lacks on this VM (CAP_SYS_RESOURCE here). Without it every
-#      exec/build fails with "Requesting capability set ... while permitted capability set is".
-#      The real binaries stay in /usr/bin: Apptainer derives its prefix from its own path.
+#   5. in the repacked package, /usr/bin/apptainer is a small wrapper that sets
+#      APPTAINER_DROP_CAPS to the capabilities root lacks on this VM (CAP_SYS_RESOURCE
+#      here) and execs the real binary, moved to /usr/libexec/apptainer. Without it every
+#      exec/build fails with "Requesting capability set ... while permitted capability set
+#      is ...". It must be /usr/bin/apptainer itself, not a wrapper earlier on PATH:
+#      Apptainer re-runs BINDIR/apptainer with a cleared environment (the sandboxed
+#      unsquashfs of `Bootstrap: localimage` builds). Apptainer derives its prefix from
+#      its own path, two levels up, so the real binary sits directly in /usr/libexec.
 #
 # Idempotent: a second run with everything in place returns in well under a second.
 # Cache: ${HPCDL_CACHE:-/var/cache/hpcdl}/debs (the downloaded and the repacked .debs).
@@ -24,11 +28,10 @@ CACHE=${HPCDL_CACHE:-/var/cache/hpcdl}
 DEBS=$CACHE/debs
 MIRROR=${HPCDL_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 LIBC_PREFIX=/opt/hpcdl/apptainer-libc
-WRAPPER_DIR=/usr/local/bin
-SUFFIX=+hpcdl1
+SUFFIX=+hpcdl2
 APT_INSTALL=(apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends)
 BOOKWORM_DEPS=(squashfs-tools uidmap libseccomp2 libsqlite3-0 containernetworking-plugins
-               e2fsprogs fuse2fs squashfuse debootstrap patchelf binutils)
+               e2fsprogs fuse2fs squashfuse debootstrap patchelf)
 
 log() { printf '[install-apptainer] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -36,67 +39,60 @@ die() { log "ERROR: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (installs packages)"
 [ "$(dpkg --print-architecture)" = amd64 ] || die "only amd64 is supported"
 
-# --- the capability wrapper ---------------------------------------------------------------
-write_wrappers() {
-    local name tmp
-    for name in apptainer singularity; do
-        tmp=$(mktemp "$WRAPPER_DIR/.$name.XXXXXX")
-        cat >"$tmp" <<EOF
-#!/bin/sh
-# Written by hpcdl scripts/install-apptainer.sh. Root on these VMs lacks some capabilities
-# (CAP_SYS_RESOURCE); Apptainer requests its default set and fails unless the missing ones are
-# dropped. Compute them from /proc and pass APPTAINER_DROP_CAPS (unless the caller set it).
-if [ "\$(id -u)" = 0 ] && [ -z "\${APPTAINER_DROP_CAPS:-}" ]; then
-    missing=\$(/usr/local/lib/hpcdl/missing-caps 2>/dev/null || true)
-    if [ -n "\$missing" ]; then
-        APPTAINER_DROP_CAPS=\$missing
-        export APPTAINER_DROP_CAPS
-    fi
-fi
-exec /usr/bin/$name "\$@"
-EOF
-        chmod 0755 "$tmp"
-        mv -f "$tmp" "$WRAPPER_DIR/$name"
-    done
-    mkdir -p /usr/local/lib/hpcdl
-    tmp=$(mktemp /usr/local/lib/hpcdl/.missing-caps.XXXXXX)
-    cat >"$tmp" <<'EOF'
+# The wrapper that becomes /usr/bin/apptainer (bash: `exec -a` keeps argv[0], so the
+# `singularity` alias, a symlink to it, still behaves as singularity).
+write_wrapper() {
+    cat >"$1" <<'WRAPPER'
 #!/bin/bash
-# Print, comma-separated, the capabilities the kernel knows that this process may not hold.
-names=(CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER CAP_FSETID CAP_KILL
-  CAP_SETGID CAP_SETUID CAP_SETPCAP CAP_LINUX_IMMUTABLE CAP_NET_BIND_SERVICE CAP_NET_BROADCAST
-  CAP_NET_ADMIN CAP_NET_RAW CAP_IPC_LOCK CAP_IPC_OWNER CAP_SYS_MODULE CAP_SYS_RAWIO
-  CAP_SYS_CHROOT CAP_SYS_PTRACE CAP_SYS_PACCT CAP_SYS_ADMIN CAP_SYS_BOOT CAP_SYS_NICE
-  CAP_SYS_RESOURCE CAP_SYS_TIME CAP_SYS_TTY_CONFIG CAP_MKNOD CAP_LEASE CAP_AUDIT_WRITE
-  CAP_AUDIT_CONTROL CAP_SETFCAP CAP_MAC_OVERRIDE CAP_MAC_ADMIN CAP_SYSLOG CAP_WAKE_ALARM
-  CAP_BLOCK_SUSPEND CAP_AUDIT_READ CAP_PERFMON CAP_BPF CAP_CHECKPOINT_RESTORE)
-prm=$(awk '/^CapPrm:/ {print $2}' /proc/self/status)
-last=$(cat /proc/sys/kernel/cap_last_cap)
-out=()
-for ((i = 0; i <= last && i < ${#names[@]}; i++)); do
-    if (( ((16#$prm >> i) & 1) == 0 )); then out+=("${names[i]}"); fi
-done
-(IFS=,; printf '%s\n' "${out[*]}")
-EOF
-    chmod 0755 "$tmp"
-    mv -f "$tmp" /usr/local/lib/hpcdl/missing-caps
+# Installed by hpcdl scripts/install-apptainer.sh. Root on these VMs lacks capabilities
+# that Apptainer requests by default (CAP_SYS_RESOURCE); drop the missing ones, computed
+# from this process's permitted set, unless the caller chose APPTAINER_DROP_CAPS.
+# The real binary is /usr/libexec/apptainer (its prefix is still /usr).
+if [ "$EUID" = 0 ] && [ -z "${APPTAINER_DROP_CAPS:-}" ]; then
+    names=(CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER CAP_FSETID CAP_KILL
+      CAP_SETGID CAP_SETUID CAP_SETPCAP CAP_LINUX_IMMUTABLE CAP_NET_BIND_SERVICE
+      CAP_NET_BROADCAST CAP_NET_ADMIN CAP_NET_RAW CAP_IPC_LOCK CAP_IPC_OWNER CAP_SYS_MODULE
+      CAP_SYS_RAWIO CAP_SYS_CHROOT CAP_SYS_PTRACE CAP_SYS_PACCT CAP_SYS_ADMIN CAP_SYS_BOOT
+      CAP_SYS_NICE CAP_SYS_RESOURCE CAP_SYS_TIME CAP_SYS_TTY_CONFIG CAP_MKNOD CAP_LEASE
+      CAP_AUDIT_WRITE CAP_AUDIT_CONTROL CAP_SETFCAP CAP_MAC_OVERRIDE CAP_MAC_ADMIN CAP_SYSLOG
+      CAP_WAKE_ALARM CAP_BLOCK_SUSPEND CAP_AUDIT_READ CAP_PERFMON CAP_BPF
+      CAP_CHECKPOINT_RESTORE)
+    prm=0
+    while read -r key value _; do
+        if [ "$key" = "CapPrm:" ]; then prm=$value; fi
+    done </proc/self/status
+    last=40
+    read -r last </proc/sys/kernel/cap_last_cap || true
+    missing=
+    for ((i = 0; i <= last && i < ${#names[@]}; i++)); do
+        if (( ((16#$prm >> i) & 1) == 0 )); then missing=${missing:+$missing,}${names[i]}; fi
+    done
+    if [ -n "$missing" ]; then export APPTAINER_DROP_CAPS=$missing; fi
+fi
+exec -a "$0" /usr/libexec/apptainer "$@"
+WRAPPER
+    chmod 0755 "$1"
+}
+
+# An earlier version of this script put wrappers in /usr/local/bin; no longer needed.
+remove_old_wrappers() {
+    local f
+    for f in /usr/local/bin/apptainer /usr/local/bin/singularity; do
+        if [ -f "$f" ] && grep -q 'install-apptainer.sh' "$f"; then rm -f "$f"; fi
+    done
+    rm -rf /usr/local/lib/hpcdl
+    hash -r
 }
 
 installed_version() { dpkg-query -W -f='${Status} ${Version}\n' apptainer 2>/dev/null |
                       awk '$3 == "installed" {print $4}'; }
 
-wrappers_ok() {
-    [ -x "$WRAPPER_DIR/apptainer" ] && [ -x "$WRAPPER_DIR/singularity" ] &&
-        [ -x /usr/local/lib/hpcdl/missing-caps ] &&
-        grep -q 'install-apptainer.sh' "$WRAPPER_DIR/apptainer"
-}
-
 # --- fast path: already installed -----------------------------------------------------------
 if [ "${HPCDL_FORCE_REINSTALL:-0}" != 1 ] && [[ "$(installed_version)" == *"$SUFFIX" ]] &&
-   [ -x /usr/bin/apptainer ]; then
-    wrappers_ok || write_wrappers
-    if "$WRAPPER_DIR/apptainer" --version >/dev/null 2>&1; then
-        log "already installed: $("$WRAPPER_DIR/apptainer" --version)"
+   [ -x /usr/libexec/apptainer ]; then
+    remove_old_wrappers
+    if /usr/bin/apptainer --version >/dev/null 2>&1; then
+        log "already installed: $(/usr/bin/apptainer --version)"
         exit 0
     fi
     log "installed package does not run; reinstalling"
@@ -120,22 +116,22 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # --- 2. sid .debs through a private apt state ----------------------------------------------
-find_deb() { ls -1 "$DEBS"/"$1"_*_"$2".deb 2>/dev/null | grep -v "$SUFFIX" | sort -V | tail -n1; }
+find_deb() { ls -1 "$DEBS"/"$1"_*_"$2".deb 2>/dev/null | grep -v '+hpcdl' | sort -V | tail -n1; }
 APPTAINER_DEB=$(find_deb apptainer amd64 || true)
 LIBC_DEB=$(find_deb libc6 amd64 || true)
 if [ -z "$APPTAINER_DEB" ] || [ -z "$LIBC_DEB" ]; then
     SID=$CACHE/sid-apt
-    mkdir -p "$SID/lists/partial" "$SID/archives/partial" "$SID/etc/preferences.d"
+    mkdir -p "$SID/lists/partial" "$SID/archives/partial" "$SID/cache" "$SID/etc/preferences.d"
     echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR sid main" \
         >"$SID/etc/sources.list"
     : >"$SID/status"
     SID_OPTS=(-o Dir::State::Lists="$SID/lists" -o Dir::State::status="$SID/status"
               -o Dir::Cache="$SID/cache" -o Dir::Cache::archives="$SID/archives"
               -o Dir::Etc::SourceList="$SID/etc/sources.list"
-              -o Dir::Etc::SourceParts=/nonexistent -o Dir::Etc::PreferencesParts="$SID/etc/preferences.d"
+              -o Dir::Etc::SourceParts=/nonexistent
+              -o Dir::Etc::PreferencesParts="$SID/etc/preferences.d"
               -o Acquire::Check-Valid-Until=false -o APT::Get::List-Cleanup=false
-              -o Acquire::Languages=none -o Debug::NoLocking=1)
-    mkdir -p "$SID/cache"
+              -o Acquire::Languages=none -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
     log "fetching the sid package index (private apt state in $SID)"
     apt-get "${SID_OPTS[@]}" update -qq >&2
     log "downloading sid apptainer + libc6"
@@ -149,7 +145,8 @@ log "using $(basename "$APPTAINER_DEB") and $(basename "$LIBC_DEB")"
 # --- 3. private libc prefix -----------------------------------------------------------------
 LIBC_VERSION=$(dpkg-deb -f "$LIBC_DEB" Version)
 if [ "$(cat "$LIBC_PREFIX/.version" 2>/dev/null)" != "$LIBC_VERSION" ]; then
-    tmp=$(mktemp -d "$(dirname "$LIBC_PREFIX")/.libc.XXXXXX" 2>/dev/null || { mkdir -p "$(dirname "$LIBC_PREFIX")"; mktemp -d "$(dirname "$LIBC_PREFIX")/.libc.XXXXXX"; })
+    mkdir -p "$(dirname "$LIBC_PREFIX")"
+    tmp=$(mktemp -d "$(dirname "$LIBC_PREFIX")/.libc.XXXXXX")
     dpkg-deb -x "$LIBC_DEB" "$tmp"
     echo "$LIBC_VERSION" >"$tmp/.version"
     rm -rf "$LIBC_PREFIX"
@@ -169,6 +166,8 @@ if [ ! -s "$REPACKED" ] || [ "${HPCDL_FORCE_REINSTALL:-0}" = 1 ]; then
     patched=0
     while IFS= read -r -d '' f; do
         # Only dynamically linked ELF executables carry an interpreter to replace.
+        # DT_RPATH (--force-rpath), unlike RUNPATH, wins over an LD_LIBRARY_PATH that
+        # Apptainer sets for its helpers.
         if patchelf --print-interpreter "$f" >/dev/null 2>&1; then
             patchelf --set-interpreter "$LOADER" --force-rpath \
                      --set-rpath "$LIBDIR:/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu" "$f"
@@ -177,8 +176,11 @@ if [ ! -s "$REPACKED" ] || [ "${HPCDL_FORCE_REINSTALL:-0}" = 1 ]; then
         fi
     done < <(find "$work/pkg/usr" -type f -perm -u+x -print0)
     [ "$patched" -gt 0 ] || die "no executable to patch in $APPTAINER_DEB"
+    mkdir -p "$work/pkg/usr/libexec"
+    mv "$work/pkg/usr/bin/apptainer" "$work/pkg/usr/libexec/apptainer"
+    write_wrapper "$work/pkg/usr/bin/apptainer"
     # Drop the libc6 dependency (satisfied privately) and mark the version as ours.
-    python3 - "$work/pkg/DEBIAN/control" "$SUFFIX" <<'EOF'
+    python3 - "$work/pkg/DEBIAN/control" "$SUFFIX" <<'PY'
 import re, sys
 path, suffix = sys.argv[1], sys.argv[2]
 text = open(path).read()
@@ -189,7 +191,7 @@ def fix_depends(m):
 text = re.sub(r"^(Depends: )(.*)\n", fix_depends, text, flags=re.M)
 text = re.sub(r"^(Version: .*)$", lambda m: m.group(1) + suffix, text, count=1, flags=re.M)
 open(path, "w").write(text)
-EOF
+PY
     (cd "$work/pkg" && find usr -type f -exec md5sum {} + >DEBIAN/md5sums)
     dpkg-deb --root-owner-group -Zxz -b "$work/pkg" "$REPACKED.tmp" >/dev/null
     mv -f "$REPACKED.tmp" "$REPACKED"
@@ -197,9 +199,8 @@ fi
 
 log "installing $(basename "$REPACKED")"
 DEBIAN_FRONTEND=noninteractive "${APT_INSTALL[@]}" "$REPACKED" >&2
-write_wrappers
+remove_old_wrappers
 
-"$WRAPPER_DIR/apptainer" --version >/dev/null || die "apptainer --version fails after install"
-"$WRAPPER_DIR/singularity" --version >/dev/null || die "singularity --version fails after install"
-log "installed $("$WRAPPER_DIR/apptainer" --version) in $(( $(date +%s) - start )) s;" \
-    "drop caps for root: '$(/usr/local/lib/hpcdl/missing-caps)'"
+/usr/bin/apptainer --version >/dev/null || die "apptainer --version fails after install"
+/usr/bin/singularity --version >/dev/null || die "singularity --version fails after install"
+log "installed $(/usr/bin/apptainer --version) in $(( $(date +%s) - start )) s"

@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-pytest_plugins: list[str] = ["tests.unit.conftest_examples", "tests.integration.conftest_slurm"]
+pytest_plugins: list[str] = ["tests.unit.conftest_examples", "tests.integration.conftest_apptainer",
+                             "tests.integration.conftest_slurm"]
 
 IN_CI = os.environ.get("CI") == "true"
 

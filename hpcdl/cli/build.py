@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -20,6 +21,10 @@ def _default_ref() -> str:
         "build: no SPEC or DEF given and no ./Singularity.def "
         f"(bundled specs: {', '.join(bundled_spec_names())})"
     )
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _profile_binary(profile: str | None) -> str | None:
@@ -90,7 +95,13 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
         why = ["--force"] if plan.up_to_date else list(plan.reasons)
         if why:
             click.echo("  because: " + "; ".join(why), err=True)
-    result = execute(plan, binary=binary, on_line=None if as_json else progress)
+    # SIGTERM (scancel, kill, CI timeouts) must unwind like Ctrl-C, so the build child is
+    # killed and the temporary image removed; Python's default would just exit.
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        result = execute(plan, binary=binary, on_line=None if as_json else progress)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if as_json:
         click.echo(json.dumps({**plan.to_dict(), "built": result.built,
                                "seconds": round(result.seconds, 1)}, indent=2))

@@ -325,6 +325,12 @@ def execute(
                 ) from err
             except ToolError as err:  # pragma: no cover - proc raises error_cls
                 raise BuildError(err.message, argv=argv, returncode=err.returncode) from err
+            except BaseException:
+                # Interrupted (Ctrl-C, SIGTERM): proc.stream killed the build; keep its log.
+                log.write("# INTERRUPTED\n")
+                log.close()
+                _publish_log(log_tmp, plan.log_path)
+                raise
         # Never trust the exit code alone: the image must be there.
         if not (tmp_image.is_dir() if plan.sandbox else tmp_image.is_file() and tmp_image.stat().st_size > 0):
             _publish_log(log_tmp, plan.log_path)
