@@ -124,6 +124,7 @@ def follow(job_id: str, *, echo: Echo = _echo, timeout: float | None = None,
     deadline = None if timeout is None else time.monotonic() + timeout
     start = time.monotonic()
     last = ""
+    polls = 0
     while True:
         status = job_status(job_id)
         if is_final(status.state):
@@ -137,16 +138,20 @@ def follow(job_id: str, *, echo: Echo = _echo, timeout: float | None = None,
         elif line.split(" [")[0] != last.split(" [")[0]:
             echo(line, err=True)
         last = line
+        polls += 1
         if deadline is not None and time.monotonic() > deadline:
             if live:
                 echo("", err=True)
             raise ToolError(f"job {job_id}: still {status.state} after {timeout:g} s",
                             hint=f"hpcdl status {job_id}; hpcdl cancel {job_id}")
-        time.sleep(POLL_S)
+        # Short jobs end within seconds: poll fast at first, then every POLL_S.
+        time.sleep(0.1 if polls < 20 else POLL_S)
     if live and last:
         echo("", err=True)
-    # The end record reaches the accounting database a few seconds late.
-    return job_status(job_id, settle_s=15)
+    if status.exit_code is None:
+        # Neither slurmctld nor (yet) the accounting database had the exit code.
+        status = job_status(job_id, settle_s=15)
+    return status
 
 
 def exit_status(status: JobStatus) -> int:

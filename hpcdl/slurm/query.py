@@ -56,30 +56,31 @@ def scontrol_exit(job_id: str, slurm_state: str) -> tuple[int | None, int | None
 
 
 def job_status(job_id: str, *, settle_s: float = 0.0) -> JobStatus:
-    """The job's status: squeue first, then sacct for finished jobs and the exit code.
+    """The job's status: squeue while slurmctld holds the job, sacct after.
 
-    ``settle_s``: how long to keep polling sacct while it still shows its
-    placeholder row for a job that squeue saw end. Raises ToolError when Slurm
+    For a job that just ended, slurmctld (squeue + ``scontrol show job``) already
+    has the final state and exit code while sacct may still show its placeholder
+    row, so that answer is used first. For older jobs ``settle_s`` is how long to
+    keep polling sacct while its row is a placeholder. Raises ToolError when Slurm
     knows nothing about ``job_id``.
     """
     live = squeue_job(job_id)
-    if live is not None and not is_final(live.state):
-        return live
+    if live is not None:
+        if not is_final(live.state):
+            return live
+        code, sig = scontrol_exit(job_id, live.slurm_state)
+        if code is not None:
+            return _with_exit(live, code, sig, source="squeue+scontrol")
     deadline = time.monotonic() + settle_s
     while True:
         row = sacct_job(job_id)
         if row is not None and not is_sacct_placeholder(row, live):
-            if live is not None and row.exit_code is None:
-                code, sig = scontrol_exit(job_id, live.slurm_state)
-                return _with_exit(row, code, sig)
             return row
         if time.monotonic() >= deadline:
             break
         time.sleep(0.5)
     if live is not None:
-        # sacct lags: slurmctld still has the job and its exit code.
-        code, sig = scontrol_exit(job_id, live.slurm_state)
-        return _with_exit(live, code, sig, source="squeue+scontrol")
+        return live
     if row is not None:
         return row
     raise ToolError(
