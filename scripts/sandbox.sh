@@ -51,6 +51,12 @@ log() { printf 'sandbox: %s\n' "$*"; }
 
 # ---- processes -------------------------------------------------------------------
 
+running() {  # running PID: the process exists and is not a zombie waiting to be reaped
+  local state
+  state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [[ -n $state && $state != Z ]]
+}
+
 # pid_alive PIDFILE COMM: the PID in PIDFILE runs and is the program COMM (guards
 # against a stale PID file whose number was reused by an unrelated process).
 pid_alive() {
@@ -58,7 +64,7 @@ pid_alive() {
   [[ -s $pidfile ]] || return 1
   pid=$(<"$pidfile")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
-  [[ -r /proc/$pid/comm && $(</proc/$pid/comm) == "$comm" ]]
+  [[ -r /proc/$pid/comm && $(</proc/$pid/comm) == "$comm" ]] && running "$pid"
 }
 
 fail() {  # fail MESSAGE LOGFILE...: print the message and the logs' last lines, exit 1
@@ -103,11 +109,11 @@ stop_pid() {  # stop_pid NAME PIDFILE COMM: SIGTERM, wait up to 30 s, then SIGKI
   fi
   pid=$(<"$pidfile")
   kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < 150; i++)); do
-    [[ -d /proc/$pid ]] || break
-    sleep 0.2
+  for ((i = 0; i < 300; i++)); do
+    running "$pid" || break
+    sleep 0.1
   done
-  if [[ -d /proc/$pid ]]; then
+  if running "$pid"; then
     log "$name (pid $pid) ignored SIGTERM for 30 s: SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
   fi
