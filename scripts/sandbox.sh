@@ -82,11 +82,17 @@ fail() {  # fail MESSAGE LOGFILE...: print the message and the logs' last lines,
 
 # wait_for DESCRIPTION LOGFILE COMMAND...: retry COMMAND until it succeeds or WAIT_S passes.
 # With WATCH="PIDFILE COMM" set, a daemon that wrote its PID file and died fails at once.
+# With WATCH_PID set (a child started in the background), its exit fails at once too.
 WATCH=
+WATCH_PID=
 wait_for() {
   local what=$1 logfile=$2; shift 2
   local deadline=$((SECONDS + WAIT_S))
   until "$@" >/dev/null 2>&1; do
+    if [[ -n $WATCH_PID ]] && ! running "$WATCH_PID"; then
+      WATCH_PID=
+      fail "$what exited during start-up" "$logfile"
+    fi
     if [[ -n $WATCH ]]; then
       local wpid=${WATCH% *}
       if [[ -s $wpid ]] && ! pid_alive $WATCH; then
@@ -278,8 +284,10 @@ start_mariadb() {
     --bind-address=127.0.0.1 --user=root --pid-file="$pidfile" --log-error="$D/log/mysqld.log" \
     --skip-log-bin --innodb-buffer-pool-size=32M --performance-schema=OFF \
     </dev/null >>"$D/log/mysqld.log" 2>&1 9>&- &
+  WATCH_PID=$!
   wait_for "mariadbd" "$D/log/mysqld.log" mariadb-admin --no-defaults -S "$DB_SOCKET" -u root ping
   wait_for "mariadbd pid file" "$D/log/mysqld.log" pid_alive "$pidfile" mariadbd
+  WATCH_PID=
   if ((init)); then
     db_sql "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
             CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
