@@ -267,3 +267,23 @@ def test_one_hundred_concurrent_submissions_all_complete(runs_dir: Path) -> None
         time.sleep(2)
     assert sorted(states) == sorted(ids), "sacct lost or invented jobs"
     assert len(rows) == 100
+
+
+def test_alloc_runs_a_command_in_the_allocation() -> None:
+    res = hpcdl("alloc", "-p", "sandbox", "-N", "2", "-G", "4", "--", "srun", "hostname")
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.split()) == ["n1"] * 4 + ["n2"] * 4
+    failed = hpcdl("alloc", "-p", "sandbox", "-N", "1", "-G", "1", "--", "bash", "-c", "exit 4")
+    assert failed.returncode == 4
+
+
+def test_sandbox_cli_up_is_idempotent_and_status_reports_nodes() -> None:
+    up = hpcdl("sandbox", "up", timeout=900)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "already up (nothing started)" in up.stdout
+    status = hpcdl("sandbox", "status")
+    assert status.returncode == 0, status.stdout
+    assert "n1 idle" in status.stdout or "n1 mix" in status.stdout or "n1 alloc" in status.stdout
+    assert "sandbox: up" in status.stdout
+    for daemon in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd-n1", "slurmd-n2"):
+        assert f"{daemon}" in status.stdout and "stopped" not in status.stdout
