@@ -20,9 +20,11 @@ on interrupt), with the same argv spython would compose.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -283,8 +285,43 @@ def execute(
     runtime = runtime or find_runtime(binary)
     out = plan.output
     out.parent.mkdir(parents=True, exist_ok=True)
+    # One build per target at a time (CI, a benchmark and a user may race): the second
+    # waits, then finds the image up to date instead of building it again.
+    with _sibling(out, ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = read_record(plan.hash_path)
+        if not plan.force and record and record.get("hash") == plan.content_hash and (
+            out.is_dir() if plan.sandbox else out.is_file()
+        ):
+            return BuildResult(out, False, 0.0, plan.content_hash, None, None)
+        _remove_stale_builds(out)
+        return _build(plan, runtime, on_line, timeout)
+
+
+def _remove_stale_builds(out: Path) -> None:
+    """Temporary folders of builds that were SIGKILLed (nothing else could clean up)."""
+    for tmp in out.parent.glob(f".{out.name}.building-*"):
+        try:
+            pid = int((tmp / "pid").read_text())
+            os.kill(pid, 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # alive, another user's
+        except (OSError, ValueError):
+            pass  # no pid file: from before pid files, or unreadable; we hold the lock
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _build(plan: BuildPlan, runtime: Runtime, on_line: Callable[[str], None] | None,
+           timeout: float | None) -> BuildResult:
+    out = plan.output
     # The temporary image lives beside the target (same filesystem: the rename is atomic).
     tmpdir = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    (tmpdir / "pid").write_text(str(os.getpid()))
+    # Tags every process of this build (apptainer passes APPTAINERENV_X into %post as X).
+    token = tmpdir.name
     tmp_image = tmpdir / out.name
     def_file = tmpdir / "image.def"
     def_file.write_text(plan.definition)
@@ -307,7 +344,7 @@ def execute(
                     argv,
                     on_line=handle,
                     timeout=timeout,
-                    env=runtime_env(),
+                    env={**runtime_env(), "APPTAINERENV_HPCDL_BUILD": token},
                     cwd=plan.workdir,
                     error_cls=BuildError,
                 )
@@ -326,8 +363,10 @@ def execute(
             except ToolError as err:  # pragma: no cover - proc raises error_cls
                 raise BuildError(err.message, argv=argv, returncode=err.returncode) from err
             except BaseException:
-                # Interrupted (Ctrl-C, SIGTERM): proc.stream killed the build; keep its log.
-                log.write("# INTERRUPTED\n")
+                # Interrupted (Ctrl-C, SIGTERM): proc.stream killed apptainer, but not the
+                # %post processes it started (no PID namespace in builds); keep the log.
+                killed = kill_build_processes(token)
+                log.write(f"# INTERRUPTED (killed {killed} leftover build processes)\n")
                 log.close()
                 _publish_log(log_tmp, plan.log_path)
                 raise
@@ -382,6 +421,34 @@ def rebuild_reasons(old: dict[str, Any] | None, new: dict[str, Any], out: Path,
     if len(reasons) > limit:
         reasons = reasons[:limit] + [f"... and {len(reasons) - limit} more"]
     return reasons or ["content hash differs (file modes or copied folders changed)"]
+
+
+def kill_build_processes(token: str, rounds: int = 3) -> int:
+    """SIGKILL every process tagged ``HPCDL_BUILD=<token>`` in its environment (the build's
+    apptainer helpers and the %post shell and its children). Returns how many."""
+    needle = f"HPCDL_BUILD={token}".encode()
+    me = os.getpid()
+    killed = 0
+    for _ in range(rounds):
+        found = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            try:
+                environ = Path(f"/proc/{entry}/environ").read_bytes()
+            except OSError:
+                continue
+            if needle in environ:
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                    found += 1
+                except OSError:
+                    pass
+        killed += found
+        if not found:
+            break
+        time.sleep(0.2)
+    return killed
 
 
 def _publish_log(tmp: Path, dest: Path) -> None:
