@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -239,8 +240,9 @@ def test_interrupted_build_leaves_previous_image(tiny_base: Path, tmp_path: Path
     shutil.copyfile(tiny_base, out)  # the "previous image" at the target path
     before = sha256(out)
     slow = tmp_path / "slow.def"
-    token = "hpcdl-interrupt-test-$$"
-    slow.write_text(tiny_def(tiny_base, f"    echo {token} started\n    sleep 297"))
+    token = "hpcdl-interrupt-test"
+    naptime = str(random.randint(100_000, 999_999))  # unique: identifies this run's sleep
+    slow.write_text(tiny_def(tiny_base, f"    echo {token} started\n    sleep {naptime}"))
     proc = subprocess.Popen([sys.executable, "-m", "hpcdl", "build", str(slow), "-o", str(out),
                              "--force", "-v"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
@@ -268,4 +270,4 @@ def test_interrupted_build_leaves_previous_image(tiny_base: Path, tmp_path: Path
     # The build's own processes are gone too (the %post sleep would otherwise linger).
     time.sleep(1)
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=30)
-    assert "sleep 297" not in ps.stdout
+    assert f"sleep {naptime}" not in ps.stdout
