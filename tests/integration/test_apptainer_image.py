@@ -242,7 +242,8 @@ def test_interrupted_build_leaves_previous_image(tiny_base: Path, tmp_path: Path
     slow = tmp_path / "slow.def"
     token = "hpcdl-interrupt-test"
     naptime = str(random.randint(100_000, 999_999))  # unique: identifies this run's sleep
-    slow.write_text(tiny_def(tiny_base, f"    echo {token} started\n    sleep {naptime}"))
+    # The sleep runs before the marker is printed: the interrupt always finds it.
+    slow.write_text(tiny_def(tiny_base, f"    sleep {naptime} &\n    echo {token}-running\n    wait"))
     proc = subprocess.Popen([sys.executable, "-m", "hpcdl", "build", str(slow), "-o", str(out),
                              "--force", "-v"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
@@ -252,7 +253,7 @@ def test_interrupted_build_leaves_previous_image(tiny_base: Path, tmp_path: Path
         deadline = time.monotonic() + 300
         for line in proc.stdout:
             seen.append(line)
-            if "started" in line and "hpcdl-interrupt-test" in line:
+            if line.rstrip().endswith(f"] {token}-running"):
                 break
             assert time.monotonic() < deadline, "".join(seen)
         else:
