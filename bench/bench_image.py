@@ -165,7 +165,8 @@ def main() -> None:
     print(f"machine   : {figures['machine']}")
     print(f"runtime   : {runtime}")
     print(f"command   : python3 bench/bench_image.py {' '.join(sys.argv[1:])}".rstrip())
-    print(f"full build (--force)        : {figures['full_build_s']} s")
+    full = figures["full_build_s"]
+    print(f"full build (--force)        : {full if isinstance(full, str) else f'{full} s'}")
     n = figures["noop_rebuild_s"]
     print(f"no-op rebuild (CLI, n={args.noop_runs})   : median {n['median']} s "
           f"(min {n['min']}, max {n['max']}; goal < 1 s)")
