@@ -68,7 +68,15 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
 def results(output: str, tag: str) -> list[dict]:
-    return [json.loads(ln.split(tag + " ", 1)[1]) for ln in output.splitlines() if tag + " " in ln]
+    """Every ``TAG {json}`` in the output; mpirun's forwarding may glue two ranks' lines."""
+    decoder = json.JSONDecoder()
+    found = []
+    start = output.find(tag + " ")
+    while start != -1:
+        obj, end = decoder.raw_decode(output, start + len(tag) + 1)
+        found.append(obj)
+        start = output.find(tag + " ", end)
+    return found
 
 
 def hpcdl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
