@@ -129,6 +129,7 @@ def test_project_is_inside_the_image(cpu_image: Path, apptainer_bin: str) -> Non
     assert r.stdout.split() == ["/opt/hpcdl/hpcdl/__init__.py", "2.13.0+cpu"]
 
 
+@pytest.mark.horovod
 def test_horovod_gloo_two_ranks_inside_the_image(cpu_image: Path, apptainer_bin: str,
                                                   tmp_path: Path) -> None:
     script = tmp_path / "hvd_step.py"
@@ -140,6 +141,7 @@ def test_horovod_gloo_two_ranks_inside_the_image(cpu_image: Path, apptainer_bin:
     check_same_parameters(results(r.stdout, "HVD_RESULT"))
 
 
+@pytest.mark.mpi
 def test_hybrid_host_mpirun_mpi4py_allreduce(cpu_image: Path, apptainer_bin: str,
                                              tmp_path: Path) -> None:
     script = tmp_path / "allreduce.py"
@@ -153,6 +155,8 @@ def test_hybrid_host_mpirun_mpi4py_allreduce(cpu_image: Path, apptainer_bin: str
     assert all(x["library"].startswith("Open MPI v4.1") for x in res), res
 
 
+@pytest.mark.mpi
+@pytest.mark.horovod
 def test_hybrid_host_mpirun_horovod_mpi_controller(cpu_image: Path, apptainer_bin: str,
                                                    tmp_path: Path) -> None:
     script = tmp_path / "hvd_step.py"
