@@ -4,12 +4,15 @@
 # any other spec would download the multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 PY=${PYTHON:-python3}
 stamp_dir=${HPCDL_CACHE:-/var/cache/hpcdl}/stamps
 mkdir -p "$stamp_dir"
 key=$(cat pyproject.toml | sha256sum | cut -c1-16)-$("$PY" -c 'import sys;print(sys.prefix.replace("/","_"))')
-if [ -f "$stamp_dir/python-deps-$key" ] && "$PY" -c 'import hpcdl, torch, pytest' 2>/dev/null \
-   && "$PY" -c 'import hpcdl,os,sys; sys.exit(0 if os.path.samefile(os.path.dirname(hpcdl.__file__), "hpcdl") else 1)' 2>/dev/null; then
+# The import checks run from / : from the checkout, `import hpcdl` would find ./hpcdl even
+# when the installed (editable) hpcdl points at another, since-removed checkout.
+if [ -f "$stamp_dir/python-deps-$key" ] && (cd / && "$PY" -c 'import hpcdl.cli, torch, pytest') 2>/dev/null \
+   && (cd / && "$PY" -c 'import hpcdl,os,sys; sys.exit(0 if os.path.samefile(os.path.dirname(hpcdl.__file__), sys.argv[1]) else 1)' "$root/hpcdl") 2>/dev/null; then
   echo "python deps: up to date"
   exit 0
 fi
