@@ -11,3 +11,7 @@ step() {
 }
 step "python deps" scripts/install-python-deps.sh
 step "slurm sandbox" scripts/sandbox.sh up
+step "apptainer" scripts/install-apptainer.sh
+# The CPU image: Horovod wheel (built once, cached by content) + image (reused when its
+# content hash matches; ~2 min build otherwise).
+step "cpu image" scripts/build-image.sh
