@@ -47,6 +47,7 @@ class JobRequest:
     binds: tuple[str, ...] = ()
     command: tuple[str, ...] = ()
     data: str | None = None
+    synthetic: bool = False  # the bundled example on generated data, whatever the profile says
     example_args: tuple[str, ...] = ()
     template: str | None = None
     run_dir: str | None = None
@@ -125,6 +126,8 @@ def check_request(req: JobRequest) -> None:
             raise _fail(f"env: '{key}' is not a valid variable name (use KEY=VALUE)")
     if req.example_args and req.command:
         raise _fail("example-arg: only applies to the bundled example, not to a COMMAND")
+    if req.synthetic and req.data:
+        raise _fail(f"synthetic: --synthetic and --data {req.data} exclude each other")
     for bind in req.binds:
         src = bind.split(":", 1)[0]
         if not src or "," in bind or _CONTROL.search(bind):
@@ -229,7 +232,7 @@ def job_time(profile: Profile, part: Partition, req: JobRequest) -> str:
 def _default_command(profile: Profile, req: JobRequest) -> list[str]:
     base = IMAGE_PROJECT_DIR / "examples" if req.image else examples_dir()
     cmd = [profile.python, str(base / DEFAULT_EXAMPLE), "--backend", req.backend]
-    data = req.data or profile.paths.imagenet
+    data = None if req.synthetic else req.data or profile.paths.imagenet
     cmd += ["--data", data] if data else ["--synthetic"]
     if req.run_dir:  # checkpoints belong with the run that wrote them
         cmd += ["--checkpoint-dir", f"{req.run_dir}/checkpoints"]
@@ -243,6 +246,9 @@ def _launch_tokens(profile: Profile, req: JobRequest, command: list[str]) -> lis
         # --label prefixes every output line with its task id, so a crash can be
         # traced to the rank that printed it (see hpcdl.results).
         tokens += [Raw("srun"), Raw("--label")]
+        # One crashed rank ends the step: without this the other ranks wait in their
+        # next collective until the time limit (the classic "my job hangs").
+        tokens.append(Raw("--kill-on-bad-exit=1"))
         if mpi.srun_mpi:
             tokens.append(Raw(f"--mpi={mpi.srun_mpi}"))
     elif mpi.launcher == "mpirun":

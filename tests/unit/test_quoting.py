@@ -70,7 +70,7 @@ def test_values_arrive_verbatim_and_never_execute(tmp_path, index):
     assert env["HPCDL_JOB_NAME"] == name
     assert env["HPCDL_IMAGE"] == f"/img/{name}.sif"
     # srun's argv: --label --mpi=pmix apptainer exec --nv -B BIND IMAGE python3 -c pass VALUE
-    assert argv == ["--label", "--mpi=pmix", "apptainer", "exec", "--nv",
+    assert argv == ["--label", "--kill-on-bad-exit=1", "--mpi=pmix", "apptainer", "exec", "--nv",
                     "-B", "/var/lib/hpcdl-sandbox/tmp", "-B", f"/data/{name}",
                     f"/img/{name}.sif", "python3", "-c", "pass", value]
 

@@ -79,7 +79,7 @@ def test_neuron_script_lines_that_matter():
     ]:
         assert expected in lines, expected
     assert lines[-1] == (
-        "srun --label singularity exec --nv -B /scratch -B /apps -B /data/imagenet:/imagenet "
+        "srun --label --kill-on-bad-exit=1 singularity exec --nv -B /scratch -B /apps -B /data/imagenet:/imagenet "
         "/images/pytorch-horovod.sif python3 /opt/hpcdl/examples/resnet50_imagenet.py "
         "--backend ddp --data /imagenet"
     )
@@ -89,7 +89,7 @@ def test_karolina_uses_gpus_per_node_and_account():
     script = build_plan(load_profile("karolina"), REQUESTS["2x4-default"]).script
     assert "#SBATCH --gpus-per-node=4" in script
     assert "#SBATCH --account=OPEN-00-00" in script
-    assert "srun --label --mpi=pmix python3" in script
+    assert "srun --label --kill-on-bad-exit=1 --mpi=pmix python3" in script
 
 
 def test_template_override(tmp_path):
@@ -97,4 +97,4 @@ def test_template_override(tmp_path):
     custom.write_text("#!/bin/sh\n# {{ profile.name }} {{ ntasks }}\n{{ launch_line }}\n")
     plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=4, template=str(custom),
                                                           command=("hostname",)))
-    assert plan.script == "#!/bin/sh\n# sandbox 8\nsrun --label --mpi=pmix hostname\n"
+    assert plan.script == "#!/bin/sh\n# sandbox 8\nsrun --label --kill-on-bad-exit=1 --mpi=pmix hostname\n"

@@ -27,4 +27,4 @@ export HPCDL_BACKEND=ddp
 export HPCDL_IMAGE=/images/pytorch-horovod.sif
 
 echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 4 ranks (2 nodes x 2)"
-srun --label --mpi=pmix apptainer exec --nv -B /scratch -B /mnt/proj1 -B /data/imagenet:/imagenet /images/pytorch-horovod.sif python3 /opt/hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet
+srun --label --kill-on-bad-exit=1 --mpi=pmix apptainer exec --nv -B /scratch -B /mnt/proj1 -B /data/imagenet:/imagenet /images/pytorch-horovod.sif python3 /opt/hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet

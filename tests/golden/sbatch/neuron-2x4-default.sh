@@ -25,4 +25,4 @@ export HPCDL_JOB_NAME=hpcdl-horovod
 export HPCDL_BACKEND=horovod
 
 echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 8 ranks (2 nodes x 4)"
-srun --label python3 <repo>/examples/resnet50_imagenet.py --backend horovod --data /apps/applications/singularity_images/imagenet
+srun --label --kill-on-bad-exit=1 python3 <repo>/examples/resnet50_imagenet.py --backend horovod --data /apps/applications/singularity_images/imagenet

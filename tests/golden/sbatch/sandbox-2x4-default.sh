@@ -18,8 +18,9 @@ set -euo pipefail
 export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-2}"
 export OMP_NUM_THREADS=1
 export OMP_PROC_BIND=false
+export MASTER_ADDR=127.0.0.1
 export HPCDL_JOB_NAME=hpcdl-horovod
 export HPCDL_BACKEND=horovod
 
 echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 8 ranks (2 nodes x 4)"
-srun --label --mpi=pmix python3 <repo>/examples/resnet50_imagenet.py --backend horovod --synthetic
+srun --label --kill-on-bad-exit=1 --mpi=pmix python3 <repo>/examples/resnet50_imagenet.py --backend horovod --synthetic

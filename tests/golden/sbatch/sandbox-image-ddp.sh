@@ -18,10 +18,11 @@ set -euo pipefail
 export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-2}"
 export OMP_NUM_THREADS=1
 export OMP_PROC_BIND=false
+export MASTER_ADDR=127.0.0.1
 export NCCL_SOCKET_IFNAME=ib0
 export HPCDL_JOB_NAME='resnet50 ddp'
 export HPCDL_BACKEND=ddp
 export HPCDL_IMAGE=/images/pytorch-horovod.sif
 
 echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 4 ranks (2 nodes x 2)"
-srun --label --mpi=pmix apptainer exec --nv -B /var/lib/hpcdl-sandbox/tmp -B /data/imagenet:/imagenet /images/pytorch-horovod.sif python3 /opt/hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet
+srun --label --kill-on-bad-exit=1 --mpi=pmix apptainer exec --nv -B /var/lib/hpcdl-sandbox/tmp -B /data/imagenet:/imagenet /images/pytorch-horovod.sif python3 /opt/hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet

@@ -24,4 +24,4 @@ export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
 
 echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 1 ranks (1 nodes x 1)"
-srun --label --mpi=pmix python3 train.py --lr 0.1
+srun --label --kill-on-bad-exit=1 --mpi=pmix python3 train.py --lr 0.1
