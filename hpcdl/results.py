@@ -82,10 +82,58 @@ def rank_lines(log: str, rank: int, last: int = 10) -> list[str]:
     return lines[-last:]
 
 
+def _causes(failures: list[RankFailure]) -> list[RankFailure]:
+    # Tasks that "Exited with exit code" failed on their own; those srun "Killed"
+    # afterwards (--kill-on-bad-exit) are the consequence.
+    return [f for f in failures if f.reason.startswith("Exited")] or failures
+
+
+def _ranks_text(ranks: tuple[int, ...]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ",".join(map(str, ranks))
+
+
+def describe_failures(stdout: str, stderr: str, *, max_ranks: int = 2,
+                      last: int = 10) -> list[str]:
+    """Lines that tell which rank(s) crashed and what they printed last.
+
+    srun reports every task that ended badly; the cause gets its last lines, the
+    tasks stopped afterwards one line. Returns [] when srun reported no failed task.
+    """
+    failures = parse_failures(stderr)
+    if not failures:
+        return []
+    causes = _causes(failures)
+    lines: list[str] = []
+    shown = 0
+    for failure in causes:
+        lines.append(f"{_ranks_text(failure.ranks)} on {failure.host}: {failure.reason}")
+        for rank in failure.ranks:
+            if shown == max_ranks:
+                break
+            shown += 1
+            tail = rank_lines(stderr, rank, last) or rank_lines(stdout, rank, last)
+            if tail:
+                lines.append(f"--- last {len(tail)} lines of rank {rank} ---")
+                lines += [f"  {text}" for text in tail]
+    stopped = sorted({r for f in failures if f not in causes for r in f.ranks})
+    if stopped:
+        lines.append(f"{_ranks_text(tuple(stopped))} stopped after that (srun --kill-on-bad-exit)")
+    return lines
+
+
+def failed_ranks(stderr: str) -> list[int]:
+    """The ranks that exited non-zero on their own (not killed by srun afterwards)."""
+    return sorted({r for f in _causes(parse_failures(stderr)) for r in f.ranks})
+
+
 def _fmt(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}g}"
     return "-" if value is None else str(value)
+
+
+def _percent(fraction: Any) -> str | None:
+    return f"{100 * fraction:.1f}%" if isinstance(fraction, (int, float)) else None
 
 
 def format_result_table(result: dict[str, Any], ranks: list[dict[str, Any]] | None = None) -> str:
@@ -95,11 +143,12 @@ def format_result_table(result: dict[str, Any], ranks: list[dict[str, Any]] | No
         ("nodes", result.get("nodes")),
         ("backend", result.get("backend")),
         ("arch", result.get("arch")),
+        ("launcher", result.get("launcher")),
         ("images/sec", result.get("images_per_sec")),
         ("images/sec per rank", result.get("images_per_sec_per_rank")),
         ("final loss", result.get("final_loss")),
-        ("top-1", result.get("top1")),
-        ("top-5", result.get("top5")),
+        ("top-1 (val)", _percent(result.get("top1"))),
+        ("top-5 (val)", _percent(result.get("top5"))),
         ("wall time (s)", result.get("wall_time")),
     ]
     width = max(len(k) for k, _ in rows)

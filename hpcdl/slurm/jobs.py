@@ -20,7 +20,13 @@ from hpcdl import proc, runs
 from hpcdl.errors import SubmitError, ToolError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
-from hpcdl.results import parse_result
+from hpcdl.results import (
+    describe_failures,
+    failed_ranks,
+    format_result_table,
+    parse_rank_table,
+    parse_result,
+)
 from hpcdl.slurm import livecheck
 from hpcdl.slurm.parse import JobStatus, parse_job_id
 from hpcdl.slurm.query import job_status, slurm_available
@@ -62,6 +68,19 @@ def _echo(message: str = "", err: bool = False, nl: bool = True) -> None:
     click.echo(message, err=err, nl=nl)
 
 
+def _unreachable(err: ToolError, profile: Profile) -> ToolError:
+    """``err`` itself, or, when it says slurmctld cannot be reached, an error that says
+    so in one line with the fix (for the sandbox profile: start the sandbox).
+    """
+    if "unable to contact slurm controller" not in (err.message + err.output).lower():
+        return err
+    hint = ("start the local sandbox cluster: hpcdl sandbox up" if profile.name == "sandbox"
+            else "is slurmctld up? `scontrol ping` says; on a cluster, ask its admins")
+    return ToolError(f"Slurm's controller is not reachable (profile {profile.name}): "
+                     f"{err.message}", argv=err.argv, returncode=err.returncode,
+                     output=err.output, hint=hint)
+
+
 def sbatch(argv: list[str]) -> str:
     """Run sbatch (``--parsable``); return the job id.
 
@@ -99,16 +118,20 @@ def submit_plan(profile: Profile, request: JobRequest, plan: JobPlan, *,
         live_check = os.environ.get(SKIP_LIVE_CHECK_ENV, "") not in ("1", "true", "yes")
     warnings: list[str] = []
     if live_check:
-        warnings = livecheck.check_plan(profile, plan)
+        try:
+            warnings = livecheck.check_plan(profile, plan)
+        except ToolError as err:
+            raise _unreachable(err, profile) from err
     run_dir = runs.create_run_dir(plan.job_name)
     final = build_plan(profile, dataclasses.replace(request, run_dir=str(run_dir)))
     script = runs.write_plan(run_dir, final.script, final.to_dict())
+    runs.record_inputs(run_dir, profile.model_dump(mode="json"), request.image)
     argv = final.sbatch_argv(script)
     try:
         job_id = sbatch(argv)
     except SubmitError as err:
         runs.write_result(run_dir, {"state": "REFUSED", "message": err.message, "argv": argv})
-        raise
+        raise _unreachable(err, profile) from err
     runs.record_submission(run_dir, job_id, argv)
     return Submitted(job_id, run_dir, final, tuple(warnings))
 
@@ -171,12 +194,48 @@ def tail(path: Path, lines: int = 20) -> list[str]:
     return text.splitlines()[-lines:]
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def result_record(status: JobStatus, run_dir: Path) -> dict[str, Any]:
-    """result.json: the final status plus the example's hpcdl_result line, if any."""
+    """result.json: the final status, the example's hpcdl_result line and rank table
+    (if any), and the ranks srun saw fail.
+    """
     out, err = runs.log_paths(run_dir, status.job_id)
-    log = out.read_text(encoding="utf-8", errors="replace") if out.exists() else ""
+    log, errors = _read(out), _read(err)
     return {**status.to_dict(), "stdout": str(out), "stderr": str(err),
-            "hpcdl_result": parse_result(log)}
+            "hpcdl_result": parse_result(log), "ranks": parse_rank_table(log),
+            "failed_ranks": failed_ranks(errors)}
+
+
+def report(status: JobStatus, run_dir: Path, record: dict[str, Any], echo: Echo) -> None:
+    """What a user reads once the job ended: state and exit code, the log's tail, which
+    rank crashed and its last lines (on failure), and the result table (on success).
+    """
+    echo(f"job {status.job_id}: {status.state} (Slurm {status.slurm_state}), "
+         f"exit code {status.exit_code if status.exit_code is not None else '?'}"
+         f"{', signal ' + str(status.signal) if status.signal else ''}, elapsed {status.elapsed}")
+    out, err = runs.log_paths(run_dir, status.job_id)
+    crashed = [] if status.state == COMPLETED else describe_failures(_read(out), _read(err))
+    for label, path in (("stdout", out), ("stderr", err)):
+        lines = tail(path)
+        if lines and (label == "stdout" or (status.state != COMPLETED and not crashed)):
+            echo(f"--- last {len(lines)} lines of {label} ({path}) ---")
+            for line in lines:
+                echo(line)
+    if crashed:
+        echo(f"--- the job failed: {crashed[0]} ---")
+        for line in crashed[1:]:
+            echo(line)
+        echo(f"full logs: hpcdl logs {status.job_id} (or {err})")
+    if record.get("hpcdl_result"):
+        echo(f"--- result ({run_dir / 'result.json'}) ---")
+        echo(format_result_table(record["hpcdl_result"], record.get("ranks")))
+    echo(f"run directory: {run_dir}")
 
 
 def submit_request(profile: Profile, request: JobRequest, plan: JobPlan, *, wait: bool,
@@ -205,16 +264,7 @@ def submit_request(profile: Profile, request: JobRequest, plan: JobPlan, *, wait
     if as_json:
         echo(json.dumps({**info, **record, "exit_status": code}))
         return code
-    echo(f"job {sub.job_id}: {final.state} (Slurm {final.slurm_state}), "
-         f"exit code {final.exit_code if final.exit_code is not None else '?'}"
-         f"{', signal ' + str(final.signal) if final.signal else ''}, elapsed {final.elapsed}")
-    out, err = runs.log_paths(sub.run_dir, sub.job_id)
-    for label, path in (("stdout", out), ("stderr", err)):
-        lines = tail(path)
-        if lines and (label == "stdout" or final.state != COMPLETED):
-            echo(f"--- last {len(lines)} lines of {label} ({path}) ---")
-            for line in lines:
-                echo(line)
+    report(final, sub.run_dir, record, echo)
     return code
 
 

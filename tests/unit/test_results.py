@@ -1,6 +1,8 @@
 """Parsing job logs: result line, rank table, failed ranks."""
 
 from hpcdl.results import (
+    describe_failures,
+    failed_ranks,
     format_result_table,
     parse_failures,
     parse_rank_table,
@@ -28,6 +30,7 @@ def test_result_and_rank_table():
     table = format_result_table(result, ranks)
     assert "world size           4" in table
     assert "images/sec           123.5" in table
+    assert "top-1 (val)          0.0%" in table and "top-5 (val)          -" in table
     assert table.endswith("parameters identical on every rank")
 
 
@@ -54,3 +57,35 @@ def test_failures_and_rank_lines():
         ("n2", (3,), "Exited with exit code 1"), ("n1", (0, 1), "Killed")]
     assert rank_lines(err, 3, last=2) == ['  File "x.py", line 1',
                                           "RuntimeError: rank 3 crashed on purpose"]
+
+
+CRASH_ERR = (
+    "0: hpcdl: rank 0 up\n"
+    "3: Traceback (most recent call last):\n"
+    "3:   File \"x.py\", line 1\n"
+    "3: RuntimeError: rank 3 crashed on purpose\n"
+    "srun: error: n2: task 3: Exited with exit code 1\n"
+    "srun: error: n1: tasks 0-1: Killed\n"
+    "srun: error: n2: task 2: Killed\n"
+)
+
+
+def test_describe_failures_names_the_cause_and_its_last_lines():
+    lines = describe_failures("3: step 1 loss 6.9\n", CRASH_ERR, last=2)
+    assert lines == [
+        "rank 3 on n2: Exited with exit code 1",
+        "--- last 2 lines of rank 3 ---",
+        '    File "x.py", line 1',
+        "  RuntimeError: rank 3 crashed on purpose",
+        "ranks 0,1,2 stopped after that (srun --kill-on-bad-exit)",
+    ]
+    assert failed_ranks(CRASH_ERR) == [3]
+
+
+def test_describe_failures_falls_back_to_stdout_and_to_killed_tasks():
+    err = "srun: error: n1: tasks 0-1: Killed\n"
+    lines = describe_failures("1: out of memory\n", err)
+    assert lines[0] == "ranks 0,1 on n1: Killed"
+    assert "  out of memory" in lines
+    assert failed_ranks(err) == [0, 1]
+    assert describe_failures("all good", "") == []
