@@ -4,6 +4,9 @@
         job.sbatch     the exact script given to sbatch
         plan.json      the validated plan (JobPlan.to_dict())
         job.json       job id, sbatch argv, submission time
+        profile.yaml   the cluster profile as validated and used (all defaults filled in)
+        image.json     the image's path, size and content hash (from `hpcdl build`'s record)
+        image.def      the definition the image was built from (when hpcdl built it)
         slurm-<id>.out / slurm-<id>.err   the job's stdout / stderr (written by Slurm)
         result.json    final state, exit code and the example's hpcdl_result (after --wait)
 
@@ -21,6 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+from hpcdl.container.hashing import read_record, sidecar
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
 
@@ -80,6 +87,35 @@ def write_plan(run_dir: Path, script: str, plan: dict[str, Any]) -> Path:
     write_atomic(script_path, script, mode=0o755)
     write_json(run_dir / "plan.json", plan)
     return script_path
+
+
+def record_inputs(run_dir: Path, profile: dict[str, Any], image: str | None) -> None:
+    """profile.yaml, and for a containerised job image.json (+ image.def): with the
+    script and plan, what it takes to run the same job again.
+    """
+    write_atomic(run_dir / "profile.yaml", yaml.safe_dump(profile, sort_keys=False))
+    if not image:
+        return
+    path = Path(image).expanduser().resolve()
+    info: dict[str, Any] = {"path": str(path)}
+    try:
+        st = path.stat()
+        info.update(size=st.st_size, mtime=time.strftime("%Y-%m-%dT%H:%M:%S%z",
+                                                         time.localtime(st.st_mtime)))
+    except OSError as exc:
+        info["error"] = f"cannot stat the image: {exc.strerror}"
+    record = read_record(sidecar(path, ".hash"))
+    if record:
+        info.update({k: record.get(k) for k in (
+            "spec", "built_at", "runtime", "definition_sha256")}, content_hash=record.get("hash"))
+    else:
+        info["content_hash"] = None
+        info["note"] = ("no `hpcdl build` record beside the image; "
+                        "`apptainer inspect --deffile IMAGE` shows its definition")
+    write_json(run_dir / "image.json", info)
+    definition = sidecar(path, ".def")
+    if record and definition.is_file():
+        write_atomic(run_dir / "image.def", definition.read_text(encoding="utf-8"))
 
 
 def record_submission(run_dir: Path, job_id: str, argv: list[str]) -> None:

@@ -38,6 +38,7 @@ from hpcdl.container.hashing import (
     content_hash,
     previous_digests,
     read_record,
+    sidecar,
     write_json_atomic,
 )
 from hpcdl.container.render import RenderContext, cache_dir, render_definition
@@ -72,15 +73,15 @@ class BuildPlan:
 
     @property
     def log_path(self) -> Path:
-        return _sibling(self.output, ".build.log")
+        return sidecar(self.output, ".build.log")
 
     @property
     def hash_path(self) -> Path:
-        return _sibling(self.output, ".hash")
+        return sidecar(self.output, ".hash")
 
     @property
     def def_path(self) -> Path:
-        return _sibling(self.output, ".def")
+        return sidecar(self.output, ".def")
 
     def argv(self, runtime: str, target: str | Path, definition: str | Path) -> list[str]:
         return [runtime, "build", *self.argv_options, str(target), str(definition)]
@@ -110,10 +111,6 @@ class BuildResult:
     content_hash: str
     log: Path | None
     runtime: str | None
-
-
-def _sibling(output: Path, suffix: str) -> Path:
-    return output.with_name(output.name + suffix)
 
 
 def default_output(name: str, sandbox: bool) -> Path:
@@ -240,7 +237,7 @@ def plan_build(
     for src, _dst in inputs:
         if not Path(src).exists():
             raise BuildError(f"{source}: file to copy in does not exist: {src}")
-    record = read_record(_sibling(out, ".hash"))
+    record = read_record(sidecar(out, ".hash"))
     digest = content_hash(
         hash_text,
         inputs,
@@ -287,7 +284,7 @@ def execute(
     out.parent.mkdir(parents=True, exist_ok=True)
     # One build per target at a time (CI, a benchmark and a user may race): the second
     # waits, then finds the image up to date instead of building it again.
-    with _sibling(out, ".lock").open("a") as lock:
+    with sidecar(out, ".lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = read_record(plan.hash_path)
         if not plan.force and record and record.get("hash") == plan.content_hash and (

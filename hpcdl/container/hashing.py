@@ -114,6 +114,11 @@ def content_hash(
     return ContentHash(h.hexdigest(), def_sha, files, opts)
 
 
+def sidecar(image: Path, suffix: str) -> Path:
+    """A file ``hpcdl build`` keeps beside an image: .hash (record), .def, .build.log."""
+    return image.with_name(image.name + suffix)
+
+
 def read_record(path: Path) -> dict[str, Any] | None:
     """The hash record beside an image, or None when absent or unreadable."""
     try:

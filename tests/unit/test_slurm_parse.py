@@ -238,3 +238,35 @@ def test_write_atomic_and_find_run(tmp_path: Path) -> None:
     assert runs.find_run("78", tmp_path) is None
     assert not [p for p in run_dir.iterdir() if p.name.endswith(".tmp")]
     assert runs.log_paths(run_dir, "77") == (run_dir / "slurm-77.out", run_dir / "slurm-77.err")
+
+
+def test_record_inputs_keeps_profile_and_image_provenance(tmp_path: Path) -> None:
+    image = tmp_path / "img.sif"
+    image.write_bytes(b"SIF" * 100)
+    record = {"version": 1, "hash": "c0ffee", "spec": "pytorch-horovod-cpu",
+              "built_at": "2026-11-22T08:04:54+00:00", "runtime": "apptainer 1.4.5",
+              "definition_sha256": "d3f", "files": {}}
+    (tmp_path / "img.sif.hash").write_text(json.dumps(record))
+    (tmp_path / "img.sif.def").write_text("Bootstrap: debootstrap\n")
+    profile = load_profile("sandbox")
+    run_dir = runs.create_run_dir("job", tmp_path / "runs")
+    runs.record_inputs(run_dir, profile.model_dump(mode="json"), str(image))
+    info = json.loads((run_dir / "image.json").read_text())
+    assert info["content_hash"] == "c0ffee" and info["size"] == 300
+    assert info["path"] == str(image) and info["spec"] == "pytorch-horovod-cpu"
+    assert (run_dir / "image.def").read_text() == "Bootstrap: debootstrap\n"
+    # The dumped profile loads again, as the same profile.
+    again = load_profile(str(run_dir / "profile.yaml"))
+    assert again == profile
+
+
+def test_record_inputs_without_build_record(tmp_path: Path) -> None:
+    image = tmp_path / "other.sif"
+    image.write_bytes(b"x")
+    run_dir = runs.create_run_dir("job", tmp_path / "runs")
+    runs.record_inputs(run_dir, {"name": "p"}, str(image))
+    info = json.loads((run_dir / "image.json").read_text())
+    assert info["content_hash"] is None and "apptainer inspect --deffile" in info["note"]
+    assert not (run_dir / "image.def").exists()
+    runs.record_inputs(run_dir, {"name": "p"}, None)  # no image: profile only
+    assert sorted(p.name for p in run_dir.iterdir()) == ["image.json", "profile.yaml"]
