@@ -24,6 +24,9 @@ from hpcdl.profiles import load_profile
 @click.option("--data", metavar="DIR",
               help="ImageNet-format dataset for the bundled example (default: the profile's, "
                    "else synthetic data).")
+@click.option("--synthetic", is_flag=True,
+              help="Bundled example on generated images (no dataset), even when the profile "
+                   "names one.")
 @click.option("--example-arg", "-X", "example_args", multiple=True, metavar="ARG",
               help="Extra argument for the bundled example (repeatable), e.g. "
                    "-X --arch=resnet18 -X --max-steps=20.")
@@ -35,7 +38,7 @@ from hpcdl.profiles import load_profile
 def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
            cpus_per_task: int | None, job_name: str | None, template: str | None,
            image: str | None, backend: str, env: tuple[str, ...], binds: tuple[str, ...],
-           data: str | None, example_args: tuple[str, ...], dry_run: bool, as_json: bool, wait: bool,
+           data: str | None, synthetic: bool, example_args: tuple[str, ...], dry_run: bool, as_json: bool, wait: bool,
            command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
@@ -54,7 +57,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     request = JobRequest(
         nodes=nodes, gpus=gpus, partition=partition, time=time, cpus_per_task=cpus_per_task,
         job_name=job_name, image=image, backend=backend, env=parse_env(env), binds=binds,
-        command=command, data=data, example_args=example_args, template=template,
+        command=command, data=data, synthetic=synthetic, example_args=example_args, template=template,
     )
     plan = build_plan(prof, request)  # validates: raises before anything is written
     if dry_run:
