@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -25,6 +24,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.machine import describe, one_line  # noqa: E402
+
 SPEC = "pytorch-horovod-cpu"
 
 # The training step: a small CNN on 32x32 inputs, fixed seed, fixed threads; prints
@@ -83,18 +86,6 @@ def train(argv_prefix: list[str], script: Path, args: argparse.Namespace) -> flo
     return float(json.loads(line[6:])["images_per_sec"])
 
 
-def machine() -> str:
-    cpu = "?"
-    try:
-        for ln in Path("/proc/cpuinfo").read_text().splitlines():
-            if ln.startswith("model name"):
-                cpu = ln.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{platform.node()} | {cpu} | {os.cpu_count()} CPUs | {platform.platform()}"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--output", type=Path,
@@ -113,7 +104,7 @@ def main() -> None:
     if not runtime:
         sys.exit("no apptainer/singularity on PATH (scripts/install-apptainer.sh)")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    figures: dict = {"machine": machine(), "runtime": runtime}
+    figures: dict = {"machine": one_line(describe()), "runtime": runtime}
 
     # 1. Full build (forced: the content hash would otherwise make it a no-op).
     if args.no_full_build:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -30,6 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.machine import describe, one_line  # noqa: E402
 from hpcdl.plan import JobRequest, build_plan  # noqa: E402
 from hpcdl.profiles import load_profile  # noqa: E402
 from hpcdl.slurm.jobs import submit_plan  # noqa: E402
@@ -60,21 +60,6 @@ def paired(n: int, a: Callable[[], object], b: Callable[[], object]) -> tuple[li
             tb.append(timed(b))
             ta.append(timed(a))
     return ta, tb
-
-
-def machine() -> dict[str, str]:
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    slurm = subprocess.run(["sbatch", "--version"], capture_output=True, text=True,
-                           timeout=30, check=False).stdout.strip()
-    return {"host": platform.node(), "os": platform.platform(), "cpu": cpu,
-            "cores": str(os.cpu_count()), "python": platform.python_version(), "slurm": slurm}
 
 
 def main() -> int:
@@ -116,7 +101,7 @@ def main() -> int:
                            lambda: run([plain[0], "--wait", *plain[1:]], 300))
         rows.append(("wait: submit --wait", t_w, t_sw))
 
-    info = machine()
+    info = describe(tools=("sbatch",))
     print("hpcdl submission overhead vs plain sbatch (sandbox, "
           f"{NODES} nodes x {GPUS} GPUs, command {' '.join(COMMAND)})")
     print(f"{'comparison':<26} {'n':>3} {'hpcdl median':>13} {'sbatch median':>14} {'ratio':>7}")
@@ -128,7 +113,7 @@ def main() -> int:
         out.append({"comparison": name, "n": len(ta), "hpcdl_median_s": ma,
                     "sbatch_median_s": mb, "ratio": ma / mb, "hpcdl_s": ta, "sbatch_s": tb})
     print("goal: ratio <= 1.5")
-    print("machine: " + "; ".join(f"{k}={v}" for k, v in info.items()))
+    print("machine: " + one_line(info))
     print(f"reproduce: scripts/sandbox.sh up && python3 bench/bench_submit.py --pairs {args.pairs} "
           f"--wait-pairs {args.wait_pairs}")
     if args.json_out:

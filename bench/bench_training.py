@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
 import shutil
 import statistics
@@ -29,40 +27,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.machine import describe  # noqa: E402
 from hpcdl.proc import run  # noqa: E402
 
 BENCH = ROOT / "examples" / "synthetic_benchmark.py"
-
-
-def machine() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info: dict[str, Any] = {
-        "host": platform.node(),
-        "os": f"{platform.system()} {platform.release()}",
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-    }
-    try:
-        import torch
-
-        info["torch"] = torch.__version__
-    except ImportError:
-        pass
-    try:
-        import importlib.metadata as md
-
-        info["horovod"] = md.version("horovod")
-    except Exception:
-        info["horovod"] = None
-    return info
 
 
 def configs(ranks: list[int], with_mpi: bool) -> list[tuple[str, str, int]]:
@@ -144,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         "PYTHONWARNINGS": "ignore",
     }
     plan = configs([1, 2], with_mpi=not args.no_mpi and shutil.which("mpirun") is not None)
-    info = machine()
+    info = describe(packages=("torch", "horovod"))
     print(f"machine: {info['cpu']}, {info['cores']} cores, {info['os']}, python {info['python']}, "
           f"torch {info.get('torch')}, horovod {info.get('horovod')}")  # fmt: skip
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")

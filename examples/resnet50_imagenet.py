@@ -213,6 +213,10 @@ def prepare_data(args: argparse.Namespace, world: World) -> tuple[str | None, fl
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     wall_start = time.monotonic()
+    # Wall-clock stamps (this node's clock) for measuring start-up from outside:
+    # run() entered (imports done) and the first training step began.
+    started_at = time.time()
+    first_step_at: float | None = None
     world = detect_world()
     data_root, stage_seconds = prepare_data(args, world)
     # Datasets are checked on every rank before any collective starts, so a bad path
@@ -403,6 +407,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         epoch_start = time.monotonic()
         for x, y in loader:
             step_start = time.monotonic()
+            if first_step_at is None:
+                first_step_at = time.time()
             lr = lr_at(
                 epoch,
                 progress.step_in_epoch,
@@ -513,6 +519,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "data": "synthetic" if args.synthetic else data_root,
         "stage_seconds": round(stage_seconds, 3) if stage_seconds is not None else None,
         "wall_time": round(time.monotonic() - wall_start, 3),
+        "started_at": round(started_at, 3),
+        "first_step_at": round(first_step_at, 3) if first_step_at is not None else None,
     }
     backend.barrier()
     backend.shutdown()
