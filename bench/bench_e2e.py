@@ -6,9 +6,11 @@ both submitted with `hpcdl submit --wait`, in alternating pairs.
 Per run it records
   images/sec        the example's own throughput (first step excluded)
   submit->script    hpcdl submit invoked -> the example's run() entered on rank 0
-                    (sbatch, scheduling, srun, container start, Python + torch imports)
+                    (sbatch, scheduling, srun, container start, Python start-up; torch
+                    is imported inside run(), so its import counts in the next figure)
   submit->step 1    hpcdl submit invoked -> first training step began on rank 0
-                    (the above + world set-up, model, broadcast, data loader)
+                    (the above + torch and Horovod imports, world set-up, model, broadcast,
+                    data loader)
   total             hpcdl submit invoked -> it returned (job ended, result parsed)
 and prints medians side by side with the container/native throughput ratio (goal >= 0.98).
 
