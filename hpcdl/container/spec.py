@@ -14,13 +14,11 @@ import re
 from pathlib import Path
 from typing import Literal
 
-import pydantic
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hpcdl.errors import ConfigError, UserInputError
-from hpcdl.profiles.loader import describe_validation_error
 from hpcdl.resources import containers_dir
+from hpcdl.yamlmodel import load_yaml_model, parse_yaml_model
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -295,29 +293,12 @@ def bundled_spec_names() -> list[str]:
 
 def load_spec(path: str | Path) -> ImageSpec:
     """Parse and validate one spec file. Raises ConfigError naming the file and field."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read spec: {exc.strerror}") from exc
-    return parse_spec(text, source=str(path))
+    return load_yaml_model(Path(path), ImageSpec, kind="spec")
 
 
 def parse_spec(text: str, *, source: str = "<spec>") -> ImageSpec:
     """Validate spec YAML text. Raises ConfigError with ``source`` and the field."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{source}{where}: YAML syntax error: {problem}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: a spec must be a YAML mapping, got {type(data).__name__}")
-    try:
-        return ImageSpec.model_validate(data)
-    except pydantic.ValidationError as exc:
-        raise ConfigError(f"{source}: {describe_validation_error(exc, ImageSpec)}") from exc
+    return parse_yaml_model(text, ImageSpec, source=source, kind="spec")
 
 
 def expand_path(value: str, *, cache_dir: str, project_dir: str, spec_dir: str) -> str:

@@ -11,14 +11,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import pydantic
-import yaml
-
-from hpcdl.errors import ConfigError, UserInputError
+from hpcdl.errors import UserInputError
 from hpcdl.profiles.schema import Profile
 from hpcdl.resources import bundled_profiles_dir
+from hpcdl.yamlmodel import load_yaml_model
 
 ENV_VAR = "HPCDL_PROFILE"
 
@@ -78,71 +75,4 @@ def load_profile(ref: str | None = None) -> Profile:
 
 def load_profile_file(path: str | os.PathLike[str]) -> Profile:
     """Parse and validate one profile file. Raises ConfigError naming file and field."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read profile: {exc.strerror}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}{where}: YAML syntax error: {problem}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a profile must be a YAML mapping, got {type(data).__name__}")
-    try:
-        return Profile.model_validate(data)
-    except pydantic.ValidationError as exc:
-        raise ConfigError(f"{path}: {describe_validation_error(exc, Profile)}") from exc
-
-
-def describe_validation_error(exc: pydantic.ValidationError, model: type[pydantic.BaseModel]) -> str:
-    """One line for the first schema error: field path, problem, value, valid keys."""
-    errors = exc.errors()
-    # An unknown key usually explains the "missing" errors beside it (a typo): name it first.
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = err["loc"]
-    field = _dotted(loc)
-    if err["type"] == "extra_forbidden":
-        valid = ", ".join(sorted(_fields_at(model, loc[:-1])))
-        return f"unknown key '{field}' (valid keys here: {valid})"
-    if err["type"] == "missing":
-        return f"field '{field}' is required"
-    msg = err["msg"].removeprefix("Value error, ")
-    value = err.get("input")
-    shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
-    return f"field '{field}': {msg}{shown}" if field else f"{msg}{shown}"
-
-
-def _dotted(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _fields_at(model: type[pydantic.BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Field names of the (nested) model at ``loc``, for the 'valid keys' hint."""
-    current: Any = model
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        info = current.model_fields.get(part)
-        if info is None:
-            return []
-        current = _model_of(info.annotation)
-        if current is None:
-            return []
-    return list(current.model_fields)
-
-
-def _model_of(annotation: Any) -> type[pydantic.BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_of(arg)
-        if found:
-            return found
-    return None
+    return load_yaml_model(Path(path), Profile, kind="profile")
