@@ -8,6 +8,7 @@ the other columns.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -66,15 +67,20 @@ def parse_exit_code(text: str) -> tuple[int | None, int | None]:
     return int(m.group(1)), int(m.group(2))
 
 
+def _rows(stdout: str, fields: int = 8) -> Iterator[list[str]]:
+    """The '|'-separated rows of squeue/sacct output. The job name comes last and may
+    itself contain '|', so the split stops before it; malformed lines are skipped.
+    """
+    for line in stdout.splitlines():
+        parts = line.split("|", fields - 1)
+        if line.strip() and len(parts) == fields:
+            yield parts
+
+
 def parse_squeue(stdout: str) -> list[JobStatus]:
     """Rows of ``squeue -h -o SQUEUE_FORMAT``."""
     out = []
-    for line in stdout.splitlines():
-        if not line.strip():
-            continue
-        parts = line.split("|", 7)
-        if len(parts) != 8:
-            continue
+    for parts in _rows(stdout):
         job_id, raw, reason, nodes, elapsed, limit, partition, name = parts
         out.append(JobStatus(
             job_id=job_id.strip(), name=name, state=to_hpcdl(raw), slurm_state=raw.strip(),
@@ -88,12 +94,7 @@ def parse_squeue(stdout: str) -> list[JobStatus]:
 def parse_sacct(stdout: str) -> list[JobStatus]:
     """Rows of ``sacct -n -P -X -o SACCT_FIELDS`` (job allocations only, no steps)."""
     out = []
-    for line in stdout.splitlines():
-        if not line.strip():
-            continue
-        parts = line.split("|", 7)
-        if len(parts) != 8:
-            continue
+    for parts in _rows(stdout):
         job_id, raw, exit_text, nodes, elapsed, limit, partition, name = parts
         if "." in job_id:  # a step row slipped in (no -X): not a job
             continue
