@@ -21,8 +21,9 @@ def check_inputs(req: JobRequest) -> None:
         if not image.exists():
             raise ValidationError(
                 f"image: '{req.image}' does not exist",
-                hint="build it first: hpcdl build containers/pytorch-horovod-cpu.yaml "
-                f"-o {req.image}",
+                hint=f"build it first: hpcdl build pytorch-horovod-cpu -o {req.image} "
+                f"(in a checkout, scripts/build-image.sh -o {req.image} also fills the "
+                "wheelhouse the CPU spec installs from)",
             )
     if req.data and not req.command:
         data = Path(req.data).expanduser()
