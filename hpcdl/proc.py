@@ -7,8 +7,10 @@ and the tool's own message.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -111,6 +113,9 @@ def stream(
             env=_env(env),
             cwd=cwd,
             bufsize=1,
+            # Its own process group, so an interrupt can stop everything it started
+            # (a build's helpers, a shell's background jobs), not only the direct child.
+            start_new_session=True,
         )
     except FileNotFoundError as exc:
         raise error_cls(f"{argv[0]}: command not found", argv=argv, returncode=127) from exc
@@ -122,8 +127,9 @@ def stream(
                 on_line(line)
         rc = proc.wait(timeout=timeout)
     except BaseException:
-        # Interrupted (Ctrl-C, timeout): never leave the child running.
-        proc.kill()
+        # Interrupted (Ctrl-C, timeout, a failing callback): never leave anything running.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
     output = "".join(lines)
