@@ -18,6 +18,7 @@ set -euo pipefail
 export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-2}"
 export OMP_NUM_THREADS=1
 export OMP_PROC_BIND=false
+export OMPI_MCA_mpi_yield_when_idle=1
 export MASTER_ADDR=127.0.0.1
 export NCCL_SOCKET_IFNAME=ib0
 export HPCDL_JOB_NAME='resnet50 ddp'
