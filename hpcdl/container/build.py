@@ -209,6 +209,7 @@ def plan_build(
         files = files_of_definition(text, workdir)
         hash_text = text
         source = str(path)
+        compression = None
     else:
         spec_path = find_spec(ref)
         spec = load_spec(spec_path)
@@ -221,6 +222,7 @@ def plan_build(
         name = spec.name
         hash_text = render_definition(spec, HASH_CONTEXT).text
         source = str(spec_path)
+        compression = spec.compression
 
     out = Path(output).expanduser() if output else default_output(name, sandbox)
     out = out.absolute()
@@ -231,6 +233,10 @@ def plan_build(
         options.append("--fakeroot")
     if remote:
         options.append("--remote")
+    # A directory (--sandbox) image is not compressed at all.
+    squash = [f"-comp {compression}"] if compression and not sandbox else []
+    if squash:
+        options += ["--mksquashfs-args", squash[0]]
     options.extend(extra_options)
 
     inputs = files + _localimage_source(text, workdir)
@@ -241,7 +247,7 @@ def plan_build(
     digest = content_hash(
         hash_text,
         inputs,
-        options=["sandbox"] if sandbox else [],
+        options=(["sandbox"] if sandbox else []) + squash,
         previous=previous_digests(record),
     )
     up_to_date = bool(

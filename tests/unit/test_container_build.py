@@ -43,7 +43,8 @@ def test_plan_defaults_to_cache_images(cache: Path) -> None:
     assert (str(cache / "wheelhouse"), "/opt/wheelhouse") in plan.files
     assert not plan.up_to_date and plan.reasons == (f"{plan.output} does not exist",)
     argv = plan.argv("apptainer", "/t/x.sif", "/t/x.def")
-    assert argv == ["apptainer", "build", "/t/x.sif", "/t/x.def"]
+    assert argv == ["apptainer", "build", "--mksquashfs-args", "-comp lz4", "/t/x.sif",
+                    "/t/x.def"]
 
 
 def test_options_reach_the_argv(cache: Path, tmp_path: Path) -> None:
@@ -174,3 +175,22 @@ def test_gpu_spec_renders_for_build_planning(tmp_path: Path, monkeypatch) -> Non
     plan = plan_build("pytorch-horovod-gpu")
     assert "From: nvcr.io/nvidia/pytorch:24.10-py3" in plan.definition
     assert load_spec(find_spec("pytorch-horovod-gpu")).gpu
+
+
+def test_spec_compression_reaches_mksquashfs_and_the_hash(cache: Path, tmp_path: Path) -> None:
+    spec = find_spec("pytorch-horovod-cpu")
+    assert load_spec(spec).compression == "lz4"
+    plan = plan_build("pytorch-horovod-cpu", output=tmp_path / "o.sif")
+    argv = plan.argv("apptainer", "t.sif", "d.def")
+    assert argv[2:4] == ["--mksquashfs-args", "-comp lz4"]
+    assert plan.record["options"] == ["-comp lz4"]
+    # Another codec is another image: the content hash changes, with a reason.
+    other = tmp_path / "other.yaml"
+    other.write_text(spec.read_text().replace("compression: lz4", "compression: zstd"))
+    zstd = plan_build(str(other), output=tmp_path / "o.sif")
+    assert zstd.argv("apptainer", "t", "d")[3] == "-comp zstd"
+    assert zstd.content_hash != plan.content_hash
+    # A directory image is not squashed: no mksquashfs arguments.
+    assert "--mksquashfs-args" not in plan_build("pytorch-horovod-cpu", sandbox=True).argv_options
+    # The GPU spec keeps the runtime's default codec.
+    assert "--mksquashfs-args" not in plan_build("pytorch-horovod-gpu", output=tmp_path / "g.sif").argv_options
