@@ -11,6 +11,7 @@ from hpcdl.container.doctor import (
     Verdict,
     parse_horovod_cb,
     parse_mpi_version,
+    parse_shared_loop_devices,
     parse_srun_mpi_list,
     verdicts,
 )
@@ -210,3 +211,17 @@ def test_missing_image_is_a_problem() -> None:
 def test_cpu_image_on_gpu_host_warns() -> None:
     vs = verdicts(host(gpus=["A100"], driver_version="550", driver_cuda="12.4"), image())
     assert "GPUs" in levels(vs)["warning"]
+
+
+def test_shared_loop_devices_parsed_and_judged() -> None:
+    conf = ("# SHARED LOOP DEVICES: [BOOL]\n# shared loop devices = yes\n"
+            "shared loop devices = no\n")
+    assert parse_shared_loop_devices(conf) is False
+    assert parse_shared_loop_devices(conf.replace("= no", "= yes")) is True
+    assert parse_shared_loop_devices("# nothing set\n") is False  # Apptainer's default
+    warned = [v for v in verdicts(host(shared_loop_devices=False)) if v.topic == "image mounts"]
+    assert [v.level for v in warned] == ["warning"]
+    assert "shared loop devices = yes" in (warned[0].fix or "")
+    ok = [v for v in verdicts(host(shared_loop_devices=True)) if v.topic == "image mounts"]
+    assert [v.level for v in ok] == ["ok"]
+    assert not [v for v in verdicts(host()) if v.topic == "image mounts"]  # unreadable: silent
