@@ -86,7 +86,7 @@ def main() -> int:
     if not shutil.which("sbatch"):
         print("sbatch not found: start the sandbox first (scripts/sandbox.sh up)", file=sys.stderr)
         return 1
-    if not args.image.is_file():
+    if not args.image.exists():  # a SIF file, or a --sandbox directory image
         print(f"no image at {args.image}: scripts/build-image.sh builds it", file=sys.stderr)
         return 1
 
