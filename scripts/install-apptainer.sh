@@ -88,9 +88,9 @@ remove_old_wrappers() {
 
 # Ranks on one node should share one mount of the image. With a loop device each, every
 # rank decompresses and caches its own copy of torch's libraries: CPU time at start-up,
-# and N copies of the same code in the CPU caches. Measured with bench/bench_e2e.py
-# (Horovod, 4 ranks on the sandbox): container/native throughput 0.83 -> 1.03 median,
-# submit -> first step 7.8 s -> 6.3 s (native 5.6-6.3 s).
+# and N copies of the same code in memory. Measured with bench/bench_e2e.py (Horovod,
+# 4 ranks on the sandbox): first training step 1.7-2.2 s after native without it,
+# 0.0-1.4 s with it; throughput 0.83-0.92x native without, 0.89-1.04x with (noisy).
 configure() {
     local conf=/etc/apptainer/apptainer.conf
     [ -f "$conf" ] || die "no $conf after install"
