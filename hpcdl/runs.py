@@ -20,13 +20,13 @@ import json
 import os
 import re
 import secrets
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from hpcdl.atomic import write_atomic, write_json_atomic
 from hpcdl.container.hashing import read_record, sidecar
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
@@ -62,30 +62,11 @@ def create_run_dir(job_name: str, root: Path | None = None) -> Path:
     raise OSError(f"could not create a unique run directory under {base}")
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same directory + rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
 def write_plan(run_dir: Path, script: str, plan: dict[str, Any]) -> Path:
     """job.sbatch + plan.json; returns the script's path."""
     script_path = run_dir / "job.sbatch"
     write_atomic(script_path, script, mode=0o755)
-    write_json(run_dir / "plan.json", plan)
+    write_json_atomic(run_dir / "plan.json", plan)
     return script_path
 
 
@@ -112,14 +93,14 @@ def record_inputs(run_dir: Path, profile: dict[str, Any], image: str | None) -> 
         info["content_hash"] = None
         info["note"] = ("no `hpcdl build` record beside the image; "
                         "`apptainer inspect --deffile IMAGE` shows its definition")
-    write_json(run_dir / "image.json", info)
+    write_json_atomic(run_dir / "image.json", info)
     definition = sidecar(path, ".def")
     if record and definition.is_file():
         write_atomic(run_dir / "image.def", definition.read_text(encoding="utf-8"))
 
 
 def record_submission(run_dir: Path, job_id: str, argv: list[str]) -> None:
-    write_json(run_dir / "job.json", {
+    write_json_atomic(run_dir / "job.json", {
         "job_id": job_id,
         "argv": argv,
         "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -127,7 +108,7 @@ def record_submission(run_dir: Path, job_id: str, argv: list[str]) -> None:
 
 
 def write_result(run_dir: Path, result: dict[str, Any]) -> None:
-    write_json(run_dir / "result.json", result)
+    write_json_atomic(run_dir / "result.json", result)
 
 
 def log_paths(run_dir: Path, job_id: str) -> tuple[Path, Path]:

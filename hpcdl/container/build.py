@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl import proc
+from hpcdl.atomic import write_json_atomic
 from hpcdl.container.hashing import (
     content_hash,
     previous_digests,
     read_record,
     sidecar,
-    write_json_atomic,
 )
 from hpcdl.container.render import RenderContext, cache_dir, render_definition
 from hpcdl.container.runtime import Runtime, find_runtime, runtime_env

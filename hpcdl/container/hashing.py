@@ -136,9 +136,3 @@ def previous_digests(record: Mapping[str, Any] | None) -> dict[str, FileDigest]:
         except (KeyError, TypeError, ValueError):
             continue
     return out
-
-
-def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from hpcdl.atomic import write_json_atomic
 from hpcdl.cli import cli
 from hpcdl.container.build import execute, plan_build
-from hpcdl.container.hashing import write_json_atomic
 from hpcdl.container.runtime import find_runtime
 from hpcdl.container.spec import find_spec, load_spec
 from hpcdl.errors import BuildError, ToolError, UserInputError

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from hpcdl.atomic import write_json_atomic
 from hpcdl.container.build import files_of_definition, rebuild_reasons
 from hpcdl.container.hashing import (
     FileDigest,
     content_hash,
     previous_digests,
     read_record,
-    write_json_atomic,
 )
 
 

@@ -1,0 +1,32 @@
+"""Writing files so that a reader (or a crash) never sees half of one: a temp file in
+the same directory, flushed to disk, then renamed over the target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` through a temp file in the same directory + rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """``data`` as indented, key-sorted JSON, written atomically."""
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
