@@ -186,12 +186,19 @@ def exit_status(status: JobStatus) -> int:
     return 0 if status.state == COMPLETED else 1
 
 
-def tail(path: Path, lines: int = 20) -> list[str]:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
-    return text.splitlines()[-lines:]
+@dataclasses.dataclass(frozen=True)
+class JobLogs:
+    """A finished job's stdout and stderr, read once for result.json and the report."""
+
+    out_path: Path
+    err_path: Path
+    out: str
+    err: str
+
+    @classmethod
+    def read(cls, run_dir: Path, job_id: str) -> JobLogs:
+        out, err = runs.log_paths(run_dir, job_id)
+        return cls(out, err, _read(out), _read(err))
 
 
 def _read(path: Path) -> str:
@@ -201,28 +208,27 @@ def _read(path: Path) -> str:
         return ""
 
 
-def result_record(status: JobStatus, run_dir: Path) -> dict[str, Any]:
+def result_record(status: JobStatus, logs: JobLogs) -> dict[str, Any]:
     """result.json: the final status, the example's hpcdl_result line and rank table
     (if any), and the ranks srun saw fail.
     """
-    out, err = runs.log_paths(run_dir, status.job_id)
-    log, errors = _read(out), _read(err)
-    return {**status.to_dict(), "stdout": str(out), "stderr": str(err),
-            "hpcdl_result": parse_result(log), "ranks": parse_rank_table(log),
-            "failed_ranks": failed_ranks(errors)}
+    return {**status.to_dict(), "stdout": str(logs.out_path), "stderr": str(logs.err_path),
+            "hpcdl_result": parse_result(logs.out), "ranks": parse_rank_table(logs.out),
+            "failed_ranks": failed_ranks(logs.err)}
 
 
-def report(status: JobStatus, run_dir: Path, record: dict[str, Any], echo: Echo) -> None:
+def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: dict[str, Any],
+           echo: Echo, tail_lines: int = 20) -> None:
     """What a user reads once the job ended: state and exit code, the log's tail, which
     rank crashed and its last lines (on failure), and the result table (on success).
     """
     echo(f"job {status.job_id}: {status.state} (Slurm {status.slurm_state}), "
          f"exit code {status.exit_code if status.exit_code is not None else '?'}"
          f"{', signal ' + str(status.signal) if status.signal else ''}, elapsed {status.elapsed}")
-    out, err = runs.log_paths(run_dir, status.job_id)
-    crashed = [] if status.state == COMPLETED else describe_failures(_read(out), _read(err))
-    for label, path in (("stdout", out), ("stderr", err)):
-        lines = tail(path)
+    crashed = [] if status.state == COMPLETED else describe_failures(logs.out, logs.err)
+    for label, path, text in (("stdout", logs.out_path, logs.out),
+                              ("stderr", logs.err_path, logs.err)):
+        lines = text.splitlines()[-tail_lines:]
         if lines and (label == "stdout" or (status.state != COMPLETED and not crashed)):
             echo(f"--- last {len(lines)} lines of {label} ({path}) ---")
             for line in lines:
@@ -231,7 +237,7 @@ def report(status: JobStatus, run_dir: Path, record: dict[str, Any], echo: Echo)
         echo(f"--- the job failed: {crashed[0]} ---")
         for line in crashed[1:]:
             echo(line)
-        echo(f"full logs: hpcdl logs {status.job_id} (or {err})")
+        echo(f"full logs: hpcdl logs {status.job_id} (or {logs.err_path})")
     if record.get("hpcdl_result"):
         echo(f"--- result ({run_dir / 'result.json'}) ---")
         echo(format_result_table(record["hpcdl_result"], record.get("ranks")))
@@ -258,13 +264,14 @@ def submit_request(profile: Profile, request: JobRequest, plan: JobPlan, *, wait
             echo(json.dumps(info))
         return 0
     final = follow(sub.job_id, echo=echo if not as_json else _quiet, timeout=timeout)
-    record = result_record(final, sub.run_dir)
+    logs = JobLogs.read(sub.run_dir, sub.job_id)
+    record = result_record(final, logs)
     runs.write_result(sub.run_dir, record)
     code = exit_status(final)
     if as_json:
         echo(json.dumps({**info, **record, "exit_status": code}))
         return code
-    report(final, sub.run_dir, record, echo)
+    report(final, sub.run_dir, logs, record, echo)
     return code
 
 
