@@ -234,9 +234,9 @@ def plan_build(
     if remote:
         options.append("--remote")
     # A directory (--sandbox) image is not compressed at all.
-    squash = [f"-comp {compression}"] if compression and not sandbox else []
+    squash = f"-comp {compression}" if compression and not sandbox else None
     if squash:
-        options += ["--mksquashfs-args", squash[0]]
+        options += ["--mksquashfs-args", squash]
     options.extend(extra_options)
 
     inputs = files + _localimage_source(text, workdir)
@@ -247,7 +247,7 @@ def plan_build(
     digest = content_hash(
         hash_text,
         inputs,
-        options=(["sandbox"] if sandbox else []) + squash,
+        options=(["sandbox"] if sandbox else []) + ([squash] if squash else []),
         previous=previous_digests(record),
     )
     up_to_date = bool(

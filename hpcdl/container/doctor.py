@@ -7,6 +7,7 @@ every rule is unit-tested on crafted facts. Each problem comes with its fix.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -352,11 +353,9 @@ def host_facts(binary: str | None = None) -> HostFacts:
     try:
         rt = find_runtime(binary)
         f.runtime, f.runtime_version, f.runtime_path = rt.name, rt.version, rt.path
-        try:
+        with contextlib.suppress(OSError):  # unreadable config: the fact stays unknown
             conf = _runtime_conf(rt.name, rt.path).read_text(encoding="utf-8")
             f.shared_loop_devices = parse_shared_loop_devices(conf)
-        except OSError:
-            f.shared_loop_devices = None
     except ToolError as err:
         f.runtime_error = err.message
     for tool in ("sbatch", "srun", "squeue", "sinfo", "sacct", "scontrol"):
