@@ -18,7 +18,9 @@ hpcdl.launch.world). What it does, as the Horovod/DDP tutorials teach:
 * data-loader workers from SLURM_CPUS_PER_TASK; --stage-to copies the dataset to
   node-local disk once per node.
 
-Rank 0 prints one line per epoch and, last, ``{"hpcdl_result": {...}}``. Every rank
+Rank 0 prints one line per epoch and, last, ``{"hpcdl_result": {...}}``, which also
+carries the mean step time and the share of it spent waiting for gradient
+synchronisation (``sync_share``; see trainkit/dist.py for how). Every rank
 prints ``hpcdl_rank_checksum rank=R host=H checksum=C`` (its final weights' hash).
 
 Quick CPU try:
@@ -228,7 +230,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from torch.utils.data import DataLoader, Subset
     from trainkit.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from trainkit.data import ResumableDistributedSampler, even_shard
-    from trainkit.dist import init_backend
+    from trainkit.dist import init_backend, sync_figures
     from trainkit.metrics import param_checksum, topk_correct
     from trainkit.resnet import build_model
     from trainkit.schedule import lr_at, scaled_lr
@@ -387,6 +389,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     top1 = top5 = None
     timed_images = 0
     timed_seconds = 0.0
+    timed_sync = 0.0  # of timed_seconds, waiting for gradient synchronisation
     steps_this_run = 0
     n_chunks = args.batches_per_allreduce
     while progress.epoch < args.epochs and progress.global_step < total_steps:
@@ -443,7 +446,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     ],
                     dtype=torch.float64,
                 )
-            backend.synchronize_then_step(optimizer, scaler)
+            sync_seconds = backend.synchronize_then_step(optimizer, scaler)
             progress.step_in_epoch += 1
             progress.global_step += 1
             steps_this_run += 1
@@ -453,6 +456,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if steps_this_run > 1:
                 timed_images += loader_batch * size
                 timed_seconds += time.monotonic() - step_start
+                timed_sync += sync_seconds
             if args.log_every and progress.global_step % args.log_every == 0:
                 log(
                     rank,
@@ -493,6 +497,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"hpcdl_rank_checksum rank={rank} host={host} checksum={checksum}", flush=True)
     everyone = backend.allgather_object(checksum, name="final_checksum")
     images_per_sec = timed_images / timed_seconds if timed_seconds > 0 else None
+    timed_steps = max(0, steps_this_run - 1)
+    sync = sync_figures(backend, timed_steps, timed_seconds, timed_sync)
     result = {
         "backend": args.backend,
         "arch": args.arch,
@@ -507,6 +513,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "images_per_sec": round(images_per_sec, 2) if images_per_sec else None,
         "images_per_sec_per_rank": round(images_per_sec / size, 2) if images_per_sec else None,
         "epoch_times": progress.epoch_times,
+        **sync,
         "final_loss": final_loss,
         "top1": top1,
         "top5": top5,

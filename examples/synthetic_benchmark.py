@@ -8,7 +8,8 @@ No input pipeline is involved: this measures compute plus gradient allreduce.
       --image-size 32 --batch-size 16 --threads 1
   horovodrun -np 2 python3 examples/synthetic_benchmark.py --backend horovod --model resnet18
 
-Rank 0 prints a line per iteration and, last, ``{"hpcdl_result": {...}}``.
+Rank 0 prints a line per iteration and, last, ``{"hpcdl_result": {...}}`` (with the
+share of step time spent waiting for gradient synchronisation, ``sync_share``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> dict[str, Any] | None:
     import torch
     import torch.nn.functional as F
-    from trainkit.dist import Backend, init_backend
+    from trainkit.dist import Backend, init_backend, sync_figures
     from trainkit.resnet import build_model
 
     if args.threads:
@@ -79,12 +80,12 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     data = data.contiguous(memory_format=fmt)
     target = torch.randint(args.num_classes, (args.batch_size,), device=device)
 
-    def step() -> None:
+    def step() -> float:
         optimizer.zero_grad()
         with torch.autocast(device.type, enabled=use_amp):
             loss = F.cross_entropy(train_model(data), target)
         (scaler.scale(loss) if scaler is not None else loss).backward()
-        backend.synchronize_then_step(optimizer, scaler)
+        return backend.synchronize_then_step(optimizer, scaler)
 
     def log(msg: str) -> None:
         if rank == 0:
@@ -98,13 +99,16 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     for _ in range(args.num_warmup_batches):
         step()
     rates = []
+    timed_seconds = timed_sync = 0.0
     for i in range(args.num_iters):
         start = time.perf_counter()
         for _ in range(args.num_batches_per_iter):
-            step()
+            timed_sync += step()
         if cuda:
             torch.cuda.synchronize()
-        rate = args.batch_size * args.num_batches_per_iter / (time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        timed_seconds += seconds
+        rate = args.batch_size * args.num_batches_per_iter / seconds
         rates.append(rate)
         log(f"iter #{i}: {rate:.1f} img/sec per rank")
     mean = statistics.fmean(rates)
@@ -113,6 +117,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     log(f"total img/sec on {size} rank(s): {size * mean:.1f} +- {size * conf:.1f}")
     # Ranks may differ: report the allreduced total, not rank 0's rate times size.
     total = backend.allreduce_sum(torch.tensor([mean], dtype=torch.float64), name="bench.total")
+    sync = sync_figures(backend, args.num_iters * args.num_batches_per_iter, timed_seconds, timed_sync)
     result = {
         "backend": args.backend,
         "arch": args.model,
@@ -126,6 +131,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         "images_per_sec_per_rank": round(float(total[0]) / size, 2),
         "rank0_images_per_sec_ci95": round(conf, 2),
         "iterations": [round(r, 2) for r in rates],
+        **sync,
     }
     backend.barrier()
     backend.shutdown()

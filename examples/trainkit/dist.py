@@ -3,6 +3,13 @@
 The training script calls the same methods whichever backend it runs on; each
 method maps to that backend's idiomatic call (hvd.DistributedOptimizer vs
 DistributedDataParallel, hvd.broadcast_* vs torch.distributed.broadcast, ...).
+
+``synchronize_then_step`` returns the seconds the step spent waiting for gradient
+synchronisation: the part of the allreduce that did not overlap with the backward
+pass. Horovod: the wait in ``optimizer.synchronize()`` (its allreduces start from
+backward hooks). DDP: from the moment the last gradient bucket was ready to the
+moment the last bucket's allreduce finished (a comm hook timestamps both).
+No profiler and no timeline is needed, so it runs in every job.
 """
 
 from __future__ import annotations
@@ -11,7 +18,8 @@ import contextlib
 import datetime
 import os
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -66,13 +74,13 @@ class Backend:
     def no_sync(self, model: nn.Module) -> Iterator[None]:
         yield
 
-    def synchronize_then_step(self, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
-        """optimizer.step(), going through the AMP GradScaler when there is one."""
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.step(optimizer)
-            scaler.update()
+    def synchronize_then_step(self, optimizer: torch.optim.Optimizer, scaler: Any) -> float:
+        """optimizer.step(), going through the AMP GradScaler when there is one.
+
+        Returns the seconds spent waiting for gradient synchronisation (none here).
+        """
+        _step(optimizer, scaler)
+        return 0.0
 
     def barrier(self) -> None:
         pass
@@ -137,16 +145,18 @@ class HorovodBackend(Backend):
     def allgather_object(self, obj: Any, name: str) -> list[Any]:
         return list(self.hvd.allgather_object(obj, name=name))
 
-    def synchronize_then_step(self, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
-        if scaler is None:
-            optimizer.step()
-            return
-        # AMP with Horovod: finish the allreduce, unscale, then step without a second sync.
+    def synchronize_then_step(self, optimizer: torch.optim.Optimizer, scaler: Any) -> float:
+        # Finish the allreduces explicitly (timed), then step without a second sync;
+        # AMP unscales in between, as Horovod's docs show for gradient clipping.
+        clock = _WallClock(self.device)
+        start = clock.now()  # on CUDA after the backward kernels have finished
         optimizer.synchronize()  # type: ignore[attr-defined]
-        scaler.unscale_(optimizer)
+        waited = clock.now() - start
+        if scaler is not None:
+            scaler.unscale_(optimizer)
         with optimizer.skip_synchronize():  # type: ignore[attr-defined]
-            scaler.step(optimizer)
-        scaler.update()
+            _step(optimizer, scaler)
+        return waited
 
     def barrier(self) -> None:
         self.hvd.barrier()
@@ -190,15 +200,22 @@ class DDPBackend(Backend):
         fp16_allreduce: bool,
         batches_per_allreduce: int,
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         # Bucketing left at its default (25 MB buckets, overlapping with backward).
         ddp = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        if fp16_allreduce:
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        # The same allreduce DDP does by default (or the fp16 one), wrapped to timestamp it.
+        inner = default_hooks.fp16_compress_hook if fp16_allreduce else default_hooks.allreduce_hook
+        self.buckets = BucketTimes(self.device)
+        ddp.register_comm_hook(None, self.buckets.timed(inner))
         return ddp, optimizer
+
+    def synchronize_then_step(self, optimizer: torch.optim.Optimizer, scaler: Any) -> float:
+        # DDP has already waited for its allreduces at the end of backward().
+        waited = self.buckets.take_wait()
+        _step(optimizer, scaler)
+        return waited
 
     def _broadcast_object(self, obj: Any) -> Any:
         box = [obj if self.rank == 0 else None]
@@ -239,6 +256,80 @@ class DDPBackend(Backend):
         self.dist.destroy_process_group()
 
 
+def _step(optimizer: torch.optim.Optimizer, scaler: Any) -> None:
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)
+        scaler.update()
+
+
+class _WallClock:
+    """Seconds on the host clock; on CUDA it first waits for the queued kernels, so a
+    difference covers GPU work done in between, not only its launch."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+
+class BucketTimes:
+    """When DDP handed its last gradient bucket to the allreduce, and when the
+    allreduces finished, per backward pass.
+
+    DDP launches a bucket's allreduce as soon as its gradients are ready, while
+    backward goes on; the last bucket is ready when backward's compute ends. What is
+    left after that point is the synchronisation the step waited for. On CUDA the
+    marks are CUDA events (a future's callback runs when the work is queued there,
+    not done); on CPU, host time.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.last_ready: Any = None
+        self.finished: list[Any] = []
+
+    def _mark(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def _seconds(self, start: Any, end: Any) -> float:
+        if not self.cuda:
+            return float(end - start)
+        end.synchronize()
+        return float(start.elapsed_time(end)) / 1000.0
+
+    def timed(self, inner: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        """A DDP comm hook that runs ``inner`` (a default hook) and timestamps it."""
+
+        def hook(state: Any, bucket: Any) -> Any:
+            self.last_ready = self._mark()
+
+            def done(fut: Any) -> Any:
+                self.finished.append(self._mark())
+                return fut.value()
+
+            return inner(None, bucket).then(done)
+
+        return hook
+
+    def take_wait(self) -> float:
+        """Seconds from the last bucket ready to the last allreduce done, since the
+        previous call (0 when this step did not communicate)."""
+        if self.last_ready is None or not self.finished:
+            return 0.0
+        waited = max(self._seconds(self.last_ready, end) for end in self.finished)
+        self.last_ready, self.finished = None, []
+        return max(0.0, waited)
+
+
 def _check_resolves(world: World) -> None:
     """Fail in one line instead of letting env:// init retry an unknown host for minutes.
 
@@ -253,6 +344,24 @@ def _check_resolves(world: World) -> None:
             f"{socket.gethostname()}",
             hint="export MASTER_ADDR=<address of rank 0's node> before launching",
         ) from None
+
+
+def sync_figures(backend: Backend, steps: int, step_seconds: float, sync_seconds: float) -> dict[str, Any]:
+    """Step time and its gradient-synchronisation share, averaged over the ranks (a
+    collective: every rank calls it). ``steps`` timed steps took ``step_seconds`` on
+    this rank, of which ``sync_seconds`` were spent waiting for the allreduce."""
+    totals = backend.allreduce_sum(
+        torch.tensor([step_seconds, sync_seconds], dtype=torch.float64), name="sync_figures"
+    )
+    step_total, sync_total = float(totals[0]), float(totals[1])
+    if steps < 1 or step_total <= 0:
+        return {"step_seconds": None, "sync_seconds": None, "sync_share": None}
+    per_rank_steps = steps * backend.size
+    return {
+        "step_seconds": round(step_total / per_rank_steps, 6),
+        "sync_seconds": round(sync_total / per_rank_steps, 6),
+        "sync_share": round(sync_total / step_total, 4),
+    }
 
 
 def init_backend(name: str, timeout_s: float = 600) -> Backend:
