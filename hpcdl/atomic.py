@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same directory + rename."""
+def write_atomic(path: Path, content: str | bytes, mode: int = 0o644) -> None:
+    """Write ``content`` (text as UTF-8, or bytes) to ``path`` through a temp file in
+    the same directory + rename."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)

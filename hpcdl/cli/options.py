@@ -39,3 +39,26 @@ def request_options(func):  # type: ignore[no-untyped-def]
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def example_options(func):  # type: ignore[no-untyped-def]
+    """Where and on what the bundled example runs (submit, scale)."""
+    options = [
+        click.option("--image", metavar="SIF", help="Run inside this Apptainer/Singularity image."),
+        click.option("--env", "-e", "env", multiple=True, metavar="KEY=VALUE",
+                     help="Export a variable to every rank (repeatable). Values are passed verbatim."),
+        click.option("--bind", "-B", "binds", multiple=True, metavar="SRC[:DST]",
+                     help="Bind a host path into the container (repeatable)."),
+        click.option("--data", metavar="DIR",
+                     help="ImageNet-format dataset for the bundled example (default: the "
+                          "profile's, else synthetic data)."),
+        click.option("--synthetic", is_flag=True,
+                     help="Bundled example on generated images (no dataset), even when the "
+                          "profile names one."),
+        click.option("--example-arg", "-X", "example_args", multiple=True, metavar="ARG",
+                     help="Extra argument for the bundled example (repeatable), e.g. "
+                          "-X --arch=resnet18 -X --max-steps=20."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func

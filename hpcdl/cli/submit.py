@@ -6,7 +6,7 @@ import json
 
 import click
 
-from hpcdl.cli.options import parse_env, request_options
+from hpcdl.cli.options import example_options, parse_env, request_options
 from hpcdl.plan import BACKENDS, JobRequest, build_plan
 from hpcdl.preflight import check_inputs
 from hpcdl.profiles import load_profile
@@ -14,22 +14,9 @@ from hpcdl.profiles import load_profile
 
 @click.command(context_settings={"ignore_unknown_options": False})
 @request_options
-@click.option("--image", metavar="SIF", help="Run inside this Apptainer/Singularity image.")
 @click.option("--backend", type=click.Choice(BACKENDS), default="horovod", show_default=True,
               help="Distributed backend of the bundled example.")
-@click.option("--env", "-e", "env", multiple=True, metavar="KEY=VALUE",
-              help="Export a variable to every rank (repeatable). Values are passed verbatim.")
-@click.option("--bind", "-B", "binds", multiple=True, metavar="SRC[:DST]",
-              help="Bind a host path into the container (repeatable).")
-@click.option("--data", metavar="DIR",
-              help="ImageNet-format dataset for the bundled example (default: the profile's, "
-                   "else synthetic data).")
-@click.option("--synthetic", is_flag=True,
-              help="Bundled example on generated images (no dataset), even when the profile "
-                   "names one.")
-@click.option("--example-arg", "-X", "example_args", multiple=True, metavar="ARG",
-              help="Extra argument for the bundled example (repeatable), e.g. "
-                   "-X --arch=resnet18 -X --max-steps=20.")
+@example_options
 @click.option("--dry-run", is_flag=True, help="Print the script (or with --json the plan); write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--wait", "-w", is_flag=True,

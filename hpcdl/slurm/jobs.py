@@ -104,12 +104,16 @@ class Submitted:
 
 
 def submit_plan(profile: Profile, request: JobRequest, plan: JobPlan, *,
-                live_check: bool | None = None) -> Submitted:
+                live_check: bool | None = None, runs_under: Path | None = None,
+                run_name: str | None = None, sbatch_options: tuple[str, ...] = ()) -> Submitted:
     """Live check, run directory, sbatch. Returns the job id and run directory.
 
     ``plan`` was validated with ``run_dir=None``; it is planned again with the run
-    directory so #SBATCH --output/--error point into it. Raises ValidationError
-    (live check), SubmitError (sbatch refused), ToolError (Slurm unreachable).
+    directory so #SBATCH --output/--error point into it. The run directory goes
+    under ``runs_under`` (default: runs_root()) and is named after ``run_name``
+    (default: the job name); ``sbatch_options`` go on sbatch's command line (a
+    sweep's --dependency=singleton). Raises ValidationError (live check),
+    SubmitError (sbatch refused), ToolError (Slurm unreachable).
     """
     if not slurm_available():
         raise ToolError("sbatch: Slurm's commands are not on PATH",
@@ -122,11 +126,12 @@ def submit_plan(profile: Profile, request: JobRequest, plan: JobPlan, *,
             warnings = livecheck.check_plan(profile, plan)
         except ToolError as err:
             raise _unreachable(err, profile) from err
-    run_dir = runs.create_run_dir(plan.job_name)
+    run_dir = runs.create_run_dir(run_name or plan.job_name, root=runs_under)
     final = build_plan(profile, dataclasses.replace(request, run_dir=str(run_dir)))
     script = runs.write_plan(run_dir, final.script, final.to_dict())
     runs.record_inputs(run_dir, profile.model_dump(mode="json"), request.image)
     argv = final.sbatch_argv(script)
+    argv[-1:-1] = sbatch_options
     try:
         job_id = sbatch(argv)
     except SubmitError as err:
