@@ -1,0 +1,202 @@
+"""`hpcdl scale` (submit a scaling sweep, optionally follow it) and `hpcdl results`
+(the scaling table of a sweep or run directory, as text, JSON or CSV, and a plot)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hpcdl.cli.options import example_options, parse_env
+from hpcdl.errors import ValidationError
+from hpcdl.plan import JobRequest
+from hpcdl.preflight import check_inputs
+from hpcdl.profiles import load_profile
+from hpcdl.scaling import Row, format_table, rows_from_csv, rows_from_json, to_csv, to_json
+from hpcdl.sweep import (
+    check_base,
+    default_job_name,
+    expand,
+    new_sweep_id,
+    parse_backends,
+    parse_int_list,
+    plan_points,
+)
+
+# Files `hpcdl scale --wait` leaves in the sweep directory beside sweep.json.
+RESULT_FILES = ("results.json", "results.csv", "scaling.png")
+
+
+@click.command()
+@click.option("--profile", "-p", "profile", metavar="NAME|PATH",
+              help="Cluster profile (default: $HPCDL_PROFILE). See `hpcdl profiles list`.")
+@click.option("--partition", metavar="NAME",
+              help="Partition for every point; default: the smallest one that fits each.")
+@click.option("--nodes", "-N", "nodes_text", default="1", show_default=True, metavar="LIST",
+              help="Node counts to sweep, comma-separated (e.g. 1,2,4).")
+@click.option("--gpus", "-G", "gpus_text", required=True, metavar="LIST",
+              help="GPUs per node to sweep (one rank per GPU), e.g. 1,2,4.")
+@click.option("--backend", "backends_text", default="horovod", show_default=True,
+              metavar="LIST", help="Backends to sweep: horovod, ddp or horovod,ddp.")
+@click.option("--batch-size", "batch_text", metavar="LIST",
+              help="Per-rank batch sizes to sweep (default: the example's 32).")
+@click.option("--time", "-t", metavar="HH:MM:SS", help="Wall time limit of each point's job.")
+@click.option("--cpus-per-task", "-c", type=int,
+              help="CPUs per rank; default: the node's CPUs shared between its GPUs.")
+@click.option("--job-name", "-J", help="Job name the points share (default: hpcdl-scale-<id>).")
+@click.option("--template", type=click.Path(dir_okay=False),
+              help="Use this Jinja2 template instead of the bundled one.")
+@example_options
+@click.option("--concurrent", is_flag=True,
+              help="Let the points run at the same time (default: one after another, via "
+                   "Slurm's singleton dependency, so they do not time each other).")
+@click.option("--dry-run", is_flag=True, help="Show the points and their partitions; submit nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--wait", "-w", is_flag=True,
+              help="Follow every point to its end, then print the table and write results.json, "
+                   "results.csv and scaling.png into the sweep directory.")
+def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text: str,
+          backends_text: str, batch_text: str | None, time: str | None,
+          cpus_per_task: int | None, job_name: str | None, template: str | None,
+          image: str | None, env: tuple[str, ...], binds: tuple[str, ...], data: str | None,
+          synthetic: bool, example_args: tuple[str, ...], concurrent: bool, dry_run: bool,
+          as_json: bool, wait: bool) -> None:
+    """Run the bundled example at every point of a scaling sweep.
+
+    One job per combination of --backend, --batch-size, --nodes and --gpus, all with
+    the same settings. Every point is checked against the profile before anything
+    is submitted (exit 2 naming the point, the field and the limit). The jobs go
+    into one sweep directory under $HPCDL_RUNS (default ./runs); `hpcdl results`
+    turns it into a speedup/efficiency table and plot at any time.
+
+    \b
+    Examples:
+      hpcdl scale -p sandbox -N 1,2 -G 1,2 --backend horovod,ddp --synthetic \\
+          --image img.sif -c 1 -X --arch=resnet18 -X --max-steps=20 --wait
+      hpcdl scale -p taurus -N 1,2,4 -G 1,2,4 --batch-size 32,64 --dry-run
+    """
+    nodes = parse_int_list("nodes", nodes_text)
+    gpus = parse_int_list("gpus", gpus_text, minimum=0)
+    backends = parse_backends(backends_text)
+    batches = parse_int_list("batch-size", batch_text) if batch_text else None
+    prof = load_profile(profile)
+    sweep_id = new_sweep_id()
+    base = JobRequest(partition=partition, time=time, cpus_per_task=cpus_per_task,
+                      job_name=job_name or default_job_name(sweep_id), image=image,
+                      env=parse_env(env), binds=binds, data=data, synthetic=synthetic,
+                      example_args=example_args, template=template)
+    check_base(base, sweeping_batch=batches is not None)
+    points = expand(backends, nodes, gpus, batches)
+    plans = plan_points(prof, base, points)  # raises before anything is written
+    if dry_run:
+        _show_plans(plans, as_json)
+        return
+    check_inputs(base)
+    from hpcdl.slurm.sweep import follow_sweep, submit_sweep
+
+    def echo(message: str = "", err: bool = False, nl: bool = True) -> None:
+        if not as_json or err:
+            click.echo(message, err=err, nl=nl)
+
+    sweep_dir = submit_sweep(prof, base, plans, sweep_id=sweep_id, concurrent=concurrent,
+                             echo=echo)
+    if not wait:
+        record = json.loads((sweep_dir / "sweep.json").read_text(encoding="utf-8"))
+        if as_json:
+            click.echo(json.dumps({"sweep_dir": str(sweep_dir), **record}))
+        else:
+            click.echo(f"sweep {sweep_id}: {len(plans)} jobs submitted; follow with "
+                       f"`hpcdl results {sweep_dir}`")
+        return
+    rows = follow_sweep(sweep_dir, echo=echo)
+    written = write_sweep_results(sweep_dir, rows, {"sweep_id": sweep_id})
+    if as_json:
+        click.echo(to_json(rows, {"sweep_id": sweep_id, "sweep_dir": str(sweep_dir)}))
+    else:
+        click.echo(format_table(rows))
+        click.echo("wrote " + ", ".join(str(p) for p in written))
+    if not all(r.ok for r in rows):
+        raise SystemExit(1)
+
+
+def _show_plans(plans: list[Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"points": [
+            {**dataclasses.asdict(point), "ranks": point.ranks, "label": point.label,
+             "plan": plan.to_dict()} for point, plan in plans]}, indent=2))
+        return
+    for point, plan in plans:
+        ranks = f"{point.ranks} rank{'s' if point.ranks != 1 else ''}"
+        click.echo(f"{point.label:<24} {ranks:>9}  time {plan.time}  partition {plan.partition}: "
+                   f"{plan.partition_reason}")
+    click.echo(f"{len(plans)} jobs; each runs: {plans[0][1].launch_line}")
+
+
+def write_sweep_results(sweep_dir: Path, rows: list[Row], meta: dict[str, Any]) -> list[Path]:
+    """results.json, results.csv and scaling.png in the sweep directory (atomically)."""
+    from hpcdl.atomic import write_atomic
+    from hpcdl.plot import build_figure, write_png
+
+    json_path, csv_path, png_path = (sweep_dir / name for name in RESULT_FILES)
+    write_atomic(json_path, to_json(rows, meta) + "\n")
+    write_atomic(csv_path, to_csv(rows))
+    write_png(build_figure(rows, title=str(meta.get("sweep_id", ""))), png_path)
+    return [json_path, csv_path, png_path]
+
+
+@click.command()
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the table as CSV.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              metavar="OUT.png", help="Also draw speedup, efficiency and sync share vs ranks.")
+@click.option("--no-refresh", is_flag=True,
+              help="Use only what is on disk; do not ask Slurm about unfinished points.")
+def results(path: Path, as_json: bool, as_csv: bool, plot_path: Path | None,
+            no_refresh: bool) -> None:
+    """The scaling table of a sweep (or one run): img/s, speedup and efficiency
+    against the 1-rank baseline per backend, per-rank img/s, gradient-sync share.
+
+    PATH is a sweep directory (from `hpcdl scale`), a run directory (from `hpcdl
+    submit`), or a results .json/.csv written earlier. Points still queued or
+    running are asked about in Slurm (their result.json is written once they ended);
+    failed and missing points are listed with their state, never dropped.
+
+    \b
+    Examples:
+      hpcdl results runs/sweep-20261123-101500-ab12 --plot scaling.png
+      hpcdl results runs/sweep-20261123-101500-ab12 --csv > scaling.csv
+    """
+    if as_json and as_csv:
+        raise ValidationError("--json and --csv: choose one output form")
+    rows, meta = load_rows(path, refresh=not no_refresh)
+    if as_json:
+        click.echo(to_json(rows, meta))
+    elif as_csv:
+        click.echo(to_csv(rows), nl=False)
+    else:
+        click.echo(format_table(rows))
+    if plot_path is not None:
+        from hpcdl.plot import build_figure, write_png
+
+        if not plot_path.parent.is_dir():
+            raise ValidationError(f"--plot {plot_path}: directory {plot_path.parent} does not exist")
+        write_png(build_figure(rows, title=str(meta.get("sweep_id", path.name))), plot_path)
+        click.echo(f"wrote {plot_path}", err=True)
+
+
+def load_rows(path: Path, *, refresh: bool) -> tuple[list[Row], dict[str, Any]]:
+    """Rows and meta from a sweep dir, a run dir, or a saved .json/.csv table."""
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".csv":
+            return rows_from_csv(text, str(path)), {"source": str(path)}
+        if path.suffix == ".json":
+            return rows_from_json(text, str(path)), {"source": str(path)}
+        raise ValidationError(f"{path}: expected a sweep or run directory, or a .json/.csv table")
+    from hpcdl.slurm.sweep import collect
+
+    return collect(path, refresh=refresh)

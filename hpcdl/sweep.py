@@ -1,0 +1,171 @@
+"""A scaling sweep: the grid of points (backend x nodes x GPUs per node x batch size)
+that ``hpcdl scale`` submits, each checked against the profile before anything is
+written, and the sweep's record (sweep.json). Pure functions, apart from the record.
+
+    runs/sweep-<YYYYmmdd-HHMMSS>-<xxxx>/
+        sweep.json                      the grid, the shared settings, a job per point
+        horovod-n1-g2-b32-<stamp>-<x>/  one ordinary run directory per point
+
+Every point runs the bundled example with the same settings; only the point's own
+values differ, so the points are comparable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcdl.atomic import write_json_atomic
+from hpcdl.errors import ValidationError
+from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan
+from hpcdl.profiles.schema import Profile
+
+SWEEP_FILE = "sweep.json"
+# The example's batch-size flag: the sweep sets it per point, so -X may not.
+BATCH_FLAG = "--batch-size"
+
+
+@dataclass(frozen=True, order=True)
+class SweepPoint:
+    backend: str
+    nodes: int
+    gpus: int  # per node; one rank per GPU (one rank per node when 0)
+    batch_size: int | None = None  # per rank; None: the example's default
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * max(self.gpus, 1)
+
+    @property
+    def label(self) -> str:
+        """Short and file-name safe, e.g. ``horovod-n2-g4-b64``."""
+        batch = f"-b{self.batch_size}" if self.batch_size is not None else ""
+        return f"{self.backend}-n{self.nodes}-g{self.gpus}{batch}"
+
+
+def new_sweep_id() -> str:
+    """``sweep-<YYYYmmdd-HHMMSS>-<xxxx>``: the sweep directory's name."""
+    return f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def default_job_name(sweep_id: str) -> str:
+    """The job name a sweep's points share (Slurm's singleton dependency keys on it)."""
+    return f"hpcdl-scale-{sweep_id.rsplit('-', 1)[-1]}"
+
+
+def parse_int_list(field: str, text: str, minimum: int = 1) -> tuple[int, ...]:
+    """``"1,2,4"`` -> (1, 2, 4), in the given order, duplicates dropped.
+
+    Raises ValidationError naming the option and the bad item.
+    """
+    values: list[int] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item.isdigit() or int(item) < minimum:
+            raise ValidationError(
+                f"{field}: '{item}' in '{text}' is not a whole number >= {minimum}"
+                if item else f"{field}: '{text}' has an empty item (write e.g. 1,2,4)")
+        if int(item) not in values:
+            values.append(int(item))
+    return tuple(values)
+
+
+def parse_backends(text: str) -> tuple[str, ...]:
+    """``"horovod,ddp"`` -> ("horovod", "ddp"). Raises ValidationError for an unknown one."""
+    out: list[str] = []
+    for item in (part.strip() for part in text.split(",")):
+        if item not in BACKENDS:
+            raise ValidationError(f"backend: '{item}' in '{text}' is not one of "
+                                  f"{', '.join(BACKENDS)}")
+        if item not in out:
+            out.append(item)
+    return tuple(out)
+
+
+def expand(backends: tuple[str, ...], nodes: tuple[int, ...], gpus: tuple[int, ...],
+           batch_sizes: tuple[int, ...] | None) -> list[SweepPoint]:
+    """Every combination, ordered by backend, batch size, then ranks (smallest first,
+    so the 1-rank baseline runs first)."""
+    sizes: tuple[int | None, ...] = batch_sizes or (None,)
+    points = [SweepPoint(b, n, g, s)
+              for b, s, n, g in itertools.product(backends, sizes, nodes, gpus)]
+    return sorted(points, key=lambda p: (backends.index(p.backend), sizes.index(p.batch_size),
+                                         p.ranks, p.nodes))
+
+
+def point_request(base: JobRequest, point: SweepPoint) -> JobRequest:
+    """The job request of one point: the shared settings plus the point's own."""
+    extra = (f"{BATCH_FLAG}={point.batch_size}",) if point.batch_size is not None else ()
+    return dataclasses.replace(base, backend=point.backend, nodes=point.nodes, gpus=point.gpus,
+                               example_args=(*base.example_args, *extra))
+
+
+def check_base(base: JobRequest, sweeping_batch: bool) -> None:
+    """What a sweep cannot take. Raises ValidationError."""
+    if base.command:
+        raise ValidationError("command: a sweep runs the bundled example; a custom COMMAND "
+                              "cannot report the throughput a scaling table needs")
+    if sweeping_batch and any(arg == BATCH_FLAG or arg.startswith(BATCH_FLAG + "=")
+                              for arg in base.example_args):
+        raise ValidationError(f"example-arg: {BATCH_FLAG} is set per point by --batch-size; "
+                              f"drop it from -X")
+
+
+def plan_points(profile: Profile, base: JobRequest,
+                points: list[SweepPoint]) -> list[tuple[SweepPoint, JobPlan]]:
+    """A validated plan for every point, or ValidationError naming the first point
+    that cannot run (and why) before anything is written."""
+    plans = []
+    for point in points:
+        try:
+            plans.append((point, build_plan(profile, point_request(base, point))))
+        except ValidationError as err:
+            raise ValidationError(f"point {point.label} ({point.ranks} ranks): {err.message}",
+                                  hint=err.hint) from err
+    return plans
+
+
+def sweep_record(sweep_id: str, profile: str, base: JobRequest, concurrent: bool,
+                 points: list[dict[str, Any]]) -> dict[str, Any]:
+    """sweep.json's content: the shared settings and one entry per point."""
+    return {
+        "sweep_id": sweep_id,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "profile": profile,
+        "image": base.image,
+        "synthetic": base.synthetic,
+        "data": base.data,
+        "example_args": list(base.example_args),
+        "concurrent": concurrent,
+        "points": points,
+    }
+
+
+def point_entry(point: SweepPoint, run_dir: Path | None = None,
+                job_id: str | None = None) -> dict[str, Any]:
+    """One point in sweep.json (run_dir relative to the sweep directory)."""
+    return {**dataclasses.asdict(point), "ranks": point.ranks, "label": point.label,
+            "job_id": job_id, "run_dir": run_dir.name if run_dir else None}
+
+
+def write_sweep(sweep_dir: Path, record: dict[str, Any]) -> None:
+    write_json_atomic(sweep_dir / SWEEP_FILE, record)
+
+
+def read_sweep(sweep_dir: Path) -> dict[str, Any] | None:
+    """sweep.json of ``sweep_dir``, or None when it is not a sweep directory."""
+    path = sweep_dir / SWEEP_FILE
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ValidationError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(record, dict) or not isinstance(record.get("points"), list):
+        raise ValidationError(f"{path}: has no 'points' list; not written by hpcdl scale")
+    return record
