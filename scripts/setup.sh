@@ -12,6 +12,9 @@ step() {
 step "python deps" scripts/install-python-deps.sh
 step "slurm sandbox" scripts/sandbox.sh up
 step "apptainer" scripts/install-apptainer.sh
+# Horovod on the host too (the examples' tests run horovodrun/mpirun natively); the
+# image step below reuses the same cached wheel.
+step "horovod" scripts/build-horovod.sh
 # The CPU image: Horovod wheel (built once, cached by content) + image (reused when its
 # content hash matches; ~2 min build otherwise).
 step "cpu image" scripts/build-image.sh

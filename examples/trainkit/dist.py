@@ -309,7 +309,9 @@ class BucketTimes:
     def timed(self, inner: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         """A DDP comm hook that runs ``inner`` (a default hook) and timestamps it."""
 
-        def hook(state: Any, bucket: Any) -> Any:
+        # No annotations: DDP rejects a hook whose `bucket` is annotated with anything
+        # but dist.GradBucket, and this module's annotations are strings.
+        def hook(state, bucket):  # type: ignore[no-untyped-def]
             self.last_ready = self._mark()
 
             def done(fut: Any) -> Any:

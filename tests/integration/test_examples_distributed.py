@@ -133,6 +133,9 @@ def assert_two_rank_run(run: Launch, backend: str) -> dict[str, Any]:
     assert res["steps"] == 3
     assert res["global_batch"] == 16
     assert res["images_per_sec"] and res["images_per_sec"] > 0
+    # Two ranks synchronise every step: some wait is measured, never more than the step.
+    assert 0 < res["sync_seconds"] < res["step_seconds"], res
+    assert res["sync_share"] == pytest.approx(res["sync_seconds"] / res["step_seconds"], abs=1e-3)
     return res
 
 
