@@ -71,9 +71,13 @@ def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoin
             raise
         entries[i] = point_entry(point, sub.run_dir, sub.job_id)
         write_sweep(sweep_dir, record)
-        echo(f"submitted {point.label}: job {sub.job_id} ({point.ranks} ranks on "
-             f"{point.nodes} node{'s' if point.nodes > 1 else ''})", err=True)
+        echo(f"submitted {point.label}: job {sub.job_id} ({_count(point.ranks, 'rank')} on "
+             f"{_count(point.nodes, 'node')})", err=True)
     return sweep_dir
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
 def _cancel(job_ids: list[str]) -> list[str]:
