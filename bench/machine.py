@@ -43,9 +43,10 @@ def describe(*, packages: tuple[str, ...] = (), tools: tuple[str, ...] = ()) -> 
         info[dist] = _version(dist)
     for tool in tools:
         path = shutil.which(tool)
-        info[tool] = (subprocess.run([path, "--version"], capture_output=True, text=True,
-                                     timeout=30, check=False).stdout.strip() or None
-                      if path else None)
+        # The first line: some tools (mpirun) add a bug-report address after it.
+        out = (subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30,
+                              check=False).stdout.strip() if path else "")
+        info[tool] = out.splitlines()[0] if out else None
     return info
 
 
