@@ -437,7 +437,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         out = train_model(xs)
                         loss = criterion(out, ys)
                     scaled = loss / n_chunks
-                    (scaler.scale(scaled) if scaler is not None else scaled).backward()
+                    backend.backward(scaler.scale(scaled) if scaler is not None else scaled)
                 sums += torch.tensor(
                     [
                         float(loss.detach()) * len(ys),

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         optimizer.zero_grad()
         with torch.autocast(device.type, enabled=use_amp):
             loss = F.cross_entropy(train_model(data), target)
-        (scaler.scale(loss) if scaler is not None else loss).backward()
+        backend.backward(scaler.scale(loss) if scaler is not None else loss)
         return backend.synchronize_then_step(optimizer, scaler)
 
     def log(msg: str) -> None:

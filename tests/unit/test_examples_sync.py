@@ -1,7 +1,7 @@
-"""The examples' gradient-sync timing (trainkit.dist): DDP's timed comm hook measures
-from the last bucket ready to the last allreduce done, and leaves DDP's gradients as
-the default allreduce makes them. (Horovod's timing is checked in the distributed
-example tests: it needs a Horovod job.)"""
+"""The examples' gradient-sync timing (trainkit.dist): for DDP, the time backward()
+went on after the last gradient was accumulated, which is the wait for allreduces
+still in flight; the timing hooks leave DDP's gradients as they were. (Horovod's
+timing is checked in the distributed example tests: it needs a Horovod job.)"""
 
 from __future__ import annotations
 
@@ -12,60 +12,76 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainkit.dist import BucketTimes, sync_figures  # noqa: E402
+from trainkit.dist import GradReadyTimes, sync_figures  # noqa: E402
 
 
-def _delayed(seconds: float):
-    """An inner hook whose 'allreduce' finishes ``seconds`` after it was launched."""
+def test_wait_runs_from_the_last_gradient_to_backward_returning():
+    times = GradReadyTimes(torch.device("cpu"))
+    param = torch.zeros(1)
+    times.ready(param)
+    time.sleep(0.05)
+    times.ready(param)  # the last gradient counts, not the first
+    time.sleep(0.1)
+    times.returned()
+    assert 0.09 <= times.take_wait() < 0.5
+    assert times.take_wait() == 0.0  # reset: a step without a backward waited nothing
+    times.returned()  # backward without any gradient (nothing registered fired)
+    assert times.take_wait() == 0.0
 
-    def inner(_state, bucket):
+
+def _delayed_allreduce(seconds: float):
+    """A DDP comm hook whose 'allreduce' (identity, one rank) finishes ``seconds`` later."""
+
+    def hook(state, bucket):
         fut = torch.futures.Future()
-        threading.Timer(seconds, fut.set_result, args=(bucket,)).start()
+        threading.Timer(seconds, fut.set_result, args=(bucket.buffer(),)).start()
         return fut
 
-    return inner
+    return hook
 
 
-def test_wait_is_last_ready_to_last_done():
-    times = BucketTimes(torch.device("cpu"))
-    hook = times.timed(_delayed(0.25))
-    futures = [hook(None, torch.ones(2)), hook(None, torch.ones(2))]
-    for fut in futures:
-        assert torch.equal(fut.wait(), torch.ones(2))  # the hook passes the result through
-    waited = times.take_wait()
-    assert 0.2 <= waited < 1.0
-    assert times.take_wait() == 0.0  # reset: a step without communication waited nothing
-
-
-def test_an_allreduce_done_before_backward_ends_costs_nothing():
-    times = BucketTimes(torch.device("cpu"))
-    early = times.timed(_delayed(0.0))(None, torch.ones(1))
-    early.wait()
-    time.sleep(0.05)
-    times.timed(_delayed(0.0))(None, torch.ones(1)).wait()
-    assert times.take_wait() < 0.05
-
-
-def test_ddp_with_the_timed_hook_gives_the_default_gradients(tmp_path, monkeypatch):
+@pytest.fixture
+def one_rank_group(tmp_path):
     import torch.distributed as dist
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdzv", rank=0, world_size=1)
-    try:
-        grads = []
-        times = BucketTimes(torch.device("cpu"))
-        for timed in (False, True):
-            torch.manual_seed(0)
-            model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 2)))
-            if timed:
-                model.register_comm_hook(None, times.timed(default_hooks.allreduce_hook))
-            model(torch.ones(4, 8)).sum().backward()
-            grads.append([p.grad.clone() for p in model.parameters()])
-        assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
-        assert 0.0 <= times.take_wait() < 1.0
-    finally:
-        dist.destroy_process_group()
+    yield
+    dist.destroy_process_group()
+
+
+def _ddp_grads(delay: float | None) -> tuple[list, float]:
+    """Gradients of one backward through a DDP-wrapped model with the timing hooks of
+    DDPBackend.wrap, and the wait they measured."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 2))
+    model = DDP(module)
+    if delay is not None:
+        model.register_comm_hook(None, _delayed_allreduce(delay))
+    times = GradReadyTimes(torch.device("cpu"))
+    for param in module.parameters():
+        param.register_post_accumulate_grad_hook(times.ready)
+    model(torch.ones(4, 8)).sum().backward()
+    times.returned()
+    return [p.grad.clone() for p in module.parameters()], times.take_wait()
+
+
+def test_a_slow_allreduce_shows_up_as_the_wait(one_rank_group):
+    _, fast = _ddp_grads(None)
+    _, slow = _ddp_grads(0.3)
+    assert fast < 0.1
+    assert 0.25 <= slow < 1.5
+
+
+def test_the_timing_hooks_leave_ddp_gradients_unchanged(one_rank_group):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    plain = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 2)))
+    plain(torch.ones(4, 8)).sum().backward()
+    timed, _ = _ddp_grads(None)
+    assert all(torch.equal(p.grad, g) for p, g in zip(plain.parameters(), timed, strict=True))
 
 
 class _OneRank:
