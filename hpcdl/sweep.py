@@ -116,6 +116,25 @@ def check_base(base: JobRequest, sweeping_batch: bool) -> None:
                               f"drop it from -X")
 
 
+def pin_partition(profile: Profile, base: JobRequest,
+                  points: list[SweepPoint]) -> tuple[JobRequest, str]:
+    """``base`` with the one partition every point runs on, and why that one.
+
+    Speedup against a baseline means something only on the same hardware (the ZIH
+    study computes it per partition), so without --partition the sweep takes the
+    smallest partition that fits its largest point (most nodes and most GPUs per
+    node: the grid always has that corner) for all points. Raises ValidationError,
+    naming that point, when no partition fits it.
+    """
+    if base.partition is not None or not points:
+        return base, "requested with --partition"
+    most_nodes, most_gpus = max(p.nodes for p in points), max(p.gpus for p in points)
+    corner = next(p for p in points if (p.nodes, p.gpus) == (most_nodes, most_gpus))
+    ((_, plan),) = plan_points(profile, base, [corner])
+    return (dataclasses.replace(base, partition=plan.partition),
+            f"the largest point, {corner.label}: {plan.partition_reason}")
+
+
 def plan_points(profile: Profile, base: JobRequest,
                 points: list[SweepPoint]) -> list[tuple[SweepPoint, JobPlan]]:
     """A validated plan for every point, or ValidationError naming the first point
@@ -137,6 +156,7 @@ def sweep_record(sweep_id: str, profile: str, base: JobRequest, concurrent: bool
         "sweep_id": sweep_id,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "profile": profile,
+        "partition": base.partition,
         "image": base.image,
         "synthetic": base.synthetic,
         "data": base.data,

@@ -23,6 +23,7 @@ from hpcdl.sweep import (
     new_sweep_id,
     parse_backends,
     parse_int_list,
+    pin_partition,
     plan_points,
 )
 
@@ -34,7 +35,8 @@ RESULT_FILES = ("results.json", "results.csv", "scaling.png")
 @click.option("--profile", "-p", "profile", metavar="NAME|PATH",
               help="Cluster profile (default: $HPCDL_PROFILE). See `hpcdl profiles list`.")
 @click.option("--partition", metavar="NAME",
-              help="Partition for every point; default: the smallest one that fits each.")
+              help="Partition for every point; default: the smallest one that fits the "
+                   "largest point (all points run on the same hardware).")
 @click.option("--nodes", "-N", "nodes_text", default="1", show_default=True, metavar="LIST",
               help="Node counts to sweep, comma-separated (e.g. 1,2,4).")
 @click.option("--gpus", "-G", "gpus_text", required=True, metavar="LIST",
@@ -90,9 +92,10 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
                       example_args=example_args, template=template)
     check_base(base, sweeping_batch=batches is not None)
     points = expand(backends, nodes, gpus, batches)
+    base, why = pin_partition(prof, base, points)  # one partition: comparable speedups
     plans = plan_points(prof, base, points)  # raises before anything is written
     if dry_run:
-        _show_plans(plans, as_json)
+        _show_plans(plans, why, as_json)
         return
     check_inputs(base)
     from hpcdl.slurm.sweep import follow_sweep, submit_sweep
@@ -122,17 +125,20 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
         raise SystemExit(1)
 
 
-def _show_plans(plans: list[Any], as_json: bool) -> None:
+def _show_plans(plans: list[Any], why: str, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps({"points": [
+        click.echo(json.dumps({"partition": plans[0][1].partition, "partition_reason": why,
+                               "points": [
             {**dataclasses.asdict(point), "ranks": point.ranks, "label": point.label,
              "plan": plan.to_dict()} for point, plan in plans]}, indent=2))
         return
+    first = plans[0][1]
+    click.echo(f"partition {first.partition} for every point ({why})")
     for point, plan in plans:
         ranks = f"{point.ranks} rank{'s' if point.ranks != 1 else ''}"
-        click.echo(f"{point.label:<24} {ranks:>9}  time {plan.time}  partition {plan.partition}: "
-                   f"{plan.partition_reason}")
-    click.echo(f"{len(plans)} jobs; each runs: {plans[0][1].launch_line}")
+        click.echo(f"{point.label:<24} {ranks:>9}  {plan.cpus_per_task} CPUs/rank  "
+                   f"time {plan.time}")
+    click.echo(f"{len(plans)} jobs; each runs: {first.launch_line}")
 
 
 def write_sweep_results(sweep_dir: Path, rows: list[Row], meta: dict[str, Any]) -> list[Path]:

@@ -35,6 +35,7 @@ from hpcdl.sweep import (
     expand,
     parse_backends,
     parse_int_list,
+    pin_partition,
     plan_points,
     point_entry,
     point_request,
@@ -190,6 +191,19 @@ def test_plan_points_names_the_point_over_the_limit():
         plan_points(prof, JobRequest(synthetic=True), points)
 
 
+def test_every_point_runs_on_the_partition_of_the_largest_point():
+    # On taurus the smallest partition that fits differs per point (hpdlf for 1 GPU,
+    # gpu2 for 4): a sweep must not mix them, or its speedups compare different GPUs.
+    prof = load_profile("taurus")
+    points = expand(("horovod",), (1, 2, 4), (1, 2, 4), None)
+    assert plan_points(prof, JobRequest(synthetic=True), points[:1])[0][1].partition == "hpdlf"
+    base, why = pin_partition(prof, JobRequest(synthetic=True), points)
+    assert base.partition == "gpu2" and why.startswith("the largest point, horovod-n4-g4")
+    assert {plan.partition for _, plan in plan_points(prof, base, points)} == {"gpu2"}
+    asked = JobRequest(synthetic=True, partition="alpha")
+    assert pin_partition(prof, asked, points) == (asked, "requested with --partition")
+
+
 def test_a_sweep_takes_no_command_and_no_batch_size_in_x():
     with pytest.raises(ValidationError, match="command"):
         check_base(JobRequest(command=("python3", "x.py")), sweeping_batch=False)
@@ -211,7 +225,9 @@ def test_scale_dry_run_shows_every_point_and_writes_nothing(tmp_path, monkeypatc
     res = invoke("scale", "-p", "sandbox", "-N", "1,2", "-G", "1,2", "--backend", "horovod,ddp",
                  "--synthetic", "--dry-run", "--json")
     assert res.exit_code == 0, res.output
-    points = json.loads(res.stdout)["points"]
+    shown = json.loads(res.stdout)
+    assert shown["partition"] == "debug"
+    points = shown["points"]
     assert [p["ranks"] for p in points] == [1, 2, 2, 4] * 2
     assert all(p["plan"]["job_name"].startswith("hpcdl-scale-") for p in points)
     assert len({p["plan"]["job_name"] for p in points}) == 1
@@ -223,7 +239,7 @@ def test_scale_over_a_limit_is_exit_2_naming_the_point(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     res = invoke("scale", "-p", "sandbox", "-N", "1,2", "-G", "1,8", "--synthetic")
     assert res.exit_code == 2
-    assert res.stderr.startswith("error: point horovod-n1-g8 (8 ranks): gpus: 8 GPUs per node")
+    assert res.stderr.startswith("error: point horovod-n2-g8 (16 ranks): gpus: 8 GPUs per node")
     assert list(tmp_path.iterdir()) == []
 
 
