@@ -114,7 +114,13 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
             click.echo(f"sweep {sweep_id}: {len(plans)} jobs submitted; follow with "
                        f"`hpcdl results {sweep_dir}`")
         return
-    rows = follow_sweep(sweep_dir, echo=echo)
+    try:
+        rows = follow_sweep(sweep_dir, echo=echo)
+    except KeyboardInterrupt:
+        # Only the following stops; the jobs are Slurm's and go on.
+        click.echo(f"\nstopped following; the jobs go on. Table so far and later: "
+                   f"hpcdl results {sweep_dir}", err=True)
+        raise SystemExit(130) from None
     written = write_sweep_results(sweep_dir, rows, {"sweep_id": sweep_id})
     if as_json:
         click.echo(to_json(rows, {"sweep_id": sweep_id, "sweep_dir": str(sweep_dir)}))

@@ -204,7 +204,7 @@ class _Bar:
     def finished(self, line: str) -> None:
         self.done += 1
         if self.progress is not None:
-            self.progress.console.print(line)
+            self.progress.console.print(line, markup=False, highlight=False)
             self.progress.update(self.task, completed=self.done)
         else:
             self.echo(f"[{self.done}/{self.total}] {line}", err=True)
