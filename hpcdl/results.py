@@ -146,6 +146,7 @@ def format_result_table(result: dict[str, Any], ranks: list[dict[str, Any]] | No
         ("launcher", result.get("launcher")),
         ("images/sec", result.get("images_per_sec")),
         ("images/sec per rank", result.get("images_per_sec_per_rank")),
+        ("gradient sync share", _percent(result.get("sync_share"))),
         ("final loss", result.get("final_loss")),
         ("top-1 (val)", _percent(result.get("top1"))),
         ("top-5 (val)", _percent(result.get("top5"))),

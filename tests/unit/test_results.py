@@ -17,7 +17,7 @@ hpcdl: job 12 on n[1-2]: 4 ranks (2 nodes x 2)
 0: hpcdl_rank_checksum rank=0 host=n1 checksum=abc123
 3: hpcdl_rank_checksum rank=3 host=n2 checksum=abc123
 2: hpcdl_rank_checksum rank=2 host=n2 checksum=abc123
-0: {"hpcdl_result": {"world_size": 4, "nodes": 2, "backend": "horovod", "images_per_sec": 123.456, "final_loss": 6.9, "top1": 0.0, "wall_time": 12.5}}
+0: {"hpcdl_result": {"world_size": 4, "nodes": 2, "backend": "horovod", "images_per_sec": 123.456, "sync_share": 0.1234, "final_loss": 6.9, "top1": 0.0, "wall_time": 12.5}}
 """
 
 
@@ -30,6 +30,7 @@ def test_result_and_rank_table():
     table = format_result_table(result, ranks)
     assert "world size           4" in table
     assert "images/sec           123.5" in table
+    assert "gradient sync share  12.3%" in table
     assert "top-1 (val)          0.0%" in table and "top-5 (val)          -" in table
     assert table.endswith("parameters identical on every rank")
 
