@@ -68,7 +68,7 @@ def _echo(message: str = "", err: bool = False, nl: bool = True) -> None:
     click.echo(message, err=err, nl=nl)
 
 
-def _unreachable(err: ToolError, profile: Profile) -> ToolError:
+def unreachable(err: ToolError, profile: Profile) -> ToolError:
     """``err`` itself, or, when it says slurmctld cannot be reached, an error that says
     so in one line with the fix (for the sandbox profile: start the sandbox).
     """
@@ -125,7 +125,7 @@ def submit_plan(profile: Profile, request: JobRequest, plan: JobPlan, *,
         try:
             warnings = livecheck.check_plan(profile, plan)
         except ToolError as err:
-            raise _unreachable(err, profile) from err
+            raise unreachable(err, profile) from err
     run_dir = runs.create_run_dir(run_name or plan.job_name, root=runs_under)
     final = build_plan(profile, dataclasses.replace(request, run_dir=str(run_dir)))
     script = runs.write_plan(run_dir, final.script, final.to_dict())
@@ -136,7 +136,7 @@ def submit_plan(profile: Profile, request: JobRequest, plan: JobPlan, *,
         job_id = sbatch(argv)
     except SubmitError as err:
         runs.write_result(run_dir, {"state": "REFUSED", "message": err.message, "argv": argv})
-        raise _unreachable(err, profile) from err
+        raise unreachable(err, profile) from err
     runs.record_submission(run_dir, job_id, argv)
     return Submitted(job_id, run_dir, final, tuple(warnings))
 
@@ -222,6 +222,15 @@ def result_record(status: JobStatus, logs: JobLogs) -> dict[str, Any]:
             "failed_ranks": failed_ranks(logs.err)}
 
 
+def record_result(run_dir: Path, status: JobStatus) -> tuple[dict[str, Any], JobLogs]:
+    """An ended job's result.json, written from its status and logs; returns it and
+    the logs (read once)."""
+    logs = JobLogs.read(run_dir, status.job_id)
+    record = result_record(status, logs)
+    runs.write_result(run_dir, record)
+    return record, logs
+
+
 def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: dict[str, Any],
            echo: Echo, tail_lines: int = 20) -> None:
     """What a user reads once the job ended: state and exit code, the log's tail, which
@@ -269,9 +278,7 @@ def submit_request(profile: Profile, request: JobRequest, plan: JobPlan, *, wait
             echo(json.dumps(info))
         return 0
     final = follow(sub.job_id, echo=echo if not as_json else _quiet, timeout=timeout)
-    logs = JobLogs.read(sub.run_dir, sub.job_id)
-    record = result_record(final, logs)
-    runs.write_result(sub.run_dir, record)
+    record, logs = record_result(sub.run_dir, final)
     code = exit_status(final)
     if as_json:
         echo(json.dumps({**info, **record, "exit_status": code}))

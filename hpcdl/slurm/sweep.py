@@ -22,7 +22,7 @@ from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles.schema import Profile
 from hpcdl.scaling import Row, row_from, with_scaling
 from hpcdl.slurm import livecheck
-from hpcdl.slurm.jobs import JobLogs, result_record, submit_plan
+from hpcdl.slurm.jobs import record_result, submit_plan, unreachable
 from hpcdl.slurm.query import job_status, slurm_available
 from hpcdl.slurm.states import is_final
 from hpcdl.sweep import (
@@ -47,21 +47,28 @@ def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoin
     says what happened. Raises ValidationError, SubmitError, ToolError.
     """
     if slurm_available():
+        try:
+            cluster = livecheck.read_cluster()  # once for all points
+        except ToolError as err:
+            raise unreachable(err, profile) from err
         for point, plan in plans:
             try:
-                livecheck.check_plan(profile, plan)
+                livecheck.check_plan(profile, plan, cluster)
             except ValidationError as err:
                 raise ValidationError(f"point {point.label}: {err.message}", hint=err.hint) from err
     sweep_dir = runs.runs_root().resolve() / sweep_id
     sweep_dir.mkdir(parents=True)
     options = () if concurrent else ("--dependency=singleton",)
     entries = [point_entry(point) for point, _ in plans]
+    # record["points"] is `entries`: filling in an entry and rewriting sweep.json keeps
+    # the record true after every sbatch, so a crash mid-way leaves the job ids known.
     record = sweep_record(sweep_id, profile.name, base, concurrent, entries)
     write_sweep(sweep_dir, record)
     for i, (point, plan) in enumerate(plans):
         try:
-            sub = submit_plan(profile, point_request(base, point), plan, live_check=False, runs_under=sweep_dir,
-                              run_name=point.label, sbatch_options=options)
+            sub = submit_plan(profile, point_request(base, point), plan, live_check=False,
+                              runs_under=sweep_dir, run_name=point.label,
+                              sbatch_options=options)
         except HpcdlError as err:
             cancelled = _cancel([e["job_id"] for e in entries if e["job_id"]])
             record["aborted"] = f"{point.label}: {err.message}; cancelled {len(cancelled)} jobs"
@@ -113,7 +120,10 @@ def refresh_point(sweep_dir: Path, point: PointState, *, query: bool = True) -> 
     result_path = run_dir / "result.json"
     if result_path.is_file():
         return dataclasses.replace(point, record=json.loads(result_path.read_text("utf-8")))
-    if not query or not slurm_available():
+    if not query:
+        return dataclasses.replace(point, state="UNKNOWN",
+                                   note="no result.json yet; Slurm not asked (--no-refresh)")
+    if not slurm_available():
         return dataclasses.replace(point, state="UNKNOWN",
                                    note="no result.json yet and Slurm is not reachable here")
     try:
@@ -123,10 +133,9 @@ def refresh_point(sweep_dir: Path, point: PointState, *, query: bool = True) -> 
     if not is_final(status.state):
         reason = f" ({status.reason})" if status.reason else ""
         return dataclasses.replace(point, state=status.state, note=f"job {job_id}{reason}")
-    if status.exit_code is None:
+    if status.exit_code is None:  # sacct may lag behind slurmctld for a few seconds
         status = job_status(job_id, settle_s=15)
-    record = result_record(status, JobLogs.read(run_dir, job_id))
-    runs.write_result(run_dir, record)
+    record, _ = record_result(run_dir, status)
     return dataclasses.replace(point, record=record)
 
 

@@ -276,7 +276,7 @@ def test_results_of_a_sweep_as_table_json_csv_and_plot(tmp_path):
     assert any(line.split()[:6] == ["horovod", "-", "1", "2", "2", "COMPLETED"]
                and "1.90" in line and "95.0%" in line for line in lines), res.stdout
     assert "horovod-n2-g1: FAILED (exit code 1, failed ranks 1), job 102" in res.stdout
-    assert "horovod-n2-g2: UNKNOWN (no result.json yet and Slurm is not reachable here)" \
+    assert "horovod-n2-g2: UNKNOWN (no result.json yet; Slurm not asked (--no-refresh))" \
         in res.stdout
 
     as_json = invoke("results", str(sweep), "--no-refresh", "--json")
