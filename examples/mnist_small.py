@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import trainkit  # noqa: F401  (puts hpcdl on sys.path when run from a checkout)
+from trainkit.say import say
 
 # Segments a..g of a seven-segment display as (row0, col0, row1, col1) on a 5x3 grid.
 _SEGMENTS = {
@@ -140,13 +141,10 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         hits = backend.allreduce_sum(hits, name=f"mnist.val.{epoch}")
         loss_avg, acc = float(sums[0] / sums[1]), float(hits[0] / hits[1])
         if rank == 0:
-            print(
-                f"epoch {epoch + 1}/{args.epochs}  loss {loss_avg:.4f}  val acc {100 * acc:.1f}%",
-                flush=True,
-            )
+            say(f"epoch {epoch + 1}/{args.epochs}  loss {loss_avg:.4f}  val acc {100 * acc:.1f}%")
     elapsed = time.monotonic() - start
     checksum = param_checksum(model)
-    print(f"hpcdl_rank_checksum rank={rank} checksum={checksum}", flush=True)
+    say(f"hpcdl_rank_checksum rank={rank} checksum={checksum}")
     result = {
         "backend": args.backend,
         "arch": "small-cnn",
@@ -166,7 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> int:
     result = run(parse_args(argv))
     if result is not None:
-        print(json.dumps({"hpcdl_result": result}), flush=True)
+        say(json.dumps({"hpcdl_result": result}))
     return 0
 
 

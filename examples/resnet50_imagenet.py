@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import trainkit  # noqa: F401  (puts hpcdl on sys.path when run from a checkout)
+from trainkit.say import say
 
 from hpcdl.errors import HpcdlError, UserInputError
 from hpcdl.launch.world import World, detect_world
@@ -172,7 +173,7 @@ class Progress:
 
 def log(rank: int, msg: str) -> None:
     if rank == 0:
-        print(msg, flush=True)
+        say(msg)
 
 
 def build_datasets(args: argparse.Namespace, data_root: str | None) -> tuple[Any, Any, int]:
@@ -206,10 +207,7 @@ def prepare_data(args: argparse.Namespace, world: World) -> tuple[str | None, fl
     scan_imagefolder(args.data)  # fail on a bad source before copying it anywhere
     path, seconds, copied = stage_dataset(args.data, args.stage_to, local_rank=world.local_rank)
     if copied:
-        print(
-            f"staged {args.data} -> {path} in {seconds:.2f} s (host {socket.gethostname()})",
-            flush=True,
-        )
+        say(f"staged {args.data} -> {path} in {seconds:.2f} s (host {socket.gethostname()})")
     return str(path), seconds
 
 
@@ -275,7 +273,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             latest_checkpoint(args.checkpoint_dir) if args.resume == "latest" else Path(args.resume)
         )
         if path is None:
-            print(f"resume: no checkpoint in {args.checkpoint_dir}; starting fresh", flush=True)
+            say(f"resume: no checkpoint in {args.checkpoint_dir}; starting fresh")
         else:
             state = load_checkpoint(path)
             if state.get("arch") != args.arch or state.get("num_classes") != num_classes:
@@ -494,7 +492,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     checksum = param_checksum(model)
     host = socket.gethostname()
-    print(f"hpcdl_rank_checksum rank={rank} host={host} checksum={checksum}", flush=True)
+    say(f"hpcdl_rank_checksum rank={rank} host={host} checksum={checksum}")
     everyone = backend.allgather_object(checksum, name="final_checksum")
     images_per_sec = timed_images / timed_seconds if timed_seconds > 0 else None
     timed_steps = max(0, steps_this_run - 1)
@@ -550,12 +548,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = run(args)
     except HpcdlError as err:
-        print(f"error: {one_line(err.message)}", file=sys.stderr, flush=True)
+        say(f"error: {one_line(err.message)}", sys.stderr)
         if err.hint:
-            print(f"hint: {err.hint}", file=sys.stderr, flush=True)
+            say(f"hint: {err.hint}", sys.stderr)
         return err.exit_code
     if out["rank"] == 0:
-        print(json.dumps({"hpcdl_result": out["result"]}), flush=True)
+        say(json.dumps({"hpcdl_result": out["result"]}))
     return 0
 
 

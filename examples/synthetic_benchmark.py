@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 import trainkit  # noqa: F401  (puts hpcdl on sys.path when run from a checkout)
+from trainkit.say import say
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
 
     def log(msg: str) -> None:
         if rank == 0:
-            print(msg, flush=True)
+            say(msg)
 
     log(
         f"benchmark: {args.model} {args.image_size}px, batch {args.batch_size}/rank, {size} rank(s), "
@@ -141,7 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> int:
     result = run(parse_args(argv))
     if result is not None:
-        print(json.dumps({"hpcdl_result": result}), flush=True)
+        say(json.dumps({"hpcdl_result": result}))
     return 0
 
 
