@@ -175,7 +175,7 @@ def follow_sweep(sweep_dir: Path, *, echo: Echo, timeout: float | None = None,
                 ids = " ".join(str(p.entry.get("job_id")) for p in running)
                 raise ToolError(f"sweep {sweep_dir.name}: {len(running)} points still queued "
                                 f"or running after {timeout:g} s",
-                                hint=f"hpcdl results {sweep_dir} (later); hpcdl cancel {ids}")
+                                hint=f"hpcdl results {sweep_dir} (later); scancel {ids}")
             time.sleep(POLL_S)
     finally:
         bar.close()
