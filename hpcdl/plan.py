@@ -89,9 +89,11 @@ class JobPlan:
         data["warnings"] = list(self.warnings)
         return data
 
-    def sbatch_argv(self, script_path: str | Path) -> list[str]:
-        """argv that submits this plan; the exact job name travels here, not in the script."""
-        return ["sbatch", "--parsable", f"--job-name={self.job_name}", str(script_path)]
+    def sbatch_argv(self, script_path: str | Path, options: tuple[str, ...] = ()) -> list[str]:
+        """argv that submits this plan; the exact job name travels here, not in the script,
+        and so do ``options`` that are not part of the job itself (a sweep's dependency)."""
+        return ["sbatch", "--parsable", f"--job-name={self.job_name}", *options,
+                str(script_path)]
 
 
 def _fail(message: str) -> ValidationError:

@@ -139,6 +139,11 @@ def with_scaling(rows: list[Row]) -> list[Row]:
 
 # ----- output forms ---------------------------------------------------------------
 
+def count(n: int, noun: str) -> str:
+    """``1 rank``, ``4 ranks``."""
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
 def _cell(value: Any, kind: str = "") -> str:
     if value is None:
         return "-"
@@ -171,7 +176,7 @@ def format_table(rows: list[Row]) -> str:
                     if r.baseline_ranks is not None}, key=str)
     for backend, batch, ranks in bases:
         batch_text = f", batch {batch}" if batch is not None else ""
-        lines.append(f"baseline ({backend}{batch_text}): {ranks} rank{'s' if ranks != 1 else ''}"
+        lines.append(f"baseline ({backend}{batch_text}): {count(ranks, 'rank')}"
                      + ("" if ranks == 1 else " (no completed 1-rank point)"))
     for r in rows:
         if not r.ok:

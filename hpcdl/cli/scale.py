@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest
 from hpcdl.preflight import check_inputs
 from hpcdl.profiles import load_profile
-from hpcdl.scaling import Row, format_table, rows_from_csv, rows_from_json, to_csv, to_json
+from hpcdl.scaling import Row, count, format_table, rows_from_csv, rows_from_json, to_csv, to_json
 from hpcdl.sweep import (
     check_base,
     default_job_name,
@@ -25,6 +24,7 @@ from hpcdl.sweep import (
     parse_int_list,
     pin_partition,
     plan_points,
+    point_entry,
 )
 
 # Files `hpcdl scale --wait` leaves in the sweep directory beside sweep.json.
@@ -135,14 +135,12 @@ def _show_plans(plans: list[Any], why: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"partition": plans[0][1].partition, "partition_reason": why,
                                "points": [
-            {**dataclasses.asdict(point), "ranks": point.ranks, "label": point.label,
-             "plan": plan.to_dict()} for point, plan in plans]}, indent=2))
+            {**point_entry(point), "plan": plan.to_dict()} for point, plan in plans]}, indent=2))
         return
     first = plans[0][1]
     click.echo(f"partition {first.partition} for every point ({why})")
     for point, plan in plans:
-        ranks = f"{point.ranks} rank{'s' if point.ranks != 1 else ''}"
-        click.echo(f"{point.label:<24} {ranks:>9}  {plan.cpus_per_task} CPUs/rank  "
+        click.echo(f"{point.label:<24} {count(point.ranks, 'rank'):>9}  {plan.cpus_per_task} CPUs/rank  "
                    f"time {plan.time}")
     click.echo(f"{len(plans)} jobs; each runs: {first.launch_line}")
 

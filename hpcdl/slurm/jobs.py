@@ -29,7 +29,7 @@ from hpcdl.results import (
 )
 from hpcdl.slurm import livecheck
 from hpcdl.slurm.parse import JobStatus, parse_job_id
-from hpcdl.slurm.query import job_status, slurm_available
+from hpcdl.slurm.query import job_status, settled, slurm_available
 from hpcdl.slurm.states import COMPLETED, is_final
 
 Echo = Callable[..., None]
@@ -130,8 +130,7 @@ def submit_plan(profile: Profile, request: JobRequest, plan: JobPlan, *,
     final = build_plan(profile, dataclasses.replace(request, run_dir=str(run_dir)))
     script = runs.write_plan(run_dir, final.script, final.to_dict())
     runs.record_inputs(run_dir, profile.model_dump(mode="json"), request.image)
-    argv = final.sbatch_argv(script)
-    argv[-1:-1] = sbatch_options
+    argv = final.sbatch_argv(script, sbatch_options)
     try:
         job_id = sbatch(argv)
     except SubmitError as err:
@@ -176,10 +175,7 @@ def follow(job_id: str, *, echo: Echo = _echo, timeout: float | None = None,
         time.sleep(0.1 if polls < 20 else POLL_S)
     if live and last:
         echo("", err=True)
-    if status.exit_code is None:
-        # Neither slurmctld nor (yet) the accounting database had the exit code.
-        status = job_status(job_id, settle_s=15)
-    return status
+    return settled(status)
 
 
 def exit_status(status: JobStatus) -> int:

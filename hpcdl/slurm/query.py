@@ -89,6 +89,14 @@ def job_status(job_id: str, *, settle_s: float = 0.0) -> JobStatus:
     )
 
 
+def settled(status: JobStatus) -> JobStatus:
+    """A finished job's status with its exit code: when neither slurmctld nor (yet)
+    the accounting database had it, keep asking sacct for a few seconds."""
+    if status.exit_code is not None:
+        return status
+    return job_status(status.job_id, settle_s=15)
+
+
 def _with_exit(row: JobStatus, code: int | None, sig: int | None,
                source: str | None = None) -> JobStatus:
     from dataclasses import replace

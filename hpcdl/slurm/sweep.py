@@ -20,10 +20,10 @@ from hpcdl import proc, runs
 from hpcdl.errors import HpcdlError, ToolError, ValidationError
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles.schema import Profile
-from hpcdl.scaling import Row, row_from, with_scaling
+from hpcdl.scaling import Row, count, row_from, with_scaling
 from hpcdl.slurm import livecheck
 from hpcdl.slurm.jobs import record_result, submit_plan, unreachable
-from hpcdl.slurm.query import job_status, slurm_available
+from hpcdl.slurm.query import job_status, settled, slurm_available
 from hpcdl.slurm.states import is_final
 from hpcdl.sweep import (
     SweepPoint,
@@ -78,13 +78,9 @@ def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoin
             raise
         entries[i] = point_entry(point, sub.run_dir, sub.job_id)
         write_sweep(sweep_dir, record)
-        echo(f"submitted {point.label}: job {sub.job_id} ({_count(point.ranks, 'rank')} on "
-             f"{_count(point.nodes, 'node')})", err=True)
+        echo(f"submitted {point.label}: job {sub.job_id} ({count(point.ranks, 'rank')} on "
+             f"{count(point.nodes, 'node')})", err=True)
     return sweep_dir
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
 def _cancel(job_ids: list[str]) -> list[str]:
@@ -133,9 +129,7 @@ def refresh_point(sweep_dir: Path, point: PointState, *, query: bool = True) -> 
     if not is_final(status.state):
         reason = f" ({status.reason})" if status.reason else ""
         return dataclasses.replace(point, state=status.state, note=f"job {job_id}{reason}")
-    if status.exit_code is None:  # sacct may lag behind slurmctld for a few seconds
-        status = job_status(job_id, settle_s=15)
-    record, _ = record_result(run_dir, status)
+    record, _ = record_result(run_dir, settled(status))
     return dataclasses.replace(point, record=record)
 
 

@@ -146,6 +146,8 @@ def test_plan_json_roundtrip(sandbox):
     data = plan.to_dict()
     assert data["ntasks"] == 8 and data["env"]["A"] == "1" and data["script"] == plan.script
     assert plan.sbatch_argv("/r/job.sbatch")[-2:] == [f"--job-name={plan.job_name}", "/r/job.sbatch"]
+    assert plan.sbatch_argv("/r/job.sbatch", ("--dependency=singleton",))[-3:] == [
+        f"--job-name={plan.job_name}", "--dependency=singleton", "/r/job.sbatch"]
 
 
 def test_example_args_follow_the_bundled_example(sandbox):
