@@ -7,6 +7,7 @@ field, the value and the limit before anything is written or submitted.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
@@ -18,6 +19,10 @@ from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.render import Raw, render_template, shell_join
 from hpcdl.resources import examples_dir
 from hpcdl.slurmtime import format_time, parse_time
+from hpcdl.tokens import BIND, CONTROL, ENV_NAME, NAME, PATH, Kind, check_token
+
+# Values Slurm's #SBATCH parser takes as they are; others go in double quotes.
+_PLAIN_SBATCH = re.compile(r"[A-Za-z0-9_.,:@%+=/\-]+")
 
 Backend = Literal["horovod", "ddp"]
 BACKENDS: tuple[str, ...] = ("horovod", "ddp")
@@ -25,10 +30,6 @@ BACKENDS: tuple[str, ...] = ("horovod", "ddp")
 # Where the image carries the project (see containers/*.yaml).
 IMAGE_PROJECT_DIR = PurePosixPath("/opt/hpcdl")
 DEFAULT_EXAMPLE = "resnet50_imagenet.py"
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Names Slurm's #SBATCH parser takes as they are; others go in double quotes.
-_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_.+\-]+$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,19 @@ def _fail(message: str) -> ValidationError:
     return ValidationError(message)
 
 
+def _check(field_name: str, value: str, kind: Kind) -> None:
+    try:
+        check_token(value, kind)
+    except ValueError as exc:
+        raise _fail(f"{field_name}: {exc}") from exc
+
+
+def _no_nul(field_name: str, value: str) -> None:
+    # Free text is quoted wherever it lands, but no argv or environment can carry NUL.
+    if "\0" in value:
+        raise _fail(f"{field_name}: {value!r} holds a NUL character, which no command can take")
+
+
 def check_request(req: JobRequest) -> None:
     """Malformed values, independent of any profile. Raises ValidationError."""
     if req.nodes < 1:
@@ -118,25 +132,46 @@ def check_request(req: JobRequest) -> None:
     if req.job_name is not None:
         if not req.job_name.strip():
             raise _fail("job-name: must not be empty")
-        if _CONTROL.search(req.job_name):
+        if CONTROL.search(req.job_name):
             raise _fail(
                 f"job-name: control characters (newline, tab) cannot be part of a Slurm job "
                 f"name (got {req.job_name!r})"
             )
-    for key, _value in req.env:
-        if not _ENV_NAME.match(key):
-            raise _fail(f"env: '{key}' is not a valid variable name (use KEY=VALUE)")
+    if req.partition is not None:
+        _check("partition", req.partition, NAME)
+    for name, path in (("image", req.image), ("data", req.data), ("template", req.template),
+                       ("run-dir", req.run_dir)):
+        if path is not None:
+            _check(name, path, PATH)
+    for key, value in req.env:
+        if not ENV_NAME.pattern or not ENV_NAME.pattern.fullmatch(key):
+            raise _fail(f"env: {key!r} is not a valid variable name (use KEY=VALUE)")
+        _no_nul(f"env {key}", value)
+    for arg in req.command:
+        _no_nul("command", arg)
+    for arg in req.example_args:
+        _no_nul("example-arg", arg)
     if req.example_args and req.command:
         raise _fail("example-arg: only applies to the bundled example, not to a COMMAND")
     if req.synthetic and req.data:
         raise _fail(f"synthetic: --synthetic and --data {req.data} exclude each other")
     for bind in req.binds:
-        src = bind.split(":", 1)[0]
-        if not src or "," in bind or _CONTROL.search(bind):
-            raise _fail(f"bind: '{bind}' is not SRC[:DST] (no commas, no control characters)")
+        try:
+            check_token(bind, BIND)
+        except ValueError as exc:
+            raise _fail(f"bind: {bind!r} is not SRC[:DST] (no commas, no control characters)") from exc
 
 
-def _problems(part: Partition, req: JobRequest, cpus_per_task: int, seconds: int | None) -> list[str]:
+def _requested_seconds(req: JobRequest) -> float | None:
+    """The requested time in seconds: None when none was asked for, ``math.inf`` for
+    'infinite'/'UNLIMITED' (which a partition with a time limit cannot take)."""
+    if not req.time:
+        return None
+    seconds = parse_time(req.time)
+    return math.inf if seconds is None else seconds
+
+
+def _problems(part: Partition, req: JobRequest, cpus_per_task: int, seconds: float | None) -> list[str]:
     """Every limit of ``part`` the request breaks, as 'field: value vs limit' lines."""
     out = []
     if req.gpus > part.gpus_per_node:
@@ -151,9 +186,8 @@ def _problems(part: Partition, req: JobRequest, cpus_per_task: int, seconds: int
         )
     limit = part.max_seconds
     if seconds is not None and limit is not None and seconds > limit:
-        out.append(
-            f"time: {format_time(seconds)} exceeds partition {part.name}'s max time {part.max_time}"
-        )
+        shown = "infinite" if math.isinf(seconds) else format_time(int(seconds))
+        out.append(f"time: {shown} exceeds partition {part.name}'s max time {part.max_time}")
     tasks = tasks_per_node(req.gpus)
     if cpus_per_task * tasks > part.cpus_per_node:
         out.append(
@@ -186,7 +220,7 @@ def _size_key(part: Partition, order: int) -> tuple[int, int, int, int, int]:
 
 def choose_partition(profile: Profile, req: JobRequest) -> tuple[Partition, str]:
     """The requested partition, or the smallest that fits. Raises ValidationError."""
-    seconds = parse_time(req.time) if req.time else None
+    seconds = _requested_seconds(req)
 
     def cpt(part: Partition) -> int:
         return req.cpus_per_task or default_cpus_per_task(part, req.gpus)
@@ -208,6 +242,14 @@ def choose_partition(profile: Profile, req: JobRequest) -> tuple[Partition, str]
             raise _fail(f"{problems[0]} (partitions that fit: {fit_names})")
         return part, "requested"
     if not fits:
+        most = max(p.gpus_per_node for p in profile.partitions)
+        if req.gpus > most:
+            largest = [p.name for p in profile.partitions if p.gpus_per_node == most]
+            where = f"partition{'s' if len(largest) > 1 else ''} {', '.join(largest)}"
+            raise _fail(
+                f"gpus: {req.gpus} GPUs per node exceeds the largest nodes of profile "
+                f"{profile.name}, {most} GPUs per node ({where})"
+            )
         ranked = sorted(
             enumerate(profile.partitions),
             key=lambda ip: (len(_problems(ip[1], req, cpt(ip[1]), seconds)),
@@ -297,14 +339,27 @@ def scheduler_options(
 
 def _sbatch_job_name(name: str) -> str:
     """The job name as #SBATCH can carry it (the exact one goes on sbatch's argv)."""
-    if _PLAIN_NAME.match(name):
-        return name
-    return '"' + name.replace('"', "'") + '"'
+    return _sbatch_value(name.replace('"', "'"))
 
 
 def _sbatch_value(value: str) -> str:
-    # sbatch's #SBATCH parser understands double quotes, not shell quoting.
-    return f'"{value}"' if any(c.isspace() for c in value) else value
+    """``value`` as one argument of an ``#SBATCH`` line.
+
+    sbatch's #SBATCH parser splits at whitespace and understands double quotes (no
+    escapes), not shell quoting; a value with a double quote or a control character
+    cannot be carried (the profile schema and check_request refuse them first).
+    Raises ValidationError.
+    """
+    if '"' in value or CONTROL.search(value):
+        raise _fail(f"#SBATCH value {value!r}: a double quote or control character "
+                    f"cannot be carried in an #SBATCH line")
+    return value if _PLAIN_SBATCH.fullmatch(value) else f'"{value}"'
+
+
+def _sbatch_option(option: str) -> str:
+    """``--key=value`` for an ``#SBATCH`` line: the value quoted as sbatch parses it."""
+    key, sep, value = option.partition("=")
+    return f"{key}{sep}{_sbatch_value(value)}" if sep else option
 
 
 def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
@@ -335,7 +390,7 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
         "job_name": _sbatch_job_name(job_name),
         "job_name_q": shell_join([job_name]),
         "options": [
-            *scheduler_options(profile, part, req, cpus, time),
+            *(_sbatch_option(o) for o in scheduler_options(profile, part, req, cpus, time)),
             f"--output={_sbatch_value(output)}",
             f"--error={_sbatch_value(error)}",
         ],

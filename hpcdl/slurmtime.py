@@ -11,8 +11,8 @@ import re
 
 UNLIMITED = None
 _UNLIMITED_WORDS = {"infinite", "unlimited"}
-_DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$")
-_CLOCK = re.compile(r"^(\d+)(?::(\d+))?(?::(\d+))?$")
+_DAYS = re.compile(r"(\d+)-(\d+)(?::(\d+))?(?::(\d+))?")
+_CLOCK = re.compile(r"(\d+)(?::(\d+))?(?::(\d+))?")
 
 
 def parse_time(text: str) -> int | None:
@@ -20,14 +20,15 @@ def parse_time(text: str) -> int | None:
 
     Raises ValueError with the accepted forms when ``text`` is not a Slurm time.
     """
-    value = str(text).strip()
+    value = str(text)
     if value.lower() in _UNLIMITED_WORDS:
         return UNLIMITED
-    m = _DAYS.match(value)
+    # fullmatch: a trailing newline is not part of a time (re's `$` would allow it).
+    m = _DAYS.fullmatch(value)
     if m:
         days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
         return _checked(((days * 24 + hours) * 60 + minutes) * 60 + seconds, value)
-    m = _CLOCK.match(value)
+    m = _CLOCK.fullmatch(value)
     if m:
         parts = [int(g) for g in m.groups() if g is not None]
         if len(parts) == 1:  # minutes
@@ -36,13 +37,13 @@ def parse_time(text: str) -> int | None:
             return _checked(parts[0] * 60 + parts[1], value)
         return _checked(parts[0] * 3600 + parts[1] * 60 + parts[2], value)
     raise ValueError(
-        f"'{value}' is not a Slurm time (use HH:MM:SS, D-HH:MM:SS, minutes, or 'infinite')"
+        f"{value!r} is not a Slurm time (use HH:MM:SS, D-HH:MM:SS, minutes, or 'infinite')"
     )
 
 
 def _checked(seconds: int, value: str) -> int:
     if seconds <= 0:
-        raise ValueError(f"'{value}' is not a positive time")
+        raise ValueError(f"{value!r} is not a positive time")
     return seconds
 
 

@@ -5,6 +5,7 @@ the line (YAML syntax) or the field (schema), the value and the valid keys.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,15 +15,28 @@ import yaml
 from hpcdl.errors import ConfigError
 
 M = TypeVar("M", bound=pydantic.BaseModel)
+_WORD = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
 def load_yaml_model(path: Path, model: type[M], *, kind: str) -> M:
     """Read ``path`` and validate it as ``model``; ``kind`` names the file in errors."""
+    return parse_yaml_model(read_text(path, kind=kind), model, source=str(path), kind=kind)
+
+
+def read_text(path: Path, *, kind: str) -> str:
+    """A UTF-8 text file (profile, spec, definition). Raises ConfigError naming the file
+    when it cannot be read or is not UTF-8 (with the offset of the first bad byte)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
+    except IsADirectoryError as exc:
+        raise ConfigError(f"{path}: is a directory, not a {kind} file") from exc
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read {kind}: {exc.strerror}") from exc
-    return parse_yaml_model(text, model, source=str(path), kind=kind)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: {kind} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} "
+            f"at offset {exc.start})"
+        ) from exc
 
 
 def parse_yaml_model(text: str, model: type[M], *, source: str, kind: str) -> M:
@@ -56,14 +70,25 @@ def describe_validation_error(exc: pydantic.ValidationError, model: type[pydanti
         return f"field '{field}' is required"
     msg = err["msg"].removeprefix("Value error, ")
     value = err.get("input")
-    shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
+    # Token checks already quote the value (as repr: one line); others get it appended.
+    quoted = isinstance(value, str) and repr(value) in msg
+    shown = f" (got {value!r})" if not isinstance(value, dict | list) and not quoted else ""
     return f"field '{field}': {msg}{shown}" if field else f"{msg}{shown}"
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:
+    """``env.vars.NAME``, ``modules[2]``; a key that is no plain word is shown as repr
+    (one line), and pydantic's ``[key]`` marker (the key itself was refused) is dropped."""
+    if loc and loc[-1] == "[key]":
+        loc = loc[:-1]
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not _WORD.fullmatch(str(part)):
+            out += f"[{str(part)!r}]"
+        else:
+            out += f".{part}" if out else str(part)
     return out
 
 

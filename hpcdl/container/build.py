@@ -45,6 +45,7 @@ from hpcdl.container.render import RenderContext, cache_dir, render_definition
 from hpcdl.container.runtime import Runtime, find_runtime, runtime_env
 from hpcdl.container.spec import ImageSpec, find_spec, load_spec
 from hpcdl.errors import BuildError, ToolError, UserInputError
+from hpcdl.yamlmodel import read_text
 
 # Placeholders for machine paths when hashing a rendered spec: a fresh clone in another
 # folder, with the same content, hashes the same and reuses the cached image.
@@ -203,7 +204,7 @@ def plan_build(
         raise UserInputError("--sandbox and --remote cannot be combined (remote builds give a SIF)")
     path = Path(ref).expanduser()
     if path.is_file() and _is_definition(path):
-        text = path.read_text()
+        text = read_text(path, kind="definition")
         workdir = path.resolve().parent
         name = path.stem if path.suffix == ".def" else path.name.lower()
         files = files_of_definition(text, workdir)

@@ -116,7 +116,7 @@ def parse_srun_mpi_list(text: str) -> tuple[list[str], list[str]]:
         if line.lower().startswith("specific pmix plugin versions"):
             versions += re.findall(r"pmix_v\d+", line)
             continue
-        m = re.match(r"^(?:srun:\s*)?(?:mpi/)?([A-Za-z0-9_]+)$", line)
+        m = re.fullmatch(r"(?:srun:\s*)?(?:mpi/)?([A-Za-z0-9_]+)", line)
         if m:
             types.append(m.group(1))
     versions += [t for t in types if re.fullmatch(r"pmix_v\d+", t)]
@@ -135,7 +135,7 @@ def parse_horovod_cb(text: str) -> dict[str, dict[str, bool]]:
         if key in sections:
             current = sections[key]
             continue
-        m = re.match(r"^\[([ X])\]\s+(.+)$", line)
+        m = re.fullmatch(r"\[([ X])\]\s+(.+)", line)
         if m and current:
             out[current][m.group(2).strip()] = m.group(1) == "X"
     return out

@@ -18,15 +18,25 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from hpcdl.errors import ConfigError, UserInputError
 from hpcdl.resources import containers_dir
+from hpcdl.tokens import (
+    REQUIREMENT,
+    DebPackage,
+    DefText,
+    EnvName,
+    Executable,
+    HostPath,
+    ImageName,
+    ImageRef,
+    ImageTag,
+    LabelKey,
+    OsVersion,
+    Requirement,
+    Text,
+    Url,
+    Version,
+)
 from hpcdl.yamlmodel import load_yaml_model, parse_yaml_model
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_LABEL = re.compile(r"^[A-Za-z0-9_.\-]+$")
-_DEB = re.compile(r"^[a-z0-9][a-z0-9+.\-]*(=[A-Za-z0-9.+~:\-]+)?$")
-# A pip requirement as hpcdl accepts it: name, optional extras, optional version spec.
-_REQ = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._\-]*)(\[[A-Za-z0-9_,\-]+\])?((==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!\-]+(,(==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!\-]+)*)?$")
-_URL = re.compile(r"^(https?|file)://\S+$")
 # ${HPCDL_CACHE} and ${HPCDL_PROJECT} are the only variables a path may use, so a
 # spec never hard-codes a path of one machine and renders the same everywhere.
 PATH_VARIABLES = ("HPCDL_CACHE", "HPCDL_PROJECT")
@@ -42,29 +52,24 @@ class Base(_Strict):
     """Where the root filesystem comes from."""
 
     bootstrap: Literal["debootstrap", "docker", "localimage"]
-    os_version: str | None = Field(default=None, description="debootstrap suite, e.g. bookworm")
-    mirror: str = Field(
+    os_version: OsVersion | None = Field(default=None, description="debootstrap suite, e.g. bookworm")
+    mirror: Url = Field(
         default="http://deb.debian.org/debian",
         description="debootstrap MirrorURL (the Debian mirror the host's apt uses)",
     )
-    include: list[str] = Field(default_factory=list, description="debootstrap Include packages")
-    image: str | None = Field(default=None, description="docker: image name; localimage: path")
-    tag: str | None = Field(default=None, description="docker: tag, e.g. 24.10-py3")
+    include: list[DebPackage] = Field(default_factory=list, description="debootstrap Include packages")
+    image: ImageRef | None = Field(default=None, description="docker: image name; localimage: path")
+    tag: ImageTag | None = Field(default=None, description="docker: tag, e.g. 24.10-py3")
 
     @model_validator(mode="after")
     def _complete(self) -> Base:
         if self.bootstrap == "debootstrap":
             if not self.os_version:
                 raise ValueError("bootstrap 'debootstrap' needs os_version (e.g. bookworm)")
-            if not _URL.match(self.mirror):
-                raise ValueError(f"mirror must be an http(s) URL, got {self.mirror!r}")
         elif not self.image:
             raise ValueError(f"bootstrap '{self.bootstrap}' needs image")
         if self.bootstrap == "docker" and not self.tag:
             raise ValueError("bootstrap 'docker' needs tag (the base image is pinned)")
-        for pkg in self.include:
-            if not _DEB.match(pkg):
-                raise ValueError(f"include: {pkg!r} is not a Debian package name")
         return self
 
     @property
@@ -80,8 +85,8 @@ class Mpi(_Strict):
     use this MPI, so flavour and version (and PMIx) must match what the host speaks."""
 
     flavour: Literal["openmpi", "mpich", "intelmpi", "mvapich2"]
-    version: str = Field(pattern=r"^[0-9][0-9A-Za-z.\-]*$")
-    pmix: str | None = Field(default=None, pattern=r"^[0-9][0-9A-Za-z.\-]*$")
+    version: Version
+    pmix: Version | None = None
     source: Literal["apt", "base"] = Field(
         description="apt: Debian packages installed by the spec; base: shipped by the base image"
     )
@@ -89,7 +94,7 @@ class Mpi(_Strict):
 
 
 class Horovod(_Strict):
-    version: str = Field(default="0.28.1", pattern=r"^[0-9][0-9A-Za-z.\-]*$")
+    version: Version = "0.28.1"
     install: Literal["wheel", "source"] = Field(
         description="wheel: a prebuilt wheel from pip.wheelhouse; source: build in %post"
     )
@@ -111,42 +116,25 @@ class Horovod(_Strict):
 
 
 class Pip(_Strict):
-    index_url: str | None = Field(default=None, description="pip --index-url inside the build")
-    extra_index_urls: list[str] = Field(default_factory=list)
-    wheelhouse: str | None = Field(
+    index_url: Url | None = Field(default=None, description="pip --index-url inside the build")
+    extra_index_urls: list[Url] = Field(default_factory=list)
+    wheelhouse: HostPath | None = Field(
         default=None,
         description="host folder of local wheels copied to /opt/wheelhouse "
         "(may use ${HPCDL_CACHE}); packages in 'local' install from it only",
     )
-    local: list[str] = Field(
+    local: list[Requirement] = Field(
         default_factory=list, description="requirements installed --no-index from the wheelhouse"
     )
-    packages: list[str] = Field(default_factory=list, description="requirements from the index")
-
-    @field_validator("index_url")
-    @classmethod
-    def _index(cls, v: str | None) -> str | None:
-        if v is not None and not _URL.match(v):
-            raise ValueError(f"must be a URL, got {v!r}")
-        return v
-
-    @field_validator("extra_index_urls")
-    @classmethod
-    def _extra(cls, v: list[str]) -> list[str]:
-        for url in v:
-            if not _URL.match(url):
-                raise ValueError(f"must be a URL, got {url!r}")
-        return v
+    packages: list[Requirement] = Field(default_factory=list, description="requirements from the index")
 
     @field_validator("local", "packages")
     @classmethod
     def _requirements(cls, v: list[str]) -> list[str]:
         for req in v:
-            m = _REQ.match(req)
-            if not m:
-                raise ValueError(f"{req!r} is not a requirement hpcdl accepts (name[==version])")
+            m = REQUIREMENT.pattern.fullmatch(req) if REQUIREMENT.pattern else None
             # An unpinned torch pulls the multi-GB CUDA build (or replaces a base image's).
-            if m.group(1).lower() == "torch" and not (m.group(3) or "").startswith("=="):
+            if m and m["name"].lower() == "torch" and not (m["spec"] or "").startswith("=="):
                 raise ValueError(f"{req!r}: torch must be pinned exactly (torch==X.Y.Z)")
         return v
 
@@ -160,72 +148,29 @@ class Pip(_Strict):
 class ImageSpec(_Strict):
     """One image: everything the definition file is rendered from."""
 
-    name: str = Field(description="image name; default output <cache>/images/<name>.sif")
-    description: str = ""
+    name: ImageName = Field(description="image name; default output <cache>/images/<name>.sif")
+    description: DefText = ""
     gpu: bool = Field(description="built for NVIDIA GPUs (run with --nv)")
     base: Base
-    apt_packages: list[str] = Field(default_factory=list)
-    python: str = Field(default="python3", pattern=r"^[A-Za-z0-9_./\-]+$")
+    apt_packages: list[DebPackage] = Field(default_factory=list)
+    python: Executable = "python3"
     pip: Pip = Field(default_factory=Pip)
     horovod: Horovod | None = None
     mpi: Mpi
     project: bool = Field(
         default=True, description="copy hpcdl/ and examples/ to /opt/hpcdl (PYTHONPATH)"
     )
-    env: dict[str, str] = Field(default_factory=dict)
-    labels: dict[str, str] = Field(default_factory=dict)
+    env: dict[EnvName, Text] = Field(default_factory=dict)
+    labels: dict[LabelKey, Text] = Field(default_factory=dict)
     compression: Literal["gzip", "lz4", "lzo", "xz", "zstd"] | None = Field(
         default=None,
         description="squashfs compression of the SIF (mksquashfs -comp); default: the "
         "runtime's (gzip). Every process that starts from a SIF decompresses what it "
         "reads, so a faster codec shortens each rank's start-up.",
     )
-    test: list[str] = Field(
+    test: list[DefText] = Field(
         default_factory=list, description="extra %test commands (after the capability check)"
     )
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError(f"{v!r} is not a valid image name (letters, digits, . _ -)")
-        return v
-
-    @field_validator("apt_packages")
-    @classmethod
-    def _apt(cls, v: list[str]) -> list[str]:
-        for pkg in v:
-            if not _DEB.match(pkg):
-                raise ValueError(f"{pkg!r} is not a Debian package name")
-        return v
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            if not _ENV_NAME.match(key):
-                raise ValueError(f"{key!r} is not a valid environment variable name")
-            if "\n" in str(value):
-                raise ValueError(f"{key}: value must be one line")
-        return v
-
-    @field_validator("labels")
-    @classmethod
-    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            if not _LABEL.match(key):
-                raise ValueError(f"label {key!r}: letters, digits, . _ - only")
-            if "\n" in str(value):
-                raise ValueError(f"label {key}: value must be one line")
-        return v
-
-    @field_validator("test")
-    @classmethod
-    def _test(cls, v: list[str]) -> list[str]:
-        for line in v:
-            if "\n" in line:
-                raise ValueError("each test command must be one line")
-        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> ImageSpec:
@@ -273,8 +218,8 @@ class ImageSpec(_Strict):
 
 
 def _req_name(req: str) -> str:
-    m = _REQ.match(req)
-    return m.group(1).lower() if m else req.lower()
+    m = REQUIREMENT.pattern.fullmatch(req) if REQUIREMENT.pattern else None
+    return m["name"].lower() if m else req.lower()
 
 
 def find_spec(ref: str) -> Path:

@@ -8,16 +8,25 @@ profile is an error naming the file and the field, not a silent default.
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hpcdl.slurmtime import parse_time
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MODULE = re.compile(r"^[A-Za-z0-9_.+/\-]+$")
-_OPTION = re.compile(r"^[a-z][a-z0-9-]*$")
+from hpcdl.tokens import (
+    Bind,
+    EnvName,
+    Executable,
+    HostPath,
+    Module,
+    Name,
+    NonNegativeInt,
+    OptionKey,
+    PositiveInt,
+    SlurmTime,
+    SlurmValue,
+    Text,
+)
 
 
 class _Strict(BaseModel):
@@ -27,20 +36,20 @@ class _Strict(BaseModel):
 class Partition(_Strict):
     """One Slurm partition and the limits hpcdl checks before submitting."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
-    nodes: int = Field(ge=1, description="nodes in the partition")
-    gpus_per_node: int = Field(ge=0)
-    gpu_type: str | None = None
-    cpus_per_node: int = Field(ge=1)
-    mem_per_node_gb: int | None = Field(default=None, ge=1)
-    max_nodes_per_job: int | None = Field(
-        default=None, ge=1, description="defaults to the partition's node count"
+    name: Name
+    nodes: PositiveInt = Field(description="nodes in the partition")
+    gpus_per_node: NonNegativeInt
+    gpu_type: Text | None = None
+    cpus_per_node: PositiveInt
+    mem_per_node_gb: PositiveInt | None = None
+    max_nodes_per_job: PositiveInt | None = Field(
+        default=None, description="defaults to the partition's node count"
     )
-    max_time: str = Field(description="Slurm time: D-HH:MM:SS, HH:MM:SS or 'infinite'")
+    max_time: SlurmTime = Field(description="Slurm time: D-HH:MM:SS, HH:MM:SS or 'infinite'")
     default: bool = False
-    max_jobs_per_user: int | None = Field(default=None, ge=1)
-    max_gpus_per_user: int | None = Field(default=None, ge=1)
-    description: str | None = None
+    max_jobs_per_user: PositiveInt | None = None
+    max_gpus_per_user: PositiveInt | None = None
+    description: Text | None = None
 
     @field_validator("max_time")
     @classmethod
@@ -72,19 +81,11 @@ class Scheduler(_Strict):
     type: Literal["slurm", "pbs"] = Field(
         default="slurm", description="pbs: hpcdl renders Slurm scripts only; dry-run only"
     )
-    account: str | None = None
-    qos: str | None = None
-    extra_options: dict[str, str] = Field(default_factory=dict)
+    account: SlurmValue | None = None
+    qos: SlurmValue | None = None
+    extra_options: dict[OptionKey, SlurmValue] = Field(default_factory=dict)
     gpu_request: Literal["gres", "gpus-per-node"] = "gres"
-    default_time: str = "01:00:00"
-
-    @field_validator("extra_options")
-    @classmethod
-    def _options(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            if not _OPTION.match(key):
-                raise ValueError(f"option name '{key}' must look like 'comment' or 'mail-type'")
-        return v
+    default_time: SlurmTime = "01:00:00"
 
     @field_validator("default_time")
     @classmethod
@@ -95,10 +96,10 @@ class Scheduler(_Strict):
 
 class Container(_Strict):
     runtime: Literal["apptainer", "singularity"] = "apptainer"
-    binary: str | None = Field(default=None, description="path; default: the runtime on PATH")
-    binds: list[str] = Field(default_factory=list)
+    binary: HostPath | None = Field(default=None, description="path; default: the runtime on PATH")
+    binds: list[Bind] = Field(default_factory=list)
     nv: bool = Field(default=True, description="pass --nv (NVIDIA GPUs into the container)")
-    default_image: str | None = None
+    default_image: HostPath | None = None
 
 
 class Mpi(_Strict):
@@ -106,55 +107,39 @@ class Mpi(_Strict):
     srun_mpi: Literal["pmix", "pmi2", "none"] | None = Field(
         default="pmix", description="srun --mpi=...; null leaves the site's MpiDefault"
     )
-    launcher_args: list[str] = Field(default_factory=list)
+    launcher_args: list[Text] = Field(default_factory=list)
 
 
 class Environment(_Strict):
-    vars: dict[str, str] = Field(default_factory=dict)
-    omp_num_threads: Literal["cpus-per-task"] | int = Field(
+    vars: dict[EnvName, Text] = Field(default_factory=dict)
+    omp_num_threads: Literal["cpus-per-task"] | PositiveInt = Field(
         default="cpus-per-task",
         description="OMP_NUM_THREADS: follow --cpus-per-task, or a fixed number",
     )
 
-    @field_validator("vars")
-    @classmethod
-    def _names(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            if not _ENV_NAME.match(key):
-                raise ValueError(f"'{key}' is not a valid environment variable name")
-        return v
-
 
 class Paths(_Strict):
-    scratch: str | None = None
-    datasets: str | None = None
-    imagenet: str | None = None
+    scratch: HostPath | None = None
+    datasets: HostPath | None = None
+    imagenet: HostPath | None = None
 
 
 class Profile(_Strict):
     """A cluster profile; see hpcdl/profiles/bundled/*.yaml for examples."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
-    description: str = ""
+    name: Name
+    description: Text = ""
     scheduler: Scheduler = Field(default_factory=Scheduler)
     partitions: list[Partition] = Field(min_length=1)
-    modules: list[str] = Field(default_factory=list)
+    modules: list[Module] = Field(default_factory=list)
     container: Container = Field(default_factory=Container)
     mpi: Mpi = Field(default_factory=Mpi)
     env: Environment = Field(default_factory=Environment)
     paths: Paths = Field(default_factory=Paths)
-    python: str = "python3"
-    template_dir: str | None = Field(
+    python: Executable = "python3"
+    template_dir: HostPath | None = Field(
         default=None, description="a folder whose templates override the bundled ones"
     )
-
-    @field_validator("modules")
-    @classmethod
-    def _modules(cls, v: list[str]) -> list[str]:
-        for module in v:
-            if not _MODULE.match(module):
-                raise ValueError(f"'{module}' is not a module name")
-        return v
 
     @model_validator(mode="after")
     def _unique(self) -> Profile:

@@ -107,7 +107,7 @@ def test_docker_needs_tag(tmp_path: Path) -> None:
 def test_bad_env_name_and_label(tmp_path: Path) -> None:
     data = cpu_data()
     data["env"] = {"BAD NAME": "1"}
-    assert "not a valid environment variable name" in error_of(tmp_path, data)
+    assert "not an environment variable name" in error_of(tmp_path, data)
     data = cpu_data()
     data["labels"] = {"a b": "1"}
     assert "label" in error_of(tmp_path, data)

@@ -7,6 +7,7 @@ import pytest
 from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest, build_plan, choose_partition
 from hpcdl.profiles import load_profile
+from hpcdl.profiles.schema import Profile
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +49,27 @@ def test_gpus_over_partition(neuron):
 
 
 def test_gpus_over_every_partition(neuron):
+    # Names the largest nodes that exist and where, not the closest partition's 4 GPUs.
     msg = refused(neuron, nodes=1, gpus=9)
-    assert msg.startswith("gpus: 9 GPUs per node exceeds partition")
-    assert "partitions that fit: none" in msg
+    assert msg == ("gpus: 9 GPUs per node exceeds the largest nodes of profile neuron, "
+                   "8 GPUs per node (partitions cas_v100nv_8, amd_a100nv_8)")
+
+
+@pytest.mark.parametrize("word", ["infinite", "UNLIMITED"])
+def test_unlimited_time_is_checked_against_the_partition(neuron, word):
+    msg = refused(neuron, nodes=1, gpus=4, time=word, partition="cas_v100_4")
+    assert msg == ("time: infinite exceeds partition cas_v100_4's max time 2-00:00:00 "
+                   "(partitions that fit: none)")
+
+
+def test_unlimited_time_fits_an_unlimited_partition():
+    profile = Profile.model_validate({
+        "name": "t", "partitions": [
+            {"name": "short", "nodes": 1, "gpus_per_node": 0, "cpus_per_node": 4, "max_time": "1:00:00"},
+            {"name": "long", "nodes": 1, "gpus_per_node": 0, "cpus_per_node": 4, "max_time": "UNLIMITED"},
+        ]})
+    plan = build_plan(profile, JobRequest(time="infinite", command=("true",)))
+    assert (plan.partition, plan.time) == ("long", "infinite")
 
 
 def test_nodes_over_max(neuron):
