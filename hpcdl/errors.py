@@ -33,8 +33,9 @@ class ValidationError(UserInputError):
     """A request exceeds what the cluster profile allows."""
 
 
-class RenderError(HpcdlError):
-    """A template could not be rendered."""
+class RenderError(UserInputError):
+    """A template could not be rendered (syntax, undefined variable, missing file,
+    refused by the sandbox): the template is user input, so exit 2."""
 
 
 class ToolError(HpcdlError):

@@ -3,6 +3,11 @@
 Everything a user supplies reaches a shell only through ``shlex.quote``: the
 plan builder quotes values in Python (see ``shell_join``), and templates get a
 ``q`` filter for any value they add themselves.
+
+Templates render in Jinja's sandbox: a user template (``--template``, a profile's
+``template_dir``) decides what the script says, but rendering it (a dry run) cannot
+reach Python internals (``__class__``, ``__globals__``...), call unsafe methods or
+run anything.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.sandbox
 
 from hpcdl import __version__
 from hpcdl.errors import RenderError
@@ -33,7 +39,7 @@ def shell_join(tokens: Iterable[str]) -> str:
 
 
 def _environment(search_path: list[Path]) -> jinja2.Environment:
-    env = jinja2.Environment(
+    env = jinja2.sandbox.SandboxedEnvironment(
         loader=jinja2.FileSystemLoader([str(p) for p in search_path]),
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # shell scripts, not HTML  # noqa: S701
@@ -61,8 +67,10 @@ def render_template(
     search = [Path(d).expanduser() for d in template_dirs] + [templates_dir()]
     if template_file is not None:
         path = Path(template_file).expanduser()
+        if path.is_dir():
+            raise RenderError(f"template: {str(path)!r} is a directory, not a template file")
         if not path.is_file():
-            raise RenderError(f"template: file '{path}' does not exist")
+            raise RenderError(f"template: file {str(path)!r} does not exist")
         search = [path.parent, *search]
         name = path.name
     env = _environment(search)
@@ -70,7 +78,12 @@ def render_template(
         template = env.get_template(name)
         return template.render(hpcdl_version=__version__, **context)
     except jinja2.TemplateNotFound as exc:
-        raise RenderError(f"template: '{name}' not found in {', '.join(map(str, search))}") from exc
+        raise RenderError(f"template: {name!r} not found in {', '.join(map(str, search))}") from exc
     except jinja2.TemplateError as exc:
         where = f"{exc.filename}:{exc.lineno}" if getattr(exc, "lineno", None) else name  # type: ignore[attr-defined]
-        raise RenderError(f"template {where}: {exc.message}") from exc
+        refused = "refused by the sandbox: " if isinstance(exc, jinja2.sandbox.SecurityError) else ""
+        raise RenderError(f"template {where}: {refused}{exc.message}") from exc
+    except UnicodeDecodeError as exc:
+        raise RenderError(f"template {name}: not UTF-8 text (offset {exc.start})") from exc
+    except Exception as exc:  # a user template is code: whatever it raises is its error
+        raise RenderError(f"template {name}: {type(exc).__name__}: {exc}") from exc
