@@ -84,7 +84,7 @@ NAME = _kind("name", r"[A-Za-z0-9_.\-]+", "gpu_a100")
 SLURM_VALUE = _kind("Slurm option value", r"[A-Za-z0-9_.,:@%+=/\-]+( [A-Za-z0-9_.,:@%+=/\-]+)*",
                     "END,FAIL")
 # The long name of an sbatch option, without the leading '--'.
-OPTION_KEY = _kind("sbatch option name", r"[a-z][a-z0-9\-]*", "mail-type")
+OPTION_KEY = _kind("Slurm option name", r"[a-z][a-z0-9\-]*", "mail-type")
 # Slurm time: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], or infinite/UNLIMITED.
 SLURM_TIME = _kind("Slurm time", r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|infinite|unlimited",
                    "2-00:00:00", re.IGNORECASE)

@@ -9,7 +9,8 @@ To add a command: write it in ``hpcdl/cli/<module>.py`` and add one line to
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import re
+from typing import IO, Any
 
 import click
 
@@ -34,8 +35,29 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class OneLineUsageError(click.UsageError):
+    """click's usage error shown as hpcdl shows every error: one ``error:`` line and a
+    ``hint:`` line naming the command's --help (click's own is a 4-line block)."""
+
+    def __init__(self, err: click.UsageError) -> None:
+        super().__init__(err.format_message(), err.ctx)
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        command = self.ctx.command_path if self.ctx else "hpcdl"
+        click.echo(f"error: {one_line(self.format_message())}", err=True)
+        click.echo(f"hint: see '{command} --help'", err=True)
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        # Usage errors of the top level (`hpcdl --bogus`) come from here.
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as err:
+            raise OneLineUsageError(err) from err
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -57,6 +79,10 @@ class LazyGroup(click.Group):
         except HpcdlError as err:
             report(err)
             ctx.exit(err.exit_code)
+        except OneLineUsageError:
+            raise
+        except click.UsageError as err:  # a subcommand's (missing option, bad value...)
+            raise OneLineUsageError(err) from err
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Use the static help strings so `--help` imports no subcommand module.
@@ -82,11 +108,22 @@ def cli() -> None:
     """
 
 
+# Characters that would end or garble a terminal line (C0/C1 controls, DEL, Unicode
+# line separators); tab is kept.
+_LINE_BREAKING = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every line-breaking or control character escaped (``\\n``, ``\\x1b``),
+    so an echoed value can never split an error into several lines."""
+    return _LINE_BREAKING.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def report(err: HpcdlError) -> None:
     """Print an hpcdl error as the user should see it: one line, then the hint."""
-    click.echo(f"error: {err.message}", err=True)
+    click.echo(f"error: {one_line(err.message)}", err=True)
     if err.hint:
-        click.echo(f"hint: {err.hint}", err=True)
+        click.echo(f"hint: {one_line(err.hint)}", err=True)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -56,8 +56,11 @@ def resolve_profile(ref: str | None) -> Path:
         )
     if _looks_like_path(ref):
         path = Path(ref).expanduser()
+        if path.is_dir():
+            raise UserInputError(f"profile: {ref!r} is a directory, not a profile file "
+                                 f"(pass a .yaml file or a profile name)")
         if not path.is_file():
-            raise UserInputError(f"profile: file '{ref}' does not exist")
+            raise UserInputError(f"profile: file {ref!r} does not exist")
         return path
     for source in list_profiles():
         if source.name == ref:
