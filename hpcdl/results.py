@@ -17,7 +17,7 @@ _LABEL = re.compile(r"^\s*(\d+): ")
 _RANK_LINE = re.compile(r"hpcdl_rank_checksum rank=(\d+) host=(\S+) checksum=(\S+)")
 # srun's own report of a failed task, e.g. "srun: error: n2: task 3: Exited with exit code 1"
 _SRUN_FAIL = re.compile(
-    r"srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<why>.+)$"
+    r"srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<why>.+)\Z"
 )
 
 

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 import torch
 
 NAME = "checkpoint-{step:08d}.pt"
-_PATTERN = re.compile(r"^checkpoint-(\d{8})\.pt$")
+_PATTERN = re.compile(r"checkpoint-(\d{8})\.pt")
 
 
 def checkpoint_path(directory: str | os.PathLike[str], step: int) -> Path:
@@ -30,7 +30,7 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
     d = Path(directory)
     if not d.is_dir():
         return []
-    found = [(int(m.group(1)), d / name) for name in os.listdir(d) if (m := _PATTERN.match(name))]
+    found = [(int(m.group(1)), d / name) for name in os.listdir(d) if (m := _PATTERN.fullmatch(name))]
     return [p for _, p in sorted(found)]
 
 

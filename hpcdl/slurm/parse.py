@@ -21,8 +21,8 @@ SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%l|%P|%j"
 SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Elapsed,Timelimit,Partition,JobName"
 
 PLACEHOLDER_NAME = "allocation"
-_JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$")
-_EXIT = re.compile(r"^(\d+):(\d+)$")
+_JOB_ID = re.compile(r"(\d+)(?:;\S+)?")
+_EXIT = re.compile(r"(\d+):(\d+)")
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
 
 
@@ -53,7 +53,7 @@ def parse_job_id(stdout: str) -> str:
     Raises SubmitError when sbatch printed something else.
     """
     lines = [ln.strip() for ln in stdout.strip().splitlines() if ln.strip()]
-    m = _JOB_ID.match(lines[-1]) if lines else None
+    m = _JOB_ID.fullmatch(lines[-1]) if lines else None
     if not m:
         raise SubmitError(f"sbatch printed no job id (output: {stdout.strip()!r})")
     return m.group(1)
@@ -61,7 +61,7 @@ def parse_job_id(stdout: str) -> str:
 
 def parse_exit_code(text: str) -> tuple[int | None, int | None]:
     """Slurm's "EXIT:SIGNAL" (e.g. "3:0", "0:15") as (exit, signal); (None, None) if absent."""
-    m = _EXIT.match(text.strip())
+    m = _EXIT.fullmatch(text.strip())
     if not m:
         return None, None
     return int(m.group(1)), int(m.group(2))
