@@ -1,0 +1,502 @@
+"""Property-based proof that no profile, image-spec or request value can run a command.
+
+For EVERY string field of the profile and image-spec schemas (found by walking the
+pydantic models, so a new field is covered without touching this file) and every
+string option of a request, hypothesis generates hostile values: newlines (also
+trailing), ``;``, ``$(...)``, backticks, quotes, ``%post``, NUL, Unicode line
+separators..., most of them trying to ``touch PWNED``. Each value is either
+
+* refused: a ConfigError/ValidationError/RenderError whose message is one line; or
+* accepted, and then rendered and checked:
+  - sbatch and salloc scripts run with bash in an empty folder, with ``srun``,
+    ``mpirun``, ``horovodrun``, ``salloc``, ``module``, ``scontrol`` and the container
+    runtimes replaced by stubs on PATH that record their argv and environment: the
+    script must exit 0, no PWNED file may appear, the script has exactly as many lines
+    as with a harmless value in the same field, and env values / launcher args /
+    commands reach the launcher byte for byte;
+  - a definition file keeps the same header keys, the same ``%sections``, and the same
+    number of lines per section as with a harmless value (``%help`` is word-wrapped:
+    none of its lines may start with ``%``); its ``%environment`` is run by bash and
+    must not create PWNED, and env values arrive verbatim.
+
+Deterministic (derandomize, no example database); MAX_EXAMPLES hostile values per
+field.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import types
+import typing
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hpcdl.alloc import build_alloc
+from hpcdl.container.render import RenderContext, render_definition
+from hpcdl.container.spec import ImageSpec, parse_spec
+from hpcdl.errors import UserInputError
+from hpcdl.plan import JobRequest, build_plan
+from hpcdl.profiles.schema import Profile
+from hpcdl.resources import REPO_ROOT, containers_dir
+from hpcdl.slurmtime import parse_time
+from hpcdl.tokens import CONTROL, KINDS, TEXT, Kind, check_token
+from hpcdl.yamlmodel import parse_yaml_model
+
+MAX_EXAMPLES = 40
+MARK = "PWNED"
+PROPERTY = settings(max_examples=MAX_EXAMPLES, derandomize=True, database=None, deadline=None,
+                    suppress_health_check=list(HealthCheck))
+
+INJECTIONS = [
+    f"\ntouch {MARK}", f"\ntouch {MARK}\n", f"; touch {MARK}", f"$(touch {MARK})",
+    f"`touch {MARK}`", f"' ; touch {MARK} ; '", f'" ; touch {MARK} ; "', f"&& touch {MARK}",
+    f"| touch {MARK}", f"\r\ntouch {MARK}", f"\u2028touch {MARK}", f"\u2029touch {MARK}",
+    f"\x85touch {MARK}", f"\x00touch {MARK}", f"\x0btouch {MARK}", f"\\\ntouch {MARK}",
+    f"${{IFS}}touch${{IFS}}{MARK}", f"\n%post\n    touch {MARK}", f"\n%setup\ntouch {MARK}",
+    f"\n%environment\ntouch {MARK}", f"\n#SBATCH --wrap='touch {MARK}'", f" %post touch {MARK}",
+    f"%post\ntouch {MARK}", f"\"\ntouch {MARK}\n\"", f"'\ntouch {MARK}\n'", f"\x1b[2J$(touch {MARK})",
+    f"$'\\ntouch {MARK}'", f"<(touch {MARK})", f">{MARK}", f"\n>{MARK}",
+]
+PREFIXES = ["", "ok", "a b", "x.y-1", "/p/q", "%post", "#", "-x"]
+SUFFIXES = ["", "\n", "\r\n", " ", "\n ", "\u2028", "\x00", "\t"]
+DANGER = list("\n\r\x00\x0b\x1b\u2028\u2029\x85;&|$`'\"\\(){}<>#%*? \t=,:@/") + list("ab1.-")
+
+hostile_strings = st.one_of(
+    st.builds(lambda p, i, s: p + i + s, st.sampled_from(PREFIXES), st.sampled_from(INJECTIONS),
+              st.sampled_from(SUFFIXES)),
+    st.text(alphabet=st.sampled_from(DANGER), min_size=1, max_size=16),
+    st.text(min_size=1, max_size=16),
+)
+
+
+# --- walking the schemas -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One string field: where in the document, and how a value goes in.
+
+    ``how``: 'value' (the field itself), 'item' (appended to a list), 'key' (a new
+    dict key), 'dict-value' (a dict value under a harmless key)."""
+
+    loc: tuple[Any, ...]
+    how: str
+    kind: Kind | None
+    key_kind: Kind | None = None
+
+    @property
+    def name(self) -> str:
+        dotted = ".".join(str(p) for p in self.loc)
+        return {"value": dotted, "item": f"{dotted}[]", "key": f"{dotted}{{key}}",
+                "dict-value": f"{dotted}{{value}}"}[self.how]
+
+
+def _kind(annotation: Any, metadata: list[Any] = ()) -> Kind | None:  # type: ignore[assignment]
+    found = [m for m in metadata if isinstance(m, Kind)]
+    if typing.get_origin(annotation) is typing.Annotated:
+        found += [m for m in typing.get_args(annotation)[1:] if isinstance(m, Kind)]
+    return found[0] if found else None
+
+
+def _is_str(annotation: Any) -> bool:
+    if annotation is str:
+        return True
+    return typing.get_origin(annotation) is typing.Annotated and typing.get_args(annotation)[0] is str
+
+
+def _strip_optional(annotation: Any) -> list[Any]:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [a for a in typing.get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def string_slots(model: type[pydantic.BaseModel], loc: tuple[Any, ...] = ()) -> list[Slot]:
+    """Every string-carrying field of ``model`` and its nested models."""
+    out: list[Slot] = []
+    for name, info in model.model_fields.items():
+        for ann in _strip_optional(info.annotation):
+            here = (*loc, name)
+            origin = typing.get_origin(ann)
+            if isinstance(ann, type) and issubclass(ann, pydantic.BaseModel):
+                out += string_slots(ann, here)
+            elif _is_str(ann):
+                out.append(Slot(here, "value", _kind(ann, info.metadata)))
+            elif origin is list:
+                (item,) = typing.get_args(ann)
+                if isinstance(item, type) and issubclass(item, pydantic.BaseModel):
+                    out += string_slots(item, (*here, 0))
+                elif _is_str(item):
+                    out.append(Slot(here, "item", _kind(item)))
+            elif origin is dict:
+                key, value = typing.get_args(ann)
+                if _is_str(key):
+                    out.append(Slot(here, "key", _kind(key), _kind(key)))
+                if _is_str(value):
+                    out.append(Slot(here, "dict-value", _kind(value), _kind(key)))
+    return out
+
+
+PROFILE_SLOTS = string_slots(Profile)
+SPEC_SLOTS = string_slots(ImageSpec)
+
+
+def _get(doc: Any, loc: tuple[Any, ...]) -> Any:
+    for part in loc:
+        doc = doc[part] if isinstance(part, int) else doc.setdefault(part, {})
+    return doc
+
+
+def with_value(base: dict[str, Any], slot: Slot, value: str, benign_key: str) -> dict[str, Any]:
+    doc = copy.deepcopy(base)
+    parent = _get(doc, slot.loc[:-1])
+    last = slot.loc[-1]
+    if slot.how == "value":
+        parent[last] = value
+    elif slot.how == "item":
+        parent[last] = [*parent.get(last, []), value]
+    elif slot.how == "key":
+        parent.setdefault(last, {})[value] = "1"
+    else:
+        parent.setdefault(last, {})[benign_key] = value
+    return doc
+
+
+def benign(base: dict[str, Any], slot: Slot) -> tuple[str, str]:
+    """(a harmless valid value for ``slot``, a harmless key for dict slots)."""
+    key = slot.key_kind.example if slot.key_kind and slot.key_kind.example else "HPCDL_X"
+    if slot.how == "value":
+        parent = _get(copy.deepcopy(base), slot.loc[:-1])
+        if isinstance(parent.get(slot.loc[-1]), str):
+            return parent[slot.loc[-1]], key
+    for candidate in ("benign", slot.kind.example if slot.kind else ""):
+        try:
+            return check_token(candidate, slot.kind or TEXT), key
+        except ValueError:
+            continue
+    raise AssertionError(f"no harmless value for {slot.name}")
+
+
+def assert_one_line_refusal(exc: UserInputError) -> None:
+    assert not CONTROL.search(exc.message), f"message is not one line: {exc.message!r}"
+    if exc.hint:
+        assert not CONTROL.search(exc.hint)
+
+
+# --- base documents --------------------------------------------------------------------
+
+PROFILE_BASE: dict[str, Any] = {
+    "name": "hostile",
+    "description": "a profile with every field set",
+    "scheduler": {"account": "proj", "qos": "normal", "extra_options": {"comment": "pytorch"},
+                  "gpu_request": "gres", "default_time": "00:10:00"},
+    "partitions": [
+        {"name": "debug", "nodes": 2, "gpus_per_node": 4, "gpu_type": "fake", "cpus_per_node": 8,
+         "max_time": "00:30:00", "default": True, "description": "the small one"},
+    ],
+    "modules": ["gcc/10.2.0"],
+    "container": {"runtime": "apptainer", "binary": "/opt/apptainer/bin/apptainer",
+                  "binds": ["/scratch"], "default_image": "/img/default.sif"},
+    "mpi": {"launcher": "srun", "srun_mpi": "pmix", "launcher_args": ["--cpu-bind=cores"]},
+    "env": {"vars": {"NCCL_DEBUG": "WARN"}, "omp_num_threads": 1},
+    "paths": {"scratch": "/scratch/$USER", "datasets": "/data", "imagenet": "/data/imagenet"},
+    "python": "python3",
+}
+
+
+def _spec_doc(name: str) -> dict[str, Any]:
+    doc = yaml.safe_load((containers_dir() / f"{name}.yaml").read_text())
+    doc.setdefault("labels", {})["org.example.owner"] = "team"
+    doc.setdefault("test", []).append("echo ok")
+    doc.setdefault("env", {})["HPCDL_X"] = "1"
+    doc["pip"].setdefault("index_url", "https://pypi.org/simple")
+    doc["pip"].setdefault("extra_index_urls", ["https://download.pytorch.org/whl/cpu"])
+    doc["pip"].setdefault("packages", ["tqdm==4.66.0"])
+    doc["base"].setdefault("include", ["ca-certificates"])
+    return doc
+
+
+# debootstrap base (OSVersion, MirrorURL, Include) and docker base (From: image:tag).
+SPEC_BASES = {"cpu": _spec_doc("pytorch-horovod-cpu"), "gpu": _spec_doc("pytorch-horovod-gpu")}
+RENDER = RenderContext(cache_dir="/cache", project_dir="/project", spec_dir="/specs")
+
+
+# --- running scripts -----------------------------------------------------------------
+
+RECORDER = """#!/bin/bash
+printf '%s\\0' "$@" > "$HPCDL_TEST_OUT/argv.$(basename "$0")"
+env -0 > "$HPCDL_TEST_OUT/env.$(basename "$0")"
+"""
+SCONTROL = "#!/bin/bash\necho n1\n"
+STUBS = ("srun", "mpirun", "horovodrun", "salloc", "module", "apptainer", "singularity")
+
+
+@pytest.fixture(scope="module")
+def stub_bin(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("stubs")
+    for tool in STUBS:
+        (folder / tool).write_text(RECORDER)
+    (folder / "scontrol").write_text(SCONTROL)
+    for path in folder.iterdir():
+        path.chmod(0o755)
+    return folder
+
+
+@dataclass
+class Ran:
+    argv: dict[str, list[str]]
+    env: dict[str, dict[str, str]]
+
+
+def run_bash(script: str, stub_bin: Path, work: Path) -> Ran:
+    """Run ``script`` with bash in the empty folder ``work``; assert exit 0 and no PWNED."""
+    work.mkdir()
+    path = work.parent / f"{work.name}.sh"
+    path.write_text(script)
+    env = {"PATH": f"{stub_bin}:/usr/bin:/bin", "HPCDL_TEST_OUT": str(work), "HOME": str(work),
+           "SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n1", "SLURM_CPUS_PER_TASK": "2",
+           "SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1", "TMPDIR": str(work)}
+    done = subprocess.run(["bash", str(path)], cwd=work, env=env, capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    planted = [p for p in work.parent.rglob(f"*{MARK}*")]
+    assert not planted, f"a value ran a command: {planted}"
+    ran = Ran({}, {})
+    for rec in work.glob("argv.*"):
+        tool = rec.name.split(".", 1)[1]
+        ran.argv[tool] = rec.read_bytes().decode().split("\0")[:-1]
+        pairs = (work / f"env.{tool}").read_bytes().decode().split("\0")[:-1]
+        ran.env[tool] = dict(p.split("=", 1) for p in pairs)
+    return ran
+
+
+class Counter:
+    """Unique folder names for the examples of one test."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.n = root, 0
+
+    def next(self) -> Path:
+        self.n += 1
+        return self.root / f"case{self.n}"
+
+
+# --- profiles ----------------------------------------------------------------------
+
+
+def _profile_outputs(profile: Profile, run_dir: str) -> tuple[str, str, list[str]]:
+    plan = build_plan(profile, JobRequest(nodes=1, gpus=1, image="/img/x.sif", run_dir=run_dir))
+    alloc = build_alloc(profile, JobRequest(nodes=1, gpus=1, command=("true",)))
+    return plan.script, alloc.script, list(alloc.argv)
+
+
+@pytest.mark.parametrize("slot", PROFILE_SLOTS, ids=lambda s: s.name)
+def test_profile_field_cannot_run_a_command(slot, stub_bin, tmp_path):
+    good, key = benign(PROFILE_BASE, slot)
+    reference = Profile.model_validate(with_value(PROFILE_BASE, slot, good, key))
+    ref_sbatch, ref_salloc, _ = _profile_outputs(reference, "/runs/r1")
+    cases = Counter(tmp_path)
+
+    @PROPERTY
+    @given(value=hostile_strings)
+    def check(value: str) -> None:
+        text = yaml.safe_dump(with_value(PROFILE_BASE, slot, value, key))
+        try:
+            profile = parse_yaml_model(text, Profile, source="p.yaml", kind="profile")
+            sbatch, salloc, argv = _profile_outputs(profile, "/runs/r1")
+        except UserInputError as exc:
+            assert_one_line_refusal(exc)
+            return
+        assert len(sbatch.splitlines()) == len(ref_sbatch.splitlines()), sbatch
+        assert len(salloc.splitlines()) == len(ref_salloc.splitlines()), salloc
+        ran = run_bash(sbatch, stub_bin, cases.next())
+        assert "srun" in ran.argv, "the launch line did not run"
+        if slot.loc == ("env", "vars") and slot.how == "dict-value":
+            assert ran.env["srun"][key] == value
+        if slot.loc == ("mpi", "launcher_args"):
+            assert value in ran.argv["srun"]
+        if slot.loc == ("paths", "imagenet"):
+            assert ran.argv["srun"][ran.argv["srun"].index("--data") + 1] == value
+        ran = run_bash(salloc, stub_bin, cases.next())
+        assert ran.argv["salloc"] == argv[1:]
+
+    check()
+
+
+# --- image specs ---------------------------------------------------------------------
+
+
+def _sections(text: str) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """(header keys, section names in order, lines of each section)."""
+    header: list[str] = []
+    names: list[str] = []
+    body: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        if stripped.startswith("%"):
+            current = stripped
+            names.append(current)
+            body[current] = []
+        elif current is None:
+            m = re.match(r"([A-Za-z]+):", line)
+            if m:
+                header.append(m.group(1))
+        else:
+            body[current].append(line)
+    return header, names, body
+
+
+def _spec_bases(slot: Slot) -> list[str]:
+    # base.image/base.tag render only on a docker base; the rest on both.
+    return ["gpu"] if slot.loc in (("base", "image"), ("base", "tag")) else ["cpu", "gpu"]
+
+
+@pytest.mark.parametrize("slot", SPEC_SLOTS, ids=lambda s: s.name)
+def test_spec_field_cannot_add_a_line_or_section(slot, tmp_path):
+    refs = {}
+    for name in _spec_bases(slot):
+        good, key = benign(SPEC_BASES[name], slot)
+        try:  # e.g. pip.local on the GPU spec, which has no wheelhouse
+            spec = ImageSpec.model_validate(with_value(SPEC_BASES[name], slot, good, key))
+        except pydantic.ValidationError:
+            continue
+        refs[name] = (_sections(render_definition(spec, RENDER).text), key)
+    assert refs, f"no base spec takes a harmless {slot.name}"
+    cases = Counter(tmp_path)
+
+    @PROPERTY
+    @given(value=hostile_strings, base=st.sampled_from(sorted(refs)))
+    def check(value: str, base: str) -> None:
+        (ref_header, ref_names, ref_body), key = refs[base]
+        text = yaml.safe_dump(with_value(SPEC_BASES[base], slot, value, key))
+        try:
+            definition = render_definition(parse_spec(text, source="s.yaml"), RENDER).text
+        except UserInputError as exc:
+            assert_one_line_refusal(exc)
+            return
+        header, names, body = _sections(definition)
+        assert header == ref_header and names == ref_names, definition
+        for name in names:
+            if name == "%help":  # word-wrapped free text: no line may become a section
+                assert not any(line.lstrip().startswith("%") for line in body[name])
+            else:
+                assert len(body[name]) == len(ref_body[name]), (name, definition)
+        environment = "\n".join(body["%environment"]) + '\nenv -0 > "$HPCDL_TEST_OUT/env.x"\n'
+        work = cases.next()
+        run_bash(environment, Path("/nonexistent"), work)  # no stubs needed: exports only
+        if slot.loc == ("env",) and slot.how == "dict-value":
+            pairs = (work / "env.x").read_bytes().decode().split("\0")[:-1]
+            assert dict(p.split("=", 1) for p in pairs)[key] == value
+
+    check()
+
+
+def test_every_string_field_is_walked_and_typed():
+    """A new string field is covered by the tests above and carries a token type."""
+    names = {s.name for s in PROFILE_SLOTS + SPEC_SLOTS}
+    for expected in ("scheduler.account", "scheduler.extra_options{key}", "modules[]",
+                     "env.vars{value}", "partitions.0.name", "base.os_version", "base.image",
+                     "apt_packages[]", "labels{value}", "test[]", "pip.packages[]"):
+        assert expected in names
+    untyped = [s.name for s in PROFILE_SLOTS + SPEC_SLOTS if s.kind is None]
+    assert not untyped, f"string fields without a token type: {untyped}"
+
+
+# --- request options ---------------------------------------------------------------
+
+REQUEST_BASE = JobRequest(nodes=1, gpus=1, image="/img/x.sif", env=(("HPCDL_X", "1"),),
+                          binds=("/data",), run_dir="/runs/r1")
+REQUEST_FIELDS = [f.name for f in fields(JobRequest)
+                  if f.name not in ("nodes", "gpus", "cpus_per_task", "synthetic", "backend")]
+
+
+def _request_with(name: str, value: str) -> JobRequest:
+    if name == "env":
+        return replace(REQUEST_BASE, env=(("HPCDL_X", value),))
+    if name == "env_key":
+        return replace(REQUEST_BASE, env=((value, "1"),))
+    current = getattr(REQUEST_BASE, name)
+    if isinstance(current, tuple):
+        return replace(REQUEST_BASE, **{name: (*current, value)})
+    return replace(REQUEST_BASE, **{name: value})
+
+
+def test_request_fields_are_all_covered():
+    assert set(REQUEST_FIELDS) == {"partition", "time", "job_name", "image", "env", "binds",
+                                   "command", "data", "example_args", "template", "run_dir"}
+
+
+@pytest.mark.parametrize("name", [*REQUEST_FIELDS, "env_key"])
+def test_request_option_cannot_run_a_command(name, stub_bin, tmp_path):
+    profile = Profile.model_validate(PROFILE_BASE)
+    cases = Counter(tmp_path)
+
+    @PROPERTY
+    @given(value=hostile_strings)
+    def check(value: str) -> None:
+        req = _request_with(name, value)
+        try:
+            plan = build_plan(profile, req)
+        except UserInputError as exc:
+            assert_one_line_refusal(exc)
+            return
+        ran = run_bash(plan.script, stub_bin, cases.next())
+        argv, env = ran.argv["srun"], ran.env["srun"]
+        if name == "env":
+            assert env["HPCDL_X"] == value
+        if name in ("command", "example_args"):
+            assert argv[-1] == value
+        if name == "job_name":
+            assert env["HPCDL_JOB_NAME"] == value
+        if name == "image":
+            assert env["HPCDL_IMAGE"] == value and value in argv
+
+    check()
+
+
+# --- every pattern refuses a trailing newline ----------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
+@pytest.mark.parametrize("end", ["\n", "\r", "\r\n", "\u2028", "\x00", "\x85"])
+def test_every_token_kind_refuses_a_trailing_line_break(kind, end):
+    good = kind.example or "x"
+    assert check_token(good, kind) == good
+    with pytest.raises(ValueError, match="control character"):
+        check_token(good + end, kind)
+    if kind.pattern is not None and end == "\n":
+        assert not kind.pattern.fullmatch(good + end)  # the pattern alone, too
+
+
+def test_every_kind_in_the_schemas_is_listed():
+    walked = {id(s.kind) for s in PROFILE_SLOTS + SPEC_SLOTS}
+    assert walked <= {id(k) for k in KINDS}
+    assert TEXT in KINDS
+
+
+def test_slurm_time_refuses_a_trailing_newline():
+    assert parse_time("01:00:00") == 3600
+    for bad in ("01:00:00\n", "30\n", "1-0\n", "infinite\n"):
+        with pytest.raises(ValueError):
+            parse_time(bad)
+
+
+def test_no_pattern_in_the_code_base_ends_with_dollar():
+    """re's `$` matches before a trailing newline: patterns use fullmatch (or \\Z)."""
+    pattern = re.compile(r"""r["'][^"'\n]*(?<!\\)\$["']""")
+    offenders = []
+    for folder in ("hpcdl", "examples", "bench"):
+        for path in sorted((REPO_ROOT / folder).rglob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                # With re.M, `$` is the end of each line: what such a search wants.
+                if pattern.search(line) and "re.M" not in line:
+                    offenders.append(f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
