@@ -48,6 +48,8 @@ def parse_yaml_model(text: str, model: type[M], *, source: str, kind: str) -> M:
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{source}{where}: YAML syntax error: {problem}") from exc
+    except RecursionError as exc:  # e.g. 50000 nested '[': not a profile or spec
+        raise ConfigError(f"{source}: YAML nested too deeply to be a {kind}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a {kind} must be a YAML mapping, got {type(data).__name__}")
     try:

@@ -186,3 +186,11 @@ def test_def_text_cannot_start_a_section(tmp_path):
     with pytest.raises(ConfigError, match="no word may start with %"):
         parse_spec(spec + "\ntest: ['echo %post']\n")
     parse_spec(spec + "\ntest: ['echo 50%']\n")  # a % inside a word is fine
+
+
+def test_deeply_nested_yaml_is_one_line(tmp_path):
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("name: " + "[" * 50000 + "]" * 50000 + "\n")
+    result = invoke("profiles", "validate", str(deep))
+    assert result.exit_code == 2
+    assert one_error_line(result) == f"error: {deep}: YAML nested too deeply to be a profile"

@@ -500,3 +500,38 @@ def test_no_pattern_in_the_code_base_ends_with_dollar():
                 if pattern.search(line) and "re.M" not in line:
                     offenders.append(f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+# --- any file content: a Profile/ImageSpec or one ConfigError line, nothing else -----
+
+yaml_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | hostile_strings,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(hostile_strings, inner, max_size=3),
+    max_leaves=8,
+)
+file_bytes = st.one_of(
+    st.binary(max_size=200),
+    st.builds(lambda top, field, value: yaml.safe_dump({**top, field: value}).encode(),
+              st.sampled_from([PROFILE_BASE, SPEC_BASES["cpu"]]),
+              st.sampled_from(sorted({*PROFILE_BASE, *SPEC_BASES["cpu"]})), yaml_values),
+)
+
+
+@pytest.mark.parametrize("model", [Profile, ImageSpec], ids=["profile", "spec"])
+def test_any_file_content_is_a_model_or_one_error_line(model, tmp_path):
+    from hpcdl.errors import ConfigError
+    from hpcdl.yamlmodel import load_yaml_model
+
+    path = tmp_path / "f.yaml"
+
+    @settings(max_examples=150, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(data=file_bytes)
+    def check(data: bytes) -> None:
+        path.write_bytes(data)
+        try:
+            load_yaml_model(path, model, kind="file")
+        except ConfigError as exc:
+            assert_one_line_refusal(exc)
+
+    check()
