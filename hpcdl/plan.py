@@ -123,7 +123,7 @@ def check_request(req: JobRequest) -> None:
     if req.cpus_per_task is not None and req.cpus_per_task < 1:
         raise _fail(f"cpus-per-task: must be at least 1 (got {req.cpus_per_task})")
     if req.backend not in BACKENDS:
-        raise _fail(f"backend: '{req.backend}' is not one of {', '.join(BACKENDS)}")
+        raise _fail(f"backend: {req.backend!r} is not one of {', '.join(BACKENDS)}")
     if req.time is not None:
         try:
             parse_time(req.time)
@@ -154,7 +154,7 @@ def check_request(req: JobRequest) -> None:
     if req.example_args and req.command:
         raise _fail("example-arg: only applies to the bundled example, not to a COMMAND")
     if req.synthetic and req.data:
-        raise _fail(f"synthetic: --synthetic and --data {req.data} exclude each other")
+        raise _fail(f"synthetic: --synthetic and --data {req.data!r} exclude each other")
     for bind in req.binds:
         try:
             check_token(bind, BIND)
@@ -234,7 +234,7 @@ def choose_partition(profile: Profile, req: JobRequest) -> tuple[Partition, str]
         if part is None:
             names = ", ".join(p.name for p in profile.partitions)
             raise _fail(
-                f"partition: '{req.partition}' is not a partition of profile {profile.name} "
+                f"partition: {req.partition!r} is not a partition of profile {profile.name} "
                 f"(partitions: {names})"
             )
         problems = _problems(part, req, cpt(part), seconds)

@@ -20,7 +20,7 @@ def check_inputs(req: JobRequest) -> None:
         image = Path(req.image).expanduser()
         if not image.exists():
             raise ValidationError(
-                f"image: '{req.image}' does not exist",
+                f"image: {req.image!r} does not exist",
                 hint=f"build it first: hpcdl build pytorch-horovod-cpu -o {req.image} "
                 f"(in a checkout, scripts/build-image.sh -o {req.image} also fills the "
                 "wheelhouse the CPU spec installs from)",
@@ -29,12 +29,12 @@ def check_inputs(req: JobRequest) -> None:
         data = Path(req.data).expanduser()
         if not data.is_dir():
             raise ValidationError(
-                f"data: dataset folder '{req.data}' does not exist",
+                f"data: dataset folder {req.data!r} does not exist",
                 hint=f"make a tiny one for a test run: hpcdl data make-tiny {req.data}",
             )
         if not (data / "train").is_dir():
             raise ValidationError(
-                f"data: '{req.data}' has no train/ folder (ImageNet layout: train/ and val/, "
+                f"data: {req.data!r} has no train/ folder (ImageNet layout: train/ and val/, "
                 f"one folder per class)",
                 hint=f"make a tiny one for a test run: hpcdl data make-tiny {req.data}",
             )

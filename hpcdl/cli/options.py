@@ -13,7 +13,7 @@ def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     for item in values:
         key, sep, value = item.partition("=")
         if not sep:
-            raise ValidationError(f"env: '{item}' is not KEY=VALUE")
+            raise ValidationError(f"env: {item!r} is not KEY=VALUE")
         pairs.append((key, value))
     return tuple(pairs)
 

@@ -492,5 +492,5 @@ def report(host: HostFacts, image: ImageFacts | None, checks: list[Verdict]) -> 
 
 def require_image(path: str) -> str:
     if not Path(path).exists():
-        raise UserInputError(f"image: '{path}' does not exist")
+        raise UserInputError(f"image: {path!r} does not exist")
     return path

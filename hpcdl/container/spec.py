@@ -234,7 +234,7 @@ def find_spec(ref: str) -> Path:
         if candidate.is_file():
             return candidate
     names = ", ".join(bundled_spec_names()) or "none"
-    raise UserInputError(f"spec: '{ref}' is neither a file nor a bundled spec (bundled: {names})")
+    raise UserInputError(f"spec: {ref!r} is neither a file nor a bundled spec (bundled: {names})")
 
 
 def bundled_spec_names() -> list[str]:

@@ -65,7 +65,7 @@ def resolve_profile(ref: str | None) -> Path:
     for source in list_profiles():
         if source.name == ref:
             return source.path
-    raise UserInputError(f"profile: unknown profile '{ref}' (available: {names})")
+    raise UserInputError(f"profile: unknown profile {ref!r} (available: {names})")
 
 
 def load_profile(ref: str | None = None) -> Profile:
