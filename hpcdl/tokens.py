@@ -8,12 +8,12 @@ are free text by nature (env values, commands, descriptions) are quoted where
 they land and must still be one line, so they can never start a new script line
 or a new ``%section`` of a definition.
 
-Every type here is ``Annotated[str, Strict(), checker(KIND), KIND]`` on one check, :func:`check_token`:
-no control characters (``\\n``, ``\\r``, NUL, ``\\x1b``, ...), no Unicode line
-separators, then the kind's pattern with ``re.fullmatch`` (never ``$``, which
-matches before a trailing newline). The types are pydantic ``Annotated`` strings
-(strict: a YAML number is not silently a string); ``check_token`` also serves
-plain code (the request checks in hpcdl.plan).
+Every type here is ``Annotated[str, Strict(), checker(KIND), KIND]`` around one
+check, :func:`check_token`: no control characters (``\\n``, ``\\r``, NUL, ``\\x1b``,
+...), no Unicode line separators, then the kind's pattern with ``re.fullmatch``
+(never ``$``, which matches before a trailing newline). Strict: a YAML number is not
+silently a string. ``check_token`` also serves plain code (the request checks in
+hpcdl.plan); the ``Kind`` in the metadata lets tests find every typed field.
 """
 
 from __future__ import annotations
