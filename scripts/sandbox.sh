@@ -317,7 +317,9 @@ write_config() {
   render_gres_conf | write_if_changed "$D/etc/gres.conf" 644
 
   if [[ $ACCOUNTING == slurmdbd ]]; then
-  write_if_changed "$D/etc/slurmdbd.conf" 600 <<EOF
+    local host
+    host=$(hostname -s)
+    write_if_changed "$D/etc/slurmdbd.conf" 600 <<EOF
 # Written by scripts/sandbox.sh.
 AuthType=auth/munge
 AuthInfo=socket=$MUNGE_SOCKET
