@@ -18,6 +18,7 @@ from hpcdl.slurmtime import parse_time
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MODULE = re.compile(r"^[A-Za-z0-9_.+/\-]+$")
 _OPTION = re.compile(r"^[a-z][a-z0-9-]*$")
+_FILESYSTEM = re.compile(r"[a-z][a-z0-9_]*")
 
 
 class _Strict(BaseModel):
@@ -70,13 +71,25 @@ class Scheduler(_Strict):
     """Scheduler defaults. ``extra_options`` become ``#SBATCH --key=value`` lines."""
 
     type: Literal["slurm", "pbs"] = Field(
-        default="slurm", description="pbs: hpcdl renders Slurm scripts only; dry-run only"
+        default="slurm", description="pbs: hpcdl renders a PBS Pro script for --dry-run only"
     )
     account: str | None = None
     qos: str | None = None
     extra_options: dict[str, str] = Field(default_factory=dict)
     gpu_request: Literal["gres", "gpus-per-node"] = "gres"
     default_time: str = "01:00:00"
+    filesystems: list[str] = Field(
+        default_factory=list,
+        description="PBS only: '-l filesystems=a:b' (ALCF: the filesystems the job needs up)",
+    )
+
+    @field_validator("filesystems")
+    @classmethod
+    def _filesystems(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not _FILESYSTEM.fullmatch(name):
+                raise ValueError(f"filesystem '{name}' must look like 'home' or 'eagle'")
+        return v
 
     @field_validator("extra_options")
     @classmethod
