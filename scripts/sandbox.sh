@@ -92,7 +92,7 @@ read_shape() {
         if [[ $state != down ]]; then UP_NODES+=("$name"); fi
         if [[ $state == up ]]; then READY_NODES+=("$name"); fi ;;
       partition)
-        [[ $name =~ ^[a-z][a-z0-9_]*$ && $rest =~ ^[A-Za-z0-9,:=\ -]+$ ]] \
+        [[ $name =~ ^[a-z][a-z0-9_]*$ && $rest =~ ^[][A-Za-z0-9,:=\ -]+$ ]] \
           || { echo "sandbox: bad shape line: partition $name $rest" >&2; exit 2; }
         if [[ $rest == -* ]]; then  # no nodes at all
           rest=${rest#-}; rest=${rest# }

@@ -143,12 +143,20 @@ def _time(text: str) -> str:
     return format_time(parse_time(text))
 
 
+def _names(names: list[str], most: int = 3) -> str:
+    """'g1, g2' or 'f1, f2, f3 and 2043 more': a comment stays readable on big clusters."""
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 def _hetero(values: dict[str, int], unit: str) -> str:
-    """'4 on every node' or 'g1 4, g2 2: the smallest node decides'."""
-    distinct = set(values.values())
-    if len(distinct) <= 1:
-        return f"{next(iter(distinct), 0)}{unit} on every node"
-    shown = ", ".join(f"{n} {v}{unit}" for n, v in sorted(values.items()))
+    """'4 on every node' or 'heterogeneous (2: g2; 4: g1): the smallest node decides'."""
+    groups: dict[int, list[str]] = {}
+    for node, value in values.items():
+        groups.setdefault(value, []).append(node)
+    if len(groups) <= 1:
+        return f"{next(iter(groups), 0)}{unit} on every node"
+    shown = "; ".join(f"{v}{unit}: {_names(ns)}" for v, ns in sorted(groups.items()))
     return f"heterogeneous ({shown}): the smallest node decides what a request may ask"
 
 
@@ -160,7 +168,10 @@ def _gpu_type(nodes: list[Node]) -> tuple[str | None, str]:
     kinds = sorted({t for ts in with_gpus.values() for t in ts})
     if len(kinds) == 1 and len(with_gpus) == len(nodes) and kinds[0] != "untyped":
         return kinds[0], f"GRES type of every node ({SCONTROL_NODE} Gres=)"
-    shown = ", ".join(f"{n} {'+'.join(t) or 'none'}" for n, t in sorted(types.items()))
+    groups: dict[str, list[str]] = {}
+    for node, kinds_of in types.items():
+        groups.setdefault("+".join(kinds_of) or "none", []).append(node)
+    shown = "; ".join(f"{k}: {_names(ns)}" for k, ns in sorted(groups.items()))
     return None, f"GPU types differ ({shown}): a request cannot pick one node kind"
 
 
@@ -168,8 +179,9 @@ def _unusable(nodes: list[Node]) -> str:
     bad = [n for n in nodes if not n.usable]
     if not bad:
         return "all usable now"
-    shown = ", ".join(f"{n.name} {n.state}" + (f" ({n.reason})" if n.reason else "") for n in bad)
-    return f"{len(bad)} not usable now: {shown}; Slurm still queues jobs that need them"
+    shown = ", ".join(f"{n.name} {n.state}" + (f" ({n.reason})" if n.reason else "") for n in bad[:3])
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return f"{len(bad)} not usable now: {shown}{more}; Slurm still queues jobs that need them"
 
 
 def _qos_limits(facts: ClusterFacts, part: PartitionInfo) -> tuple[Leaf, Leaf]:

@@ -210,7 +210,7 @@ def test_c2_detect_marks_gaps(c2_profile: tuple[Path, Profile, str]) -> None:
     mixed = prof.partition("mixed")
     assert mixed is not None and (mixed.gpus_per_node, mixed.cpus_per_node, mixed.gpu_type) == (2, 4, None)
     text = path.read_text()
-    assert "heterogeneous (g1 4, g2 2): the smallest node decides" in text
+    assert "heterogeneous (2: g2; 4: g1): the smallest node decides" in text
     assert "x1 DOWN" in text and "gres/gpu count reported lower than configured" in text
 
 

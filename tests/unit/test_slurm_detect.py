@@ -192,7 +192,8 @@ def test_c2_profile_is_honest_about_the_odd_parts():
     assert mixed is not None
     # Heterogeneous: g1 has 4 a100 and 8 CPUs, g2 2 v100 and 4 CPUs -> the smaller node.
     assert (mixed.gpus_per_node, mixed.cpus_per_node, mixed.gpu_type) == (2, 4, None)
-    assert "heterogeneous (g1 4, g2 2): the smallest node decides" in found.text
+    assert "GPUs per node: heterogeneous (2: g2; 4: g1): the smallest node decides" in found.text
+    assert "GPU types differ (a100: g1; v100: g2)" in found.text
     a100 = prof.partition("a100")
     assert a100 is not None and (a100.nodes, a100.gpu_type, a100.max_time) == (2, "a100", "01:00:00")
     assert "1 not usable now: x1 DOWN" in found.text
