@@ -298,7 +298,7 @@ write_config() {
   mkdir -p "$D"/{etc,run/munge,log,state/ctld,tmp,dev,db}
   chmod 700 "$D/etc"
   chmod 755 "$D/run" "$D/run/munge"
-  for n in "${NODES[@]}"; do
+  for n in "${UP_NODES[@]}"; do  # a node without slurmd needs no spool, TmpFS or devices
     mkdir -p "$D/state/slurmd-$n" "$D/tmp/$n" "$D/dev/$n"
     # Fake GPUs: slurmd wants character devices, so clone /dev/null (c 1 3).
     local i gpus

@@ -55,6 +55,8 @@ def show(name: str, as_json: bool) -> None:
         click.echo(f" {mark}{p.name:<14} {p.nodes:>5} {p.node_limit:>7} {p.gpus_per_node:>4} "
                    f"{(p.gpu_type or '-'):<16} {p.cpus_per_node:>4} {p.max_time:>10}")
     mpi = prof.mpi.launcher + (f" --mpi={prof.mpi.srun_mpi}" if prof.mpi.launcher == "srun" and prof.mpi.srun_mpi else "")
+    if prof.scheduler.type == "pbs":
+        mpi = "mpiexec -n N --ppn P (PBS Pro script; the profile's mpi.launcher is not used)"
     click.echo(f"  launcher: {mpi}")
     click.echo(f"  container: {prof.container.binary or prof.container.runtime}"
                f"{' --nv' if prof.container.nv else ''}; binds: {', '.join(prof.container.binds) or '-'}")

@@ -258,3 +258,33 @@ def test_time_format_is_slurms():
     found = describe(c2_facts())
     for p in found.profile.partitions:
         assert p.max_time == "infinite" or parse_time(p.max_time) is not None
+
+
+# ---- the command line (checks that come before Slurm is asked) ---------------------------
+
+
+def test_detect_refuses_a_bad_name_and_an_existing_file(tmp_path):
+    from click.testing import CliRunner
+
+    from hpcdl.cli import cli
+
+    res = CliRunner().invoke(cli, ["profiles", "detect", "--name", "a b\nc"])
+    assert res.exit_code == 2
+    assert res.output.splitlines()[0].startswith("error: name: 'a b\\nc' is not a profile name")
+    existing = tmp_path / "p.yaml"
+    existing.write_text("keep me\n")
+    res = CliRunner().invoke(cli, ["profiles", "detect", "-o", str(existing)])
+    assert res.exit_code == 2
+    assert res.output.strip() == f"error: output: {existing} exists (pass --force to overwrite it)"
+    assert existing.read_text() == "keep me\n"
+
+
+def test_detect_with_a_missing_slurm_conf_is_one_line(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from hpcdl.cli import cli
+
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "nope.conf"))
+    res = CliRunner().invoke(cli, ["profiles", "detect"])
+    assert res.exit_code == 1
+    assert res.output.splitlines()[0] == f"error: cannot read the cluster: SLURM_CONF={tmp_path / 'nope.conf'} does not exist"
