@@ -97,6 +97,8 @@ read_shape() {
         if [[ $rest == -* ]]; then  # no nodes at all
           rest=${rest#-}; rest=${rest# }
           PARTITION_LINES+=("PartitionName=$name${rest:+ $rest} State=UP")
+        elif [[ $rest == *State=* ]]; then  # a partition that is DOWN, DRAIN, INACTIVE
+          PARTITION_LINES+=("PartitionName=$name Nodes=$rest")
         else
           PARTITION_LINES+=("PartitionName=$name Nodes=$rest State=UP")
         fi ;;

@@ -5,8 +5,8 @@
 (b) A second, differently shaped real cluster started here (scripts/sandbox.sh with its
     own directory, ports, munge and shape; no slurmdbd): typed GPUs of two kinds, a
     heterogeneous partition, a partition without DefaultTime, no default partition, a
-    CPU-only partition, a hidden one, a DOWN node, a node drained for missing GRES
-    files, a partition without nodes. For a table of requests, hpcdl's verdict with the
+    CPU-only partition, a hidden one, a DOWN and a DRAIN partition, a DOWN node, a node
+    drained for missing GRES files, a partition without nodes. For a table of requests, hpcdl's verdict with the
     detected profile is compared with Slurm's own: real submissions deferred with
     ``--begin=now+1hour`` (``--test-only`` is wrong when nodes are down), then cancelled.
 """
@@ -118,6 +118,8 @@ partition cpu c1 MaxTime=UNLIMITED DefaultTime=00:05:00
 partition hid c1 Hidden=YES MaxTime=00:10:00
 partition broken b1 MaxTime=00:10:00
 partition empty - MaxTime=00:10:00
+partition maint g2 MaxTime=00:30:00 State=DOWN
+partition closed c1 MaxTime=00:30:00 State=DRAIN
 """
 
 
@@ -205,6 +207,7 @@ def test_c2_detect_marks_gaps(c2_profile: tuple[Path, Profile, str]) -> None:
     assert "Traceback" not in stderr
     assert "note: GAP: qos: sacctmgr failed" in stderr  # no slurmdbd: accounting unreachable
     assert "note: partition empty: no nodes" in stderr
+    assert "note: partition closed: State=DRAIN, Slurm takes no new jobs: left out" in stderr
     assert "note: no default partition" in stderr
     assert prof.default_partition is None
     mixed = prof.partition("mixed")
@@ -221,7 +224,7 @@ def test_c2_diff(second_cluster: Cluster, c2_profile: tuple[Path, Profile, str])
     other = hpcdl("profiles", "diff", "sandbox", env=second_cluster.env)
     assert other.returncode == 1
     assert ("partition: profile sandbox partition debug does not exist on the cluster "
-            "(cluster partitions: a100, broken, cpu, hid, mixed, v100)") in other.stdout.splitlines()
+            "(cluster partitions: a100, broken, cpu, hid, maint, mixed, v100)") in other.stdout.splitlines()
     assert "Traceback" not in other.stderr
 
 
@@ -280,6 +283,8 @@ REQUESTS: list[tuple[str | None, int, int, str | None, int | None, str]] = [
     ("broken", 1, 3, None, None, "same"),
     ("empty", 1, 0, None, None, "same"),           # no nodes: left out of the profile
     ("nosuch", 1, 1, None, None, "same"),
+    ("maint", 1, 2, None, None, "same"),           # State=DOWN partition: Slurm queues it
+    ("closed", 1, 0, None, None, "same"),          # State=DRAIN: left out of the profile
     (None, 1, 4, None, None, "same"),
     (None, 1, 0, "3-00:00:00", None, "same"),
     (None, 2, 4, "01:30:00", None, "same"),

@@ -4,7 +4,8 @@ outputs captured from real Slurm 22.05 clusters (tests/unit/slurm_outputs/):
 - sandbox/: the shared two-node sandbox (scripts/sandbox.sh up, default shape)
 - c2/: the second cluster the integration test starts (shape.txt there): typed GPUs of
   two kinds, a heterogeneous partition, a DOWN node, a node drained for missing GRES
-  files, a partition without nodes, a hidden one, no default partition, no slurmdbd.
+  files, a partition without nodes, a hidden one, a DOWN and a DRAIN partition, no
+  default partition, no slurmdbd.
 """
 
 from __future__ import annotations
@@ -186,7 +187,8 @@ def test_c2_profile_is_honest_about_the_odd_parts():
     found = describe(c2_facts())
     prof = found.profile
     assert prof.name == "c2"
-    assert [p.name for p in prof.partitions] == ["a100", "v100", "mixed", "cpu", "hid", "broken"]
+    assert [p.name for p in prof.partitions] == ["a100", "v100", "mixed", "cpu", "hid", "broken",
+                                                 "maint"]
     assert prof.default_partition is None
     mixed = prof.partition("mixed")
     assert mixed is not None
@@ -205,6 +207,9 @@ def test_c2_profile_is_honest_about_the_odd_parts():
     assert broken is not None and broken.gpus_per_node == 2
     assert "gres/gpu count reported lower than configured" in found.text
     assert any(n.startswith("partition empty: no nodes") for n in found.notes)
+    assert "partition closed: State=DRAIN, Slurm takes no new jobs: left out" in found.notes
+    maint = prof.partition("maint")
+    assert maint is not None and "State=DOWN: Slurm queues jobs here" in (maint.description or "")
     assert any(n.startswith("no default partition") for n in found.notes)
     assert f"GAP: qos: {QOS_DOWN}" in found.notes
     assert all(p.max_gpus_per_user is None for p in prof.partitions)
