@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -118,8 +119,6 @@ def detect(name: str | None, output: str | None, force: bool) -> None:
 
 
 def _check_name(name: str) -> None:
-    import re
-
     from hpcdl.errors import UserInputError
 
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):

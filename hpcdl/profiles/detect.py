@@ -48,7 +48,7 @@ class Leaf:
 
 @dataclass(frozen=True)
 class Map:
-    items: tuple[tuple[str, Node_], ...]
+    items: tuple[tuple[str, Value], ...]
     comment: str = ""
 
 
@@ -56,11 +56,11 @@ class Map:
 class Seq:
     """A list of mappings (partitions) or of scalars (written inline)."""
 
-    items: tuple[Node_, ...]
+    items: tuple[Value, ...]
     comment: str = ""
 
 
-Node_ = Union[Leaf, Map, Seq]  # noqa: UP007 (a forward-referenced alias)
+Value = Union[Leaf, Map, Seq]  # noqa: UP007 (an alias the classes above refer to by name)
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def _emit(node: Map, indent: int, first_prefix: str | None = None) -> list[str]:
     return lines
 
 
-def _data(node: Node_) -> Any:
+def _data(node: Value) -> Any:
     if isinstance(node, Leaf):
         return node.value
     if isinstance(node, Map):
@@ -246,7 +246,7 @@ def _partition(facts: ClusterFacts, part: PartitionInfo) -> tuple[Map | None, st
         desc.append(f"State={part.state}: Slurm queues jobs here but starts none until it is UP")
     if nodes and len({(n.gpus, n.cpus) for n in nodes}) > 1:
         desc.append("heterogeneous nodes: limits are those of the smallest node")
-    items: list[tuple[str, Node_]] = [
+    items: list[tuple[str, Value]] = [
         ("name", Leaf(part.name, f"PartitionName ({src})")),
         ("nodes", Leaf(part.total_nodes, nodes_c)),
         ("gpus_per_node", Leaf(gpus, gpus_c)),
