@@ -403,3 +403,66 @@ def test_detected_profile_accepts_what_slurm_accepts(
     # Cancelled, not run: nothing of the table may start on the cluster.
     left = second_cluster.run("squeue", "-h", "-t", "RUNNING,COMPLETED", "-o", "%i")
     assert left.stdout.strip() == ""
+
+
+# ---- a third cluster with accounting: per-user limits from sacctmgr ------------------------
+
+ACCOUNTING_SHAPE = """\
+node q1 127.0.16.11 {p1} 8 4096 gpu:fake:4 up
+partition main q1 Default=YES MaxTime=01:00:00 DefaultTime=00:10:00
+"""
+
+
+def test_qos_limits_come_from_sacctmgr(tmp_path: Path) -> None:
+    """Own slurmdbd + MariaDB (as the sandbox has): QOS normal gets per-user limits with
+    sacctmgr, and detect writes them into every partition that uses it."""
+    require(os.geteuid() == 0, "a Slurm cluster with accounting needs root")
+    require(all(shutil.which(t) for t in ("slurmctld", "slurmdbd", "mariadbd", "sacctmgr")),
+            "slurmdbd/MariaDB missing (scripts/install-slurm.sh)")
+    folder = Path(tempfile.mkdtemp(prefix="hpcdl-c3-", dir="/tmp"))
+    (folder / "shape.txt").write_text(ACCOUNTING_SHAPE.format(p1=free_port("127.0.16.11")))
+    env = {"HPCDL_SANDBOX_DIR": str(folder), "HPCDL_SANDBOX_SHAPE": str(folder / "shape.txt"),
+           "HPCDL_SANDBOX_CTLD_PORT": str(free_port()), "HPCDL_SANDBOX_DBD_PORT": str(free_port()),
+           "HPCDL_SANDBOX_DB_PORT": str(free_port()), "HPCDL_SANDBOX_CLUSTER": "c3",
+           "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
+    cluster = Cluster(folder, folder / "etc" / "slurm.conf", env)
+    try:
+        up = subprocess.run(["bash", str(SANDBOX), "up"], capture_output=True, text=True,
+                            timeout=300, check=False, env={**os.environ, **env})
+        require(up.returncode == 0, f"accounting cluster did not start:\n{up.stdout}\n{up.stderr}")
+        # slurmctld registers the gres/gpu TRES with slurmdbd shortly after it starts.
+        deadline = time.monotonic() + 60
+        while True:
+            res = cluster.run("sacctmgr", "-i", "modify", "qos", "where", "name=normal", "set",
+                              "MaxTRESPerUser=gres/gpu=2", "MaxJobsPerUser=3")
+            if res.returncode == 0:
+                break
+            assert time.monotonic() < deadline, f"sacctmgr modify qos failed: {res.stdout}{res.stderr}"
+            time.sleep(1)
+        out = tmp_path / "c3.yaml"
+        det = hpcdl("profiles", "detect", "-o", str(out), env=env)
+        assert det.returncode == 0, det.stderr
+        assert "GAP" not in det.stderr
+        main = load_profile_file(out).partition("main")
+        assert main is not None
+        assert (main.max_gpus_per_user, main.max_jobs_per_user, main.default) == (2, 3, True)
+        assert "QOS normal, Slurm's default (sacctmgr show qos) MaxTRESPU gres/gpu=2" in out.read_text()
+        # With the detected profile hpcdl refuses what the per-user limit forbids, naming it.
+        fits = hpcdl("submit", "--profile", str(out), "-N", "1", "-G", "2", "--dry-run")
+        assert fits.returncode == 0, fits.stderr
+        refused = hpcdl("submit", "--profile", str(out), "-N", "1", "-G", "4", "--dry-run")
+        assert refused.returncode == 2
+        assert refused.stderr.startswith("error: gpus: 1 nodes x 4 GPUs = 4 exceeds partition "
+                                         "main's per-user limit of 2 GPUs")
+    finally:
+        subprocess.run(["bash", str(SANDBOX), "down"], capture_output=True, text=True,
+                       timeout=180, check=False, env={**os.environ, **env})
+        left = _our_processes(folder)
+        for pid in left:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(folder, ignore_errors=True)
+    assert left == [], f"sandbox.sh down left daemons of {folder} running: {left}"
+

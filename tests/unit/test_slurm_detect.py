@@ -108,12 +108,11 @@ def test_mpi_list_other_layouts():
 def test_qos_limits():
     normal = sd.parse_qos((OUT / "sandbox" / "qos.txt").read_text())["normal"]
     assert normal == sd.Qos("normal", None, None, None)
-    header = (OUT / "sandbox" / "qos.txt").read_text().splitlines()[0]
-    cols = header.split("|")
-    row = dict.fromkeys(cols, "")
-    row.update(Name="gpuq", MaxTRESPU="cpu=64,gres/gpu=8", MaxJobsPU="4", MaxWall="1-00:00:00")
-    qos = sd.parse_qos(header + "\n" + "|".join(row[c] for c in cols))["gpuq"]
-    assert qos == sd.Qos("gpuq", 4, 8, "1-00:00:00")
+    # Captured after `sacctmgr modify qos normal set MaxTRESPerUser=gres/gpu=8 ...` and
+    # `sacctmgr add qos gpulow MaxTRESPerUser=gres/gpu=2,cpu=16 MaxJobsPerUser=1`.
+    limits = sd.parse_qos((OUT / "qos-limits.txt").read_text())
+    assert limits["normal"] == sd.Qos("normal", 4, 8, "1-00:00:00")
+    assert limits["gpulow"] == sd.Qos("gpulow", 1, 2, None)
 
 
 def test_runtime_version():
