@@ -292,3 +292,18 @@ def test_detect_with_a_missing_slurm_conf_is_one_line(monkeypatch, tmp_path):
     res = CliRunner().invoke(cli, ["profiles", "detect"])
     assert res.exit_code == 1
     assert res.output.splitlines()[0] == f"error: cannot read the cluster: SLURM_CONF={tmp_path / 'nope.conf'} does not exist"
+
+
+def test_partition_qos_decides_per_user_limits():
+    caps = captures("sandbox")
+    caps["qos"] = sd.Capture(sd.COMMANDS["qos"], stdout=(OUT / "qos-limits.txt").read_text())
+    # The gpu partition gets its own QOS (PartitionName=... QOS=gpulow in slurm.conf).
+    text = caps["partitions"].stdout.replace("PartitionName=gpu AllowGroups=ALL AllowAccounts=ALL "
+                                             "AllowQos=ALL AllocNodes=ALL Default=NO QoS=N/A",
+                                             "PartitionName=gpu AllowGroups=ALL AllowAccounts=ALL "
+                                             "AllowQos=ALL AllocNodes=ALL Default=NO QoS=gpulow")
+    assert text != caps["partitions"].stdout
+    caps["partitions"] = sd.Capture(sd.COMMANDS["partitions"], stdout=text)
+    prof = describe(sd.facts_from(caps), name="sandbox").profile
+    limits = {p.name: (p.max_gpus_per_user, p.max_jobs_per_user) for p in prof.partitions}
+    assert limits == {"debug": (8, 4), "gpu": (2, 1), "short": (8, 4)}
