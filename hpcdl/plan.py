@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from hpcdl import __version__
+from hpcdl import __version__, pbs
 from hpcdl.errors import ValidationError
 from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.render import Raw, render_template, shell_join
@@ -373,17 +373,21 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
     cpus = req.cpus_per_task or default_cpus_per_task(part, req.gpus)
     job_name = req.job_name or f"hpcdl-{req.backend}"
     command = list(req.command) or _default_command(profile, req)
-    launch = shell_join(_launch_tokens(profile, req, command))
+    tokens = _launch_tokens(profile, req, command)
+    template, pbs_directives = "sbatch.sh.j2", []
+    if profile.scheduler.type == "pbs":  # PBS Pro: #PBS lines and mpiexec (hpcdl.pbs)
+        template = "pbs.sh.j2"
+        pbs_directives = pbs.directives(
+            profile, part, nodes=req.nodes, gpus=req.gpus, tasks_per_node=tasks,
+            cpus_per_task=cpus, time=job_time(profile, part, req), run_dir=req.run_dir)
+        tokens = pbs.mpiexec_tokens(tokens, ntasks=req.nodes * tasks, tasks_per_node=tasks,
+                                    cpus_per_task=cpus)
+    launch = shell_join(tokens)
     log_dir = req.run_dir or "."
     output, error = f"{log_dir}/slurm-%j.out", f"{log_dir}/slurm-%j.err"
     omp = cpus if profile.env.omp_num_threads == "cpus-per-task" else profile.env.omp_num_threads
     env = tuple(profile.env.vars.items()) + tuple(req.env)
-    warnings = []
-    if profile.scheduler.type != "slurm":
-        warnings.append(
-            f"profile {profile.name} uses {profile.scheduler.type}, not Slurm: this script is "
-            f"for reading, hpcdl cannot submit it"
-        )
+    warnings = pbs.warnings(profile) if profile.scheduler.type == "pbs" else []
     time = job_time(profile, part, req)
     context = {
         "profile": profile,
@@ -405,9 +409,11 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
         "image_q": shell_join([req.image]) if req.image else None,
         "launcher": profile.mpi.launcher,
         "launch_line": launch,
+        "pbs_directives": pbs_directives,
+        "pbs_job_name": pbs.job_name(job_name),
     }
     script = render_template(
-        "sbatch.sh.j2",
+        template,
         context,
         template_file=req.template,
         template_dirs=[profile.template_dir] if profile.template_dir else (),

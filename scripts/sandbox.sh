@@ -4,6 +4,7 @@
 #   scripts/sandbox.sh up       start what is not running (idempotent; installs packages if missing)
 #   scripts/sandbox.sh down     stop the sandbox's own daemons, by PID file
 #   scripts/sandbox.sh status   what runs, and the nodes as Slurm sees them (exit 3 if not up)
+#   scripts/sandbox.sh config   print the slurm.conf and gres.conf it would write (writes nothing)
 #
 # No systemd: the daemons are started directly, as root. State, config, logs, PID files
 # live under $HPCDL_SANDBOX_DIR (default /var/lib/hpcdl-sandbox). /etc/slurm/slurm.conf
@@ -13,6 +14,17 @@
 # How two nodes fit on one host: each slurmd runs in its own UTS namespace
 # (`unshare --uts`, hostname n1 / n2) on its own port and its own loopback address
 # (all of 127.0.0.0/8 is local), so `srun hostname` prints n1 and n2.
+#
+# Another cluster beside it (tests of `hpcdl profiles detect` start one): give it its own
+# directory, ports and shape, e.g.
+#   HPCDL_SANDBOX_DIR=/tmp/c2 HPCDL_SANDBOX_SHAPE=shape.txt HPCDL_SANDBOX_CTLD_PORT=17817 \
+#   HPCDL_SANDBOX_ACCOUNTING=none HPCDL_SANDBOX_CLUSTER=c2 scripts/sandbox.sh up
+# A shape file has one line per node and per partition (what DEFAULT_SHAPE below holds):
+#   node NAME ADDR PORT CPUS MEM_MB GRES|- up|down|nogres
+#        (down: configured DOWN, no slurmd; nogres: a slurmd, but no gres.conf line for its
+#        GPUs, so Slurm drains it: the "node without GRES files" case)
+#   partition NAME NODES|- [Key=Value ...]            (slurm.conf PartitionName options)
+# Only the default directory links /etc/slurm/slurm.conf (HPCDL_SANDBOX_LINK=0 never does).
 #
 # ---------------------------------------------------------------------------------
 # The cluster (keep hpcdl/profiles/bundled/sandbox.yaml in step with this block):
@@ -37,15 +49,71 @@ CONF=$D/etc/slurm.conf
 export SLURM_CONF=$CONF
 MUNGE_SOCKET=$D/run/munge/munge.socket.2
 DB_SOCKET=$D/run/mysqld.sock
-DB_PORT=16306
+DB_PORT=${HPCDL_SANDBOX_DB_PORT:-16306}
 DB_PASS=hpcdl-sandbox   # local-only database bound to 127.0.0.1; not a secret
-CTLD_PORT=16817
-DBD_PORT=16819
-NODES=(n1 n2)
-declare -A NODE_ADDR=([n1]=127.0.1.1 [n2]=127.0.1.2)
-declare -A NODE_PORT=([n1]=16821 [n2]=16822)
-GPUS_PER_NODE=4
+CTLD_PORT=${HPCDL_SANDBOX_CTLD_PORT:-16817}
+DBD_PORT=${HPCDL_SANDBOX_DBD_PORT:-16819}
+CLUSTER=${HPCDL_SANDBOX_CLUSTER:-hpcdl-sandbox}
+ACCOUNTING=${HPCDL_SANDBOX_ACCOUNTING:-slurmdbd}   # slurmdbd | none
+if [[ $D == /var/lib/hpcdl-sandbox ]]; then LINK=${HPCDL_SANDBOX_LINK:-1}; else LINK=0; fi
 WAIT_S=${HPCDL_SANDBOX_WAIT:-60}
+
+# The default cluster: the one sandbox.yaml describes.
+DEFAULT_SHAPE='node n1 127.0.1.1 16821 8 4096 gpu:fake:4 up
+node n2 127.0.1.2 16822 8 4096 gpu:fake:4 up
+partition debug n1,n2 Default=YES MaxNodes=2 MaxTime=00:30:00 DefaultTime=00:10:00
+partition gpu n1,n2 MaxNodes=2 MaxTime=02:00:00 DefaultTime=00:10:00
+partition short n1,n2 MaxNodes=1 MaxTime=00:05:00 DefaultTime=00:05:00'
+
+# ---- the shape, read once ----------------------------------------------------------
+NODES=()        # every configured node
+UP_NODES=()     # the nodes that get a slurmd
+READY_NODES=()  # the nodes that must come up idle (not 'nogres')
+PARTITION_LINES=()
+declare -A NODE_ADDR NODE_PORT NODE_CPUS NODE_MEM NODE_GRES NODE_STATE
+read_shape() {
+  local text kind name addr port cpus mem gres state rest
+  if [[ -n ${HPCDL_SANDBOX_SHAPE:-} ]]; then
+    text=$(<"$HPCDL_SANDBOX_SHAPE") || { echo "sandbox: cannot read $HPCDL_SANDBOX_SHAPE" >&2; exit 2; }
+  else
+    text=$DEFAULT_SHAPE
+  fi
+  while read -r kind name rest; do
+    case $kind in
+      ''|'#'*) ;;
+      node)
+        read -r addr port cpus mem gres state <<<"$rest"
+        [[ $name =~ ^[a-z][a-z0-9]*$ && $addr =~ ^127(\.[0-9]+){3}$ && $port =~ ^[0-9]+$
+           && $cpus =~ ^[0-9]+$ && $mem =~ ^[0-9]+$ && $gres =~ ^(-|gpu:[a-z0-9]+:[0-9]+)$
+           && $state =~ ^(up|down|nogres)$ ]] || { echo "sandbox: bad shape line: node $name $rest" >&2; exit 2; }
+        NODES+=("$name"); NODE_ADDR[$name]=$addr; NODE_PORT[$name]=$port
+        NODE_CPUS[$name]=$cpus; NODE_MEM[$name]=$mem; NODE_GRES[$name]=$gres
+        NODE_STATE[$name]=$state
+        if [[ $state != down ]]; then UP_NODES+=("$name"); fi
+        if [[ $state == up ]]; then READY_NODES+=("$name"); fi ;;
+      partition)
+        [[ $name =~ ^[a-z][a-z0-9_]*$ && $rest =~ ^[][A-Za-z0-9,:=\ -]+$ ]] \
+          || { echo "sandbox: bad shape line: partition $name $rest" >&2; exit 2; }
+        if [[ $rest == -* ]]; then  # no nodes at all
+          rest=${rest#-}; rest=${rest# }
+          PARTITION_LINES+=("PartitionName=$name${rest:+ $rest} State=UP")
+        elif [[ $rest == *State=* ]]; then  # a partition that is DOWN, DRAIN, INACTIVE
+          PARTITION_LINES+=("PartitionName=$name Nodes=$rest")
+        else
+          PARTITION_LINES+=("PartitionName=$name Nodes=$rest State=UP")
+        fi ;;
+      *) echo "sandbox: bad shape line: $kind $name $rest" >&2; exit 2 ;;
+    esac
+  done <<<"$text"
+}
+read_shape
+
+gpus_of() {  # gpus_of NODE: the node's GPU count (0 without GRES)
+  local g=${NODE_GRES[$1]}
+  if [[ $g == - ]]; then echo 0; else echo "${g##*:}"; fi
+}
+
+is_up() { local u; for u in "${UP_NODES[@]}"; do [[ $u == "$1" ]] && return 0; done; return 1; }
 
 log() { printf 'sandbox: %s\n' "$*"; }
 
@@ -142,29 +210,12 @@ write_if_changed() {
   fi
 }
 
-write_config() {
-  local host n
+render_slurm_conf() {
+  local host n g
   host=$(hostname -s)
-  mkdir -p "$D"/{etc,run/munge,log,state/ctld,tmp,dev,db}
-  chmod 700 "$D/etc"
-  chmod 755 "$D/run" "$D/run/munge"
-  for n in "${NODES[@]}"; do
-    mkdir -p "$D/state/slurmd-$n" "$D/tmp/$n" "$D/dev/$n"
-    # Fake GPUs: slurmd wants character devices, so clone /dev/null (c 1 3).
-    local i
-    for ((i = 0; i < GPUS_PER_NODE; i++)); do
-      [[ -c $D/dev/$n/gpu$i ]] || mknod -m 666 "$D/dev/$n/gpu$i" c 1 3
-    done
-  done
-
-  if [[ ! -s $D/etc/munge.key ]]; then
-    (umask 077 && head -c 1024 /dev/urandom >"$D/etc/munge.key")
-  fi
-  chmod 600 "$D/etc/munge.key"
-
-  write_if_changed "$CONF" 644 <<EOF
+  cat <<EOF
 # Written by scripts/sandbox.sh (hpcdl): regenerated on every 'up'; edit the script.
-ClusterName=hpcdl-sandbox
+ClusterName=$CLUSTER
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
 SlurmUser=root
@@ -201,28 +252,76 @@ TmpFS=$D/tmp/%n
 JobCompType=jobcomp/filetxt
 JobCompLoc=$D/log/jobcomp.txt
 JobAcctGatherType=jobacct_gather/none
+EOF
+  if [[ $ACCOUNTING == slurmdbd ]]; then
+    cat <<EOF
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$DBD_PORT
 AccountingStorageTRES=gres/gpu
 # The slurmdbd connection ignores AuthInfo: its munge socket goes here.
 AccountingStoragePass=$MUNGE_SOCKET
-MailProg=/bin/true
-NodeName=n1 NodeHostname=n1 NodeAddr=${NODE_ADDR[n1]} Port=${NODE_PORT[n1]} CPUs=8 Sockets=1 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=4096 Gres=gpu:fake:$GPUS_PER_NODE State=UNKNOWN
-NodeName=n2 NodeHostname=n2 NodeAddr=${NODE_ADDR[n2]} Port=${NODE_PORT[n2]} CPUs=8 Sockets=1 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=4096 Gres=gpu:fake:$GPUS_PER_NODE State=UNKNOWN
-PartitionName=debug Nodes=n1,n2 Default=YES MaxNodes=2 MaxTime=00:30:00 DefaultTime=00:10:00 State=UP
-PartitionName=gpu Nodes=n1,n2 MaxNodes=2 MaxTime=02:00:00 DefaultTime=00:10:00 State=UP
-PartitionName=short Nodes=n1,n2 MaxNodes=1 MaxTime=00:05:00 DefaultTime=00:05:00 State=UP
 EOF
+  else
+    echo "AccountingStorageType=accounting_storage/none"
+  fi
+  echo "MailProg=/bin/true"
+  for n in "${NODES[@]}"; do
+    g=${NODE_GRES[$n]}
+    printf 'NodeName=%s NodeHostname=%s NodeAddr=%s Port=%s CPUs=%s Sockets=1 CoresPerSocket=%s ThreadsPerCore=1 RealMemory=%s%s State=%s\n' \
+      "$n" "$n" "${NODE_ADDR[$n]}" "${NODE_PORT[$n]}" "${NODE_CPUS[$n]}" "${NODE_CPUS[$n]}" \
+      "${NODE_MEM[$n]}" "$([[ $g == - ]] || echo " Gres=$g")" \
+      "$(is_up "$n" && echo UNKNOWN || echo DOWN)"
+  done
+  printf '%s\n' "${PARTITION_LINES[@]}"
+}
 
-  write_if_changed "$D/etc/gres.conf" 644 <<EOF
-# Written by scripts/sandbox.sh: 4 fake GPUs per node (character devices, see write_config).
-AutoDetect=off
-NodeName=n1 Name=gpu Type=fake File=$D/dev/n1/gpu[0-$((GPUS_PER_NODE - 1))]
-NodeName=n2 Name=gpu Type=fake File=$D/dev/n2/gpu[0-$((GPUS_PER_NODE - 1))]
-EOF
+render_gres_conf() {
+  local n g count first=1 counts
+  counts=$(for n in "${NODES[@]}"; do gpus_of "$n"; done | grep -v '^0$' | sort -u)
+  for n in "${NODES[@]}"; do
+    g=${NODE_GRES[$n]}
+    [[ $g == - || ${NODE_STATE[$n]} == nogres ]] && continue
+    if ((first)); then
+      if [[ $counts == *$'\n'* ]]; then counts="fake GPUs"; else counts="$counts fake GPUs per node"; fi
+      echo "# Written by scripts/sandbox.sh: $counts (character devices, see write_config)."
+      echo "AutoDetect=off"
+      first=0
+    fi
+    count=${g##*:}
+    g=${g#gpu:}
+    echo "NodeName=$n Name=gpu Type=${g%%:*} File=$D/dev/$n/gpu[0-$((count - 1))]"
+  done
+  if ((first)); then echo "AutoDetect=off"; fi
+}
 
-  write_if_changed "$D/etc/slurmdbd.conf" 600 <<EOF
+write_config() {
+  local n
+  mkdir -p "$D"/{etc,run/munge,log,state/ctld,tmp,dev,db}
+  chmod 700 "$D/etc"
+  chmod 755 "$D/run" "$D/run/munge"
+  for n in "${UP_NODES[@]}"; do  # a node without slurmd needs no spool, TmpFS or devices
+    mkdir -p "$D/state/slurmd-$n" "$D/tmp/$n" "$D/dev/$n"
+    # Fake GPUs: slurmd wants character devices, so clone /dev/null (c 1 3).
+    local i gpus
+    gpus=$(gpus_of "$n")
+    for ((i = 0; i < gpus; i++)); do
+      [[ -c $D/dev/$n/gpu$i ]] || mknod -m 666 "$D/dev/$n/gpu$i" c 1 3
+    done
+  done
+
+  if [[ ! -s $D/etc/munge.key ]]; then
+    (umask 077 && head -c 1024 /dev/urandom >"$D/etc/munge.key")
+  fi
+  chmod 600 "$D/etc/munge.key"
+
+  render_slurm_conf | write_if_changed "$CONF" 644
+  render_gres_conf | write_if_changed "$D/etc/gres.conf" 644
+
+  if [[ $ACCOUNTING == slurmdbd ]]; then
+    local host
+    host=$(hostname -s)
+    write_if_changed "$D/etc/slurmdbd.conf" 600 <<EOF
 # Written by scripts/sandbox.sh.
 AuthType=auth/munge
 AuthInfo=socket=$MUNGE_SOCKET
@@ -239,8 +338,10 @@ StorageUser=slurm
 StoragePass=$DB_PASS
 StorageLoc=slurm_acct_db
 EOF
+  fi
 
   # Make plain `sbatch` find the sandbox: only replace what is absent or already ours.
+  ((LINK)) || return 0
   mkdir -p /etc/slurm
   local link=/etc/slurm/slurm.conf
   if [[ -L $link && $(readlink "$link") == "$CONF" ]]; then
@@ -325,17 +426,17 @@ start_slurmctld() {
 start_slurmd() {
   local n=$1 pidfile=$D/run/slurmd-$1.pid
   if pid_alive "$pidfile" slurmd; then return 0; fi
-  # Own UTS namespace: the node (and every job step it starts) sees hostname n1 / n2.
+  # Own UTS namespace: the node (and every job step it starts) sees its own hostname (n1, n2).
   unshare --uts bash -c 'hostname "$1" && exec slurmd -N "$1" -f "$2"' _ "$n" "$CONF" \
     2>>"$D/log/slurmd-$n.log" 9>&- || fail "slurmd $n did not start" "$D/log/slurmd-$n.log"
   wait_for "slurmd $n" "$D/log/slurmd-$n.log" pid_alive "$pidfile" slurmd
   STARTED+=("slurmd $n")
 }
 
-nodes_ready() {  # both nodes in a usable state (idle, mixed or allocated)
+nodes_ready() {  # every node with a slurmd in a usable state (idle, mixed or allocated)
   local states
   states=$(sinfo -h -N -o '%N %t' | sort -u)
-  for n in "${NODES[@]}"; do
+  for n in "${READY_NODES[@]}"; do
     grep -qE "^$n (idle|mix|alloc|comp)\$" <<<"$states" || return 1
   done
 }
@@ -343,7 +444,9 @@ nodes_ready() {  # both nodes in a usable state (idle, mixed or allocated)
 resume_down_nodes() {
   # A node left down/drained by an earlier unclean stop would otherwise never take jobs.
   local bad
-  bad=$(sinfo -h -N -o '%N %t' | awk '$2 ~ /down|drain|fail/ {print $1}' | sort -u | paste -sd, -)
+  # Only nodes that run a slurmd: a node the shape says is down stays down.
+  bad=$(sinfo -h -N -o '%N %t' | awk '$2 ~ /down|drain|fail/ {print $1}' | sort -u \
+        | grep -Fxf <(printf '%s\n' "${READY_NODES[@]}") | paste -sd, - || true)
   if [[ -n $bad ]]; then
     scontrol update NodeName="$bad" State=RESUME >/dev/null 2>&1 || true
   fi
@@ -354,18 +457,21 @@ cmd_up() {
   "$HERE/install-slurm.sh" | grep -v 'all packages present' || true
   write_config
   start_munge
-  start_mariadb
-  start_slurmdbd
+  if [[ $ACCOUNTING == slurmdbd ]]; then
+    start_mariadb
+    start_slurmdbd
+  fi
   start_slurmctld
   local n
-  for n in "${NODES[@]}"; do start_slurmd "$n"; done
+  for n in "${UP_NODES[@]}"; do start_slurmd "$n"; done
   local deadline=$((SECONDS + WAIT_S))
   until nodes_ready; do
     resume_down_nodes
     if ((SECONDS >= deadline)); then
       sinfo -N >&2 || true
-      fail "nodes n1, n2 not idle after ${WAIT_S} s" \
-        "$D/log/slurmctld.log" "$D/log/slurmd-n1.log" "$D/log/slurmd-n2.log"
+      local logs=("$D/log/slurmctld.log")
+      for n in "${UP_NODES[@]}"; do logs+=("$D/log/slurmd-$n.log"); done
+      fail "nodes ${READY_NODES[*]} not idle after ${WAIT_S} s" "${logs[@]}"
     fi
     sleep 0.2
   done
@@ -399,10 +505,13 @@ cmd_down() {
 
 cmd_status() {
   local all=0 name pidfile comm
-  local -a rows=("munged:munged.pid:munged" "mariadbd:mysqld.pid:mariadbd"
-                 "slurmdbd:slurmdbd.pid:slurmdbd" "slurmctld:slurmctld.pid:slurmctld"
-                 "slurmd-n1:slurmd-n1.pid:slurmd" "slurmd-n2:slurmd-n2.pid:slurmd")
-  local row
+  local -a rows=("munged:munged.pid:munged")
+  if [[ $ACCOUNTING == slurmdbd ]]; then
+    rows+=("mariadbd:mysqld.pid:mariadbd" "slurmdbd:slurmdbd.pid:slurmdbd")
+  fi
+  rows+=("slurmctld:slurmctld.pid:slurmctld")
+  local row n
+  for n in "${UP_NODES[@]}"; do rows+=("slurmd-$n:slurmd-$n.pid:slurmd"); done
   for row in "${rows[@]}"; do
     IFS=: read -r name pidfile comm <<<"$row"
     if pid_alive "$D/run/$pidfile" "$comm"; then
@@ -433,7 +542,8 @@ main() {
       flock -w 300 9 || { echo "sandbox: another up/down holds $D/.lock" >&2; exit 1; }
       "cmd_$cmd" ;;
     status) cmd_status ;;
-    *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+    config) render_slurm_conf; render_gres_conf ;;
+    *) echo "usage: $0 up|down|status|config" >&2; exit 2 ;;
   esac
 }
 

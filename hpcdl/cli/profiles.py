@@ -1,8 +1,11 @@
-"""`hpcdl profiles list|show|validate`."""
+"""`hpcdl profiles list|show|validate|detect|diff`."""
 
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
 
 import click
 
@@ -53,6 +56,8 @@ def show(name: str, as_json: bool) -> None:
         click.echo(f" {mark}{p.name:<14} {p.nodes:>5} {p.node_limit:>7} {p.gpus_per_node:>4} "
                    f"{(p.gpu_type or '-'):<16} {p.cpus_per_node:>4} {p.max_time:>10}")
     mpi = prof.mpi.launcher + (f" --mpi={prof.mpi.srun_mpi}" if prof.mpi.launcher == "srun" and prof.mpi.srun_mpi else "")
+    if prof.scheduler.type == "pbs":
+        mpi = "mpiexec -n N --ppn P (PBS Pro script; the profile's mpi.launcher is not used)"
     click.echo(f"  launcher: {mpi}")
     click.echo(f"  container: {prof.container.binary or prof.container.runtime}"
                f"{' --nv' if prof.container.nv else ''}; binds: {', '.join(prof.container.binds) or '-'}")
@@ -65,3 +70,93 @@ def validate(file: str) -> None:
     """Check a profile file against the schema (exit 2 naming file and field)."""
     prof = load_profile_file(file)
     click.echo(f"{file}: ok (profile {prof.name}, {len(prof.partitions)} partitions)")
+
+
+@profiles.command("detect")
+@click.option("--name", help="Profile name (default: Slurm's ClusterName).")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
+              help="Write the profile to FILE (atomically) instead of printing it.")
+@click.option("--force", is_flag=True, help="Overwrite FILE when it exists.")
+def detect(name: str | None, output: str | None, force: bool) -> None:
+    """Write a profile of the Slurm cluster this machine talks to.
+
+    Reads scontrol show partition/node/config, srun --mpi=list, sacctmgr show qos
+    (when accounting answers) and the container runtime on this node; every value
+    in the output has a comment saying where it came from. A heterogeneous
+    partition is described by its smallest node. What Slurm does not know (modules,
+    env vars, binds, paths, account) is left for you to add. Commands that fail
+    leave a GAP line in the header instead of stopping detection; a cluster whose
+    partitions cannot be read is one error line (exit 1). SLURM_CONF picks the cluster.
+
+    \b
+    Examples:
+      hpcdl profiles detect --name mycluster -o ~/.config/hpcdl/profiles/mycluster.yaml
+      hpcdl profiles diff mycluster
+    """
+    from hpcdl.atomic import write_atomic
+    from hpcdl.errors import UserInputError
+    from hpcdl.profiles.detect import describe
+    from hpcdl.slurm.detect import gather
+
+    if name is not None:
+        _check_name(name)
+    target = Path(output).expanduser() if output else None
+    if target is not None:
+        if target.exists() and not force:
+            raise UserInputError(f"output: {target} exists (pass --force to overwrite it)")
+        if not target.parent.is_dir():
+            raise UserInputError(f"output: folder {target.parent} does not exist")
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    found = describe(gather(), name=name, when=when)
+    for note in found.notes:
+        click.echo(f"note: {note}", err=True)
+    if target is None:
+        click.echo(found.text, nl=False)
+        return
+    write_atomic(target, found.text)
+    click.echo(f"wrote {target} (profile {found.profile.name}, "
+               f"{len(found.profile.partitions)} partitions)", err=True)
+
+
+def _check_name(name: str) -> None:
+    from hpcdl.errors import UserInputError
+
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
+        raise UserInputError(f"name: {name!r} is not a profile name (letters, digits, '_', '.', '-')")
+
+
+@profiles.command("diff")
+@click.argument("profile")
+@click.option("--json", "as_json", is_flag=True, help="Print the differences as a JSON list.")
+def diff(profile: str, as_json: bool) -> None:
+    """What differs between a profile (NAME or PATH) and the live Slurm cluster.
+
+    Detects the cluster as `profiles detect` does and compares partition by
+    partition: where the profile claims more than the cluster has (jobs Slurm
+    refuses), where it claims less (requests hpcdl refuses although Slurm would run
+    them), GPU type, default partition, partitions missing, srun's MPI plugin and
+    the container runtime. Exit 0 when they agree, 1 when they differ.
+    """
+    from hpcdl.profiles.detect import describe
+    from hpcdl.slurm.detect import gather
+    from hpcdl.slurm.livecheck import differences
+
+    prof = load_profile(profile)
+    facts = gather()
+    found = describe(facts, name=prof.name)
+    lines = differences(prof, found.profile,
+                        mpi_offered=facts.mpi.types if facts.mpi is not None else None,
+                        runtime_found=facts.runtime.name is not None)
+    if as_json:
+        click.echo(json.dumps({"profile": prof.name, "cluster": facts.cluster_name,
+                               "differences": lines, "notes": list(found.notes)}, indent=2))
+    else:
+        for note in found.notes:
+            click.echo(f"note: {note}", err=True)
+        if lines:
+            for line in lines:
+                click.echo(line)
+        else:
+            click.echo(f"profile {prof.name} agrees with cluster {facts.cluster_name or '?'}")
+    if lines:
+        raise SystemExit(1)

@@ -85,6 +85,10 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     backends = parse_backends(backends_text)
     batches = parse_int_list("batch-size", batch_text) if batch_text else None
     prof = load_profile(profile)
+    if not dry_run:
+        from hpcdl import pbs
+
+        pbs.refuse(prof, "scale")  # a PBS profile's scripts are for reading (exit 2)
     sweep_id = new_sweep_id()
     base = JobRequest(partition=partition, time=time, cpus_per_task=cpus_per_task,
                       job_name=job_name or default_job_name(sweep_id), image=image,

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from hpcdl import pbs
 from hpcdl.cli.options import example_options, parse_env, request_options
 from hpcdl.plan import BACKENDS, JobRequest, build_plan
 from hpcdl.preflight import check_inputs
@@ -30,6 +31,8 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     """Validate a training job against the cluster profile, render it, submit it.
 
     Without COMMAND the job runs the bundled ResNet-50 example with --backend.
+    For a PBS profile (polaris) --dry-run prints a PBS Pro script; hpcdl does not
+    submit to PBS.
     Every request is checked before anything is written: GPUs per node, nodes,
     wall time and CPUs against the partition's limits (exit 2 with the field,
     the value and the limit when it cannot run).
@@ -41,6 +44,8 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
       hpcdl submit -p sandbox -N 1 -G 2 -- python3 train.py --epochs 3
     """
     prof = load_profile(profile)
+    if not dry_run:
+        pbs.refuse(prof, "submit")  # a PBS profile's script is for reading (exit 2)
     request = JobRequest(
         nodes=nodes, gpus=gpus, partition=partition, time=time, cpus_per_task=cpus_per_task,
         job_name=job_name, image=image, backend=backend, env=parse_env(env), binds=binds,
@@ -85,6 +90,7 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
     from hpcdl.alloc import build_alloc, run_alloc
 
     prof = load_profile(profile)
+    pbs.refuse(prof, "alloc", dry_run_helps=False)  # salloc means Slurm
     request = JobRequest(nodes=nodes, gpus=gpus, partition=partition, time=time,
                          cpus_per_task=cpus_per_task, job_name=job_name or "interactive",
                          command=command, template=template)

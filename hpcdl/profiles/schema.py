@@ -17,6 +17,7 @@ from hpcdl.tokens import (
     Bind,
     EnvName,
     Executable,
+    Filesystem,
     HostPath,
     Module,
     Name,
@@ -79,13 +80,17 @@ class Scheduler(_Strict):
     """Scheduler defaults. ``extra_options`` become ``#SBATCH --key=value`` lines."""
 
     type: Literal["slurm", "pbs"] = Field(
-        default="slurm", description="pbs: hpcdl renders Slurm scripts only; dry-run only"
+        default="slurm", description="pbs: hpcdl renders a PBS Pro script for --dry-run only"
     )
     account: SlurmValue | None = None
     qos: SlurmValue | None = None
     extra_options: dict[OptionKey, SlurmValue] = Field(default_factory=dict)
     gpu_request: Literal["gres", "gpus-per-node"] = "gres"
     default_time: SlurmTime = "01:00:00"
+    filesystems: list[Filesystem] = Field(
+        default_factory=list,
+        description="PBS only: '-l filesystems=a:b' (ALCF: the filesystems the job needs up)",
+    )
 
     @field_validator("default_time")
     @classmethod

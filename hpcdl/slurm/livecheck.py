@@ -146,3 +146,76 @@ def check_plan(profile: Profile, plan: JobPlan,
                  f"fix profile {profile.name} (hpcdl profiles show {profile.name})",
         )
     return warnings
+
+
+# ---- profile vs cluster as a report (`hpcdl profiles diff`) --------------------------------
+
+
+def as_cluster(detected: Profile) -> dict[str, ClusterPartition]:
+    """A detected profile (hpcdl.profiles.detect) in the shape ``compare`` checks. Pure."""
+    return {
+        p.name: ClusterPartition(
+            name=p.name, max_nodes=p.max_nodes_per_job, max_seconds=p.max_seconds,
+            total_nodes=p.nodes, gpus_per_node=p.gpus_per_node, cpus_per_node=p.cpus_per_node,
+        )
+        for p in detected.partitions
+    }
+
+
+def differences(profile: Profile, detected: Profile, *, mpi_offered: tuple[str, ...] | None = None,
+                runtime_found: bool = True) -> list[str]:
+    """Every way ``profile`` and the live cluster (``detected`` from it) disagree, one line
+    each. Pure.
+
+    Overclaims come from ``compare`` (what the live check before a submission warns
+    about); on top of that: underclaims (the profile refuses what the cluster offers),
+    GPU type, default partition, partitions missing from the profile, the srun MPI
+    plugin (one ``mpi_offered`` by ``srun --mpi=list``; without the list, the detected
+    choice), the container runtime (when one was found) and the scheduler type.
+    """
+    errors, warnings = compare(profile, as_cluster(detected))
+    out = errors + warnings
+    live = {p.name: p for p in detected.partitions}
+    for part in profile.partitions:
+        real = live.get(part.name)
+        if real is None:
+            continue  # compare() reported it
+        who = f"partition {part.name}"
+        pairs: list[tuple[str, object, object]] = [
+            ("GPUs per node", part.gpus_per_node, real.gpus_per_node),
+            ("CPUs per node", part.cpus_per_node, real.cpus_per_node),
+            ("nodes per job", part.node_limit, real.node_limit),
+        ]
+        for label, claim, have in pairs:
+            if isinstance(claim, int) and isinstance(have, int) and claim < have:
+                out.append(f"{label}: {who}: profile says {claim}, the cluster has {have} "
+                           f"(hpcdl refuses requests the cluster accepts)")
+        claim_s, real_s = part.max_seconds, real.max_seconds
+        if claim_s is not None and (real_s is None or claim_s < real_s):
+            out.append(f"max time: {who}: profile says {part.max_time}, the cluster's limit is "
+                       f"{format_time(real_s)}")
+        if part.nodes != real.nodes:
+            out.append(f"nodes: {who}: profile says {part.nodes} nodes, the cluster has {real.nodes}")
+        if (part.gpu_type or None) != (real.gpu_type or None) and real.gpus_per_node:
+            out.append(f"GPU type: {who}: profile says {part.gpu_type or 'none'}, the cluster's "
+                       f"nodes have {real.gpu_type or 'mixed or untyped GPUs'}")
+        if part.default != real.default:
+            out.append(f"default: {who}: profile says default={str(part.default).lower()}, "
+                       f"Slurm says {str(real.default).lower()}")
+    missing = [p.name for p in detected.partitions if profile.partition(p.name) is None]
+    if missing:
+        out.append(f"partitions: the cluster has {', '.join(missing)}, the profile does not")
+    if profile.scheduler.type != detected.scheduler.type:
+        out.append(f"scheduler: profile says {profile.scheduler.type}, the cluster runs "
+                   f"{detected.scheduler.type}")
+    wanted = profile.mpi.srun_mpi
+    if profile.mpi.launcher == "srun" and wanted is not None:
+        if mpi_offered is not None and wanted not in mpi_offered:
+            out.append(f"mpi.srun_mpi: profile says {wanted}, srun --mpi=list offers "
+                       f"{', '.join(mpi_offered) or 'nothing'}")
+        elif mpi_offered is None and wanted != detected.mpi.srun_mpi:
+            out.append(f"mpi.srun_mpi: profile says {wanted}, detected {detected.mpi.srun_mpi}")
+    if runtime_found and profile.container.runtime != detected.container.runtime:
+        out.append(f"container.runtime: profile says {profile.container.runtime}, this node has "
+                   f"{detected.container.runtime}")
+    return out

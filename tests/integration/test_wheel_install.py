@@ -37,4 +37,10 @@ def test_fresh_venv_install_runs_from_any_directory(tmp_path):
                           "-G", "4", "--dry-run"], capture_output=True, text=True, timeout=60,
                          cwd=elsewhere)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    # A PBS profile renders the PBS template the wheel carries.
+    pbs = subprocess.run([str(env_dir / "bin" / "hpcdl"), "submit", "-p", "polaris", "-N", "2",
+                          "-G", "4", "--dry-run"], capture_output=True, text=True, timeout=60,
+                         cwd=elsewhere)
+    assert pbs.returncode == 0, pbs.stderr
+    assert "#PBS -l select=2:ncpus=32:ngpus=4" in pbs.stdout
     assert sys.version_info >= (3, 10)

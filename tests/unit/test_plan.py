@@ -156,8 +156,10 @@ def test_cpu_only_job_runs_one_task_per_node(neuron):
 def test_pbs_profile_warns(tmp_path):
     plan = build_plan(load_profile("polaris"), JobRequest(nodes=2, gpus=4))
     assert plan.cluster_type == "pbs"
-    assert any("cannot submit" in w for w in plan.warnings)
-    assert 'mpirun -np "$SLURM_NTASKS"' in plan.script
+    assert any("does not submit it" in w for w in plan.warnings)
+    # PBS Pro's own launcher, not the Slurm one the profile's mpi section names.
+    assert "mpiexec -n 8 --ppn 4 --depth 8 --cpu-bind depth python3 " in plan.script
+    assert "SLURM_NTASKS" not in plan.script
 
 
 def test_plan_json_roundtrip(sandbox):

@@ -10,15 +10,19 @@ import os
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from hpcdl.alloc import build_alloc
+from hpcdl.cli import cli
+from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.resources import REPO_ROOT
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 REGEN = os.environ.get("HPCDL_REGEN_GOLDEN") == "1"
-PROFILES = ["generic", "karolina", "neuron", "polaris", "sandbox", "taurus"]
+SLURM_PROFILES = ["generic", "karolina", "neuron", "sandbox", "taurus"]
+PBS_PROFILES = ["polaris"]  # scheduler.type: pbs -> templates/pbs.sh.j2
 
 REQUESTS = {
     "2x4-default": JobRequest(nodes=2, gpus=4),
@@ -47,14 +51,78 @@ def check_golden(path: Path, text: str) -> None:
     assert text == path.read_text(), f"{path.name} drifted; HPCDL_REGEN_GOLDEN=1 regenerates"
 
 
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", SLURM_PROFILES)
 @pytest.mark.parametrize("case", sorted(REQUESTS))
 def test_sbatch_golden(profile, case):
     plan = build_plan(load_profile(profile), REQUESTS[case])
     check_golden(GOLDEN / "sbatch" / f"{profile}-{case}.sh", plan.script)
 
 
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", PBS_PROFILES)
+@pytest.mark.parametrize("case", sorted(REQUESTS))
+def test_pbs_golden(profile, case):
+    plan = build_plan(load_profile(profile), REQUESTS[case])
+    check_golden(GOLDEN / "pbs" / f"{profile}-{case}.sh", plan.script)
+
+
+def test_polaris_pbs_lines_that_matter():
+    plan = build_plan(load_profile("polaris"), REQUESTS["image-ddp"])
+    lines = plan.script.splitlines()
+    assert not any(line.startswith("#SBATCH") for line in lines)
+    assert "SLURM" not in plan.script  # no Slurm variable is set under PBS
+    for expected in [
+        "#PBS -N resnet50_ddp",
+        "#PBS -l select=2:ncpus=16:ngpus=2",
+        "#PBS -l place=scatter",
+        "#PBS -l walltime=00:20:00",
+        "#PBS -q debug",
+        "#PBS -A YOUR_PROJECT",
+        "#PBS -l filesystems=home:eagle:grand",
+        'cd "${PBS_O_WORKDIR:-.}"',
+    ]:
+        assert expected in lines, expected
+    assert lines[-1].startswith("mpiexec -n 4 --ppn 2 --depth 8 --cpu-bind depth apptainer exec --nv ")
+    assert plan.warnings and "untested against a live PBS server" in plan.warnings[0]
+
+
+def test_pbs_walltime_has_no_days():
+    plan = build_plan(load_profile("polaris"), JobRequest(nodes=10, gpus=4, partition="prod",
+                                                          time="1-00:00:00"))
+    assert "#PBS -l walltime=24:00:00" in plan.script.splitlines()
+
+
+# A newline is refused for every scheduler by the request check (one line per value);
+# a space only where the value lands in a #PBS directive.
+@pytest.mark.parametrize("run_dir,refusal", [
+    ("/runs/t1", None),
+    ("/runs/with space", "run-dir: .* cannot go into a #PBS directive"),
+    ("/runs/a\nb", "run-dir: .* control character"),
+])
+def test_pbs_run_dir_must_be_a_plain_path(run_dir, refusal):
+    req = JobRequest(nodes=1, gpus=1, command=("true",), run_dir=run_dir.replace("\\n", "\n"))
+    if refusal is None:
+        assert "#PBS -o /runs/t1/" in build_plan(load_profile("polaris"), req).script
+    else:
+        with pytest.raises(ValidationError, match=refusal):
+            build_plan(load_profile("polaris"), req)
+
+
+def test_alloc_refuses_pbs_profiles():
+    res = CliRunner().invoke(cli, ["alloc", "-p", "polaris", "-N", "1", "-G", "1", "--dry-run"])
+    assert res.exit_code == 2
+    assert res.output.strip() == ("error: scheduler: profile polaris uses pbs; hpcdl alloc works "
+                                  "with Slurm only (on PBS an interactive job is `qsub -I`)")
+
+
+def test_submit_refuses_pbs_without_dry_run():
+    res = CliRunner().invoke(cli, ["submit", "-p", "polaris", "-N", "1", "-G", "1"])
+    assert res.exit_code == 2
+    assert res.output.strip() == (
+        "error: scheduler: profile polaris uses pbs; hpcdl submit works with Slurm only (use "
+        "--dry-run to print the PBS script, then qsub it yourself)")
+
+
+@pytest.mark.parametrize("profile", SLURM_PROFILES)
 def test_salloc_golden(profile):
     plan = build_alloc(load_profile(profile), JobRequest(nodes=2, gpus=2, time="2:00:00"))
     check_golden(GOLDEN / "salloc" / f"{profile}.sh", plan.script)

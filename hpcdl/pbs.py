@@ -1,0 +1,106 @@
+"""PBS Pro job scripts for profiles with ``scheduler.type: pbs`` (ALCF Polaris).
+
+Pure functions: the ``#PBS`` directives and the ``mpiexec`` launcher that
+templates/pbs.sh.j2 renders. hpcdl has no PBS adapter: these scripts are for
+``--dry-run`` (read, then ``qsub`` them yourself) and are untested against a live PBS
+server; submitting through hpcdl is refused with one line (``refuse``).
+
+PBS directives are not shell, so every value written into one is checked against a
+plain-token pattern (re.fullmatch) instead of being quoted: PBS would keep the quotes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hpcdl.errors import UserInputError, ValidationError
+from hpcdl.profiles.schema import Partition, Profile
+from hpcdl.render import Raw
+from hpcdl.slurmtime import parse_time
+
+_TOKEN = re.compile(r"[A-Za-z0-9_.+\-]+")
+_PATH = re.compile(r"/?[A-Za-z0-9_.+\-]+(?:/[A-Za-z0-9_.+\-]+)*/?")
+_NAME_BAD = re.compile(r"[^A-Za-z0-9_.+\-]")
+
+
+def job_name(name: str) -> str:
+    """A PBS job name: no blanks or special characters (replaced by '_'), starts with a letter."""
+    cleaned = _NAME_BAD.sub("_", name)[:200]
+    return cleaned if cleaned[:1].isalpha() else f"j{cleaned}"
+
+
+def walltime(time: str) -> str:
+    """Slurm time -> PBS walltime HH:MM:SS (hours past 24, no days). Raises ValidationError."""
+    seconds = parse_time(time)
+    if seconds is None:
+        raise ValidationError("time: PBS needs a finite walltime (got an unlimited time)")
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def _token(field: str, value: str, pattern: re.Pattern[str] = _TOKEN) -> str:
+    if not pattern.fullmatch(value):
+        raise ValidationError(
+            f"{field}: {value!r} cannot go into a #PBS directive (letters, digits, '_', '.', '+', "
+            f"'-'{', /' if pattern is _PATH else ''} only)")
+    return value
+
+
+def directives(profile: Profile, part: Partition, *, nodes: int, gpus: int, tasks_per_node: int,
+               cpus_per_task: int, time: str, run_dir: str | None) -> list[str]:
+    """The ``#PBS`` lines (without '#PBS ') in order. Raises ValidationError for a value
+    that cannot be written into a directive."""
+    chunk = f"select={nodes}:ncpus={tasks_per_node * cpus_per_task}"
+    if gpus:
+        chunk += f":ngpus={gpus}"
+    out = [f"-l {chunk}",
+           # One chunk per node: without it PBS may pack several chunks onto one host.
+           "-l place=scatter",
+           f"-l walltime={walltime(time)}",
+           f"-q {_token('partition', part.name)}"]
+    if profile.scheduler.account:
+        out.append(f"-A {_token('scheduler.account', profile.scheduler.account)}")
+    if profile.scheduler.filesystems:
+        names = [_token("scheduler.filesystems", fs) for fs in profile.scheduler.filesystems]
+        out.append(f"-l filesystems={':'.join(names)}")
+    if run_dir:
+        folder = _token("run-dir", run_dir.rstrip("/") + "/", _PATH)
+        out += [f"-o {folder}", f"-e {folder}"]
+    return out
+
+
+def mpiexec_tokens(launch: list[str], *, ntasks: int, tasks_per_node: int,
+                   cpus_per_task: int) -> list[str]:
+    """The launch tokens with PBS's ``mpiexec`` in place of the Slurm launcher.
+
+    The launcher is the leading run of Raw tokens (``srun --label ...``, ``mpirun -np
+    "$SLURM_NTASKS"``): hpcdl writes those itself. What follows (the profile's
+    launcher_args, the container, the command) is kept.
+    """
+    rest = list(launch)
+    while rest and isinstance(rest[0], Raw):
+        rest.pop(0)
+    return [Raw("mpiexec"), Raw("-n"), Raw(str(ntasks)), Raw("--ppn"), Raw(str(tasks_per_node)),
+            Raw("--depth"), Raw(str(cpus_per_task)), Raw("--cpu-bind"), Raw("depth"), *rest]
+
+
+def warnings(profile: Profile) -> list[str]:
+    """What a PBS script of ``profile`` leaves out, and that it is not submitted."""
+    out = [f"profile {profile.name} uses PBS Pro: hpcdl renders the qsub script for reading "
+           f"(untested against a live PBS server) and does not submit it"]
+    if profile.scheduler.qos or profile.scheduler.extra_options:
+        out.append("scheduler.qos and scheduler.extra_options are Slurm options: not in the PBS script")
+    return out
+
+
+def refuse(profile: Profile, command: str, dry_run_helps: bool = True) -> None:
+    """Raise UserInputError (exit 2) when ``profile`` is not a Slurm profile: hpcdl
+    talks to Slurm only."""
+    if profile.scheduler.type == "slurm":
+        return
+    hint = ("use --dry-run to print the PBS script, then qsub it yourself" if dry_run_helps
+            else "on PBS an interactive job is `qsub -I`")
+    raise UserInputError(
+        f"scheduler: profile {profile.name} uses {profile.scheduler.type}; hpcdl {command} "
+        f"works with Slurm only ({hint})")
