@@ -7,7 +7,7 @@ import json
 import click
 
 from hpcdl.cli.options import example_options, parse_env, request_options
-from hpcdl.plan import BACKENDS, JobRequest, build_plan
+from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan
 from hpcdl.preflight import check_inputs
 from hpcdl.profiles import load_profile
 
@@ -29,7 +29,9 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
            command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
-    Without COMMAND the job runs the bundled ResNet-50 example with --backend.
+    Without COMMAND the job runs the bundled ResNet-50 example with --backend,
+    the profile's defaults for it (its examples: section; the sandbox's are sized
+    for two CPU cores) and then your -X arguments, which replace those defaults.
     Every request is checked before anything is written: GPUs per node, nodes,
     wall time and CPUs against the partition's limits (exit 2 with the field,
     the value and the limit when it cannot run).
@@ -54,15 +56,25 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         for warning in plan.warnings:
             click.echo(f"warning: {warning}", err=True)
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
+        if plan.example_defaults:
+            click.echo(f"# {defaults_line(plan)}", err=True)
         click.echo(plan.script, nl=False)
         return
     check_inputs(request)
+    if plan.example_defaults and not as_json:
+        click.echo(defaults_line(plan), err=True)
     # Real submission lives with the Slurm adapter (run directory, sbatch, follow).
     from hpcdl.slurm.jobs import submit_request
 
     code = submit_request(prof, request, plan, wait=wait, as_json=as_json)
     if code:
         raise SystemExit(code)
+
+
+def defaults_line(plan: JobPlan) -> str:
+    """Where the bundled example's extra arguments come from (not a silent surprise)."""
+    return (f"example defaults from profile {plan.profile}: {' '.join(plan.example_defaults)} "
+            f"(a -X for the same option replaces one)")
 
 
 @click.command()
