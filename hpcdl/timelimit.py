@@ -19,14 +19,14 @@ EXIT_TIMEOUT = 124
 _TIME_LIMIT_MARK = "DUE TO TIME LIMIT"
 
 
-def time_limit_text(limit: str) -> str:
-    """Slurm's time limit as HH:MM:SS (D-HH:MM:SS), whichever form Slurm printed it in
-    (squeue "1:00" is one minute, sacct "00:01:00"); other words ("Partition_Limit",
-    "") unchanged."""
+def clock_text(duration: str) -> str:
+    """A Slurm time limit or elapsed time as HH:MM:SS (D-HH:MM:SS), whichever form Slurm
+    printed it in (squeue "1:25" is 85 s, sacct "00:01:25"); other words
+    ("Partition_Limit", "0:00", "") unchanged."""
     try:
-        return format_time(parse_time(limit))
+        return format_time(parse_time(duration))
     except ValueError:
-        return limit.strip()
+        return duration.strip()
 
 
 def ran_out_of_time(status: JobStatus, stderr: str = "") -> bool:
@@ -58,12 +58,12 @@ def timeout_message(status: JobStatus, stderr: str = "", *,
     """
     if not ran_out_of_time(status, stderr):
         return None
-    after = f" after {status.elapsed}" if status.elapsed else ""
+    after = f" after {clock_text(status.elapsed)}" if status.elapsed else ""
     shorter = "make it shorter (fewer steps: -X --max-steps=N, -X --epochs=N)"
     if status.slurm_state.upper().startswith("DEADLINE"):
         return (f"job {status.job_id} reached its deadline{after} (Slurm DEADLINE): "
                 f"set a later one, or {shorter}")
-    limit = time_limit_text(status.time_limit)
+    limit = clock_text(status.time_limit)
     what = f"its time limit of {limit}" if limit else "its time limit"
     room = _headroom(limit, max_time, status.partition) if limit else ""
     return (f"job {status.job_id} hit {what}{after} (Slurm {status.slurm_state or TIMEOUT}): "

@@ -7,13 +7,13 @@ import json
 import click
 
 from hpcdl.slurm.parse import JobStatus
-from hpcdl.timelimit import time_limit_text, timeout_message
+from hpcdl.timelimit import clock_text, timeout_message
 
 
 def _row(s: JobStatus) -> str:
     code = "" if s.exit_code is None else f"{s.exit_code}" + (f"/sig{s.signal}" if s.signal else "")
     return (f"{s.job_id:<10} {s.state:<10} {s.slurm_state:<12} {code:<8} {s.partition:<10} "
-            f"{s.nodes:<12} {s.elapsed:<10} {time_limit_text(s.time_limit):<10} {s.name}")
+            f"{s.nodes:<12} {s.elapsed:<10} {clock_text(s.time_limit):<10} {s.name}")
 
 
 _HEADER = (f"{'JOBID':<10} {'STATE':<10} {'SLURM':<12} {'EXIT':<8} {'PARTITION':<10} "

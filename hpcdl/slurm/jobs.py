@@ -241,7 +241,10 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: dict[str, An
     echo(f"job {status.job_id}: {status.state} (Slurm {status.slurm_state}), "
          f"exit code {status.exit_code if status.exit_code is not None else '?'}"
          f"{', signal ' + str(status.signal) if status.signal else ''}, elapsed {status.elapsed}")
-    crashed = [] if status.state == COMPLETED else describe_failures(logs.out, logs.err)
+    # At a time limit Slurm terminates every rank: srun's "Terminated" lines are not a
+    # crash to trace (the stderr tail and the timeout line below say what happened).
+    crashed = ([] if status.state in (COMPLETED, TIMEOUT)
+               else describe_failures(logs.out, logs.err))
     for label, path, text in (("stdout", logs.out_path, logs.out),
                               ("stderr", logs.err_path, logs.err)):
         lines = text.splitlines()[-tail_lines:]

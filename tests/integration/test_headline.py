@@ -84,6 +84,8 @@ def test_a_job_past_its_time_limit_is_named_with_the_limit_and_the_fix(
     assert m, lines[0]
     assert (parse_time(m.group(1)) or 0) >= 60  # Slurm really let it run to its limit
     assert out.splitlines()[-1].startswith("run directory: ")
+    assert "the job failed" not in out  # Slurm ended the ranks; no crash to trace
+    assert "DUE TO TIME LIMIT" in out  # the stderr tail says it too
     record = json.loads((_run_dir(out) / "result.json").read_text())
     assert record["state"] == "TIMEOUT" and parse_time(record["time_limit"]) == 60
 
