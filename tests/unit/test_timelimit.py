@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from hpcdl.cli import cli
 from hpcdl.slurm.jobs import JobLogs, exit_status, report
 from hpcdl.slurm.parse import JobStatus, parse_sacct, parse_squeue
-from hpcdl.timelimit import EXIT_TIMEOUT, ran_out_of_time, clock_text, timeout_message
+from hpcdl.timelimit import EXIT_TIMEOUT, clock_text, ran_out_of_time, timeout_message
 
 STDERR_TIMEOUT = ("slurmstepd: error: *** JOB 42 ON n1 CANCELLED AT 2026-11-23T18:01:07 "
                   "DUE TO TIME LIMIT ***\n")
