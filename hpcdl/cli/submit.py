@@ -61,8 +61,6 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         click.echo(plan.script, nl=False)
         return
     check_inputs(request)
-    if plan.example_defaults and not as_json:
-        click.echo(defaults_line(plan), err=True)
     # Real submission lives with the Slurm adapter (run directory, sbatch, follow).
     from hpcdl.slurm.jobs import submit_request
 

@@ -46,8 +46,8 @@ def test_the_headline_command_with_no_other_flags_ends_with_the_table(
     assert re.search(r"^images/sec\s+\d", out, re.M), out
     assert "parameters identical on every rank" in out
     assert "time limit" not in out
-    # Where the example's sizes came from is said, not silent.
-    assert "example defaults from profile sandbox: --image-size=32 " in res.stderr
+    # The example ran with the sandbox's sizes (its log's first line, in the tail shown).
+    assert "resnet50 32px, global batch 32, " in out and ", 10 steps, " in out
 
     run_dir = _run_dir(out)
     record = json.loads((run_dir / "result.json").read_text())
