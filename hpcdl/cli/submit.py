@@ -20,7 +20,8 @@ from hpcdl.profiles import load_profile
 @click.option("--dry-run", is_flag=True, help="Print the script (or with --json the plan); write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--wait", "-w", is_flag=True,
-              help="Follow the job to its end; exit with the job's exit code.")
+              help="Follow the job to its end; exit with the job's exit code (124 when it hit "
+                   "its time limit, as timeout(1)).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
 def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
            cpus_per_task: int | None, job_name: str | None, template: str | None,

@@ -83,6 +83,11 @@ def test_submit_wait_exit_code_for_a_timeout_is_124():
     assert exit_status(status(state="FAILED", slurm="FAILED", code=3, sig=0)) == 3
 
 
+def test_submit_help_documents_the_timeout_exit_code():
+    res = CliRunner().invoke(cli, ["submit", "--help"])
+    assert "124 when it hit its time limit" in " ".join(res.output.split())
+
+
 def test_submit_wait_report_ends_with_the_timeout_line(tmp_path):
     err = STDERR_TIMEOUT + "srun: error: n1: task 0: Terminated\n"
     logs = JobLogs(tmp_path / "o", tmp_path / "e", " 0: epoch 1/90 ...\n", err)
