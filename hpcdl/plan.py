@@ -252,10 +252,10 @@ def example_defaults(profile: Profile, req: JobRequest,
     if req.command:
         return ()
     per_example = tuple(profile.examples.per_example.get(example, ()))
-    given = {_option_name(a) for a in per_example} | {_option_name(a) for a in req.example_args}
-    shared = tuple(a for a in profile.examples.args if _option_name(a) not in given)
+    specific = {_option_name(a) for a in per_example}
+    shared = tuple(a for a in profile.examples.args if _option_name(a) not in specific)
     user = {_option_name(a) for a in req.example_args}
-    return shared + tuple(a for a in per_example if _option_name(a) not in user)
+    return tuple(a for a in shared + per_example if _option_name(a) not in user)
 
 
 def _default_command(profile: Profile, req: JobRequest) -> list[str]:

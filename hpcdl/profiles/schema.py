@@ -21,7 +21,7 @@ _MODULE = re.compile(r"^[A-Za-z0-9_.+/\-]+$")
 _OPTION = re.compile(r"^[a-z][a-z0-9-]*$")
 # One default argument of a bundled example: "--name" or "--name=value", one token of
 # printable ASCII (no spaces, quotes are kept verbatim): the option name is what a
-# user's -X for the same option replaces (hpcdl.plan.example_args).
+# user's -X for the same option replaces (hpcdl.plan.example_defaults).
 _EXAMPLE_ARG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*(?:=[!-~]*)?")
 # Options hpcdl itself puts on the bundled example's command line (from --backend,
 # --data/--synthetic and the run directory): a profile default must not fight them.
