@@ -80,6 +80,9 @@ class JobPlan:
     run_dir: str | None
     script: str
     warnings: tuple[str, ...] = field(default=())
+    # The profile's defaults for the bundled example that are on its command line
+    # (those a -X did not replace); empty for a custom COMMAND.
+    example_defaults: tuple[str, ...] = field(default=())
     hpcdl_version: str = __version__
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,6 +91,7 @@ class JobPlan:
         data["binds"] = list(self.binds)
         data["command"] = list(self.command)
         data["warnings"] = list(self.warnings)
+        data["example_defaults"] = list(self.example_defaults)
         return data
 
     def sbatch_argv(self, script_path: str | Path, options: tuple[str, ...] = ()) -> list[str]:
@@ -273,6 +277,29 @@ def job_time(profile: Profile, part: Partition, req: JobRequest) -> str:
     return format_time(default)
 
 
+def _option_name(arg: str) -> str | None:
+    """``--lr`` for "--lr" and "--lr=0.1"; None for a value ("0.1")."""
+    return arg.split("=", 1)[0] if arg.startswith("--") else None
+
+
+def example_defaults(profile: Profile, req: JobRequest,
+                     example: str = DEFAULT_EXAMPLE) -> tuple[str, ...]:
+    """The profile's default arguments for the bundled ``example`` that stay on its
+    command line: ``examples.args``, then ``examples.per_example[example]`` (which
+    replaces an option args also sets), minus every option the user's -X sets again.
+
+    Dropping them, rather than relying on argparse's "the last one wins", keeps the
+    launch line honest and also lets -X replace a flag default. Empty for a COMMAND.
+    """
+    if req.command:
+        return ()
+    per_example = tuple(profile.examples.per_example.get(example, ()))
+    specific = {_option_name(a) for a in per_example}
+    shared = tuple(a for a in profile.examples.args if _option_name(a) not in specific)
+    user = {_option_name(a) for a in req.example_args}
+    return tuple(a for a in shared + per_example if _option_name(a) not in user)
+
+
 def _default_command(profile: Profile, req: JobRequest) -> list[str]:
     base = IMAGE_PROJECT_DIR / "examples" if req.image else examples_dir()
     cmd = [profile.python, str(base / DEFAULT_EXAMPLE), "--backend", req.backend]
@@ -280,7 +307,9 @@ def _default_command(profile: Profile, req: JobRequest) -> list[str]:
     cmd += ["--data", data] if data else ["--synthetic"]
     if req.run_dir:  # checkpoints belong with the run that wrote them
         cmd += ["--checkpoint-dir", f"{req.run_dir}/checkpoints"]
-    return cmd + list(req.example_args)
+    # The user's -X last: after the profile's defaults, so argparse's "last one wins"
+    # agrees with example_defaults() having dropped the defaults they replace.
+    return cmd + list(example_defaults(profile, req)) + list(req.example_args)
 
 
 def _launch_tokens(profile: Profile, req: JobRequest, command: list[str]) -> list[str]:
@@ -441,4 +470,5 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
         run_dir=req.run_dir,
         script=script,
         warnings=tuple(warnings),
+        example_defaults=example_defaults(profile, req),
     )

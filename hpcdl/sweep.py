@@ -36,7 +36,7 @@ class SweepPoint:
     backend: str
     nodes: int
     gpus: int  # per node; one rank per GPU (one rank per node when 0)
-    batch_size: int | None = None  # per rank; None: the example's default
+    batch_size: int | None = None  # per rank; None: the profile's or the example's default
 
     @property
     def ranks(self) -> int:

@@ -88,6 +88,11 @@ OPTION_KEY = _kind("Slurm option name", r"[a-z][a-z0-9\-]*", "mail-type")
 # Slurm time: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], or infinite/UNLIMITED.
 SLURM_TIME = _kind("Slurm time", r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|infinite|unlimited",
                    "2-00:00:00", re.IGNORECASE)
+# One default argument of a bundled example: "--name" or "--name=value", one token of
+# printable ASCII (no spaces; quotes are kept verbatim): the option name is what a
+# user's -X for the same option replaces (hpcdl.plan.example_defaults).
+EXAMPLE_ARG = _kind("example argument ('--option' or '--option=value', no spaces)",
+                    r"--[A-Za-z0-9][A-Za-z0-9_-]*(?:=[!-~]*)?", "--epochs=2")
 # A PBS filesystem name ('-l filesystems=home:eagle').
 FILESYSTEM = _kind("filesystem name", r"[a-z][a-z0-9_]*", "eagle")
 # An environment-module name as `module load` takes it (rendered unquoted).
@@ -127,6 +132,7 @@ Name = Annotated[str, Strict(), checker(NAME), NAME]
 SlurmValue = Annotated[str, Strict(), checker(SLURM_VALUE), SLURM_VALUE]
 OptionKey = Annotated[str, Strict(), checker(OPTION_KEY), OPTION_KEY]
 SlurmTime = Annotated[str, Strict(), checker(SLURM_TIME), SLURM_TIME]
+ExampleArg = Annotated[str, Strict(), checker(EXAMPLE_ARG), EXAMPLE_ARG]
 Filesystem = Annotated[str, Strict(), checker(FILESYSTEM), FILESYSTEM]
 Module = Annotated[str, Strict(), checker(MODULE), MODULE]
 EnvName = Annotated[str, Strict(), checker(ENV_NAME), ENV_NAME]
@@ -150,7 +156,7 @@ PositiveInt = Annotated[int, Strict(), Field(ge=1)]
 NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 
 KINDS: tuple[Kind, ...] = (
-    NAME, SLURM_VALUE, OPTION_KEY, SLURM_TIME, FILESYSTEM, MODULE, ENV_NAME, EXECUTABLE, PATH, BIND,
+    NAME, SLURM_VALUE, OPTION_KEY, SLURM_TIME, EXAMPLE_ARG, FILESYSTEM, MODULE, ENV_NAME, EXECUTABLE, PATH, BIND,
     IMAGE_NAME, IMAGE_REF, IMAGE_TAG, OS_VERSION, VERSION, DEB_PACKAGE, REQUIREMENT, URL,
     LABEL_KEY, TEXT, DEF_TEXT,
 )

@@ -7,16 +7,17 @@ import json
 import click
 
 from hpcdl.slurm.parse import JobStatus
+from hpcdl.timelimit import clock_text, timeout_message
 
 
 def _row(s: JobStatus) -> str:
     code = "" if s.exit_code is None else f"{s.exit_code}" + (f"/sig{s.signal}" if s.signal else "")
     return (f"{s.job_id:<10} {s.state:<10} {s.slurm_state:<12} {code:<8} {s.partition:<10} "
-            f"{s.nodes:<12} {s.elapsed:<10} {s.name}")
+            f"{s.nodes:<12} {s.elapsed:<10} {clock_text(s.time_limit):<10} {s.name}")
 
 
 _HEADER = (f"{'JOBID':<10} {'STATE':<10} {'SLURM':<12} {'EXIT':<8} {'PARTITION':<10} "
-           f"{'NODES':<12} {'ELAPSED':<10} NAME")
+           f"{'NODES':<12} {'ELAPSED':<10} {'TIMELIMIT':<10} NAME")
 
 
 @click.command()
@@ -29,7 +30,9 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
     """Show a job's state (or your recent jobs): squeue while it runs, sacct after.
 
     STATE is hpcdl's (PENDING, RUNNING, SUSPENDED, COMPLETED, FAILED, CANCELLED,
-    TIMEOUT, UNKNOWN); SLURM is Slurm's own word; EXIT is the job's exit code.
+    TIMEOUT, UNKNOWN); SLURM is Slurm's own word; EXIT is the job's exit code;
+    TIMELIMIT the job's time limit (for a TIMEOUT job, the one it hit: a line
+    below the table says so and what to do).
 
     \b
     Examples:
@@ -45,6 +48,9 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
         else:
             click.echo(_HEADER)
             click.echo(_row(row))
+            timed_out = timeout_message(row)
+            if timed_out:
+                click.echo(timed_out)
         return
     rows = list_jobs(since=since, all_users=all_users)
     if as_json:

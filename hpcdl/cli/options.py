@@ -57,7 +57,8 @@ def example_options(func):  # type: ignore[no-untyped-def]
                           "profile names one."),
         click.option("--example-arg", "-X", "example_args", multiple=True, metavar="ARG",
                      help="Extra argument for the bundled example (repeatable), e.g. "
-                          "-X --arch=resnet18 -X --max-steps=20."),
+                          "-X --arch=resnet18 -X --max-steps=20. Replaces the profile's "
+                          "default for the same option (see --dry-run)."),
     ]
     for option in reversed(options):
         func = option(func)

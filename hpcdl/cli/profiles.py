@@ -62,6 +62,10 @@ def show(name: str, as_json: bool) -> None:
     click.echo(f"  container: {prof.container.binary or prof.container.runtime}"
                f"{' --nv' if prof.container.nv else ''}; binds: {', '.join(prof.container.binds) or '-'}")
     click.echo(f"  modules: {' '.join(prof.modules) or '-'}")
+    if prof.examples.args:
+        click.echo(f"  example defaults: {' '.join(prof.examples.args)}")
+    for example, args in prof.examples.per_example.items():
+        click.echo(f"  {example} defaults: {' '.join(args) or '-'}")
 
 
 @profiles.command("validate")

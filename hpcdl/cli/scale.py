@@ -143,6 +143,10 @@ def _show_plans(plans: list[Any], why: str, as_json: bool) -> None:
         return
     first = plans[0][1]
     click.echo(f"partition {first.partition} for every point ({why})")
+    if first.example_defaults:
+        from hpcdl.cli.submit import defaults_line
+
+        click.echo(defaults_line(first))
     for point, plan in plans:
         click.echo(f"{point.label:<24} {count(point.ranks, 'rank'):>9}  {plan.cpus_per_task} CPUs/rank  "
                    f"time {plan.time}")

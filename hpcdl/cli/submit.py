@@ -8,7 +8,7 @@ import click
 
 from hpcdl import pbs
 from hpcdl.cli.options import example_options, parse_env, request_options
-from hpcdl.plan import BACKENDS, JobRequest, build_plan
+from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan
 from hpcdl.preflight import check_inputs
 from hpcdl.profiles import load_profile
 
@@ -21,7 +21,8 @@ from hpcdl.profiles import load_profile
 @click.option("--dry-run", is_flag=True, help="Print the script (or with --json the plan); write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--wait", "-w", is_flag=True,
-              help="Follow the job to its end; exit with the job's exit code.")
+              help="Follow the job to its end; exit with the job's exit code (124 when it hit "
+                   "its time limit, as timeout(1)).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
 def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
            cpus_per_task: int | None, job_name: str | None, template: str | None,
@@ -30,9 +31,12 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
            command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
-    Without COMMAND the job runs the bundled ResNet-50 example with --backend.
+    Without COMMAND the job runs the bundled ResNet-50 example with --backend,
+    the profile's defaults for it (its examples: section; the sandbox's are sized
+    for two CPU cores) and then your -X arguments, which replace those defaults.
     For a PBS profile (polaris) --dry-run prints a PBS Pro script; hpcdl does not
     submit to PBS.
+
     Every request is checked before anything is written: GPUs per node, nodes,
     wall time and CPUs against the partition's limits (exit 2 with the field,
     the value and the limit when it cannot run).
@@ -59,6 +63,8 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         for warning in plan.warnings:
             click.echo(f"warning: {warning}", err=True)
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
+        if plan.example_defaults:
+            click.echo(f"# {defaults_line(plan)}", err=True)
         click.echo(plan.script, nl=False)
         return
     check_inputs(request)
@@ -68,6 +74,12 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     code = submit_request(prof, request, plan, wait=wait, as_json=as_json)
     if code:
         raise SystemExit(code)
+
+
+def defaults_line(plan: JobPlan) -> str:
+    """Where the bundled example's extra arguments come from (not a silent surprise)."""
+    return (f"example defaults from profile {plan.profile}: {' '.join(plan.example_defaults)} "
+            f"(a -X for the same option replaces one)")
 
 
 @click.command()

@@ -12,10 +12,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hpcdl.resources import examples_dir
 from hpcdl.slurmtime import parse_time
 from hpcdl.tokens import (
     Bind,
     EnvName,
+    ExampleArg,
     Executable,
     Filesystem,
     HostPath,
@@ -28,6 +30,10 @@ from hpcdl.tokens import (
     SlurmValue,
     Text,
 )
+
+# Options hpcdl itself puts on the bundled example's command line (from --backend,
+# --data/--synthetic and the run directory): a profile default must not fight them.
+EXAMPLE_OPTIONS_SET_BY_HPCDL = ("--backend", "--data", "--synthetic", "--checkpoint-dir")
 
 
 class _Strict(BaseModel):
@@ -129,6 +135,57 @@ class Paths(_Strict):
     imagenet: HostPath | None = None
 
 
+def _example_args(where: str, args: list[str]) -> list[str]:
+    for arg in args:
+        if arg.split("=", 1)[0] in EXAMPLE_OPTIONS_SET_BY_HPCDL:
+            raise ValueError(
+                f"{where}: {arg.split('=', 1)[0]} is set by hpcdl itself (submit --backend, "
+                f"--data/--synthetic, the run directory); it cannot be a profile default"
+            )
+    return args
+
+
+def bundled_example_names() -> tuple[str, ...]:
+    """The bundled example scripts (examples/*.py), by file name."""
+    return tuple(sorted(p.name for p in examples_dir().glob("*.py")))
+
+
+class Examples(_Strict):
+    """Default arguments for the bundled examples, for the clusters where their own
+    defaults (sized for real GPU nodes) do not fit, e.g. the CPU-only sandbox.
+
+    They go on the example's command line before the user's ``-X`` arguments; a
+    ``-X`` for the same option replaces the default (``hpcdl submit --dry-run``
+    shows what is left).
+    """
+
+    args: list[ExampleArg] = Field(
+        default_factory=list, description="for every bundled example hpcdl runs"
+    )
+    per_example: dict[Name, list[ExampleArg]] = Field(
+        default_factory=dict,
+        description="by example file name (e.g. resnet50_imagenet.py); after args, and "
+                    "replacing an option args also sets",
+    )
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        return _example_args("args", v)
+
+    @field_validator("per_example")
+    @classmethod
+    def _per_example(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        known = bundled_example_names()
+        for name, args in v.items():
+            if name not in known:
+                raise ValueError(
+                    f"'{name}' is not a bundled example (bundled: {', '.join(known)})"
+                )
+            _example_args(name, args)
+        return v
+
+
 class Profile(_Strict):
     """A cluster profile; see hpcdl/profiles/bundled/*.yaml for examples."""
 
@@ -142,6 +199,7 @@ class Profile(_Strict):
     env: Environment = Field(default_factory=Environment)
     paths: Paths = Field(default_factory=Paths)
     python: Executable = "python3"
+    examples: Examples = Field(default_factory=Examples)
     template_dir: HostPath | None = Field(
         default=None, description="a folder whose templates override the bundled ones"
     )

@@ -30,7 +30,8 @@ from hpcdl.results import (
 from hpcdl.slurm import livecheck
 from hpcdl.slurm.parse import JobStatus, parse_job_id
 from hpcdl.slurm.query import job_status, settled, slurm_available
-from hpcdl.slurm.states import COMPLETED, is_final
+from hpcdl.slurm.states import COMPLETED, TIMEOUT, is_final
+from hpcdl.timelimit import EXIT_TIMEOUT, timeout_message
 
 Echo = Callable[..., None]
 SBATCH_TIMEOUT = 60
@@ -179,7 +180,10 @@ def follow(job_id: str, *, echo: Echo = _echo, timeout: float | None = None,
 
 
 def exit_status(status: JobStatus) -> int:
-    """The process exit code that reflects a finished job (shell convention for signals)."""
+    """The process exit code that reflects a finished job: EXIT_TIMEOUT (124, as
+    timeout(1)) when it hit its time limit, else its own (shell convention for signals)."""
+    if status.state == TIMEOUT:
+        return EXIT_TIMEOUT
     if status.exit_code:
         return status.exit_code
     if status.signal:
@@ -228,14 +232,19 @@ def record_result(run_dir: Path, status: JobStatus) -> tuple[dict[str, Any], Job
 
 
 def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: dict[str, Any],
-           echo: Echo, tail_lines: int = 20) -> None:
+           echo: Echo, tail_lines: int = 20, max_time: str | None = None) -> None:
     """What a user reads once the job ended: state and exit code, the log's tail, which
-    rank crashed and its last lines (on failure), and the result table (on success).
+    rank crashed and its last lines (on failure), the result table (on success), and
+    for a job that ran out of time the limit it hit and the fix (``max_time``: the
+    partition's limit, for how much more --time is possible).
     """
     echo(f"job {status.job_id}: {status.state} (Slurm {status.slurm_state}), "
          f"exit code {status.exit_code if status.exit_code is not None else '?'}"
          f"{', signal ' + str(status.signal) if status.signal else ''}, elapsed {status.elapsed}")
-    crashed = [] if status.state == COMPLETED else describe_failures(logs.out, logs.err)
+    # At a time limit Slurm terminates every rank: srun's "Terminated" lines are not a
+    # crash to trace (the stderr tail and the timeout line below say what happened).
+    crashed = ([] if status.state in (COMPLETED, TIMEOUT)
+               else describe_failures(logs.out, logs.err))
     for label, path, text in (("stdout", logs.out_path, logs.out),
                               ("stderr", logs.err_path, logs.err)):
         lines = text.splitlines()[-tail_lines:]
@@ -251,6 +260,9 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: dict[str, An
     if record.get("hpcdl_result"):
         echo(f"--- result ({run_dir / 'result.json'}) ---")
         echo(format_result_table(record["hpcdl_result"], record.get("ranks")))
+    timed_out = timeout_message(status, logs.err, max_time=max_time)
+    if timed_out:
+        echo(timed_out)
     echo(f"run directory: {run_dir}")
 
 
@@ -279,7 +291,8 @@ def submit_request(profile: Profile, request: JobRequest, plan: JobPlan, *, wait
     if as_json:
         echo(json.dumps({**info, **record, "exit_status": code}))
         return code
-    report(final, sub.run_dir, logs, record, echo)
+    part = profile.partition(sub.plan.partition)
+    report(final, sub.run_dir, logs, record, echo, max_time=part.max_time if part else None)
     return code
 
 

@@ -33,6 +33,14 @@ def test_fresh_venv_install_runs_from_any_directory(tmp_path):
     path, no_torch = where.stdout.split()
     assert Path(path).is_relative_to(env_dir) and no_torch == "True"
     assert list(elsewhere.iterdir()) == []
+    # The sandbox profile's example defaults name a bundled example: the wheel's own.
+    sandbox = subprocess.run([str(env_dir / "bin" / "hpcdl"), "submit", "-p", "sandbox", "-N", "2",
+                              "-G", "4", "--dry-run"], capture_output=True, text=True,
+                             timeout=60, cwd=elsewhere)
+    assert sandbox.returncode == 0, sandbox.stderr
+    assert "_data/examples/resnet50_imagenet.py --backend horovod --synthetic --image-size=32" \
+        in sandbox.stdout
+    assert "# example defaults from profile sandbox: " in sandbox.stderr
     bad = subprocess.run([str(env_dir / "bin" / "hpcdl"), "submit", "-p", "neuron", "-N", "99",
                           "-G", "4", "--dry-run"], capture_output=True, text=True, timeout=60,
                          cwd=elsewhere)

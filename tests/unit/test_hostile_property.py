@@ -44,7 +44,7 @@ from hpcdl.alloc import build_alloc
 from hpcdl.container.render import RenderContext, render_definition
 from hpcdl.container.spec import ImageSpec, parse_spec
 from hpcdl.errors import UserInputError
-from hpcdl.plan import JobRequest, build_plan
+from hpcdl.plan import DEFAULT_EXAMPLE, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
 from hpcdl.resources import REPO_ROOT, containers_dir
 from hpcdl.slurmtime import parse_time
@@ -86,18 +86,21 @@ class Slot:
     """One string field: where in the document, and how a value goes in.
 
     ``how``: 'value' (the field itself), 'item' (appended to a list), 'key' (a new
-    dict key), 'dict-value' (a dict value under a harmless key)."""
+    dict key), 'dict-value' (a dict value under a harmless key), 'dict-item' (the one
+    item of a list that is a dict value under a harmless key)."""
 
     loc: tuple[Any, ...]
     how: str
     kind: Kind | None
     key_kind: Kind | None = None
+    # What a new dict key holds: a harmless string, or an empty list for dicts of lists.
+    key_filler: Any = "1"
 
     @property
     def name(self) -> str:
         dotted = ".".join(str(p) for p in self.loc)
         return {"value": dotted, "item": f"{dotted}[]", "key": f"{dotted}{{key}}",
-                "dict-value": f"{dotted}{{value}}"}[self.how]
+                "dict-value": f"{dotted}{{value}}", "dict-item": f"{dotted}{{value}}[]"}[self.how]
 
 
 def _kind(annotation: Any, metadata: list[Any] = ()) -> Kind | None:  # type: ignore[assignment]
@@ -138,10 +141,13 @@ def string_slots(model: type[pydantic.BaseModel], loc: tuple[Any, ...] = ()) -> 
                     out.append(Slot(here, "item", _kind(item)))
             elif origin is dict:
                 key, value = typing.get_args(ann)
+                items = typing.get_args(value) if typing.get_origin(value) is list else ()
                 if _is_str(key):
-                    out.append(Slot(here, "key", _kind(key), _kind(key)))
+                    out.append(Slot(here, "key", _kind(key), _kind(key), [] if items else "1"))
                 if _is_str(value):
                     out.append(Slot(here, "dict-value", _kind(value), _kind(key)))
+                elif items and _is_str(items[0]):
+                    out.append(Slot(here, "dict-item", _kind(items[0]), _kind(key)))
     return out
 
 
@@ -164,15 +170,24 @@ def with_value(base: dict[str, Any], slot: Slot, value: str, benign_key: str) ->
     elif slot.how == "item":
         parent[last] = [*parent.get(last, []), value]
     elif slot.how == "key":
-        parent.setdefault(last, {})[value] = "1"
+        parent.setdefault(last, {})[value] = slot.key_filler
+    elif slot.how == "dict-item":
+        parent.setdefault(last, {})[benign_key] = [value]
     else:
         parent.setdefault(last, {})[benign_key] = value
     return doc
 
 
+# Dict keys that a validator limits to a closed set (a bundled example's file name).
+BENIGN_KEYS: dict[tuple[Any, ...], str] = {("examples", "per_example"): DEFAULT_EXAMPLE}
+
+
 def benign(base: dict[str, Any], slot: Slot) -> tuple[str, str]:
     """(a harmless valid value for ``slot``, a harmless key for dict slots)."""
-    key = slot.key_kind.example if slot.key_kind and slot.key_kind.example else "HPCDL_X"
+    key = BENIGN_KEYS.get(slot.loc) or (
+        slot.key_kind.example if slot.key_kind and slot.key_kind.example else "HPCDL_X")
+    if slot.how == "key" and slot.loc in BENIGN_KEYS:
+        return key, key
     if slot.how == "value":
         parent = _get(copy.deepcopy(base), slot.loc[:-1])
         if isinstance(parent.get(slot.loc[-1]), str):

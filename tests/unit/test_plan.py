@@ -174,7 +174,8 @@ def test_plan_json_roundtrip(sandbox):
 def test_example_args_follow_the_bundled_example(sandbox):
     plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, example_args=("--arch=resnet18", "a b")))
     assert plan.command[-2:] == ("--arch=resnet18", "a b")
-    assert plan.launch_line.endswith("--synthetic --arch=resnet18 'a b'")
+    # After the profile's example defaults (tests/unit/test_example_defaults.py).
+    assert plan.launch_line.endswith(" --num-classes=10 --arch=resnet18 'a b'")
     assert refused(sandbox, nodes=1, gpus=1, example_args=("-x",), command=("true",)).startswith(
         "example-arg: only applies to the bundled example")
 
@@ -182,5 +183,6 @@ def test_example_args_follow_the_bundled_example(sandbox):
 def test_run_dir_holds_logs_and_checkpoints_and_is_bound(sandbox):
     plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, image="/i.sif", run_dir="/r/run1"))
     assert "#SBATCH --output=/r/run1/slurm-%j.out" in plan.script
-    assert plan.command[-2:] == ("--checkpoint-dir", "/r/run1/checkpoints")
+    at = plan.command.index("--checkpoint-dir")
+    assert plan.command[at + 1] == "/r/run1/checkpoints"
     assert "-B /var/lib/hpcdl-sandbox/tmp -B /r/run1 /i.sif" in plan.launch_line

@@ -195,7 +195,8 @@ def test_exit_status() -> None:
     assert exit_status(JobStatus("1", "j", "COMPLETED", "COMPLETED", 0, 0)) == 0
     assert exit_status(JobStatus("1", "j", "FAILED", "FAILED", 3, 0)) == 3
     assert exit_status(JobStatus("1", "j", "CANCELLED", "CANCELLED", 0, 15)) == 143
-    assert exit_status(JobStatus("1", "j", "TIMEOUT", "TIMEOUT", 0, 0)) == 1
+    # A time-out exits 124 like timeout(1), whatever signal ended the job (hpcdl.timelimit).
+    assert exit_status(JobStatus("1", "j", "TIMEOUT", "TIMEOUT", 0, 0)) == 124
 
 
 def test_sbatch_argument_handling_with_a_fake_sbatch(tmp_path: Path,

@@ -24,4 +24,4 @@ export HPCDL_JOB_NAME=hpcdl-horovod
 export HPCDL_BACKEND=horovod
 
 echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 8 ranks (2 nodes x 4)"
-srun --label --kill-on-bad-exit=1 --mpi=pmix python3 <repo>/examples/resnet50_imagenet.py --backend horovod --synthetic
+srun --label --kill-on-bad-exit=1 --mpi=pmix python3 <repo>/examples/resnet50_imagenet.py --backend horovod --synthetic --image-size=32 --batch-size=4 --max-steps=10 --epochs=2 --lr=0.002 --threads=1 --workers=0 --synthetic-size=1280 --synthetic-val-size=64 --num-classes=10

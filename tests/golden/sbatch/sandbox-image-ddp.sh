@@ -26,4 +26,4 @@ export HPCDL_BACKEND=ddp
 export HPCDL_IMAGE=/images/pytorch-horovod.sif
 
 echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 4 ranks (2 nodes x 2)"
-srun --label --kill-on-bad-exit=1 --mpi=pmix apptainer exec --nv -B /var/lib/hpcdl-sandbox/tmp -B /data/imagenet:/imagenet /images/pytorch-horovod.sif python3 /opt/hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet
+srun --label --kill-on-bad-exit=1 --mpi=pmix apptainer exec --nv -B /var/lib/hpcdl-sandbox/tmp -B /data/imagenet:/imagenet /images/pytorch-horovod.sif python3 /opt/hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet --image-size=32 --batch-size=4 --max-steps=10 --epochs=2 --lr=0.002 --threads=1 --workers=0 --synthetic-size=1280 --synthetic-val-size=64 --num-classes=10

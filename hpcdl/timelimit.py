@@ -1,0 +1,70 @@
+"""A job that ran out of time: the one line that says so, with the limit it hit and
+what to do about it, and the exit code ``hpcdl submit --wait`` gives it. Pure
+functions over a job's status (and its stderr), shared by ``submit --wait`` and
+``hpcdl status``.
+"""
+
+from __future__ import annotations
+
+from hpcdl.slurm.parse import JobStatus
+from hpcdl.slurm.states import CANCELLED, TIMEOUT
+from hpcdl.slurmtime import format_time, parse_time
+
+# `hpcdl submit --wait` exits with this when the job hit its time limit, as timeout(1)
+# does: a script can tell "give it more time" from a crash (the job's own exit code
+# would be 143 = 128 + SIGTERM, the same as a cancelled job's).
+EXIT_TIMEOUT = 124
+
+# slurmstepd's words in the job's stderr when it ends the job at its time limit.
+_TIME_LIMIT_MARK = "DUE TO TIME LIMIT"
+
+
+def clock_text(duration: str) -> str:
+    """A Slurm time limit or elapsed time as HH:MM:SS (D-HH:MM:SS), whichever form Slurm
+    printed it in (squeue "1:25" is 85 s, sacct "00:01:25"); other words
+    ("Partition_Limit", "0:00", "") unchanged."""
+    try:
+        return format_time(parse_time(duration))
+    except ValueError:
+        return duration.strip()
+
+
+def ran_out_of_time(status: JobStatus, stderr: str = "") -> bool:
+    """True when Slurm ended the job at its time limit (state TIMEOUT, or DEADLINE,
+    which hpcdl also calls TIMEOUT), or it is CANCELLED and its stderr says slurmstepd
+    cancelled it "DUE TO TIME LIMIT" (a state read while the job ended)."""
+    return status.state == TIMEOUT or (status.state == CANCELLED and _TIME_LIMIT_MARK in stderr)
+
+
+def _headroom(limit: str, max_time: str | None, partition: str) -> str:
+    """How much more --time the partition allows, when it is known."""
+    if not max_time:
+        return ""
+    try:
+        hit, most = parse_time(limit), parse_time(max_time)
+    except ValueError:
+        return ""
+    where = f"partition {partition}" if partition else "the partition"
+    if hit is not None and (most is None or most > hit):
+        return f" ({where} allows up to {max_time})"
+    return f" (already {where}'s maximum: choose a partition with a longer one)"
+
+
+def timeout_message(status: JobStatus, stderr: str = "", *,
+                    max_time: str | None = None) -> str | None:
+    """One line for a job that ran out of time: the limit it hit and the fixes;
+    None for any other job. ``max_time`` is the partition's limit, when known, so
+    the line can say how much more --time is possible.
+    """
+    if not ran_out_of_time(status, stderr):
+        return None
+    after = f" after {clock_text(status.elapsed)}" if status.elapsed else ""
+    shorter = "make it shorter (fewer steps: -X --max-steps=N, -X --epochs=N)"
+    if status.slurm_state.upper().startswith("DEADLINE"):
+        return (f"job {status.job_id} reached its deadline{after} (Slurm DEADLINE): "
+                f"set a later one, or {shorter}")
+    limit = clock_text(status.time_limit)
+    what = f"its time limit of {limit}" if limit else "its time limit"
+    room = _headroom(limit, max_time, status.partition) if limit else ""
+    return (f"job {status.job_id} hit {what}{after} (Slurm {status.slurm_state or TIMEOUT}): "
+            f"give it more with --time{room}, or {shorter}")
