@@ -35,7 +35,7 @@ SCONTROL_PART = "scontrol show partition"
 SCONTROL_NODE = "scontrol show node"
 SCONTROL_CONFIG = "scontrol show config"
 NOT_DETECTED = ("modules, env vars, container binds, paths, account/qos to charge, "
-                "python: not in Slurm; add them by hand")
+                "python, defaults for the bundled examples: not in Slurm; add them by hand")
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from tests.integration.conftest_slurm import SANDBOX, hpcdl
 pytestmark = pytest.mark.slurm
 
 # Fields a Slurm cluster cannot tell (site set-up, not scheduler facts).
-EXCLUDED = {"name", "description", "modules", "env", "paths", "python", "template_dir",
+EXCLUDED = {"name", "description", "modules", "env", "paths", "python", "template_dir", "examples",
             "container.binds", "container.binary", "container.default_image",
             "mpi.launcher_args", "scheduler.account", "scheduler.qos",
             "scheduler.extra_options", "partitions[].description"}
