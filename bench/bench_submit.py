@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from bench.machine import describe, one_line  # noqa: E402
 from hpcdl.plan import JobRequest, build_plan  # noqa: E402
 from hpcdl.profiles import load_profile  # noqa: E402
-from hpcdl.slurm.jobs import submit_plan  # noqa: E402
+from hpcdl.slurm.jobs import plan_run, submit_plan  # noqa: E402
 
 NODES, GPUS = 2, 4
 COMMAND = ("true",)
@@ -87,7 +87,7 @@ def main() -> int:
     lib_req = JobRequest(nodes=NODES, gpus=GPUS, command=COMMAND, job_name="bench")
 
     def library() -> None:
-        submit_plan(profile, lib_req, build_plan(profile, lib_req))
+        submit_plan(profile, plan_run(profile, lib_req))
 
     run(plain)  # warm-up: first contact with slurmctld, page cache
     run(cli)

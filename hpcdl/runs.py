@@ -43,23 +43,40 @@ def safe_name(job_name: str) -> str:
     return name[:48] or "job"
 
 
+def new_run_path(job_name: str, root: Path | None = None) -> Path:
+    """A fresh run directory's absolute path (not created): ``<root>/<name>-<stamp>-<hex>``.
+
+    Pure apart from reading the clock and the random source: the path is decided
+    before the job is planned, so the plan (its #SBATCH --output, checkpoint
+    directory and binds) is made once, with the directory it will really use.
+    """
+    base = (root or runs_root()).resolve()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return base / f"{safe_name(job_name)}-{stamp}-{secrets.token_hex(3)}"
+
+
+def make_run_dir(path: Path) -> Path:
+    """Create the run directory ``path`` (its parents as needed); it must not exist yet.
+
+    Raises FileExistsError when it does: two submissions never share a directory.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir()
+    return path
+
+
 def create_run_dir(job_name: str, root: Path | None = None) -> Path:
     """Make a new, empty, uniquely named run directory and return its absolute path.
 
     Safe under concurrency: the random suffix plus ``mkdir`` (which fails when the
     name exists) means two submissions never share a directory.
     """
-    base = (root or runs_root()).resolve()
-    base.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
     for _ in range(100):
-        path = base / f"{safe_name(job_name)}-{stamp}-{secrets.token_hex(3)}"
         try:
-            path.mkdir()
+            return make_run_dir(new_run_path(job_name, root))
         except FileExistsError:
             continue
-        return path
-    raise OSError(f"could not create a unique run directory under {base}")
+    raise OSError(f"could not create a unique run directory under {(root or runs_root())}")
 
 
 def write_plan(run_dir: Path, script: str, plan: dict[str, Any]) -> Path:

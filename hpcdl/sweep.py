@@ -25,6 +25,7 @@ from hpcdl.atomic import write_json_atomic
 from hpcdl.errors import ValidationError
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
+from hpcdl.runs import new_run_path, runs_root
 
 SWEEP_FILE = "sweep.json"
 # The example's batch-size flag: the sweep sets it per point, so -X may not.
@@ -135,14 +136,25 @@ def pin_partition(profile: Profile, base: JobRequest,
             f"the largest point, {corner.label}: {plan.partition_reason}")
 
 
-def plan_points(profile: Profile, base: JobRequest,
-                points: list[SweepPoint]) -> list[tuple[SweepPoint, JobPlan]]:
+def sweep_path(sweep_id: str) -> Path:
+    """The sweep directory's absolute path (not created): ``<runs root>/<sweep_id>``."""
+    return runs_root().resolve() / sweep_id
+
+
+def plan_points(profile: Profile, base: JobRequest, points: list[SweepPoint],
+                sweep_dir: Path | None = None) -> list[tuple[SweepPoint, JobPlan]]:
     """A validated plan for every point, or ValidationError naming the first point
-    that cannot run (and why) before anything is written."""
+    that cannot run (and why) before anything is written. With ``sweep_dir`` each
+    point's run directory (under it, named after the point) is decided here, so
+    these plans are the ones submitted; without, they are for showing (--dry-run)."""
     plans = []
     for point in points:
+        request = point_request(base, point)
+        if sweep_dir is not None:
+            request = dataclasses.replace(
+                request, run_dir=str(new_run_path(point.label, sweep_dir)))
         try:
-            plans.append((point, build_plan(profile, point_request(base, point))))
+            plans.append((point, build_plan(profile, request)))
         except ValidationError as err:
             raise ValidationError(f"point {point.label} ({point.ranks} ranks): {err.message}",
                                   hint=err.hint) from err

@@ -25,6 +25,7 @@ from hpcdl.sweep import (
     pin_partition,
     plan_points,
     point_entry,
+    sweep_path,
 )
 
 # Files `hpcdl scale --wait` leaves in the sweep directory beside sweep.json.
@@ -93,10 +94,13 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     check_base(base, sweeping_batch=batches is not None)
     points = expand(backends, nodes, gpus, batches)
     base, why = pin_partition(prof, base, points)  # one partition: comparable speedups
-    plans = plan_points(prof, base, points)  # raises before anything is written
     if dry_run:
-        _show_plans(plans, why, as_json)
+        _show_plans(plan_points(prof, base, points), why, as_json)
         return
+    # Each point planned once, with its run directory in the sweep directory: those
+    # plans are what gets submitted.
+    sweep_dir = sweep_path(sweep_id)
+    plans = plan_points(prof, base, points, sweep_dir)  # raises before anything is written
     check_inputs(base)
     from hpcdl.slurm.sweep import follow_sweep, submit_sweep
 
@@ -104,8 +108,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
         if not as_json or err:
             click.echo(message, err=err, nl=nl)
 
-    sweep_dir = submit_sweep(prof, base, plans, sweep_id=sweep_id, concurrent=concurrent,
-                             echo=echo)
+    submit_sweep(prof, base, plans, sweep_dir=sweep_dir, concurrent=concurrent, echo=echo)
     if not wait:
         record = json.loads((sweep_dir / "sweep.json").read_text(encoding="utf-8"))
         if as_json:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -18,6 +19,10 @@ from hpcdl.profiles import load_profile
               help="Distributed backend of the bundled example.")
 @example_options
 @click.option("--dry-run", is_flag=True, help="Print the script (or with --json the plan); write nothing.")
+@click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Run directory for this job (must not exist yet; default: a new one under "
+                   "$HPCDL_RUNS named after the job). With --dry-run, the script shown is "
+                   "byte for byte the job.sbatch a submission with the same --run-dir writes.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--wait", "-w", is_flag=True,
               help="Follow the job to its end; exit with the job's exit code.")
@@ -25,8 +30,8 @@ from hpcdl.profiles import load_profile
 def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
            cpus_per_task: int | None, job_name: str | None, template: str | None,
            image: str | None, backend: str, env: tuple[str, ...], binds: tuple[str, ...],
-           data: str | None, synthetic: bool, example_args: tuple[str, ...], dry_run: bool, as_json: bool, wait: bool,
-           command: tuple[str, ...]) -> None:
+           data: str | None, synthetic: bool, example_args: tuple[str, ...], dry_run: bool,
+           run_dir: Path | None, as_json: bool, wait: bool, command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
     Without COMMAND the job runs the bundled ResNet-50 example with --backend.
@@ -45,9 +50,10 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         nodes=nodes, gpus=gpus, partition=partition, time=time, cpus_per_task=cpus_per_task,
         job_name=job_name, image=image, backend=backend, env=parse_env(env), binds=binds,
         command=command, data=data, synthetic=synthetic, example_args=example_args, template=template,
+        run_dir=str(run_dir.resolve()) if run_dir is not None else None,
     )
-    plan = build_plan(prof, request)  # validates: raises before anything is written
     if dry_run:
+        plan = build_plan(prof, request)  # validates: raises before anything is written
         if as_json:
             click.echo(json.dumps(plan.to_dict(), indent=2))
             return
@@ -56,11 +62,13 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
         click.echo(plan.script, nl=False)
         return
-    check_inputs(request)
     # Real submission lives with the Slurm adapter (run directory, sbatch, follow).
-    from hpcdl.slurm.jobs import submit_request
+    from hpcdl.slurm.jobs import plan_run, submit_request
 
-    code = submit_request(prof, request, plan, wait=wait, as_json=as_json)
+    # Planned once, with the run directory it will use; that plan is what gets submitted.
+    plan = plan_run(prof, request)  # validates: raises before anything is written
+    check_inputs(request)
+    code = submit_request(prof, plan, wait=wait, as_json=as_json)
     if code:
         raise SystemExit(code)
 

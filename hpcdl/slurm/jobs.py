@@ -103,18 +103,34 @@ class Submitted:
     warnings: tuple[str, ...] = ()
 
 
-def submit_plan(profile: Profile, request: JobRequest, plan: JobPlan, *,
-                live_check: bool | None = None, runs_under: Path | None = None,
-                run_name: str | None = None, sbatch_options: tuple[str, ...] = ()) -> Submitted:
-    """Live check, run directory, sbatch. Returns the job id and run directory.
+def plan_run(profile: Profile, request: JobRequest, *, runs_under: Path | None = None,
+             run_name: str | None = None) -> JobPlan:
+    """The plan that gets submitted: ``request`` with its run directory decided first.
 
-    ``plan`` was validated with ``run_dir=None``; it is planned again with the run
-    directory so #SBATCH --output/--error point into it. The run directory goes
-    under ``runs_under`` (default: runs_root()) and is named after ``run_name``
-    (default: the job name); ``sbatch_options`` go on sbatch's command line (a
-    sweep's --dependency=singleton). Raises ValidationError (live check),
-    SubmitError (sbatch refused), ToolError (Slurm unreachable).
+    Unless ``request.run_dir`` is set, the run directory's path is chosen (not
+    created) under ``runs_under`` (default: runs_root()), named after ``run_name``
+    (default: the job name), so #SBATCH --output/--error, the checkpoint directory
+    and the container's binds point into it; ``submit_plan`` then writes exactly
+    ``plan.script``. Raises ValidationError, RenderError (see build_plan).
     """
+    if request.run_dir is None:
+        name = run_name or request.job_name or f"hpcdl-{request.backend}"
+        request = dataclasses.replace(request, run_dir=str(runs.new_run_path(name, runs_under)))
+    return build_plan(profile, request)
+
+
+def submit_plan(profile: Profile, plan: JobPlan, *, live_check: bool | None = None,
+                sbatch_options: tuple[str, ...] = ()) -> Submitted:
+    """Live check, run directory, sbatch: submits ``plan`` exactly as planned.
+
+    ``plan.run_dir`` (see plan_run) is created here and must not exist yet;
+    job.sbatch is ``plan.script`` byte for byte. ``sbatch_options`` go on sbatch's
+    command line (a sweep's --dependency=singleton). Raises ValidationError (live
+    check), SubmitError (no run directory in the plan, it exists already, or sbatch
+    refused), ToolError (Slurm unreachable).
+    """
+    if plan.run_dir is None:
+        raise SubmitError("the plan has no run directory: plan it with plan_run()")
     if not slurm_available():
         raise ToolError("sbatch: Slurm's commands are not on PATH",
                         hint="run on a login node, or start the local sandbox: hpcdl sandbox up")
@@ -126,18 +142,21 @@ def submit_plan(profile: Profile, request: JobRequest, plan: JobPlan, *,
             warnings = livecheck.check_plan(profile, plan)
         except ToolError as err:
             raise unreachable(err, profile) from err
-    run_dir = runs.create_run_dir(run_name or plan.job_name, root=runs_under)
-    final = build_plan(profile, dataclasses.replace(request, run_dir=str(run_dir)))
-    script = runs.write_plan(run_dir, final.script, final.to_dict())
-    runs.record_inputs(run_dir, profile.model_dump(mode="json"), request.image)
-    argv = final.sbatch_argv(script, sbatch_options)
+    try:
+        run_dir = runs.make_run_dir(Path(plan.run_dir))
+    except FileExistsError as exc:
+        raise SubmitError(f"run directory {plan.run_dir} already exists",
+                          hint="give a new --run-dir, or leave it out for a fresh one") from exc
+    script = runs.write_plan(run_dir, plan.script, plan.to_dict())
+    runs.record_inputs(run_dir, profile.model_dump(mode="json"), plan.image)
+    argv = plan.sbatch_argv(script, sbatch_options)
     try:
         job_id = sbatch(argv)
     except SubmitError as err:
         runs.write_result(run_dir, {"state": "REFUSED", "message": err.message, "argv": argv})
         raise unreachable(err, profile) from err
     runs.record_submission(run_dir, job_id, argv)
-    return Submitted(job_id, run_dir, final, tuple(warnings))
+    return Submitted(job_id, run_dir, plan, tuple(warnings))
 
 
 def follow(job_id: str, *, echo: Echo = _echo, timeout: float | None = None,
@@ -254,14 +273,14 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: dict[str, An
     echo(f"run directory: {run_dir}")
 
 
-def submit_request(profile: Profile, request: JobRequest, plan: JobPlan, *, wait: bool,
+def submit_request(profile: Profile, plan: JobPlan, *, wait: bool,
                    as_json: bool, echo: Echo = _echo, timeout: float | None = None) -> int:
     """`hpcdl submit` without --dry-run: submit, print the job id, optionally follow.
 
     Returns the process exit code (0 once submitted; with ``wait`` the job's).
     Raises ValidationError, SubmitError, ToolError (see submit_plan, follow).
     """
-    sub = submit_plan(profile, request, plan)
+    sub = submit_plan(profile, plan)
     for warning in (*plan.warnings, *sub.warnings):
         echo(f"warning: {warning}", err=True)
     info = {"job_id": sub.job_id, "run_dir": str(sub.run_dir), "partition": sub.plan.partition,

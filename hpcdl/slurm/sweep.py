@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hpcdl import proc, runs
+from hpcdl import proc
 from hpcdl.errors import HpcdlError, ToolError, ValidationError
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles.schema import Profile
@@ -28,7 +28,6 @@ from hpcdl.slurm.states import is_final
 from hpcdl.sweep import (
     SweepPoint,
     point_entry,
-    point_request,
     read_sweep,
     sweep_record,
     write_sweep,
@@ -39,10 +38,11 @@ POLL_S = 1.0
 
 
 def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoint, JobPlan]],
-                 *, sweep_id: str, concurrent: bool, echo: Echo) -> Path:
-    """Check every point against the live cluster, then submit them all; returns the
-    sweep directory ``sweep_id`` (with sweep.json). The points share ``base.job_name``
-    (what singleton orders by). Nothing is submitted when a check fails; when
+                 *, sweep_dir: Path, concurrent: bool, echo: Echo) -> Path:
+    """Check every point against the live cluster, then submit them all; returns
+    ``sweep_dir`` (created here, with sweep.json). Each plan already names its run
+    directory under ``sweep_dir`` (plan_points) and is submitted as it is. The
+    points share ``base.job_name`` (what singleton orders by). Nothing is submitted when a check fails; when
     sbatch refuses a point, the points already submitted are cancelled and sweep.json
     says what happened. Raises ValidationError, SubmitError, ToolError.
     """
@@ -56,7 +56,7 @@ def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoin
                 livecheck.check_plan(profile, plan, cluster)
             except ValidationError as err:
                 raise ValidationError(f"point {point.label}: {err.message}", hint=err.hint) from err
-    sweep_dir = runs.runs_root().resolve() / sweep_id
+    sweep_id = sweep_dir.name
     sweep_dir.mkdir(parents=True)
     options = () if concurrent else ("--dependency=singleton",)
     entries = [point_entry(point) for point, _ in plans]
@@ -66,9 +66,7 @@ def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoin
     write_sweep(sweep_dir, record)
     for i, (point, plan) in enumerate(plans):
         try:
-            sub = submit_plan(profile, point_request(base, point), plan, live_check=False,
-                              runs_under=sweep_dir, run_name=point.label,
-                              sbatch_options=options)
+            sub = submit_plan(profile, plan, live_check=False, sbatch_options=options)
         except HpcdlError as err:
             cancelled = _cancel([e["job_id"] for e in entries if e["job_id"]])
             record["aborted"] = f"{point.label}: {err.message}; cancelled {len(cancelled)} jobs"
