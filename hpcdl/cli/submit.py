@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 
 from hpcdl.cli.options import example_options, parse_env, request_options
-from hpcdl.plan import BACKENDS, JobRequest, build_plan
+from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan
 from hpcdl.preflight import check_inputs
 from hpcdl.profiles import load_profile
+from hpcdl.profiles.schema import Profile
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -62,15 +63,53 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
         click.echo(plan.script, nl=False)
         return
-    # Real submission lives with the Slurm adapter (run directory, sbatch, follow).
-    from hpcdl.slurm.jobs import plan_run, submit_request
+    from hpcdl.submit import plan_run
 
     # Planned once, with the run directory it will use; that plan is what gets submitted.
     plan = plan_run(prof, request)  # validates: raises before anything is written
     check_inputs(request)
-    code = submit_request(prof, plan, wait=wait, as_json=as_json)
+    code = submit_and_report(prof, plan, wait=wait, as_json=as_json)
     if code:
         raise SystemExit(code)
+
+
+def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
+                      timeout: float | None = None) -> int:
+    """Submit ``plan``, print the job id, optionally follow the job and report.
+
+    Returns the process exit code (0 once submitted; with ``wait`` the job's).
+    Raises ValidationError, SubmitError, ToolError (see hpcdl.submit, hpcdl.follow).
+    """
+    from hpcdl.cli.display import StatusLine, report
+    from hpcdl.follow import follow
+    from hpcdl.scheduler import default_scheduler
+    from hpcdl.submit import exit_status, record_result, submit
+
+    scheduler = default_scheduler(prof.name)
+    sub = submit(prof, plan, scheduler=scheduler)
+    for warning in (*plan.warnings, *sub.warnings):
+        click.echo(f"warning: {warning}", err=True)
+    info = {"job_id": sub.job_id, "run_dir": str(sub.run_dir), "partition": plan.partition,
+            "nodes": plan.nodes, "ntasks": plan.ntasks, "job_name": plan.job_name}
+    if not as_json:
+        click.echo(f"Submitted job {sub.job_id} to partition {plan.partition} "
+                   f"({plan.nodes} nodes x {plan.tasks_per_node} ranks); run dir {sub.run_dir}")
+    if not wait:
+        if as_json:
+            click.echo(json.dumps(info))
+        return 0
+    line = StatusLine(sub.job_id, quiet=as_json)
+    try:
+        final = follow(sub.job_id, scheduler=scheduler, on_poll=line, timeout=timeout)
+    finally:
+        line.close()
+    record, logs = record_result(sub.run_dir, final)
+    code = exit_status(final)
+    if as_json:
+        click.echo(json.dumps({**info, **record, "exit_status": code}))
+        return code
+    report(final, sub.run_dir, logs, record)
+    return code
 
 
 @click.command()

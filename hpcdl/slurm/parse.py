@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
-from typing import Any
 
 from hpcdl.errors import SubmitError
+from hpcdl.scheduler import JobStatus
 from hpcdl.slurm.states import UNKNOWN, is_final, to_hpcdl
 
 # squeue -o: job id, state, reason, nodes, elapsed, time limit, partition, name (last).
@@ -24,27 +23,6 @@ PLACEHOLDER_NAME = "allocation"
 _JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$")
 _EXIT = re.compile(r"^(\d+):(\d+)$")
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """One job as hpcdl reports it. ``slurm_state`` is Slurm's word, ``state`` hpcdl's."""
-
-    job_id: str
-    name: str
-    state: str
-    slurm_state: str
-    exit_code: int | None = None
-    signal: int | None = None
-    nodes: str = ""
-    elapsed: str = ""
-    time_limit: str = ""
-    partition: str = ""
-    reason: str = ""
-    source: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def parse_job_id(stdout: str) -> str:

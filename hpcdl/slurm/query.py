@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import getpass
 import time
+from collections.abc import Sequence
 
 from hpcdl import proc
 from hpcdl.errors import ToolError
@@ -87,6 +88,39 @@ def job_status(job_id: str, *, settle_s: float = 0.0) -> JobStatus:
         f"job {job_id}: unknown to squeue and sacct",
         hint="check the id (hpcdl status lists your jobs)",
     )
+
+
+def statuses(job_ids: Sequence[str]) -> dict[str, JobStatus]:
+    """The status of many jobs from at most two commands: one squeue for all of them,
+    and one sacct for those squeue shows as ended or no longer lists.
+
+    A job that just ended and whose accounting row is still sacct's placeholder
+    comes back with squeue's final state and no exit code (ask again, or use
+    job_status with ``settle_s``). Jobs neither command knows are left out.
+    """
+    wanted = list(dict.fromkeys(job_ids))
+    if not wanted:
+        return {}
+    res = proc.run(["squeue", "-h", "-t", "all", "-j", ",".join(wanted), "-o", SQUEUE_FORMAT],
+                   timeout=QUERY_TIMEOUT, check=False)
+    # squeue exits 1 ("Invalid job id specified") when it has forgotten a lone job id.
+    live = {r.job_id: r for r in parse_squeue(res.stdout) if r.job_id in wanted} if res.ok else {}
+    out = {job_id: row for job_id, row in live.items() if not is_final(row.state)}
+    ended = [job_id for job_id in wanted if job_id not in out]
+    if not ended:
+        return out
+    sa = proc.run(["sacct", "-n", "-P", "-X", "-j", ",".join(ended), "-o", SACCT_FIELDS],
+                  timeout=QUERY_TIMEOUT, check=False)
+    rows = {r.job_id: r for r in parse_sacct(sa.stdout)} if sa.ok else {}
+    for job_id in ended:
+        row, seen = rows.get(job_id), live.get(job_id)
+        if row is not None and not is_sacct_placeholder(row, seen):
+            out[job_id] = row
+        elif seen is not None:
+            out[job_id] = seen
+        elif row is not None:
+            out[job_id] = row
+    return out
 
 
 def settled(status: JobStatus) -> JobStatus:

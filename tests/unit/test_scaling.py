@@ -29,7 +29,7 @@ from hpcdl.scaling import (
     to_json,
     with_scaling,
 )
-from hpcdl.sweep import (
+from hpcdl.sweep.grid import (
     SweepPoint,
     check_base,
     expand,

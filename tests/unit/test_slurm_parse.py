@@ -18,7 +18,7 @@ from hpcdl.errors import SubmitError, ValidationError
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.slurm import livecheck
-from hpcdl.slurm.jobs import exit_status, refusal_hint, sbatch
+from hpcdl.slurm.commands import refusal_hint, sbatch
 from hpcdl.slurm.parse import (
     JobStatus,
     gpus_in_gres,
@@ -38,6 +38,7 @@ from hpcdl.slurm.states import (
     normalize_slurm_state,
     to_hpcdl,
 )
+from hpcdl.submit import exit_status
 
 
 @pytest.mark.parametrize("raw, state", [
