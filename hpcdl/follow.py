@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hpcdl.errors import ToolError
@@ -32,16 +32,15 @@ MISSING_CYCLES = 3
 LOG_READ_S = 0.5
 
 
-@dataclass
 class Backoff:
-    """The wait before the next poll: grows while nothing changes, resets on change."""
+    """The wait before the next poll: grows while nothing changes, resets on change.
+    Defaults are the module's constants as they are when it is made."""
 
-    minimum: float = MIN_INTERVAL_S
-    maximum: float = MAX_INTERVAL_S
-    factor: float = FACTOR
-    current: float = field(init=False)
-
-    def __post_init__(self) -> None:
+    def __init__(self, minimum: float | None = None, maximum: float | None = None,
+                 factor: float | None = None) -> None:
+        self.minimum = MIN_INTERVAL_S if minimum is None else minimum
+        self.maximum = MAX_INTERVAL_S if maximum is None else maximum
+        self.factor = FACTOR if factor is None else factor
         self.current = self.minimum
 
     def next(self, changed: bool) -> float:

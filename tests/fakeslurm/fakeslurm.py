@@ -10,9 +10,12 @@ State lives in ``$FAKE_SLURM_DIR``:
     jobs.json       the jobs submitted so far and the clock
     calls.jsonl     one line per command run ({"tool": ..., "argv": [...]}), for counting
 
-Time is counted in *ticks*, not seconds: every squeue call advances the clock by one.
-A job's ``states`` list says how many ticks it spends in each state; the last one is
-final. A scenario picks a job's behaviour by its job name (``jobs``: name -> spec,
+Time is counted in *ticks*: every squeue call advances the clock by one, unless a
+file ``clock`` in the state directory holds the time (seconds, written by whoever
+drives the fake, e.g. bench/bench_polling.py's simulated clock). A job's ``states``
+list says how many ticks it spends in each state; the last one is final. A job
+named ``<prefix>-<i>`` may add ``spread * (i % 7)`` ticks to its second state, so
+the ends of many jobs are spread out. A scenario picks a job's behaviour by its job name (``jobs``: name -> spec,
 first match by prefix), else ``default``:
 
     {"default": {"states": [["PENDING", 1], ["RUNNING", 2], ["COMPLETED", 0]],
@@ -67,6 +70,10 @@ class Store:
         path = state_dir() / "jobs.json"
         self.data = json.loads(path.read_text()) if path.is_file() else {"tick": 0, "next": 100,
                                                                          "jobs": {}}
+        clock = state_dir() / "clock"
+        self.data["external"] = clock.is_file()
+        if self.data["external"]:
+            self.data["tick"] = float(clock.read_text())
         return self.data
 
     def __exit__(self, *exc: object) -> None:
@@ -134,13 +141,17 @@ def sbatch(argv: list[str]) -> int:
     directives = dict(m.groups() for m in re.finditer(r"^#SBATCH --(\w+)=\"?([^\"\n]*)\"?$",
                                                        text, re.M))
     spec = spec_for(name, scen)
+    states = [list(s) for s in spec["states"]]
+    index = name.rsplit("-", 1)[-1]
+    if spec.get("spread") and index.isdigit() and len(states) > 2:
+        states[1][1] += spec["spread"] * (int(index) % 7)
     with Store() as data:
         job_id = str(data["next"])
         data["next"] += 1
         out = directives.get("output", f"slurm-{job_id}.out").replace("%j", job_id)
         err = directives.get("error", out).replace("%j", job_id)
         data["jobs"][job_id] = {
-            "id": job_id, "name": name, "submitted": data["tick"], "states": spec["states"],
+            "id": job_id, "name": name, "submitted": data["tick"], "states": states,
             "exit": spec["exit"], "spec_stdout": spec["stdout"], "spec_stderr": spec["stderr"],
             "stdout_path": str(script.parent / out) if not out.startswith("/") else out,
             "stderr_path": str(script.parent / err) if not err.startswith("/") else err,
@@ -167,7 +178,8 @@ def squeue(argv: list[str]) -> int:
     ids = opt(argv, "-j")
     age = scenario().get("min_job_age", 3)
     with Store() as data:
-        data["tick"] += 1
+        if not data["external"]:
+            data["tick"] += 1
         rows = [(j, s, e) for j, s, e in _rows(ids.split(",") if ids else None, data)
                 if e is None or data["tick"] - e <= age]
     if ids and "," not in ids and not rows:
