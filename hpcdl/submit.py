@@ -5,7 +5,7 @@ hpcdl errors raised; hpcdl.cli prints.
 
 The job path reads one way: request -> ``plan_run`` (plan.py's build_plan, once,
 with the run directory decided) -> ``submit`` (writes exactly ``plan.script``) ->
-hpcdl.follow -> ``record_result`` (result.json).
+hpcdl.follow -> hpcdl.results.record.record_result (result.json).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Any
 
-from hpcdl import runs
+from hpcdl import rundir
 from hpcdl.errors import SubmitError, ToolError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
-from hpcdl.results import failed_ranks, parse_rank_table, parse_result
+from hpcdl.results.record import refused_record
+from hpcdl.rundir import JobRecord, RunDir
 from hpcdl.scheduler import COMPLETED, JobStatus, Scheduler, default_scheduler, is_final
 
 SKIP_LIVE_CHECK_ENV = "HPCDL_SKIP_LIVE_CHECK"
@@ -30,9 +30,13 @@ CANCEL_WAIT_S = 30.0
 @dataclasses.dataclass(frozen=True)
 class Submitted:
     job_id: str
-    run_dir: Path
+    run: RunDir
     plan: JobPlan
     warnings: tuple[str, ...] = ()
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.path
 
 
 def plan_run(profile: Profile, request: JobRequest, *, runs_under: Path | None = None,
@@ -47,7 +51,8 @@ def plan_run(profile: Profile, request: JobRequest, *, runs_under: Path | None =
     """
     if request.run_dir is None:
         name = run_name or request.job_name or f"hpcdl-{request.backend}"
-        request = dataclasses.replace(request, run_dir=str(runs.new_run_path(name, runs_under)))
+        request = dataclasses.replace(request,
+                                      run_dir=str(rundir.new_run_path(name, runs_under)))
     return build_plan(profile, request)
 
 
@@ -77,20 +82,20 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler | None = Non
     warnings = (scheduler.check(profile, {plan.job_name: plan})
                 if live_check_wanted(live_check) else [])
     try:
-        run_dir = runs.make_run_dir(Path(plan.run_dir))
+        run = rundir.make_run_dir(Path(plan.run_dir))
     except FileExistsError as exc:
         raise SubmitError(f"run directory {plan.run_dir} already exists",
                           hint="give a new --run-dir, or leave it out for a fresh one") from exc
-    script = runs.write_plan(run_dir, plan.script, plan.to_dict())
-    runs.record_inputs(run_dir, profile.model_dump(mode="json"), plan.image)
+    script = run.write_plan(plan.script, plan.to_dict())
+    run.record_inputs(profile.model_dump(mode="json"), plan.image)
     argv = plan.sbatch_argv(script, sbatch_options)
     try:
         job_id = scheduler.submit(argv)
     except ToolError as err:  # refused, or the controller went away: say so in the run dir
-        runs.write_result(run_dir, {"state": "REFUSED", "message": err.message, "argv": argv})
+        run.write_result(dict(refused_record(err.message, argv)))
         raise
-    runs.record_submission(run_dir, job_id, argv)
-    return Submitted(job_id, run_dir, plan, tuple(warnings))
+    run.write_job(JobRecord.now(job_id, argv))
+    return Submitted(job_id, run, plan, tuple(warnings))
 
 
 def exit_status(status: JobStatus) -> int:
@@ -102,58 +107,18 @@ def exit_status(status: JobStatus) -> int:
     return 0 if status.state == COMPLETED else 1
 
 
-@dataclasses.dataclass(frozen=True)
-class JobLogs:
-    """A finished job's stdout and stderr, read once for result.json and the report."""
-
-    out_path: Path
-    err_path: Path
-    out: str
-    err: str
-
-    @classmethod
-    def read(cls, run_dir: Path, job_id: str) -> JobLogs:
-        out, err = runs.log_paths(run_dir, job_id)
-        return cls(out, err, _read(out), _read(err))
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def result_record(status: JobStatus, logs: JobLogs) -> dict[str, Any]:
-    """result.json: the final status, the example's hpcdl_result line and rank table
-    (if any), and the ranks srun saw fail.
-    """
-    return {**status.to_dict(), "stdout": str(logs.out_path), "stderr": str(logs.err_path),
-            "hpcdl_result": parse_result(logs.out), "ranks": parse_rank_table(logs.out),
-            "failed_ranks": failed_ranks(logs.err)}
-
-
-def record_result(run_dir: Path, status: JobStatus) -> tuple[dict[str, Any], JobLogs]:
-    """An ended job's result.json, written from its status and logs; returns it and
-    the logs (read once)."""
-    logs = JobLogs.read(run_dir, status.job_id)
-    record = result_record(status, logs)
-    runs.write_result(run_dir, record)
-    return record, logs
-
-
 def log_files(job_id: str, scheduler: Scheduler | None = None) -> tuple[Path, Path]:
     """(stdout, stderr) paths of a job: from its run directory, else from the scheduler.
 
     Raises ToolError when neither knows the job.
     """
-    run_dir = runs.find_run(job_id)
-    if run_dir is not None:
-        return runs.log_paths(run_dir, job_id)
+    run = rundir.find_run(job_id)
+    if run is not None:
+        return run.logs(job_id)
     paths = (scheduler or default_scheduler()).log_paths(job_id)
     if paths is not None:
         return paths
-    raise ToolError(f"job {job_id}: no run directory under {runs.runs_root()} and Slurm "
+    raise ToolError(f"job {job_id}: no run directory under {rundir.runs_root()} and Slurm "
                     f"no longer knows its log paths",
                     hint="run from the directory you submitted from, or set HPCDL_RUNS")
 

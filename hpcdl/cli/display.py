@@ -12,10 +12,11 @@ from typing import Any
 
 import click
 
-from hpcdl.results import describe_failures, format_result_table
-from hpcdl.scaling import Row
+from hpcdl.results.logs import describe_failures, format_result_table
+from hpcdl.results.record import JobLogs, ResultRecord
+from hpcdl.results.table import Row
+from hpcdl.rundir import RunDir
 from hpcdl.scheduler import COMPLETED, JobStatus
-from hpcdl.submit import JobLogs
 
 
 def echo(message: str = "", err: bool = False, nl: bool = True) -> None:
@@ -50,7 +51,7 @@ class StatusLine:
             echo("", err=True)
 
 
-def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: dict[str, Any],
+def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord,
            tail_lines: int = 20) -> None:
     """What a user reads once the job ended: state and exit code, the log's tail, which
     rank crashed and its last lines (on failure), and the result table (on success).
@@ -71,9 +72,10 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: dict[str, An
         for line in crashed[1:]:
             echo(line)
         echo(f"full logs: hpcdl logs {status.job_id} (or {logs.err_path})")
-    if record.get("hpcdl_result"):
-        echo(f"--- result ({run_dir / 'result.json'}) ---")
-        echo(format_result_table(record["hpcdl_result"], record.get("ranks")))
+    result = record.get("hpcdl_result")
+    if result:
+        echo(f"--- result ({RunDir(run_dir).result_file}) ---")
+        echo(format_result_table(result, record.get("ranks")))
     echo(f"run directory: {run_dir}")
 
 

@@ -14,7 +14,15 @@ from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest
 from hpcdl.preflight import check_inputs
 from hpcdl.profiles import load_profile
-from hpcdl.scaling import Row, count, format_table, rows_from_csv, rows_from_json, to_csv, to_json
+from hpcdl.results.table import (
+    Row,
+    count,
+    format_table,
+    rows_from_csv,
+    rows_from_json,
+    to_csv,
+    to_json,
+)
 from hpcdl.sweep.grid import (
     check_base,
     default_job_name,
@@ -25,6 +33,7 @@ from hpcdl.sweep.grid import (
     pin_partition,
     plan_points,
     point_entry,
+    read_sweep,
     sweep_path,
 )
 
@@ -112,7 +121,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     submit_sweep(prof, base, plans, sweep_dir=sweep_dir, concurrent=concurrent,
                  on_submitted=submitted)
     if not wait:
-        record = json.loads((sweep_dir / "sweep.json").read_text(encoding="utf-8"))
+        record = read_sweep(sweep_dir) or {}
         if as_json:
             click.echo(json.dumps({"sweep_dir": str(sweep_dir), **record}))
         else:

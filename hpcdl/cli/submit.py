@@ -82,8 +82,9 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
     """
     from hpcdl.cli.display import StatusLine, report
     from hpcdl.follow import follow
+    from hpcdl.results.record import record_result
     from hpcdl.scheduler import default_scheduler
-    from hpcdl.submit import exit_status, record_result, submit
+    from hpcdl.submit import exit_status, submit
 
     scheduler = default_scheduler(prof.name)
     sub = submit(prof, plan, scheduler=scheduler)
@@ -103,7 +104,7 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
         final = follow(sub.job_id, scheduler=scheduler, on_poll=line, timeout=timeout)
     finally:
         line.close()
-    record, logs = record_result(sub.run_dir, final)
+    record, logs = record_result(sub.run, final)
     code = exit_status(final)
     if as_json:
         click.echo(json.dumps({**info, **record, "exit_status": code}))

@@ -11,7 +11,6 @@ overlapping another's steps, would measure each other. ``concurrent=True`` drops
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,10 +20,20 @@ from hpcdl.errors import HpcdlError, ToolError, ValidationError
 from hpcdl.follow import FollowTimeout, Watcher
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles.schema import Profile
-from hpcdl.scaling import Row, row_from, with_scaling
+from hpcdl.results.record import ResultRecord, record_result
+from hpcdl.results.table import Row, row_from, with_scaling
+from hpcdl.rundir import RunDir
 from hpcdl.scheduler import JobStatus, Scheduler, default_scheduler, is_final
-from hpcdl.submit import Submitted, record_result, submit
-from hpcdl.sweep.grid import SweepPoint, point_entry, read_sweep, sweep_record, write_sweep
+from hpcdl.submit import Submitted, submit
+from hpcdl.sweep.grid import (
+    PointEntry,
+    SweepPoint,
+    SweepRecord,
+    point_entry,
+    read_sweep,
+    sweep_record,
+    write_sweep,
+)
 
 
 def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoint, JobPlan]],
@@ -75,8 +84,8 @@ def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoin
 class PointState:
     """Where one point stands: its result.json record once the job ended."""
 
-    entry: dict[str, Any]
-    record: dict[str, Any] | None = None
+    entry: PointEntry
+    record: ResultRecord | None = None
     state: str = "UNKNOWN"
     note: str = ""
 
@@ -89,6 +98,10 @@ class PointState:
         job_id = self.entry.get("job_id")
         return str(job_id) if job_id else None
 
+    def run_dir(self, base: Path) -> RunDir:
+        """The point's run directory (sweep.json keeps it relative to ``base``)."""
+        return RunDir(base / str(self.entry["run_dir"]))
+
 
 def _from_disk(base: Path, point: PointState) -> PointState:
     """``point`` with what its run directory already says (result.json), if anything."""
@@ -97,9 +110,9 @@ def _from_disk(base: Path, point: PointState) -> PointState:
     if not point.job_id or not point.entry.get("run_dir"):
         return dataclasses.replace(point, state="NOT_SUBMITTED",
                                    note="the sweep stopped before this point was submitted")
-    result_path = base / point.entry["run_dir"] / "result.json"
-    if result_path.is_file():
-        return dataclasses.replace(point, record=json.loads(result_path.read_text("utf-8")))
+    record = point.run_dir(base).read_result()
+    if record is not None:
+        return dataclasses.replace(point, record=ResultRecord(**record))  # type: ignore[typeddict-item]
     return point
 
 
@@ -116,7 +129,7 @@ def _with_status(base: Path, point: PointState, status: JobStatus | None,
         return dataclasses.replace(point, state=status.state, note=f"job {point.job_id}{reason}")
     if status.exit_code is None and scheduler is not None:  # ended moments ago: settle
         status = scheduler.status(status.job_id, settle_s=15)
-    record, _ = record_result(base / point.entry["run_dir"], status)
+    record, _ = record_result(point.run_dir(base), status)
     return dataclasses.replace(point, record=record)
 
 
@@ -142,7 +155,7 @@ def refresh(base: Path, points: list[PointState], *, query: bool = True,
             for p in points]
 
 
-def load_points(sweep_dir: Path) -> tuple[dict[str, Any], list[PointState]]:
+def load_points(sweep_dir: Path) -> tuple[SweepRecord, list[PointState]]:
     record = read_sweep(sweep_dir)
     if record is None:
         raise ValidationError(f"{sweep_dir}: no sweep.json (not a sweep directory)")
@@ -204,19 +217,18 @@ def follow_sweep(sweep_dir: Path, *, scheduler: Scheduler | None = None,
     return rows_of(points)
 
 
-def run_dir_entry(run_dir: Path) -> dict[str, Any]:
+def run_dir_entry(path: Path) -> PointEntry:
     """A sweep.json-like point for a single run directory (from `hpcdl submit`)."""
+    run = RunDir(path)
     try:
-        plan = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+        plan = run.read_plan()
     except (OSError, ValueError) as exc:
-        raise ValidationError(f"{run_dir}: neither a sweep directory (sweep.json) nor a run "
+        raise ValidationError(f"{path}: neither a sweep directory (sweep.json) nor a run "
                               f"directory (plan.json): {exc}") from exc
-    job_id = None
-    if (run_dir / "job.json").is_file():
-        job_id = json.loads((run_dir / "job.json").read_text(encoding="utf-8")).get("job_id")
-    return {"label": run_dir.name, "backend": plan.get("backend"), "batch_size": None,
-            "nodes": plan["nodes"], "gpus": plan["gpus_per_node"], "ranks": plan["ntasks"],
-            "job_id": job_id, "run_dir": run_dir.name}
+    job = run.read_job()
+    return PointEntry(label=run.name, backend=plan.get("backend", ""), batch_size=None,
+                      nodes=plan["nodes"], gpus=plan["gpus_per_node"], ranks=plan["ntasks"],
+                      job_id=job.job_id if job else None, run_dir=run.name)
 
 
 def collect(path: Path, *, refresh_from_scheduler: bool = True,
