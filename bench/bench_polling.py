@@ -88,7 +88,7 @@ def submit_jobs(n: int, work: Path, name: str, command: tuple[str, ...]) -> list
         req = JobRequest(nodes=1, gpus=0, cpus_per_task=1, job_name=f"{name}-{i}",
                          command=command)
         ids.append(submit(profile, plan_run(profile, req, runs_under=work),
-                          live_check=False).job_id)
+                          scheduler=SlurmScheduler(), live_check=False).job_id)
     return ids
 
 

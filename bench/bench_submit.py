@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))
 from bench.machine import describe, one_line  # noqa: E402
 from hpcdl.plan import JobRequest, build_plan  # noqa: E402
 from hpcdl.profiles import load_profile  # noqa: E402
+from hpcdl.slurm.scheduler import SlurmScheduler  # noqa: E402
 from hpcdl.submit import plan_run, submit  # noqa: E402
 
 NODES, GPUS = 2, 4
@@ -87,7 +88,7 @@ def main() -> int:
     lib_req = JobRequest(nodes=NODES, gpus=GPUS, command=COMMAND, job_name="bench")
 
     def library() -> None:
-        submit(profile, plan_run(profile, lib_req))
+        submit(profile, plan_run(profile, lib_req), scheduler=SlurmScheduler(profile.name))
 
     run(plain)  # warm-up: first contact with slurmctld, page cache
     run(cli)

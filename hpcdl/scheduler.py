@@ -1,9 +1,10 @@
 """The seam between hpcdl's job lifecycle and a batch scheduler.
 
-The application layer (hpcdl.submit, hpcdl.follow, hpcdl.sweep.run) talks to a
-``Scheduler``; hpcdl.slurm.scheduler.SlurmScheduler is the one implementation
-today. Another scheduler (PBS, a local executor) implements the same few methods
-and the lifecycle code does not change. Also here: hpcdl's own job states, which
+The application layer (hpcdl.submit, hpcdl.follow, hpcdl.sweep.run) is handed a
+``Scheduler`` and talks to nothing else; hpcdl.slurm.scheduler.SlurmScheduler is
+the one implementation today, and the CLI (hpcdl.cli.scheduler) is where it is
+chosen. Another scheduler (PBS, a local executor) implements the same few methods
+and the lifecycle code does not change. Nothing here imports an adapter. Also here: hpcdl's own job states, which
 every adapter maps its scheduler's states onto (with an UNKNOWN fallback), and the
 JobStatus value they all return.
 """
@@ -109,9 +110,3 @@ class Scheduler(Protocol):
         """The user's (or everyone's) live jobs and those finished since ``since``."""
         ...
 
-
-def default_scheduler(profile_name: str | None = None) -> Scheduler:
-    """The scheduler hpcdl submits to (Slurm); ``profile_name`` words its hints."""
-    from hpcdl.slurm.scheduler import SlurmScheduler
-
-    return SlurmScheduler(profile_name)

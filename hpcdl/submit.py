@@ -21,7 +21,7 @@ from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
 from hpcdl.results.record import refused_record
 from hpcdl.rundir import JobRecord, RunDir
-from hpcdl.scheduler import COMPLETED, JobStatus, Scheduler, default_scheduler, is_final
+from hpcdl.scheduler import COMPLETED, JobStatus, Scheduler, is_final
 
 SKIP_LIVE_CHECK_ENV = "HPCDL_SKIP_LIVE_CHECK"
 CANCEL_WAIT_S = 30.0
@@ -63,7 +63,7 @@ def live_check_wanted(live_check: bool | None) -> bool:
     return os.environ.get(SKIP_LIVE_CHECK_ENV, "") not in ("1", "true", "yes")
 
 
-def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler | None = None,
+def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
            live_check: bool | None = None, sbatch_options: tuple[str, ...] = ()) -> Submitted:
     """Live check, run directory, submission: submits ``plan`` exactly as planned.
 
@@ -73,7 +73,6 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler | None = Non
     ValidationError (live check), SubmitError (no run directory in the plan, it
     exists already, or the scheduler refused), ToolError (scheduler unreachable).
     """
-    scheduler = scheduler or default_scheduler(profile.name)
     if plan.run_dir is None:
         raise SubmitError("the plan has no run directory: plan it with plan_run()")
     if not scheduler.available():
@@ -107,7 +106,7 @@ def exit_status(status: JobStatus) -> int:
     return 0 if status.state == COMPLETED else 1
 
 
-def log_files(job_id: str, scheduler: Scheduler | None = None) -> tuple[Path, Path]:
+def log_files(job_id: str, scheduler: Scheduler) -> tuple[Path, Path]:
     """(stdout, stderr) paths of a job: from its run directory, else from the scheduler.
 
     Raises ToolError when neither knows the job.
@@ -115,7 +114,7 @@ def log_files(job_id: str, scheduler: Scheduler | None = None) -> tuple[Path, Pa
     run = rundir.find_run(job_id)
     if run is not None:
         return run.logs(job_id)
-    paths = (scheduler or default_scheduler()).log_paths(job_id)
+    paths = scheduler.log_paths(job_id)
     if paths is not None:
         return paths
     raise ToolError(f"job {job_id}: no run directory under {rundir.runs_root()} and Slurm "
@@ -123,12 +122,11 @@ def log_files(job_id: str, scheduler: Scheduler | None = None) -> tuple[Path, Pa
                     hint="run from the directory you submitted from, or set HPCDL_RUNS")
 
 
-def cancel(job_id: str, scheduler: Scheduler | None = None) -> JobStatus:
+def cancel(job_id: str, scheduler: Scheduler) -> JobStatus:
     """Cancel the job; return its status once it ended (or, after CANCEL_WAIT_S, what
     the scheduler says then). Raises ToolError for an unknown or already finished
     job (scancel itself says nothing in that case).
     """
-    scheduler = scheduler or default_scheduler()
     before = scheduler.status(job_id)
     if is_final(before.state):
         raise ToolError(f"job {job_id} already ended ({before.state}); nothing to cancel")

@@ -36,9 +36,9 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
       hpcdl status 1234
       hpcdl status --json
     """
-    from hpcdl.scheduler import default_scheduler
+    from hpcdl.cli.scheduler import scheduler_for
 
-    scheduler = default_scheduler()
+    scheduler = scheduler_for()
     if job_id:
         row = scheduler.status(job_id, settle_s=3)
         if as_json:
@@ -64,11 +64,11 @@ def logs(job_id: str, follow: bool) -> None:
 
     With -f, follows the files while the job runs and stops when it has ended.
     """
+    from hpcdl.cli.scheduler import scheduler_for
     from hpcdl.follow import log_chunks
-    from hpcdl.scheduler import default_scheduler
     from hpcdl.submit import log_files
 
-    scheduler = default_scheduler()
+    scheduler = scheduler_for()
     out, err = log_files(job_id, scheduler)
     for chunk in log_chunks(job_id, out, err, scheduler=scheduler, follow_job=follow):
         click.echo(chunk.text, err=chunk.stderr, nl=False)
@@ -80,7 +80,8 @@ def logs(job_id: str, follow: bool) -> None:
 @click.argument("job_id")
 def cancel(job_id: str) -> None:
     """Cancel a pending or running job (scancel) and report its final state."""
+    from hpcdl.cli.scheduler import scheduler_for
     from hpcdl.submit import cancel as cancel_job
 
-    final = cancel_job(job_id)
+    final = cancel_job(job_id, scheduler_for())
     click.echo(f"job {job_id}: {final.state} (Slurm {final.slurm_state})")

@@ -112,14 +112,16 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     plans = plan_points(prof, base, points, sweep_dir)  # raises before anything is written
     check_inputs(base)
     from hpcdl.cli.display import SweepBar, done_line
+    from hpcdl.cli.scheduler import scheduler_for
     from hpcdl.sweep.run import follow_sweep, row_of, submit_sweep
 
     def submitted(point: Any, sub: Any) -> None:
         click.echo(f"submitted {point.label}: job {sub.job_id} ({count(point.ranks, 'rank')} on "
                    f"{count(point.nodes, 'node')})", err=True)
 
+    scheduler = scheduler_for(prof.name)
     submit_sweep(prof, base, plans, sweep_dir=sweep_dir, concurrent=concurrent,
-                 on_submitted=submitted)
+                 scheduler=scheduler, on_submitted=submitted)
     if not wait:
         record = read_sweep(sweep_dir) or {}
         if as_json:
@@ -135,7 +137,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
         bar.status(now.entry["label"], now.state)
 
     try:
-        rows = follow_sweep(sweep_dir, on_done=lambda p, t: bar.finished(done_line(row_of(p), t)),
+        rows = follow_sweep(sweep_dir, scheduler=scheduler, on_done=lambda p, t: bar.finished(done_line(row_of(p), t)),
                             on_progress=progress)
     except KeyboardInterrupt:
         bar.close()
@@ -231,6 +233,7 @@ def load_rows(path: Path, *, refresh: bool) -> tuple[list[Row], dict[str, Any]]:
         if path.suffix == ".json":
             return rows_from_json(text, str(path)), {"source": str(path)}
         raise ValidationError(f"{path}: expected a sweep or run directory, or a .json/.csv table")
+    from hpcdl.cli.scheduler import scheduler_for
     from hpcdl.sweep.run import collect
 
-    return collect(path, refresh_from_scheduler=refresh)
+    return collect(path, refresh_from_scheduler=refresh, scheduler=scheduler_for())

@@ -81,12 +81,12 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
     Raises ValidationError, SubmitError, ToolError (see hpcdl.submit, hpcdl.follow).
     """
     from hpcdl.cli.display import StatusLine, report
+    from hpcdl.cli.scheduler import scheduler_for
     from hpcdl.follow import follow
     from hpcdl.results.record import record_result
-    from hpcdl.scheduler import default_scheduler
     from hpcdl.submit import exit_status, submit
 
-    scheduler = default_scheduler(prof.name)
+    scheduler = scheduler_for(prof.name)
     sub = submit(prof, plan, scheduler=scheduler)
     for warning in (*plan.warnings, *sub.warnings):
         click.echo(f"warning: {warning}", err=True)

@@ -23,7 +23,7 @@ from hpcdl.profiles.schema import Profile
 from hpcdl.results.record import ResultRecord, record_result
 from hpcdl.results.table import Row, row_from, with_scaling
 from hpcdl.rundir import RunDir
-from hpcdl.scheduler import JobStatus, Scheduler, default_scheduler, is_final
+from hpcdl.scheduler import JobStatus, Scheduler, is_final
 from hpcdl.submit import Submitted, submit
 from hpcdl.sweep.grid import (
     PointEntry,
@@ -37,7 +37,7 @@ from hpcdl.sweep.grid import (
 
 
 def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoint, JobPlan]],
-                 *, sweep_dir: Path, concurrent: bool, scheduler: Scheduler | None = None,
+                 *, sweep_dir: Path, concurrent: bool, scheduler: Scheduler,
                  on_submitted: Callable[[SweepPoint, Submitted], None] | None = None) -> Path:
     """Check every point against the live cluster, then submit them all; returns
     ``sweep_dir`` (created here, with sweep.json). Each plan already names its run
@@ -47,7 +47,6 @@ def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoin
     submitted are cancelled and sweep.json says what happened. ``on_submitted``
     runs after each submission. Raises ValidationError, SubmitError, ToolError.
     """
-    scheduler = scheduler or default_scheduler(profile.name)
     if scheduler.available():  # one cluster read for all points
         scheduler.check(profile, {f"point {point.label}": plan for point, plan in plans})
     sweep_id = sweep_dir.name
@@ -134,7 +133,7 @@ def _with_status(base: Path, point: PointState, status: JobStatus | None,
 
 
 def refresh(base: Path, points: list[PointState], *, query: bool = True,
-            scheduler: Scheduler | None = None) -> list[PointState]:
+            scheduler: Scheduler) -> list[PointState]:
     """Every point up to date: from result.json where it exists, else (one batched
     query for all) from the scheduler, unless ``query`` is False."""
     points = [_from_disk(base, p) for p in points]
@@ -145,7 +144,6 @@ def refresh(base: Path, points: list[PointState], *, query: bool = True,
         return [p if p.final else dataclasses.replace(
             p, state="UNKNOWN", note="no result.json yet; Slurm not asked (--no-refresh)")
             for p in points]
-    scheduler = scheduler or default_scheduler()
     if not scheduler.available():
         return [p if p.final else dataclasses.replace(
             p, state="UNKNOWN", note="no result.json yet and Slurm is not reachable here")
@@ -171,7 +169,7 @@ def row_of(point: PointState) -> Row:
     return row_from(point.entry, point.record, point.state, point.note)
 
 
-def follow_sweep(sweep_dir: Path, *, scheduler: Scheduler | None = None,
+def follow_sweep(sweep_dir: Path, *, scheduler: Scheduler,
                  timeout: float | None = None, watcher: Watcher | None = None,
                  on_done: Callable[[PointState, float], None] | None = None,
                  on_progress: Callable[[list[PointState]], None] | None = None) -> list[Row]:
@@ -180,7 +178,6 @@ def follow_sweep(sweep_dir: Path, *, scheduler: Scheduler | None = None,
     runs as each point ends (its result.json written), ``on_progress(running)``
     after each poll. Raises ToolError when ``timeout`` seconds pass first.
     """
-    scheduler = scheduler or default_scheduler()
     _, points = load_points(sweep_dir)
     start = time.monotonic()
     points = [_from_disk(sweep_dir, p) for p in points]
@@ -232,7 +229,7 @@ def run_dir_entry(path: Path) -> PointEntry:
 
 
 def collect(path: Path, *, refresh_from_scheduler: bool = True,
-            scheduler: Scheduler | None = None) -> tuple[list[Row], dict[str, Any]]:
+            scheduler: Scheduler) -> tuple[list[Row], dict[str, Any]]:
     """The table rows of a sweep directory or a single run directory, bringing
     unfinished points up to date from the scheduler unless told not to."""
     if read_sweep(path) is not None:
