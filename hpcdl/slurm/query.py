@@ -13,11 +13,13 @@ from hpcdl.errors import ToolError
 from hpcdl.slurm.parse import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
+    SQUEUE_STATUS_FIELDS,
     JobStatus,
     is_sacct_placeholder,
     parse_sacct,
     parse_scontrol_exit,
     parse_squeue,
+    parse_squeue_status,
 )
 from hpcdl.slurm.states import is_final
 
@@ -91,21 +93,24 @@ def job_status(job_id: str, *, settle_s: float = 0.0) -> JobStatus:
 
 
 def statuses(job_ids: Sequence[str]) -> dict[str, JobStatus]:
-    """The status of many jobs from at most two commands: one squeue for all of them,
-    and one sacct for those squeue shows as ended or no longer lists.
+    """The status of many jobs from at most two commands: one squeue for all of them
+    (for a job that ended less than MinJobAge ago it has the exit code too), and one
+    sacct for those squeue no longer lists or lists without an exit code.
 
-    A job that just ended and whose accounting row is still sacct's placeholder
-    comes back with squeue's final state and no exit code (ask again, or use
-    job_status with ``settle_s``). Jobs neither command knows are left out.
+    A job that ended and that neither has a final answer for (sacct still shows its
+    placeholder) comes back with squeue's final state and no exit code: ask again,
+    or use job_status with ``settle_s``. Jobs neither command knows are left out.
     """
     wanted = list(dict.fromkeys(job_ids))
     if not wanted:
         return {}
-    res = proc.run(["squeue", "-h", "-t", "all", "-j", ",".join(wanted), "-o", SQUEUE_FORMAT],
-                   timeout=QUERY_TIMEOUT, check=False)
+    res = proc.run(["squeue", "-h", "-t", "all", "-j", ",".join(wanted),
+                    "-O", SQUEUE_STATUS_FIELDS], timeout=QUERY_TIMEOUT, check=False)
     # squeue exits 1 ("Invalid job id specified") when it has forgotten a lone job id.
-    live = {r.job_id: r for r in parse_squeue(res.stdout) if r.job_id in wanted} if res.ok else {}
-    out = {job_id: row for job_id, row in live.items() if not is_final(row.state)}
+    live = ({r.job_id: r for r in parse_squeue_status(res.stdout) if r.job_id in wanted}
+            if res.ok else {})
+    out = {job_id: row for job_id, row in live.items()
+           if not is_final(row.state) or row.exit_code is not None}
     ended = [job_id for job_id in wanted if job_id not in out]
     if not ended:
         return out

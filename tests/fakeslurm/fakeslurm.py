@@ -185,11 +185,25 @@ def squeue(argv: list[str]) -> int:
     if ids and "," not in ids and not rows:
         sys.stderr.write("slurm_load_jobs error: Invalid job id specified\n")
         return 1
-    for job, state, _ in rows:
+    for job, state, ended in rows:
         nodes = "" if state == "PENDING" else "n1"
         reason = "Priority" if state == "PENDING" else "None"
-        print(f"{job['id']}|{state}|{reason}|{nodes}|0:01|30:00|{job['partition']}|{job['name']}")
+        if "-O" in argv:  # hpcdl's batched query: exit_code is the raw wait status
+            code, sig = exit_of(job, state) if ended is not None else (0, 0)
+            print(f"{job['id']}|{state}|{reason}|{nodes}|0:01|30:00|{job['partition']}|"
+                  f"{(code << 8) | sig}|{job['name']}")
+        else:
+            print(f"{job['id']}|{state}|{reason}|{nodes}|0:01|30:00|{job['partition']}|"
+                  f"{job['name']}")
     return 0
+
+
+def exit_of(job: dict[str, Any], state: str) -> tuple[int, int]:
+    """(exit, signal) of an ended job: the scenario's, or signal 15 when cancelled."""
+    if state == "CANCELLED":
+        return 0, 15
+    code, _, sig = job["exit"].partition(":")
+    return int(code), int(sig or 0)
 
 
 def sacct(argv: list[str]) -> int:
@@ -202,9 +216,7 @@ def sacct(argv: list[str]) -> int:
         if ended is not None and tick - ended < lag:
             print(f"{job['id']}|PENDING|0:0||00:00:00|30:00|{job['partition']}|allocation")
             continue
-        code = job["exit"] if ended is not None else "0:0"
-        if state == "CANCELLED":
-            code = "0:15"
+        code = "{}:{}".format(*exit_of(job, state)) if ended is not None else "0:0"
         print(f"{job['id']}|{state}|{code}|n1|00:00:03|30:00|{job['partition']}|{job['name']}")
     return 0
 

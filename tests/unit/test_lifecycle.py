@@ -156,6 +156,23 @@ def test_one_batched_query_per_cycle_for_many_jobs(fake: FakeSlurm) -> None:
     assert ",".join(ids) in calls[0]["argv"], "the first poll asks about all jobs at once"
 
 
+def test_jobs_squeue_has_forgotten_are_answered_by_one_sacct(fake: FakeSlurm) -> None:
+    # squeue forgets ended jobs at once and sacct shows its placeholder for 2 polls:
+    # the watcher keeps asking (squeue + one sacct per cycle) until the real row.
+    fake.scenario(default={"states": [["RUNNING", 1], ["FAILED", 0]], "exit": "3:0"},
+                  min_job_age=-1, sacct_lag=2)  # -1: gone from squeue as it ends
+    for i in range(3):
+        run_cli("submit", "-p", "sandbox", "-G", "0", "-J", f"gone-{i}", "--", "true")
+    ids = sorted(fake.jobs())
+    fake.reset_calls()
+    watcher = Watcher(SlurmScheduler(), sleep=lambda s: None)
+    done = watcher.watch(ids)
+    assert {(s.state, s.exit_code, s.source) for s in done.values()} == {("FAILED", 3, "sacct")}
+    counts = fake.counts()
+    assert counts["squeue"] == watcher.cycles and 1 <= counts["sacct"] <= watcher.cycles
+    assert all(",".join(ids) in call["argv"] for call in fake.calls() if call["tool"] == "sacct")
+
+
 def test_backoff_grows_while_quiet_and_resets_on_change() -> None:
     b = Backoff(minimum=0.5, maximum=4.0, factor=2.0)
     assert [b.next(False) for _ in range(5)] == [1.0, 2.0, 4.0, 4.0, 4.0]

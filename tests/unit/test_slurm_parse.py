@@ -29,6 +29,8 @@ from hpcdl.slurm.parse import (
     parse_sacct,
     parse_scontrol_exit,
     parse_squeue,
+    parse_squeue_status,
+    wait_status,
 )
 from hpcdl.slurm.states import (
     FINAL_STATES,
@@ -290,3 +292,20 @@ def test_record_inputs_without_build_record(tmp_path: Path) -> None:
     assert not run.image_def.exists()
     run.record_inputs({"name": "p"}, None)  # no image: profile only
     assert sorted(p.name for p in run.path.iterdir()) == ["image.json", "profile.yaml"]
+
+
+def test_wait_status_from_squeue_exit_code() -> None:
+    assert wait_status("768") == (3, 0)      # exit 3 (scontrol: ExitCode=3:0)
+    assert wait_status("15") == (0, 15)      # killed by SIGTERM (ExitCode=0:15)
+    assert wait_status("32512") == (127, 0)  # command not found
+    assert wait_status("") == (None, None) and wait_status("N/A") == (None, None)
+
+
+def test_squeue_status_rows_carry_the_exit_code_of_ended_jobs_only() -> None:
+    out = ("7|FAILED|NonZeroExitCode|n1|0:03|10:00|debug|768|a|b\n"
+           "8|RUNNING|None|n[1-2]|0:01|10:00|debug|0|job\n"
+           "garbage\n")
+    failed, running = parse_squeue_status(out)
+    assert (failed.job_id, failed.state, failed.exit_code, failed.signal) == ("7", "FAILED", 3, 0)
+    assert failed.name == "a|b" and failed.reason == "NonZeroExitCode"
+    assert (running.state, running.exit_code, running.reason) == ("RUNNING", None, "")
