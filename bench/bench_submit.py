@@ -5,7 +5,7 @@ against plain `sbatch` of the same rendered script, on the sandbox cluster.
 Paired runs, order alternating inside each pair so drift hits both sides alike.
 Three comparisons, each against plain `sbatch --parsable SCRIPT` measured in the same pair:
   cli      `python -m hpcdl submit -p sandbox ...`: what a user types (includes Python start-up)
-  library  hpcdl.slurm.jobs.submit_plan() in this process: hpcdl's own work + sbatch
+  library  hpcdl.submit.submit() in this process: hpcdl's own work + sbatch
   wait     `hpcdl submit --wait` vs `sbatch --wait`: submit and follow the job to its end
 Prints medians side by side with ratios, the machine, and the command to reproduce.
 
@@ -32,7 +32,8 @@ sys.path.insert(0, str(REPO))
 from bench.machine import describe, one_line  # noqa: E402
 from hpcdl.plan import JobRequest, build_plan  # noqa: E402
 from hpcdl.profiles import load_profile  # noqa: E402
-from hpcdl.slurm.jobs import submit_plan  # noqa: E402
+from hpcdl.slurm.scheduler import SlurmScheduler  # noqa: E402
+from hpcdl.submit import plan_run, submit  # noqa: E402
 
 NODES, GPUS = 2, 4
 COMMAND = ("true",)
@@ -87,7 +88,7 @@ def main() -> int:
     lib_req = JobRequest(nodes=NODES, gpus=GPUS, command=COMMAND, job_name="bench")
 
     def library() -> None:
-        submit_plan(profile, lib_req, build_plan(profile, lib_req))
+        submit(profile, plan_run(profile, lib_req), scheduler=SlurmScheduler(profile.name))
 
     run(plain)  # warm-up: first contact with slurmctld, page cache
     run(cli)
@@ -95,7 +96,7 @@ def main() -> int:
     t_cli, t_sb1 = paired(args.pairs, lambda: run(cli), lambda: run(plain))
     rows.append(("cli: hpcdl submit", t_cli, t_sb1))
     t_lib, t_sb2 = paired(args.pairs, library, lambda: run(plain))
-    rows.append(("library: submit_plan()", t_lib, t_sb2))
+    rows.append(("library: submit()", t_lib, t_sb2))
     if args.wait_pairs:
         t_w, t_sw = paired(args.wait_pairs, lambda: run([*cli[:4], "--wait", *cli[4:]], 300),
                            lambda: run([plain[0], "--wait", *plain[1:]], 300))

@@ -14,13 +14,14 @@ DistributedSampler with set_epoch, allreduced metrics, rank-0 result line.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
 
 import trainkit  # noqa: F401  (puts hpcdl on sys.path when run from a checkout)
 from trainkit.say import say
+
+from hpcdl.results.protocol import rank_line, result_line
 
 # Segments a..g of a seven-segment display as (row0, col0, row1, col1) on a 5x3 grid.
 _SEGMENTS = {
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
             say(f"epoch {epoch + 1}/{args.epochs}  loss {loss_avg:.4f}  val acc {100 * acc:.1f}%")
     elapsed = time.monotonic() - start
     checksum = param_checksum(model)
-    say(f"hpcdl_rank_checksum rank={rank} checksum={checksum}")
+    say(rank_line(rank, checksum))
     result = {
         "backend": args.backend,
         "arch": "small-cnn",
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> int:
     result = run(parse_args(argv))
     if result is not None:
-        say(json.dumps({"hpcdl_result": result}))
+        say(result_line(result))
     return 0
 
 

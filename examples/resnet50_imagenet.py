@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import random
@@ -49,6 +48,7 @@ from trainkit.say import say
 
 from hpcdl.errors import HpcdlError, UserInputError
 from hpcdl.launch.world import World, detect_world
+from hpcdl.results.protocol import rank_line, result_line
 
 DEFAULTS = {"epochs": 90, "batch_size": 32, "lr": 0.0125, "warmup_epochs": 5.0}
 
@@ -491,8 +491,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         checkpoint()
 
     checksum = param_checksum(model)
-    host = socket.gethostname()
-    say(f"hpcdl_rank_checksum rank={rank} host={host} checksum={checksum}")
+    say(rank_line(rank, checksum))
     everyone = backend.allgather_object(checksum, name="final_checksum")
     images_per_sec = timed_images / timed_seconds if timed_seconds > 0 else None
     timed_steps = max(0, steps_this_run - 1)
@@ -553,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"hint: {err.hint}", sys.stderr)
         return err.exit_code
     if out["rank"] == 0:
-        say(json.dumps({"hpcdl_result": out["result"]}))
+        say(result_line(out["result"]))
     return 0
 
 

@@ -15,7 +15,6 @@ share of step time spent waiting for gradient synchronisation, ``sync_share``).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -23,6 +22,8 @@ from typing import Any
 
 import trainkit  # noqa: F401  (puts hpcdl on sys.path when run from a checkout)
 from trainkit.say import say
+
+from hpcdl.results.protocol import result_line
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> int:
     result = run(parse_args(argv))
     if result is not None:
-        say(json.dumps({"hpcdl_result": result}))
+        say(result_line(result))
     return 0
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.atomic import write_atomic
-from hpcdl.scaling import Row
+from hpcdl.results.table import Row
 
 X_LABEL = "ranks (GPUs)"
 Y_LABELS = ("speedup (vs baseline)", "parallel efficiency (%)", "gradient sync share of step (%)")

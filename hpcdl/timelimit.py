@@ -6,8 +6,7 @@ functions over a job's status (and its stderr), shared by ``submit --wait`` and
 
 from __future__ import annotations
 
-from hpcdl.slurm.parse import JobStatus
-from hpcdl.slurm.states import CANCELLED, TIMEOUT
+from hpcdl.scheduler import CANCELLED, TIMEOUT, JobStatus
 from hpcdl.slurmtime import format_time, parse_time
 
 # `hpcdl submit --wait` exits with this when the job hit its time limit, as timeout(1)

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from hpcdl.slurm.parse import JobStatus
+from hpcdl.scheduler import JobStatus
 from hpcdl.timelimit import clock_text, timeout_message
 
 
@@ -39,10 +39,11 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
       hpcdl status 1234
       hpcdl status --json
     """
-    from hpcdl.slurm.query import job_status, list_jobs
+    from hpcdl.cli.scheduler import scheduler_for
 
+    scheduler = scheduler_for()
     if job_id:
-        row = job_status(job_id, settle_s=3)
+        row = scheduler.status(job_id, settle_s=3)
         if as_json:
             click.echo(json.dumps(row.to_dict()))
         else:
@@ -52,7 +53,7 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
             if timed_out:
                 click.echo(timed_out)
         return
-    rows = list_jobs(since=since, all_users=all_users)
+    rows = scheduler.list_jobs(since=since, all_users=all_users)
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows]))
         return
@@ -69,16 +70,24 @@ def logs(job_id: str, follow: bool) -> None:
 
     With -f, follows the files while the job runs and stops when it has ended.
     """
-    from hpcdl.slurm.jobs import stream_logs
+    from hpcdl.cli.scheduler import scheduler_for
+    from hpcdl.follow import log_chunks
+    from hpcdl.submit import log_files
 
-    stream_logs(job_id, follow_job=follow)
+    scheduler = scheduler_for()
+    out, err = log_files(job_id, scheduler)
+    for chunk in log_chunks(job_id, out, err, scheduler=scheduler, follow_job=follow):
+        click.echo(chunk.text, err=chunk.stderr, nl=False)
+    if not follow and not out.exists() and not err.exists():
+        click.echo(f"(job {job_id} has written no output yet: {out})", err=True)
 
 
 @click.command()
 @click.argument("job_id")
 def cancel(job_id: str) -> None:
     """Cancel a pending or running job (scancel) and report its final state."""
-    from hpcdl.slurm.jobs import cancel as cancel_job
+    from hpcdl.cli.scheduler import scheduler_for
+    from hpcdl.submit import cancel as cancel_job
 
-    final = cancel_job(job_id)
+    final = cancel_job(job_id, scheduler_for())
     click.echo(f"job {job_id}: {final.state} (Slurm {final.slurm_state})")

@@ -14,8 +14,16 @@ from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest
 from hpcdl.preflight import check_inputs
 from hpcdl.profiles import load_profile
-from hpcdl.scaling import Row, count, format_table, rows_from_csv, rows_from_json, to_csv, to_json
-from hpcdl.sweep import (
+from hpcdl.results.table import (
+    Row,
+    count,
+    format_table,
+    rows_from_csv,
+    rows_from_json,
+    to_csv,
+    to_json,
+)
+from hpcdl.sweep.grid import (
     check_base,
     default_job_name,
     expand,
@@ -25,6 +33,8 @@ from hpcdl.sweep import (
     pin_partition,
     plan_points,
     point_entry,
+    read_sweep,
+    sweep_path,
 )
 
 # Files `hpcdl scale --wait` leaves in the sweep directory beside sweep.json.
@@ -97,34 +107,50 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     check_base(base, sweeping_batch=batches is not None)
     points = expand(backends, nodes, gpus, batches)
     base, why = pin_partition(prof, base, points)  # one partition: comparable speedups
-    plans = plan_points(prof, base, points)  # raises before anything is written
     if dry_run:
-        _show_plans(plans, why, as_json)
+        _show_plans(plan_points(prof, base, points), why, as_json)
         return
+    # Each point planned once, with its run directory in the sweep directory: those
+    # plans are what gets submitted.
+    sweep_dir = sweep_path(sweep_id)
+    plans = plan_points(prof, base, points, sweep_dir)  # raises before anything is written
     check_inputs(base)
-    from hpcdl.slurm.sweep import follow_sweep, submit_sweep
+    from hpcdl.cli.display import SweepBar, done_line
+    from hpcdl.cli.scheduler import scheduler_for
+    from hpcdl.sweep.run import follow_sweep, row_of, submit_sweep
 
-    def echo(message: str = "", err: bool = False, nl: bool = True) -> None:
-        if not as_json or err:
-            click.echo(message, err=err, nl=nl)
+    def submitted(point: Any, sub: Any) -> None:
+        click.echo(f"submitted {point.label}: job {sub.job_id} ({count(point.ranks, 'rank')} on "
+                   f"{count(point.nodes, 'node')})", err=True)
 
-    sweep_dir = submit_sweep(prof, base, plans, sweep_id=sweep_id, concurrent=concurrent,
-                             echo=echo)
+    scheduler = scheduler_for(prof.name)
+    submit_sweep(prof, base, plans, sweep_dir=sweep_dir, concurrent=concurrent,
+                 scheduler=scheduler, on_submitted=submitted)
     if not wait:
-        record = json.loads((sweep_dir / "sweep.json").read_text(encoding="utf-8"))
+        record = read_sweep(sweep_dir) or {}
         if as_json:
             click.echo(json.dumps({"sweep_dir": str(sweep_dir), **record}))
         else:
             click.echo(f"sweep {sweep_id}: {len(plans)} jobs submitted; follow with "
                        f"`hpcdl results {sweep_dir}`")
         return
+    bar = SweepBar(len(plans))
+
+    def progress(running: list[Any]) -> None:
+        now = next((p for p in running if p.state == "RUNNING"), running[0])
+        bar.status(now.entry["label"], now.state)
+
     try:
-        rows = follow_sweep(sweep_dir, echo=echo)
+        rows = follow_sweep(sweep_dir, scheduler=scheduler, on_done=lambda p, t: bar.finished(done_line(row_of(p), t)),
+                            on_progress=progress)
     except KeyboardInterrupt:
+        bar.close()
         # Only the following stops; the jobs are Slurm's and go on.
         click.echo(f"\nstopped following; the jobs go on. Table so far and later: "
                    f"hpcdl results {sweep_dir}", err=True)
         raise SystemExit(130) from None
+    finally:
+        bar.close()
     written = write_sweep_results(sweep_dir, rows, {"sweep_id": sweep_id})
     if as_json:
         click.echo(to_json(rows, {"sweep_id": sweep_id, "sweep_dir": str(sweep_dir)}))
@@ -215,6 +241,7 @@ def load_rows(path: Path, *, refresh: bool) -> tuple[list[Row], dict[str, Any]]:
         if path.suffix == ".json":
             return rows_from_json(text, str(path)), {"source": str(path)}
         raise ValidationError(f"{path}: expected a sweep or run directory, or a .json/.csv table")
-    from hpcdl.slurm.sweep import collect
+    from hpcdl.cli.scheduler import scheduler_for
+    from hpcdl.sweep.run import collect
 
-    return collect(path, refresh=refresh)
+    return collect(path, refresh_from_scheduler=refresh, scheduler=scheduler_for())

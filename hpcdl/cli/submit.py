@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -11,6 +12,7 @@ from hpcdl.cli.options import example_options, parse_env, request_options
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan
 from hpcdl.preflight import check_inputs
 from hpcdl.profiles import load_profile
+from hpcdl.profiles.schema import Profile
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -19,6 +21,10 @@ from hpcdl.profiles import load_profile
               help="Distributed backend of the bundled example.")
 @example_options
 @click.option("--dry-run", is_flag=True, help="Print the script (or with --json the plan); write nothing.")
+@click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Run directory for this job (must not exist yet; default: a new one under "
+                   "$HPCDL_RUNS named after the job). With --dry-run, the script shown is "
+                   "byte for byte the job.sbatch a submission with the same --run-dir writes.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--wait", "-w", is_flag=True,
               help="Follow the job to its end; exit with the job's exit code (124 when it hit "
@@ -27,8 +33,8 @@ from hpcdl.profiles import load_profile
 def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
            cpus_per_task: int | None, job_name: str | None, template: str | None,
            image: str | None, backend: str, env: tuple[str, ...], binds: tuple[str, ...],
-           data: str | None, synthetic: bool, example_args: tuple[str, ...], dry_run: bool, as_json: bool, wait: bool,
-           command: tuple[str, ...]) -> None:
+           data: str | None, synthetic: bool, example_args: tuple[str, ...], dry_run: bool,
+           run_dir: Path | None, as_json: bool, wait: bool, command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
     Without COMMAND the job runs the bundled ResNet-50 example with --backend,
@@ -54,9 +60,10 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         nodes=nodes, gpus=gpus, partition=partition, time=time, cpus_per_task=cpus_per_task,
         job_name=job_name, image=image, backend=backend, env=parse_env(env), binds=binds,
         command=command, data=data, synthetic=synthetic, example_args=example_args, template=template,
+        run_dir=str(run_dir.resolve()) if run_dir is not None else None,
     )
-    plan = build_plan(prof, request)  # validates: raises before anything is written
     if dry_run:
+        plan = build_plan(prof, request)  # validates: raises before anything is written
         if as_json:
             click.echo(json.dumps(plan.to_dict(), indent=2))
             return
@@ -67,11 +74,12 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
             click.echo(f"# {defaults_line(plan)}", err=True)
         click.echo(plan.script, nl=False)
         return
-    check_inputs(request)
-    # Real submission lives with the Slurm adapter (run directory, sbatch, follow).
-    from hpcdl.slurm.jobs import submit_request
+    from hpcdl.submit import plan_run
 
-    code = submit_request(prof, request, plan, wait=wait, as_json=as_json)
+    # Planned once, with the run directory it will use; that plan is what gets submitted.
+    plan = plan_run(prof, request)  # validates: raises before anything is written
+    check_inputs(request)
+    code = submit_and_report(prof, plan, wait=wait, as_json=as_json)
     if code:
         raise SystemExit(code)
 
@@ -80,6 +88,47 @@ def defaults_line(plan: JobPlan) -> str:
     """Where the bundled example's extra arguments come from (not a silent surprise)."""
     return (f"example defaults from profile {plan.profile}: {' '.join(plan.example_defaults)} "
             f"(a -X for the same option replaces one)")
+
+
+def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
+                      timeout: float | None = None) -> int:
+    """Submit ``plan``, print the job id, optionally follow the job and report.
+
+    Returns the process exit code (0 once submitted; with ``wait`` the job's).
+    Raises ValidationError, SubmitError, ToolError (see hpcdl.submit, hpcdl.follow).
+    """
+    from hpcdl.cli.display import StatusLine, report
+    from hpcdl.cli.scheduler import scheduler_for
+    from hpcdl.follow import follow
+    from hpcdl.results.record import record_result
+    from hpcdl.submit import exit_status, submit
+
+    scheduler = scheduler_for(prof.name)
+    sub = submit(prof, plan, scheduler=scheduler)
+    for warning in (*plan.warnings, *sub.warnings):
+        click.echo(f"warning: {warning}", err=True)
+    info = {"job_id": sub.job_id, "run_dir": str(sub.run_dir), "partition": plan.partition,
+            "nodes": plan.nodes, "ntasks": plan.ntasks, "job_name": plan.job_name}
+    if not as_json:
+        click.echo(f"Submitted job {sub.job_id} to partition {plan.partition} "
+                   f"({plan.nodes} nodes x {plan.tasks_per_node} ranks); run dir {sub.run_dir}")
+    if not wait:
+        if as_json:
+            click.echo(json.dumps(info))
+        return 0
+    line = StatusLine(sub.job_id, quiet=as_json)
+    try:
+        final = follow(sub.job_id, scheduler=scheduler, on_poll=line, timeout=timeout)
+    finally:
+        line.close()
+    record, logs = record_result(sub.run, final)
+    code = exit_status(final)
+    if as_json:
+        click.echo(json.dumps({**info, **record, "exit_status": code}))
+        return code
+    part = prof.partition(plan.partition)
+    report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None)
+    return code
 
 
 @click.command()

@@ -1,9 +1,10 @@
-"""hpcdl's Slurm adapter: submit, query, follow, cancel, and the live check of a
-profile against the real cluster. Every Slurm command runs through hpcdl.proc.
+"""hpcdl's Slurm adapter: it talks to Slurm and nothing else. Every Slurm command
+runs through hpcdl.proc; functions return values and raise hpcdl errors, never print.
 
 Modules: ``states`` (Slurm -> hpcdl state table), ``parse`` (pure parsers of
-Slurm's output), ``query`` (squeue/sacct/scontrol), ``livecheck`` (profile vs
-cluster, and the report `hpcdl profiles diff` prints), ``detect`` (what the cluster
-says about itself, for `hpcdl profiles detect`), ``jobs`` (submission and the job
-lifecycle).
+Slurm's output), ``query`` (squeue/sacct/scontrol: one job, many jobs in one
+batched query, the job list), ``commands`` (sbatch, scancel, log paths, refusal
+hints), ``livecheck`` (profile vs cluster, and the report `hpcdl profiles diff` prints),
+``detect`` (what the cluster says about itself, for `hpcdl profiles detect`), ``scheduler`` (SlurmScheduler, the
+hpcdl.scheduler.Scheduler the job lifecycle uses).
 """

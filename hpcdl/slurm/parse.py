@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
-from typing import Any
 
 from hpcdl.errors import SubmitError
+from hpcdl.scheduler import JobStatus
 from hpcdl.slurm.states import UNKNOWN, is_final, to_hpcdl
 
 # squeue -o: job id, state, reason, nodes, elapsed, time limit, partition, name (last).
 SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%l|%P|%j"
+# squeue -O for the batched status query: the same columns plus exit_code (the raw
+# wait status, as slurmctld holds it until MinJobAge); "Field:|" = unpadded + "|".
+SQUEUE_STATUS_FIELDS = ("JobID:|,State:|,Reason:|,NodeList:|,TimeUsed:|,TimeLimit:|,"
+                        "Partition:|,exit_code:|,Name:")
 # sacct -o: the same idea; JobName last.
 SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Elapsed,Timelimit,Partition,JobName"
 
@@ -24,27 +27,6 @@ PLACEHOLDER_NAME = "allocation"
 _JOB_ID = re.compile(r"(\d+)(?:;\S+)?")
 _EXIT = re.compile(r"(\d+):(\d+)")
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """One job as hpcdl reports it. ``slurm_state`` is Slurm's word, ``state`` hpcdl's."""
-
-    job_id: str
-    name: str
-    state: str
-    slurm_state: str
-    exit_code: int | None = None
-    signal: int | None = None
-    nodes: str = ""
-    elapsed: str = ""
-    time_limit: str = ""
-    partition: str = ""
-    reason: str = ""
-    source: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def parse_job_id(stdout: str) -> str:
@@ -87,6 +69,33 @@ def parse_squeue(stdout: str) -> list[JobStatus]:
             nodes=nodes.strip(), elapsed=elapsed.strip(), time_limit=limit.strip(),
             partition=partition.strip(), reason="" if reason.strip() == "None" else reason.strip(),
             source="squeue",
+        ))
+    return out
+
+
+def wait_status(text: str) -> tuple[int | None, int | None]:
+    """(exit, signal) from a raw wait status as squeue's exit_code prints it
+    ("768" -> (3, 0), "15" -> (0, 15)); (None, None) when it is not a number."""
+    text = text.strip()
+    if not text.isdigit():
+        return None, None
+    raw = int(text)
+    return (raw >> 8) & 0xFF, raw & 0x7F
+
+
+def parse_squeue_status(stdout: str) -> list[JobStatus]:
+    """Rows of ``squeue -h -O SQUEUE_STATUS_FIELDS``; a finished job carries its exit
+    code and signal (slurmctld's, the same that ``scontrol show job`` prints)."""
+    out = []
+    for parts in _rows(stdout, fields=9):
+        job_id, raw, reason, nodes, elapsed, limit, partition, code_text, name = parts
+        state = to_hpcdl(raw)
+        code, sig = wait_status(code_text) if is_final(state) else (None, None)
+        out.append(JobStatus(
+            job_id=job_id.strip(), name=name, state=state, slurm_state=raw.strip(),
+            exit_code=code, signal=sig, nodes=nodes.strip(), elapsed=elapsed.strip(),
+            time_limit=limit.strip(), partition=partition.strip(),
+            reason="" if reason.strip() == "None" else reason.strip(), source="squeue",
         ))
     return out
 

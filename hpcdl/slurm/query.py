@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import getpass
 import time
+from collections.abc import Sequence
 
 from hpcdl import proc
 from hpcdl.errors import ToolError
 from hpcdl.slurm.parse import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
+    SQUEUE_STATUS_FIELDS,
     JobStatus,
     is_sacct_placeholder,
     parse_sacct,
     parse_scontrol_exit,
     parse_squeue,
+    parse_squeue_status,
 )
 from hpcdl.slurm.states import is_final
 
@@ -87,6 +90,42 @@ def job_status(job_id: str, *, settle_s: float = 0.0) -> JobStatus:
         f"job {job_id}: unknown to squeue and sacct",
         hint="check the id (hpcdl status lists your jobs)",
     )
+
+
+def statuses(job_ids: Sequence[str]) -> dict[str, JobStatus]:
+    """The status of many jobs from at most two commands: one squeue for all of them
+    (for a job that ended less than MinJobAge ago it has the exit code too), and one
+    sacct for those squeue no longer lists or lists without an exit code.
+
+    A job that ended and that neither has a final answer for (sacct still shows its
+    placeholder) comes back with squeue's final state and no exit code: ask again,
+    or use job_status with ``settle_s``. Jobs neither command knows are left out.
+    """
+    wanted = list(dict.fromkeys(job_ids))
+    if not wanted:
+        return {}
+    res = proc.run(["squeue", "-h", "-t", "all", "-j", ",".join(wanted),
+                    "-O", SQUEUE_STATUS_FIELDS], timeout=QUERY_TIMEOUT, check=False)
+    # squeue exits 1 ("Invalid job id specified") when it has forgotten a lone job id.
+    live = ({r.job_id: r for r in parse_squeue_status(res.stdout) if r.job_id in wanted}
+            if res.ok else {})
+    out = {job_id: row for job_id, row in live.items()
+           if not is_final(row.state) or row.exit_code is not None}
+    ended = [job_id for job_id in wanted if job_id not in out]
+    if not ended:
+        return out
+    sa = proc.run(["sacct", "-n", "-P", "-X", "-j", ",".join(ended), "-o", SACCT_FIELDS],
+                  timeout=QUERY_TIMEOUT, check=False)
+    rows = {r.job_id: r for r in parse_sacct(sa.stdout)} if sa.ok else {}
+    for job_id in ended:
+        row, seen = rows.get(job_id), live.get(job_id)
+        if row is not None and not is_sacct_placeholder(row, seen):
+            out[job_id] = row
+        elif seen is not None:
+            out[job_id] = seen
+        elif row is not None:
+            out[job_id] = row
+    return out
 
 
 def settled(status: JobStatus) -> JobStatus:

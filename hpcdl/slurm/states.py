@@ -7,17 +7,24 @@ UNKNOWN rather than to a guess.
 
 from __future__ import annotations
 
-PENDING = "PENDING"
-RUNNING = "RUNNING"
-SUSPENDED = "SUSPENDED"
-COMPLETED = "COMPLETED"
-FAILED = "FAILED"
-CANCELLED = "CANCELLED"
-TIMEOUT = "TIMEOUT"
-UNKNOWN = "UNKNOWN"
+# hpcdl's own states are scheduler-neutral (hpcdl.scheduler); this table maps Slurm's.
+from hpcdl.scheduler import (  # re-exported: the table's targets
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    FINAL_STATES,
+    HPCDL_STATES,
+    PENDING,
+    RUNNING,
+    SUSPENDED,
+    TIMEOUT,
+    UNKNOWN,
+    is_final,
+)
 
-HPCDL_STATES = (PENDING, RUNNING, SUSPENDED, COMPLETED, FAILED, CANCELLED, TIMEOUT, UNKNOWN)
-FINAL_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT})
+__all__ = ["CANCELLED", "COMPLETED", "FAILED", "FINAL_STATES", "HPCDL_STATES", "PENDING",
+           "RUNNING", "SLURM_TO_HPCDL", "SUSPENDED", "TIMEOUT", "UNKNOWN", "is_final",
+           "normalize_slurm_state", "to_hpcdl"]
 
 # Slurm state (long name, as squeue %T / sacct State / scontrol JobState print it) -> hpcdl.
 SLURM_TO_HPCDL: dict[str, str] = {
@@ -61,8 +68,3 @@ def normalize_slurm_state(raw: str) -> str:
 def to_hpcdl(raw: str) -> str:
     """hpcdl's state for a Slurm state string; UNKNOWN for anything not in the table."""
     return SLURM_TO_HPCDL.get(normalize_slurm_state(raw), UNKNOWN)
-
-
-def is_final(state: str) -> bool:
-    """True for hpcdl states after which a job never changes again."""
-    return state in FINAL_STATES

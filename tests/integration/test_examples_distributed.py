@@ -8,7 +8,6 @@ Every launch has a hard timeout and kills its whole process group when it expire
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import os
 import re
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from hpcdl.results import protocol
 from tests.conftest import require
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,6 @@ SMALL = [
     "--num-classes", "10", "--image-size", "32", "--batch-size", "8", "--threads", "1",
 ]  # fmt: skip
 
-CHECKSUM = re.compile(r"hpcdl_rank_checksum rank=(\d+) (?:host=\S+ )?checksum=([0-9a-f]+)")
 
 
 @dataclass
@@ -48,13 +47,15 @@ class Launch:
     output: str
 
     def result(self) -> dict[str, Any]:
-        lines = [ln for ln in self.output.splitlines() if '{"hpcdl_result"' in ln]
-        assert lines, f"no hpcdl_result line from {self.argv}:\n{self.output[-4000:]}"
-        # horovodrun prefixes lines with "[0]<stdout>:".
-        return json.loads(lines[-1][lines[-1].index('{"hpcdl_result"') :])["hpcdl_result"]
+        # The parser hpcdl uses on job logs (horovodrun's "[0]<stdout>:" prefix included).
+        result = protocol.parse_result(self.output)
+        assert result, f"no hpcdl_result line from {self.argv}:\n{self.output[-4000:]}"
+        return result
 
     def checksums(self) -> dict[int, str]:
-        return {int(r): c for r, c in CHECKSUM.findall(self.output)}
+        rows = protocol.parse_rank_table(self.output)
+        assert all(row["host"] for row in rows), f"a rank line without host=: {rows}"
+        return {row["rank"]: row["checksum"] for row in rows}
 
 
 def _env() -> dict[str, str]:

@@ -233,16 +233,17 @@ def test_quoting_cases_run_by_slurm_arrive_verbatim(tmp_path: Path, runs_dir: Pa
 
 
 def test_one_hundred_concurrent_submissions_all_complete(runs_dir: Path) -> None:
-    from hpcdl.plan import JobRequest, build_plan
-    from hpcdl.slurm.jobs import submit_plan
+    from hpcdl.plan import JobRequest
     from hpcdl.slurm.parse import SACCT_FIELDS, parse_sacct
+    from hpcdl.slurm.scheduler import SlurmScheduler
+    from hpcdl.submit import plan_run, submit
 
     profile = load_profile("sandbox")
 
     def one(i: int) -> tuple[str, Path]:
         req = JobRequest(nodes=1, gpus=0, cpus_per_task=1, job_name=f"load-{i}",
                          command=("true",))
-        sub = submit_plan(profile, req, build_plan(profile, req))
+        sub = submit(profile, plan_run(profile, req), scheduler=SlurmScheduler(profile.name))
         return sub.job_id, sub.run_dir
 
     with ThreadPoolExecutor(max_workers=8) as pool:

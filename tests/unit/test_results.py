@@ -1,14 +1,13 @@
 """Parsing job logs: result line, rank table, failed ranks."""
 
-from hpcdl.results import (
+from hpcdl.results.logs import (
     describe_failures,
     failed_ranks,
     format_result_table,
     parse_failures,
-    parse_rank_table,
-    parse_result,
     rank_lines,
 )
+from hpcdl.results.protocol import parse_rank_table, parse_result
 
 LOG = """\
 hpcdl: job 12 on n[1-2]: 4 ranks (2 nodes x 2)

@@ -1,4 +1,4 @@
-"""The scaling table (hpcdl.scaling), the sweep grid (hpcdl.sweep), the figure
+"""The scaling table (hpcdl.results.table), the sweep grid (hpcdl.sweep.grid), the figure
 (hpcdl.plot) and `hpcdl scale --dry-run` / `hpcdl results` on sweep directories
 written as the real submission writes them (no Slurm needed: --no-refresh)."""
 
@@ -18,7 +18,7 @@ from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest
 from hpcdl.plot import X_LABEL, Y_LABELS, build_figure, write_png
 from hpcdl.profiles import load_profile
-from hpcdl.scaling import (
+from hpcdl.results.table import (
     NO_RESULT,
     Row,
     format_table,
@@ -29,7 +29,7 @@ from hpcdl.scaling import (
     to_json,
     with_scaling,
 )
-from hpcdl.sweep import (
+from hpcdl.sweep.grid import (
     SweepPoint,
     check_base,
     expand,

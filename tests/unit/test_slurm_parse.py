@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl import runs
+from hpcdl import rundir
 from hpcdl.errors import SubmitError, ValidationError
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.slurm import livecheck
-from hpcdl.slurm.jobs import exit_status, refusal_hint, sbatch
+from hpcdl.slurm.commands import refusal_hint, sbatch
 from hpcdl.slurm.parse import (
     JobStatus,
     gpus_in_gres,
@@ -29,6 +29,8 @@ from hpcdl.slurm.parse import (
     parse_sacct,
     parse_scontrol_exit,
     parse_squeue,
+    parse_squeue_status,
+    wait_status,
 )
 from hpcdl.slurm.states import (
     FINAL_STATES,
@@ -38,6 +40,7 @@ from hpcdl.slurm.states import (
     normalize_slurm_state,
     to_hpcdl,
 )
+from hpcdl.submit import exit_status
 
 
 @pytest.mark.parametrize("raw, state", [
@@ -224,21 +227,40 @@ def test_sbatch_argument_handling_with_a_fake_sbatch(tmp_path: Path,
 
 def test_run_dirs_are_unique_under_concurrency(tmp_path: Path) -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
-        dirs = list(pool.map(lambda _: runs.create_run_dir("same $(name)", tmp_path), range(200)))
+        dirs = list(pool.map(lambda _: rundir.create_run_dir("same $(name)", tmp_path).path,
+                             range(200)))
     assert len(set(dirs)) == 200
     assert all(d.is_dir() and d.parent == tmp_path.resolve() for d in dirs)
     assert all(d.name.startswith("same-name-") for d in dirs)
 
 
+def test_new_run_path_creates_nothing(tmp_path: Path) -> None:
+    path = rundir.new_run_path("a job", tmp_path / "runs")
+    assert path.parent == (tmp_path / "runs").resolve() and path.name.startswith("a-job-")
+    assert not (tmp_path / "runs").exists()
+    assert rundir.make_run_dir(path).path.is_dir()
+    with pytest.raises(FileExistsError):
+        rundir.make_run_dir(path)
+
+
 def test_write_atomic_and_find_run(tmp_path: Path) -> None:
-    run_dir = runs.create_run_dir("job", tmp_path)
-    script = runs.write_plan(run_dir, "#!/bin/bash\necho hi\n", {"job_name": "job"})
+    run = rundir.create_run_dir("job", tmp_path)
+    script = run.write_plan("#!/bin/bash\necho hi\n", {"job_name": "job"})
+    assert script == run.path / "job.sbatch"
     assert script.read_text() == "#!/bin/bash\necho hi\n" and os.access(script, os.X_OK)
-    runs.record_submission(run_dir, "77", ["sbatch", str(script)])
-    assert runs.find_run("77", tmp_path) == run_dir
-    assert runs.find_run("78", tmp_path) is None
-    assert not [p for p in run_dir.iterdir() if p.name.endswith(".tmp")]
-    assert runs.log_paths(run_dir, "77") == (run_dir / "slurm-77.out", run_dir / "slurm-77.err")
+    assert run.read_plan() == {"job_name": "job"}
+    assert run.read_job() is None
+    run.write_job(rundir.JobRecord.now("77", ["sbatch", str(script)]))
+    job = run.read_job()
+    assert job is not None and (job.job_id, job.argv) == ("77", ["sbatch", str(script)])
+    assert json.loads(run.job_file.read_text())["submitted_at"] == job.submitted_at
+    assert rundir.find_run("77", tmp_path) == run
+    assert rundir.find_run("78", tmp_path) is None
+    assert not [p for p in run.path.iterdir() if p.name.endswith(".tmp")]
+    assert run.logs("77") == (run.path / "slurm-77.out", run.path / "slurm-77.err")
+    assert run.read_result() is None
+    run.write_result({"state": "COMPLETED"})
+    assert run.read_result() == {"state": "COMPLETED"}
 
 
 def test_record_inputs_keeps_profile_and_image_provenance(tmp_path: Path) -> None:
@@ -250,24 +272,41 @@ def test_record_inputs_keeps_profile_and_image_provenance(tmp_path: Path) -> Non
     (tmp_path / "img.sif.hash").write_text(json.dumps(record))
     (tmp_path / "img.sif.def").write_text("Bootstrap: debootstrap\n")
     profile = load_profile("sandbox")
-    run_dir = runs.create_run_dir("job", tmp_path / "runs")
-    runs.record_inputs(run_dir, profile.model_dump(mode="json"), str(image))
-    info = json.loads((run_dir / "image.json").read_text())
+    run = rundir.create_run_dir("job", tmp_path / "runs")
+    run.record_inputs(profile.model_dump(mode="json"), str(image))
+    info = json.loads(run.image_file.read_text())
     assert info["content_hash"] == "c0ffee" and info["size"] == 300
     assert info["path"] == str(image) and info["spec"] == "pytorch-horovod-cpu"
-    assert (run_dir / "image.def").read_text() == "Bootstrap: debootstrap\n"
+    assert run.image_def.read_text() == "Bootstrap: debootstrap\n"
     # The dumped profile loads again, as the same profile.
-    again = load_profile(str(run_dir / "profile.yaml"))
+    again = load_profile(str(run.profile_file))
     assert again == profile
 
 
 def test_record_inputs_without_build_record(tmp_path: Path) -> None:
     image = tmp_path / "other.sif"
     image.write_bytes(b"x")
-    run_dir = runs.create_run_dir("job", tmp_path / "runs")
-    runs.record_inputs(run_dir, {"name": "p"}, str(image))
-    info = json.loads((run_dir / "image.json").read_text())
+    run = rundir.create_run_dir("job", tmp_path / "runs")
+    run.record_inputs({"name": "p"}, str(image))
+    info = json.loads(run.image_file.read_text())
     assert info["content_hash"] is None and "apptainer inspect --deffile" in info["note"]
-    assert not (run_dir / "image.def").exists()
-    runs.record_inputs(run_dir, {"name": "p"}, None)  # no image: profile only
-    assert sorted(p.name for p in run_dir.iterdir()) == ["image.json", "profile.yaml"]
+    assert not run.image_def.exists()
+    run.record_inputs({"name": "p"}, None)  # no image: profile only
+    assert sorted(p.name for p in run.path.iterdir()) == ["image.json", "profile.yaml"]
+
+
+def test_wait_status_from_squeue_exit_code() -> None:
+    assert wait_status("768") == (3, 0)      # exit 3 (scontrol: ExitCode=3:0)
+    assert wait_status("15") == (0, 15)      # killed by SIGTERM (ExitCode=0:15)
+    assert wait_status("32512") == (127, 0)  # command not found
+    assert wait_status("") == (None, None) and wait_status("N/A") == (None, None)
+
+
+def test_squeue_status_rows_carry_the_exit_code_of_ended_jobs_only() -> None:
+    out = ("7|FAILED|NonZeroExitCode|n1|0:03|10:00|debug|768|a|b\n"
+           "8|RUNNING|None|n[1-2]|0:01|10:00|debug|0|job\n"
+           "garbage\n")
+    failed, running = parse_squeue_status(out)
+    assert (failed.job_id, failed.state, failed.exit_code, failed.signal) == ("7", "FAILED", 3, 0)
+    assert failed.name == "a|b" and failed.reason == "NonZeroExitCode"
+    assert (running.state, running.exit_code, running.reason) == ("RUNNING", None, "")

@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from hpcdl.cli import cli
-from hpcdl.slurm.jobs import JobLogs, exit_status, report
-from hpcdl.slurm.parse import JobStatus, parse_sacct, parse_squeue
+from hpcdl.cli import cli, display
+from hpcdl.results.record import JobLogs
+from hpcdl.scheduler import JobStatus
+from hpcdl.slurm.parse import parse_sacct, parse_squeue
+from hpcdl.submit import exit_status
 from hpcdl.timelimit import EXIT_TIMEOUT, clock_text, ran_out_of_time, timeout_message
 
 STDERR_TIMEOUT = ("slurmstepd: error: *** JOB 42 ON n1 CANCELLED AT 2026-11-23T18:01:07 "
@@ -88,12 +90,12 @@ def test_submit_help_documents_the_timeout_exit_code():
     assert "124 when it hit its time limit" in " ".join(res.output.split())
 
 
-def test_submit_wait_report_ends_with_the_timeout_line(tmp_path):
+def test_submit_wait_report_ends_with_the_timeout_line(tmp_path, monkeypatch):
     err = STDERR_TIMEOUT + "srun: error: n1: task 0: Terminated\n"
     logs = JobLogs(tmp_path / "o", tmp_path / "e", " 0: epoch 1/90 ...\n", err)
     lines: list[str] = []
-    report(status(), tmp_path, logs, {"hpcdl_result": None}, lambda m="", **_: lines.append(m),
-           max_time="00:30:00")
+    monkeypatch.setattr(display, "echo", lambda m="", **_: lines.append(m))
+    display.report(status(), tmp_path, logs, {"hpcdl_result": None}, max_time="00:30:00")
     assert lines[0].startswith("job 42: TIMEOUT (Slurm TIMEOUT)")
     assert lines[-2].startswith("job 42 hit its time limit of 00:01:00 after 00:01:27")
     assert "partition debug allows up to 00:30:00" in lines[-2]
@@ -103,8 +105,9 @@ def test_submit_wait_report_ends_with_the_timeout_line(tmp_path):
     assert any("DUE TO TIME LIMIT" in line for line in lines)
     assert sum("hit its time limit" in line for line in lines) == 1
     done: list[str] = []
-    report(status(state="COMPLETED", slurm="COMPLETED", sig=0), tmp_path, logs,
-           {"hpcdl_result": None}, lambda m="", **_: done.append(m))
+    monkeypatch.setattr(display, "echo", lambda m="", **_: done.append(m))
+    display.report(status(state="COMPLETED", slurm="COMPLETED", sig=0), tmp_path, logs,
+                   {"hpcdl_result": None})
     assert not any("time limit" in line for line in done)
 
 

@@ -17,6 +17,7 @@ import dataclasses
 import io
 import json
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,7 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def row_from(point: dict[str, Any], record: dict[str, Any] | None, state: str,
+def row_from(point: Mapping[str, Any], record: Mapping[str, Any] | None, state: str,
              note: str = "") -> Row:
     """One table row from a point (sweep.json entry) and its result.json record.
 
@@ -99,7 +100,7 @@ def row_from(point: dict[str, Any], record: dict[str, Any] | None, state: str,
     )
 
 
-def _failure_note(record: dict[str, Any]) -> str:
+def _failure_note(record: Mapping[str, Any]) -> str:
     parts = []
     if record.get("exit_code") not in (None, 0):
         parts.append(f"exit code {record['exit_code']}")

@@ -19,12 +19,13 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from hpcdl.atomic import write_json_atomic
 from hpcdl.errors import ValidationError
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
+from hpcdl.rundir import new_run_path, runs_root
 
 SWEEP_FILE = "sweep.json"
 # The example's batch-size flag: the sweep sets it per point, so -X may not.
@@ -135,22 +136,64 @@ def pin_partition(profile: Profile, base: JobRequest,
             f"the largest point, {corner.label}: {plan.partition_reason}")
 
 
-def plan_points(profile: Profile, base: JobRequest,
-                points: list[SweepPoint]) -> list[tuple[SweepPoint, JobPlan]]:
+def sweep_path(sweep_id: str) -> Path:
+    """The sweep directory's absolute path (not created): ``<runs root>/<sweep_id>``."""
+    return runs_root().resolve() / sweep_id
+
+
+def plan_points(profile: Profile, base: JobRequest, points: list[SweepPoint],
+                sweep_dir: Path | None = None) -> list[tuple[SweepPoint, JobPlan]]:
     """A validated plan for every point, or ValidationError naming the first point
-    that cannot run (and why) before anything is written."""
+    that cannot run (and why) before anything is written. With ``sweep_dir`` each
+    point's run directory (under it, named after the point) is decided here, so
+    these plans are the ones submitted; without, they are for showing (--dry-run)."""
     plans = []
     for point in points:
+        request = point_request(base, point)
+        if sweep_dir is not None:
+            request = dataclasses.replace(
+                request, run_dir=str(new_run_path(point.label, sweep_dir)))
         try:
-            plans.append((point, build_plan(profile, point_request(base, point))))
+            plans.append((point, build_plan(profile, request)))
         except ValidationError as err:
             raise ValidationError(f"point {point.label} ({point.ranks} ranks): {err.message}",
                                   hint=err.hint) from err
     return plans
 
 
+class PointEntry(TypedDict):
+    """One point in sweep.json: the point's values, its job id and run directory
+    (relative to the sweep directory) once submitted."""
+
+    backend: str
+    nodes: int
+    gpus: int
+    batch_size: int | None
+    ranks: int
+    label: str
+    job_id: str | None
+    run_dir: str | None
+
+
+class SweepRecord(TypedDict, total=False):
+    """sweep.json: the shared settings, one entry per point, and why it stopped
+    (``aborted``) when the scheduler refused a point."""
+
+    sweep_id: str
+    created_at: str
+    profile: str
+    partition: str | None
+    image: str | None
+    synthetic: bool
+    data: str | None
+    example_args: list[str]
+    concurrent: bool
+    points: list[PointEntry]
+    aborted: str
+
+
 def sweep_record(sweep_id: str, profile: str, base: JobRequest, concurrent: bool,
-                 points: list[dict[str, Any]]) -> dict[str, Any]:
+                 points: list[PointEntry]) -> SweepRecord:
     """sweep.json's content: the shared settings and one entry per point."""
     return {
         "sweep_id": sweep_id,
@@ -167,17 +210,18 @@ def sweep_record(sweep_id: str, profile: str, base: JobRequest, concurrent: bool
 
 
 def point_entry(point: SweepPoint, run_dir: Path | None = None,
-                job_id: str | None = None) -> dict[str, Any]:
+                job_id: str | None = None) -> PointEntry:
     """One point in sweep.json (run_dir relative to the sweep directory)."""
-    return {**dataclasses.asdict(point), "ranks": point.ranks, "label": point.label,
-            "job_id": job_id, "run_dir": run_dir.name if run_dir else None}
+    return PointEntry(backend=point.backend, nodes=point.nodes, gpus=point.gpus,
+                      batch_size=point.batch_size, ranks=point.ranks, label=point.label,
+                      job_id=job_id, run_dir=run_dir.name if run_dir else None)
 
 
-def write_sweep(sweep_dir: Path, record: dict[str, Any]) -> None:
-    write_json_atomic(sweep_dir / SWEEP_FILE, record)
+def write_sweep(sweep_dir: Path, record: SweepRecord) -> None:
+    write_json_atomic(sweep_dir / SWEEP_FILE, dict(record))
 
 
-def read_sweep(sweep_dir: Path) -> dict[str, Any] | None:
+def read_sweep(sweep_dir: Path) -> SweepRecord | None:
     """sweep.json of ``sweep_dir``, or None when it is not a sweep directory."""
     path = sweep_dir / SWEEP_FILE
     if not path.is_file():
@@ -188,4 +232,4 @@ def read_sweep(sweep_dir: Path) -> dict[str, Any] | None:
         raise ValidationError(f"{path}: not valid JSON ({exc})") from exc
     if not isinstance(record, dict) or not isinstance(record.get("points"), list):
         raise ValidationError(f"{path}: has no 'points' list; not written by hpcdl scale")
-    return record
+    return SweepRecord(**record)  # type: ignore[typeddict-item]

@@ -1,20 +1,19 @@
-"""Reading what a training job left in its logs: the result line, the rank table,
-and which rank failed. Pure functions over log text.
+"""Reading a failed job's logs: which rank failed, why, and what it printed last;
+and the small result table of one run. Pure functions over log text.
 
-The examples print, on rank 0, one final line ``{"hpcdl_result": {...}}`` and on
-every rank ``hpcdl_rank_checksum rank=R host=H checksum=C``. srun runs with
-``--label``, so each line may carry a ``R: `` prefix naming the task.
+srun runs with ``--label``, so each line may carry a ``R: `` prefix naming the
+task. The result and rank lines themselves belong to hpcdl.results.protocol.
 """
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-_LABEL = re.compile(r"^\s*(\d+): ")
-_RANK_LINE = re.compile(r"hpcdl_rank_checksum rank=(\d+) host=(\S+) checksum=(\S+)")
+from hpcdl.results.protocol import unlabel
+
 # srun's own report of a failed task, e.g. "srun: error: n2: task 3: Exited with exit code 1"
 _SRUN_FAIL = re.compile(
     r"srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<why>.+)\Z"
@@ -26,36 +25,6 @@ class RankFailure:
     host: str
     ranks: tuple[int, ...]
     reason: str
-
-
-def _unlabel(line: str) -> tuple[int | None, str]:
-    m = _LABEL.match(line)
-    return (int(m.group(1)), line[m.end():]) if m else (None, line)
-
-
-def parse_result(log: str) -> dict[str, Any] | None:
-    """The last ``{"hpcdl_result": ...}`` object in ``log``, or None."""
-    found = None
-    for raw in log.splitlines():
-        _, line = _unlabel(raw)
-        line = line.strip()
-        if line.startswith('{"hpcdl_result"'):
-            try:
-                found = json.loads(line)["hpcdl_result"]
-            except (ValueError, KeyError):
-                continue
-    return found
-
-
-def parse_rank_table(log: str) -> list[dict[str, Any]]:
-    """One row per rank (rank, host, checksum), sorted by rank."""
-    rows = {}
-    for raw in log.splitlines():
-        m = _RANK_LINE.search(raw)
-        if m:
-            rank = int(m.group(1))
-            rows[rank] = {"rank": rank, "host": m.group(2), "checksum": m.group(3)}
-    return [rows[r] for r in sorted(rows)]
 
 
 def _expand_tasks(spec: str) -> tuple[int, ...]:
@@ -78,7 +47,7 @@ def parse_failures(stderr: str) -> list[RankFailure]:
 
 def rank_lines(log: str, rank: int, last: int = 10) -> list[str]:
     """The last ``last`` lines that task ``rank`` printed (needs srun --label)."""
-    lines = [text for r, text in map(_unlabel, log.splitlines()) if r == rank]
+    lines = [text for r, text in map(unlabel, log.splitlines()) if r == rank]
     return lines[-last:]
 
 
@@ -136,7 +105,8 @@ def _percent(fraction: Any) -> str | None:
     return f"{100 * fraction:.1f}%" if isinstance(fraction, (int, float)) else None
 
 
-def format_result_table(result: dict[str, Any], ranks: list[dict[str, Any]] | None = None) -> str:
+def format_result_table(result: Mapping[str, Any],
+                        ranks: Sequence[Mapping[str, Any]] | None = None) -> str:
     """A small human table of the run's result (and the rank table when known)."""
     rows = [
         ("world size", result.get("world_size")),
@@ -157,7 +127,7 @@ def format_result_table(result: dict[str, Any], ranks: list[dict[str, Any]] | No
     if ranks:
         lines.append("")
         lines.append(f"{'rank':>4}  {'host':<10}  checksum")
-        lines += [f"{r['rank']:>4}  {r['host']:<10}  {r['checksum']}" for r in ranks]
+        lines += [f"{r['rank']:>4}  {r['host'] or '-':<10}  {r['checksum']}" for r in ranks]
         distinct = {r["checksum"] for r in ranks}
         lines.append("parameters identical on every rank" if len(distinct) == 1
                      else f"WARNING: {len(distinct)} different parameter checksums across ranks")

@@ -1,0 +1,134 @@
+"""What the job commands print: the live status line while a job is followed, the
+report once it ended, and a sweep's progress bar. The application layer
+(hpcdl.submit, hpcdl.follow, hpcdl.sweep.run) reports through callbacks; this is
+the one place that turns them into terminal output.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hpcdl.results.logs import describe_failures, format_result_table
+from hpcdl.results.record import JobLogs, ResultRecord
+from hpcdl.results.table import Row
+from hpcdl.rundir import RunDir
+from hpcdl.scheduler import COMPLETED, TIMEOUT, JobStatus
+from hpcdl.timelimit import timeout_message
+
+
+def echo(message: str = "", err: bool = False, nl: bool = True) -> None:
+    click.echo(message, err=err, nl=nl)
+
+
+class StatusLine:
+    """``job 42: RUNNING on n1 [3 s]`` on stderr: rewritten in place on a terminal,
+    a new line only when the state changes otherwise. ``quiet`` prints nothing."""
+
+    def __init__(self, job_id: str, *, live: bool | None = None, quiet: bool = False) -> None:
+        self.job_id = job_id
+        self.live = sys.stderr.isatty() if live is None else live
+        self.quiet = quiet
+        self.last = ""
+
+    def __call__(self, pending: dict[str, JobStatus], elapsed: float) -> None:
+        status = pending.get(self.job_id)
+        if status is None or self.quiet:
+            return
+        line = (f"job {self.job_id}: {status.state}"
+                f"{' (' + status.reason + ')' if status.reason else ''}"
+                f"{' on ' + status.nodes if status.nodes else ''} [{elapsed:.0f} s]")
+        if self.live:
+            echo("\r\033[K" + line, err=True, nl=False)
+        elif line.split(" [")[0] != self.last.split(" [")[0]:
+            echo(line, err=True)
+        self.last = line
+
+    def close(self) -> None:
+        if self.live and self.last and not self.quiet:
+            echo("", err=True)
+
+
+def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord,
+           tail_lines: int = 20, max_time: str | None = None) -> None:
+    """What a user reads once the job ended: state and exit code, the log's tail, which
+    rank crashed and its last lines (on failure), the result table (on success), and
+    for a job that ran out of time the limit it hit and the fix (``max_time``: the
+    partition's limit, for how much more --time is possible).
+    """
+    echo(f"job {status.job_id}: {status.state} (Slurm {status.slurm_state}), "
+         f"exit code {status.exit_code if status.exit_code is not None else '?'}"
+         f"{', signal ' + str(status.signal) if status.signal else ''}, elapsed {status.elapsed}")
+    # At a time limit Slurm terminates every rank: srun's "Terminated" lines are not a
+    # crash to trace (the stderr tail and the timeout line below say what happened).
+    crashed = ([] if status.state in (COMPLETED, TIMEOUT)
+               else describe_failures(logs.out, logs.err))
+    for label, path, text in (("stdout", logs.out_path, logs.out),
+                              ("stderr", logs.err_path, logs.err)):
+        lines = text.splitlines()[-tail_lines:]
+        if lines and (label == "stdout" or (status.state != COMPLETED and not crashed)):
+            echo(f"--- last {len(lines)} lines of {label} ({path}) ---")
+            for line in lines:
+                echo(line)
+    if crashed:
+        echo(f"--- the job failed: {crashed[0]} ---")
+        for line in crashed[1:]:
+            echo(line)
+        echo(f"full logs: hpcdl logs {status.job_id} (or {logs.err_path})")
+    result = record.get("hpcdl_result")
+    if result:
+        echo(f"--- result ({RunDir(run_dir).result_file}) ---")
+        echo(format_result_table(result, record.get("ranks")))
+    timed_out = timeout_message(status, logs.err, max_time=max_time)
+    if timed_out:
+        echo(timed_out)
+    echo(f"run directory: {run_dir}")
+
+
+def done_line(row: Row, elapsed: float) -> str:
+    """One finished sweep point: its throughput, or its state and why."""
+    what = (f"{row.images_per_sec:.1f} img/s" if row.ok and row.images_per_sec is not None
+            else f"{row.state}{' (' + row.note + ')' if row.note else ''}")
+    return f"{row.label}: {what} [{elapsed:.0f} s]"
+
+
+class SweepBar:
+    """A rich progress bar on a terminal; plain ``[k/n] line`` lines in logs and pipes."""
+
+    def __init__(self, total: int, live: bool | None = None) -> None:
+        self.done, self.total = 0, total
+        self.progress: Any = None
+        if sys.stderr.isatty() if live is None else live:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                     MofNCompleteColumn(), TimeElapsedColumn(),
+                                     console=Console(stderr=True))
+            self.task = self.progress.add_task("sweep", total=total)
+            self.progress.start()
+
+    def finished(self, line: str) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress.console.print(line, markup=False, highlight=False)
+            self.progress.update(self.task, completed=self.done)
+        else:
+            echo(f"[{self.done}/{self.total}] {line}", err=True)
+
+    def status(self, label: str, state: str) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, description=f"{label}: {state}")
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()

@@ -1,0 +1,234 @@
+"""The run directory: one per submitted job, holding what was submitted and what came back.
+
+    runs/<job-name>-<YYYYmmdd-HHMMSS>-<xxxx>/
+        job.sbatch     the exact script given to sbatch
+        plan.json      the validated plan (JobPlan.to_dict())
+        job.json       job id, sbatch argv, submission time
+        profile.yaml   the cluster profile as validated and used (all defaults filled in)
+        image.json     the image's path, size and content hash (from `hpcdl build`'s record)
+        image.def      the definition the image was built from (when hpcdl built it)
+        slurm-<id>.out / slurm-<id>.err   the job's stdout / stderr (written by Slurm)
+        result.json    final state, exit code and the example's hpcdl_result (after --wait)
+        checkpoints/   the bundled example's checkpoints (written by the job)
+
+``RunDir`` owns these paths and reads and writes the records (job.json as a
+JobRecord, result.json as hpcdl.results.record.ResultRecord). The job script names
+two of them itself, ``slurm-%j.out/.err`` and ``checkpoints/`` (hpcdl.plan renders
+them; RunDir.logs and RunDir.checkpoints follow the same names). The root is ``$HPCDL_RUNS`` or ``./runs``. Every file hpcdl writes here is written
+atomically (temp file + rename), so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpcdl.atomic import write_atomic, write_json_atomic
+from hpcdl.container.hashing import read_record, sidecar
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
+
+
+def runs_root() -> Path:
+    """Where run directories go: ``$HPCDL_RUNS`` or ``./runs``."""
+    return Path(os.environ.get("HPCDL_RUNS") or "runs").expanduser()
+
+
+def safe_name(job_name: str) -> str:
+    """A file-name-safe form of a job name (the exact name is kept in plan.json)."""
+    name = _UNSAFE.sub("-", job_name).strip("-.")
+    return name[:48] or "job"
+
+
+def new_run_path(job_name: str, root: Path | None = None) -> Path:
+    """A fresh run directory's absolute path (not created): ``<root>/<name>-<stamp>-<hex>``.
+
+    Pure apart from reading the clock and the random source: the path is decided
+    before the job is planned, so the plan (its #SBATCH --output, checkpoint
+    directory and binds) is made once, with the directory it will really use.
+    """
+    base = (root or runs_root()).resolve()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return base / f"{safe_name(job_name)}-{stamp}-{secrets.token_hex(3)}"
+
+
+def make_run_dir(path: Path) -> RunDir:
+    """Create the run directory ``path`` (its parents as needed); it must not exist yet.
+
+    Raises FileExistsError when it does: two submissions never share a directory.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir()
+    return RunDir(path)
+
+
+def create_run_dir(job_name: str, root: Path | None = None) -> RunDir:
+    """Make a new, empty, uniquely named run directory.
+
+    Safe under concurrency: the random suffix plus ``mkdir`` (which fails when the
+    name exists) means two submissions never share a directory.
+    """
+    for _ in range(100):
+        try:
+            return make_run_dir(new_run_path(job_name, root))
+        except FileExistsError:
+            continue
+    raise OSError(f"could not create a unique run directory under {(root or runs_root())}")
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """job.json: what was submitted, when, and the id the scheduler gave it."""
+
+    job_id: str
+    argv: list[str]
+    submitted_at: str
+
+    @classmethod
+    def now(cls, job_id: str, argv: list[str]) -> JobRecord:
+        return cls(job_id, list(argv), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobRecord:
+        """Raises ValueError when ``data`` is not a job record."""
+        if not isinstance(data, dict) or not data.get("job_id"):
+            raise ValueError("not a job record (no job_id)")
+        return cls(str(data["job_id"]), list(data.get("argv") or []),
+                   str(data.get("submitted_at", "")))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run directory: every path in it, and reading and writing its records."""
+
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def script(self) -> Path:
+        return self.path / "job.sbatch"
+
+    @property
+    def plan_file(self) -> Path:
+        return self.path / "plan.json"
+
+    @property
+    def job_file(self) -> Path:
+        return self.path / "job.json"
+
+    @property
+    def result_file(self) -> Path:
+        return self.path / "result.json"
+
+    @property
+    def profile_file(self) -> Path:
+        return self.path / "profile.yaml"
+
+    @property
+    def image_file(self) -> Path:
+        return self.path / "image.json"
+
+    @property
+    def image_def(self) -> Path:
+        return self.path / "image.def"
+
+    @property
+    def checkpoints(self) -> Path:
+        """Where the bundled example keeps checkpoints (plan.py passes it to the job)."""
+        return self.path / "checkpoints"
+
+    def logs(self, job_id: str) -> tuple[Path, Path]:
+        """(stdout, stderr) of job ``job_id`` (the plan's slurm-%j.out/.err)."""
+        return self.path / f"slurm-{job_id}.out", self.path / f"slurm-{job_id}.err"
+
+    def write_plan(self, script: str, plan: dict[str, Any]) -> Path:
+        """job.sbatch (exactly ``script``) + plan.json; returns the script's path."""
+        write_atomic(self.script, script, mode=0o755)
+        write_json_atomic(self.plan_file, plan)
+        return self.script
+
+    def read_plan(self) -> dict[str, Any]:
+        """plan.json (JobPlan.to_dict()). Raises OSError, ValueError."""
+        data = json.loads(self.plan_file.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"{self.plan_file}: not a JSON object")
+        return data
+
+    def record_inputs(self, profile: dict[str, Any], image: str | None) -> None:
+        """profile.yaml, and for a containerised job image.json (+ image.def): with the
+        script and plan, what it takes to run the same job again.
+        """
+        write_atomic(self.profile_file, yaml.safe_dump(profile, sort_keys=False))
+        if not image:
+            return
+        path = Path(image).expanduser().resolve()
+        info: dict[str, Any] = {"path": str(path)}
+        try:
+            st = path.stat()
+            info.update(size=st.st_size, mtime=time.strftime("%Y-%m-%dT%H:%M:%S%z",
+                                                             time.localtime(st.st_mtime)))
+        except OSError as exc:
+            info["error"] = f"cannot stat the image: {exc.strerror}"
+        record = read_record(sidecar(path, ".hash"))
+        if record:
+            info.update({k: record.get(k) for k in (
+                "spec", "built_at", "runtime", "definition_sha256")},
+                content_hash=record.get("hash"))
+        else:
+            info["content_hash"] = None
+            info["note"] = ("no `hpcdl build` record beside the image; "
+                            "`apptainer inspect --deffile IMAGE` shows its definition")
+        write_json_atomic(self.image_file, info)
+        definition = sidecar(path, ".def")
+        if record and definition.is_file():
+            write_atomic(self.image_def, definition.read_text(encoding="utf-8"))
+
+    def write_job(self, record: JobRecord) -> None:
+        write_json_atomic(self.job_file, record.to_dict())
+
+    def read_job(self) -> JobRecord | None:
+        """job.json, or None when the job was never submitted (or the file is unreadable)."""
+        try:
+            return JobRecord.from_dict(json.loads(self.job_file.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            return None
+
+    def write_result(self, result: dict[str, Any]) -> None:
+        """result.json (hpcdl.results.record.ResultRecord, or a refusal's record)."""
+        write_json_atomic(self.result_file, result)
+
+    def read_result(self) -> dict[str, Any] | None:
+        """result.json, or None while there is none. Raises ValueError for broken JSON."""
+        if not self.result_file.is_file():
+            return None
+        data = json.loads(self.result_file.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"{self.result_file}: not a JSON object")
+        return data
+
+
+def find_run(job_id: str, root: Path | None = None) -> RunDir | None:
+    """The run directory whose job.json names ``job_id``, or None."""
+    base = root or runs_root()
+    if not base.is_dir():
+        return None
+    for meta in base.glob("*/job.json"):
+        run = RunDir(meta.parent)
+        record = run.read_job()
+        if record is not None and record.job_id == job_id:
+            return run
+    return None

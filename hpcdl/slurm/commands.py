@@ -1,0 +1,98 @@
+"""Slurm's commands that change something or locate a job: sbatch, scancel and
+``scontrol show job`` for log paths, with Slurm's refusals turned into one-line
+errors with a hint. Returns values and raises hpcdl errors; never prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from hpcdl import proc
+from hpcdl.errors import SubmitError, ToolError
+from hpcdl.slurm.parse import parse_job_id
+
+SBATCH_TIMEOUT = 60
+COMMAND_TIMEOUT = 30
+
+# Slurm's refusal (its own words) -> what the user can do about it.
+_HINTS = (
+    ("Requested node configuration is not available",
+     "the nodes have fewer GPUs/CPUs than requested: compare `sinfo -o '%P %G %c'` with the "
+     "profile (hpcdl profiles show NAME)"),
+    ("Node count specification invalid",
+     "more nodes than the partition allows: see MaxNodes in `scontrol show partition`"),
+    ("Requested time limit is invalid",
+     "--time exceeds the partition's MaxTime: see `scontrol show partition`"),
+    ("invalid partition",
+     "the partition does not exist on this cluster: see `sinfo -s`"),
+    ("Invalid generic resource",
+     "the cluster has no such GRES: see `sinfo -o '%P %G'`"),
+    ("Invalid account",
+     "set scheduler.account in the profile to an account you belong to (sacctmgr show assoc)"),
+    ("Invalid qos",
+     "set scheduler.qos in the profile to a QOS you may use (sacctmgr show assoc)"),
+)
+
+
+def refusal_hint(message: str) -> str:
+    """What to do about Slurm's refusal ``message`` (its own words)."""
+    for needle, hint in _HINTS:
+        if needle.lower() in message.lower():
+            return hint
+    return "Slurm refused the script as rendered: check it with `hpcdl submit ... --dry-run`"
+
+
+def unreachable(err: ToolError, profile_name: str | None) -> ToolError:
+    """``err`` itself, or, when it says slurmctld cannot be reached, an error that says
+    so in one line with the fix (for the sandbox profile: start the sandbox).
+    """
+    if "unable to contact slurm controller" not in (err.message + err.output).lower():
+        return err
+    hint = ("start the local sandbox cluster: hpcdl sandbox up" if profile_name == "sandbox"
+            else "is slurmctld up? `scontrol ping` says; on a cluster, ask its admins")
+    return ToolError(f"Slurm's controller is not reachable (profile {profile_name}): "
+                     f"{err.message}", argv=err.argv, returncode=err.returncode,
+                     output=err.output, hint=hint)
+
+
+def sbatch(argv: list[str]) -> str:
+    """Run sbatch (``--parsable``); return the job id.
+
+    Raises SubmitError with Slurm's message verbatim and a hint when it refuses.
+    """
+    res = proc.run(argv, timeout=SBATCH_TIMEOUT, check=False, error_cls=SubmitError)
+    if not res.ok:
+        message = (res.stderr or res.stdout).strip() or f"exit code {res.returncode}"
+        raise SubmitError(f"sbatch refused the job: {message}", argv=argv,
+                          returncode=res.returncode, output=res.stdout + res.stderr,
+                          hint=refusal_hint(message))
+    return parse_job_id(res.stdout)
+
+
+def scancel(job_ids: Sequence[str], *, check: bool = True) -> None:
+    """scancel the jobs (one command for all). Raises ToolError when ``check`` and
+    scancel fails."""
+    if job_ids:
+        proc.run(["scancel", *job_ids], timeout=COMMAND_TIMEOUT, check=check)
+
+
+def scontrol_log_paths(job_id: str) -> tuple[Path, Path] | None:
+    """(stdout, stderr) from ``scontrol show job`` while slurmctld holds the job."""
+    res = proc.run(["scontrol", "-o", "show", "job", job_id], timeout=COMMAND_TIMEOUT,
+                   check=False)
+    if not res.ok:
+        return None
+    out = _field_after_state(res.stdout, "StdOut")
+    err = _field_after_state(res.stdout, "StdErr")
+    return (Path(out), Path(err or out)) if out else None
+
+
+def _field_after_state(text: str, key: str) -> str | None:
+    # StdOut/StdErr come after the (user-controlled) job name: take the last occurrence.
+    at = text.rfind(f" {key}=")
+    if at < 0:
+        return None
+    rest = text[at + len(key) + 2:]
+    end = rest.find(" StdIn=") if key == "StdErr" else rest.find(" Power=")
+    return (rest[:end] if end >= 0 else rest.split(" ", 1)[0]).strip() or None

@@ -1,0 +1,70 @@
+"""SlurmScheduler: hpcdl.scheduler.Scheduler for Slurm, built from the adapter's
+parts (commands, query, livecheck). Talks to Slurm only; never prints."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hpcdl.errors import ToolError, ValidationError
+from hpcdl.scheduler import JobStatus
+from hpcdl.slurm import commands, livecheck, query
+
+if TYPE_CHECKING:
+    from hpcdl.plan import JobPlan
+    from hpcdl.profiles.schema import Profile
+
+
+class SlurmScheduler:
+    """Slurm through its command-line tools (every call through hpcdl.proc).
+
+    ``profile_name`` only words the hint when slurmctld cannot be reached.
+    """
+
+    name = "slurm"
+
+    def __init__(self, profile_name: str | None = None) -> None:
+        self.profile_name = profile_name
+
+    def available(self) -> bool:
+        return query.slurm_available()
+
+    def check(self, profile: Profile, plans: Mapping[str, JobPlan]) -> list[str]:
+        """The live check of every plan against one read of the cluster; returns the
+        warnings. Raises ValidationError (prefixed with the plan's label when there
+        are several) or ToolError (slurmctld unreachable)."""
+        try:
+            cluster = livecheck.read_cluster()
+        except ToolError as err:
+            raise commands.unreachable(err, self.profile_name) from err
+        warnings: list[str] = []
+        for label, plan in plans.items():
+            try:
+                warnings += livecheck.check_plan(profile, plan, cluster)
+            except ValidationError as err:
+                if len(plans) > 1:
+                    raise ValidationError(f"{label}: {err.message}", hint=err.hint) from err
+                raise
+        return warnings
+
+    def submit(self, argv: list[str]) -> str:
+        try:
+            return commands.sbatch(argv)
+        except ToolError as err:
+            raise commands.unreachable(err, self.profile_name) from err
+
+    def statuses(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        return query.statuses(job_ids)
+
+    def status(self, job_id: str, *, settle_s: float = 0.0) -> JobStatus:
+        return query.job_status(job_id, settle_s=settle_s)
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        commands.scancel(job_ids)
+
+    def log_paths(self, job_id: str) -> tuple[Path, Path] | None:
+        return commands.scontrol_log_paths(job_id)
+
+    def list_jobs(self, *, since: str, all_users: bool) -> list[JobStatus]:
+        return query.list_jobs(since=since, all_users=all_users)

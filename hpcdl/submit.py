@@ -1,0 +1,145 @@
+"""Submitting a planned job and what follows on the application side: the run
+directory, the live check, the scheduler's submit, the result record of an ended
+job, its log files, cancelling it. No terminal output: values are returned and
+hpcdl errors raised; hpcdl.cli prints.
+
+The job path reads one way: request -> ``plan_run`` (plan.py's build_plan, once,
+with the run directory decided) -> ``submit`` (writes exactly ``plan.script``) ->
+hpcdl.follow -> hpcdl.results.record.record_result (result.json).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+from hpcdl import rundir
+from hpcdl.errors import SubmitError, ToolError
+from hpcdl.plan import JobPlan, JobRequest, build_plan
+from hpcdl.profiles.schema import Profile
+from hpcdl.results.record import refused_record
+from hpcdl.rundir import JobRecord, RunDir
+from hpcdl.scheduler import COMPLETED, TIMEOUT, JobStatus, Scheduler, is_final
+from hpcdl.timelimit import EXIT_TIMEOUT
+
+SKIP_LIVE_CHECK_ENV = "HPCDL_SKIP_LIVE_CHECK"
+CANCEL_WAIT_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Submitted:
+    job_id: str
+    run: RunDir
+    plan: JobPlan
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.path
+
+
+def plan_run(profile: Profile, request: JobRequest, *, runs_under: Path | None = None,
+             run_name: str | None = None) -> JobPlan:
+    """The plan that gets submitted: ``request`` with its run directory decided first.
+
+    Unless ``request.run_dir`` is set, the run directory's path is chosen (not
+    created) under ``runs_under`` (default: runs_root()), named after ``run_name``
+    (default: the job name), so #SBATCH --output/--error, the checkpoint directory
+    and the container's binds point into it; ``submit`` then writes exactly
+    ``plan.script``. Raises ValidationError, RenderError (see build_plan).
+    """
+    if request.run_dir is None:
+        name = run_name or request.job_name or f"hpcdl-{request.backend}"
+        request = dataclasses.replace(request,
+                                      run_dir=str(rundir.new_run_path(name, runs_under)))
+    return build_plan(profile, request)
+
+
+def live_check_wanted(live_check: bool | None) -> bool:
+    """``live_check``, or unless $HPCDL_SKIP_LIVE_CHECK says no: True."""
+    if live_check is not None:
+        return live_check
+    return os.environ.get(SKIP_LIVE_CHECK_ENV, "") not in ("1", "true", "yes")
+
+
+def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
+           live_check: bool | None = None, sbatch_options: tuple[str, ...] = ()) -> Submitted:
+    """Live check, run directory, submission: submits ``plan`` exactly as planned.
+
+    ``plan.run_dir`` (see plan_run) is created here and must not exist yet;
+    job.sbatch is ``plan.script`` byte for byte. ``sbatch_options`` go on the
+    submission command line (a sweep's --dependency=singleton). Raises
+    ValidationError (live check), SubmitError (no run directory in the plan, it
+    exists already, or the scheduler refused), ToolError (scheduler unreachable).
+    """
+    if plan.run_dir is None:
+        raise SubmitError("the plan has no run directory: plan it with plan_run()")
+    if not scheduler.available():
+        raise ToolError("sbatch: Slurm's commands are not on PATH",
+                        hint="run on a login node, or start the local sandbox: hpcdl sandbox up")
+    warnings = (scheduler.check(profile, {plan.job_name: plan})
+                if live_check_wanted(live_check) else [])
+    try:
+        run = rundir.make_run_dir(Path(plan.run_dir))
+    except FileExistsError as exc:
+        raise SubmitError(f"run directory {plan.run_dir} already exists",
+                          hint="give a new --run-dir, or leave it out for a fresh one") from exc
+    script = run.write_plan(plan.script, plan.to_dict())
+    run.record_inputs(profile.model_dump(mode="json"), plan.image)
+    argv = plan.sbatch_argv(script, sbatch_options)
+    try:
+        job_id = scheduler.submit(argv)
+    except ToolError as err:  # refused, or the controller went away: say so in the run dir
+        run.write_result(dict(refused_record(err.message, argv)))
+        raise
+    run.write_job(JobRecord.now(job_id, argv))
+    return Submitted(job_id, run, plan, tuple(warnings))
+
+
+def exit_status(status: JobStatus) -> int:
+    """The process exit code that reflects a finished job: EXIT_TIMEOUT (124, as
+    timeout(1)) when it hit its time limit, else its own (shell convention for signals)."""
+    if status.state == TIMEOUT:
+        return EXIT_TIMEOUT
+    if status.exit_code:
+        return status.exit_code
+    if status.signal:
+        return 128 + status.signal
+    return 0 if status.state == COMPLETED else 1
+
+
+def log_files(job_id: str, scheduler: Scheduler) -> tuple[Path, Path]:
+    """(stdout, stderr) paths of a job: from its run directory, else from the scheduler.
+
+    Raises ToolError when neither knows the job.
+    """
+    run = rundir.find_run(job_id)
+    if run is not None:
+        return run.logs(job_id)
+    paths = scheduler.log_paths(job_id)
+    if paths is not None:
+        return paths
+    raise ToolError(f"job {job_id}: no run directory under {rundir.runs_root()} and Slurm "
+                    f"no longer knows its log paths",
+                    hint="run from the directory you submitted from, or set HPCDL_RUNS")
+
+
+def cancel(job_id: str, scheduler: Scheduler) -> JobStatus:
+    """Cancel the job; return its status once it ended (or, after CANCEL_WAIT_S, what
+    the scheduler says then). Raises ToolError for an unknown or already finished
+    job (scancel itself says nothing in that case).
+    """
+    before = scheduler.status(job_id)
+    if is_final(before.state):
+        raise ToolError(f"job {job_id} already ended ({before.state}); nothing to cancel")
+    scheduler.cancel([job_id])
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    status = scheduler.status(job_id)
+    while not is_final(status.state) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        status = scheduler.status(job_id)
+    if is_final(status.state):
+        return scheduler.status(job_id, settle_s=10)
+    return status  # still ending (COMPLETING): the caller reports what Slurm says

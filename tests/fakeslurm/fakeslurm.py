@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""A fake Slurm for fast lifecycle tests: sbatch, squeue, sacct, scontrol, scancel and
+sinfo in one stdlib-only script, picked by the name it is called under (bin/ holds one
+small wrapper per tool). It is no substitute for the real sandbox (tests/integration):
+it only lets submit, follow, failure reports, timeouts, cancellation and sweeps run in
+milliseconds, with scripted outcomes.
+
+State lives in ``$FAKE_SLURM_DIR``:
+    scenario.json   how jobs progress (written by the test; see DEFAULT below)
+    jobs.json       the jobs submitted so far and the clock
+    calls.jsonl     one line per command run ({"tool": ..., "argv": [...]}), for counting
+
+Time is counted in *ticks*: every squeue call advances the clock by one, unless a
+file ``clock`` in the state directory holds the time (seconds, written by whoever
+drives the fake, e.g. bench/bench_polling.py's simulated clock). A job's ``states``
+list says how many ticks it spends in each state; the last one is final. A job
+named ``<prefix>-<i>`` may add ``spread * (i % 7)`` ticks to its second state, so
+the ends of many jobs are spread out. A scenario picks a job's behaviour by its job name (``jobs``: name -> spec,
+first match by prefix), else ``default``:
+
+    {"default": {"states": [["PENDING", 1], ["RUNNING", 2], ["COMPLETED", 0]],
+                 "exit": "0:0", "stdout": "hello\\n", "stderr": ""},
+     "jobs": {"crash": {"states": [["RUNNING", 1], ["FAILED", 0]], "exit": "1:0", ...}},
+     "refuse": null,          # or Slurm's refusal message: sbatch exits 1 with it
+     "min_job_age": 3,        # ticks a finished job stays visible to squeue
+     "sacct_lag": 1}          # ticks sacct shows its placeholder row after the end
+
+A job's stdout/stderr (with %j replaced) are written where its #SBATCH --output/--error
+lines say, when it reaches its final state.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT: dict[str, Any] = {
+    "states": [["PENDING", 1], ["RUNNING", 2], ["COMPLETED", 0]],
+    "exit": "0:0", "stdout": "", "stderr": "",
+}
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+# The sandbox's partitions (scripts/sandbox.sh), so the live check passes for its profile.
+PARTITIONS = "".join(
+    f"PartitionName={name} MaxNodes={nodes} MaxTime={limit} Nodes=n[1-2] TotalNodes=2\n"
+    for name, nodes, limit in (("debug", 2, "00:30:00"), ("gpu", 2, "02:00:00"),
+                               ("short", 1, "00:05:00")))
+SINFO = "debug*|gpu:fake:4|8|2\ngpu|gpu:fake:4|8|2\nshort|gpu:fake:4|8|2\n"
+
+
+def state_dir() -> Path:
+    return Path(os.environ["FAKE_SLURM_DIR"])
+
+
+def scenario() -> dict[str, Any]:
+    path = state_dir() / "scenario.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+class Store:
+    """jobs.json under an exclusive lock (tools may run concurrently)."""
+
+    def __enter__(self) -> dict[str, Any]:
+        self.lock = open(state_dir() / "lock", "a+")  # noqa: SIM115
+        fcntl.flock(self.lock, fcntl.LOCK_EX)
+        path = state_dir() / "jobs.json"
+        self.data = json.loads(path.read_text()) if path.is_file() else {"tick": 0, "next": 100,
+                                                                         "jobs": {}}
+        clock = state_dir() / "clock"
+        self.data["external"] = clock.is_file()
+        if self.data["external"]:
+            self.data["tick"] = float(clock.read_text())
+        return self.data
+
+    def __exit__(self, *exc: object) -> None:
+        tmp = state_dir() / "jobs.json.tmp"
+        tmp.write_text(json.dumps(self.data))
+        tmp.replace(state_dir() / "jobs.json")
+        fcntl.flock(self.lock, fcntl.LOCK_UN)
+        self.lock.close()
+
+
+def spec_for(name: str, scen: dict[str, Any]) -> dict[str, Any]:
+    for prefix, spec in scen.get("jobs", {}).items():
+        if name.startswith(prefix):
+            return {**DEFAULT, **spec}
+    return {**DEFAULT, **scen.get("default", {})}
+
+
+def where(job: dict[str, Any], tick: int) -> tuple[str, int | None]:
+    """(Slurm state, tick it became final or None) of ``job`` at ``tick``."""
+    if job.get("cancelled_at") is not None:
+        return "CANCELLED", job["cancelled_at"]
+    age = tick - job["submitted"]
+    at = job["submitted"]
+    for state, ticks in job["states"][:-1]:
+        if age < ticks:
+            return state, None
+        age -= ticks
+        at += ticks
+    return job["states"][-1][0], at
+
+
+def finish(job: dict[str, Any], state: str) -> None:
+    """Write the job's logs once it has ended."""
+    if job.get("logs_written"):
+        return
+    job["logs_written"] = True
+    for key in ("stdout", "stderr"):
+        path = job[key + "_path"]
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a") as fh:
+                fh.write(job["spec_" + key])
+    if state == "CANCELLED" and job["stderr_path"]:
+        with open(job["stderr_path"], "a") as fh:
+            fh.write(f"slurmstepd: error: *** JOB {job['id']} CANCELLED ***\n")
+
+
+def opt(argv: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "=") and flag.startswith("--"):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def sbatch(argv: list[str]) -> int:
+    scen = scenario()
+    if scen.get("refuse"):
+        sys.stderr.write(f"sbatch: error: Batch job submission failed: {scen['refuse']}\n")
+        return 1
+    script = Path(argv[-1])
+    text = script.read_text()
+    name = opt(argv, "--job-name") or "sbatch"
+    directives = dict(m.groups() for m in re.finditer(r"^#SBATCH --(\w+)=\"?([^\"\n]*)\"?$",
+                                                       text, re.M))
+    spec = spec_for(name, scen)
+    states = [list(s) for s in spec["states"]]
+    index = name.rsplit("-", 1)[-1]
+    if spec.get("spread") and index.isdigit() and len(states) > 2:
+        states[1][1] += spec["spread"] * (int(index) % 7)
+    with Store() as data:
+        job_id = str(data["next"])
+        data["next"] += 1
+        out = directives.get("output", f"slurm-{job_id}.out").replace("%j", job_id)
+        err = directives.get("error", out).replace("%j", job_id)
+        data["jobs"][job_id] = {
+            "id": job_id, "name": name, "submitted": data["tick"], "states": states,
+            "exit": spec["exit"], "spec_stdout": spec["stdout"], "spec_stderr": spec["stderr"],
+            "stdout_path": str(script.parent / out) if not out.startswith("/") else out,
+            "stderr_path": str(script.parent / err) if not err.startswith("/") else err,
+            "partition": directives.get("partition", "debug"),
+            "dependency": opt(argv, "--dependency"), "argv": argv,
+        }
+    print(f"{job_id};fake" if "--parsable" in argv else f"Submitted batch job {job_id}")
+    return 0
+
+
+def _rows(ids: list[str] | None, data: dict[str, Any]) -> list[tuple[dict[str, Any], str, Any]]:
+    out = []
+    for job_id in ids if ids is not None else list(data["jobs"]):
+        job = data["jobs"].get(job_id)
+        if job is not None:
+            state, ended = where(job, data["tick"])
+            if ended is not None:
+                finish(job, state)
+            out.append((job, state, ended))
+    return out
+
+
+def squeue(argv: list[str]) -> int:
+    ids = opt(argv, "-j")
+    age = scenario().get("min_job_age", 3)
+    with Store() as data:
+        if not data["external"]:
+            data["tick"] += 1
+        rows = [(j, s, e) for j, s, e in _rows(ids.split(",") if ids else None, data)
+                if e is None or data["tick"] - e <= age]
+    if ids and "," not in ids and not rows:
+        sys.stderr.write("slurm_load_jobs error: Invalid job id specified\n")
+        return 1
+    for job, state, ended in rows:
+        nodes = "" if state == "PENDING" else "n1"
+        reason = "Priority" if state == "PENDING" else "None"
+        if "-O" in argv:  # hpcdl's batched query: exit_code is the raw wait status
+            code, sig = exit_of(job, state) if ended is not None else (0, 0)
+            print(f"{job['id']}|{state}|{reason}|{nodes}|0:01|30:00|{job['partition']}|"
+                  f"{(code << 8) | sig}|{job['name']}")
+        else:
+            print(f"{job['id']}|{state}|{reason}|{nodes}|0:01|30:00|{job['partition']}|"
+                  f"{job['name']}")
+    return 0
+
+
+def exit_of(job: dict[str, Any], state: str) -> tuple[int, int]:
+    """(exit, signal) of an ended job: the scenario's, or signal 15 when cancelled."""
+    if state == "CANCELLED":
+        return 0, 15
+    code, _, sig = job["exit"].partition(":")
+    return int(code), int(sig or 0)
+
+
+def sacct(argv: list[str]) -> int:
+    ids = opt(argv, "-j")
+    lag = scenario().get("sacct_lag", 1)
+    with Store() as data:
+        rows = _rows(ids.split(",") if ids else None, data)
+        tick = data["tick"]
+    for job, state, ended in rows:
+        if ended is not None and tick - ended < lag:
+            print(f"{job['id']}|PENDING|0:0||00:00:00|30:00|{job['partition']}|allocation")
+            continue
+        code = "{}:{}".format(*exit_of(job, state)) if ended is not None else "0:0"
+        print(f"{job['id']}|{state}|{code}|n1|00:00:03|30:00|{job['partition']}|{job['name']}")
+    return 0
+
+
+def scontrol(argv: list[str]) -> int:
+    if argv[-1] == "partition":
+        sys.stdout.write(PARTITIONS)
+        return 0
+    job_id = argv[-1]
+    with Store() as data:
+        rows = _rows([job_id], data)
+    if not rows:
+        sys.stderr.write("slurm_load_jobs error: Invalid job id specified\n")
+        return 1
+    job, state, ended = rows[0]
+    code = job["exit"] if ended is not None else "0:0"
+    print(f"JobId={job_id} JobName={job['name']} JobState={state} Reason=None "
+          f"ExitCode={code} StdErr={job['stderr_path']} StdIn=/dev/null "
+          f"StdOut={job['stdout_path']} Power=")
+    return 0
+
+
+def scancel(argv: list[str]) -> int:
+    with Store() as data:
+        for job_id in argv:
+            job = data["jobs"].get(job_id)
+            if job is None:
+                sys.stderr.write(f"scancel: error: Invalid job id {job_id}\n")
+                continue
+            if where(job, data["tick"])[1] is None:
+                job["cancelled_at"] = data["tick"]
+    return 0
+
+
+def sinfo(argv: list[str]) -> int:
+    sys.stdout.write(SINFO)
+    return 0
+
+
+TOOLS = {"sbatch": sbatch, "squeue": squeue, "sacct": sacct, "scontrol": scontrol,
+         "scancel": scancel, "sinfo": sinfo}
+
+
+def main() -> int:
+    tool, argv = sys.argv[1], sys.argv[2:]
+    with open(state_dir() / "calls.jsonl", "a") as fh:
+        fh.write(json.dumps({"tool": tool, "argv": argv}) + "\n")
+    return TOOLS[tool](argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
