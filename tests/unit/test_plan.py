@@ -162,4 +162,4 @@ def test_run_dir_holds_logs_and_checkpoints_and_is_bound(sandbox):
     plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, image="/i.sif", run_dir="/r/run1"))
     assert "#SBATCH --output=/r/run1/slurm-%j.out" in plan.script
     assert plan.command[-2:] == ("--checkpoint-dir", "/r/run1/checkpoints")
-    assert "-B /var/lib/hpcdl-sandbox/tmp -B /r/run1 /i.sif" in plan.launch_line
+    assert "-B /var/lib/hpcdl-sandbox/tmp -B /r/run1 -B " in plan.launch_line

@@ -78,18 +78,22 @@ def test_neuron_script_lines_that_matter():
         "export NCCL_SOCKET_IFNAME=ib0",
     ]:
         assert expected in lines, expected
-    assert lines[-1] == (
+    assert normalise(lines[-1]) == (
         "srun --label --kill-on-bad-exit=1 singularity exec --nv -B /scratch -B /apps -B /data/imagenet:/imagenet "
-        "/images/pytorch-horovod.sif python3 /opt/hpcdl/examples/resnet50_imagenet.py "
-        "--backend ddp --data /imagenet"
+        "-B <repo>/examples:/hpcdl/examples:ro -B <repo>/hpcdl:/hpcdl/hpcdl:ro --env PYTHONPATH=/hpcdl "
+        '/images/pytorch-horovod.sif /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env '
+        "python3 /hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet"
     )
+    # The first node is the rendezvous host; the port follows the job id.
+    assert 'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"' in lines
+    assert "export MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))" in lines
 
 
 def test_karolina_uses_gpus_per_node_and_account():
     script = build_plan(load_profile("karolina"), REQUESTS["2x4-default"]).script
     assert "#SBATCH --gpus-per-node=4" in script
     assert "#SBATCH --account=OPEN-00-00" in script
-    assert "srun --label --kill-on-bad-exit=1 --mpi=pmix python3" in script
+    assert "srun --label --kill-on-bad-exit=1 --mpi=pmix /bin/sh -c" in script
 
 
 def test_template_override(tmp_path):
@@ -97,4 +101,5 @@ def test_template_override(tmp_path):
     custom.write_text("#!/bin/sh\n# {{ profile.name }} {{ ntasks }}\n{{ launch_line }}\n")
     plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=4, template=str(custom),
                                                           command=("hostname",)))
-    assert plan.script == "#!/bin/sh\n# sandbox 8\nsrun --label --kill-on-bad-exit=1 --mpi=pmix hostname\n"
+    assert plan.script == ("#!/bin/sh\n# sandbox 8\nsrun --label --kill-on-bad-exit=1 --mpi=pmix "
+                           '/bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env hostname\n')
