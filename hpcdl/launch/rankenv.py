@@ -105,8 +105,15 @@ esac
 # connect. Said explicitly (torchrun reads --rdzv-conf from PET_RDZV_CONF): left to its
 # guess, every node whose address matches MASTER_ADDR tries to host (all of them when
 # the nodes share a network namespace, as in the sandbox with 127.0.0.1).
+# Node 0 also tells the workers where it is (--local-addr, from PET_LOCAL_ADDR): by
+# definition MASTER_ADDR, while its own guess (its FQDN) may not resolve elsewhere.
 _TORCHRUN = """\
-if [ "${SLURM_NODEID:-0}" = 0 ]; then PET_RDZV_CONF=is_host=1; else PET_RDZV_CONF=is_host=0; fi
+if [ "${SLURM_NODEID:-0}" = 0 ]; then
+  PET_RDZV_CONF=is_host=1
+  if [ -n "${MASTER_ADDR:-}" ]; then PET_LOCAL_ADDR=$MASTER_ADDR; export PET_LOCAL_ADDR; fi
+else
+  PET_RDZV_CONF=is_host=0
+fi
 NODE_RANK=${SLURM_NODEID:-0} LOCAL_RANK=0
 export PET_RDZV_CONF
 """

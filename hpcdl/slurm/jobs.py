@@ -129,7 +129,7 @@ def submit_plan(profile: Profile, request: JobRequest, plan: JobPlan, *,
     run_dir = runs.create_run_dir(run_name or plan.job_name, root=runs_under)
     final = build_plan(profile, dataclasses.replace(request, run_dir=str(run_dir)))
     script = runs.write_plan(run_dir, final.script, final.to_dict())
-    runs.record_inputs(run_dir, profile.model_dump(mode="json"), request.image)
+    runs.record_inputs(run_dir, profile.model_dump(mode="json"), final.image)
     argv = final.sbatch_argv(script, sbatch_options)
     try:
         job_id = sbatch(argv)
