@@ -26,12 +26,11 @@ BACKENDS: tuple[str, ...] = ("horovod", "ddp")
 LAUNCHERS: tuple[str, ...] = ("srun", "torchrun", "mpirun", "horovodrun")
 GPU_BINDS: tuple[str, ...] = ("none", "local-rank")
 
-# Where images built by hpcdl carry the project (see containers/*.yaml).
-IMAGE_PROJECT_DIR = PurePosixPath("/opt/hpcdl")
 # Where a job sees the bundled examples and the stdlib-only hpcdl modules they import
 # (hpcdl.errors, hpcdl.launch.world, hpcdl.data.imagefolder): bound read-only from the
-# host at job time, so the examples run in any image (a site's NGC image has no
-# /opt/hpcdl) and always match the hpcdl that rendered the job.
+# host at job time, so the examples run in any image (a site's NGC image has no copy
+# of hpcdl; images built from containers/*.yaml carry one in /opt/hpcdl) and always
+# match the hpcdl that rendered the job.
 JOB_PROJECT_DIR = PurePosixPath("/hpcdl")
 DEFAULT_EXAMPLE = "resnet50_imagenet.py"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
