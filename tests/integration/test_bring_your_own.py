@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcdl.resources import REPO_ROOT
 from tests.integration.conftest_slurm import hpcdl, submit_json, wait_final
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.horovod, pytest.mark.torch]
@@ -134,8 +135,9 @@ def test_command_missing_in_the_image_is_one_line(slurm_cluster: Path, cpu_image
 
 def test_missing_script_is_one_line_before_anything_is_queued(
         slurm_cluster: Path, cpu_image: Path, runs_dir: Path, tmp_path: Path) -> None:
+    # From another folder `python -m hpcdl` must still import this checkout's hpcdl.
     res = hpcdl("submit", *COMMON, "--image", str(cpu_image), "--", "python3", "-u",
-                "train_missing.py", cwd=tmp_path)
+                "train_missing.py", cwd=tmp_path, env={"PYTHONPATH": str(REPO_ROOT)})
     assert res.returncode == 2
     assert res.stderr.splitlines()[0] == (
         f"error: command: script 'train_missing.py' does not exist (in {tmp_path})")
