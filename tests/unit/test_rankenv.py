@@ -61,7 +61,7 @@ def test_uneven_tasks_per_node(per_node, node, expected):
 def test_mpirun_variables_win_over_the_batch_steps_slurm_ones():
     env = {**SLURM, "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
            "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
-           "OMPI_COMM_WORLD_NODE_RANK": "1"}
+           "OMPI_COMM_WORLD_NODE_RANK": "0"}  # counts processes: not the node
     out = exported(env)
     assert (out["RANK"], out["WORLD_SIZE"], out["LOCAL_RANK"], out["NODE_RANK"],
             out["GROUP_WORLD_SIZE"], out["HPCDL_RANK_FROM"]) == ("3", "4", "1", "1", "2", "openmpi")
@@ -130,3 +130,25 @@ def test_the_script_holds_no_single_quote():
     for mode in ("ranks", "torchrun"):
         for bind in (False, True):
             assert "'" not in rank_env_script(mode, gpu_bind=bind)  # type: ignore[arg-type]
+
+
+def test_port_check_without_grep_in_the_image(tmp_path):
+    # A PATH with sh's helpers but no grep: the sh fallback reads /proc/net/tcp itself.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("printf", "uname", "true"):
+        found = shutil.which(tool)
+        assert found
+        (bin_dir / tool).symlink_to(found)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "MASTER_PORT": port, "PATH": str(bin_dir)}
+        script = rank_env_script()
+        res = subprocess.run(["/bin/sh", "-c", script, WRAPPER_NAME, "true"], env=env,
+                             capture_output=True, text=True, timeout=30)
+        assert res.returncode == 98 and f"MASTER_PORT {port} is already in use" in res.stderr
+    res = subprocess.run(["/bin/sh", "-c", script, WRAPPER_NAME, "true"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr

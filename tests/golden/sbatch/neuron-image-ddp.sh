@@ -43,7 +43,9 @@ if [ -n "${OMPI_COMM_WORLD_RANK:-}" ]; then
   # Started by mpirun (Open MPI): its variables describe the processes it started.
   RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=$OMPI_COMM_WORLD_SIZE
   LOCAL_RANK=${OMPI_COMM_WORLD_LOCAL_RANK:-0} LOCAL_WORLD_SIZE=${OMPI_COMM_WORLD_LOCAL_SIZE:-1}
-  NODE_RANK=${OMPI_COMM_WORLD_NODE_RANK:-$((RANK / LOCAL_WORLD_SIZE))}
+  # Open MPI has no node index (OMPI_COMM_WORLD_NODE_RANK counts processes on the
+  # node); mpirun fills each node before the next under Slurm.
+  NODE_RANK=$((RANK / LOCAL_WORLD_SIZE))
   GROUP_WORLD_SIZE=$(( (WORLD_SIZE + LOCAL_WORLD_SIZE - 1) / LOCAL_WORLD_SIZE ))
   HPCDL_RANK_FROM=openmpi
 elif [ -n "${HOROVOD_RANK:-}" ]; then
@@ -90,19 +92,21 @@ if [ "${NODE_RANK:-${SLURM_NODEID:-0}}" = 0 ] && [ "${LOCAL_RANK:-${SLURM_LOCALI
     *)
       # Something listening on MASTER_PORT here (state 0A = LISTEN) means the rendezvous
       # cannot bind: say so now instead of after the retries of torch.distributed.
-      hpcdl_hex=$(printf %04X "$MASTER_PORT")
-      for hpcdl_f in /proc/net/tcp /proc/net/tcp6; do
-        [ -r "$hpcdl_f" ] || continue
-        while read -r hpcdl_sl hpcdl_local hpcdl_remote hpcdl_state hpcdl_rest; do
-          case $hpcdl_local in
-            *:"$hpcdl_hex")
-              if [ "$hpcdl_state" = 0A ]; then
-                echo "hpcdl: MASTER_PORT $MASTER_PORT is already in use on ${SLURMD_NODENAME:-$(uname -n)} (another job or process listens on it): choose a free one with --env MASTER_PORT=PORT" >&2
-                exit 98
-              fi ;;
-          esac
-        done < "$hpcdl_f"
-      done ;;
+      hpcdl_hex=$(printf %04X "$MASTER_PORT") hpcdl_busy=
+      if command -v grep >/dev/null 2>&1; then
+        grep -Eqs "^ *[0-9]+: [0-9A-F]+:$hpcdl_hex [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 && hpcdl_busy=1
+      else  # no grep in the image: the same in sh (~60 ms for 600 sockets)
+        for hpcdl_f in /proc/net/tcp /proc/net/tcp6; do
+          [ -r "$hpcdl_f" ] || continue
+          while read -r hpcdl_sl hpcdl_local hpcdl_remote hpcdl_state hpcdl_rest; do
+            case $hpcdl_local in *:"$hpcdl_hex") [ "$hpcdl_state" = 0A ] && hpcdl_busy=1 ;; esac
+          done < "$hpcdl_f"
+        done
+      fi
+      if [ -n "$hpcdl_busy" ]; then
+        echo "hpcdl: MASTER_PORT $MASTER_PORT is already in use on ${SLURMD_NODENAME:-$(uname -n)} (another job or process listens on it): choose a free one with --env MASTER_PORT=PORT" >&2
+        exit 98
+      fi ;;
   esac
 fi
 exec "$@"
