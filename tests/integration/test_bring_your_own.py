@@ -39,8 +39,8 @@ def plain_rows(log: str) -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def plain_runs(slurm_cluster: Path, cpu_image: Path, tmp_path_factory: pytest.TempPathFactory,
                ) -> dict[str, tuple[dict, list[dict[str, str]]]]:
-    """Three jobs submitted together (so they share the nodes, and ports must not clash):
-    the DDP script under srun and under torchrun, the Horovod script under srun."""
+    """Four jobs submitted together (so they share the nodes, and ports must not clash):
+    the DDP script under srun, torchrun and mpirun, the Horovod script under srun."""
     runs = tmp_path_factory.mktemp("byo-runs")
     env = {"HPCDL_RUNS": str(runs)}
     jobs = {
@@ -51,6 +51,12 @@ def plain_runs(slurm_cluster: Path, cpu_image: Path, tmp_path_factory: pytest.Te
                                     "python3", str(BYO / "ddp_plain.py"), env=env),
         "horovod-srun": submit_json(*COMMON, "--image", str(cpu_image), "--job-name", "byo-hvd",
                                     "--", "python3", str(BYO / "hvd_plain.py"), env=env),
+        # Host mpirun starting the ranks in the image (hybrid model); root needs the opt-in.
+        "ddp-mpirun": submit_json(*COMMON, "--image", str(cpu_image), "--launcher", "mpirun",
+                                  "-e", "OMPI_ALLOW_RUN_AS_ROOT=1",
+                                  "-e", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                                  "--job-name", "byo-mpirun", "--",
+                                  "python3", str(BYO / "ddp_plain.py"), env=env),
     }
     out = {}
     for name, job in jobs.items():
@@ -62,7 +68,7 @@ def plain_runs(slurm_cluster: Path, cpu_image: Path, tmp_path_factory: pytest.Te
     return out
 
 
-@pytest.mark.parametrize("name", ["ddp-srun", "ddp-torchrun", "horovod-srun"])
+@pytest.mark.parametrize("name", ["ddp-srun", "ddp-torchrun", "horovod-srun", "ddp-mpirun"])
 def test_plain_script_runs_unchanged_on_two_nodes(name: str, plain_runs: dict) -> None:
     job, rows = plain_runs[name]
     assert [int(r["rank"]) for r in rows] == [0, 1, 2, 3], rows
