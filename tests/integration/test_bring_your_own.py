@@ -23,15 +23,14 @@ pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.horovod, pyt
 BYO = Path(__file__).resolve().parent / "byo"
 JOB_TIMEOUT = 420  # s: 4 ranks start torch (+ Horovod) in the image on 2 shared cores
 COMMON = ("-p", "sandbox", "-N", "2", "-G", "2", "-c", "1")
-_PLAIN = re.compile(r"PLAIN (.+)$")
+_PLAIN = re.compile(r"PLAIN (host=\S+ rank=\d+ .*? params=[-\d.,]*\d)")
 
 
 def plain_rows(log: str) -> list[dict[str, str]]:
     """The PLAIN lines the byo/ scripts print, one dict per rank, sorted by rank."""
     rows = []
     for line in log.splitlines():
-        m = _PLAIN.search(line)
-        if m:
+        for m in _PLAIN.finditer(line):
             rows.append(dict(item.split("=", 1) for item in m.group(1).split()))
     return sorted(rows, key=lambda r: int(r["rank"]))
 

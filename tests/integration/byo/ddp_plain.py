@@ -1,8 +1,11 @@
 """A plain torchrun-style DDP script (gloo on CPU): it reads only torchrun's variables
-and imports nothing from hpcdl. hpcdl must run it unchanged under srun or torchrun."""
+and imports nothing from hpcdl. hpcdl must run it unchanged under srun or torchrun.
+Its line goes out in one write: mpirun forwards the ranks' output unlabelled, and
+print() (two writes when unbuffered) lets another rank's line land in between."""
 
 import os
 import socket
+import sys
 
 import torch
 import torch.distributed as dist
@@ -22,8 +25,9 @@ for _ in range(3):
     opt.step()
 params = ",".join(f"{v:.6f}" for v in torch.cat([p.detach().flatten() for p in model.parameters()]))
 env = os.environ
-print(f"PLAIN host={socket.gethostname()} rank={rank} world={world} local_rank={env['LOCAL_RANK']} "
-      f"local_world_size={env['LOCAL_WORLD_SIZE']} node_rank={env.get('NODE_RANK', '-')} "
-      f"group_rank={env['GROUP_RANK']} master={env['MASTER_ADDR']}:{env['MASTER_PORT']} "
-      f"cuda_visible={env.get('CUDA_VISIBLE_DEVICES', '-')} params={params}", flush=True)
+sys.stdout.write(f"PLAIN host={socket.gethostname()} rank={rank} world={world} local_rank={env['LOCAL_RANK']} "
+                 f"local_world_size={env['LOCAL_WORLD_SIZE']} node_rank={env.get('NODE_RANK', '-')} "
+                 f"group_rank={env['GROUP_RANK']} master={env['MASTER_ADDR']}:{env['MASTER_PORT']} "
+                 f"cuda_visible={env.get('CUDA_VISIBLE_DEVICES', '-')} params={params}\n")
+sys.stdout.flush()
 dist.destroy_process_group()

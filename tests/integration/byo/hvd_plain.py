@@ -1,8 +1,10 @@
 """A plain Horovod script (hvd.init() under srun --mpi=pmix), as the seed tutorials
-write them; it imports nothing from hpcdl. Same model, data and steps as ddp_plain.py."""
+write them; it imports nothing from hpcdl. Same model, data and steps as ddp_plain.py
+(and its line goes out in one write too)."""
 
 import os
 import socket
+import sys
 
 import horovod.torch as hvd
 import torch
@@ -23,7 +25,8 @@ for _ in range(3):
     opt.step()
 params = ",".join(f"{v:.6f}" for v in torch.cat([p.detach().flatten() for p in model.parameters()]))
 env = os.environ
-print(f"PLAIN host={socket.gethostname()} rank={rank} world={world} local_rank={hvd.local_rank()} "
-      f"local_world_size={hvd.local_size()} node_rank={env.get('NODE_RANK', '-')} "
-      f"group_rank={env.get('GROUP_RANK', '-')} master={env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')} "
-      f"cuda_visible={env.get('CUDA_VISIBLE_DEVICES', '-')} params={params}", flush=True)
+sys.stdout.write(f"PLAIN host={socket.gethostname()} rank={rank} world={world} local_rank={hvd.local_rank()} "
+                 f"local_world_size={hvd.local_size()} node_rank={env.get('NODE_RANK', '-')} "
+                 f"group_rank={env.get('GROUP_RANK', '-')} master={env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')} "
+                 f"cuda_visible={env.get('CUDA_VISIBLE_DEVICES', '-')} params={params}\n")
+sys.stdout.flush()
