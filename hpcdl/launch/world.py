@@ -28,7 +28,7 @@ DEFAULT_PORT = 29500  # torch.distributed's own default
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 # HPCDL_RANK_FROM values the rank-env wrapper writes -> the launcher they stand for.
-_WRAPPED = {"slurm": "slurm", "openmpi": "openmpi", "horovod": "horovod"}
+_WRAPPED = {"slurm": "slurm", "openmpi": "openmpi", "horovod": "horovod", "pmi": "pmi"}
 
 
 @dataclass(frozen=True)

@@ -152,3 +152,17 @@ def test_port_check_without_grep_in_the_image(tmp_path):
     res = subprocess.run(["/bin/sh", "-c", script, WRAPPER_NAME, "true"], env=env,
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
+
+
+def test_mpich_style_mpiexec_and_srun_pmi2():
+    pals = exported({"PMI_RANK": "5", "PMI_SIZE": "8", "PALS_LOCAL_RANKID": "1",
+                     "PMI_LOCAL_SIZE": "4", "PALS_NODEID": "1"})
+    assert (pals["RANK"], pals["WORLD_SIZE"], pals["LOCAL_RANK"], pals["LOCAL_WORLD_SIZE"],
+            pals["NODE_RANK"], pals["GROUP_WORLD_SIZE"], pals["HPCDL_RANK_FROM"]) == (
+        "5", "8", "1", "4", "1", "2", "pmi")
+    hydra = exported({"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1",
+                      "MPI_LOCALNRANKS": "2"})
+    assert (hydra["LOCAL_RANK"], hydra["NODE_RANK"]) == ("1", "1")
+    # srun --mpi=pmi2 sets PMI_RANK but no local rank: Slurm's variables answer.
+    pmi2 = exported({**SLURM, "PMI_RANK": "5", "PMI_SIZE": "6"})
+    assert (pmi2["LOCAL_RANK"], pmi2["HPCDL_RANK_FROM"]) == ("1", "slurm")

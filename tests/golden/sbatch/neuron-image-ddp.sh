@@ -48,6 +48,15 @@ if [ -n "${OMPI_COMM_WORLD_RANK:-}" ]; then
   NODE_RANK=$((RANK / LOCAL_WORLD_SIZE))
   GROUP_WORLD_SIZE=$(( (WORLD_SIZE + LOCAL_WORLD_SIZE - 1) / LOCAL_WORLD_SIZE ))
   HPCDL_RANK_FROM=openmpi
+elif [ -n "${PMI_RANK:-}" ] && [ -n "${PALS_LOCAL_RANKID:-${MPI_LOCALRANKID:-${PMI_LOCAL_RANK:-}}}" ]; then
+  # Started by an MPICH-style mpiexec (MPICH, Intel MPI, Cray PALS under PBS). Without a
+  # local rank this is srun --mpi=pmi2, whose Slurm variables below say more.
+  RANK=$PMI_RANK WORLD_SIZE=${PMI_SIZE:-1}
+  LOCAL_RANK=${PALS_LOCAL_RANKID:-${MPI_LOCALRANKID:-${PMI_LOCAL_RANK:-0}}}
+  LOCAL_WORLD_SIZE=${MPI_LOCALNRANKS:-${PMI_LOCAL_SIZE:-1}}
+  NODE_RANK=${PALS_NODEID:-$((RANK / LOCAL_WORLD_SIZE))}
+  GROUP_WORLD_SIZE=$(( (WORLD_SIZE + LOCAL_WORLD_SIZE - 1) / LOCAL_WORLD_SIZE ))
+  HPCDL_RANK_FROM=pmi
 elif [ -n "${HOROVOD_RANK:-}" ]; then
   # Started by horovodrun (Gloo).
   RANK=$HOROVOD_RANK WORLD_SIZE=$HOROVOD_SIZE
