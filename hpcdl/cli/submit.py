@@ -6,8 +6,8 @@ import json
 
 import click
 
-from hpcdl.cli.options import example_options, parse_env, request_options
-from hpcdl.plan import BACKENDS, GPU_BINDS, LAUNCHERS, JobRequest, build_plan
+from hpcdl.cli.options import example_options, launch_options, parse_env, request_options
+from hpcdl.plan import BACKENDS, JobRequest, build_plan
 from hpcdl.preflight import check_inputs
 from hpcdl.profiles import load_profile
 
@@ -17,16 +17,7 @@ from hpcdl.profiles import load_profile
 @click.option("--backend", type=click.Choice(BACKENDS), default="horovod", show_default=True,
               help="Distributed backend of the bundled example.")
 @example_options
-@click.option("--no-image", is_flag=True,
-              help="Run natively, even when the profile names a container.default_image.")
-@click.option("--launcher", type=click.Choice(LAUNCHERS),
-              help="How ranks start (default: the profile's mpi.launcher): srun (one task per "
-                   "rank), torchrun (one torchrun per node via srun, c10d rendezvous on the "
-                   "first node), mpirun, horovodrun.")
-@click.option("--gpu-bind", type=click.Choice(GPU_BINDS),
-              help="none: every rank sees its node's GPUs and uses GPU LOCAL_RANK; local-rank: "
-                   "CUDA_VISIBLE_DEVICES narrowed to that one GPU (default: the profile's "
-                   "mpi.gpu_bind, else none).")
+@launch_options
 @click.option("--dry-run", is_flag=True, help="Print the script (or with --json the plan); write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--wait", "-w", is_flag=True,

@@ -144,3 +144,14 @@ def test_command_script(command, script):
     from hpcdl.preflight import command_script
 
     assert command_script(command) == script
+
+
+def test_scale_takes_the_launch_options():
+    res = CliRunner().invoke(cli, ["scale", "-p", "sandbox", "-N", "1,2", "-G", "2", "--backend",
+                                    "ddp", "--synthetic", "--launcher", "torchrun", "--dry-run",
+                                    "--json"])
+    assert res.exit_code == 0, res.output
+    assert "torch.distributed.run --nnodes=2 --nproc-per-node=2" in res.output
+    refused = CliRunner().invoke(cli, ["scale", "-p", "sandbox", "-N", "1", "-G", "2",
+                                        "--launcher", "torchrun", "--dry-run"])
+    assert refused.exit_code == 2 and "launcher: torchrun starts ranks without MPI" in refused.output
