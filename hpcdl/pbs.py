@@ -70,19 +70,12 @@ def directives(profile: Profile, part: Partition, *, nodes: int, gpus: int, task
     return out
 
 
-def mpiexec_tokens(launch: list[str], *, ntasks: int, tasks_per_node: int,
-                   cpus_per_task: int) -> list[str]:
-    """The launch tokens with PBS's ``mpiexec`` in place of the Slurm launcher.
-
-    The launcher is the leading run of Raw tokens (``srun --label ...``, ``mpirun -np
-    "$SLURM_NTASKS"``): hpcdl writes those itself. What follows (the profile's
-    launcher_args, the container, the command) is kept.
-    """
-    rest = list(launch)
-    while rest and isinstance(rest[0], Raw):
-        rest.pop(0)
+def mpiexec_tokens(*, ntasks: int, tasks_per_node: int, cpus_per_task: int) -> list[str]:
+    """PBS's ``mpiexec`` (Cray PALS / MPICH) in the place of Slurm's launcher: it starts
+    every rank; what follows (the container, the rank-env wrapper, the command) is the
+    same as under Slurm."""
     return [Raw("mpiexec"), Raw("-n"), Raw(str(ntasks)), Raw("--ppn"), Raw(str(tasks_per_node)),
-            Raw("--depth"), Raw(str(cpus_per_task)), Raw("--cpu-bind"), Raw("depth"), *rest]
+            Raw("--depth"), Raw(str(cpus_per_task)), Raw("--cpu-bind"), Raw("depth")]
 
 
 def warnings(profile: Profile) -> list[str]:

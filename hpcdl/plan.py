@@ -15,9 +15,11 @@ from typing import Any, Literal
 
 from hpcdl import __version__, pbs
 from hpcdl.errors import ValidationError
+from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME, rank_env_script
+from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.render import Raw, render_template, shell_join
-from hpcdl.resources import examples_dir
+from hpcdl.resources import PACKAGE_DIR, examples_dir
 from hpcdl.slurmtime import format_time, parse_time
 from hpcdl.tokens import BIND, CONTROL, ENV_NAME, NAME, PATH, Kind, check_token
 
@@ -26,9 +28,15 @@ _PLAIN_SBATCH = re.compile(r"[A-Za-z0-9_.,:@%+=/\-]+")
 
 Backend = Literal["horovod", "ddp"]
 BACKENDS: tuple[str, ...] = ("horovod", "ddp")
+LAUNCHERS: tuple[str, ...] = ("srun", "torchrun", "mpirun", "horovodrun")
+GPU_BINDS: tuple[str, ...] = ("none", "local-rank")
 
-# Where the image carries the project (see containers/*.yaml).
-IMAGE_PROJECT_DIR = PurePosixPath("/opt/hpcdl")
+# Where a job sees the bundled examples and the stdlib-only hpcdl modules they import
+# (hpcdl.errors, hpcdl.launch.world, hpcdl.data.imagefolder): bound read-only from the
+# host at job time, so the examples run in any image (a site's NGC image has no copy
+# of hpcdl; images built from containers/*.yaml carry one in /opt/hpcdl) and always
+# match the hpcdl that rendered the job.
+JOB_PROJECT_DIR = PurePosixPath("/hpcdl")
 DEFAULT_EXAMPLE = "resnet50_imagenet.py"
 
 
@@ -52,6 +60,9 @@ class JobRequest:
     example_args: tuple[str, ...] = ()
     template: str | None = None
     run_dir: str | None = None
+    launcher: str | None = None  # default: the profile's mpi.launcher
+    no_image: bool = False  # run natively even when the profile names a default_image
+    gpu_bind: str | None = None  # default: the profile's mpi.gpu_bind
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,11 @@ class JobPlan:
     # The profile's defaults for the bundled example that are on its command line
     # (those a -X did not replace); empty for a custom COMMAND.
     example_defaults: tuple[str, ...] = field(default=())
+    launcher: str = "srun"
+    gpu_bind: str = "none"
+    image_source: str | None = None  # "--image" or "profile default_image"
+    master_addr: str = ""  # as the script sets it (a shell expression when derived)
+    master_port: str = ""
     hpcdl_version: str = __version__
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,6 +144,12 @@ def check_request(req: JobRequest) -> None:
         raise _fail(f"cpus-per-task: must be at least 1 (got {req.cpus_per_task})")
     if req.backend not in BACKENDS:
         raise _fail(f"backend: {req.backend!r} is not one of {', '.join(BACKENDS)}")
+    if req.launcher is not None and req.launcher not in LAUNCHERS:
+        raise _fail(f"launcher: {req.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    if req.gpu_bind is not None and req.gpu_bind not in GPU_BINDS:
+        raise _fail(f"gpu-bind: {req.gpu_bind!r} is not one of {', '.join(GPU_BINDS)}")
+    if req.image and req.no_image:
+        raise _fail(f"no-image: --no-image and --image {req.image!r} exclude each other")
     if req.time is not None:
         try:
             parse_time(req.time)
@@ -301,7 +323,7 @@ def example_defaults(profile: Profile, req: JobRequest,
 
 
 def _default_command(profile: Profile, req: JobRequest) -> list[str]:
-    base = IMAGE_PROJECT_DIR / "examples" if req.image else examples_dir()
+    base = JOB_PROJECT_DIR / "examples" if job_image(profile, req)[0] else examples_dir()
     cmd = [profile.python, str(base / DEFAULT_EXAMPLE), "--backend", req.backend]
     data = None if req.synthetic else req.data or profile.paths.imagenet
     cmd += ["--data", data] if data else ["--synthetic"]
@@ -312,35 +334,144 @@ def _default_command(profile: Profile, req: JobRequest) -> list[str]:
     return cmd + list(example_defaults(profile, req)) + list(req.example_args)
 
 
-def _launch_tokens(profile: Profile, req: JobRequest, command: list[str]) -> list[str]:
-    tokens: list[str] = []
-    mpi = profile.mpi
-    if mpi.launcher == "srun":
+def job_image(profile: Profile, req: JobRequest) -> tuple[str | None, str | None]:
+    """The image the ranks run in and where it came from (``--image`` or the profile's
+    ``container.default_image``); (None, None) for a native run."""
+    if req.image:
+        return req.image, "--image"
+    if req.no_image or not profile.container.default_image:
+        return None, None
+    return profile.container.default_image, "profile default_image"
+
+
+_PYTHON = re.compile(r"python[0-9.]*")
+
+
+def _torchrun_tokens(profile: Profile, req: JobRequest, command: list[str]) -> list[str]:
+    """``python -m torch.distributed.run`` (= torchrun, without relying on its entry point
+    being on PATH) for one node; ``--no-python`` runs COMMAND as given in each worker."""
+    python = command[0] if _PYTHON.fullmatch(PurePosixPath(command[0]).name) else profile.python
+    return [python, "-m", "torch.distributed.run", f"--nnodes={req.nodes}",
+            f"--nproc-per-node={tasks_per_node(req.gpus)}", "--rdzv-backend=c10d",
+            Raw('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'), Raw('--rdzv-id="$SLURM_JOB_ID"'),
+            "--no-python"]
+
+
+def _launcher_tokens(profile: Profile, req: JobRequest, launcher: str,
+                     cpus_per_task: int) -> list[str]:
+    """The Slurm launcher that starts the ranks (or one torchrun agent per node)."""
+    if launcher in ("srun", "torchrun"):
         # --label prefixes every output line with its task id, so a crash can be
         # traced to the rank that printed it (see hpcdl.results).
-        tokens += [Raw("srun"), Raw("--label")]
+        tokens: list[str] = [Raw("srun"), Raw("--label")]
         # One crashed rank ends the step: without this the other ranks wait in their
         # next collective until the time limit (the classic "my job hangs").
         tokens.append(Raw("--kill-on-bad-exit=1"))
-        if mpi.srun_mpi:
-            tokens.append(Raw(f"--mpi={mpi.srun_mpi}"))
-    elif mpi.launcher == "mpirun":
-        tokens += [Raw("mpirun"), Raw("-np"), Raw('"$SLURM_NTASKS"')]
-    else:  # horovodrun: needs the host list, written by the script into $HPCDL_HOSTFILE
-        tokens += [Raw("horovodrun"), Raw("-np"), Raw('"$SLURM_NTASKS"'),
-                   Raw("--hostfile"), Raw('"$HPCDL_HOSTFILE"')]
-    tokens += list(mpi.launcher_args)
-    if req.image:
+        if launcher == "torchrun":
+            # One torchrun per node, with the CPUs of all the ranks it starts.
+            tasks = tasks_per_node(req.gpus)
+            tokens += [Raw(f"--nodes={req.nodes}"), Raw(f"--ntasks={req.nodes}"),
+                       Raw("--ntasks-per-node=1"), Raw(f"--cpus-per-task={cpus_per_task * tasks}")]
+        elif profile.mpi.srun_mpi:
+            tokens.append(Raw(f"--mpi={profile.mpi.srun_mpi}"))
+        return tokens
+    if launcher == "mpirun":
+        return [Raw("mpirun"), Raw("-np"), Raw('"$SLURM_NTASKS"')]
+    # horovodrun: needs the host list, written by the script into $HPCDL_HOSTFILE
+    return [Raw("horovodrun"), Raw("-np"), Raw('"$SLURM_NTASKS"'),
+            Raw("--hostfile"), Raw('"$HPCDL_HOSTFILE"')]
+
+
+def _rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher: str,
+                 image: str | None) -> list[str]:
+    """What the launcher starts on every rank: the container (if any), the rank-env
+    wrapper, torchrun (if it is the launcher) and the command."""
+    tokens: list[str] = []
+    if image:
         runtime = profile.container.binary or profile.container.runtime
         tokens += [runtime, "exec"]
         if profile.container.nv:
             tokens.append("--nv")
         # The run directory holds the logs and checkpoints: the ranks must see it.
         run_binds = [req.run_dir] if req.run_dir else []
-        for bind in (*profile.container.binds, *req.binds, *run_binds):
+        for bind in (*profile.container.binds, *req.binds, *run_binds, *_project_binds(req)):
             tokens += ["-B", bind]
-        tokens.append(req.image)
+        if not req.command:
+            tokens += ["--env", f"PYTHONPATH={JOB_PROJECT_DIR}"]
+        tokens.append(image)
+    # Every rank (or torchrun agent) starts through the rank-env wrapper (see the script).
+    # ${...:?}: a custom template that does not define it fails loudly instead of running
+    # `sh -c ""` (nothing) successfully.
+    tokens += [Raw("/bin/sh"), Raw("-c"), Raw(f'"${{{SCRIPT_VARIABLE}:?}}"'), Raw(WRAPPER_NAME)]
+    if launcher == "torchrun":
+        tokens += _torchrun_tokens(profile, req, command)
     return tokens + command
+
+
+def _project_binds(req: JobRequest) -> list[str]:
+    """Read-only binds that bring the bundled examples (and the hpcdl modules they import)
+    into the container; none for a user's COMMAND."""
+    if req.command:
+        return []
+    return [f"{examples_dir()}:{JOB_PROJECT_DIR}/examples:ro",
+            f"{PACKAGE_DIR}:{JOB_PROJECT_DIR}/hpcdl:ro"]
+
+
+def master_values(env: tuple[tuple[str, str], ...],
+                  scheduler: str = "slurm") -> tuple[str | None, str | None]:
+    """Shell expressions for MASTER_ADDR and MASTER_PORT, None where the profile or
+    --env sets the variable (an explicit value wins).
+
+    MASTER_ADDR: the first node of the allocation (the batch shell runs there; the name
+    resolves on real clusters). MASTER_PORT: PORT_BASE + job id % PORT_SPAN, so jobs
+    sharing a node use different ports (the same rule as hpcdl.launch.world). PBS names
+    the nodes in $PBS_NODEFILE and the job id with its server ("123.server").
+    """
+    names = {k for k, _ in env}
+    if scheduler == "pbs":
+        first, job_id = '"$(head -n 1 "$PBS_NODEFILE")"', "${PBS_JOBID%%.*}"
+    else:
+        first, job_id = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"', "SLURM_JOB_ID"
+    addr = None if "MASTER_ADDR" in names else first
+    port = None if "MASTER_PORT" in names else f"$(({PORT_BASE} + {job_id} % {PORT_SPAN}))"
+    return addr, port
+
+
+def launch_notes(profile: Profile, req: JobRequest, launcher: str, gpu_bind: str,
+                 image: str | None, image_source: str | None,
+                 env: tuple[tuple[str, str], ...]) -> list[str]:
+    """What the launch line does, for the comment above it (shown by --dry-run)."""
+    tasks = tasks_per_node(req.gpus)
+    notes = []
+    if launcher == "torchrun":
+        notes.append(f"launcher torchrun: one torchrun per node (srun --ntasks-per-node=1), each "
+                     f"starting {tasks} ranks; c10d rendezvous at $MASTER_ADDR:$MASTER_PORT.")
+    else:
+        notes.append(f"launcher {launcher}: one process per rank; the wrapper derives the "
+                     "variables from its per-rank variables.")
+    addr, port = master_values(env, profile.scheduler.type)
+    notes.append("MASTER_ADDR: " + ("the first node of the allocation." if addr else
+                                    "set by the profile or --env (it wins)."))
+    notes.append("MASTER_PORT: " + (f"{PORT_BASE} + job id % {PORT_SPAN}, so jobs sharing a "
+                                    "node do not collide (below the ephemeral port range)."
+                                    if port else "set by the profile or --env (it wins)."))
+    if not req.gpus:
+        notes.append("GPUs: none requested.")
+    elif launcher == "torchrun" or gpu_bind == "none":
+        notes.append(f"GPUs: every rank sees the {req.gpus} GPUs of its node and uses GPU "
+                     "LOCAL_RANK (torch.cuda.set_device(LOCAL_RANK), as torchrun and Horovod "
+                     "scripts do).")
+    else:
+        notes.append(f"GPUs: each rank sees one GPU, number LOCAL_RANK of its node's {req.gpus} "
+                     "(CUDA_VISIBLE_DEVICES narrowed by the wrapper; --gpu-bind none keeps all).")
+    if image:
+        origin = ("the profile's container.default_image; --image overrides, --no-image "
+                  "runs natively" if image_source == "profile default_image" else "--image")
+        notes.append(f"image: {image} ({origin}).")
+        if not req.command:
+            notes.append(f"the bundled example comes from the host, bound read-only at "
+                         f"{JOB_PROJECT_DIR} (the image needs no copy of hpcdl).")
+    return notes
 
 
 def scheduler_options(
@@ -401,23 +532,38 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
     tasks = tasks_per_node(req.gpus)
     cpus = req.cpus_per_task or default_cpus_per_task(part, req.gpus)
     job_name = req.job_name or f"hpcdl-{req.backend}"
+    launcher = req.launcher or profile.mpi.launcher
+    gpu_bind = req.gpu_bind or profile.mpi.gpu_bind
+    if launcher == "torchrun" and not req.command and req.backend == "horovod":
+        raise _fail("launcher: torchrun starts ranks without MPI, which the bundled example's "
+                    "--backend horovod needs: use --backend ddp, or --launcher srun")
+    image, image_source = job_image(profile, req)
     command = list(req.command) or _default_command(profile, req)
-    tokens = _launch_tokens(profile, req, command)
-    template, pbs_directives = "sbatch.sh.j2", []
     if profile.scheduler.type == "pbs":  # PBS Pro: #PBS lines and mpiexec (hpcdl.pbs)
+        if launcher == "torchrun":
+            raise _fail("launcher: torchrun starts one agent per node through srun; a PBS "
+                        "profile launches every rank with mpiexec (use --launcher mpirun)")
         template = "pbs.sh.j2"
         pbs_directives = pbs.directives(
             profile, part, nodes=req.nodes, gpus=req.gpus, tasks_per_node=tasks,
             cpus_per_task=cpus, time=job_time(profile, part, req), run_dir=req.run_dir)
-        tokens = pbs.mpiexec_tokens(tokens, ntasks=req.nodes * tasks, tasks_per_node=tasks,
+        prefix = pbs.mpiexec_tokens(ntasks=req.nodes * tasks, tasks_per_node=tasks,
                                     cpus_per_task=cpus)
-    launch = shell_join(tokens)
+    else:
+        template, pbs_directives = "sbatch.sh.j2", []
+        prefix = _launcher_tokens(profile, req, launcher, cpus)
+    if launcher == profile.mpi.launcher:  # the profile's arguments are for its launcher
+        prefix += list(profile.mpi.launcher_args)
+    launch = shell_join(prefix + _rank_tokens(profile, req, command, launcher, image))
     log_dir = req.run_dir or "."
     output, error = f"{log_dir}/slurm-%j.out", f"{log_dir}/slurm-%j.err"
     omp = cpus if profile.env.omp_num_threads == "cpus-per-task" else profile.env.omp_num_threads
     env = tuple(profile.env.vars.items()) + tuple(req.env)
     warnings = pbs.warnings(profile) if profile.scheduler.type == "pbs" else []
     time = job_time(profile, part, req)
+    master_addr, master_port = master_values(env, profile.scheduler.type)
+    wrapper = rank_env_script("torchrun" if launcher == "torchrun" else "ranks",
+                              gpu_bind=gpu_bind == "local-rank" and req.gpus > 0)
     context = {
         "profile": profile,
         "job_name": _sbatch_job_name(job_name),
@@ -435,8 +581,13 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
         "omp_num_threads": omp,
         "exports": [(k, shell_join([v])) for k, v in env],
         "backend": req.backend,
-        "image_q": shell_join([req.image]) if req.image else None,
-        "launcher": profile.mpi.launcher,
+        "image_q": shell_join([image]) if image else None,
+        "launcher": launcher,
+        "launch_notes": launch_notes(profile, req, launcher, gpu_bind, image, image_source, env),
+        "master_addr": master_addr,
+        "master_port": master_port,
+        "rank_env_variable": SCRIPT_VARIABLE,
+        "rank_env_q": shell_join([wrapper]),
         "launch_line": launch,
         "pbs_directives": pbs_directives,
         "pbs_job_name": pbs.job_name(job_name),
@@ -460,9 +611,10 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
         time=time,
         job_name=job_name,
         backend=req.backend,
-        image=req.image,
+        image=image,
         env=env,
-        binds=tuple(profile.container.binds) + req.binds if req.image else req.binds,
+        binds=(tuple(profile.container.binds) + req.binds + tuple(_project_binds(req))
+               if image else req.binds),
         command=tuple(command),
         launch_line=launch,
         output=output,
@@ -471,4 +623,9 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
         script=script,
         warnings=tuple(warnings),
         example_defaults=example_defaults(profile, req),
+        launcher=launcher,
+        gpu_bind=gpu_bind,
+        image_source=image_source,
+        master_addr=master_addr or dict(env)["MASTER_ADDR"],
+        master_port=master_port or dict(env)["MASTER_PORT"],
     )

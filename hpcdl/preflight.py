@@ -8,23 +8,33 @@ missing here is missing in the job too.
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
 
 from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest
 
 
-def check_inputs(req: JobRequest) -> None:
-    """Raise ValidationError (exit 2) with the fix when the image or dataset is missing."""
-    if req.image:
-        image = Path(req.image).expanduser()
-        if not image.exists():
+def check_inputs(req: JobRequest, image: str | None = None) -> None:
+    """Raise ValidationError (exit 2) with the fix when the image, the dataset or the
+    command's script is missing. ``image``: the plan's (default: ``req.image``)."""
+    image = image or req.image
+    if image:
+        if not Path(image).expanduser().exists():
             raise ValidationError(
-                f"image: {req.image!r} does not exist",
-                hint=f"build it first: hpcdl build pytorch-horovod-cpu -o {req.image} "
-                f"(in a checkout, scripts/build-image.sh -o {req.image} also fills the "
+                f"image: {image!r} does not exist",
+                hint=f"build it first: hpcdl build pytorch-horovod-cpu -o {image} "
+                f"(in a checkout, scripts/build-image.sh -o {image} also fills the "
                 "wheelhouse the CPU spec installs from)",
             )
+    script = command_script(req.command)
+    # The job starts in this directory (sbatch's default), and Apptainer binds it, so a
+    # relative script path must exist here. An absolute one may live only in the image.
+    if script and (not Path(script).is_absolute() or not image) and not Path(script).exists():
+        raise ValidationError(
+            f"command: script {script!r} does not exist (in {Path.cwd()})",
+            hint="give the script's path relative to where you submit, or an absolute one",
+        )
     if req.data and not req.command:
         data = Path(req.data).expanduser()
         if not data.is_dir():
@@ -38,3 +48,20 @@ def check_inputs(req: JobRequest) -> None:
                 f"one folder per class)",
                 hint=f"make a tiny one for a test run: hpcdl data make-tiny {req.data}",
             )
+
+
+_PYTHON = re.compile(r"python[0-9.]*")
+
+
+def command_script(command: tuple[str, ...]) -> str | None:
+    """The script of ``python[3] [options] SCRIPT.py ...``, or None (not a python script
+    command, ``-c``/``-m``, or no .py argument)."""
+    if not command or not _PYTHON.fullmatch(PurePosixPath(command[0]).name):
+        return None
+    for arg in command[1:]:
+        if arg in ("-c", "-m") or arg.startswith(("-c", "-m")) and not arg.startswith("--"):
+            return None
+        if arg.startswith("-"):
+            continue
+        return arg if arg.endswith(".py") else None
+    return None

@@ -37,7 +37,7 @@ def _profile_binary(profile: str | None) -> str | None:
 
 
 @click.command()
-@click.argument("ref", metavar="[SPEC|DEF]", required=False)
+@click.argument("ref", metavar="[SPEC|DEF|DOCKERFILE]", required=False)
 @click.option("-o", "--output", metavar="IMAGE",
               help="Where the image goes (default: ${HPCDL_CACHE:-/var/cache/hpcdl}/images/NAME.sif).")
 @click.option("--fakeroot", is_flag=True, help="Build without root (user namespaces; site must allow it).")
@@ -50,9 +50,14 @@ def _profile_binary(profile: str | None) -> str | None:
               help="Print the definition and the build command; build nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable plan/result.")
 @click.option("--verbose", "-v", is_flag=True, help="Show every line of the build output.")
+@click.option("--base-image", metavar="PATH",
+              help="Dockerfile only: build on this local image (Bootstrap: localimage) instead "
+                   "of its FROM (no registry needed).")
 def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, remote: bool,
-          force: bool, profile: str | None, dry_run: bool, as_json: bool, verbose: bool) -> None:
-    """Build an image from a spec (containers/NAME.yaml or a bundled NAME) or a .def file.
+          force: bool, profile: str | None, dry_run: bool, as_json: bool, verbose: bool,
+          base_image: str | None) -> None:
+    """Build an image from a spec (containers/NAME.yaml or a bundled NAME), a .def file,
+    or a Dockerfile.
 
     The spec is rendered through templates/singularity.def.j2 and built with apptainer
     (or singularity) into a temporary file beside the target, renamed into place only
@@ -61,16 +66,22 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
     definition to IMAGE.def, and a content hash of the definition and every file copied
     in to IMAGE.hash: rebuilding an unchanged spec is a no-op (--force rebuilds).
 
+    A Dockerfile is converted with spython's Docker -> Singularity writer (--dry-run
+    shows the result); its COPY sources are read from its folder, and the image is
+    named after that folder. Its base comes from a registry unless it says
+    `FROM localimage:/path/base.sif` or --base-image gives a local image.
+
     \b
     Examples:
       hpcdl build pytorch-horovod-cpu              # buildable without a registry
       hpcdl build pytorch-horovod-gpu --fakeroot   # on a cluster login node
       hpcdl build my.def -o my.sif --dry-run
+      hpcdl build ./Dockerfile --base-image base.sif --dry-run
     """
     from hpcdl.container.build import execute, plan_build
 
     plan = plan_build(ref or _default_ref(), output=output, sandbox=sandbox, fakeroot=fakeroot,
-                      remote=remote, force=force)
+                      remote=remote, force=force, base_image=base_image)
     if dry_run:
         if as_json:
             click.echo(json.dumps({**plan.to_dict(), "definition": plan.definition}, indent=2))

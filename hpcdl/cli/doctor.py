@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -95,12 +96,43 @@ def doctor(image: str | None, profile: str | None, as_json: bool) -> None:
         raise SystemExit(1)
 
 
+def _inspect_definition(path: str, as_json: bool) -> None:
+    from hpcdl.container.recipes import inspect_definition
+
+    info = inspect_definition(Path(path))
+    if as_json:
+        click.echo(json.dumps(info.to_dict(), indent=2))
+        return
+    click.echo(f"definition   {info.path}")
+    click.echo(f"bootstrap    {info.bootstrap}")
+    click.echo(f"base         {info.base or '-'}")
+    others = {k: v for k, v in info.header.items() if k not in ("bootstrap", "from")}
+    for key, value in others.items():
+        click.echo(f"{key:<12} {value}")
+    click.echo(f"sections     {', '.join('%' + s for s in info.sections) or '-'}")
+    click.echo(f"files        {len(info.files)}" + "".join(f"\n  {f}" for f in info.files))
+    click.echo(f"labels       {len(info.labels)}" + "".join(f"\n  {v}" for v in info.labels))
+    click.echo(f"environment  {len(info.environment)}"
+               + "".join(f"\n  {v}" for v in info.environment))
+    click.echo(f"%post lines  {info.post_lines}")
+
+
 @click.command()
-@click.argument("image", metavar="IMAGE")
+@click.argument("image", metavar="IMAGE|DEF")
 @click.option("--json", "as_json", is_flag=True, help="Facts as JSON.")
 def inspect(image: str, as_json: bool) -> None:
-    """Show what is inside IMAGE: labels, python, torch/CUDA/NCCL, MPI, `horovodrun -cb`."""
+    """Show what is inside IMAGE: labels, python, torch/CUDA/NCCL, MPI, `horovodrun -cb`.
+
+    Given a definition file (.def, or a file starting with Bootstrap:), show what it
+    holds instead, parsed with spython: bootstrap, base, sections, files, labels.
+    """
     from dataclasses import asdict
+
+    from hpcdl.container.build import _is_definition
+
+    if Path(image).is_file() and _is_definition(Path(image)):
+        _inspect_definition(image, as_json)
+        return
 
     from hpcdl.container.doctor import image_facts, require_image
 

@@ -41,6 +41,27 @@ def request_options(func):  # type: ignore[no-untyped-def]
     return func
 
 
+def launch_options(func):  # type: ignore[no-untyped-def]
+    """How ranks start and where they run (submit, scale); defaults come from the profile."""
+    from hpcdl.plan import GPU_BINDS, LAUNCHERS
+
+    options = [
+        click.option("--no-image", is_flag=True,
+                     help="Run natively, even when the profile names a container.default_image."),
+        click.option("--launcher", type=click.Choice(LAUNCHERS),
+                     help="How ranks start (default: the profile's mpi.launcher): srun (one task "
+                          "per rank), torchrun (one torchrun per node via srun, c10d rendezvous "
+                          "on the first node), mpirun, horovodrun."),
+        click.option("--gpu-bind", type=click.Choice(GPU_BINDS),
+                     help="none: every rank sees its node's GPUs and uses GPU LOCAL_RANK; "
+                          "local-rank: CUDA_VISIBLE_DEVICES narrowed to that one GPU (default: "
+                          "the profile's mpi.gpu_bind, else none)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 def example_options(func):  # type: ignore[no-untyped-def]
     """Where and on what the bundled example runs (submit, scale)."""
     options = [

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from hpcdl.cli.options import example_options, parse_env
+from hpcdl.cli.options import example_options, launch_options, parse_env
 from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest
 from hpcdl.preflight import check_inputs
@@ -62,6 +62,7 @@ RESULT_FILES = ("results.json", "results.csv", "scaling.png")
 @click.option("--template", type=click.Path(dir_okay=False),
               help="Use this Jinja2 template instead of the bundled one.")
 @example_options
+@launch_options
 @click.option("--concurrent", is_flag=True,
               help="Let the points run at the same time (default: one after another, via "
                    "Slurm's singleton dependency, so they do not time each other).")
@@ -74,8 +75,9 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
           backends_text: str, batch_text: str | None, time: str | None,
           cpus_per_task: int | None, job_name: str | None, template: str | None,
           image: str | None, env: tuple[str, ...], binds: tuple[str, ...], data: str | None,
-          synthetic: bool, example_args: tuple[str, ...], concurrent: bool, dry_run: bool,
-          as_json: bool, wait: bool) -> None:
+          synthetic: bool, example_args: tuple[str, ...], no_image: bool, launcher: str | None,
+          gpu_bind: str | None, concurrent: bool, dry_run: bool, as_json: bool,
+          wait: bool) -> None:
     """Run the bundled example at every point of a scaling sweep.
 
     One job per combination of --backend, --batch-size, --nodes and --gpus, all with
@@ -103,7 +105,8 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     base = JobRequest(partition=partition, time=time, cpus_per_task=cpus_per_task,
                       job_name=job_name or default_job_name(sweep_id), image=image,
                       env=parse_env(env), binds=binds, data=data, synthetic=synthetic,
-                      example_args=example_args, template=template)
+                      example_args=example_args, template=template, no_image=no_image,
+                      launcher=launcher, gpu_bind=gpu_bind)
     check_base(base, sweeping_batch=batches is not None)
     points = expand(backends, nodes, gpus, batches)
     base, why = pin_partition(prof, base, points)  # one partition: comparable speedups
@@ -114,7 +117,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     # plans are what gets submitted.
     sweep_dir = sweep_path(sweep_id)
     plans = plan_points(prof, base, points, sweep_dir)  # raises before anything is written
-    check_inputs(base)
+    check_inputs(base, image=plans[0][1].image)
     from hpcdl.cli.display import SweepBar, done_line
     from hpcdl.cli.scheduler import scheduler_for
     from hpcdl.sweep.run import follow_sweep, row_of, submit_sweep

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from hpcdl import pbs
-from hpcdl.cli.options import example_options, parse_env, request_options
+from hpcdl.cli.options import example_options, launch_options, parse_env, request_options
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan
 from hpcdl.preflight import check_inputs
 from hpcdl.profiles import load_profile
@@ -20,6 +20,7 @@ from hpcdl.profiles.schema import Profile
 @click.option("--backend", type=click.Choice(BACKENDS), default="horovod", show_default=True,
               help="Distributed backend of the bundled example.")
 @example_options
+@launch_options
 @click.option("--dry-run", is_flag=True, help="Print the script (or with --json the plan); write nothing.")
 @click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Run directory for this job (must not exist yet; default: a new one under "
@@ -33,13 +34,18 @@ from hpcdl.profiles.schema import Profile
 def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
            cpus_per_task: int | None, job_name: str | None, template: str | None,
            image: str | None, backend: str, env: tuple[str, ...], binds: tuple[str, ...],
-           data: str | None, synthetic: bool, example_args: tuple[str, ...], dry_run: bool,
-           run_dir: Path | None, as_json: bool, wait: bool, command: tuple[str, ...]) -> None:
+           data: str | None, synthetic: bool, example_args: tuple[str, ...], no_image: bool,
+           launcher: str | None, gpu_bind: str | None, dry_run: bool, run_dir: Path | None,
+           as_json: bool, wait: bool, command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
     Without COMMAND the job runs the bundled ResNet-50 example with --backend,
     the profile's defaults for it (its examples: section; the sandbox's are sized
-    for two CPU cores) and then your -X arguments, which replace those defaults.
+    for two CPU cores) and then your -X arguments, which replace those defaults; it
+    runs in any image: the examples are bound in from the host. Every rank gets
+    torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...),
+    so a script written for torchrun runs unchanged; Horovod/MPI scripts too. The image
+    is --image, else the profile's container.default_image (--no-image: native).
     For a PBS profile (polaris) --dry-run prints a PBS Pro script; hpcdl does not
     submit to PBS.
 
@@ -52,6 +58,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
       hpcdl submit --profile neuron --nodes 2 --gpus 4 --dry-run
       hpcdl submit -p sandbox -N 2 -G 4 --image img.sif --wait
       hpcdl submit -p sandbox -N 1 -G 2 -- python3 train.py --epochs 3
+      hpcdl submit -p sandbox -N 2 -G 2 --image img.sif --launcher torchrun -- python3 ddp.py
     """
     prof = load_profile(profile)
     if not dry_run:
@@ -60,6 +67,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         nodes=nodes, gpus=gpus, partition=partition, time=time, cpus_per_task=cpus_per_task,
         job_name=job_name, image=image, backend=backend, env=parse_env(env), binds=binds,
         command=command, data=data, synthetic=synthetic, example_args=example_args, template=template,
+        no_image=no_image, launcher=launcher, gpu_bind=gpu_bind,
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
     )
     if dry_run:
@@ -70,6 +78,10 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         for warning in plan.warnings:
             click.echo(f"warning: {warning}", err=True)
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
+        if plan.image_source == "profile default_image":
+            click.echo(f"# image {plan.image}: the profile's container.default_image "
+                       "(--image overrides, --no-image runs natively)", err=True)
+        click.echo(f"# launcher {plan.launcher}; GPU binding {plan.gpu_bind}", err=True)
         if plan.example_defaults:
             click.echo(f"# {defaults_line(plan)}", err=True)
         click.echo(plan.script, nl=False)
@@ -78,7 +90,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
 
     # Planned once, with the run directory it will use; that plan is what gets submitted.
     plan = plan_run(prof, request)  # validates: raises before anything is written
-    check_inputs(request)
+    check_inputs(request, image=plan.image)
     code = submit_and_report(prof, plan, wait=wait, as_json=as_json)
     if code:
         raise SystemExit(code)

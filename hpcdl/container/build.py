@@ -41,6 +41,7 @@ from hpcdl.container.hashing import (
     read_record,
     sidecar,
 )
+from hpcdl.container.recipes import convert_dockerfile, dockerfile_name, is_dockerfile
 from hpcdl.container.render import RenderContext, cache_dir, render_definition
 from hpcdl.container.runtime import Runtime, find_runtime, runtime_env
 from hpcdl.container.spec import ImageSpec, find_spec, load_spec
@@ -193,9 +194,11 @@ def plan_build(
     remote: bool = False,
     force: bool = False,
     extra_options: tuple[str, ...] = (),
+    base_image: str | None = None,
 ) -> BuildPlan:
     """Decide what ``hpcdl build REF`` does. ``REF``: a spec file or bundled spec name,
-    or a definition file.
+    a definition file, or a Dockerfile (converted with spython; ``base_image`` replaces
+    its FROM with a local image, see hpcdl.container.recipes).
 
     Raises UserInputError (unknown spec/file, bad combination), ConfigError (spec) or
     BuildError (a copied file or wheel is missing).
@@ -203,7 +206,20 @@ def plan_build(
     if sandbox and remote:
         raise UserInputError("--sandbox and --remote cannot be combined (remote builds give a SIF)")
     path = Path(ref).expanduser()
-    if path.is_file() and _is_definition(path):
+    dockerfile = path.is_file() and is_dockerfile(path)
+    if base_image and not dockerfile:
+        raise UserInputError(f"base-image: only applies to a Dockerfile, not to '{ref}'")
+    if dockerfile:
+        # The converted definition is the recipe: shown by --dry-run, hashed like any
+        # other; COPY sources resolve in the Dockerfile's folder (the build context).
+        text = convert_dockerfile(path, base_image=base_image)
+        workdir = path.resolve().parent
+        name = dockerfile_name(path)
+        files = files_of_definition(text, workdir)
+        hash_text = text
+        source = str(path)
+        compression = None
+    elif path.is_file() and _is_definition(path):
         text = read_text(path, kind="definition")
         workdir = path.resolve().parent
         name = path.stem if path.suffix == ".def" else path.name.lower()

@@ -14,7 +14,7 @@ from pathlib import Path
 from hpcdl.container.spec import ImageSpec, _req_name, expand_path
 from hpcdl.errors import ConfigError
 from hpcdl.render import render_template
-from hpcdl.resources import REPO_ROOT, containers_dir
+from hpcdl.resources import PACKAGE_DIR, REPO_ROOT, containers_dir, examples_dir
 
 TEMPLATE = "singularity.def.j2"
 DEFAULT_CACHE = "/var/cache/hpcdl"
@@ -32,8 +32,20 @@ class RenderContext:
     """The machine-dependent inputs of a render; fixed values give reproducible goldens."""
 
     cache_dir: str = field(default_factory=cache_dir)
-    project_dir: str = str(REPO_ROOT)
+    # None: the project files of this installation, wherever they are (a checkout keeps
+    # examples/ beside the package, an installed wheel under hpcdl/_data); a string (a
+    # placeholder or ".") puts them at <project_dir>/hpcdl and <project_dir>/examples.
+    project_dir: str | None = None
     spec_dir: str = field(default_factory=lambda: str(containers_dir()))
+
+
+def project_sources(ctx: RenderContext) -> list[tuple[str, str]]:
+    """(name, host folder) of each project folder copied into /opt/hpcdl."""
+    if ctx.project_dir is None:
+        found = {"hpcdl": str(PACKAGE_DIR), "examples": str(examples_dir())}
+        return [(name, found[name]) for name in PROJECT_DIRS]
+    root = ctx.project_dir.rstrip("/") or "/"
+    return [(name, f"{root}/{name}") for name in PROJECT_DIRS]
 
 
 @dataclass(frozen=True)
@@ -52,14 +64,13 @@ def copied_files(spec: ImageSpec, ctx: RenderContext) -> list[tuple[str, str]]:
         src = expand_path(
             spec.pip.wheelhouse,
             cache_dir=ctx.cache_dir,
-            project_dir=ctx.project_dir,
+            project_dir=ctx.project_dir or str(REPO_ROOT),
             spec_dir=ctx.spec_dir,
         )
         files.append((src, "/opt/wheelhouse"))
     if spec.project:
-        root = ctx.project_dir.rstrip("/") or "/"
-        for name in PROJECT_DIRS:
-            files.append((f"{root}/{name}", f"/opt/hpcdl/{name}"))
+        for name, src in project_sources(ctx):
+            files.append((src, f"/opt/hpcdl/{name}"))
     for src, _ in files:
         if re.search(r"\s", src):
             raise ConfigError(f"spec {spec.name}: path {src!r} contains whitespace (%files cannot copy it)")

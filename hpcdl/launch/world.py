@@ -27,6 +27,8 @@ PORT_SPAN = 15000
 DEFAULT_PORT = 29500  # torch.distributed's own default
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
+# HPCDL_RANK_FROM values the rank-env wrapper writes -> the launcher they stand for.
+_WRAPPED = {"slurm": "slurm", "openmpi": "openmpi", "horovod": "horovod", "pmi": "pmi"}
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,9 @@ def _from_torchrun(env: Mapping[str, str]) -> World:
         nodes=nodes,
         master_addr=env.get("MASTER_ADDR") or "127.0.0.1",
         master_port=_port(env, DEFAULT_PORT),
-        launcher="torchrun",
+        # hpcdl's rank-env wrapper (hpcdl.launch.rankenv) sets torchrun's variables
+        # under srun/mpirun too, and names where it took them from.
+        launcher=_WRAPPED.get(env.get("HPCDL_RANK_FROM", ""), "torchrun"),
     )
 
 

@@ -114,11 +114,19 @@ class Container(_Strict):
 
 
 class Mpi(_Strict):
-    launcher: Literal["srun", "mpirun", "horovodrun"] = "srun"
+    """How ranks start. ``launcher``: srun (one task per rank), mpirun, horovodrun, or
+    torchrun (one torchrun per node via srun, c10d rendezvous on the first node)."""
+
+    launcher: Literal["srun", "mpirun", "horovodrun", "torchrun"] = "srun"
     srun_mpi: Literal["pmix", "pmi2", "none"] | None = Field(
         default="pmix", description="srun --mpi=...; null leaves the site's MpiDefault"
     )
     launcher_args: list[Text] = Field(default_factory=list)
+    gpu_bind: Literal["none", "local-rank"] = Field(
+        default="none",
+        description="local-rank: narrow CUDA_VISIBLE_DEVICES to the rank's GPU; none: every "
+        "rank sees all GPUs of its node and picks GPU LOCAL_RANK (torch.cuda.set_device)",
+    )
 
 
 class Environment(_Strict):

@@ -1,23 +1,47 @@
-"""`pip install .` into a fresh venv ships templates and profiles inside the wheel."""
+"""`pip install .` into a fresh venv ships templates, profiles, specs and examples inside
+the wheel, and every command works from an unrelated directory: submit (dry-run), and
+build (dry-run and a real build) with the project files taken from the installed wheel.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
+import pytest
+
 from hpcdl.resources import REPO_ROOT
+from tests.conftest import require
 
 
-def test_fresh_venv_install_runs_from_any_directory(tmp_path):
-    env_dir = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(venv, an empty folder elsewhere) with hpcdl installed from the checkout as a wheel."""
+    root = tmp_path_factory.mktemp("wheel")
+    env_dir = root / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
     subprocess.run([str(py), "-m", "pip", "install", "-q", str(REPO_ROOT)], check=True,
-                   timeout=600, cwd=tmp_path)
-    elsewhere = tmp_path / "elsewhere"
+                   timeout=600, cwd=root)
+    elsewhere = root / "elsewhere"
     elsewhere.mkdir()
+    return env_dir, elsewhere
+
+
+def site_hpcdl(env_dir: Path) -> Path:
+    py = env_dir / "bin" / "python"
+    out = subprocess.run([str(py), "-c", "import hpcdl; print(hpcdl.__file__)"],
+                         capture_output=True, text=True, timeout=60, cwd="/", check=True)
+    return Path(out.stdout.strip()).parent
+
+
+def test_fresh_venv_install_runs_from_any_directory(installed: tuple[Path, Path]) -> None:
+    env_dir, elsewhere = installed
+    py = env_dir / "bin" / "python"
     out = subprocess.run(
         [str(env_dir / "bin" / "hpcdl"), "submit", "--profile", "neuron", "--nodes", "2",
          "--gpus", "4", "--dry-run"],
@@ -26,6 +50,10 @@ def test_fresh_venv_install_runs_from_any_directory(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "#SBATCH --partition=cas_v100nv_4" in out.stdout
     assert "#SBATCH --gres=gpu:4" in out.stdout
+    # The bundled example is bound into the image from the installed wheel.
+    package = site_hpcdl(env_dir)
+    assert f"-B {package}/_data/examples:/hpcdl/examples:ro" in out.stdout
+    assert f"-B {package}:/hpcdl/hpcdl:ro" in out.stdout
     # The installed copy is used (not the checkout), and torch is not a dependency.
     where = subprocess.run([str(py), "-c", "import hpcdl, importlib.util as u; "
                             "print(hpcdl.__file__); print(u.find_spec('torch') is None)"],
@@ -52,3 +80,48 @@ def test_fresh_venv_install_runs_from_any_directory(tmp_path):
     assert pbs.returncode == 0, pbs.stderr
     assert "#PBS -l select=2:ncpus=32:ngpus=4" in pbs.stdout
     assert sys.version_info >= (3, 10)
+
+
+def test_build_dry_run_of_the_bundled_spec_from_the_wheel(installed: tuple[Path, Path]) -> None:
+    cache = Path(os.environ.get("HPCDL_CACHE") or "/var/cache/hpcdl")
+    require((cache / "wheelhouse").is_dir(),
+            f"the wheelhouse in {cache} (scripts/build-image.sh --prepare-only)")
+    env_dir, elsewhere = installed
+    res = subprocess.run([str(env_dir / "bin" / "hpcdl"), "build", "pytorch-horovod-cpu",
+                          "--dry-run", "--json", "-o", str(elsewhere.parent / "never.sif")],
+                         capture_output=True, text=True, timeout=300, cwd=elsewhere)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    package = site_hpcdl(env_dir)
+    files = {f["destination"]: f["source"] for f in plan["files"]}
+    assert files["/opt/hpcdl/hpcdl"] == str(package)
+    assert files["/opt/hpcdl/examples"] == str(package / "_data" / "examples")
+    assert f"{package}/_data/examples /opt/hpcdl/examples" in plan["definition"]
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.apptainer
+def test_real_build_from_the_wheel_carries_the_project(installed: tuple[Path, Path],
+                                                       cpu_image: Path, apptainer_bin: str,
+                                                       tmp_path: Path) -> None:
+    # A small spec on the CPU image (no registry here, no 3-minute rebuild): only the
+    # project files the wheel carries go in.
+    env_dir, elsewhere = installed
+    spec = tmp_path / "from-wheel.yaml"
+    spec.write_text(
+        "name: from-wheel\ngpu: false\n"
+        f"base: {{bootstrap: localimage, image: {cpu_image}}}\n"
+        "mpi: {flavour: openmpi, version: 4.1.4, source: base}\nproject: true\n")
+    out = tmp_path / "from-wheel"
+    res = subprocess.run([str(env_dir / "bin" / "hpcdl"), "build", str(spec), "--sandbox",
+                          "-o", str(out)], capture_output=True, text=True, timeout=1200,
+                         cwd=elsewhere)
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    probe = subprocess.run(
+        [apptainer_bin, "exec", str(out), "python3", "-c",
+         "import hpcdl, hpcdl.launch.world, os; print(hpcdl.__file__); "
+         "print(os.path.isfile('/opt/hpcdl/examples/resnet50_imagenet.py'))"],
+        capture_output=True, text=True, timeout=300, cwd="/")
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.split() == ["/opt/hpcdl/hpcdl/__init__.py", "True"]
+    assert list(elsewhere.iterdir()) == []

@@ -129,3 +129,29 @@ def test_missing_image_and_dataset_are_refused_before_submission(tmp_path, monke
     result = invoke("submit", "-p", "sandbox", "-N", "2", "-G", "2", "--data", "flat")
     assert result.exit_code == 2 and "has no train/ folder" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["flat"]  # nothing written
+
+
+@pytest.mark.parametrize(("command", "script"), [
+    (("python3", "train.py", "--lr", "1"), "train.py"),
+    (("/usr/bin/python3.11", "-u", "-X", "dev", "a/b.py"), None),  # -X takes a value: unsure
+    (("python", "-u", "a/b.py"), "a/b.py"),
+    (("python3", "-c", "print(1)"), None),
+    (("python3", "-m", "pkg.mod"), None),
+    (("torchrun", "train.py"), None),
+    ((), None),
+])
+def test_command_script(command, script):
+    from hpcdl.preflight import command_script
+
+    assert command_script(command) == script
+
+
+def test_scale_takes_the_launch_options():
+    res = CliRunner().invoke(cli, ["scale", "-p", "sandbox", "-N", "1,2", "-G", "2", "--backend",
+                                    "ddp", "--synthetic", "--launcher", "torchrun", "--dry-run",
+                                    "--json"])
+    assert res.exit_code == 0, res.output
+    assert "torch.distributed.run --nnodes=2 --nproc-per-node=2" in res.output
+    refused = CliRunner().invoke(cli, ["scale", "-p", "sandbox", "-N", "1", "-G", "2",
+                                        "--launcher", "torchrun", "--dry-run"])
+    assert refused.exit_code == 2 and "launcher: torchrun starts ranks without MPI" in refused.output

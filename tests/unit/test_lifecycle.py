@@ -37,8 +37,11 @@ def run_cli(*args: str):
 
 
 @pytest.fixture
-def fake(fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+def fake(fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeSlurm:
     monkeypatch.setenv("HPCDL_SKIP_LIVE_CHECK", "1")
+    # submit refuses a relative script that does not exist where it is submitted from.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('never run: the fake Slurm runs nothing')\n")
     # Fast polling: the fake's clock is its squeue calls, not seconds.
     monkeypatch.setattr("hpcdl.follow.MIN_INTERVAL_S", 0.01)
     monkeypatch.setattr("hpcdl.follow.LOG_READ_S", 0.0)

@@ -158,8 +158,9 @@ def test_pbs_profile_warns(tmp_path):
     assert plan.cluster_type == "pbs"
     assert any("does not submit it" in w for w in plan.warnings)
     # PBS Pro's own launcher, not the Slurm one the profile's mpi section names.
-    assert "mpiexec -n 8 --ppn 4 --depth 8 --cpu-bind depth python3 " in plan.script
-    assert "SLURM_NTASKS" not in plan.script
+    assert ('mpiexec -n 8 --ppn 4 --depth 8 --cpu-bind depth /bin/sh -c "${HPCDL_RANK_ENV:?}" '
+            'hpcdl-rank-env python3 ') in plan.script
+    assert '-np "$SLURM_NTASKS"' not in plan.script
 
 
 def test_plan_json_roundtrip(sandbox):
@@ -185,4 +186,98 @@ def test_run_dir_holds_logs_and_checkpoints_and_is_bound(sandbox):
     assert "#SBATCH --output=/r/run1/slurm-%j.out" in plan.script
     at = plan.command.index("--checkpoint-dir")
     assert plan.command[at + 1] == "/r/run1/checkpoints"
-    assert "-B /var/lib/hpcdl-sandbox/tmp -B /r/run1 /i.sif" in plan.launch_line
+    assert "-B /var/lib/hpcdl-sandbox/tmp -B /r/run1 -B " in plan.launch_line
+
+
+# --- bring your own workload (issue 14): launchers, images, rendezvous variables ---
+
+def test_every_rank_starts_through_the_rank_env_wrapper(sandbox):
+    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, command=("python3", "t.py")))
+    assert plan.launch_line == ('srun --label --kill-on-bad-exit=1 --mpi=pmix /bin/sh -c '
+                                '"${HPCDL_RANK_ENV:?}" hpcdl-rank-env python3 t.py')
+    assert "\nHPCDL_RANK_ENV='# hpcdl-rank-env" in plan.script
+    assert (plan.launcher, plan.gpu_bind, plan.image) == ("srun", "none", None)
+    # The sandbox keeps its MASTER_ADDR override; the port follows the job id.
+    assert plan.master_addr == "127.0.0.1"
+    assert plan.master_port == "$((15000 + SLURM_JOB_ID % 15000))"
+    assert "scontrol show hostnames" not in plan.script
+
+
+def test_master_addr_is_the_first_node_unless_set(neuron):
+    plan = build_plan(neuron, JobRequest(nodes=2, gpus=2, command=("x",), no_image=True))
+    assert ('\nexport MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"\n'
+            in plan.script)
+    mine = build_plan(neuron, JobRequest(nodes=2, gpus=2, command=("x",), no_image=True,
+                                         env=(("MASTER_ADDR", "ib-n1"), ("MASTER_PORT", "1234"))))
+    assert "scontrol show hostnames" not in mine.script and "SLURM_JOB_ID %" not in mine.script
+    assert (mine.master_addr, mine.master_port) == ("ib-n1", "1234")
+
+
+def test_torchrun_is_one_per_node_with_c10d_on_the_first(sandbox):
+    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=4, cpus_per_task=2, launcher="torchrun",
+                                          command=("python3", "-u", "ddp.py", "--lr", "0.1")))
+    assert plan.launch_line == (
+        'srun --label --kill-on-bad-exit=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 '
+        '--cpus-per-task=8 /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env python3 -m '
+        'torch.distributed.run --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d '
+        '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" --no-python '
+        'python3 -u ddp.py --lr 0.1')
+    assert "# - launcher torchrun: one torchrun per node" in plan.script
+    assert "PET_RDZV_CONF" in plan.script and "OMPI_COMM_WORLD_RANK" not in plan.script
+    other = build_plan(sandbox, JobRequest(nodes=1, gpus=1, launcher="torchrun",
+                                           command=("./train.sh",)))
+    assert "python3 -m torch.distributed.run" in other.launch_line  # the profile's python
+
+
+def test_torchrun_refuses_the_bundled_example_on_horovod(sandbox):
+    with pytest.raises(ValidationError, match="launcher: torchrun starts ranks without MPI"):
+        build_plan(sandbox, JobRequest(nodes=2, gpus=2, launcher="torchrun"))
+    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, launcher="torchrun", backend="ddp"))
+    assert "resnet50_imagenet.py --backend ddp" in plan.launch_line
+
+
+def test_mpirun_launcher_ignores_the_srun_profiles_arguments(sandbox):
+    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, launcher="mpirun", command=("x",)))
+    assert plan.launch_line.startswith('mpirun -np "$SLURM_NTASKS" /bin/sh -c')
+
+
+def test_default_image_and_no_image(neuron):
+    plan = build_plan(neuron, JobRequest(nodes=1, gpus=2))
+    image = neuron.container.default_image
+    assert plan.image == image and plan.image_source == "profile default_image"
+    assert f" {image} /bin/sh -c" in plan.launch_line
+    assert "the profile's container.default_image; --image overrides" in plan.script
+    # The bundled example comes from the host, read-only, whatever the image holds.
+    assert "/examples:/hpcdl/examples:ro -B " in plan.launch_line
+    assert "--env PYTHONPATH=/hpcdl " in plan.launch_line
+    assert "python3 /hpcdl/examples/resnet50_imagenet.py" in plan.launch_line
+    native = build_plan(neuron, JobRequest(nodes=1, gpus=2, no_image=True))
+    assert native.image is None and "singularity exec" not in native.launch_line
+    assert "/examples/resnet50_imagenet.py" in native.launch_line
+    mine = build_plan(neuron, JobRequest(nodes=1, gpus=2, image="/my.sif"))
+    assert mine.image_source == "--image"
+    with pytest.raises(ValidationError, match="no-image: --no-image and --image '/my.sif'"):
+        build_plan(neuron, JobRequest(nodes=1, gpus=2, image="/my.sif", no_image=True))
+
+
+def test_a_users_command_gets_no_project_binds(sandbox):
+    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, image="/i.sif", command=("x",)))
+    assert ":/hpcdl/" not in plan.launch_line and "PYTHONPATH" not in plan.launch_line
+
+
+def test_gpu_bind_is_documented_in_the_script(sandbox):
+    narrow = build_plan(sandbox, JobRequest(nodes=1, gpus=4, gpu_bind="local-rank", command=("x",)))
+    assert "# - GPUs: each rank sees one GPU, number LOCAL_RANK of its node's 4" in narrow.script
+    assert "HPCDL_NODE_GPUS" in narrow.script
+    keep = build_plan(sandbox, JobRequest(nodes=1, gpus=4, command=("x",)))
+    assert "# - GPUs: every rank sees the 4 GPUs of its node and uses GPU LOCAL_RANK" in keep.script
+    assert "HPCDL_NODE_GPUS" not in keep.script
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"launcher": "ssh"}, "launcher: 'ssh' is not one of srun, torchrun, mpirun, horovodrun"),
+    ({"gpu_bind": "all"}, "gpu-bind: 'all' is not one of none, local-rank"),
+])
+def test_bad_launch_values_are_refused(sandbox, kw, message):
+    with pytest.raises(ValidationError, match=message):
+        build_plan(sandbox, JobRequest(nodes=1, gpus=1, command=("x",), **kw))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcdl.launch.rankenv import rank_env_script
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 
@@ -69,10 +70,17 @@ def test_values_arrive_verbatim_and_never_execute(tmp_path, index):
     assert env["HPCDL_EVIL"] == value
     assert env["HPCDL_JOB_NAME"] == name
     assert env["HPCDL_IMAGE"] == f"/img/{name}.sif"
-    # srun's argv: --label --mpi=pmix apptainer exec --nv -B BIND IMAGE python3 -c pass VALUE
+    # srun's argv: --label --mpi=pmix apptainer exec --nv -B BIND IMAGE
+    #   /bin/sh -c WRAPPER hpcdl-rank-env python3 -c pass VALUE
     assert argv == ["--label", "--kill-on-bad-exit=1", "--mpi=pmix", "apptainer", "exec", "--nv",
                     "-B", "/var/lib/hpcdl-sandbox/tmp", "-B", f"/data/{name}",
-                    f"/img/{name}.sif", "python3", "-c", "pass", value]
+                    f"/img/{name}.sif", "/bin/sh", "-c", rank_env_script(), "hpcdl-rank-env",
+                    "python3", "-c", "pass", value]
+    # The wrapper hands its arguments on verbatim too.
+    out = subprocess.run([*argv[11:15], "printf", "%s", value], capture_output=True, timeout=30,
+                         env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": "1", "SLURM_NTASKS": "2"})
+    assert out.returncode == 0 and out.stdout.decode() == value
+    assert not marker.exists(), "a user value was executed by the wrapper"
 
 
 def test_sbatch_header_carries_quoted_name_on_one_line(tmp_path):

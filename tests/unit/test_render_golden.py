@@ -7,6 +7,7 @@ then read the diff before committing it.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,13 @@ def test_polaris_pbs_lines_that_matter():
     plan = build_plan(load_profile("polaris"), REQUESTS["image-ddp"])
     lines = plan.script.splitlines()
     assert not any(line.startswith("#SBATCH") for line in lines)
-    assert "SLURM" not in plan.script  # no Slurm variable is set under PBS
+    # No Slurm variable is read or set under PBS, but in the rank-env wrapper, which
+    # knows every launcher's variables (it takes mpiexec's PMI_RANK/PALS_* here).
+    wrapper = re.search(r"\nHPCDL_RANK_ENV='.*?'\n", plan.script, re.S)
+    assert wrapper and "PALS_LOCAL_RANKID" in wrapper.group()
+    assert "SLURM" not in plan.script.replace(wrapper.group(), "\n")
+    assert 'export MASTER_ADDR="$(head -n 1 "$PBS_NODEFILE")"' in lines
+    assert "export MASTER_PORT=$((15000 + ${PBS_JOBID%%.*} % 15000))" in lines
     for expected in [
         "#PBS -N resnet50_ddp",
         "#PBS -l select=2:ncpus=16:ngpus=2",
@@ -82,6 +89,7 @@ def test_polaris_pbs_lines_that_matter():
     ]:
         assert expected in lines, expected
     assert lines[-1].startswith("mpiexec -n 4 --ppn 2 --depth 8 --cpu-bind depth apptainer exec --nv ")
+    assert ' /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env python3 ' in lines[-1]
     assert plan.warnings and "untested against a live PBS server" in plan.warnings[0]
 
 
@@ -146,18 +154,22 @@ def test_neuron_script_lines_that_matter():
         "export NCCL_SOCKET_IFNAME=ib0",
     ]:
         assert expected in lines, expected
-    assert lines[-1] == (
+    assert normalise(lines[-1]) == (
         "srun --label --kill-on-bad-exit=1 singularity exec --nv -B /scratch -B /apps -B /data/imagenet:/imagenet "
-        "/images/pytorch-horovod.sif python3 /opt/hpcdl/examples/resnet50_imagenet.py "
-        "--backend ddp --data /imagenet"
+        "-B <repo>/examples:/hpcdl/examples:ro -B <repo>/hpcdl:/hpcdl/hpcdl:ro --env PYTHONPATH=/hpcdl "
+        '/images/pytorch-horovod.sif /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env '
+        "python3 /hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet"
     )
+    # The first node is the rendezvous host; the port follows the job id.
+    assert 'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"' in lines
+    assert "export MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))" in lines
 
 
 def test_karolina_uses_gpus_per_node_and_account():
     script = build_plan(load_profile("karolina"), REQUESTS["2x4-default"]).script
     assert "#SBATCH --gpus-per-node=4" in script
     assert "#SBATCH --account=OPEN-00-00" in script
-    assert "srun --label --kill-on-bad-exit=1 --mpi=pmix python3" in script
+    assert "srun --label --kill-on-bad-exit=1 --mpi=pmix /bin/sh -c" in script
 
 
 def test_template_override(tmp_path):
@@ -165,4 +177,14 @@ def test_template_override(tmp_path):
     custom.write_text("#!/bin/sh\n# {{ profile.name }} {{ ntasks }}\n{{ launch_line }}\n")
     plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=4, template=str(custom),
                                                           command=("hostname",)))
-    assert plan.script == "#!/bin/sh\n# sandbox 8\nsrun --label --kill-on-bad-exit=1 --mpi=pmix hostname\n"
+    assert plan.script == ("#!/bin/sh\n# sandbox 8\nsrun --label --kill-on-bad-exit=1 --mpi=pmix "
+                           '/bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env hostname\n')
+
+
+def test_pbs_refuses_torchrun_as_launcher():
+    req = JobRequest(nodes=2, gpus=2, launcher="torchrun", command=("python3", "ddp.py"))
+    with pytest.raises(ValidationError, match="launcher: torchrun starts one agent per node"):
+        build_plan(load_profile("polaris"), req)
+    plan = build_plan(load_profile("polaris"), JobRequest(nodes=2, gpus=2, launcher="mpirun",
+                                                          command=("python3", "ddp.py")))
+    assert plan.launch_line.startswith("mpiexec -n 4 --ppn 2 ")
