@@ -29,12 +29,29 @@ from hpcdl.profiles.schema import Profile
 @click.option("--wait", "-w", is_flag=True,
               help="Follow the job to its end; exit with the job's exit code (124 when it hit "
                    "its time limit, as timeout(1)).")
+@click.option("--requeue/--no-requeue", default=None,
+              help="Survive time limits and preemption: Slurm signals the batch shell "
+                   "(--signal), the ranks checkpoint at their next step and exit 85, the job "
+                   "requeues itself and resumes from the newest valid checkpoint; a crashed "
+                   "attempt is requeued too. Default: the profile's scheduler.requeue.")
+@click.option("--max-restarts", type=int, metavar="N",
+              help="Requeues hpcdl asks for before the job is let end (default: the "
+                   "profile's scheduler.max_restarts, 3); SLURM_RESTART_COUNT counts every "
+                   "requeue. A preempted attempt is always requeued.")
+@click.option("--signal", "signal", metavar="SIG@LEAD",
+              help="Signal and lead time in seconds before the time limit (default "
+                   "USR2@120: #SBATCH --signal=B:USR2@120).")
+@click.option("--chain", type=int, default=1, show_default=True, metavar="N",
+              help="For clusters without requeue: N jobs linked with --dependency=afterany, "
+                   "each resuming from the previous one's checkpoint in one run directory.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
 def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
            cpus_per_task: int | None, job_name: str | None, template: str | None,
            image: str | None, backend: str, env: tuple[str, ...], binds: tuple[str, ...],
            data: str | None, synthetic: bool, example_args: tuple[str, ...], dry_run: bool,
-           run_dir: Path | None, as_json: bool, wait: bool, command: tuple[str, ...]) -> None:
+           run_dir: Path | None, as_json: bool, wait: bool, requeue: bool | None,
+           max_restarts: int | None, signal: str | None, chain: int,
+           command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
     Without COMMAND the job runs the bundled ResNet-50 example with --backend,
@@ -61,6 +78,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         job_name=job_name, image=image, backend=backend, env=parse_env(env), binds=binds,
         command=command, data=data, synthetic=synthetic, example_args=example_args, template=template,
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
+        requeue=requeue, max_restarts=max_restarts, signal=signal, chain=chain,
     )
     if dry_run:
         plan = build_plan(prof, request)  # validates: raises before anything is written
