@@ -17,9 +17,9 @@ from hpcdl import __version__, pbs
 from hpcdl.errors import ValidationError
 from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.render import Raw, render_template, shell_join
+from hpcdl.requeue import CHECKPOINT_ENV, EXIT_REQUEUE, FLAG_ENV, FLAG_NAME, wait_seconds
 from hpcdl.resources import examples_dir
 from hpcdl.slurmtime import format_time, parse_time
-from hpcdl.requeue import CHECKPOINT_ENV, EXIT_REQUEUE, FLAG_ENV, FLAG_NAME, wait_seconds
 from hpcdl.tokens import BIND, CONTROL, ENV_NAME, NAME, PATH, REQUEUE_SIGNAL, Kind, check_token
 
 # Values Slurm's #SBATCH parser takes as they are; others go in double quotes.

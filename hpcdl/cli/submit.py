@@ -119,33 +119,46 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
     from hpcdl.cli.scheduler import scheduler_for
     from hpcdl.follow import follow
     from hpcdl.results.record import record_result
-    from hpcdl.submit import exit_status, submit
+    from hpcdl.submit import attempts_of, exit_status, submit
 
     scheduler = scheduler_for(prof.name)
     sub = submit(prof, plan, scheduler=scheduler)
     for warning in (*plan.warnings, *sub.warnings):
         click.echo(f"warning: {warning}", err=True)
-    info = {"job_id": sub.job_id, "run_dir": str(sub.run_dir), "partition": plan.partition,
-            "nodes": plan.nodes, "ntasks": plan.ntasks, "job_name": plan.job_name}
+    info: dict[str, object] = {
+        "job_id": sub.job_id, "run_dir": str(sub.run_dir), "partition": plan.partition,
+        "nodes": plan.nodes, "ntasks": plan.ntasks, "job_name": plan.job_name}
+    if sub.chain:
+        info["chain"] = list(sub.chain)
     if not as_json:
         click.echo(f"Submitted job {sub.job_id} to partition {plan.partition} "
                    f"({plan.nodes} nodes x {plan.tasks_per_node} ranks); run dir {sub.run_dir}")
+        if sub.chain:
+            click.echo(f"chain of {len(sub.chain)} jobs (--dependency=afterany): "
+                       f"{' -> '.join(sub.chain)}")
     if not wait:
         if as_json:
             click.echo(json.dumps(info))
         return 0
-    line = StatusLine(sub.job_id, quiet=as_json)
+    # A requeued job keeps its id: following it follows every attempt; a chain is
+    # followed to its last job (the earlier ones end as it starts).
+    watched = sub.last_job_id
+    line = StatusLine(watched, quiet=as_json)
     try:
-        final = follow(sub.job_id, scheduler=scheduler, on_poll=line, timeout=timeout)
+        final = follow(watched, scheduler=scheduler, on_poll=line, timeout=timeout)
     finally:
         line.close()
     record, logs = record_result(sub.run, final)
     code = exit_status(final)
+    tried = (attempts_of(sub.run, list(sub.chain or (sub.job_id,)), scheduler)
+             if plan.requeue or plan.chain > 1 else [])
     if as_json:
-        click.echo(json.dumps({**info, **record, "exit_status": code}))
+        click.echo(json.dumps({**info, **record, "exit_status": code,
+                               **({"attempts": [a.to_dict() for a in tried]} if tried else {})}))
         return code
     part = prof.partition(plan.partition)
-    report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None)
+    report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,
+           attempts=tried)
     return code
 
 
