@@ -234,13 +234,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from torch import nn
     from torch.utils.data import DataLoader, Subset
     from trainkit.checkpoint import load_checkpoint, load_latest_valid, save_checkpoint
-
-    from hpcdl import requeue
     from trainkit.data import ResumableDistributedSampler, even_shard
     from trainkit.dist import init_backend, sync_figures
     from trainkit.metrics import param_checksum, topk_correct
     from trainkit.resnet import build_model
     from trainkit.schedule import lr_at, scaled_lr
+
+    from hpcdl import requeue
 
     cuda = torch.cuda.is_available()
     torch.set_num_threads(args.threads or default_threads(os.environ, world.local_size))
