@@ -115,9 +115,22 @@ def test_signal_reaches_the_step_through_the_flag_and_the_job_requeues(tmp_path:
 
 
 def test_no_requeue_after_max_restarts(tmp_path: Path) -> None:
-    code, err, scontrol = run_block(tmp_path, "import sys; sys.exit(3)", restart=1)
+    run = tmp_path / "run"
+    run.mkdir()
+    # Two preemptions and one crash before: the crash used the one restart.
+    (run / "attempts.tsv").write_text("42\t0\t1\t2\t85\tPREEMPTED\n42\t1\t3\t4\t85\tPREEMPTED\n"
+                                      "42\t2\t5\t6\t3\tFAILED\n")
+    code, err, scontrol = run_block(tmp_path, "import sys; sys.exit(3)", restart=3)
     assert code == 3 and scontrol == ""
     assert "not requeued (--max-restarts 1)" in err
+
+
+def test_preemptions_use_up_no_restart(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "attempts.tsv").write_text("42\t0\t1\t2\t85\tPREEMPTED\n42\t1\t3\t4\t85\tPREEMPTED\n")
+    code, err, scontrol = run_block(tmp_path, "import sys; sys.exit(3)", restart=2)
+    assert scontrol.strip() == "requeue 42" and "requeueing" in err
 
 
 def test_a_finished_step_is_not_requeued(tmp_path: Path) -> None:
