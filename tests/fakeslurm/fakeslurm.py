@@ -51,8 +51,10 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 PARTITIONS = "".join(
     f"PartitionName={name} MaxNodes={nodes} MaxTime={limit} Nodes=n[1-2] TotalNodes=2\n"
     for name, nodes, limit in (("debug", 2, "00:30:00"), ("gpu", 2, "02:00:00"),
-                               ("short", 1, "00:05:00")))
-SINFO = "debug*|gpu:fake:4|8|2\ngpu|gpu:fake:4|8|2\nshort|gpu:fake:4|8|2\n"
+                               ("short", 1, "00:05:00"), ("lowprio", 2, "00:10:00"),
+                               ("urgent", 2, "00:05:00")))
+SINFO = ("debug*|gpu:fake:4|8|2\ngpu|gpu:fake:4|8|2\nshort|gpu:fake:4|8|2\n"
+         "lowprio|gpu:fake:4|8|2\nurgent|gpu:fake:4|8|2\n")
 
 
 def state_dir() -> Path:

@@ -154,8 +154,17 @@ def _rank_pids(run_dir: Path) -> list[int]:
         except OSError:
             continue
         if (any(a.endswith(b"resnet50_imagenet.py") for a in cmd)
-                and str(run_dir).encode() in b" ".join(cmd) and cmd[0].startswith(b"python")):
+                and str(run_dir).encode() in b" ".join(cmd)
+                and not any(a.endswith(b"srun") for a in cmd)):
             pids.append(int(proc.name))
+    return pids
+
+
+def _wait_rank_pids(run_dir: Path, job: str) -> list[int]:
+    deadline = time.monotonic() + 60
+    while len(pids := _rank_pids(run_dir)) != 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert len(pids) == 2, (pids, slurm_state(job), sh("ps", "-eo", "pid,args")[-3000:])
     return pids
 
 
@@ -164,8 +173,7 @@ def test_a_rank_killed_without_warning_resumes_from_the_last_checkpoint(
     job, run_dir = submit_requeue(runs_dir, "--partition", "lowprio", "-c", "1")
     wait_for("checkpoint 10", lambda: bool(checkpoints(run_dir)) and checkpoints(run_dir)[-1] >= 10
              and slurm_state(job)[0] == "RUNNING", job, 400)
-    pids = _rank_pids(run_dir)
-    assert len(pids) == 2, pids
+    pids = _wait_rank_pids(run_dir, job)
     os.kill(max(pids), signal.SIGKILL)  # no signal first, no checkpoint: a crash
     wait_for("the end", lambda: ended(job), job, 600)
     status, sums, out = final(job, run_dir)
@@ -191,3 +199,21 @@ def test_a_job_that_keeps_failing_stops_after_max_restarts(runs_dir: Path) -> No
     assert [ln.split("\t")[1] for ln in lines] == ["0", "1"]
     err = (run_dir / f"slurm-{job}.err").read_text()
     assert "not requeued (--max-restarts 1)" in err
+
+
+def test_chain_of_two_jobs_resumes_across_jobs(runs_dir: Path, reference: str) -> None:
+    """Where requeue is disabled: job 2 (afterany) resumes from job 1's checkpoint."""
+    run_dir = runs_dir / "run"
+    out = submit_json(*EXAMPLE, *SLOW, "--chain", "2", "--partition", "lowprio", "-c", "1",
+                      "--time", "00:02:00", "--signal", "USR2@60", "--run-dir", str(run_dir))
+    first, second = out["chain"]
+    wait_for("the chain's end", lambda: ended(first) and ended(second), second, 600)
+    res = hpcdl("status", second, "--json")
+    assert json.loads(res.stdout)["state"] == "COMPLETED", res.stdout
+    one = (run_dir / f"slurm-{first}.out").read_text()
+    two = (run_dir / f"slurm-{second}.out").read_text()
+    assert "exiting 85 (requeue me)" in one
+    assert "resumed from" in two
+    assert {m.group(2) for m in CHECKSUM.finditer(two)} == {reference}
+    assert [ln.split("\t")[0] for ln in (run_dir / "attempts.tsv").read_text().splitlines()] \
+        == [first, second]
