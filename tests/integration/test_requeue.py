@@ -20,6 +20,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -131,10 +132,28 @@ def test_preempted_twice_resumes_to_the_same_weights(runs_dir: Path, reference: 
 
 
 def test_time_limit_checkpoints_requeues_and_resumes(runs_dir: Path, reference: str) -> None:
+    """`submit --wait` follows the job through its requeues and prints every attempt."""
+    run_dir = runs_dir / "run"
     # 2 min with the signal 60 s before the limit (Slurm may send it up to 60 s early).
-    job, run_dir = submit_requeue(runs_dir, "--partition", "lowprio", "-c", "1",
-                                  "--time", "00:02:00", "--signal", "USR2@60")
-    wait_for("the end", lambda: ended(job), job, 800)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpcdl", "submit", *EXAMPLE, *SLOW, "--requeue", "--partition",
+         "lowprio", "-c", "1", "--time", "00:02:00", "--signal", "USR2@60", "--run-dir",
+         str(run_dir), "--wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        found = re.match(r"Submitted job (\d+) ", first)
+        assert found, first
+        job = found.group(1)
+        wait_for("submit --wait to return", lambda: proc.poll() is not None, job, 800)
+        waited = proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, waited + (proc.stderr.read() if proc.stderr else "")
+    assert re.search(r"--- \d+ attempts \(", waited), waited
+    assert "TIMEOUT" in waited and "COMPLETED" in waited
     status, sums, out = final(job, run_dir)
     assert status["state"] == "COMPLETED", status
     reasons = [a["reason"] for a in status["attempts"]]
