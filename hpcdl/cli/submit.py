@@ -35,9 +35,9 @@ from hpcdl.profiles.schema import Profile
                    "requeues itself and resumes from the newest valid checkpoint; a crashed "
                    "attempt is requeued too. Default: the profile's scheduler.requeue.")
 @click.option("--max-restarts", type=int, metavar="N",
-              help="Requeues hpcdl asks for before the job is let end (default: the "
-                   "profile's scheduler.max_restarts, 3); SLURM_RESTART_COUNT counts every "
-                   "requeue. A preempted attempt is always requeued.")
+              help="Requeues after a time limit or a crash before the job is let end "
+                   "(default: the profile's scheduler.max_restarts, 3). A preempted attempt is "
+                   "always requeued and uses up none (SLURM_RESTART_COUNT counts them all).")
 @click.option("--signal", "signal", metavar="SIG@LEAD",
               help="Signal and lead time in seconds before the time limit (default "
                    "USR2@120: #SBATCH --signal=B:USR2@120).")
