@@ -136,6 +136,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="resume from PATH, or the newest checkpoint in --checkpoint-dir",
     )
     p.add_argument("--log-every", type=int, default=0, help="rank-0 step lines every N steps")
+    p.add_argument(
+        "--step-sleep",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="sleep S seconds after every step (slows a test run down enough to interrupt it)",
+    )
     p.add_argument("--dist-timeout", type=float, default=600, help="seconds for collectives")
     args = p.parse_args(argv)
     problems = []
@@ -226,12 +233,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, Subset
-    from trainkit.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from trainkit.checkpoint import load_checkpoint, load_latest_valid, save_checkpoint
     from trainkit.data import ResumableDistributedSampler, even_shard
     from trainkit.dist import init_backend, sync_figures
     from trainkit.metrics import param_checksum, topk_correct
     from trainkit.resnet import build_model
     from trainkit.schedule import lr_at, scaled_lr
+
+    from hpcdl import requeue
 
     cuda = torch.cuda.is_available()
     torch.set_num_threads(args.threads or default_threads(os.environ, world.local_size))
@@ -269,13 +278,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     progress = Progress(global_batch=global_batch)
     resumed_from = None
     if args.resume and rank == 0:
-        path = (
-            latest_checkpoint(args.checkpoint_dir) if args.resume == "latest" else Path(args.resume)
-        )
+        path: Path | None = None
+        if args.resume == "latest":
+            # The newest checkpoint that loads: one damaged by a kill mid-write (or by a
+            # full disk) is skipped, with a line saying so, for the one before it.
+            found = load_latest_valid(args.checkpoint_dir)
+            if found is not None:
+                path, state, skipped = found
+                for why in skipped:
+                    say(f"resume: skipping damaged checkpoint {why}")
+        else:
+            path = Path(args.resume)
+            state = load_checkpoint(path)
         if path is None:
             say(f"resume: no checkpoint in {args.checkpoint_dir}; starting fresh")
         else:
-            state = load_checkpoint(path)
             if state.get("arch") != args.arch or state.get("num_classes") != num_classes:
                 raise UserInputError(
                     f"--resume {path}: checkpoint is {state.get('arch')} with {state.get('num_classes')} "
@@ -390,6 +407,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     timed_sync = 0.0  # of timed_seconds, waiting for gradient synchronisation
     steps_this_run = 0
     n_chunks = args.batches_per_allreduce
+    # Requeue contract (hpcdl/requeue.py): the batch shell creates $HPCDL_REQUEUE_FLAG on
+    # Slurm's signal; SIGTERM/SIGUSR2 reaching a rank only set a flag too. Checked after
+    # every step, agreed on by all ranks (one tiny allreduce), acted on outside any handler.
+    watch_requeue = bool(os.environ.get(requeue.FLAG_ENV))
+    if watch_requeue:
+        requeue.watch_signals()
+    stop_requested = False
     while progress.epoch < args.epochs and progress.global_step < total_steps:
         epoch = progress.epoch
         sampler.set_position(epoch, progress.step_in_epoch * loader_batch)
@@ -462,8 +486,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
             if args.checkpoint_every and progress.global_step % args.checkpoint_every == 0:
                 checkpoint()
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
+            if watch_requeue and progress.global_step < total_steps:
+                asked = torch.tensor([1.0 if requeue.requested() else 0.0], dtype=torch.float64)
+                asked = backend.allreduce_sum(asked, name=f"requeue.{progress.global_step}")
+                if float(asked[0]) > 0:
+                    stop_requested = True
+                    break
             if progress.global_step >= total_steps:
                 break
+        if stop_requested:
+            # Mid-epoch: the checkpoint keeps the position; the next attempt continues there.
+            checkpoint()
+            log(
+                rank,
+                f"requeue: stopped after step {progress.global_step}/{total_steps}, "
+                f"checkpoint {ckpt_path}; exiting {requeue.EXIT_REQUEUE} (requeue me)",
+            )
+            backend.barrier()
+            backend.shutdown()
+            return {"rank": rank, "requeue": True, "result": {}}
         epoch_time = time.monotonic() - epoch_start
         sums = backend.allreduce_sum(sums, name=f"train.{epoch}.{progress.global_step}")
         n = max(1.0, float(sums[2]))
@@ -551,6 +594,10 @@ def main(argv: list[str] | None = None) -> int:
         if err.hint:
             say(f"hint: {err.hint}", sys.stderr)
         return err.exit_code
+    if out.get("requeue"):
+        from hpcdl.requeue import EXIT_REQUEUE
+
+        return EXIT_REQUEUE
     if out["rank"] == 0:
         say(result_line(out["result"]))
     return 0

@@ -28,6 +28,10 @@ FACTOR = 1.5
 SETTLE_S = 15.0
 # Cycles in which neither squeue nor sacct knew a job before it counts as unknown.
 MISSING_CYCLES = 3
+# Scheduler states after which a requeueable job may come back (PENDING again, same
+# id): such an end is accepted only after REQUEUE_SETTLE_S without the job returning.
+REQUEUE_STATES = frozenset({"PREEMPTED", "NODE_FAIL", "REQUEUED", "REQUEUE_HOLD"})
+REQUEUE_SETTLE_S = 20.0
 # How often `logs -f` reads the log files (cheap, local) between scheduler polls.
 LOG_READ_S = 0.5
 
@@ -121,8 +125,14 @@ class Watcher:
                     if on_change:
                         on_change(new)
                 pending[job_id] = new
+                if not is_final(new.state):
+                    ended_at.pop(job_id, None)  # requeued: it runs again
                 if is_final(new.state):
                     ended_at.setdefault(job_id, now)
+                    # A preempted job that Slurm requeues shows PREEMPTED for a moment.
+                    maybe_back = new.slurm_state.split(" ", 1)[0] in REQUEUE_STATES
+                    if maybe_back and now - ended_at[job_id] < REQUEUE_SETTLE_S:
+                        continue
                     if new.exit_code is not None or now - ended_at[job_id] >= self.settle_s:
                         done[job_id] = new
                         del pending[job_id]

@@ -19,9 +19,10 @@ from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME, rank_env_script
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.render import Raw, render_template, shell_join
+from hpcdl.requeue import CHECKPOINT_ENV, EXIT_REQUEUE, FLAG_ENV, FLAG_NAME, wait_seconds
 from hpcdl.resources import PACKAGE_DIR, examples_dir
 from hpcdl.slurmtime import format_time, parse_time
-from hpcdl.tokens import BIND, CONTROL, ENV_NAME, NAME, PATH, Kind, check_token
+from hpcdl.tokens import BIND, CONTROL, ENV_NAME, NAME, PATH, REQUEUE_SIGNAL, Kind, check_token
 
 # Values Slurm's #SBATCH parser takes as they are; others go in double quotes.
 _PLAIN_SBATCH = re.compile(r"[A-Za-z0-9_.,:@%+=/\-]+")
@@ -63,6 +64,12 @@ class JobRequest:
     launcher: str | None = None  # default: the profile's mpi.launcher
     no_image: bool = False  # run natively even when the profile names a default_image
     gpu_bind: str | None = None  # default: the profile's mpi.gpu_bind
+    # Issue 15: checkpoint on a signal and requeue (None: the profile's scheduler.requeue),
+    # or a chain of N jobs (--dependency=afterany) for clusters that do not requeue.
+    requeue: bool | None = None
+    max_restarts: int | None = None
+    signal: str | None = None  # SIG@LEAD; default: the profile's scheduler.requeue_signal
+    chain: int = 1
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,12 @@ class JobPlan:
     image_source: str | None = None  # "--image" or "profile default_image"
     master_addr: str = ""  # as the script sets it (a shell expression when derived)
     master_port: str = ""
+    # Requeue (issue 15): the job checkpoints on ``signal`` (SIG@LEAD) and requeues itself
+    # up to ``max_restarts`` times; ``chain`` > 1: that many jobs resume one another.
+    requeue: bool = False
+    max_restarts: int = 0
+    signal: str | None = None
+    chain: int = 1
     hpcdl_version: str = __version__
 
     def to_dict(self) -> dict[str, Any]:
@@ -179,6 +192,15 @@ def check_request(req: JobRequest) -> None:
         _no_nul("example-arg", arg)
     if req.example_args and req.command:
         raise _fail("example-arg: only applies to the bundled example, not to a COMMAND")
+    if req.signal is not None:
+        _check("signal", req.signal, REQUEUE_SIGNAL)
+    if req.max_restarts is not None and req.max_restarts < 0:
+        raise _fail(f"max-restarts: must be 0 or more (got {req.max_restarts})")
+    if req.chain < 1:
+        raise _fail(f"chain: must be at least 1 job (got {req.chain})")
+    if req.chain > 1 and req.requeue:
+        raise _fail(f"chain: --chain {req.chain} is for clusters without requeue; "
+                    f"it excludes --requeue")
     if req.synthetic and req.data:
         raise _fail(f"synthetic: --synthetic and --data {req.data!r} exclude each other")
     for bind in req.binds:
@@ -329,6 +351,8 @@ def _default_command(profile: Profile, req: JobRequest) -> list[str]:
     cmd += ["--data", data] if data else ["--synthetic"]
     if req.run_dir:  # checkpoints belong with the run that wrote them
         cmd += ["--checkpoint-dir", f"{req.run_dir}/checkpoints"]
+    if _requeue_mode(profile, req):  # every attempt continues where the last one stopped
+        cmd += ["--resume"]
     # The user's -X last: after the profile's defaults, so argparse's "last one wins"
     # agrees with example_defaults() having dropped the defaults they replace.
     return cmd + list(example_defaults(profile, req)) + list(req.example_args)
@@ -497,6 +521,50 @@ def scheduler_options(
     return options
 
 
+# ---- requeue (issue 15) --------------------------------------------------------
+def _requeue_mode(profile: Profile, req: JobRequest) -> bool:
+    """True when the job checkpoints on a signal: --requeue (or the profile's default)
+    or a --chain of jobs."""
+    requeue = profile.scheduler.requeue if req.requeue is None else req.requeue
+    return req.chain > 1 or (requeue and profile.scheduler.type == "slurm")
+
+
+def requeue_signal(profile: Profile, req: JobRequest) -> tuple[str, int]:
+    """(signal name, lead seconds) of --signal, or of the profile's default."""
+    name, lead = (req.signal or profile.scheduler.requeue_signal).split("@")
+    return name, int(lead)
+
+
+def requeue_options(profile: Profile, req: JobRequest) -> list[str]:
+    """The sbatch options of a requeueable job: the signal goes to the batch shell
+    (B:), which forwards it to the ranks and requeues; --open-mode=append keeps every
+    attempt's output in one log (Slurm truncates it on a requeue otherwise). A chain's
+    jobs are separate jobs with their own logs and are not requeued."""
+    if not _requeue_mode(profile, req):
+        return []
+    name, lead = requeue_signal(profile, req)
+    options = [f"--signal=B:{name}@{lead}"]
+    if req.chain == 1:
+        options += ["--requeue", "--open-mode=append"]
+    return options
+
+
+def _requeue_context(profile: Profile, req: JobRequest) -> dict[str, Any]:
+    """What the template's requeue block needs (empty when the job does not requeue)."""
+    if not _requeue_mode(profile, req):
+        return {"requeue": None}
+    name, lead = requeue_signal(profile, req)
+    run_dir = shell_join([req.run_dir]) if req.run_dir else '"$SLURM_SUBMIT_DIR"'
+    max_restarts = (profile.scheduler.max_restarts if req.max_restarts is None
+                    else req.max_restarts)
+    return {"requeue": {
+        "signal": name, "lead": lead, "wait_s": wait_seconds(lead),
+        "run_dir": run_dir, "flag_env": FLAG_ENV, "flag_name": FLAG_NAME,
+        "checkpoint_env": CHECKPOINT_ENV, "exit_requeue": EXIT_REQUEUE,
+        "max_restarts": max_restarts if req.chain == 1 else 0, "chain": req.chain,
+    }}
+
+
 def _sbatch_job_name(name: str) -> str:
     """The job name as #SBATCH can carry it (the exact one goes on sbatch's argv)."""
     return _sbatch_value(name.replace('"', "'"))
@@ -570,6 +638,7 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
         "job_name_q": shell_join([job_name]),
         "options": [
             *(_sbatch_option(o) for o in scheduler_options(profile, part, req, cpus, time)),
+            *(_sbatch_option(o) for o in requeue_options(profile, req)),
             f"--output={_sbatch_value(output)}",
             f"--error={_sbatch_value(error)}",
         ],
@@ -591,6 +660,7 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
         "launch_line": launch,
         "pbs_directives": pbs_directives,
         "pbs_job_name": pbs.job_name(job_name),
+        **_requeue_context(profile, req),
     }
     script = render_template(
         template,
@@ -628,4 +698,13 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
         image_source=image_source,
         master_addr=master_addr or dict(env)["MASTER_ADDR"],
         master_port=master_port or dict(env)["MASTER_PORT"],
+        **_plan_requeue(profile, req),
     )
+
+
+def _plan_requeue(profile: Profile, req: JobRequest) -> dict[str, Any]:
+    if not _requeue_mode(profile, req):
+        return {}
+    ctx = _requeue_context(profile, req)["requeue"]
+    return {"requeue": req.chain == 1, "max_restarts": ctx["max_restarts"],
+            "signal": f"{ctx['signal']}@{ctx['lead']}", "chain": req.chain}

@@ -10,6 +10,10 @@
         slurm-<id>.out / slurm-<id>.err   the job's stdout / stderr (written by Slurm)
         result.json    final state, exit code and the example's hpcdl_result (after --wait)
         checkpoints/   the bundled example's checkpoints (written by the job)
+        attempts.tsv   with --requeue/--chain: one line per attempt, by the batch script
+                       (job id, SLURM_RESTART_COUNT, start, end, exit code, cause)
+        attempts.json  every attempt, Slurm's view joined with the script's (after --wait)
+        requeue.flag   created by the batch shell on Slurm's signal: the ranks stop
 
 ``RunDir`` owns these paths and reads and writes the records (job.json as a
 JobRecord, result.json as hpcdl.results.record.ResultRecord). The job script names
@@ -32,6 +36,7 @@ from typing import Any
 import yaml
 
 from hpcdl.atomic import write_atomic, write_json_atomic
+from hpcdl.attempts import Attempt, ScriptAttempt
 from hpcdl.container.hashing import read_record, sidecar
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
@@ -91,10 +96,12 @@ class JobRecord:
     job_id: str
     argv: list[str]
     submitted_at: str
+    # --chain N: every job of the chain, first to last (job_id is the first).
+    chain: tuple[str, ...] = ()
 
     @classmethod
-    def now(cls, job_id: str, argv: list[str]) -> JobRecord:
-        return cls(job_id, list(argv), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    def now(cls, job_id: str, argv: list[str], chain: tuple[str, ...] = ()) -> JobRecord:
+        return cls(job_id, list(argv), time.strftime("%Y-%m-%dT%H:%M:%S%z"), tuple(chain))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobRecord:
@@ -102,10 +109,16 @@ class JobRecord:
         if not isinstance(data, dict) or not data.get("job_id"):
             raise ValueError("not a job record (no job_id)")
         return cls(str(data["job_id"]), list(data.get("argv") or []),
-                   str(data.get("submitted_at", "")))
+                   str(data.get("submitted_at", "")),
+                   tuple(str(j) for j in data.get("chain") or ()))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not self.chain:
+            del data["chain"]
+        else:
+            data["chain"] = list(self.chain)
+        return data
 
 
 @dataclass(frozen=True)
@@ -150,6 +163,26 @@ class RunDir:
     def checkpoints(self) -> Path:
         """Where the bundled example keeps checkpoints (plan.py passes it to the job)."""
         return self.path / "checkpoints"
+
+    @property
+    def attempts_log(self) -> Path:
+        """attempts.tsv: written by the batch script (templates/sbatch.sh.j2)."""
+        return self.path / "attempts.tsv"
+
+    @property
+    def attempts_file(self) -> Path:
+        return self.path / "attempts.json"
+
+    def read_script_attempts(self) -> list[ScriptAttempt]:
+        """attempts.tsv's lines (malformed ones left out); empty when there is none."""
+        try:
+            text = self.attempts_log.read_text(encoding="utf-8")
+        except OSError:
+            return []
+        return [a for line in text.splitlines() if (a := ScriptAttempt.parse(line))]
+
+    def write_attempts(self, attempts: list[Attempt]) -> None:
+        write_json_atomic(self.attempts_file, {"attempts": [a.to_dict() for a in attempts]})
 
     def logs(self, job_id: str) -> tuple[Path, Path]:
         """(stdout, stderr) of job ``job_id`` (the plan's slurm-%j.out/.err)."""
@@ -229,6 +262,6 @@ def find_run(job_id: str, root: Path | None = None) -> RunDir | None:
     for meta in base.glob("*/job.json"):
         run = RunDir(meta.parent)
         record = run.read_job()
-        if record is not None and record.job_id == job_id:
+        if record is not None and (record.job_id == job_id or job_id in record.chain):
             return run
     return None

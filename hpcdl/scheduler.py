@@ -55,6 +55,9 @@ class JobStatus:
     partition: str = ""
     reason: str = ""
     source: str = ""
+    # When this attempt started and ended (sacct's Start/End; filled by history()).
+    start: str = ""
+    end: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,5 +111,10 @@ class Scheduler(Protocol):
 
     def list_jobs(self, *, since: str, all_users: bool) -> list[JobStatus]:
         """The user's (or everyone's) live jobs and those finished since ``since``."""
+        ...
+
+    def history(self, job_id: str) -> list[JobStatus]:
+        """Every attempt of a job, oldest first: a requeued job's earlier runs (their
+        state, start, end, reason) and the current one. Empty when unknown."""
         ...
 

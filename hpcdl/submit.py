@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from hpcdl import rundir
+from hpcdl.attempts import Attempt, from_script, join
 from hpcdl.errors import SubmitError, ToolError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
@@ -34,6 +35,13 @@ class Submitted:
     run: RunDir
     plan: JobPlan
     warnings: tuple[str, ...] = ()
+    # --chain N: every job id, first to last (job_id is the first); else empty.
+    chain: tuple[str, ...] = ()
+
+    @property
+    def last_job_id(self) -> str:
+        """The job whose end is the run's end (the chain's last one)."""
+        return self.chain[-1] if self.chain else self.job_id
 
     @property
     def run_dir(self) -> Path:
@@ -94,8 +102,32 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     except ToolError as err:  # refused, or the controller went away: say so in the run dir
         run.write_result(dict(refused_record(err.message, argv)))
         raise
-    run.write_job(JobRecord.now(job_id, argv))
-    return Submitted(job_id, run, plan, tuple(warnings))
+    chain = [job_id]
+    for _ in range(plan.chain - 1):  # each resumes from the one before (afterany: any end)
+        link = plan.sbatch_argv(script, (*sbatch_options, f"--dependency=afterany:{chain[-1]}"))
+        try:
+            chain.append(scheduler.submit(link))
+        except ToolError:  # what is queued stays queued; the record says which jobs exist
+            run.write_job(JobRecord.now(job_id, argv, tuple(chain)))
+            raise
+    run.write_job(JobRecord.now(job_id, argv, tuple(chain) if plan.chain > 1 else ()))
+    return Submitted(job_id, run, plan, tuple(warnings), tuple(chain) if plan.chain > 1 else ())
+
+
+def attempts_of(sub_or_run: RunDir, job_ids: list[str], scheduler: Scheduler) -> list[Attempt]:
+    """Every attempt of the run's job(s): Slurm's accounting (sacct -D) joined with the
+    batch script's own record (attempts.tsv); from the script's record alone when the
+    scheduler has no history. Written to the run directory's attempts.json."""
+    script = sub_or_run.read_script_attempts()
+    found: list[Attempt] = []
+    for job_id in job_ids:
+        history = scheduler.history(job_id)
+        mine = [s for s in script if s.job_id == job_id]
+        found += join(history, mine) if history else from_script(mine)
+    found = [dataclasses.replace(a, number=i) for i, a in enumerate(found)] if len(job_ids) > 1 else found
+    if found:
+        sub_or_run.write_attempts(found)
+    return found
 
 
 def exit_status(status: JobStatus) -> int:

@@ -66,4 +66,5 @@ def timeout_message(status: JobStatus, stderr: str = "", *,
     what = f"its time limit of {limit}" if limit else "its time limit"
     room = _headroom(limit, max_time, status.partition) if limit else ""
     return (f"job {status.job_id} hit {what}{after} (Slurm {status.slurm_state or TIMEOUT}): "
-            f"give it more with --time{room}, or {shorter}")
+            f"give it more with --time{room}, or {shorter}, or let it continue: "
+            f"--requeue (checkpoint, requeue, resume) or --chain N where requeue is off")

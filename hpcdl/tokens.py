@@ -98,6 +98,12 @@ FILESYSTEM = _kind("filesystem name", r"[a-z][a-z0-9_]*", "eagle")
 # An environment-module name as `module load` takes it (rendered unquoted).
 MODULE = _kind("module name", r"[A-Za-z0-9_.+/@\-]+", "OpenMPI/4.1.4-GCC-11.3.0")
 ENV_NAME = _kind("environment variable name", r"[A-Za-z_][A-Za-z0-9_]*", "NCCL_DEBUG")
+# The signal Slurm sends the batch shell before the time limit or at preemption, and the
+# lead time in seconds ('--signal=B:SIG@LEAD'): a few named signals only (SIGKILL and
+# SIGSTOP cannot be trapped; SIGUSR1 is what some NCCL versions take for themselves,
+# but it reaches the batch shell only, so it is allowed).
+REQUEUE_SIGNAL = _kind("signal SIG@SECONDS", r"(USR1|USR2|TERM|INT|HUP|ALRM|URG)@\d{1,5}",
+                       "USR2@120")
 # A program name or path rendered unquoted in a definition (python).
 EXECUTABLE = _kind("executable", r"[A-Za-z0-9_./+\-]+", "python3")
 # A host path (quoted wherever it lands); may use $VARS the job's shell expands.
@@ -136,6 +142,7 @@ ExampleArg = Annotated[str, Strict(), checker(EXAMPLE_ARG), EXAMPLE_ARG]
 Filesystem = Annotated[str, Strict(), checker(FILESYSTEM), FILESYSTEM]
 Module = Annotated[str, Strict(), checker(MODULE), MODULE]
 EnvName = Annotated[str, Strict(), checker(ENV_NAME), ENV_NAME]
+RequeueSignal = Annotated[str, Strict(), checker(REQUEUE_SIGNAL), REQUEUE_SIGNAL]
 Executable = Annotated[str, Strict(), checker(EXECUTABLE), EXECUTABLE]
 HostPath = Annotated[str, Strict(), checker(PATH), PATH]
 Bind = Annotated[str, Strict(), checker(BIND), BIND]
@@ -156,7 +163,7 @@ PositiveInt = Annotated[int, Strict(), Field(ge=1)]
 NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 
 KINDS: tuple[Kind, ...] = (
-    NAME, SLURM_VALUE, OPTION_KEY, SLURM_TIME, EXAMPLE_ARG, FILESYSTEM, MODULE, ENV_NAME, EXECUTABLE, PATH, BIND,
+    NAME, SLURM_VALUE, OPTION_KEY, SLURM_TIME, EXAMPLE_ARG, FILESYSTEM, MODULE, ENV_NAME, REQUEUE_SIGNAL, EXECUTABLE, PATH, BIND,
     IMAGE_NAME, IMAGE_REF, IMAGE_TAG, OS_VERSION, VERSION, DEB_PACKAGE, REQUIREMENT, URL,
     LABEL_KEY, TEXT, DEF_TEXT,
 )

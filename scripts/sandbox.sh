@@ -35,6 +35,13 @@
 #   partitions   debug  Default=YES  MaxNodes=2  MaxTime=00:30:00  DefaultTime=00:10:00
 #                gpu                 MaxNodes=2  MaxTime=02:00:00  DefaultTime=00:10:00
 #                short               MaxNodes=1  MaxTime=00:05:00  DefaultTime=00:05:00
+#                lowprio             MaxNodes=2  MaxTime=00:10:00  PriorityTier=1, PreemptMode=REQUEUE,
+#                                    GraceTime=60: what urgent preempts (issue 15's requeue tests)
+#                urgent              MaxNodes=2  MaxTime=00:05:00  PriorityTier=10
+#                (debug, gpu, short: PreemptMode=OFF, so urgent never preempts their jobs)
+#   preemption   PreemptType=preempt/partition_prio, PreemptMode=REQUEUE, JobRequeue=1,
+#                SlurmctldParameters=preempt_send_user_signal: a preempted job's batch shell
+#                gets its --signal (hpcdl: B:USR2) at once, with GraceTime to checkpoint
 #   limits       EnforcePartLimits=ALL: impossible requests are refused by sbatch at once
 #   MPI          srun --mpi=pmix (PMIx v4) across both nodes; per-node TmpFS (shared /tmp
 #                breaks pmix: "pmixp_mkdir: ... File exists")
@@ -61,9 +68,11 @@ WAIT_S=${HPCDL_SANDBOX_WAIT:-60}
 # The default cluster: the one sandbox.yaml describes.
 DEFAULT_SHAPE='node n1 127.0.1.1 16821 8 4096 gpu:fake:4 up
 node n2 127.0.1.2 16822 8 4096 gpu:fake:4 up
-partition debug n1,n2 Default=YES MaxNodes=2 MaxTime=00:30:00 DefaultTime=00:10:00
-partition gpu n1,n2 MaxNodes=2 MaxTime=02:00:00 DefaultTime=00:10:00
-partition short n1,n2 MaxNodes=1 MaxTime=00:05:00 DefaultTime=00:05:00'
+partition debug n1,n2 Default=YES MaxNodes=2 MaxTime=00:30:00 DefaultTime=00:10:00 PreemptMode=OFF
+partition gpu n1,n2 MaxNodes=2 MaxTime=02:00:00 DefaultTime=00:10:00 PreemptMode=OFF
+partition short n1,n2 MaxNodes=1 MaxTime=00:05:00 DefaultTime=00:05:00 PreemptMode=OFF
+partition lowprio n1,n2 MaxNodes=2 MaxTime=00:10:00 DefaultTime=00:05:00 PriorityTier=1 PreemptMode=REQUEUE GraceTime=60
+partition urgent n1,n2 MaxNodes=2 MaxTime=00:05:00 DefaultTime=00:02:00 PriorityTier=10 PreemptMode=OFF'
 
 # ---- the shape, read once ----------------------------------------------------------
 NODES=()        # every configured node
@@ -244,6 +253,13 @@ SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,bf_interval=1
 MinJobAge=300
 KillWait=5
+# Preemption and requeue (issue 15): urgent's jobs requeue lowprio's; the preempted
+# job's batch shell gets its --signal at once (not SIGTERM to the ranks) and the
+# partition's GraceTime to write a checkpoint.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+SlurmctldParameters=preempt_send_user_signal
+JobRequeue=1
 InactiveLimit=0
 ReturnToService=2
 MpiDefault=none

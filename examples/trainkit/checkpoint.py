@@ -92,6 +92,27 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
+def load_latest_valid(
+    directory: str | os.PathLike[str], required: tuple[str, ...] = ("model", "optimizer", "progress")
+) -> tuple[Path, dict[str, Any], list[str]] | None:
+    """The newest checkpoint in ``directory`` that loads and has ``required`` keys, as
+    (path, state, skipped): ``skipped`` says which newer files were damaged and why
+    (a requeued job falls back to the previous checkpoint rather than failing). None
+    when there is no loadable checkpoint."""
+    skipped: list[str] = []
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            state = load_checkpoint(path)
+            missing = [k for k in required if k not in state]
+            if missing:
+                raise ValueError(f"no {', '.join(missing)}")
+        except Exception as exc:  # any unreadable file: torch/pickle raise many kinds
+            skipped.append(f"{path.name}: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+            continue
+        return path, state, skipped
+    return None
+
+
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Load a checkpoint written by ``save_checkpoint`` onto the CPU."""
     state = torch.load(path, map_location="cpu", weights_only=False)

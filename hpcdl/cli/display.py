@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from hpcdl.attempts import Attempt
 from hpcdl.results.logs import describe_failures, format_result_table
 from hpcdl.results.record import JobLogs, ResultRecord
 from hpcdl.results.table import Row
@@ -52,8 +53,20 @@ class StatusLine:
             echo("", err=True)
 
 
+def attempt_lines(attempts: list[Attempt]) -> list[str]:
+    """A table of a requeued job's attempts: number, job, reason, start, end, exit."""
+    lines = [f"{'ATTEMPT':<8} {'JOBID':<10} {'REASON':<10} {'SLURM':<10} {'START':<20} "
+             f"{'END':<20} EXIT"]
+    for a in attempts:
+        code = "" if a.exit_code is None else str(a.exit_code)
+        lines.append(f"{a.number:<8} {a.job_id:<10} {a.reason:<10} {a.slurm_state:<10} "
+                     f"{a.start:<20} {a.end:<20} {code}")
+    return lines
+
+
 def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord,
-           tail_lines: int = 20, max_time: str | None = None) -> None:
+           tail_lines: int = 20, max_time: str | None = None,
+           attempts: list[Attempt] | None = None) -> None:
     """What a user reads once the job ended: state and exit code, the log's tail, which
     rank crashed and its last lines (on failure), the result table (on success), and
     for a job that ran out of time the limit it hit and the fix (``max_time``: the
@@ -85,6 +98,11 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord
     timed_out = timeout_message(status, logs.err, max_time=max_time)
     if timed_out:
         echo(timed_out)
+    if attempts:
+        echo(f"--- {len(attempts)} attempt{'s' if len(attempts) != 1 else ''} "
+             f"({RunDir(run_dir).attempts_file}) ---")
+        for line in attempt_lines(attempts):
+            echo(line)
     echo(f"run directory: {run_dir}")
 
 

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from hpcdl.scheduler import JobStatus
+from hpcdl.attempts import Attempt
+from hpcdl.scheduler import JobStatus, Scheduler
 from hpcdl.timelimit import clock_text, timeout_message
 
 
@@ -44,14 +45,24 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
     scheduler = scheduler_for()
     if job_id:
         row = scheduler.status(job_id, settle_s=3)
+        tried = _attempts(job_id, scheduler)
         if as_json:
-            click.echo(json.dumps(row.to_dict()))
+            data = row.to_dict()
+            if len(tried) > 1:
+                data["attempts"] = [a.to_dict() for a in tried]
+            click.echo(json.dumps(data))
         else:
             click.echo(_HEADER)
             click.echo(_row(row))
             timed_out = timeout_message(row)
             if timed_out:
                 click.echo(timed_out)
+            if len(tried) > 1:
+                from hpcdl.cli.display import attempt_lines
+
+                click.echo(f"{len(tried)} attempts (requeued):")
+                for line in attempt_lines(tried):
+                    click.echo(line)
         return
     rows = scheduler.list_jobs(since=since, all_users=all_users)
     if as_json:
@@ -60,6 +71,17 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
     click.echo(_HEADER)
     for r in rows:
         click.echo(_row(r))
+
+
+def _attempts(job_id: str, scheduler: Scheduler) -> list[Attempt]:
+    """A requeued job's attempts (sacct -D + its run directory's attempts.tsv)."""
+    from hpcdl.attempts import from_script, join
+    from hpcdl.rundir import find_run
+
+    run = find_run(job_id)
+    script = [s for s in run.read_script_attempts() if s.job_id == job_id] if run else []
+    history = scheduler.history(job_id)
+    return join(history, script) if history else from_script(script)
 
 
 @click.command()

@@ -30,13 +30,29 @@ from hpcdl.profiles.schema import Profile
 @click.option("--wait", "-w", is_flag=True,
               help="Follow the job to its end; exit with the job's exit code (124 when it hit "
                    "its time limit, as timeout(1)).")
+@click.option("--requeue/--no-requeue", default=None,
+              help="Survive time limits and preemption: Slurm signals the batch shell "
+                   "(--signal), the ranks checkpoint at their next step and exit 85, the job "
+                   "requeues itself and resumes from the newest valid checkpoint; a crashed "
+                   "attempt is requeued too. Default: the profile's scheduler.requeue.")
+@click.option("--max-restarts", type=int, metavar="N",
+              help="Requeues after a time limit or a crash before the job is let end "
+                   "(default: the profile's scheduler.max_restarts, 3). A preempted attempt is "
+                   "always requeued and uses up none (SLURM_RESTART_COUNT counts them all).")
+@click.option("--signal", "signal", metavar="SIG@LEAD",
+              help="Signal and lead time in seconds before the time limit (default "
+                   "USR2@120: #SBATCH --signal=B:USR2@120).")
+@click.option("--chain", type=int, default=1, show_default=True, metavar="N",
+              help="For clusters without requeue: N jobs linked with --dependency=afterany, "
+                   "each resuming from the previous one's checkpoint in one run directory.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
 def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
            cpus_per_task: int | None, job_name: str | None, template: str | None,
            image: str | None, backend: str, env: tuple[str, ...], binds: tuple[str, ...],
            data: str | None, synthetic: bool, example_args: tuple[str, ...], no_image: bool,
            launcher: str | None, gpu_bind: str | None, dry_run: bool, run_dir: Path | None,
-           as_json: bool, wait: bool, command: tuple[str, ...]) -> None:
+           as_json: bool, wait: bool, requeue: bool | None, max_restarts: int | None,
+           signal: str | None, chain: int, command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
     Without COMMAND the job runs the bundled ResNet-50 example with --backend,
@@ -69,6 +85,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         command=command, data=data, synthetic=synthetic, example_args=example_args, template=template,
         no_image=no_image, launcher=launcher, gpu_bind=gpu_bind,
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
+        requeue=requeue, max_restarts=max_restarts, signal=signal, chain=chain,
     )
     if dry_run:
         plan = build_plan(prof, request)  # validates: raises before anything is written
@@ -113,33 +130,46 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
     from hpcdl.cli.scheduler import scheduler_for
     from hpcdl.follow import follow
     from hpcdl.results.record import record_result
-    from hpcdl.submit import exit_status, submit
+    from hpcdl.submit import attempts_of, exit_status, submit
 
     scheduler = scheduler_for(prof.name)
     sub = submit(prof, plan, scheduler=scheduler)
     for warning in (*plan.warnings, *sub.warnings):
         click.echo(f"warning: {warning}", err=True)
-    info = {"job_id": sub.job_id, "run_dir": str(sub.run_dir), "partition": plan.partition,
-            "nodes": plan.nodes, "ntasks": plan.ntasks, "job_name": plan.job_name}
+    info: dict[str, object] = {
+        "job_id": sub.job_id, "run_dir": str(sub.run_dir), "partition": plan.partition,
+        "nodes": plan.nodes, "ntasks": plan.ntasks, "job_name": plan.job_name}
+    if sub.chain:
+        info["chain"] = list(sub.chain)
     if not as_json:
         click.echo(f"Submitted job {sub.job_id} to partition {plan.partition} "
                    f"({plan.nodes} nodes x {plan.tasks_per_node} ranks); run dir {sub.run_dir}")
+        if sub.chain:
+            click.echo(f"chain of {len(sub.chain)} jobs (--dependency=afterany): "
+                       f"{' -> '.join(sub.chain)}")
     if not wait:
         if as_json:
             click.echo(json.dumps(info))
         return 0
-    line = StatusLine(sub.job_id, quiet=as_json)
+    # A requeued job keeps its id: following it follows every attempt; a chain is
+    # followed to its last job (the earlier ones end as it starts).
+    watched = sub.last_job_id
+    line = StatusLine(watched, quiet=as_json)
     try:
-        final = follow(sub.job_id, scheduler=scheduler, on_poll=line, timeout=timeout)
+        final = follow(watched, scheduler=scheduler, on_poll=line, timeout=timeout)
     finally:
         line.close()
     record, logs = record_result(sub.run, final)
     code = exit_status(final)
+    tried = (attempts_of(sub.run, list(sub.chain or (sub.job_id,)), scheduler)
+             if plan.requeue or plan.chain > 1 else [])
     if as_json:
-        click.echo(json.dumps({**info, **record, "exit_status": code}))
+        click.echo(json.dumps({**info, **record, "exit_status": code,
+                               **({"attempts": [a.to_dict() for a in tried]} if tried else {})}))
         return code
     part = prof.partition(plan.partition)
-    report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None)
+    report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,
+           attempts=tried)
     return code
 
 

@@ -26,6 +26,7 @@ from hpcdl.tokens import (
     NonNegativeInt,
     OptionKey,
     PositiveInt,
+    RequeueSignal,
     SlurmTime,
     SlurmValue,
     Text,
@@ -33,7 +34,8 @@ from hpcdl.tokens import (
 
 # Options hpcdl itself puts on the bundled example's command line (from --backend,
 # --data/--synthetic and the run directory): a profile default must not fight them.
-EXAMPLE_OPTIONS_SET_BY_HPCDL = ("--backend", "--data", "--synthetic", "--checkpoint-dir")
+EXAMPLE_OPTIONS_SET_BY_HPCDL = ("--backend", "--data", "--synthetic", "--checkpoint-dir",
+                                "--resume")
 
 
 class _Strict(BaseModel):
@@ -96,6 +98,16 @@ class Scheduler(_Strict):
     filesystems: list[Filesystem] = Field(
         default_factory=list,
         description="PBS only: '-l filesystems=a:b' (ALCF: the filesystems the job needs up)",
+    )
+    requeue: bool = Field(
+        default=False,
+        description="submit --requeue by default: checkpoint on a signal, requeue, resume",
+    )
+    max_restarts: NonNegativeInt = Field(
+        default=3, description="requeues hpcdl asks for before it lets a job end (--max-restarts)"
+    )
+    requeue_signal: RequeueSignal = Field(
+        default="USR2@120", description="--signal: SIG@SECONDS before the time limit"
     )
 
     @field_validator("default_time")

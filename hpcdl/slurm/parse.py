@@ -100,6 +100,29 @@ def parse_squeue_status(stdout: str) -> list[JobStatus]:
     return out
 
 
+# sacct -D (--duplicates) lists every attempt of a requeued job; the name comes last.
+HISTORY_FIELDS = ("JobID,State,ExitCode,NodeList,Elapsed,Timelimit,Partition,Start,End,"
+                  "Reason,JobName")
+
+
+def parse_sacct_history(stdout: str) -> list[JobStatus]:
+    """Rows of ``sacct -n -P -X -D -o HISTORY_FIELDS``, in sacct's order (oldest first)."""
+    out = []
+    for parts in _rows(stdout, 11):
+        job_id, raw, exit_text, nodes, elapsed, limit, partition, start, end, reason, name = parts
+        if "." in job_id:
+            continue
+        code, sig = parse_exit_code(exit_text)
+        out.append(JobStatus(
+            job_id=job_id.strip(), name=name, state=to_hpcdl(raw), slurm_state=raw.strip(),
+            exit_code=code, signal=sig, nodes=nodes.strip(), elapsed=elapsed.strip(),
+            time_limit=limit.strip(), partition=partition.strip(),
+            reason="" if reason.strip() in ("", "None") else reason.strip(),
+            source="sacct -D", start=start.strip(), end=end.strip(),
+        ))
+    return out
+
+
 def parse_sacct(stdout: str) -> list[JobStatus]:
     """Rows of ``sacct -n -P -X -o SACCT_FIELDS`` (job allocations only, no steps)."""
     out = []

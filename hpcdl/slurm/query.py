@@ -11,12 +11,14 @@ from collections.abc import Sequence
 from hpcdl import proc
 from hpcdl.errors import ToolError
 from hpcdl.slurm.parse import (
+    HISTORY_FIELDS,
     SACCT_FIELDS,
     SQUEUE_FORMAT,
     SQUEUE_STATUS_FIELDS,
     JobStatus,
     is_sacct_placeholder,
     parse_sacct,
+    parse_sacct_history,
     parse_scontrol_exit,
     parse_squeue,
     parse_squeue_status,
@@ -126,6 +128,16 @@ def statuses(job_ids: Sequence[str]) -> dict[str, JobStatus]:
         elif row is not None:
             out[job_id] = row
     return out
+
+
+def history(job_id: str) -> list[JobStatus]:
+    """Every attempt of ``job_id`` (sacct -D: a requeued job's earlier runs too), oldest
+    first; empty when the accounting database has none."""
+    res = proc.run(["sacct", "-n", "-P", "-X", "-D", "-j", job_id, "-o", HISTORY_FIELDS],
+                   timeout=QUERY_TIMEOUT, check=False)
+    if not res.ok:
+        return []
+    return [r for r in parse_sacct_history(res.stdout) if r.job_id == job_id]
 
 
 def settled(status: JobStatus) -> JobStatus:

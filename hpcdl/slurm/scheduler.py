@@ -68,3 +68,6 @@ class SlurmScheduler:
 
     def list_jobs(self, *, since: str, all_users: bool) -> list[JobStatus]:
         return query.list_jobs(since=since, all_users=all_users)
+
+    def history(self, job_id: str) -> list[JobStatus]:
+        return query.history(job_id)

@@ -25,6 +25,9 @@ first match by prefix), else ``default``:
      "min_job_age": 3,        # ticks a finished job stays visible to squeue
      "sacct_lag": 1}          # ticks sacct shows its placeholder row after the end
 
+A requeued job's states pass through PREEMPTED, NODE_FAIL or REQUEUED and back to
+PENDING under the same id; ``sacct -D`` then lists one row per ended attempt first.
+
 A job's stdout/stderr (with %j replaced) are written where its #SBATCH --output/--error
 lines say, when it reaches its final state.
 """
@@ -48,8 +51,10 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 PARTITIONS = "".join(
     f"PartitionName={name} MaxNodes={nodes} MaxTime={limit} Nodes=n[1-2] TotalNodes=2\n"
     for name, nodes, limit in (("debug", 2, "00:30:00"), ("gpu", 2, "02:00:00"),
-                               ("short", 1, "00:05:00")))
-SINFO = "debug*|gpu:fake:4|8|2\ngpu|gpu:fake:4|8|2\nshort|gpu:fake:4|8|2\n"
+                               ("short", 1, "00:05:00"), ("lowprio", 2, "00:10:00"),
+                               ("urgent", 2, "00:05:00")))
+SINFO = ("debug*|gpu:fake:4|8|2\ngpu|gpu:fake:4|8|2\nshort|gpu:fake:4|8|2\n"
+         "lowprio|gpu:fake:4|8|2\nurgent|gpu:fake:4|8|2\n")
 
 
 def state_dir() -> Path:
@@ -206,12 +211,37 @@ def exit_of(job: dict[str, Any], state: str) -> tuple[int, int]:
     return int(code), int(sig or 0)
 
 
+REQUEUE_STATES = ("PREEMPTED", "NODE_FAIL", "REQUEUED")
+
+
+def earlier_attempts(job: dict[str, Any], tick: int) -> list[str]:
+    """The states of the attempts of ``job`` that ended in a requeue before ``tick``."""
+    age, out = tick - job["submitted"], []
+    for state, ticks in job["states"][:-1]:
+        if age < ticks:
+            break
+        age -= ticks
+        if state in REQUEUE_STATES:
+            out.append(state)
+    return out
+
+
 def sacct(argv: list[str]) -> int:
     ids = opt(argv, "-j")
     lag = scenario().get("sacct_lag", 1)
     with Store() as data:
         rows = _rows(ids.split(",") if ids else None, data)
         tick = data["tick"]
+    if "-D" in argv:  # every attempt: HISTORY_FIELDS, the name last
+        for job, state, ended in rows:
+            for n, old in enumerate(earlier_attempts(job, tick)):
+                print(f"{job['id']}|{old}|0:0|n1|00:00:02|30:00|{job['partition']}|"
+                      f"2026-01-01T00:0{n}:00|2026-01-01T00:0{n}:30|None|{job['name']}")
+            code = "{}:{}".format(*exit_of(job, state)) if ended is not None else "0:0"
+            print(f"{job['id']}|{state}|{code}|n1|00:00:03|30:00|{job['partition']}|"
+                  f"2026-01-01T00:09:00|{'2026-01-01T00:09:30' if ended else 'Unknown'}|None|"
+                  f"{job['name']}")
+        return 0
     for job, state, ended in rows:
         if ended is not None and tick - ended < lag:
             print(f"{job['id']}|PENDING|0:0||00:00:00|30:00|{job['partition']}|allocation")

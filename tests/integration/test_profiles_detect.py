@@ -47,7 +47,9 @@ pytestmark = pytest.mark.slurm
 EXCLUDED = {"name", "description", "modules", "env", "paths", "python", "template_dir", "examples",
             "container.binds", "container.binary", "container.default_image",
             "mpi.launcher_args", "scheduler.account", "scheduler.qos",
-            "scheduler.extra_options", "partitions[].description"}
+            "scheduler.extra_options", "partitions[].description",
+            # Site policy for hpcdl submit --requeue, not a scheduler fact.
+            "scheduler.requeue", "scheduler.max_restarts", "scheduler.requeue_signal"}
 PARTITION_FIELDS = ["name", "nodes", "gpus_per_node", "gpu_type", "cpus_per_node",
                     "mem_per_node_gb", "node_limit", "max_seconds", "default",
                     "max_jobs_per_user", "max_gpus_per_user"]

@@ -91,7 +91,7 @@ def test_profiles_list_show_validate(tmp_path):
     shown = invoke("profiles", "show", "neuron").stdout
     assert "amd_a100nv_8" in shown and "14" in shown
     good = invoke("profiles", "validate", "hpcdl/profiles/bundled/sandbox.yaml")
-    assert good.exit_code == 0 and "ok (profile sandbox, 3 partitions)" in good.stdout
+    assert good.exit_code == 0 and "ok (profile sandbox, 5 partitions)" in good.stdout
 
 
 def test_alloc_dry_run_matches_seed_form():

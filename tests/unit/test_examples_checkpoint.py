@@ -107,3 +107,52 @@ def test_process_killed_mid_write_leaves_previous_checkpoint_loadable(tmp_path: 
     # Training goes on: the next save works and is the new latest.
     save_checkpoint(ckpt, 3, {"step": 3})
     assert load_checkpoint(latest_checkpoint(ckpt))["step"] == 3  # type: ignore[arg-type]
+
+
+def test_resume_skips_a_damaged_newest_checkpoint(tmp_path: Path) -> None:
+    """A requeued job resumes from the newest checkpoint that loads: a truncated newest
+    file (a kill during a copy, a full disk outside save_checkpoint) and one without the
+    training state fall back to the one before, each named in ``skipped``."""
+    from trainkit.checkpoint import checkpoint_path, load_latest_valid, save_checkpoint
+
+    assert load_latest_valid(tmp_path / "none") is None
+    good = {"model": {"w": torch.arange(4.0)}, "optimizer": {}, "progress": {"global_step": 5}}
+    save_checkpoint(tmp_path, 5, good)
+    save_checkpoint(tmp_path, 10, {**good, "progress": {"global_step": 10}})
+    newest = checkpoint_path(tmp_path, 10)
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # damaged
+    save_checkpoint(tmp_path, 15, {"model": {}})  # loads, but holds no training state
+    found = load_latest_valid(tmp_path)
+    assert found is not None
+    path, state, skipped = found
+    assert path.name == "checkpoint-00000005.pt" and state["progress"]["global_step"] == 5
+    assert [s.split(":")[0] for s in skipped] == ["checkpoint-00000015.pt",
+                                                   "checkpoint-00000010.pt"]
+    assert "no optimizer, progress" in skipped[0]
+
+
+def test_killed_mid_write_is_never_resumed_from(tmp_path: Path) -> None:
+    """The requeue path's loader after a SIGKILL mid-write: the half-written temp file is
+    not a candidate, the previous checkpoint is what the next attempt resumes from."""
+    from trainkit.checkpoint import load_latest_valid
+
+    ckpt, marker = tmp_path / "ckpt", tmp_path / "writing"
+    script = tmp_path / "child.py"
+    script.write_text(CHILD.format(examples=str(EXAMPLES)))
+    proc = subprocess.Popen([sys.executable, str(script), str(ckpt), str(marker)])
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert proc.poll() is None, "child exited before writing"
+            assert time.monotonic() < deadline, "child never reached the middle of the write"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert any(n.endswith(".tmp") for n in os.listdir(ckpt))
+    found = load_latest_valid(ckpt, required=("step",))
+    assert found is not None
+    assert found[0].name == "checkpoint-00000001.pt" and found[1]["step"] == 1 and not found[2]

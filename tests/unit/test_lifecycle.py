@@ -236,3 +236,76 @@ def test_results_refresh_asks_once_for_all_points(fake: FakeSlurm) -> None:
     assert fake.counts()["squeue"] == 1, fake.calls()
     states = [r["state"] for r in json.loads(first.stdout)["rows"]]
     assert states == ["RUNNING", "RUNNING"]  # the fake: pending for one poll
+
+
+# --- requeue (issue 15): attempts, following through requeues, chains --------------
+
+def requeue_scenario(fake: FakeSlurm, states: list[list[object]], **job: object) -> None:
+    fake.scenario(default={"states": states, "stdout": GOOD_OUT, **job}, sacct_lag=1)
+
+
+def test_wait_follows_a_job_through_two_preemptions(fake: FakeSlurm, tmp_path: Path) -> None:
+    requeue_scenario(fake, [["PENDING", 1], ["RUNNING", 2], ["PREEMPTED", 1], ["PENDING", 1],
+                            ["RUNNING", 2], ["PREEMPTED", 1], ["PENDING", 1], ["RUNNING", 2],
+                            ["COMPLETED", 0]])
+    run = tmp_path / "runs" / "rq"
+    # What the batch script writes when its step ends (templates/sbatch.sh.j2).
+    res = submit_wait("--requeue", "--run-dir", str(run))
+    assert res.exit_code == 0, res.output
+    assert "3 attempts" in res.output
+    lines = res.output.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("--- 3 attempts"))
+    table = [ln.split() for ln in lines[at + 2:at + 5]]
+    assert [(row[0], row[2]) for row in table] == [("0", "PREEMPTED"), ("1", "PREEMPTED"),
+                                                   ("2", "COMPLETED")]
+    saved = json.loads((run / "attempts.json").read_text())["attempts"]
+    assert [a["reason"] for a in saved] == ["PREEMPTED", "PREEMPTED", "COMPLETED"]
+
+
+def test_script_record_names_a_self_requeued_time_limit(fake: FakeSlurm, tmp_path: Path) -> None:
+    requeue_scenario(fake, [["RUNNING", 2], ["REQUEUED", 1], ["PENDING", 1], ["RUNNING", 2],
+                            ["COMPLETED", 0]])
+    run = tmp_path / "runs" / "rq"
+    submitted = run_cli("submit", "-p", "sandbox", "-N", "2", "-G", "2", "-c", "1", "--requeue",
+                        "--run-dir", str(run), "--json", "--", "python3", "train.py")
+    job = json.loads(submitted.output)["job_id"]
+    # The batch script's own line for attempt 0: it stopped on the signal near the limit.
+    (run / "attempts.tsv").write_text(f"{job}\t0\t100\t160\t85\tTIMEOUT\n")
+    waited = run_cli("status", job, "--json")
+    while json.loads(waited.output)["state"] != "COMPLETED":
+        waited = run_cli("status", job, "--json")
+    data = json.loads(waited.output)
+    assert [(a["number"], a["reason"]) for a in data["attempts"]] == [(0, "TIMEOUT"),
+                                                                     (1, "COMPLETED")]
+    assert data["attempts"][0]["exit_code"] == 85
+    text = run_cli("status", job).output
+    assert "2 attempts (requeued):" in text and "TIMEOUT" in text
+
+
+def test_a_node_failure_keeps_slurms_reason(fake: FakeSlurm, tmp_path: Path) -> None:
+    requeue_scenario(fake, [["RUNNING", 1], ["NODE_FAIL", 1], ["PENDING", 1], ["RUNNING", 1],
+                            ["FAILED", 0]], exit="85:0")
+    res = submit_wait("--requeue", "--max-restarts", "1", "--json")
+    data = json.loads(res.output.strip().splitlines()[-1])
+    assert res.exit_code == 85
+    assert [a["reason"] for a in data["attempts"]] == ["NODE_FAIL", "FAILED"]
+
+
+def test_chain_submits_linked_jobs_into_one_run_dir(fake: FakeSlurm, tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "ch"
+    res = submit_wait("--chain", "3", "--run-dir", str(run), "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output.strip().splitlines()[-1])
+    first, second, third = data["chain"]
+    jobs = fake.jobs()
+    assert jobs[first]["dependency"] is None
+    assert jobs[second]["dependency"] == f"afterany:{first}"
+    assert jobs[third]["dependency"] == f"afterany:{second}"
+    record = json.loads((run / "job.json").read_text())
+    assert record["job_id"] == first and record["chain"] == [first, second, third]
+    script = (run / "job.sbatch").read_text()
+    assert "#SBATCH --signal=B:USR2@120" in script and "#SBATCH --requeue" not in script
+    assert "scontrol requeue" not in script
+    # `hpcdl results` counts the run once, whichever job of the chain it is asked about.
+    from hpcdl.rundir import find_run
+    assert find_run(third) == find_run(first)

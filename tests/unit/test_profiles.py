@@ -43,7 +43,7 @@ def test_neuron_matches_the_seed_table():
 
 def test_sandbox_profile_shape():
     prof = load_profile("sandbox")
-    assert [p.name for p in prof.partitions] == ["debug", "gpu", "short"]
+    assert [p.name for p in prof.partitions] == ["debug", "gpu", "short", "lowprio", "urgent"]
     assert prof.default_partition.name == "debug"
     assert all(p.gpus_per_node == 4 and p.nodes == 2 for p in prof.partitions)
     assert prof.mpi.launcher == "srun" and prof.mpi.srun_mpi == "pmix"

@@ -79,9 +79,9 @@ def test_sandbox_nodes_and_partitions():
     assert [n.name for n in facts.nodes] == ["n1", "n2"]
     n1 = facts.nodes[0]
     assert (n1.cpus, n1.memory_mb, n1.gpus, n1.gpu_types) == (8, 4096, 4, ("fake",))
-    assert n1.partitions == ("debug", "gpu", "short")
+    assert n1.partitions == ("debug", "gpu", "short", "lowprio", "urgent")
     parts = {p.name: p for p in facts.partitions}
-    assert list(parts) == ["debug", "gpu", "short"]
+    assert list(parts) == ["debug", "gpu", "short", "lowprio", "urgent"]
     assert parts["debug"].default and not parts["gpu"].default
     assert parts["short"].max_nodes == 1 and parts["short"].max_time == "00:05:00"
     assert parts["debug"].default_time == "00:10:00"
@@ -254,7 +254,7 @@ def test_diff_names_each_disagreement():
     assert any(line.startswith("GPUs per node: partition debug: profile says 2, the cluster has 4")
                for line in lines)
     assert any(line.startswith("GPU type: partition debug: profile says a100") for line in lines)
-    assert "partitions: the cluster has short, the profile does not" in lines
+    assert "partitions: the cluster has short, lowprio, urgent, the profile does not" in lines
     assert "mpi.srun_mpi: profile says pmix, srun --mpi=list offers pmi2, none" in lines
 
 
@@ -306,4 +306,5 @@ def test_partition_qos_decides_per_user_limits():
     caps["partitions"] = sd.Capture(sd.COMMANDS["partitions"], stdout=text)
     prof = describe(sd.facts_from(caps), name="sandbox").profile
     limits = {p.name: (p.max_gpus_per_user, p.max_jobs_per_user) for p in prof.partitions}
-    assert limits == {"debug": (8, 4), "gpu": (2, 1), "short": (8, 4)}
+    assert limits == {"debug": (8, 4), "gpu": (2, 1), "short": (8, 4), "lowprio": (8, 4),
+                      "urgent": (8, 4)}

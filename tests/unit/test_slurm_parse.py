@@ -138,8 +138,11 @@ SCONTROL = """\
 PartitionName=debug Default=YES MaxNodes=2 MaxTime=00:30:00 Nodes=n[1-2] TotalCPUs=16 TotalNodes=2
 PartitionName=gpu MaxNodes=UNLIMITED MaxTime=02:00:00 Nodes=n[1-2] TotalNodes=2
 PartitionName=short MaxNodes=1 MaxTime=00:05:00 Nodes=n[1-2] TotalNodes=2
+PartitionName=lowprio MaxNodes=2 MaxTime=00:10:00 Nodes=n[1-2] TotalNodes=2
+PartitionName=urgent MaxNodes=2 MaxTime=00:05:00 Nodes=n[1-2] TotalNodes=2
 """
-SINFO = "debug|gpu:fake:4|8|2\ngpu|gpu:fake:4|8|2\nshort|gpu:fake:4|8|2\n"
+SINFO = ("debug|gpu:fake:4|8|2\ngpu|gpu:fake:4|8|2\nshort|gpu:fake:4|8|2\n"
+         "lowprio|gpu:fake:4|8|2\nurgent|gpu:fake:4|8|2\n")
 
 
 def test_parse_partitions() -> None:

@@ -38,7 +38,8 @@ def test_timeout_line_names_the_limit_and_the_fixes():
     assert line == (
         "job 42 hit its time limit of 00:01:00 after 00:01:27 (Slurm TIMEOUT): give it more "
         "with --time (partition debug allows up to 00:30:00), or make it shorter (fewer "
-        "steps: -X --max-steps=N, -X --epochs=N)")
+        "steps: -X --max-steps=N, -X --epochs=N), or let it continue: --requeue (checkpoint, "
+        "requeue, resume) or --chain N where requeue is off")
     assert "\n" not in line
 
 

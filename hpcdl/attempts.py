@@ -1,0 +1,93 @@
+"""The attempts of a requeued job: what Slurm's accounting says (sacct -D, one row per
+attempt) joined with what the batch script recorded itself (the run directory's
+attempts.tsv: why it stopped, as the script saw it). Pure: no I/O here; hpcdl.cli
+prints them, RunDir stores them.
+
+Slurm alone cannot tell a self-requeued time limit from a crash (both are REQUEUED),
+and the script alone does not see a NODE_FAIL; together they name each attempt's
+reason: COMPLETED, TIMEOUT, PREEMPTED, NODE_FAIL, FAILED, CANCELLED or RUNNING.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from hpcdl.scheduler import JobStatus
+
+
+@dataclass(frozen=True)
+class ScriptAttempt:
+    """One line of attempts.tsv, written by the batch script when its step ended."""
+
+    job_id: str
+    restart: int
+    started: int
+    ended: int
+    exit_code: int
+    cause: str  # COMPLETED, TIMEOUT, PREEMPTED, FAILED
+
+    @classmethod
+    def parse(cls, line: str) -> ScriptAttempt | None:
+        """A line of attempts.tsv, or None for a malformed (half-written) one."""
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) != 6 or not all(p.lstrip("-").isdigit() for p in parts[1:5]):
+            return None
+        return cls(parts[0], int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]),
+                   parts[5])
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of a job: ``number`` 0 is the first (SLURM_RESTART_COUNT)."""
+
+    number: int
+    job_id: str
+    slurm_state: str
+    reason: str
+    start: str
+    end: str
+    exit_code: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Slurm's state of an ended attempt -> the reason, where Slurm's word is enough.
+_BY_STATE = {"PREEMPTED": "PREEMPTED", "NODE_FAIL": "NODE_FAIL", "TIMEOUT": "TIMEOUT",
+             "COMPLETED": "COMPLETED", "FAILED": "FAILED", "CANCELLED": "CANCELLED",
+             "OUT_OF_MEMORY": "FAILED", "BOOT_FAIL": "NODE_FAIL"}
+
+
+def join(history: list[JobStatus], script: list[ScriptAttempt]) -> list[Attempt]:
+    """Slurm's rows of one job (oldest first) joined with the script's lines for it, by
+    order: the k-th row is restart k. A row the script has no line for (a node failure,
+    a kill before the script could write) keeps Slurm's reason."""
+    out = []
+    for number, row in enumerate(history):
+        mine = [s for s in script if s.job_id == row.job_id and s.restart == number]
+        state = row.slurm_state.split(" ", 1)[0]
+        if mine:
+            reason = mine[-1].cause
+        elif state in _BY_STATE:
+            reason = _BY_STATE[state]
+        elif state in ("RUNNING", "PENDING", "REQUEUED"):
+            reason = state if number == len(history) - 1 else "REQUEUED"
+        else:
+            reason = state
+        if state == "NODE_FAIL":
+            reason = "NODE_FAIL"
+        code = mine[-1].exit_code if mine else row.exit_code
+        out.append(Attempt(number, row.job_id, state, reason, row.start, row.end, code))
+    return out
+
+
+def from_script(script: list[ScriptAttempt]) -> list[Attempt]:
+    """Attempts from the script's lines alone (no accounting database)."""
+    import time
+
+    def stamp(t: int) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+    return [Attempt(n, s.job_id, "", s.cause, stamp(s.started), stamp(s.ended), s.exit_code)
+            for n, s in enumerate(script)]

@@ -1,0 +1,238 @@
+"""Training that outlives its job, on the real sandbox (issue 15).
+
+A 2-node DDP run of the bundled example (ResNet-18, 32 px, synthetic data, slowed
+down with --step-sleep so it can be interrupted) is (a) preempted twice by a job in
+the sandbox's high-priority partition, (b) stopped by its time limit, (c) hit by a
+SIGKILL of one rank with no warning; each attempt resumes from the checkpoint the
+previous one left, and the run ends with the SAME parameter checksum as an
+uninterrupted run of the same steps. A job that keeps failing stops after
+--max-restarts.
+
+Slurm holds a requeued job for ~2 minutes (its BeginTime) before it may start
+again; the tests release it at once (`scontrol update StartTime=now`) so they take
+minutes, not a quarter of an hour. Every wait has a hard timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest_slurm import REPO, hpcdl, submit_json
+
+pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.usefixtures("slurm_cluster"),
+              pytest.mark.timeout(900)]
+
+STEPS = 30
+# The job runs this checkout's examples on the host's Python; PYTHONPATH makes its
+# `import hpcdl` this checkout's too (the requeue contract lives in hpcdl.requeue).
+EXAMPLE = ["-p", "sandbox", "-N", "2", "-G", "1", "--backend", "ddp",
+           "-e", f"PYTHONPATH={REPO}",
+           "-X", "--arch=resnet18", "-X", f"--max-steps={STEPS}", "-X", "--epochs=1",
+           "-X", "--checkpoint-every=5"]
+SLOW = ["-X", "--step-sleep=1.5"]
+CHECKSUM = re.compile(r"hpcdl_rank_checksum rank=(\d+) host=\S+ checksum=(\w+)")
+
+
+def sh(*argv: str, timeout: float = 30) -> str:
+    res = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                         check=False)
+    return res.stdout
+
+
+def slurm_state(job_id: str) -> tuple[str, str]:
+    """(state, reason) from squeue; ("", "") once squeue forgot the job."""
+    out = sh("squeue", "-h", "-j", job_id, "-o", "%T|%r").strip()
+    return tuple(out.split("|", 1)) if "|" in out else ("", "")  # type: ignore[return-value]
+
+
+def release(job_id: str) -> None:
+    """A requeued job waits ~2 min (BeginTime); let it go at once."""
+    state, reason = slurm_state(job_id)
+    if state == "PENDING" and reason == "BeginTime":
+        sh("scontrol", "update", f"jobid={job_id}", "StartTime=now")
+
+
+def checkpoints(run_dir: Path) -> list[int]:
+    return sorted(int(p.stem.split("-")[1]) for p in (run_dir / "checkpoints").glob("checkpoint-*.pt"))
+
+
+def wait_for(what: str, cond: Callable[[], bool], job_id: str, timeout: float) -> None:
+    """Poll ``cond`` (releasing the job from BeginTime holds) until true; hard timeout."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        release(job_id)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job_id}: {what} not reached in {timeout:.0f} s "
+                                 f"(squeue: {slurm_state(job_id)})")
+        time.sleep(1)
+
+
+def ended(job_id: str) -> bool:
+    return slurm_state(job_id)[0] in ("", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+
+
+def final(job_id: str, run_dir: Path) -> tuple[dict, set[str], str]:
+    """(hpcdl status --json with its attempts, the ranks' checksums, stdout)."""
+    res = hpcdl("status", job_id, "--json")
+    assert res.returncode == 0, res.stderr
+    out = (run_dir / f"slurm-{job_id}.out").read_text()
+    sums = {m.group(2) for m in CHECKSUM.finditer(out)}
+    return json.loads(res.stdout), sums, out
+
+
+@pytest.fixture(scope="module")
+def reference(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The checksum of the same STEPS without any interruption."""
+    runs = tmp_path_factory.mktemp("reference")
+    res = hpcdl("submit", *EXAMPLE, "--partition", "debug", "--wait", "--run-dir",
+                str(runs / "ref"), timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    sums = {m.group(2) for m in CHECKSUM.finditer(res.stdout)}
+    assert len(sums) == 1, res.stdout
+    return sums.pop()
+
+
+def submit_requeue(runs_dir: Path, *extra: str) -> tuple[str, Path]:
+    # Under $HPCDL_RUNS (the runs_dir fixture), where `hpcdl status` finds attempts.tsv.
+    run_dir = runs_dir / "run"
+    out = submit_json(*EXAMPLE, *SLOW, "--requeue", "--run-dir", str(run_dir), *extra)
+    return out["job_id"], run_dir
+
+
+def test_preempted_twice_resumes_to_the_same_weights(runs_dir: Path, reference: str) -> None:
+    # -c 8: the job holds every CPU of both nodes, so the urgent job must preempt it.
+    job, run_dir = submit_requeue(runs_dir, "--partition", "lowprio", "-c", "8")
+    seen = 0
+    for _ in range(2):
+        wait_for("a new checkpoint", lambda s=seen: bool(checkpoints(run_dir))  # type: ignore[misc]
+                 and checkpoints(run_dir)[-1] > s and slurm_state(job)[0] == "RUNNING",
+                 job, 400)
+        seen = checkpoints(run_dir)[-1]
+        urgent = sh("sbatch", "--parsable", "-p", "urgent", "-N", "2", "--ntasks-per-node=1",
+                    "-c", "1", "-t", "1:00", "-o", "/dev/null", "--wrap", "sleep 2").strip()
+        assert urgent.split(";")[0].isdigit(), urgent
+        wait_for("requeued", lambda: slurm_state(job)[0] == "PENDING", job, 120)
+    wait_for("the end", lambda: ended(job), job, 500)
+    status, sums, out = final(job, run_dir)
+    assert status["state"] == "COMPLETED", status
+    reasons = [a["reason"] for a in status["attempts"]]
+    assert reasons == ["PREEMPTED", "PREEMPTED", "COMPLETED"], status["attempts"]
+    assert out.count("resumed from") == 2
+    assert sums == {reference}, f"{sums} != uninterrupted {reference}"
+
+
+def test_time_limit_checkpoints_requeues_and_resumes(runs_dir: Path, reference: str) -> None:
+    """`submit --wait` follows the job through its requeues and prints every attempt."""
+    run_dir = runs_dir / "run"
+    # 2 min with the signal 60 s before the limit (Slurm may send it up to 60 s early).
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpcdl", "submit", *EXAMPLE, *SLOW, "--requeue", "--partition",
+         "lowprio", "-c", "1", "--time", "00:02:00", "--signal", "USR2@60", "--run-dir",
+         str(run_dir), "--wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        found = re.match(r"Submitted job (\d+) ", first)
+        assert found, first
+        job = found.group(1)
+        wait_for("submit --wait to return", lambda: proc.poll() is not None, job, 800)
+        waited = proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, waited + (proc.stderr.read() if proc.stderr else "")
+    assert re.search(r"--- \d+ attempts \(", waited), waited
+    assert "TIMEOUT" in waited and "COMPLETED" in waited
+    status, sums, out = final(job, run_dir)
+    assert status["state"] == "COMPLETED", status
+    reasons = [a["reason"] for a in status["attempts"]]
+    assert reasons[-1] == "COMPLETED" and "TIMEOUT" in reasons, status["attempts"]
+    assert set(reasons[:-1]) == {"TIMEOUT"}
+    assert "exiting 85 (requeue me)" in out
+    assert sums == {reference}
+
+
+def _rank_pids(run_dir: Path) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (any(a.endswith(b"resnet50_imagenet.py") for a in cmd)
+                and str(run_dir).encode() in b" ".join(cmd)
+                and not any(a.endswith(b"srun") for a in cmd)):
+            pids.append(int(proc.name))
+    return pids
+
+
+def _wait_rank_pids(run_dir: Path, job: str) -> list[int]:
+    deadline = time.monotonic() + 60
+    while len(pids := _rank_pids(run_dir)) != 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert len(pids) == 2, (pids, slurm_state(job), sh("ps", "-eo", "pid,args")[-3000:])
+    return pids
+
+
+def test_a_rank_killed_without_warning_resumes_from_the_last_checkpoint(
+        runs_dir: Path, reference: str) -> None:
+    job, run_dir = submit_requeue(runs_dir, "--partition", "lowprio", "-c", "1")
+    wait_for("checkpoint 10", lambda: bool(checkpoints(run_dir)) and checkpoints(run_dir)[-1] >= 10
+             and slurm_state(job)[0] == "RUNNING", job, 400)
+    pids = _wait_rank_pids(run_dir, job)
+    os.kill(max(pids), signal.SIGKILL)  # no signal first, no checkpoint: a crash
+    wait_for("the end", lambda: ended(job), job, 600)
+    status, sums, out = final(job, run_dir)
+    assert status["state"] == "COMPLETED", status
+    reasons = [a["reason"] for a in status["attempts"]]
+    assert reasons == ["FAILED", "COMPLETED"], status["attempts"]
+    resumed = re.search(r"resumed from \S+checkpoint-(\d+)\.pt at step (\d+)", out)
+    assert resumed and int(resumed.group(2)) >= 10
+    assert sums == {reference}
+
+
+def test_a_job_that_keeps_failing_stops_after_max_restarts(runs_dir: Path) -> None:
+    run_dir = runs_dir / "run"
+    out = submit_json("-p", "sandbox", "-N", "1", "-G", "1", "-c", "1", "--requeue",
+                      "--max-restarts", "1", "--run-dir", str(run_dir), "--",
+                      "python3", "-c", "import sys; sys.exit(3)")
+    job = out["job_id"]
+    wait_for("the end", lambda: ended(job), job, 300)
+    status, _, _ = final(job, run_dir)
+    assert (status["state"], status["exit_code"]) == ("FAILED", 3), status
+    assert [a["reason"] for a in status["attempts"]] == ["FAILED", "FAILED"]
+    lines = (run_dir / "attempts.tsv").read_text().splitlines()
+    assert [ln.split("\t")[1] for ln in lines] == ["0", "1"]
+    err = (run_dir / f"slurm-{job}.err").read_text()
+    assert "not requeued (--max-restarts 1)" in err
+
+
+def test_chain_of_two_jobs_resumes_across_jobs(runs_dir: Path, reference: str) -> None:
+    """Where requeue is disabled: job 2 (afterany) resumes from job 1's checkpoint."""
+    run_dir = runs_dir / "run"
+    out = submit_json(*EXAMPLE, *SLOW, "--chain", "2", "--partition", "lowprio", "-c", "1",
+                      "--time", "00:02:00", "--signal", "USR2@60", "--run-dir", str(run_dir))
+    first, second = out["chain"]
+    wait_for("the chain's end", lambda: ended(first) and ended(second), second, 600)
+    res = hpcdl("status", second, "--json")
+    assert json.loads(res.stdout)["state"] == "COMPLETED", res.stdout
+    one = (run_dir / f"slurm-{first}.out").read_text()
+    two = (run_dir / f"slurm-{second}.out").read_text()
+    assert "exiting 85 (requeue me)" in one
+    assert "resumed from" in two
+    assert {m.group(2) for m in CHECKSUM.finditer(two)} == {reference}
+    assert [ln.split("\t")[0] for ln in (run_dir / "attempts.tsv").read_text().splitlines()] \
+        == [first, second]
