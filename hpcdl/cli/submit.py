@@ -9,7 +9,7 @@ import click
 from hpcdl import pbs
 from hpcdl.cli.options import example_options, parse_env, request_options
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan
-from hpcdl.preflight import check_inputs
+from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.profiles import load_profile
 
 
@@ -55,7 +55,8 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         job_name=job_name, image=image, backend=backend, env=parse_env(env), binds=binds,
         command=command, data=data, synthetic=synthetic, example_args=example_args, template=template,
     )
-    plan = build_plan(prof, request)  # validates: raises before anything is written
+    # Reads the image's build record (its GPU architectures) for the plan's check.
+    plan = build_plan(prof, request, image_arch_facts(image))  # raises before anything is written
     if dry_run:
         if as_json:
             click.echo(json.dumps(plan.to_dict(), indent=2))
