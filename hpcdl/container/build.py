@@ -171,7 +171,8 @@ def _check_wheelhouse(spec: ImageSpec, files: list[tuple[str, str]]) -> None:
     wheelhouse = next((Path(s) for s, d in files if d == "/opt/wheelhouse"), None)
     if wheelhouse is None:
         return
-    hint = "scripts/build-image.sh --prepare-only fills it (torch CPU wheel + Horovod wheel)"
+    hint = ("scripts/build-image.sh --prepare-only fills it (torch CPU wheel + Horovod wheel; "
+            "add --gpu for the GPU spec's wheelhouse-gpu)")
     if not wheelhouse.is_dir():
         raise BuildError(f"wheelhouse {wheelhouse} does not exist", hint=hint)
     wheels = [p.name.lower() for p in wheelhouse.glob("*.whl")]
