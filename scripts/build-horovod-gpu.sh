@@ -4,9 +4,10 @@
 #
 # Where: a host venv (${HPCDL_CACHE}/venvs/torch-2.14.1-cp311) holding PyPI's CUDA torch,
 # so the build never touches the system python (which carries the CPU torch the CPU
-# image and the native tests use). Same C++17 fix as scripts/build-horovod.sh (both
-# CMakeLists), plus the CUDA kernels' CMAKE_CUDA_STANDARD 11 -> 17 (CUDA 13's CCCL
-# headers refuse anything older than C++17).
+# image and the native tests use). The C++ standard fix of scripts/build-horovod.sh,
+# one step further: C++17 at the top level, C++20 for horovod/torch (torch 2.14's
+# headers require it), and the CUDA kernels' CMAKE_CUDA_STANDARD 11 -> 17 (CUDA 13's
+# CCCL headers refuse anything older than C++17).
 #   CUDA:  nvcc from $CUDA_HOME (default /usr/local/cuda-13.0)
 #   NCCL:  nccl.h + libnccl.so.2 from the nvidia-nccl-cu13 wheel (the one torch loads),
 #          linked shared, so the process holds a single NCCL
@@ -80,10 +81,14 @@ if [ "$force" = 1 ] || [ -z "$wheel" ]; then
       2> >(grep -v 'is ignored: it is neither' >&2) >&2
   tar -xzf "$work/horovod-$HOROVOD_VERSION.tar.gz" -C "$work"
   src="$work/horovod-$HOROVOD_VERSION"
-  for f in "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"; do
-    sed -i -E 's/set\(CMAKE_CXX_STANDARD [0-9]+\)/set(CMAKE_CXX_STANDARD 17)/' "$f"
-    grep -q 'set(CMAKE_CXX_STANDARD 17)' "$f" || { log "C++17 patch did not apply to $f"; exit 1; }
-  done
+  # torch >= 2.14's headers need C++20 (ATen.h: "C++20 or later compatible compiler is
+  # required"); the rest of Horovod (gloo, flatbuffers) stays at the C++17 known to build.
+  f="$src/CMakeLists.txt"
+  sed -i -E 's/set\(CMAKE_CXX_STANDARD [0-9]+\)/set(CMAKE_CXX_STANDARD 17)/' "$f"
+  grep -q 'set(CMAKE_CXX_STANDARD 17)' "$f" || { log "C++17 patch did not apply to $f"; exit 1; }
+  f="$src/horovod/torch/CMakeLists.txt"
+  sed -i -E 's/set\(CMAKE_CXX_STANDARD [0-9]+\)/set(CMAKE_CXX_STANDARD 20)/' "$f"
+  grep -q 'set(CMAKE_CXX_STANDARD 20)' "$f" || { log "C++20 patch did not apply to $f"; exit 1; }
   f="$src/horovod/common/ops/cuda/CMakeLists.txt"
   sed -i -E 's/set\(CMAKE_CUDA_STANDARD [0-9]+\)/set(CMAKE_CUDA_STANDARD 17)/' "$f"
   grep -q 'set(CMAKE_CUDA_STANDARD 17)' "$f" || { log "CUDA C++17 patch did not apply to $f"; exit 1; }
@@ -99,7 +104,11 @@ if [ "$force" = 1 ] || [ -z "$wheel" ]; then
   HOROVOD_BUILD_CUDA_CC_LIST="$arch_list" TORCH_CUDA_ARCH_LIST="$(sed -E 's/([0-9]+)([0-9])(,|$)/\1.\2;/g; s/;$//' <<<"$arch_list")" \
   MAKEFLAGS="-j$(nproc)" \
     "$VPY" -m pip wheel -v --no-build-isolation --no-deps -w "$work/out" "$src" \
-      >"$work/build.log" 2>&1 || { tail -n 60 "$work/build.log" >&2; log "build failed"; exit 1; }
+      >"$work/build.log" 2>&1 || {
+        mkdir -p "$cache/logs"
+        cp "$work/build.log" "$cache/logs/build-horovod-gpu.failed.log"
+        grep -E -B2 -A8 'error:|Error [0-9]' "$work/build.log" | head -n 80 >&2 || true
+        log "build failed; full log: $cache/logs/build-horovod-gpu.failed.log"; exit 1; }
   built=$(ls "$work/out"/horovod-*.whl)
   stage="$work/publish"
   mkdir -p "$stage"
