@@ -23,6 +23,7 @@ from typing import Any
 
 from hpcdl.atomic import write_json_atomic
 from hpcdl.errors import ValidationError
+from hpcdl.gpuarch import ImageArchFacts
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
 
@@ -135,14 +136,15 @@ def pin_partition(profile: Profile, base: JobRequest,
             f"the largest point, {corner.label}: {plan.partition_reason}")
 
 
-def plan_points(profile: Profile, base: JobRequest,
-                points: list[SweepPoint]) -> list[tuple[SweepPoint, JobPlan]]:
+def plan_points(profile: Profile, base: JobRequest, points: list[SweepPoint],
+                image_facts: ImageArchFacts | None = None) -> list[tuple[SweepPoint, JobPlan]]:
     """A validated plan for every point, or ValidationError naming the first point
-    that cannot run (and why) before anything is written."""
+    that cannot run (and why) before anything is written. ``image_facts``: as for
+    build_plan (the image's GPU architectures, read by hpcdl.preflight)."""
     plans = []
     for point in points:
         try:
-            plans.append((point, build_plan(profile, point_request(base, point))))
+            plans.append((point, build_plan(profile, point_request(base, point), image_facts)))
         except ValidationError as err:
             raise ValidationError(f"point {point.label} ({point.ranks} ranks): {err.message}",
                                   hint=err.hint) from err

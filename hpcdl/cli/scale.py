@@ -12,7 +12,7 @@ import click
 from hpcdl.cli.options import example_options, parse_env
 from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest
-from hpcdl.preflight import check_inputs
+from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.profiles import load_profile
 from hpcdl.scaling import Row, count, format_table, rows_from_csv, rows_from_json, to_csv, to_json
 from hpcdl.sweep import (
@@ -97,7 +97,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     check_base(base, sweeping_batch=batches is not None)
     points = expand(backends, nodes, gpus, batches)
     base, why = pin_partition(prof, base, points)  # one partition: comparable speedups
-    plans = plan_points(prof, base, points)  # raises before anything is written
+    plans = plan_points(prof, base, points, image_arch_facts(base.image))  # raises before writing
     if dry_run:
         _show_plans(plans, why, as_json)
         return

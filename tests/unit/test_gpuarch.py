@@ -227,3 +227,16 @@ def test_submit_dry_run_refuses_in_one_line_exit_2(tmp_path: Path) -> None:
     first = r.stderr.strip().splitlines()[0]
     assert "cas_v100_2: GPU type V100 is sm_70" in first and str(img) in first, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_sweep_is_checked_point_by_point() -> None:
+    from hpcdl.sweep import expand, plan_points
+
+    neuron = load_profile("neuron")
+    base = JobRequest(image="/img/gpu.sif", partition="cas_v100_4")
+    with pytest.raises(ValidationError) as err:
+        plan_points(neuron, base, expand(("horovod",), (1,), (1, 2), None), CU13_FACTS)
+    assert "GPU type V100 is sm_70" in err.value.message
+    a100 = JobRequest(image="/img/gpu.sif", partition="amd_a100_4")
+    assert len(plan_points(neuron, a100, expand(("horovod",), (1,), (1, 2), None),
+                           CU13_FACTS)) == 2
