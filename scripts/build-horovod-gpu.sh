@@ -46,7 +46,7 @@ py_tag=$("$host_py" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_
 venv=$cache/venvs/torch-$TORCH_VERSION-$py_tag
 VPY=$venv/bin/python
 if ! "$VPY" -c "import torch, numpy, setuptools, wheel, packaging, cloudpickle, psutil, yaml
-assert torch.__version__ == '$TORCH_VERSION' and torch.version.cuda" 2>/dev/null; then
+assert torch.__version__.split('+')[0] == '$TORCH_VERSION' and torch.version.cuda" 2>/dev/null; then
   log "venv $venv: pip install ${BUILD_REQS[*]} (CUDA torch, from the local wheels)"
   t0=$SECONDS
   # Completeness is the import check above, so a half-done install is redone next time.
