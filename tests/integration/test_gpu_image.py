@@ -53,7 +53,7 @@ for _ in range(2):
 checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
 sums = hvd.allgather_object(round(checksum, 6))
 if hvd.rank() == 0:
-    print(f"USER_SCRIPT size={hvd.size()} nccl_built={int(hvd.nccl_built())} agree={len(set(sums)) == 1}")
+    print(f"USER_SCRIPT size={hvd.size()} nccl_built={int(bool(hvd.nccl_built()))} agree={len(set(sums)) == 1}")
 '''
 
 
@@ -68,11 +68,14 @@ def test_torchvision_imports_and_horovod_has_nccl(apptainer_bin: str, gpu_image:
     out = _exec(apptainer_bin, gpu_image, "python3", "-c",
                 "import torch, torchvision, horovod.torch as hvd; "
                 "print(torch.__version__, torch.version.cuda, torchvision.__version__, "
-                "int(hvd.nccl_built()), int(hvd.mpi_built()), int(hvd.gloo_built()))")
-    torch_v, cuda, tv, nccl, mpi, gloo = out.split()
+                "int(bool(hvd.nccl_built())), int(hvd.mpi_built()), int(hvd.gloo_built()), "
+                "hvd.nccl_built())")
+    torch_v, cuda, tv, nccl, mpi, gloo, nccl_code = out.split()
     assert torch_v.startswith(TORCH + "+cu") and cuda.startswith("13.")
     assert tv.startswith(TORCHVISION)
     assert (nccl, mpi, gloo) == ("1", "1", "1")
+    # nccl_built() is the NCCL version code Horovod was compiled against (2.30.7 -> 23007)
+    assert int(nccl_code) >= 2_00_00, nccl_code
     table = _exec(apptainer_bin, gpu_image, "horovodrun", "-cb")
     assert re.search(r"\[X\] NCCL", table), table
     assert re.search(r"\[X\] PyTorch", table), table
