@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from hpcdl import __version__, pbs
 from hpcdl.errors import ValidationError
+from hpcdl.gpuarch import ImageArchFacts, check_partition
 from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME, rank_env_script
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.profiles.schema import Partition, Profile
@@ -590,13 +591,27 @@ def _sbatch_option(option: str) -> str:
     return f"{key}{sep}{_sbatch_value(value)}" if sep else option
 
 
-def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
+def build_plan(profile: Profile, req: JobRequest,
+               image_facts: ImageArchFacts | None = None) -> JobPlan:
     """Validate ``req`` against ``profile`` and render its sbatch script.
 
-    Raises ValidationError (bad value, over a limit) or RenderError (template).
+    ``image_facts`` (from hpcdl.preflight.image_arch_facts, which reads the image's
+    build record) lets the plan refuse a partition whose GPU type the image's torch has
+    no kernels for; without it that check is not made.
+
+    Raises ValidationError (bad value, over a limit, a GPU the image cannot run on) or
+    RenderError (template).
     """
     check_request(req)
     part, reason = choose_partition(profile, req)
+    arch = check_partition(part.name, part.gpu_type, req.gpus, image_facts)
+    if arch.error:
+        raise ValidationError(
+            arch.error,
+            hint="pick a partition with a GPU type in that list (--partition), or an image "
+            "whose torch was built for it (older GPUs need a CUDA 12 build, e.g. the NGC "
+            "spec pytorch-horovod-gpu)",
+        )
     tasks = tasks_per_node(req.gpus)
     cpus = req.cpus_per_task or default_cpus_per_task(part, req.gpus)
     job_name = req.job_name or f"hpcdl-{req.backend}"
@@ -628,6 +643,8 @@ def build_plan(profile: Profile, req: JobRequest) -> JobPlan:
     omp = cpus if profile.env.omp_num_threads == "cpus-per-task" else profile.env.omp_num_threads
     env = tuple(profile.env.vars.items()) + tuple(req.env)
     warnings = pbs.warnings(profile) if profile.scheduler.type == "pbs" else []
+    if arch.warning:
+        warnings.append(arch.warning)
     time = job_time(profile, part, req)
     master_addr, master_port = master_values(env, profile.scheduler.type)
     wrapper = rank_env_script("torchrun" if launcher == "torchrun" else "ranks",

@@ -11,8 +11,37 @@ from __future__ import annotations
 import re
 from pathlib import Path, PurePosixPath
 
+from hpcdl.container.hashing import read_record, sidecar
 from hpcdl.errors import ValidationError
+from hpcdl.gpuarch import ImageArchFacts, facts_from_record
 from hpcdl.plan import JobRequest
+
+# Images that live elsewhere: nothing on this host to read.
+_REMOTE_IMAGE = re.compile(r"[a-z][a-z0-9+.-]*://.*")
+
+
+def image_arch_facts(image: str | None) -> ImageArchFacts | None:
+    """What the image's torch was compiled for, read from the record ``hpcdl build``
+    keeps beside it (no container is started). None without an image; an
+    ImageArchFacts with ``unknown`` set when it cannot be read. Never raises.
+    """
+    if not image:
+        return None
+    if _REMOTE_IMAGE.fullmatch(image):
+        return ImageArchFacts(image=image, unknown="a remote image is not read before submission")
+    path = Path(image).expanduser()
+    if not path.is_file():
+        return ImageArchFacts(image=image, unknown="the image is not a file on this host")
+    record = read_record(sidecar(path, ".hash"))
+    # A record older than the image belongs to an image that was since replaced.
+    try:
+        stale = record is not None and \
+            sidecar(path, ".hash").stat().st_mtime_ns < path.stat().st_mtime_ns
+    except OSError:
+        stale = True
+    if stale:
+        return ImageArchFacts(image=image, unknown="its build record is older than the image")
+    return facts_from_record(image, record)
 
 
 def check_inputs(req: JobRequest, image: str | None = None) -> None:

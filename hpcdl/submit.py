@@ -18,6 +18,7 @@ from pathlib import Path
 from hpcdl import rundir
 from hpcdl.attempts import Attempt, from_script, join
 from hpcdl.errors import SubmitError, ToolError
+from hpcdl.gpuarch import ImageArchFacts
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
 from hpcdl.results.record import refused_record
@@ -49,20 +50,21 @@ class Submitted:
 
 
 def plan_run(profile: Profile, request: JobRequest, *, runs_under: Path | None = None,
-             run_name: str | None = None) -> JobPlan:
+             run_name: str | None = None, image_facts: ImageArchFacts | None = None) -> JobPlan:
     """The plan that gets submitted: ``request`` with its run directory decided first.
 
     Unless ``request.run_dir`` is set, the run directory's path is chosen (not
     created) under ``runs_under`` (default: runs_root()), named after ``run_name``
     (default: the job name), so #SBATCH --output/--error, the checkpoint directory
     and the container's binds point into it; ``submit`` then writes exactly
-    ``plan.script``. Raises ValidationError, RenderError (see build_plan).
+    ``plan.script``. ``image_facts``: as for build_plan. Raises ValidationError,
+    RenderError (see build_plan).
     """
     if request.run_dir is None:
         name = run_name or request.job_name or f"hpcdl-{request.backend}"
         request = dataclasses.replace(request,
                                       run_dir=str(rundir.new_run_path(name, runs_under)))
-    return build_plan(profile, request)
+    return build_plan(profile, request, image_facts)
 
 
 def live_check_wanted(live_check: bool | None) -> bool:

@@ -11,7 +11,11 @@
 # 2. `hpcdl build pytorch-horovod-cpu`: a no-op (< 1 s) when the content hash of the
 #    rendered definition + every copied file matches the cached image.
 #
-# Usage: scripts/build-image.sh [--prepare-only] [hpcdl build options, e.g. --force -o X.sif]
+# --gpu: the GPU image (containers/pytorch-horovod-gpu-pypi.yaml) instead, from its own
+#    wheelhouse (${HPCDL_CACHE}/wheelhouse-gpu): PyPI's CUDA torch + torchvision + the
+#    nvidia-*-cu13 wheels, and the Horovod CUDA/NCCL wheel from scripts/build-horovod-gpu.sh.
+#
+# Usage: scripts/build-image.sh [--gpu] [--prepare-only] [hpcdl build options, e.g. --force -o X.sif]
 # Needs Apptainer (scripts/install-apptainer.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,26 +25,37 @@ WHEELHOUSE=$CACHE/wheelhouse
 TORCH_SPEC="torch==2.13.0"
 SPEC=pytorch-horovod-cpu
 prepare_only=0
+gpu=0
 args=()
 for arg in "$@"; do
   case "$arg" in
     --prepare-only) prepare_only=1 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --gpu) gpu=1 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) args+=("$arg") ;;
   esac
 done
 
 log() { echo "[build-image] $*" >&2; }
+if [ "$gpu" = 1 ]; then
+  SPEC=pytorch-horovod-gpu-pypi
+  WHEELHOUSE=$CACHE/wheelhouse-gpu
+fi
 mkdir -p "$WHEELHOUSE"
 
-if ! ls "$WHEELHOUSE"/torch-2.13.0*.whl >/dev/null 2>&1; then
+# torch's CUDA build resolves from the local indexes by its version alone (below).
+if [ "$gpu" = 0 ] && ! ls "$WHEELHOUSE"/torch-2.13.0*.whl >/dev/null 2>&1; then
   log "wheelhouse: pip download $TORCH_SPEC --no-deps"
   "$PY" -m pip download -q "$TORCH_SPEC" --no-deps -d "$WHEELHOUSE" \
       2> >(grep -v 'is ignored: it is neither' >&2) >&2
 fi
 
-hvd=$(scripts/build-horovod.sh --print-wheel)
-[ -f "$hvd" ] || { log "scripts/build-horovod.sh gave no wheel"; exit 1; }
+if [ "$gpu" = 1 ]; then
+  hvd=$(scripts/build-horovod-gpu.sh)
+else
+  hvd=$(scripts/build-horovod.sh --print-wheel)
+fi
+[ -f "$hvd" ] || { log "the Horovod build script gave no wheel"; exit 1; }
 target=$WHEELHOUSE/$(basename "$hvd")
 if ! cmp -s "$hvd" "$target"; then
   log "wheelhouse: $(basename "$hvd")"

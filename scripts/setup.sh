@@ -18,3 +18,8 @@ step "horovod" scripts/build-horovod.sh
 # The CPU image: Horovod wheel (built once, cached by content) + image (reused when its
 # content hash matches; ~2 min build otherwise).
 step "cpu image" scripts/build-image.sh
+# The GPU image from PyPI wheels (CUDA torch + torchvision + NCCL + Horovod with NCCL):
+# its Horovod wheel is compiled with nvcc in a host venv (cached by content, like the CPU
+# one), then a multi-GB image is packed; both are no-ops when cached. Never skipped: a
+# missing nvcc is a failure (see README, "GPU image").
+step "gpu image" scripts/build-image.sh --gpu

@@ -30,6 +30,8 @@ def _print_image(image) -> None:  # type: ignore[no-untyped-def]
     click.echo(f"  torch             : {image.torch} ("
                + (f"CUDA {image.torch_cuda}" if image.torch_cuda else "CPU build")
                + (f", NCCL {image.nccl}" if image.nccl else "") + ")")
+    if image.torch_cuda:
+        click.echo(f"  GPU architectures : {' '.join(image.cuda_archs) or '-'}")
     click.echo(f"  MPI               : {image.mpi_library or '-'}")
     if image.labels:
         click.echo("  labels            :")

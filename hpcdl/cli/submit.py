@@ -9,8 +9,8 @@ import click
 
 from hpcdl import pbs
 from hpcdl.cli.options import example_options, launch_options, parse_env, request_options
-from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan
-from hpcdl.preflight import check_inputs
+from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan, job_image
+from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
 
@@ -87,8 +87,10 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
         requeue=requeue, max_restarts=max_restarts, signal=signal, chain=chain,
     )
+    # Reads the image's build record (its GPU architectures) for the plan's check.
+    facts = image_arch_facts(job_image(prof, request)[0])
     if dry_run:
-        plan = build_plan(prof, request)  # validates: raises before anything is written
+        plan = build_plan(prof, request, facts)  # validates: raises before anything is written
         if as_json:
             click.echo(json.dumps(plan.to_dict(), indent=2))
             return
@@ -106,7 +108,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     from hpcdl.submit import plan_run
 
     # Planned once, with the run directory it will use; that plan is what gets submitted.
-    plan = plan_run(prof, request)  # validates: raises before anything is written
+    plan = plan_run(prof, request, image_facts=facts)  # raises before anything is written
     check_inputs(request, image=plan.image)
     code = submit_and_report(prof, plan, wait=wait, as_json=as_json)
     if code:

@@ -21,6 +21,7 @@ on interrupt), with the same argv spython would compose.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -171,7 +172,8 @@ def _check_wheelhouse(spec: ImageSpec, files: list[tuple[str, str]]) -> None:
     wheelhouse = next((Path(s) for s, d in files if d == "/opt/wheelhouse"), None)
     if wheelhouse is None:
         return
-    hint = "scripts/build-image.sh --prepare-only fills it (torch CPU wheel + Horovod wheel)"
+    hint = ("scripts/build-image.sh --prepare-only fills it (torch CPU wheel + Horovod wheel; "
+            "add --gpu for the GPU spec's wheelhouse-gpu)")
     if not wheelhouse.is_dir():
         raise BuildError(f"wheelhouse {wheelhouse} does not exist", hint=hint)
     wheels = [p.name.lower() for p in wheelhouse.glob("*.whl")]
@@ -347,6 +349,8 @@ def _build(plan: BuildPlan, runtime: Runtime, on_line: Callable[[str], None] | N
     def_file.write_text(plan.definition)
     argv = plan.argv(runtime.path, tmp_image, def_file)
     log_tmp = tmpdir / "build.log"
+    # What the %test capability check printed about torch (see parse_image_facts_line).
+    image_facts: dict[str, Any] = {}
     start = time.monotonic()
     try:
         with log_tmp.open("w") as log:
@@ -354,6 +358,9 @@ def _build(plan: BuildPlan, runtime: Runtime, on_line: Callable[[str], None] | N
             log.write(f"# runtime: {runtime}\n# content hash: {plan.content_hash}\n")
 
             def handle(line: str) -> None:
+                facts = parse_image_facts_line(line)
+                if facts is not None:
+                    image_facts.update(facts)
                 log.write(line)
                 log.flush()
                 if on_line:
@@ -409,11 +416,32 @@ def _build(plan: BuildPlan, runtime: Runtime, on_line: Callable[[str], None] | N
                 "runtime": f"{runtime.name} {runtime.version}",
                 "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "build_seconds": round(seconds, 1),
+                **({"image_facts": image_facts} if image_facts else {}),
             },
         )
         return BuildResult(out, True, seconds, plan.content_hash, plan.log_path, str(runtime))
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+IMAGE_FACTS_MARK = "HPCDL_IMAGE_FACTS "
+
+
+def parse_image_facts_line(line: str) -> dict[str, Any] | None:
+    """The JSON object of a ``HPCDL_IMAGE_FACTS {...}`` line that the definition's %test
+    prints (torch, torch_cuda, cuda_archs, nccl), or None for any other line. Pure.
+
+    The build records it beside the image so that ``hpcdl submit`` can check a
+    partition's GPU architecture against the image without starting it.
+    """
+    at = line.find(IMAGE_FACTS_MARK)
+    if at < 0:
+        return None
+    try:
+        data = json.loads(line[at + len(IMAGE_FACTS_MARK):])
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def rebuild_reasons(old: dict[str, Any] | None, new: dict[str, Any], out: Path,

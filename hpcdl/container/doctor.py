@@ -17,6 +17,7 @@ from typing import Any, Literal
 from hpcdl import proc
 from hpcdl.container.runtime import INSTALL_HINT, find_runtime, runtime_env
 from hpcdl.errors import ToolError, UserInputError
+from hpcdl.gpuarch import runs_on
 
 Level = Literal["ok", "warning", "problem"]
 
@@ -34,6 +35,7 @@ class HostFacts:
     gpus: list[str] = field(default_factory=list)
     driver_version: str | None = None
     driver_cuda: str | None = None  # the CUDA version the driver supports (nvidia-smi)
+    gpu_compute_cap: str | None = None  # first GPU's compute capability, e.g. "9.0"
     mpi_flavour: str | None = None
     mpi_version: str | None = None
     # apptainer.conf's "shared loop devices" (None: config not readable)
@@ -49,6 +51,8 @@ class ImageFacts:
     python: str | None = None
     torch: str | None = None
     torch_cuda: str | None = None  # CUDA the torch build targets (None: CPU build)
+    # torch's compiled GPU architectures (sm_XX / compute_XX); [] for a CPU build
+    cuda_archs: list[str] = field(default_factory=list)
     nccl: str | None = None
     horovod: str | None = None
     horovod_frameworks: dict[str, bool] = field(default_factory=dict)
@@ -141,6 +145,18 @@ def parse_horovod_cb(text: str) -> dict[str, dict[str, bool]]:
     return out
 
 
+def parse_cuda_archs(value: object) -> list[str]:
+    """The probe's ``cuda_archs`` (a list, or torch's space-separated flag string) as a
+    list of well-formed sm_XX / compute_XX names; anything else is dropped. Pure."""
+    items = value.split() if isinstance(value, str) else value if isinstance(value, list) else []
+    return [a for a in items if isinstance(a, str) and re.fullmatch(r"(sm|compute)_\d+[af]?", a)]
+
+
+def _cc(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    return int(major), int(minor or 0)
+
+
 def _major(version: str | None) -> str | None:
     return version.split(".")[0] if version else None
 
@@ -226,7 +242,12 @@ def _image_verdicts(host: HostFacts, image: ImageFacts, profile: ProfileFacts | 
                     add: Any) -> None:
     add(Verdict("ok", "image", f"{image.path}: python {image.python}, torch {image.torch}"
                 + (f", CUDA {image.torch_cuda}" if image.torch_cuda else " (CPU build)")
-                + (f", NCCL {image.nccl}" if image.nccl else "")))
+                + (f", NCCL {image.nccl}" if image.nccl else "")
+                + (f", GPU architectures {' '.join(image.cuda_archs)}" if image.cuda_archs else "")))
+    if image.torch_cuda and not image.cuda_archs:
+        add(Verdict("warning", "torch", "a CUDA build of torch that reports no GPU "
+                    "architecture (torch._C._cuda_getArchFlags)",
+                    "check `python3 -c 'import torch; print(torch.cuda.get_arch_list())'` on a GPU node"))
     if image.torch is None:
         add(Verdict("problem", "torch", "torch does not import in the image",
                     "add torch (pinned, torch==X.Y.Z) to the spec or use a PyTorch base image"))
@@ -307,6 +328,13 @@ def _image_verdicts(host: HostFacts, image: ImageFacts, profile: ProfileFacts | 
                         "GPU image but no NVIDIA GPU/driver on this host: --nv passes nothing "
                         "and torch.cuda.is_available() will be False",
                         "run it on a GPU node; `hpcdl doctor --image` there checks the driver"))
+        elif host.gpu_compute_cap and image.cuda_archs and not runs_on(
+                _cc(host.gpu_compute_cap), image.cuda_archs):
+            add(Verdict("problem", "GPU architecture",
+                        f"this host's {host.gpus[0]} is sm_{host.gpu_compute_cap.replace('.', '')} "
+                        f"but the image's torch was built for {' '.join(image.cuda_archs)}",
+                        "use an image whose torch supports this GPU (older GPUs: a CUDA 12 "
+                        "build), or run on newer GPUs"))
         elif image.torch_cuda and host.driver_cuda and \
                 _version_tuple(image.torch_cuda)[:2] > _version_tuple(host.driver_cuda)[:2]:
             add(Verdict("problem", "CUDA",
@@ -375,6 +403,10 @@ def host_facts(binary: str | None = None) -> HostFacts:
         banner = _try(["nvidia-smi"]) or ""
         m = re.search(r"CUDA Version:\s*([\d.]+)", banner)
         f.driver_cuda = m.group(1) if m else None
+        # A query of its own: drivers before 510 do not know compute_cap.
+        cap = _try(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]) or ""
+        m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*(?:\n.*)?", cap, re.S)
+        f.gpu_compute_cap = f"{m.group(1)}.{m.group(2)}" if m else None
     mpi = _try(["mpirun", "--version"])
     if mpi:
         f.mpi_flavour, f.mpi_version = parse_mpi_version(mpi)
@@ -390,6 +422,9 @@ try:
     import torch
     out["torch"] = torch.__version__
     out["torch_cuda"] = torch.version.cuda
+    # get_arch_list() may be [] without a GPU; the flags it reads are compiled in.
+    flags = getattr(torch._C, "_cuda_getArchFlags", lambda: None)() if torch.version.cuda else None
+    out["cuda_archs"] = (flags or "").split()
     try:
         v = torch.cuda.nccl.version() if torch.version.cuda else None
         out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else (str(v) if v else None)
@@ -450,6 +485,7 @@ def image_facts(image: str, binary: str | None = None, timeout: float = 180) -> 
     facts.python = data.get("python")
     facts.torch = data.get("torch")
     facts.torch_cuda = data.get("torch_cuda")
+    facts.cuda_archs = parse_cuda_archs(data.get("cuda_archs"))
     facts.nccl = data.get("nccl")
     facts.horovod = data.get("horovod")
     table = data.get("horovod_table")

@@ -23,6 +23,7 @@ from typing import TypedDict
 
 from hpcdl.atomic import write_json_atomic
 from hpcdl.errors import ValidationError
+from hpcdl.gpuarch import ImageArchFacts
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
 from hpcdl.rundir import new_run_path, runs_root
@@ -142,11 +143,14 @@ def sweep_path(sweep_id: str) -> Path:
 
 
 def plan_points(profile: Profile, base: JobRequest, points: list[SweepPoint],
-                sweep_dir: Path | None = None) -> list[tuple[SweepPoint, JobPlan]]:
+                sweep_dir: Path | None = None,
+                image_facts: ImageArchFacts | None = None) -> list[tuple[SweepPoint, JobPlan]]:
     """A validated plan for every point, or ValidationError naming the first point
     that cannot run (and why) before anything is written. With ``sweep_dir`` each
     point's run directory (under it, named after the point) is decided here, so
-    these plans are the ones submitted; without, they are for showing (--dry-run)."""
+    these plans are the ones submitted; without, they are for showing (--dry-run).
+    ``image_facts``: as for build_plan (the image's GPU architectures, read by
+    hpcdl.preflight)."""
     plans = []
     for point in points:
         request = point_request(base, point)
@@ -154,7 +158,7 @@ def plan_points(profile: Profile, base: JobRequest, points: list[SweepPoint],
             request = dataclasses.replace(
                 request, run_dir=str(new_run_path(point.label, sweep_dir)))
         try:
-            plans.append((point, build_plan(profile, request)))
+            plans.append((point, build_plan(profile, request, image_facts)))
         except ValidationError as err:
             raise ValidationError(f"point {point.label} ({point.ranks} ranks): {err.message}",
                                   hint=err.hint) from err

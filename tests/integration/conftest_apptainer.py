@@ -1,9 +1,13 @@
-"""Fixtures for tests that need a real Apptainer and the CPU image.
+"""Fixtures for tests that need a real Apptainer and the CPU (or GPU) image.
 
 ``cpu_image`` runs scripts/build-image.sh: it fills the wheelhouse and runs
 ``hpcdl build pytorch-horovod-cpu`` into ${HPCDL_CACHE:-/var/cache/hpcdl}/images, which is
 a no-op when the content hash of the rendered definition + copied files matches the cached
 image (CI on a fresh clone reuses it), and a full build (~2.5 min on 2 cores) otherwise.
+
+``gpu_image`` does the same with ``scripts/build-image.sh --gpu`` for the GPU spec built
+from PyPI (pytorch-horovod-gpu-pypi: CUDA torch + torchvision + NCCL + Horovod with NCCL);
+its first build compiles Horovod with nvcc and packs a multi-GB image (see README).
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT = 2400  # s: a cold build with the Horovod wheel (~4 min) and the image (~3 min)
 
 
-def image_path() -> Path:
+GPU_BUILD_TIMEOUT = 3600  # s: Horovod CUDA wheel (nvcc, 2 cores) + a multi-GB image
+
+
+def image_path(name: str = "pytorch-horovod-cpu") -> Path:
     cache = os.environ.get("HPCDL_CACHE") or "/var/cache/hpcdl"
-    return Path(cache) / "images" / "pytorch-horovod-cpu.sif"
+    return Path(cache) / "images" / f"{name}.sif"
 
 
 @pytest.fixture(scope="session")
@@ -41,5 +48,18 @@ def cpu_image(apptainer_bin: str) -> Path:
                        text=True, timeout=BUILD_TIMEOUT, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, f"scripts/build-image.sh failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     img = image_path()
+    assert img.is_file(), r.stdout + r.stderr
+    return img
+
+
+@pytest.fixture(scope="session")
+def gpu_image(apptainer_bin: str) -> Path:
+    """The built GPU image from PyPI wheels (reused when its content hash matches)."""
+    r = subprocess.run([str(REPO / "scripts" / "build-image.sh"), "--gpu"], cwd=REPO,
+                       capture_output=True, text=True, timeout=GPU_BUILD_TIMEOUT,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, (
+        f"scripts/build-image.sh --gpu failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+    img = image_path("pytorch-horovod-gpu-pypi")
     assert img.is_file(), r.stdout + r.stderr
     return img

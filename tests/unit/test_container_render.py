@@ -27,7 +27,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden_containers"
 REGEN = os.environ.get("HPCDL_REGEN_GOLDEN") == "1"
 # Fixed machine paths: the goldens are the same on every machine.
 CTX = RenderContext(cache_dir="/CACHE", project_dir="/PROJECT", spec_dir="/SPECS")
-SPECS = ["pytorch-horovod-cpu", "pytorch-horovod-gpu"]
+SPECS = ["pytorch-horovod-cpu", "pytorch-horovod-gpu", "pytorch-horovod-gpu-pypi"]
 
 
 def check_golden(path: Path, text: str) -> None:
@@ -41,7 +41,7 @@ def render(name: str, ctx: RenderContext = CTX) -> str:
     return render_definition(load_spec(find_spec(name)), ctx).text
 
 
-def test_bundled_specs_are_the_two_images() -> None:
+def test_bundled_specs_are_the_three_images() -> None:
     assert set(SPECS) <= set(bundled_spec_names())
 
 
