@@ -235,8 +235,9 @@ def test_a_sweep_is_checked_point_by_point() -> None:
     neuron = load_profile("neuron")
     base = JobRequest(image="/img/gpu.sif", partition="cas_v100_4")
     with pytest.raises(ValidationError) as err:
-        plan_points(neuron, base, expand(("horovod",), (1,), (1, 2), None), CU13_FACTS)
+        plan_points(neuron, base, expand(("horovod",), (1,), (1, 2), None),
+                    image_facts=CU13_FACTS)
     assert "GPU type V100 is sm_70" in err.value.message
     a100 = JobRequest(image="/img/gpu.sif", partition="amd_a100_4")
     assert len(plan_points(neuron, a100, expand(("horovod",), (1,), (1, 2), None),
-                           CU13_FACTS)) == 2
+                           image_facts=CU13_FACTS)) == 2
