@@ -128,8 +128,11 @@ def _is_definition(path: Path) -> bool:
 
 
 def _looks_like_def(path: Path) -> bool:
+    # Only the head: the file may be a multi-GB image (a 3.6 GB SIF read whole as text
+    # took 23 GB of memory).
     try:
-        head = path.read_text(errors="replace")[:4000]
+        with path.open("rb") as f:
+            head = f.read(4000).decode("utf-8", errors="replace")
     except OSError:
         return False
     return re.search(r"^\s*Bootstrap:", head, re.M | re.I) is not None

@@ -79,7 +79,9 @@ def test_a_job_past_its_time_limit_is_named_with_the_limit_and_the_fix(
     assert len(lines) == 1, out
     m = re.fullmatch(rf"job {jid} hit its time limit of 00:01:00 after (\S+) \(Slurm TIMEOUT\): "
                      r"give it more with --time \(partition debug allows up to 00:30:00\), or "
-                     r"make it shorter \(fewer steps: -X --max-steps=N, -X --epochs=N\)",
+                     r"make it shorter \(fewer steps: -X --max-steps=N, -X --epochs=N\), or "
+                     r"let it continue: --requeue \(checkpoint, requeue, resume\) or --chain N "
+                     r"where requeue is off",
                      lines[0])
     assert m, lines[0]
     assert (parse_time(m.group(1)) or 0) >= 60  # Slurm really let it run to its limit

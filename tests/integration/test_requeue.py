@@ -134,10 +134,13 @@ def test_preempted_twice_resumes_to_the_same_weights(runs_dir: Path, reference: 
 def test_time_limit_checkpoints_requeues_and_resumes(runs_dir: Path, reference: str) -> None:
     """`submit --wait` follows the job through its requeues and prints every attempt."""
     run_dir = runs_dir / "run"
-    # 2 min with the signal 60 s before the limit (Slurm may send it up to 60 s early).
+    # 2 min with the signal 60 s before the limit (Slurm may send it up to 60 s early, so
+    # at most 60 s in). 3 s of sleep per step: the 30 steps take at least 90 s, so the
+    # first attempt cannot finish before the signal however fast the machine is.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hpcdl", "submit", *EXAMPLE, *SLOW, "--requeue", "--partition",
-         "lowprio", "-c", "1", "--time", "00:02:00", "--signal", "USR2@60", "--run-dir",
+        [sys.executable, "-m", "hpcdl", "submit", *EXAMPLE, "-X", "--step-sleep=3", "--requeue",
+         "--max-restarts", "10",
+         "--partition", "lowprio", "-c", "1", "--time", "00:02:00", "--signal", "USR2@60", "--run-dir",
          str(run_dir), "--wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -194,3 +194,15 @@ def test_spec_compression_reaches_mksquashfs_and_the_hash(cache: Path, tmp_path:
     assert "--mksquashfs-args" not in plan_build("pytorch-horovod-cpu", sandbox=True).argv_options
     # The GPU spec keeps the runtime's default codec.
     assert "--mksquashfs-args" not in plan_build("pytorch-horovod-gpu", output=tmp_path / "g.sif").argv_options
+
+
+def test_only_the_head_of_a_file_says_whether_it_is_a_definition(tmp_path):
+    from hpcdl.container.build import _is_definition
+
+    recipe = tmp_path / "recipe"
+    recipe.write_text("# my recipe\nBootstrap: localimage\nFrom: /x.sif\n")
+    assert _is_definition(recipe)
+    # A SIF (multi-GB) is never read whole: a header past the first 4000 bytes is not seen.
+    image = tmp_path / "image.sif"
+    image.write_bytes(b"\x00\xff" * 2000 + b"\nBootstrap: docker\n")
+    assert not _is_definition(image)
