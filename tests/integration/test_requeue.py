@@ -56,9 +56,12 @@ def slurm_state(job_id: str) -> tuple[str, str]:
 
 
 def release(job_id: str) -> None:
-    """A requeued job waits ~2 min (BeginTime); let it go at once."""
+    """A requeued job waits ~2 min (BeginTime); let it go as soon as its nodes are done
+    with the previous attempt. Released while a node is still COMPLETING, the new attempt
+    keeps the job id the node is still tearing down, and its batch step was cancelled at
+    once (seen: attempt 1 FAILED in the same second as the requeue)."""
     state, reason = slurm_state(job_id)
-    if state == "PENDING" and reason == "BeginTime":
+    if state == "PENDING" and reason == "BeginTime" and "comp" not in sh("sinfo", "-h", "-o", "%T"):
         sh("scontrol", "update", f"jobid={job_id}", "StartTime=now")
 
 
