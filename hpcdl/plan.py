@@ -462,10 +462,10 @@ def master_values(env: tuple[tuple[str, str], ...],
     return addr, port
 
 
-def launch_notes(profile: Profile, req: JobRequest, launcher: str, gpu_bind: str,
-                 image: str | None, image_source: str | None,
-                 env: tuple[tuple[str, str], ...]) -> list[str]:
-    """What the launch line does, for the comment above it (shown by --dry-run)."""
+def launch_notes(req: JobRequest, launcher: str, gpu_bind: str, image: str | None,
+                 image_source: str | None, addr: str | None, port: str | None) -> list[str]:
+    """What the launch line does, for the comment above it (shown by --dry-run).
+    ``addr``/``port``: master_values() (None where the profile or --env sets them)."""
     tasks = tasks_per_node(req.gpus)
     notes = []
     if launcher == "torchrun":
@@ -474,7 +474,6 @@ def launch_notes(profile: Profile, req: JobRequest, launcher: str, gpu_bind: str
     else:
         notes.append(f"launcher {launcher}: one process per rank; the wrapper derives the "
                      "variables from its per-rank variables.")
-    addr, port = master_values(env, profile.scheduler.type)
     notes.append("MASTER_ADDR: " + ("the first node of the allocation." if addr else
                                     "set by the profile or --env (it wins)."))
     notes.append("MASTER_PORT: " + (f"{PORT_BASE} + job id % {PORT_SPAN}, so jobs sharing a "
@@ -669,7 +668,8 @@ def build_plan(profile: Profile, req: JobRequest,
         "backend": req.backend,
         "image_q": shell_join([image]) if image else None,
         "launcher": launcher,
-        "launch_notes": launch_notes(profile, req, launcher, gpu_bind, image, image_source, env),
+        "launch_notes": launch_notes(req, launcher, gpu_bind, image, image_source,
+                                     master_addr, master_port),
         "master_addr": master_addr,
         "master_port": master_port,
         "rank_env_variable": SCRIPT_VARIABLE,
