@@ -442,6 +442,11 @@ def _project_binds(req: JobRequest) -> list[str]:
             f"{PACKAGE_DIR}:{JOB_PROJECT_DIR}/hpcdl:ro"]
 
 
+# How many ports after the derived MASTER_PORT the batch shell tries when that one is
+# taken on the first node (a service, another job): enough for any real node.
+PORT_TRIES = 64
+
+
 def master_values(env: tuple[tuple[str, str], ...],
                   scheduler: str = "slurm") -> tuple[str | None, str | None]:
     """Shell expressions for MASTER_ADDR and MASTER_PORT, None where the profile or
@@ -477,7 +482,9 @@ def launch_notes(req: JobRequest, launcher: str, gpu_bind: str, image: str | Non
     notes.append("MASTER_ADDR: " + ("the first node of the allocation." if addr else
                                     "set by the profile or --env (it wins)."))
     notes.append("MASTER_PORT: " + (f"{PORT_BASE} + job id % {PORT_SPAN}, so jobs sharing a "
-                                    "node do not collide (below the ephemeral port range)."
+                                    "node do not collide (below the ephemeral port range); "
+                                    "the next free one if something on the first node "
+                                    "listens on it."
                                     if port else "set by the profile or --env (it wins)."))
     if not req.gpus:
         notes.append("GPUs: none requested.")
@@ -672,6 +679,9 @@ def build_plan(profile: Profile, req: JobRequest,
                                      master_addr, master_port),
         "master_addr": master_addr,
         "master_port": master_port,
+        "port_base": PORT_BASE,
+        "port_span": PORT_SPAN,
+        "port_tries": PORT_TRIES,
         "rank_env_variable": SCRIPT_VARIABLE,
         "rank_env_q": shell_join([wrapper]),
         "launch_line": launch,

@@ -76,7 +76,8 @@ def test_polaris_pbs_lines_that_matter():
     assert wrapper and "PALS_LOCAL_RANKID" in wrapper.group()
     assert "SLURM" not in plan.script.replace(wrapper.group(), "\n")
     assert 'export MASTER_ADDR="$(head -n 1 "$PBS_NODEFILE")"' in lines
-    assert "export MASTER_PORT=$((15000 + ${PBS_JOBID%%.*} % 15000))" in lines
+    assert "MASTER_PORT=$((15000 + ${PBS_JOBID%%.*} % 15000)) hpcdl_tries=0" in lines
+    assert "export MASTER_PORT" in lines
     for expected in [
         "#PBS -N resnet50_ddp",
         "#PBS -l select=2:ncpus=16:ngpus=2",
@@ -162,7 +163,8 @@ def test_neuron_script_lines_that_matter():
     )
     # The first node is the rendezvous host; the port follows the job id.
     assert 'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"' in lines
-    assert "export MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))" in lines
+    assert "MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000)) hpcdl_tries=0" in lines
+    assert "export MASTER_PORT" in lines
 
 
 def test_karolina_uses_gpus_per_node_and_account():

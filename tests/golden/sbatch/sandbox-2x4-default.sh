@@ -29,9 +29,15 @@ export HPCDL_BACKEND=horovod
 # them in each rank from the launcher's per-rank variables, then execs the command.
 # - launcher srun: one process per rank; the wrapper derives the variables from its per-rank variables.
 # - MASTER_ADDR: set by the profile or --env (it wins).
-# - MASTER_PORT: 15000 + job id % 15000, so jobs sharing a node do not collide (below the ephemeral port range).
+# - MASTER_PORT: 15000 + job id % 15000, so jobs sharing a node do not collide (below the ephemeral port range); the next free one if something on the first node listens on it.
 # - GPUs: every rank sees the 4 GPUs of its node and uses GPU LOCAL_RANK (torch.cuda.set_device(LOCAL_RANK), as torchrun and Horovod scripts do).
-export MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))
+# hpcdl picked this port, so a port already taken on this node (the first of the job,
+# where rank 0 hosts the rendezvous) must not fail the job: take the next free one.
+MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000)) hpcdl_tries=0
+while [ "$hpcdl_tries" -lt 64 ] && grep -Eqs "^ *[0-9]+: [0-9A-F]+:$(printf %04X "$MASTER_PORT") [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6; do
+  MASTER_PORT=$((15000 + (MASTER_PORT - 15000 + 1) % 15000)) hpcdl_tries=$((hpcdl_tries + 1))
+done
+export MASTER_PORT
 HPCDL_RANK_ENV='# hpcdl-rank-env: the torchrun variables for every rank (POSIX sh; any image)
 if [ -n "${OMPI_COMM_WORLD_RANK:-}" ]; then
   # Started by mpirun (Open MPI): its variables describe the processes it started.
