@@ -428,7 +428,7 @@ own_veths() {  # every host-side veth of this cluster's tag, whatever the shape 
 }
 
 own_netns() {  # every namespace of this cluster's tag
-  ip netns list 2>/dev/null | awk -v p="hpcdl-$TAG-" 'index($1, p) == 1 {print $1}'
+  ip netns list 2>/dev/null | awk -v p="hpcdl-$TAG-" 'index($1, p) == 1 {print $1}' | sort
 }
 
 # hosts_edit [BLOCK]: rewrite /etc/hosts without this cluster's marked block, plus BLOCK
