@@ -185,7 +185,7 @@ pid_alive() {
   [[ -s $pidfile ]] || return 1
   pid=$(<"$pidfile")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
-  [[ -r /proc/$pid/comm && $(</proc/$pid/comm) == "$comm" ]] && running "$pid"
+  [[ -r /proc/$pid/comm && $(<"/proc/$pid/comm") == "$comm" ]] && running "$pid"
 }
 
 fail() {  # fail MESSAGE LOGFILE...: print the message and the logs' last lines, exit 1
@@ -216,6 +216,7 @@ wait_for() {
     fi
     if [[ -n $WATCH ]]; then
       local wpid=${WATCH% *}
+      # shellcheck disable=SC2086  # WATCH is "PIDFILE COMM": two arguments
       if [[ -s $wpid ]] && ! pid_alive $WATCH; then
         WATCH=
         fail "$what exited during start-up" "$logfile"
@@ -538,7 +539,7 @@ shape_usage() {
 # node is slowed alike: netem for a delay (with its rate when both are given), tbf
 # for a rate alone. --clear removes them.
 cmd_shape() {
-  local node=${1:-} delay= rate= clear=0
+  local node=${1:-} delay='' rate='' clear=0
   [[ -n $node ]] || shape_usage
   shift
   [[ $node =~ ^[a-z][a-z0-9]*$ ]] || { echo "sandbox: shape: node '$node' is not a node name" >&2; exit 2; }
@@ -617,6 +618,7 @@ start_munge() {
   munged --force --socket="$MUNGE_SOCKET" --key-file="$D/etc/munge.key" \
     --log-file="$D/log/munged.log" --pid-file="$pidfile" --seed-file="$D/state/munged.seed" 9>&- \
     || fail "munged did not start" "$D/log/munged.log"
+  # shellcheck disable=SC2016  # $1 expands in the inner bash
   wait_for "munged" "$D/log/munged.log" \
     bash -c 'munge -S "$1" -n | unmunge -S "$1"' _ "$MUNGE_SOCKET"
   STARTED+=("munged")
@@ -684,6 +686,7 @@ start_slurmd() {
   # in netns mode also its own network namespace (job steps and Apptainer inherit both).
   local -a netns=()
   if ((NETNS)); then netns=(nsenter "--net=/run/netns/$(netns_of "$n")"); fi
+  # shellcheck disable=SC2016  # $1, $2 expand in the inner bash
   "${netns[@]}" unshare --uts bash -c 'hostname "$1" && exec slurmd -N "$1" -f "$2"' _ "$n" "$CONF" \
     2>>"$D/log/slurmd-$n.log" 9>&- || fail "slurmd $n did not start" "$D/log/slurmd-$n.log"
   wait_for "slurmd $n" "$D/log/slurmd-$n.log" pid_alive "$pidfile" slurmd
