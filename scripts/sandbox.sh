@@ -339,7 +339,8 @@ EOF
 
 render_gres_conf() {
   local n g count first=1 counts
-  counts=$(for n in "${NODES[@]}"; do gpus_of "$n"; done | grep -v '^0$' | sort -u)
+  # (grep finds nothing when no node has GPUs: not a failure)
+  counts=$(for n in "${NODES[@]}"; do gpus_of "$n"; done | { grep -v '^0$' || true; } | sort -u)
   for n in "${NODES[@]}"; do
     g=${NODE_GRES[$n]}
     [[ $g == - || ${NODE_STATE[$n]} == nogres ]] && continue
@@ -376,7 +377,10 @@ write_config() {
   fi
   chmod 600 "$D/etc/munge.key"
 
+  local before
+  before=$( { cksum <"$CONF"; } 2>/dev/null || true)
   render_slurm_conf | write_if_changed "$CONF" 644
+  if [[ -n $before && $before != "$(cksum <"$CONF")" ]]; then CONF_CHANGED=1; fi
   render_gres_conf | write_if_changed "$D/etc/gres.conf" 644
 
   if [[ $ACCOUNTING == slurmdbd ]]; then
@@ -712,6 +716,32 @@ resume_down_nodes() {
   fi
 }
 
+CONF_CHANGED=0
+
+# stale_warnings: daemons that run but do not match what this 'up' set up (a config
+# rewritten under a running slurmctld; a slurmd outside its node's namespace, left by a
+# sandbox.sh of before the namespaces). Nothing is restarted: the jobs of others may run.
+stale_warnings() {
+  local n pid ns stale=()
+  if ((CONF_CHANGED)) && [[ ! " ${STARTED[*]} " == *" slurmctld "* ]]; then
+    stale+=("slurm.conf changed while slurmctld ran")
+  fi
+  if ((NETNS)); then
+    for n in "${UP_NODES[@]}"; do
+      pid=$(cat "$D/run/slurmd-$n.pid" 2>/dev/null || true)
+      ns=/run/netns/$(netns_of "$n")
+      [[ $pid =~ ^[0-9]+$ && -e $ns ]] || continue
+      if [[ $(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null) != "$(stat -L -c %i "$ns")" ]]; then
+        stale+=("slurmd $n (pid $pid) runs outside its network namespace")
+      fi
+    done
+  fi
+  local w
+  for w in "${stale[@]}"; do
+    log "warning: $w: run '$0 down' and then 'up' (cancels running jobs) to apply"
+  done
+}
+
 cmd_up() {
   local t0=$SECONDS
   "$HERE/install-slurm.sh" | grep -v 'all packages present' || true
@@ -736,6 +766,7 @@ cmd_up() {
     fi
     sleep 0.2
   done
+  stale_warnings
   if ((${#STARTED[@]} == 0)); then
     log "already up (nothing started) in $((SECONDS - t0)) s"
   else
