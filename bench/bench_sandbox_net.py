@@ -108,7 +108,10 @@ def main() -> int:
         print("bench_sandbox_net: needs root (starts Slurm daemons, network namespaces)",
               file=sys.stderr)
         return 2
-    machine = describe(tools=("slurmctld", "ip"))
+    machine = describe()
+    for key, argv in (("slurm", ["slurmctld", "-V"]), ("iproute2", ["ip", "-V"])):
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        machine[key] = (out.stdout or out.stderr).strip().splitlines()[0]
     results: dict[str, Any] = {}
     for mode in ("loopback", "netns"):
         runs = [one_cluster(mode == "netns") for _ in range(args.repeats)]
