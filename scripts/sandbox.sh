@@ -429,7 +429,7 @@ veth_of() {  # veth_of NODE: the host end of the node's veth (its index in the s
 }
 
 own_veths() {  # every host-side veth of this cluster's tag, whatever the shape says now
-  ip -o link show 2>/dev/null | sed -nE "s/^[0-9]+: (hsv-$TAG-[0-9]+)@.*/\1/p"
+  ip -o link show 2>/dev/null | sed -nE "s/^[0-9]+: (hsv-$TAG-[0-9]+)@.*/\1/p" | sort -V
 }
 
 own_netns() {  # every namespace of this cluster's tag
