@@ -14,6 +14,7 @@ import click
 
 from hpcdl.attempts import Attempt
 from hpcdl.results.logs import describe_failures, format_result_table
+from hpcdl.results.protocol import without_probe
 from hpcdl.results.record import JobLogs, ResultRecord
 from hpcdl.results.table import Row
 from hpcdl.rundir import RunDir
@@ -79,7 +80,10 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord
     # crash to trace (the stderr tail and the timeout line below say what happened).
     crashed = ([] if status.state in (COMPLETED, TIMEOUT)
                else describe_failures(logs.out, logs.err))
-    for label, path, text in (("stdout", logs.out_path, logs.out),
+    probe = record.get("probe")
+    # The probe's report is shown as tables below, not as its (long) JSON line.
+    out_text = without_probe(logs.out) if probe else logs.out
+    for label, path, text in (("stdout", logs.out_path, out_text),
                               ("stderr", logs.err_path, logs.err)):
         lines = text.splitlines()[-tail_lines:]
         if lines and (label == "stdout" or (status.state != COMPLETED and not crashed)):
@@ -95,6 +99,11 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord
     if result:
         echo(f"--- result ({RunDir(run_dir).result_file}) ---")
         echo(format_result_table(result, record.get("ranks")))
+    if probe:
+        from hpcdl.cli.probe import probe_view
+
+        echo(f"--- probe ({RunDir(run_dir).result_file}: probe) ---")
+        echo(probe_view(probe))
     timed_out = timeout_message(status, logs.err, max_time=max_time)
     if timed_out:
         echo(timed_out)
