@@ -25,8 +25,8 @@ def _seconds(value: float) -> str:
     if value < 1e-3:
         return f"{value * 1e6:.1f} us"
     if value < 1:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value:.3g} s"
+        return f"{value * 1e3:#.3g} ms"
+    return f"{value:#.3g} s"
 
 
 def _gbs(value: float | None) -> str:

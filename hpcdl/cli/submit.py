@@ -193,14 +193,17 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
         click.echo(json.dumps({**info, **record, "exit_status": code,
                                **({"attempts": [a.to_dict() for a in tried]} if tried else {})}))
         return code
-    part = prof.partition(plan.partition)
-    report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,
-           attempts=tried)
     probe = record.get("probe") or {}
     if "error" in probe:  # a node refused the probe's input: the one line that says why
         from hpcdl.cli import one_line
 
+        click.echo(f"job {final.job_id}: {final.state}, exit code {final.exit_code}; "
+                   f"run directory {sub.run_dir}")
         click.echo(f"error: probe: {one_line(str(probe['error']))}", err=True)
+        return code
+    part = prof.partition(plan.partition)
+    report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,
+           attempts=tried)
     return code
 
 
