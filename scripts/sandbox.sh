@@ -5,31 +5,39 @@
 #   scripts/sandbox.sh down     stop the sandbox's own daemons, by PID file
 #   scripts/sandbox.sh status   what runs, and the nodes as Slurm sees them (exit 3 if not up)
 #   scripts/sandbox.sh config   print the slurm.conf and gres.conf it would write (writes nothing)
+#   scripts/sandbox.sh shape NODE [--delay MS] [--rate MBIT] | --clear
+#                               slow NODE's link both ways (tc netem / tbf), or undo it
 #
 # No systemd: the daemons are started directly, as root. State, config, logs, PID files
 # live under $HPCDL_SANDBOX_DIR (default /var/lib/hpcdl-sandbox). /etc/slurm/slurm.conf
 # becomes a symlink to the sandbox's config (only when it is absent or already ours), so
 # plain `sbatch`/`srun`/`sacct` talk to the sandbox.
 #
-# How two nodes fit on one host: each slurmd runs in its own UTS namespace
-# (`unshare --uts`, hostname n1 / n2) on its own port and its own loopback address
-# (all of 127.0.0.0/8 is local), so `srun hostname` prints n1 and n2.
+# How several nodes fit on one host: each slurmd runs in its own network namespace
+# (`ip netns`, named hpcdl-TAG-NODE) and its own UTS namespace (hostname n1, n2, ...).
+# Each namespace has lo and one eth0, a veth whose host end (hsv-TAG-I) sits on the
+# cluster's own bridge (hsb-TAG); the bridge holds the subnet's .1 (slurmctld listens
+# there), each node the address its shape line gives (10.77.0.11, 10.77.0.12 here).
+# TAG is 6 hex digits of the SHA-1 of $HPCDL_SANDBOX_DIR, so every cluster directory
+# has its own bridge, veths and namespaces (names within Linux's 15-character limit),
+# and `down` finds exactly its own again, even after a crash. The node names go into
+# a marked block of /etc/hosts ("# >>> hpcdl-sandbox TAG" ... "# <<< hpcdl-sandbox TAG"),
+# written by up and removed by down (no other line is touched), so n1 and n2 resolve
+# on the host and in every node (Apptainer binds the host's /etc/hosts). Traffic
+# between the nodes crosses a real (virtual) link, which `shape` can slow down:
+#   scripts/sandbox.sh shape NODE [--delay MS] [--rate MBIT]   (both directions)
+#   scripts/sandbox.sh shape NODE --clear
+# A shape whose node addresses are all in 127.0.0.0/8 starts the old way instead: no
+# network namespace, each node on its own loopback address in the host's network (what
+# bench/bench_sandbox_net.py compares with).
 #
-# Another cluster beside it (tests of `hpcdl profiles detect` start one): give it its own
-# directory, ports and shape, e.g.
-#   HPCDL_SANDBOX_DIR=/tmp/c2 HPCDL_SANDBOX_SHAPE=shape.txt HPCDL_SANDBOX_CTLD_PORT=17817 \
-#   HPCDL_SANDBOX_ACCOUNTING=none HPCDL_SANDBOX_CLUSTER=c2 scripts/sandbox.sh up
-# A shape file has one line per node and per partition (what DEFAULT_SHAPE below holds):
-#   node NAME ADDR PORT CPUS MEM_MB GRES|- up|down|nogres
-#        (down: configured DOWN, no slurmd; nogres: a slurmd, but no gres.conf line for its
-#        GPUs, so Slurm drains it: the "node without GRES files" case)
-#   partition NAME NODES|- [Key=Value ...]            (slurm.conf PartitionName options)
 # Only the default directory links /etc/slurm/slurm.conf (HPCDL_SANDBOX_LINK=0 never does).
 #
 # ---------------------------------------------------------------------------------
 # The cluster (keep hpcdl/profiles/bundled/sandbox.yaml in step with this block):
 #   ClusterName  hpcdl-sandbox
-#   nodes        n1 (127.0.1.1, port 16821), n2 (127.0.1.2, port 16822)
+#   nodes        n1 (10.77.0.11, port 16821), n2 (10.77.0.12, port 16822), each in its own
+#                network namespace on bridge hsb-TAG (10.77.0.1, where slurmctld listens)
 #                each CPUs=8 (advertised: SlurmdParameters=config_overrides), RealMemory=4096 MB
 #                (memory is not a consumable resource: CR_Core), Gres=gpu:fake:4
 #   partitions   debug  Default=YES  MaxNodes=2  MaxTime=00:30:00  DefaultTime=00:10:00
@@ -66,8 +74,8 @@ if [[ $D == /var/lib/hpcdl-sandbox ]]; then LINK=${HPCDL_SANDBOX_LINK:-1}; else 
 WAIT_S=${HPCDL_SANDBOX_WAIT:-60}
 
 # The default cluster: the one sandbox.yaml describes.
-DEFAULT_SHAPE='node n1 127.0.1.1 16821 8 4096 gpu:fake:4 up
-node n2 127.0.1.2 16822 8 4096 gpu:fake:4 up
+DEFAULT_SHAPE='node n1 10.77.0.11 16821 8 4096 gpu:fake:4 up
+node n2 10.77.0.12 16822 8 4096 gpu:fake:4 up
 partition debug n1,n2 Default=YES MaxNodes=2 MaxTime=00:30:00 DefaultTime=00:10:00 PreemptMode=OFF
 partition gpu n1,n2 MaxNodes=2 MaxTime=02:00:00 DefaultTime=00:10:00 PreemptMode=OFF
 partition short n1,n2 MaxNodes=1 MaxTime=00:05:00 DefaultTime=00:05:00 PreemptMode=OFF
@@ -92,7 +100,7 @@ read_shape() {
       ''|'#'*) ;;
       node)
         read -r addr port cpus mem gres state <<<"$rest"
-        [[ $name =~ ^[a-z][a-z0-9]*$ && $addr =~ ^127(\.[0-9]+){3}$ && $port =~ ^[0-9]+$
+        [[ $name =~ ^[a-z][a-z0-9]*$ && $addr =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ && $port =~ ^[0-9]+$
            && $cpus =~ ^[0-9]+$ && $mem =~ ^[0-9]+$ && $gres =~ ^(-|gpu:[a-z0-9]+:[0-9]+)$
            && $state =~ ^(up|down|nogres)$ ]] || { echo "sandbox: bad shape line: node $name $rest" >&2; exit 2; }
         NODES+=("$name"); NODE_ADDR[$name]=$addr; NODE_PORT[$name]=$port
@@ -116,6 +124,42 @@ read_shape() {
   done <<<"$text"
 }
 read_shape
+
+# ---- the network, from the shape's addresses ---------------------------------------
+NETNS=1         # 1: a network namespace per node; 0: loopback addresses in the host's
+SUBNET=         # the nodes' /24 without its last octet (netns mode), e.g. 10.77.0
+CTLD_ADDR=127.0.0.1
+TAG=$(printf '%s' "$D" | sha1sum | cut -c1-6)
+BRIDGE=hsb-$TAG
+HOSTS_FILE=/etc/hosts
+HOSTS_BEGIN="# >>> hpcdl-sandbox $TAG"
+HOSTS_END="# <<< hpcdl-sandbox $TAG"
+netns_of() { echo "hpcdl-$TAG-$1"; }
+read_net() {
+  local n addr loop=0 other=0 a b c d prefix
+  for n in "${NODES[@]}"; do
+    addr=${NODE_ADDR[$n]}
+    IFS=. read -r a b c d <<<"$addr"
+    if ((a > 255 || b > 255 || c > 255 || d > 255)); then
+      echo "sandbox: bad shape line: node $n: address $addr is not an IPv4 address" >&2; exit 2
+    fi
+    if ((a == 127)); then loop=1; continue; fi
+    other=1
+    prefix=$a.$b.$c
+    if [[ -z $SUBNET ]]; then SUBNET=$prefix; fi
+    if [[ $prefix != "$SUBNET" ]]; then
+      echo "sandbox: bad shape line: node $n: address $addr is outside the cluster's subnet $SUBNET.0/24 (all nodes in one /24)" >&2; exit 2
+    fi
+    if ((d < 2 || d > 254)); then
+      echo "sandbox: bad shape line: node $n: address $addr must end in 2-254 (.1 is the bridge)" >&2; exit 2
+    fi
+  done
+  if ((loop && other)); then
+    echo "sandbox: bad shape: node addresses mix 127.0.0.0/8 (no network namespaces) and $SUBNET.0/24 (one namespace per node)" >&2; exit 2
+  fi
+  if ((loop)); then NETNS=0; else CTLD_ADDR=$SUBNET.1; fi
+}
+read_net
 
 gpus_of() {  # gpus_of NODE: the node's GPU count (0 without GRES)
   local g=${NODE_GRES[$1]}
@@ -225,7 +269,7 @@ render_slurm_conf() {
   cat <<EOF
 # Written by scripts/sandbox.sh (hpcdl): regenerated on every 'up'; edit the script.
 ClusterName=$CLUSTER
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$host($CTLD_ADDR)
 SlurmctldPort=$CTLD_PORT
 SlurmUser=root
 SlurmdUser=root
@@ -272,7 +316,7 @@ EOF
   if [[ $ACCOUNTING == slurmdbd ]]; then
     cat <<EOF
 AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=127.0.0.1
+AccountingStorageHost=$CTLD_ADDR
 AccountingStoragePort=$DBD_PORT
 AccountingStorageTRES=gres/gpu
 # The slurmdbd connection ignores AuthInfo: its munge socket goes here.
@@ -369,6 +413,200 @@ EOF
   fi
 }
 
+# ---- network (netns mode) ------------------------------------------------------------
+
+veth_of() {  # veth_of NODE: the host end of the node's veth (its index in the shape)
+  local i
+  for i in "${!NODES[@]}"; do
+    if [[ ${NODES[$i]} == "$1" ]]; then echo "hsv-$TAG-$((i + 1))"; return 0; fi
+  done
+  return 1
+}
+
+own_veths() {  # every host-side veth of this cluster's tag, whatever the shape says now
+  ip -o link show 2>/dev/null | sed -nE "s/^[0-9]+: (hsv-$TAG-[0-9]+)@.*/\1/p"
+}
+
+own_netns() {  # every namespace of this cluster's tag
+  ip netns list 2>/dev/null | awk -v p="hpcdl-$TAG-" 'index($1, p) == 1 {print $1}' | sort
+}
+
+# hosts_edit [BLOCK]: rewrite /etc/hosts without this cluster's marked block, plus BLOCK
+# (when given) at the end. Written in place (the file may be a bind mount), under a lock
+# shared by every cluster's up/down; lines outside the block are kept byte for byte.
+hosts_edit() {
+  local block=${1:-} rest
+  mkdir -p /run/lock
+  (
+    flock -w 30 8 || { echo "sandbox: cannot lock /run/lock/hpcdl-sandbox-hosts.lock" >&2; exit 1; }
+    rest=$(mktemp)
+    awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '
+      $0 == b || index($0, b " ") == 1 {skip = 1; next}
+      skip && $0 == e {skip = 0; next}
+      !skip {print}' "$HOSTS_FILE" >"$rest"
+    if [[ -n $block ]]; then printf '%s\n' "$block" >>"$rest"; fi
+    cat "$rest" >"$HOSTS_FILE"
+    rm -f "$rest"
+  ) 8>/run/lock/hpcdl-sandbox-hosts.lock
+}
+
+hosts_check() {  # a node name that another line of /etc/hosts already maps fails 'up'
+  local n line
+  for n in "${NODES[@]}"; do
+    line=$(awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" -v n="$n" '
+      $0 == b || index($0, b " ") == 1 {skip = 1; next}
+      skip && $0 == e {skip = 0; next}
+      skip || /^[ \t]*#/ {next}
+      {for (i = 2; i <= NF; i++) if ($i == n) {print; exit}}' "$HOSTS_FILE")
+    if [[ -n $line ]]; then
+      echo "sandbox: node name $n is already in $HOSTS_FILE ('$line'), another cluster's? stop it or give this cluster other node names" >&2
+      exit 1
+    fi
+  done
+}
+
+# net_up: the bridge, one namespace + veth per node with a slurmd, the hosts block.
+# Idempotent: a node whose slurmd runs keeps its namespace; any other namespace of
+# this cluster (left by a crash) is made afresh.
+net_up() {
+  ((NETNS)) || return 0
+  local used n ns veth
+  used=$(ip -o -4 addr show 2>/dev/null | awk -v a="$CTLD_ADDR/" -v br="$BRIDGE" 'index($4, a) == 1 && $2 != br {print $2}')
+  if [[ -n $used ]]; then
+    echo "sandbox: subnet $SUBNET.0/24 is in use here (interface $used holds $CTLD_ADDR): give this cluster's nodes addresses in another /24" >&2
+    exit 1
+  fi
+  hosts_check
+  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link add "$BRIDGE" type bridge
+    STARTED+=("bridge $BRIDGE")
+  fi
+  if ! ip -o -4 addr show dev "$BRIDGE" | grep -q " $CTLD_ADDR/24 "; then
+    ip addr add "$CTLD_ADDR/24" dev "$BRIDGE"
+  fi
+  ip link set "$BRIDGE" up
+  for n in "${UP_NODES[@]}"; do
+    ns=$(netns_of "$n")
+    veth=$(veth_of "$n")
+    if [[ -e /run/netns/$ns ]] && pid_alive "$D/run/slurmd-$n.pid" slurmd \
+       && ip link show "$veth" >/dev/null 2>&1; then
+      continue
+    fi
+    ip link del "$veth" 2>/dev/null || true
+    if [[ -e /run/netns/$ns ]]; then ip netns del "$ns"; fi
+    ip netns add "$ns"
+    ip link add "$veth" type veth peer name eth0 netns "$ns"
+    ip link set "$veth" master "$BRIDGE" up
+    ip -n "$ns" addr add "${NODE_ADDR[$n]}/24" dev eth0
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set eth0 up
+  done
+  local block
+  block=$(printf '%s (%s): written by scripts/sandbox.sh up, removed by down\n' "$HOSTS_BEGIN" "$D"
+          for n in "${NODES[@]}"; do printf '%s %s\n' "${NODE_ADDR[$n]}" "$n"; done
+          printf '%s' "$HOSTS_END")
+  hosts_edit "$block"
+}
+
+# net_down: everything of this cluster's tag (not only what the shape names now), so a
+# crashed or reshaped cluster is cleaned as well. Idempotent.
+net_down() {
+  local link ns pids removed=()
+  for link in $(own_veths); do ip link del "$link" 2>/dev/null && removed+=("$link"); done
+  for ns in $(own_netns); do
+    pids=$(ip netns pids "$ns" 2>/dev/null | paste -sd' ' - || true)
+    if [[ -n $pids ]]; then log "warning: processes $pids still run in namespace $ns (left alone)"; fi
+    ip netns del "$ns" && removed+=("$ns")
+  done
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link del "$BRIDGE" && removed+=("$BRIDGE")
+  fi
+  if grep -qxF "$HOSTS_END" "$HOSTS_FILE" 2>/dev/null; then
+    hosts_edit "" && removed+=("hosts block")
+  fi
+  if ((${#removed[@]})); then log "removed ${removed[*]}"; fi
+}
+
+# ---- link shaping -------------------------------------------------------------------
+
+shape_usage() {
+  echo "usage: $0 shape NODE [--delay MS] [--rate MBIT] | $0 shape NODE --clear" >&2
+  exit 2
+}
+
+# cmd_shape NODE ...: a qdisc on both ends of NODE's veth, so traffic to and from the
+# node is slowed alike: netem for a delay (with its rate when both are given), tbf
+# for a rate alone. --clear removes them.
+cmd_shape() {
+  local node=${1:-} delay= rate= clear=0
+  [[ -n $node ]] || shape_usage
+  shift
+  [[ $node =~ ^[a-z][a-z0-9]*$ ]] || { echo "sandbox: shape: node '$node' is not a node name" >&2; exit 2; }
+  while (($#)); do
+    case $1 in
+      --delay) (($# >= 2)) || { echo "sandbox: shape: --delay needs a value (milliseconds)" >&2; exit 2; }
+               delay=$2; shift 2 ;;
+      --rate) (($# >= 2)) || { echo "sandbox: shape: --rate needs a value (Mbit/s)" >&2; exit 2; }
+              rate=$2; shift 2 ;;
+      --clear) clear=1; shift ;;
+      *) echo "sandbox: shape: unknown argument '$1' (--delay MS, --rate MBIT or --clear)" >&2; exit 2 ;;
+    esac
+  done
+  if [[ -n $delay ]] && ! { [[ $delay =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v v="$delay" 'BEGIN {exit !(v > 0 && v <= 60000)}'; }; then
+    echo "sandbox: shape: --delay '$delay' must be a number of milliseconds above 0 and at most 60000" >&2; exit 2
+  fi
+  if [[ -n $rate ]] && ! { [[ $rate =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v v="$rate" 'BEGIN {exit !(v >= 0.01 && v <= 100000)}'; }; then
+    echo "sandbox: shape: --rate '$rate' must be a number of Mbit/s from 0.01 to 100000" >&2; exit 2
+  fi
+  if ((clear)) && [[ -n $delay$rate ]]; then
+    echo "sandbox: shape: --clear takes no --delay or --rate" >&2; exit 2
+  fi
+  if ((!clear)) && [[ -z $delay$rate ]]; then
+    echo "sandbox: shape: give --delay MS, --rate MBIT (or both), or --clear" >&2; exit 2
+  fi
+  if ! veth_of "$node" >/dev/null; then
+    echo "sandbox: shape: node '$node' is not in this cluster's shape (nodes: ${NODES[*]})" >&2; exit 2
+  fi
+  ((NETNS)) || { echo "sandbox: shape: cluster $D has no network namespaces (its node addresses are loopback addresses)" >&2; exit 2; }
+  local ns veth
+  ns=$(netns_of "$node")
+  veth=$(veth_of "$node")
+  if [[ ! -e /run/netns/$ns ]] || ! ip link show "$veth" >/dev/null 2>&1; then
+    echo "sandbox: shape: node $node has no link here (namespace $ns): is cluster $D up?" >&2; exit 1
+  fi
+  if ((clear)); then
+    tc qdisc del dev "$veth" root 2>/dev/null || true
+    tc -n "$ns" qdisc del dev eth0 root 2>/dev/null || true
+    log "$node: link $veth unshaped"
+    return 0
+  fi
+  local -a qdisc
+  if [[ -n $delay ]]; then
+    qdisc=(netem delay "${delay}ms")
+    if [[ -n $rate ]]; then qdisc+=(rate "${rate}mbit"); fi
+    # A queue for ~1 s of traffic at the rate (netem's default 1000 packets drops more).
+    qdisc+=(limit 100000)
+  else
+    # burst: ~4 ms of traffic at the rate, at least 64 KiB (a GSO segment fits whole).
+    local burst
+    burst=$(awk -v r="$rate" 'BEGIN {b = int(r * 1e6 / 8 * 0.004); print (b < 65536 ? 65536 : b)}')
+    qdisc=(tbf rate "${rate}mbit" burst "$burst" latency 200ms)
+  fi
+  local err
+  if ! err=$(tc qdisc replace dev "$veth" root "${qdisc[@]}" 2>&1); then
+    if [[ $err == *"qdisc kind is unknown"* ]]; then
+      echo "sandbox: shape: --delay needs tc's netem qdisc, which this kernel lacks (CONFIG_NET_SCH_NETEM); --rate alone works (tbf)" >&2
+      exit 1
+    fi
+    echo "sandbox: shape: tc qdisc replace dev $veth root ${qdisc[*]}: $err" >&2; exit 1
+  fi
+  if ! err=$(tc -n "$ns" qdisc replace dev eth0 root "${qdisc[@]}" 2>&1); then
+    tc qdisc del dev "$veth" root 2>/dev/null || true
+    echo "sandbox: shape: tc -n $ns qdisc replace dev eth0 root ${qdisc[*]}: $err" >&2; exit 1
+  fi
+  log "$node: link $veth shaped both ways: ${qdisc[*]}"
+}
+
 # ---- daemons -----------------------------------------------------------------------
 
 STARTED=()
@@ -442,8 +680,11 @@ start_slurmctld() {
 start_slurmd() {
   local n=$1 pidfile=$D/run/slurmd-$1.pid
   if pid_alive "$pidfile" slurmd; then return 0; fi
-  # Own UTS namespace: the node (and every job step it starts) sees its own hostname (n1, n2).
-  unshare --uts bash -c 'hostname "$1" && exec slurmd -N "$1" -f "$2"' _ "$n" "$CONF" \
+  # Own UTS namespace: the node (and every job step it starts) sees its own hostname (n1, n2);
+  # in netns mode also its own network namespace (job steps and Apptainer inherit both).
+  local -a netns=()
+  if ((NETNS)); then netns=(nsenter "--net=/run/netns/$(netns_of "$n")"); fi
+  "${netns[@]}" unshare --uts bash -c 'hostname "$1" && exec slurmd -N "$1" -f "$2"' _ "$n" "$CONF" \
     2>>"$D/log/slurmd-$n.log" 9>&- || fail "slurmd $n did not start" "$D/log/slurmd-$n.log"
   wait_for "slurmd $n" "$D/log/slurmd-$n.log" pid_alive "$pidfile" slurmd
   STARTED+=("slurmd $n")
@@ -472,6 +713,7 @@ cmd_up() {
   local t0=$SECONDS
   "$HERE/install-slurm.sh" | grep -v 'all packages present' || true
   write_config
+  net_up
   start_munge
   if [[ $ACCOUNTING == slurmdbd ]]; then
     start_mariadb
@@ -516,6 +758,7 @@ cmd_down() {
   stop_pid slurmdbd "$D/run/slurmdbd.pid" slurmdbd
   stop_pid mariadbd "$D/run/mysqld.pid" mariadbd
   stop_pid munged "$D/run/munged.pid" munged
+  net_down
   log "down in $((SECONDS - t0)) s"
 }
 
@@ -535,6 +778,21 @@ cmd_status() {
     else
       printf '%-10s stopped\n' "$name"
       all=1
+    fi
+  done
+  for n in "${NODES[@]}"; do
+    if ((NETNS)); then
+      local ns veth link qd
+      ns=$(netns_of "$n"); veth=$(veth_of "$n")
+      if [[ -e /run/netns/$ns ]] && ip link show "$veth" >/dev/null 2>&1; then
+        qd=$(tc qdisc show dev "$veth" root 2>/dev/null | sed -nE '1{/noqueue/d; s/^qdisc ([a-z]+) [0-9a-f]+: root (refcnt [0-9]+ )?/\1 /p}')
+        link="link $veth${qd:+ shaped: $qd}"
+      else
+        link="no link"
+      fi
+      printf '%-10s %s netns %s, %s\n' "node-$n" "${NODE_ADDR[$n]}" "$ns" "$link"
+    else
+      printf '%-10s %s (loopback, no netns)\n' "node-$n" "${NODE_ADDR[$n]}"
     fi
   done
   if ((all == 0)); then
@@ -558,8 +816,11 @@ main() {
       flock -w 300 9 || { echo "sandbox: another up/down holds $D/.lock" >&2; exit 1; }
       "cmd_$cmd" ;;
     status) cmd_status ;;
+    shape)
+      [[ $(id -u) == 0 ]] || { echo "sandbox: must run as root (tc on the node's link)" >&2; exit 1; }
+      shift; cmd_shape "$@" ;;
     config) render_slurm_conf; render_gres_conf ;;
-    *) echo "usage: $0 up|down|status|config" >&2; exit 2 ;;
+    *) echo "usage: $0 up|down|status|config|shape NODE [--delay MS] [--rate MBIT] [--clear]" >&2; exit 2 ;;
   esac
 }
 

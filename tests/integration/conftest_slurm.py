@@ -3,20 +3,39 @@
 ``slurm_cluster`` brings the cluster up once per session through
 scripts/sandbox.sh (idempotent: a no-op when it already runs). Locally a
 cluster that cannot come up skips the tests; in CI (CI=true) it fails them.
+
+The cluster is the one scripts/sandbox.sh's environment names (HPCDL_SANDBOX_DIR,
+_SHAPE, _CTLD_PORT, ...; default /var/lib/hpcdl-sandbox). For another directory the
+fixture also points SLURM_CONF at it and the ``sandbox`` profile's bind at its TmpFS
+(a user profile under a private XDG_CONFIG_HOME), so the tests run unchanged against
+a developer's own cluster.
+
+``netns_cluster`` (a factory) starts a separate cluster of its own (directory, ports,
+subnet, bridge, node names), each node in its own network namespace, and can slow one
+node's link (``scripts/sandbox.sh shape``): for tests that need a third node or a
+shaped link without touching the shared sandbox.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import random
 import shutil
+import socket
+import string
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import require
 
@@ -25,8 +44,36 @@ SANDBOX = REPO / "scripts" / "sandbox.sh"
 CLI_TIMEOUT = 180
 
 
+DEFAULT_DIR = "/var/lib/hpcdl-sandbox"
+BUNDLED_SANDBOX_PROFILE = REPO / "hpcdl" / "profiles" / "bundled" / "sandbox.yaml"
+
+
+def sandbox_dir() -> Path:
+    """The directory of the cluster the tests use (scripts/sandbox.sh's default)."""
+    return Path(os.environ.get("HPCDL_SANDBOX_DIR") or DEFAULT_DIR)
+
+
+def node_netns(node: str, folder: Path | None = None) -> Path | None:
+    """The network namespace of ``node`` of the cluster in ``folder`` (scripts/sandbox.sh
+    names it hpcdl-TAG-NODE, TAG = 6 hex digits of the SHA-1 of the directory), or None
+    when that node has none (a loopback-address cluster, or the cluster is down)."""
+    tag = hashlib.sha1(str(folder or sandbox_dir()).encode()).hexdigest()[:6]
+    path = Path("/run/netns") / f"hpcdl-{tag}-{node}"
+    return path if path.exists() else None
+
+
+def _redirect_sandbox_profile(folder: Path, home: Path) -> None:
+    """A user profile ``sandbox`` (under XDG_CONFIG_HOME=home) equal to the bundled one
+    but binding ``folder``'s TmpFS, where Slurm's PMIx keeps each job's directory."""
+    data = yaml.safe_load(BUNDLED_SANDBOX_PROFILE.read_text())
+    data["container"]["binds"] = [str(folder / "tmp")]
+    target = home / "hpcdl" / "profiles" / "sandbox.yaml"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
 @pytest.fixture(scope="session")
-def slurm_cluster() -> Path:
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Start the sandbox (once per session); returns its slurm.conf."""
     require(os.geteuid() == 0, "the Slurm sandbox needs root (it starts Slurm's daemons)")
     require(shutil.which("unshare") is not None, "unshare (util-linux) is missing")
@@ -35,7 +82,173 @@ def slurm_cluster() -> Path:
     require(res.returncode == 0,
             f"scripts/sandbox.sh up failed (exit {res.returncode}):\n{res.stdout}\n{res.stderr}")
     require(shutil.which("sbatch") is not None, "sbatch not on PATH after sandbox up")
-    return Path(os.environ.get("HPCDL_SANDBOX_DIR", "/var/lib/hpcdl-sandbox")) / "etc/slurm.conf"
+    folder = sandbox_dir()
+    conf = folder / "etc/slurm.conf"
+    if str(folder) == DEFAULT_DIR:
+        yield conf
+        return
+    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "XDG_CONFIG_HOME")}
+    home = tmp_path_factory.mktemp("xdg")
+    _redirect_sandbox_profile(folder, home)
+    os.environ["SLURM_CONF"] = str(conf)
+    os.environ["XDG_CONFIG_HOME"] = str(home)
+    try:
+        yield conf
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+# ---- a cluster of one's own, one network namespace per node ------------------------------
+
+def free_port(addr: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on at ``addr`` now."""
+    with socket.socket() as s:
+        s.bind((addr, 0))
+        return int(s.getsockname()[1])
+
+
+def free_subnet() -> str:
+    """A /24 (``10.A.B``) that no interface of this machine holds an address in."""
+    res = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
+                         timeout=30, check=True)
+    used = {".".join(word.split("/")[0].split(".")[:3])
+            for line in res.stdout.splitlines() for word in line.split()[3:4]}
+    rng = random.Random()
+    for _ in range(1000):
+        subnet = f"10.{rng.randint(80, 119)}.{rng.randint(0, 255)}"
+        if subnet not in used:
+            return subnet
+    raise AssertionError("no free 10.80-119.x.0/24 subnet")
+
+
+def processes_of(folder: Path) -> list[int]:
+    """PIDs whose command line names this cluster's directory (its daemons, nothing else)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(folder) in cmd and int(entry.name) != os.getpid():
+            pids.append(int(entry.name))
+    return pids
+
+
+@dataclass
+class NetnsCluster:
+    """A running scripts/sandbox.sh cluster of its own, a network namespace per node."""
+
+    dir: Path
+    nodes: list[str]
+    addrs: dict[str, str]
+    env: dict[str, str]
+    profile: Path
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def conf(self) -> Path:
+        return self.dir / "etc" / "slurm.conf"
+
+    def sandbox(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """``scripts/sandbox.sh ARGS`` for this cluster."""
+        return subprocess.run(["bash", str(SANDBOX), *args], capture_output=True, text=True,
+                              timeout=timeout, check=False, env={**os.environ, **self.env})
+
+    def run(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """A command (sbatch, srun, hpcdl ...) with this cluster's SLURM_CONF."""
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                              check=False, env={**os.environ, **self.env})
+
+    def shape(self, node: str, *, rate_mbit: float | None = None,
+              delay_ms: float | None = None) -> None:
+        """Slow ``node``'s link both ways (tc: tbf for a rate, netem for a delay)."""
+        args = ["shape", node]
+        if delay_ms is not None:
+            args += ["--delay", f"{delay_ms:g}"]
+        if rate_mbit is not None:
+            args += ["--rate", f"{rate_mbit:g}"]
+        res = self.sandbox(*args, timeout=60)
+        assert res.returncode == 0, f"sandbox.sh {' '.join(args)}: {res.stdout}{res.stderr}"
+        self.log.append(res.stdout.strip())
+
+    def clear(self, node: str) -> None:
+        """Undo ``shape`` on ``node``'s link."""
+        res = self.sandbox("shape", node, "--clear", timeout=60)
+        assert res.returncode == 0, f"sandbox.sh shape {node} --clear: {res.stdout}{res.stderr}"
+
+
+def _netns_profile(folder: Path, name: str, nodes: int, path: Path) -> None:
+    """A profile for the cluster: the bundled sandbox's settings, one partition 'debug'
+    over all ``nodes`` nodes, the cluster's TmpFS bound into the container."""
+    data = yaml.safe_load(BUNDLED_SANDBOX_PROFILE.read_text())
+    data["name"] = name
+    data["description"] = f"scripts/sandbox.sh cluster in {folder} (tests)"
+    data["partitions"] = [{"name": "debug", "nodes": nodes, "gpus_per_node": 4,
+                           "gpu_type": "fake", "cpus_per_node": 8, "mem_per_node_gb": 4,
+                           "max_time": "00:30:00", "default": True}]
+    data["container"]["binds"] = [str(folder / "tmp")]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.fixture
+def netns_cluster() -> Iterator[Callable[..., NetnsCluster]]:
+    """Factory: ``netns_cluster(nodes=3)`` starts a cluster of its own (directory under
+    /tmp, free ports, a free 10.x.y.0/24, node names no other cluster uses, no
+    accounting), each node in its own network namespace; partition ``debug`` (default)
+    holds all nodes. Everything it started is stopped at the end of the test, whatever
+    happens; the test fails if ``down`` leaves a daemon, namespace or bridge behind."""
+    require(os.geteuid() == 0, "a Slurm cluster with network namespaces needs root")
+    require(all(shutil.which(t) for t in ("slurmctld", "slurmd", "munged", "unshare",
+                                          "nsenter", "ip", "tc")),
+            "slurmctld/slurmd/munged/unshare/nsenter/ip/tc missing")
+    started: list[NetnsCluster] = []
+
+    def start(nodes: int = 3, cpus: int = 8) -> NetnsCluster:
+        folder = Path(tempfile.mkdtemp(prefix="hpcdl-nx-", dir="/tmp"))  # short: socket paths
+        prefix = "".join(random.choices(string.ascii_lowercase, k=3))
+        subnet = free_subnet()
+        names = [f"{prefix}{i}" for i in range(1, nodes + 1)]
+        addrs = {n: f"{subnet}.{10 + i}" for i, n in enumerate(names, 1)}
+        lines = [f"node {n} {addrs[n]} {free_port()} {cpus} 4096 gpu:fake:4 up" for n in names]
+        lines.append(f"partition debug {','.join(names)} Default=YES MaxNodes={nodes} "
+                     "MaxTime=00:30:00 DefaultTime=00:10:00")
+        (folder / "shape.txt").write_text("\n".join(lines) + "\n")
+        env = {"HPCDL_SANDBOX_DIR": str(folder), "HPCDL_SANDBOX_SHAPE": str(folder / "shape.txt"),
+               "HPCDL_SANDBOX_CTLD_PORT": str(free_port()), "HPCDL_SANDBOX_ACCOUNTING": "none",
+               "HPCDL_SANDBOX_CLUSTER": f"nx{prefix}", "HPCDL_SANDBOX_LINK": "0",
+               "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
+        profile = folder / f"nx{prefix}.yaml"
+        _netns_profile(folder, f"nx{prefix}", nodes, profile)
+        cluster = NetnsCluster(folder, names, addrs, env, profile)
+        started.append(cluster)
+        res = cluster.sandbox("up")
+        require(res.returncode == 0, f"netns cluster did not start:\n{res.stdout}\n{res.stderr}")
+        return cluster
+
+    try:
+        yield start
+    finally:
+        problems = []
+        for cluster in started:
+            res = cluster.sandbox("down", timeout=180)
+            left = processes_of(cluster.dir)
+            for pid in left:  # only processes started for this directory
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            gone = [n for n in cluster.nodes if node_netns(n, cluster.dir) is not None]
+            if res.returncode != 0 or left or gone:
+                problems.append(f"{cluster.dir}: down rc {res.returncode}, daemons left {left}, "
+                                f"namespaces left {gone}\n{res.stdout}{res.stderr}")
+            shutil.rmtree(cluster.dir, ignore_errors=True)
+        assert not problems, "\n".join(problems)
 
 
 @pytest.fixture
