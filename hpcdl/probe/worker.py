@@ -35,9 +35,10 @@ common factor. With two nodes there is one link and no second opinion: it is com
 with the profile's expected bandwidth (``--expected-gbs``) and called slow without
 naming an end.
 
-Exit status (every rank): 0 no slow node, 1 a slow node named (or a slow link between
-two nodes), 2 bad input: a world of one rank, an --ifname that matches no interface of
-a node, bad sizes. The error is also one line on stderr and in the report line.
+Exit status (rank 0's; the others exit 0 once it is decided): 0 no slow node, 1 a slow
+node named (or a slow link between two nodes), 2 bad input (every rank that finds it):
+a world of one rank, an --ifname that matches no interface of a node, bad sizes. The
+error is also one line on stderr and in the report line.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ MIN_SIZE = 4
 MAX_SIZE = 1 << 30
 MAX_ITERS = 1000
 DEFAULT_SLOW_RATIO = 0.5
+EXIT_GRACE_S = 2.0
 # Up to this many nodes the pairs run one at a time (28 pairs for 8 nodes); beyond,
 # disjoint pairs share each round.
 SEQUENTIAL_PAIRS_UP_TO = 8
@@ -461,6 +463,13 @@ def _measure(args: argparse.Namespace, sizes: tuple[int, ...], rank: int, world:
             "elapsed_s": round(elapsed, 3), "exit_code": code})
     dist.barrier(group=meta)
     dist.destroy_process_group()
+    if rank != 0:
+        return EXIT_OK  # rank 0's status is the verdict
+    if code != EXIT_OK:
+        # srun --kill-on-bad-exit ends the step at the first non-zero exit: the other
+        # ranks, past the last barrier, exit first (else they die of SIGTERM, and the
+        # step's status is 143 rather than the verdict).
+        time.sleep(EXIT_GRACE_S)
     return code
 
 
@@ -516,5 +525,8 @@ def _mpi_sweep(mode: str, sizes: tuple[int, ...], iters: int, warmup: int,
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # past torch's teardown: the ranks leave together (see EXIT_GRACE_S)
 
