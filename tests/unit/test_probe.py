@@ -418,3 +418,18 @@ def test_submit_probe_sizes_needs_probe_first():
     res = CliRunner().invoke(cli, ["submit", "-p", "sandbox", "-N", "2", "-G", "1", "--no-image",
                                    "--probe-first", "--probe-sizes", "4K", "--dry-run"])
     assert res.exit_code == 0 and "probe/worker.py --sizes 4K" in res.output
+
+
+def test_profiles_show_lists_the_interconnect(tmp_path: Path):
+    import yaml
+
+    data = load_profile("sandbox").model_dump(mode="json", exclude_none=True)
+    data["interconnect"] = {"name": "HDR 200", "expected_busbw_gbs": 23.5, "socket_ifname": "ib0"}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    res = CliRunner().invoke(cli, ["profiles", "show", str(path)])
+    assert res.exit_code == 0, res.output
+    assert ("  interconnect: HDR 200; expected busbw 23.5 GB/s; interface ib0 (hpcdl probe "
+            "compares with these)") in res.output.splitlines()
+    plain = CliRunner().invoke(cli, ["profiles", "show", "sandbox"])
+    assert "interconnect" not in plain.output
