@@ -185,7 +185,7 @@ pid_alive() {
   [[ -s $pidfile ]] || return 1
   pid=$(<"$pidfile")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
-  [[ -r /proc/$pid/comm && $(</proc/$pid/comm) == "$comm" ]] && running "$pid"
+  [[ -r /proc/$pid/comm && $(<"/proc/$pid/comm") == "$comm" ]] && running "$pid"
 }
 
 fail() {  # fail MESSAGE LOGFILE...: print the message and the logs' last lines, exit 1
@@ -216,6 +216,7 @@ wait_for() {
     fi
     if [[ -n $WATCH ]]; then
       local wpid=${WATCH% *}
+      # shellcheck disable=SC2086  # WATCH is "PIDFILE COMM": two arguments
       if [[ -s $wpid ]] && ! pid_alive $WATCH; then
         WATCH=
         fail "$what exited during start-up" "$logfile"
@@ -338,7 +339,8 @@ EOF
 
 render_gres_conf() {
   local n g count first=1 counts
-  counts=$(for n in "${NODES[@]}"; do gpus_of "$n"; done | grep -v '^0$' | sort -u)
+  # (grep finds nothing when no node has GPUs: not a failure)
+  counts=$(for n in "${NODES[@]}"; do gpus_of "$n"; done | { grep -v '^0$' || true; } | sort -u)
   for n in "${NODES[@]}"; do
     g=${NODE_GRES[$n]}
     [[ $g == - || ${NODE_STATE[$n]} == nogres ]] && continue
@@ -375,7 +377,10 @@ write_config() {
   fi
   chmod 600 "$D/etc/munge.key"
 
+  local before
+  before=$( { cksum <"$CONF"; } 2>/dev/null || true)
   render_slurm_conf | write_if_changed "$CONF" 644
+  if [[ -n $before && $before != "$(cksum <"$CONF")" ]]; then CONF_CHANGED=1; fi
   render_gres_conf | write_if_changed "$D/etc/gres.conf" 644
 
   if [[ $ACCOUNTING == slurmdbd ]]; then
@@ -538,7 +543,7 @@ shape_usage() {
 # node is slowed alike: netem for a delay (with its rate when both are given), tbf
 # for a rate alone. --clear removes them.
 cmd_shape() {
-  local node=${1:-} delay= rate= clear=0
+  local node=${1:-} delay='' rate='' clear=0
   [[ -n $node ]] || shape_usage
   shift
   [[ $node =~ ^[a-z][a-z0-9]*$ ]] || { echo "sandbox: shape: node '$node' is not a node name" >&2; exit 2; }
@@ -617,6 +622,7 @@ start_munge() {
   munged --force --socket="$MUNGE_SOCKET" --key-file="$D/etc/munge.key" \
     --log-file="$D/log/munged.log" --pid-file="$pidfile" --seed-file="$D/state/munged.seed" 9>&- \
     || fail "munged did not start" "$D/log/munged.log"
+  # shellcheck disable=SC2016  # $1 expands in the inner bash
   wait_for "munged" "$D/log/munged.log" \
     bash -c 'munge -S "$1" -n | unmunge -S "$1"' _ "$MUNGE_SOCKET"
   STARTED+=("munged")
@@ -684,6 +690,7 @@ start_slurmd() {
   # in netns mode also its own network namespace (job steps and Apptainer inherit both).
   local -a netns=()
   if ((NETNS)); then netns=(nsenter "--net=/run/netns/$(netns_of "$n")"); fi
+  # shellcheck disable=SC2016  # $1, $2 expand in the inner bash
   "${netns[@]}" unshare --uts bash -c 'hostname "$1" && exec slurmd -N "$1" -f "$2"' _ "$n" "$CONF" \
     2>>"$D/log/slurmd-$n.log" 9>&- || fail "slurmd $n did not start" "$D/log/slurmd-$n.log"
   wait_for "slurmd $n" "$D/log/slurmd-$n.log" pid_alive "$pidfile" slurmd
@@ -707,6 +714,32 @@ resume_down_nodes() {
   if [[ -n $bad ]]; then
     scontrol update NodeName="$bad" State=RESUME >/dev/null 2>&1 || true
   fi
+}
+
+CONF_CHANGED=0
+
+# stale_warnings: daemons that run but do not match what this 'up' set up (a config
+# rewritten under a running slurmctld; a slurmd outside its node's namespace, left by a
+# sandbox.sh of before the namespaces). Nothing is restarted: the jobs of others may run.
+stale_warnings() {
+  local n pid ns stale=()
+  if ((CONF_CHANGED)) && [[ ! " ${STARTED[*]} " == *" slurmctld "* ]]; then
+    stale+=("slurm.conf changed while slurmctld ran")
+  fi
+  if ((NETNS)); then
+    for n in "${UP_NODES[@]}"; do
+      pid=$(cat "$D/run/slurmd-$n.pid" 2>/dev/null || true)
+      ns=/run/netns/$(netns_of "$n")
+      [[ $pid =~ ^[0-9]+$ && -e $ns ]] || continue
+      if [[ $(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null) != "$(stat -L -c %i "$ns")" ]]; then
+        stale+=("slurmd $n (pid $pid) runs outside its network namespace")
+      fi
+    done
+  fi
+  local w
+  for w in "${stale[@]}"; do
+    log "warning: $w: run '$0 down' and then 'up' (cancels running jobs) to apply"
+  done
 }
 
 cmd_up() {
@@ -733,6 +766,7 @@ cmd_up() {
     fi
     sleep 0.2
   done
+  stale_warnings
   if ((${#STARTED[@]} == 0)); then
     log "already up (nothing started) in $((SECONDS - t0)) s"
   else

@@ -35,8 +35,11 @@ def _run(action: str) -> None:
 def sandbox() -> None:
     """A real two-node Slurm cluster on this machine (nodes n1, n2; 4 fake GPUs each).
 
+    Each node runs in its own network namespace (n1 10.77.0.11, n2 10.77.0.12, on a
+    bridge holding 10.77.0.1) and its name resolves (a marked block in /etc/hosts).
     Matches the bundled `sandbox` profile: partitions debug (default), gpu and
-    short. Needs root; installs munge, Slurm and MariaDB when missing.
+    short. Needs root; installs munge, Slurm and MariaDB when missing. To slow one
+    node's link: scripts/sandbox.sh shape NODE --rate MBIT (see the README).
     """
 
 
@@ -48,13 +51,14 @@ def up() -> None:
 
 @sandbox.command()
 def down() -> None:
-    """Stop the sandbox's own daemons (by PID file)."""
+    """Stop the sandbox's own daemons (by PID file), then remove its network."""
     _run("down")
 
 
 @sandbox.command(name="status")
 def status_cmd() -> None:
-    """Show the daemons and nodes; exit 3 when the cluster is not up."""
+    """Show the daemons, each node's address and link, and the nodes as Slurm sees
+    them; exit 3 when the cluster is not up."""
     from hpcdl import proc
 
     res = proc.run(["bash", _script(), "status"], timeout=60, check=False)

@@ -116,7 +116,8 @@ esac
 # torchrun mode: node 0 hosts the c10d store on MASTER_ADDR:MASTER_PORT, the others
 # connect. Said explicitly (torchrun reads --rdzv-conf from PET_RDZV_CONF): left to its
 # guess, every node whose address matches MASTER_ADDR tries to host (all of them when
-# the nodes share a network namespace, as in the sandbox with 127.0.0.1).
+# nodes share a network namespace and MASTER_ADDR is loopback, as in a sandbox on
+# loopback addresses).
 # Node 0 also tells the workers where it is (--local-addr, from PET_LOCAL_ADDR): by
 # definition MASTER_ADDR, while its own guess (its FQDN) may not resolve elsewhere.
 _TORCHRUN = """\

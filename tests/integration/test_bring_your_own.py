@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from hpcdl.resources import REPO_ROOT
-from tests.integration.conftest_slurm import hpcdl, submit_json, wait_final
+from tests.integration.conftest_slurm import hpcdl, node_netns, submit_json, wait_final
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.horovod, pytest.mark.torch]
 
@@ -78,11 +78,12 @@ def test_plain_script_runs_unchanged_on_two_nodes(name: str, plain_runs: dict) -
         assert r["host"] == ("n1" if rank < 2 else "n2")
         if name != "ddp-torchrun":  # torchrun's c10d rendezvous assigns its own group ranks
             assert r["group_rank"] == r["node_rank"] == str(rank // 2)
-    # MASTER_ADDR: the sandbox profile's override (its node names do not resolve).
+    # MASTER_ADDR: the allocation's first node; its name resolves (sandbox.sh's hosts block)
+    # and rank 0 listens on n1's own address, in n1's network namespace.
     addrs = {r["master"].rsplit(":", 1)[0] for r in rows}
-    assert addrs == {"127.0.0.1"}
+    assert addrs == {"n1"}, rows
     if name != "ddp-torchrun":  # torchrun hands its workers a port of its own choosing
-        assert {r["master"] for r in rows} == {f"127.0.0.1:{15000 + int(job['job_id']) % 15000}"}
+        assert {r["master"] for r in rows} == {f"n1:{15000 + int(job['job_id']) % 15000}"}
     # Every rank ends with the same parameters.
     assert len({r["params"] for r in rows}) == 1, rows
 
@@ -149,14 +150,26 @@ def test_missing_script_is_one_line_before_anything_is_queued(
     assert not runs_dir.exists() or not any(runs_dir.iterdir())
 
 
+HOLD_PORT = """\
+import socket, sys
+s = socket.socket(); s.bind(("0.0.0.0", 0)); s.listen()
+print(s.getsockname()[1], flush=True); sys.stdin.read()
+"""
+
+
 def test_port_in_use_is_one_line(slurm_cluster: Path, cpu_image: Path, runs_dir: Path) -> None:
-    # The sandbox's nodes share this machine's network: a port held here is held "on n1".
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        held.listen()
-        port = held.getsockname()[1]
+    # A port held in n1's network namespace (the host's own, for a loopback-address sandbox).
+    ns = node_netns("n1")
+    holder = subprocess.Popen([*(["nsenter", f"--net={ns}"] if ns else []), sys.executable, "-c",
+                               HOLD_PORT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        port = int(holder.stdout.readline())
         res = hpcdl("submit", *COMMON, "--image", str(cpu_image), "--env", f"MASTER_PORT={port}",
                     "--wait", "--", "python3", str(BYO / "ddp_plain.py"), timeout=JOB_TIMEOUT)
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
     # Rank 0 exits 98; srun's own exit code may be that of the ranks it killed then (143).
     assert res.returncode != 0, res.stdout + res.stderr
     assert "--- the job failed: rank 0 on n1: Exited with exit code 98 ---" in res.stdout

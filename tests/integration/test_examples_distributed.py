@@ -324,8 +324,9 @@ def test_horovod_and_ddp_under_srun_on_two_nodes(slurm_cluster: Path, tmp_path: 
     hvd = launch(srun("--backend", "horovod", *args), tmp_path)
     res = assert_two_rank_run(hvd, "horovod")
     assert res["launcher"] == "slurm" and res["nodes"] == 2
-    # The sandbox's node names (n1, n2) do not resolve: DDP's rendezvous needs an address.
-    ddp = launch(srun("--backend", "ddp", *args), tmp_path, extra_env={"MASTER_ADDR": "127.0.0.1"})
+    # No MASTER_ADDR: the rendezvous host is the first node, n1, whose name resolves and
+    # whose address is its own (a network namespace per sandbox node).
+    ddp = launch(srun("--backend", "ddp", *args), tmp_path)
     res_ddp = assert_two_rank_run(ddp, "ddp")
     assert res_ddp["nodes"] == 2
     assert res_ddp["param_checksum"] == res["param_checksum"]
@@ -337,9 +338,11 @@ def test_horovod_and_ddp_under_srun_on_two_nodes(slurm_cluster: Path, tmp_path: 
 def test_ddp_under_srun_with_unresolvable_master_is_one_line(
     slurm_cluster: Path, tmp_path: Path
 ) -> None:
+    # The sandbox's own node names resolve: a name that cannot (RFC 6761 .invalid).
     run = launch(
-        srun("--backend", "ddp", *SMALL, "--max-steps", "1", "--checkpoint-dir", ""), tmp_path
+        srun("--backend", "ddp", *SMALL, "--max-steps", "1", "--checkpoint-dir", ""), tmp_path,
+        extra_env={"MASTER_ADDR": "rank0.invalid"},
     )
     assert run.returncode != 0
     assert "Traceback" not in run.output
-    assert "error: rendezvous host 'n1' (from slurm) does not resolve" in run.output
+    assert "error: MASTER_ADDR 'rank0.invalid' (from slurm) does not resolve" in run.output

@@ -91,7 +91,8 @@ def test_detect_sandbox_equals_bundled_profile(slurm_cluster: Path, tmp_path: Pa
     assert differing == [], differing
     diff = hpcdl("profiles", "diff", "sandbox", env={"SLURM_CONF": str(slurm_cluster)})
     assert diff.returncode == 0, diff.stdout + diff.stderr
-    assert diff.stdout.strip() == "profile sandbox agrees with cluster hpcdl-sandbox"
+    cluster = os.environ.get("HPCDL_SANDBOX_CLUSTER") or "hpcdl-sandbox"
+    assert diff.stdout.strip() == f"profile sandbox agrees with cluster {cluster}"
 
 
 def test_no_slurm_commands_is_one_line(tmp_path: Path) -> None:

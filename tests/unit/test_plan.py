@@ -197,10 +197,11 @@ def test_every_rank_starts_through_the_rank_env_wrapper(sandbox):
                                 '"${HPCDL_RANK_ENV:?}" hpcdl-rank-env python3 t.py')
     assert "\nHPCDL_RANK_ENV='# hpcdl-rank-env" in plan.script
     assert (plan.launcher, plan.gpu_bind, plan.image) == ("srun", "none", None)
-    # The sandbox keeps its MASTER_ADDR override; the port follows the job id.
-    assert plan.master_addr == "127.0.0.1"
+    # The sandbox's node names resolve (a network namespace each): MASTER_ADDR is the
+    # allocation's first node, as on a real cluster; the port follows the job id.
+    assert plan.master_addr == '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"'
     assert plan.master_port == "$((15000 + SLURM_JOB_ID % 15000))"
-    assert "scontrol show hostnames" not in plan.script
+    assert "127.0.0.1" not in plan.script
 
 
 def test_master_addr_is_the_first_node_unless_set(neuron):

@@ -69,7 +69,9 @@ def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
     stub = tmp_path / "bin"
     stub.mkdir(exist_ok=True)
     (stub / "srun").write_text('#!/bin/bash\nwhile [[ $1 == -* ]]; do shift; done\nexec "$@"\n')
-    (stub / "scontrol").write_text(f'#!/bin/bash\necho "$@" >> {tmp_path}/scontrol.log\n')
+    # `scontrol show hostnames` (MASTER_ADDR, the first node) answers; the rest is logged.
+    (stub / "scontrol").write_text('#!/bin/bash\n[[ $1 == show ]] && { echo n1; exit 0; }\n'
+                                   f'echo "$@" >> {tmp_path}/scontrol.log\n')
     (stub / "squeue").write_text("#!/bin/bash\n[[ $* == *%L* ]] && echo 0:30\nexit 0\n")
     # No 300 s wait after the requeue (Slurm would kill the script then); other sleeps stay.
     (stub / "sleep").write_text('#!/bin/bash\n[[ $1 == 300 ]] && exit 0\nexec /bin/sleep "$@"\n')

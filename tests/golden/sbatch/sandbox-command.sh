@@ -19,7 +19,6 @@ export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-2}"
 export OMP_NUM_THREADS=1
 export OMP_PROC_BIND=false
 export OMPI_MCA_mpi_yield_when_idle=1
-export MASTER_ADDR=127.0.0.1
 export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
 
@@ -28,9 +27,10 @@ export HPCDL_BACKEND=horovod
 # runs unchanged; Horovod/MPI scripts ignore them. The POSIX sh wrapper below sets
 # them in each rank from the launcher's per-rank variables, then execs the command.
 # - launcher srun: one process per rank; the wrapper derives the variables from its per-rank variables.
-# - MASTER_ADDR: set by the profile or --env (it wins).
+# - MASTER_ADDR: the first node of the allocation.
 # - MASTER_PORT: 15000 + job id % 15000, so jobs sharing a node do not collide (below the ephemeral port range).
 # - GPUs: every rank sees the 1 GPUs of its node and uses GPU LOCAL_RANK (torch.cuda.set_device(LOCAL_RANK), as torchrun and Horovod scripts do).
+export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"
 export MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))
 HPCDL_RANK_ENV='# hpcdl-rank-env: the torchrun variables for every rank (POSIX sh; any image)
 if [ -n "${OMPI_COMM_WORLD_RANK:-}" ]; then
