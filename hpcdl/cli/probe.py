@@ -21,12 +21,13 @@ from hpcdl.probe.worker import DEFAULT_SLOW_RATIO, EXIT_BAD_INPUT, format_size
 
 
 def _seconds(value: float) -> str:
-    """A time in the unit that reads best: 35.2 us, 1.43 ms, 2.1 s."""
-    if value < 1e-3:
-        return f"{value * 1e6:.1f} us"
-    if value < 1:
-        return f"{value * 1e3:#.3g} ms"
-    return f"{value:#.3g} s"
+    """A time in the unit that reads best, 3 digits: 35.2 us, 1.43 ms, 144 ms, 2.10 s."""
+    for unit, factor in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if value >= factor or unit == "us":
+            scaled = value / factor
+            digits = 0 if scaled >= 100 else 1 if scaled >= 10 else 2
+            return f"{scaled:.{digits}f} {unit}"
+    raise AssertionError("unreachable")
 
 
 def _gbs(value: float | None) -> str:
