@@ -91,10 +91,11 @@ def probe_view(report: dict[str, Any], *, width: int = 110) -> str:
                       "yes" if tuple(row["nodes"]) in slow_links else "")
     console.print(pairs)
     transport = report.get("transport", {})
-    facts = [f"transport: {transport.get('backend')} (torch {transport.get('torch')}"
-             + (f", NCCL {transport['nccl']}" if transport.get("nccl") else "")
-             + (f", NCCL chose {transport['transport']}" if transport.get("transport") else "")
-             + (f" on {transport['devices']}" if transport.get("devices") else "") + ")"]
+    facts = [f"transport: {transport.get('backend')}"
+             + (f" over {transport['transport']}" if transport.get("transport") else "")
+             + (f" on {transport['devices']}" if transport.get("devices") else "")
+             + f" (torch {transport.get('torch')}"
+             + (f", NCCL {transport['nccl']}" if transport.get("nccl") else "") + ")"]
     for node in transport.get("nodes", []):
         env = " ".join(f"{k}={v}" for k, v in sorted(node.get("env", {}).items()))
         facts.append(f"  {node['node']}: interface {node.get('interface') or '?'} "

@@ -465,7 +465,9 @@ def _measure(args: argparse.Namespace, sizes: tuple[int, ...], rank: int, world:
                 "backend": backend, "torch": torch.__version__,
                 "nccl": (".".join(map(str, torch.cuda.nccl.version()))
                          if backend == "nccl" else None),
-                **nccl_facts,
+                # torch's Gloo process group has one transport, TCP; NCCL's is read from
+                # its own INFO lines (IB, Socket, ...).
+                **({"transport": "TCP"} if backend == "gloo" else nccl_facts),
                 "nodes": [{k: info[k] for k in ("node", "interface", "address", "env")}
                           for info in everyone if info["rank"] == leaders[info["node"]]],
             },

@@ -342,7 +342,7 @@ REPORT = {
     "pairs": [{"nodes": ["n1", "n2"], "time_s": 0.001, "algbw_gbs": 1.05, "busbw_gbs": 1.05},
               {"nodes": ["n1", "n3"], "time_s": 0.1, "algbw_gbs": 0.0105, "busbw_gbs": 0.0105},
               {"nodes": ["n2", "n3"], "time_s": 0.1, "algbw_gbs": 0.0105, "busbw_gbs": 0.0105}],
-    "transport": {"backend": "gloo", "torch": "2.13.0+cpu", "nodes": [
+    "transport": {"backend": "gloo", "torch": "2.13.0+cpu", "transport": "TCP", "nodes": [
         {"node": "n1", "interface": "eth0", "address": "10.0.0.1", "env": {}},
         {"node": "n2", "interface": "eth0", "address": "10.0.0.2",
          "env": {"GLOO_SOCKET_IFNAME": "eth0"}}]},
@@ -361,6 +361,11 @@ def test_probe_view_renders_sizes_pairs_transport_and_verdict():
     slow = [line for line in lines if "n3" in line and "yes" in line]
     assert len(slow) == 2 and all("1%" in line for line in slow)  # 0.0105 of the median 1.05
     assert "MPI: not measured (--mpi off)" in lines
+    assert "transport: gloo over TCP (torch 2.13.0+cpu)" in lines
+    nccl = {**report, "transport": {"backend": "nccl", "torch": "2.14.1", "nccl": "2.30.7",
+                                    "transport": "IB", "devices": "[0]mlx5_0:1/IB", "nodes": []}}
+    assert "transport: nccl over IB on [0]mlx5_0:1/IB (torch 2.14.1, NCCL 2.30.7)" in \
+        probe_view(nccl).splitlines()
     assert "  n1: interface eth0 (10.0.0.1) toward MASTER_ADDR; NCCL_SOCKET_IFNAME and " \
            "GLOO_SOCKET_IFNAME unset" in lines
     assert "  n2: interface eth0 (10.0.0.2) toward MASTER_ADDR; GLOO_SOCKET_IFNAME=eth0" in lines
