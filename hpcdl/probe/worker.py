@@ -239,6 +239,15 @@ def match_interfaces(spec: str, names: Sequence[str]) -> list[str]:
     return [n for n in names if any(n.startswith(p) for p in prefixes)]
 
 
+def gloo_interface(chosen: Sequence[str]) -> str:
+    """The one interface Gloo gets (it takes whole names, not NCCL's prefixes): the first
+    of ``chosen`` that is not loopback, which would keep every rank on its own node.
+    Raises ValueError when ``chosen`` is empty."""
+    if not chosen:
+        raise ValueError("no interface to choose from")
+    return next((n for n in chosen if n != "lo"), chosen[0])
+
+
 def parse_nccl_debug(text: str) -> dict[str, str]:
     """The transport and interface NCCL chose, from its NCCL_DEBUG=INFO lines:
     ``NET/IB : Using [0]mlx5_0:1/IB ...`` or ``NET/Socket : Using [0]eth0:10.0.0.1<0>``
@@ -355,8 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fail(f"--ifname {args.ifname}: no interface of node {node_name()} matches "
                          f"(it has {', '.join(names)})", report)
         os.environ["NCCL_SOCKET_IFNAME"] = args.ifname
-        # Gloo takes whole names: the first match on this node.
-        os.environ["GLOO_SOCKET_IFNAME"] = env_ifname = chosen[0]
+        os.environ["GLOO_SOCKET_IFNAME"] = env_ifname = gloo_interface(chosen)
     return _measure(args, sizes, rank, world, report, env_ifname)
 
 
@@ -445,6 +453,7 @@ def _measure(args: argparse.Namespace, sizes: tuple[int, ...], rank: int, world:
         try:
             with open(nccl_log, encoding="utf-8", errors="replace") as fh:
                 nccl_facts = parse_nccl_debug(fh.read())
+            os.remove(nccl_log)
         except OSError:
             pass
     mpi = _mpi_sweep(args.mpi, sizes, args.iters, args.warmup, world)

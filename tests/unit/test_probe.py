@@ -166,6 +166,10 @@ def test_match_interfaces_follows_nccl_socket_ifname():
     assert worker.match_interfaces("=eth1,ib0", names) == ["eth1", "ib0"]
     assert worker.match_interfaces("^docker,lo", names) == ["eth0", "eth1", "ib0"]
     assert worker.match_interfaces("eth9", names) == []
+    assert worker.gloo_interface(worker.match_interfaces("^docker", names)) == "eth0"  # not lo
+    assert worker.gloo_interface(["lo"]) == "lo"  # asked for: one node, or the user knows
+    with pytest.raises(ValueError):
+        worker.gloo_interface([])
 
 
 def test_parse_nccl_debug():
