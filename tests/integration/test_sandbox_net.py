@@ -253,3 +253,20 @@ def test_bad_shape_addresses_are_one_line(tmp_path: Path) -> None:
                              env={**os.environ, "HPCDL_SANDBOX_SHAPE": str(shape),
                                   "HPCDL_SANDBOX_DIR": str(tmp_path / "c")})
         assert (res.returncode, res.stderr) == (2, message + "\n"), text
+
+
+@pytest.mark.apptainer
+def test_hpcdl_submit_with_the_clusters_profile_runs_in_each_nodes_namespace(
+        netns_cluster: ClusterFactory, cpu_image: Path, runs_dir: Path) -> None:
+    """The fixture's profile works for `hpcdl submit` (what a test of `hpcdl probe` needs);
+    Apptainer in a node runs in that node's namespace, where the node names resolve."""
+    cluster = netns_cluster(nodes=3)
+    prog = ("import socket; h = socket.gethostname(); "
+            "ifs = sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]); "
+            "print('seen', h, socket.gethostbyname(h), ','.join(ifs))")
+    res = cluster.run(sys.executable, "-m", "hpcdl", "submit", "--profile", str(cluster.profile),
+                      "-N", "3", "-G", "1", "--image", str(cpu_image), "--wait", "--",
+                      "python3", "-c", prog, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    seen = sorted(set(re.findall(r"seen (\S+) (\S+) (\S+)", res.stdout)))
+    assert seen == sorted((n, cluster.addrs[n], "eth0,lo") for n in cluster.nodes), res.stdout
