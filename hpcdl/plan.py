@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -71,6 +71,21 @@ class JobRequest:
     max_restarts: int | None = None
     signal: str | None = None  # SIG@LEAD; default: the profile's scheduler.requeue_signal
     chain: int = 1
+    # Issue 18: the allreduce probe's worker arguments (hpcdl.probe.request.worker_args).
+    # Without probe_first the probe is the job (`hpcdl probe`); with it, a first step
+    # that stops the job on a bad node before COMMAND (`hpcdl submit --probe-first`).
+    probe: tuple[str, ...] | None = None
+    probe_first: bool = False
+
+    @property
+    def probe_only(self) -> bool:
+        """The job is `hpcdl probe`: the probe worker instead of a COMMAND or example."""
+        return self.probe is not None and not self.probe_first
+
+    @property
+    def runs_example(self) -> bool:
+        """The job's command is the bundled example (no COMMAND, not a probe job)."""
+        return not self.command and not self.probe_only
 
 
 @dataclass(frozen=True)
@@ -113,6 +128,9 @@ class JobPlan:
     max_restarts: int = 0
     signal: str | None = None
     chain: int = 1
+    probe: tuple[str, ...] | None = None
+    probe_first: bool = False
+    probe_line: str | None = None  # the --probe-first step, as the script runs it
     hpcdl_version: str = __version__
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,6 +140,7 @@ class JobPlan:
         data["command"] = list(self.command)
         data["warnings"] = list(self.warnings)
         data["example_defaults"] = list(self.example_defaults)
+        data["probe"] = None if self.probe is None else list(self.probe)
         return data
 
     def sbatch_argv(self, script_path: str | Path, options: tuple[str, ...] = ()) -> list[str]:
@@ -189,6 +208,16 @@ def check_request(req: JobRequest) -> None:
         _no_nul(f"env {key}", value)
     for arg in req.command:
         _no_nul("command", arg)
+    if req.probe is not None:
+        from hpcdl.probe.request import check_nodes
+
+        check_nodes(req.nodes)
+        for arg in req.probe:
+            _no_nul("probe", arg)
+        if req.probe_only and req.example_args:
+            raise _fail("example-arg: applies to the bundled example, not to the probe")
+    elif req.probe_first:
+        raise _fail("probe-first: no probe arguments in the request")
     for arg in req.example_args:
         _no_nul("example-arg", arg)
     if req.example_args and req.command:
@@ -334,9 +363,10 @@ def example_defaults(profile: Profile, req: JobRequest,
     replaces an option args also sets), minus every option the user's -X sets again.
 
     Dropping them, rather than relying on argparse's "the last one wins", keeps the
-    launch line honest and also lets -X replace a flag default. Empty for a COMMAND.
+    launch line honest and also lets -X replace a flag default. Empty for a COMMAND
+    and for a probe job.
     """
-    if req.command:
+    if not req.runs_example:
         return ()
     per_example = tuple(profile.examples.per_example.get(example, ()))
     specific = {_option_name(a) for a in per_example}
@@ -357,6 +387,14 @@ def _default_command(profile: Profile, req: JobRequest) -> list[str]:
     # The user's -X last: after the profile's defaults, so argparse's "last one wins"
     # agrees with example_defaults() having dropped the defaults they replace.
     return cmd + list(example_defaults(profile, req)) + list(req.example_args)
+
+
+def _probe_command(profile: Profile, req: JobRequest, image: str | None) -> list[str]:
+    """The probe worker with its arguments (``req.probe``), where the job sees it."""
+    from hpcdl.probe.request import worker_path
+
+    return [profile.python, worker_path(bool(image), str(PACKAGE_DIR), JOB_PROJECT_DIR),
+            *(req.probe or ())]
 
 
 def job_image(profile: Profile, req: JobRequest) -> tuple[str | None, str | None]:
@@ -434,8 +472,8 @@ def _rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher
 
 
 def _project_binds(req: JobRequest) -> list[str]:
-    """Read-only binds that bring the bundled examples (and the hpcdl modules they import)
-    into the container; none for a user's COMMAND."""
+    """Read-only binds that bring the bundled examples (and the hpcdl modules they import,
+    or the probe worker) into the container; none for a user's COMMAND."""
     if req.command:
         return []
     return [f"{examples_dir()}:{JOB_PROJECT_DIR}/examples:ro",
@@ -499,7 +537,11 @@ def launch_notes(req: JobRequest, launcher: str, gpu_bind: str, image: str | Non
         origin = ("the profile's container.default_image; --image overrides, --no-image "
                   "runs natively" if image_source == "profile default_image" else "--image")
         notes.append(f"image: {image} ({origin}).")
-        if not req.command:
+        if req.probe_only:
+            notes.append(f"the probe worker (hpcdl/probe/worker.py: stdlib + torch) comes from "
+                         f"the host, bound read-only at {JOB_PROJECT_DIR} (the image needs no "
+                         f"copy of hpcdl).")
+        elif not req.command:
             notes.append(f"the bundled example comes from the host, bound read-only at "
                          f"{JOB_PROJECT_DIR} (the image needs no copy of hpcdl).")
     return notes
@@ -623,11 +665,19 @@ def build_plan(profile: Profile, req: JobRequest,
     job_name = req.job_name or f"hpcdl-{req.backend}"
     launcher = req.launcher or profile.mpi.launcher
     gpu_bind = req.gpu_bind or profile.mpi.gpu_bind
-    if launcher == "torchrun" and not req.command and req.backend == "horovod":
+    if req.probe is not None and profile.scheduler.type != "slurm":
+        raise _fail(f"probe: the probe starts its ranks with srun; profile {profile.name} is "
+                    f"{profile.scheduler.type}")
+    if req.probe_only and launcher != "srun":
+        raise _fail(f"launcher: the probe starts one rank per task with srun (got {launcher})")
+    if launcher == "torchrun" and req.runs_example and req.backend == "horovod":
         raise _fail("launcher: torchrun starts ranks without MPI, which the bundled example's "
                     "--backend horovod needs: use --backend ddp, or --launcher srun")
     image, image_source = job_image(profile, req)
-    command = list(req.command) or _default_command(profile, req)
+    if req.probe_only:
+        command = _probe_command(profile, req, image)
+    else:
+        command = list(req.command) or _default_command(profile, req)
     if profile.scheduler.type == "pbs":  # PBS Pro: #PBS lines and mpiexec (hpcdl.pbs)
         if launcher == "torchrun":
             raise _fail("launcher: torchrun starts one agent per node through srun; a PBS "
@@ -644,6 +694,12 @@ def build_plan(profile: Profile, req: JobRequest,
     if launcher == profile.mpi.launcher:  # the profile's arguments are for its launcher
         prefix += list(profile.mpi.launcher_args)
     launch = shell_join(prefix + _rank_tokens(profile, req, command, launcher, image))
+    probe_line = None
+    if req.probe is not None and req.probe_first:
+        # Its own srun step with the worker bound in, whatever COMMAND's launcher is.
+        probe_req = replace(req, command=())
+        probe_line = shell_join(_launcher_tokens(profile, probe_req, "srun", cpus) + _rank_tokens(
+            profile, probe_req, _probe_command(profile, req, image), "srun", image))
     log_dir = req.run_dir or "."
     output, error = f"{log_dir}/slurm-%j.out", f"{log_dir}/slurm-%j.err"
     omp = cpus if profile.env.omp_num_threads == "cpus-per-task" else profile.env.omp_num_threads
@@ -685,6 +741,7 @@ def build_plan(profile: Profile, req: JobRequest,
         "rank_env_variable": SCRIPT_VARIABLE,
         "rank_env_q": shell_join([wrapper]),
         "launch_line": launch,
+        "probe_line": probe_line,
         "pbs_directives": pbs_directives,
         "pbs_job_name": pbs.job_name(job_name),
         **_requeue_context(profile, req),
@@ -725,6 +782,9 @@ def build_plan(profile: Profile, req: JobRequest,
         image_source=image_source,
         master_addr=master_addr or dict(env)["MASTER_ADDR"],
         master_port=master_port or dict(env)["MASTER_PORT"],
+        probe=req.probe,
+        probe_first=req.probe_first,
+        probe_line=probe_line,
         **_plan_requeue(profile, req),
     )
 

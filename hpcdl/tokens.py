@@ -24,6 +24,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, Strict
 
+from hpcdl.probe.worker import IFNAME_SPEC
+
 # C0 and C1 control characters, DEL, and the Unicode line/paragraph separators
 # (some parsers, e.g. Python's str.splitlines, end a line there).
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -129,6 +131,9 @@ REQUIREMENT = _kind(
 URL = _kind("URL", r"(https?|file)://[^\s\"'\\`]+", "https://download.pytorch.org/whl/cpu")
 LABEL_KEY = _kind("label name", r"[A-Za-z0-9_.\-]+", "org.example.owner")
 # Free text (env values, commands, descriptions): quoted where it lands, one line.
+# A network interface list in NCCL_SOCKET_IFNAME's syntax (prefixes, '=' exact, '^'
+# excluded); the probe worker owns the pattern (it checks it in the job, stdlib only).
+IFNAME = _kind("interface name list (NCCL_SOCKET_IFNAME syntax)", IFNAME_SPEC.pattern, "ib0")
 TEXT = _kind("one-line text", None)
 # Free text rendered inside a definition file (%help, %test): it must not start a
 # word with '%', which a wrapped or indented line could turn into a new section.
@@ -156,6 +161,7 @@ Requirement = Annotated[str, Strict(), checker(REQUIREMENT), REQUIREMENT]
 Url = Annotated[str, Strict(), checker(URL), URL]
 LabelKey = Annotated[str, Strict(), checker(LABEL_KEY), LABEL_KEY]
 Text = Annotated[str, Strict(), checker(TEXT), TEXT]
+IfName = Annotated[str, Strict(), checker(IFNAME), IFNAME]
 DefText = Annotated[str, Strict(), checker(DEF_TEXT), DEF_TEXT]
 
 # A count from a file: a YAML `true` or `-5` is refused, never read as 1 or kept.
@@ -165,5 +171,5 @@ NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 KINDS: tuple[Kind, ...] = (
     NAME, SLURM_VALUE, OPTION_KEY, SLURM_TIME, EXAMPLE_ARG, FILESYSTEM, MODULE, ENV_NAME, REQUEUE_SIGNAL, EXECUTABLE, PATH, BIND,
     IMAGE_NAME, IMAGE_REF, IMAGE_TAG, OS_VERSION, VERSION, DEB_PACKAGE, REQUIREMENT, URL,
-    LABEL_KEY, TEXT, DEF_TEXT,
+    LABEL_KEY, TEXT, DEF_TEXT, IFNAME,
 )

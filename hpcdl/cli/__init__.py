@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("hpcdl.cli.jobs:status", "Show a job's state (squeue/sacct) or your recent jobs."),
     "logs": ("hpcdl.cli.jobs:logs", "Print (or follow with -f) a job's stdout/stderr."),
     "cancel": ("hpcdl.cli.jobs:cancel", "Cancel a pending or running job."),
+    "probe": ("hpcdl.cli.probe:probe", "Allreduce bandwidth across an allocation; names slow nodes."),
     "scale": ("hpcdl.cli.scale:scale", "Submit a scaling sweep (nodes x GPUs x backend x batch)."),
     "results": ("hpcdl.cli.scale:results", "Scaling table, CSV/JSON and plot of a sweep or run."),
     "sandbox": ("hpcdl.cli.sandbox:sandbox", "Start/stop/check the local two-node Slurm sandbox."),

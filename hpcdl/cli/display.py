@@ -14,6 +14,7 @@ import click
 
 from hpcdl.attempts import Attempt
 from hpcdl.results.logs import describe_failures, format_result_table
+from hpcdl.results.protocol import without_probe
 from hpcdl.results.record import JobLogs, ResultRecord
 from hpcdl.results.table import Row
 from hpcdl.rundir import RunDir
@@ -77,9 +78,15 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord
          f"{', signal ' + str(status.signal) if status.signal else ''}, elapsed {status.elapsed}")
     # At a time limit Slurm terminates every rank: srun's "Terminated" lines are not a
     # crash to trace (the stderr tail and the timeout line below say what happened).
-    crashed = ([] if status.state in (COMPLETED, TIMEOUT)
+    probe = record.get("probe")
+    # A probe that named a slow node ended the job on purpose (rank 0, exit 1): its
+    # verdict below says why; that is not a crash to trace.
+    stopped_by_probe = bool(probe and probe.get("verdict", {}).get("bad"))
+    crashed = ([] if status.state in (COMPLETED, TIMEOUT) or stopped_by_probe
                else describe_failures(logs.out, logs.err))
-    for label, path, text in (("stdout", logs.out_path, logs.out),
+    # The probe's report is shown as tables below, not as its (long) JSON line.
+    out_text = without_probe(logs.out) if probe else logs.out
+    for label, path, text in (("stdout", logs.out_path, out_text),
                               ("stderr", logs.err_path, logs.err)):
         lines = text.splitlines()[-tail_lines:]
         if lines and (label == "stdout" or (status.state != COMPLETED and not crashed)):
@@ -95,6 +102,14 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord
     if result:
         echo(f"--- result ({RunDir(run_dir).result_file}) ---")
         echo(format_result_table(result, record.get("ranks")))
+    if probe:
+        from hpcdl.cli.probe import probe_view
+
+        echo(f"--- probe ({RunDir(run_dir).result_file}: probe) ---")
+        echo(probe_view(probe))
+        if stopped_by_probe:
+            echo(f"--- the probe found a slow node or link: the job stopped (exit "
+                 f"{status.exit_code}) ---")
     timed_out = timeout_message(status, logs.err, max_time=max_time)
     if timed_out:
         echo(timed_out)

@@ -62,6 +62,11 @@ def show(name: str, as_json: bool) -> None:
     click.echo(f"  container: {prof.container.binary or prof.container.runtime}"
                f"{' --nv' if prof.container.nv else ''}; binds: {', '.join(prof.container.binds) or '-'}")
     click.echo(f"  modules: {' '.join(prof.modules) or '-'}")
+    net = prof.interconnect
+    if net.name or net.expected_busbw_gbs or net.socket_ifname:
+        click.echo(f"  interconnect: {net.name or '-'}; expected busbw "
+                   f"{f'{net.expected_busbw_gbs:g} GB/s' if net.expected_busbw_gbs else '-'}; "
+                   f"interface {net.socket_ifname or '-'} (hpcdl probe compares with these)")
     if prof.examples.args:
         click.echo(f"  example defaults: {' '.join(prof.examples.args)}")
     for example, args in prof.examples.per_example.items():

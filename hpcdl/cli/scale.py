@@ -222,6 +222,15 @@ def results(path: Path, as_json: bool, as_csv: bool, plot_path: Path | None,
     if as_json and as_csv:
         raise ValidationError("--json and --csv: choose one output form")
     rows, meta = load_rows(path, refresh=not no_refresh)
+    probe = _probe_report(path)
+    if probe is not None:  # an `hpcdl probe` run: its tables instead of a scaling row
+        from hpcdl.cli.probe import probe_view
+
+        if as_csv or plot_path is not None:
+            raise ValidationError(f"{path}: a probe run has no scaling table (--csv, --plot); "
+                                  f"use --json or the default tables")
+        click.echo(json.dumps({**meta, "probe": probe}) if as_json else probe_view(probe))
+        return
     if as_json:
         click.echo(to_json(rows, meta))
     elif as_csv:
@@ -235,6 +244,23 @@ def results(path: Path, as_json: bool, as_csv: bool, plot_path: Path | None,
             raise ValidationError(f"--plot {plot_path}: directory {plot_path.parent} does not exist")
         write_png(build_figure(rows, title=str(meta.get("sweep_id", path.name))), plot_path)
         click.echo(f"wrote {plot_path}", err=True)
+
+
+def _probe_report(path: Path) -> dict[str, Any] | None:
+    """The probe report in a run directory's result.json, if it is a probe run (a
+    --probe-first job whose training printed a result keeps its scaling row)."""
+    if not path.is_dir():
+        return None
+    from hpcdl.rundir import RunDir
+
+    try:
+        record = RunDir(path).read_result()
+    except (OSError, ValueError):
+        return None
+    if not record or record.get("hpcdl_result"):
+        return None
+    probe = record.get("probe")
+    return probe if isinstance(probe, dict) else None
 
 
 def load_rows(path: Path, *, refresh: bool) -> tuple[list[Row], dict[str, Any]]:

@@ -9,8 +9,10 @@ import click
 
 from hpcdl import pbs
 from hpcdl.cli.options import example_options, launch_options, parse_env, request_options
+from hpcdl.errors import ValidationError
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan, job_image
 from hpcdl.preflight import check_inputs, image_arch_facts
+from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
 
@@ -42,6 +44,12 @@ from hpcdl.profiles.schema import Profile
 @click.option("--signal", "signal", metavar="SIG@LEAD",
               help="Signal and lead time in seconds before the time limit (default "
                    "USR2@120: #SBATCH --signal=B:USR2@120).")
+@click.option("--probe-first", is_flag=True,
+              help="Run `hpcdl probe` in the same allocation first (its own srun step): on a "
+                   "slow node or link the job stops with the probe's verdict (exit 1) before "
+                   "COMMAND starts.")
+@click.option("--probe-sizes", metavar="LIST",
+              help=f"Message sizes of the --probe-first step (default {DEFAULT_SIZES}).")
 @click.option("--chain", type=int, default=1, show_default=True, metavar="N",
               help="For clusters without requeue: N jobs linked with --dependency=afterany, "
                    "each resuming from the previous one's checkpoint in one run directory.")
@@ -52,7 +60,8 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
            data: str | None, synthetic: bool, example_args: tuple[str, ...], no_image: bool,
            launcher: str | None, gpu_bind: str | None, dry_run: bool, run_dir: Path | None,
            as_json: bool, wait: bool, requeue: bool | None, max_restarts: int | None,
-           signal: str | None, chain: int, command: tuple[str, ...]) -> None:
+           signal: str | None, probe_first: bool, probe_sizes: str | None, chain: int,
+           command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
     Without COMMAND the job runs the bundled ResNet-50 example with --backend,
@@ -79,9 +88,14 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     prof = load_profile(profile)
     if not dry_run:
         pbs.refuse(prof, "submit")  # a PBS profile's script is for reading (exit 2)
+    if probe_sizes is not None and not probe_first:
+        raise ValidationError("probe-sizes: only with --probe-first")
+    probe = (worker_args(ProbeOptions(sizes=probe_sizes or DEFAULT_SIZES), prof)
+             if probe_first else None)
     request = JobRequest(
         nodes=nodes, gpus=gpus, partition=partition, time=time, cpus_per_task=cpus_per_task,
         job_name=job_name, image=image, backend=backend, env=parse_env(env), binds=binds,
+        probe=probe, probe_first=probe_first,
         command=command, data=data, synthetic=synthetic, example_args=example_args, template=template,
         no_image=no_image, launcher=launcher, gpu_bind=gpu_bind,
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
@@ -90,20 +104,8 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     # Reads the image's build record (its GPU architectures) for the plan's check.
     facts = image_arch_facts(job_image(prof, request)[0])
     if dry_run:
-        plan = build_plan(prof, request, facts)  # validates: raises before anything is written
-        if as_json:
-            click.echo(json.dumps(plan.to_dict(), indent=2))
-            return
-        for warning in plan.warnings:
-            click.echo(f"warning: {warning}", err=True)
-        click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
-        if plan.image_source == "profile default_image":
-            click.echo(f"# image {plan.image}: the profile's container.default_image "
-                       "(--image overrides, --no-image runs natively)", err=True)
-        click.echo(f"# launcher {plan.launcher}; GPU binding {plan.gpu_bind}", err=True)
-        if plan.example_defaults:
-            click.echo(f"# {defaults_line(plan)}", err=True)
-        click.echo(plan.script, nl=False)
+        # validates: raises before anything is written
+        print_dry_run(build_plan(prof, request, facts), as_json=as_json)
         return
     from hpcdl.submit import plan_run
 
@@ -115,6 +117,23 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         raise SystemExit(code)
 
 
+def print_dry_run(plan: JobPlan, *, as_json: bool) -> None:
+    """What --dry-run prints: the plan as JSON, or the notes (stderr) and the script."""
+    if as_json:
+        click.echo(json.dumps(plan.to_dict(), indent=2))
+        return
+    for warning in plan.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
+    if plan.image_source == "profile default_image":
+        click.echo(f"# image {plan.image}: the profile's container.default_image "
+                   "(--image overrides, --no-image runs natively)", err=True)
+    click.echo(f"# launcher {plan.launcher}; GPU binding {plan.gpu_bind}", err=True)
+    if plan.example_defaults:
+        click.echo(f"# {defaults_line(plan)}", err=True)
+    click.echo(plan.script, nl=False)
+
+
 def defaults_line(plan: JobPlan) -> str:
     """Where the bundled example's extra arguments come from (not a silent surprise)."""
     return (f"example defaults from profile {plan.profile}: {' '.join(plan.example_defaults)} "
@@ -122,10 +141,11 @@ def defaults_line(plan: JobPlan) -> str:
 
 
 def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
-                      timeout: float | None = None) -> int:
+                      timeout: float | None = None, probe_report: bool = False) -> int:
     """Submit ``plan``, print the job id, optionally follow the job and report.
 
-    Returns the process exit code (0 once submitted; with ``wait`` the job's).
+    Returns the process exit code (0 once submitted; with ``wait`` the job's; for a
+    probe job, ``probe_report``, 2 when a node refused the probe's input).
     Raises ValidationError, SubmitError, ToolError (see hpcdl.submit, hpcdl.follow).
     """
     from hpcdl.cli.display import StatusLine, report
@@ -163,11 +183,23 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
         line.close()
     record, logs = record_result(sub.run, final)
     code = exit_status(final)
+    if probe_report:
+        from hpcdl.cli.probe import probe_exit
+
+        code = probe_exit(dict(record), code)
     tried = (attempts_of(sub.run, list(sub.chain or (sub.job_id,)), scheduler)
              if plan.requeue or plan.chain > 1 else [])
     if as_json:
         click.echo(json.dumps({**info, **record, "exit_status": code,
                                **({"attempts": [a.to_dict() for a in tried]} if tried else {})}))
+        return code
+    probe = record.get("probe") or {}
+    if "error" in probe:  # a node refused the probe's input: the one line that says why
+        from hpcdl.cli import one_line
+
+        click.echo(f"job {final.job_id}: {final.state}, exit code {final.exit_code}; "
+                   f"run directory {sub.run_dir}")
+        click.echo(f"error: probe: {one_line(str(probe['error']))}", err=True)
         return code
     part = prof.partition(plan.partition)
     report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,

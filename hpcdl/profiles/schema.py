@@ -21,6 +21,7 @@ from hpcdl.tokens import (
     Executable,
     Filesystem,
     HostPath,
+    IfName,
     Module,
     Name,
     NonNegativeInt,
@@ -149,6 +150,22 @@ class Environment(_Strict):
     )
 
 
+class Interconnect(_Strict):
+    """The network between nodes, as the site documents it: `hpcdl probe` reports its
+    measurements against ``expected_busbw_gbs`` and, with two nodes, calls the one link
+    slow below --slow-ratio of it."""
+
+    name: Text | None = Field(default=None, description="e.g. 'InfiniBand HDR 4x200 Gb/s'")
+    expected_busbw_gbs: float | None = Field(
+        default=None, gt=0,
+        description="allreduce bus bandwidth between nodes in GB/s (10^9 bytes/s), as "
+                    "nccl-tests and `hpcdl probe` report it (busbw = algbw x 2(n-1)/n)")
+    socket_ifname: IfName | None = Field(
+        default=None,
+        description="the interface NCCL and Gloo should use (NCCL_SOCKET_IFNAME syntax); "
+                    "`hpcdl probe`'s default --ifname")
+
+
 class Paths(_Strict):
     scratch: HostPath | None = None
     datasets: HostPath | None = None
@@ -218,6 +235,7 @@ class Profile(_Strict):
     mpi: Mpi = Field(default_factory=Mpi)
     env: Environment = Field(default_factory=Environment)
     paths: Paths = Field(default_factory=Paths)
+    interconnect: Interconnect = Field(default_factory=Interconnect)
     python: Executable = "python3"
     examples: Examples = Field(default_factory=Examples)
     template_dir: HostPath | None = Field(

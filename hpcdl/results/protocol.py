@@ -18,10 +18,12 @@ import socket
 from typing import Any
 
 RESULT_KEY = "hpcdl_result"
+# `hpcdl probe`'s report (hpcdl/probe/worker.py): rank 0 prints the measurements; a rank
+# that cannot run prints ``{"error": ...}`` (with its node) before it exits 2.
+PROBE_KEY = "hpcdl_probe"
 RANK_TAG = "hpcdl_rank_checksum"
 
 _LABEL = re.compile(r"^\s*(\d+): ")
-_RESULT_START = '{"' + RESULT_KEY + '"'
 # host= is optional when reading: lines written before this module had none.
 _RANK_LINE = re.compile(RANK_TAG + r" rank=(\d+)(?: host=(\S+))? checksum=(\S+)")
 _TOKEN = re.compile(r"\S+")
@@ -30,6 +32,11 @@ _TOKEN = re.compile(r"\S+")
 def result_line(result: dict[str, Any]) -> str:
     """The final result line (one JSON object on one line)."""
     return json.dumps({RESULT_KEY: result})
+
+
+def probe_line(report: dict[str, Any]) -> str:
+    """The probe's report line (one JSON object on one line)."""
+    return json.dumps({PROBE_KEY: report})
 
 
 def rank_line(rank: int, checksum: str, host: str | None = None) -> str:
@@ -53,16 +60,73 @@ def unlabel(line: str) -> tuple[int | None, str]:
 
 def parse_result(log: str) -> dict[str, Any] | None:
     """The last result object in ``log``, or None."""
-    found = None
-    for raw in log.splitlines():
-        at = raw.find(_RESULT_START)
+    return _last_object(log, RESULT_KEY)
+
+
+def parse_probe(log: str) -> dict[str, Any] | None:
+    """The probe's report in ``log``: rank 0's measurements, or else the last error a
+    rank reported; None when the log has neither."""
+    reports = _objects(log, PROBE_KEY)
+    measured = [r for r in reports if "error" not in r]
+    chosen = measured or reports
+    return chosen[-1] if chosen else None
+
+
+# srun --label cuts a long line into chunks and labels each (``0: {"hpcdl_probe": ...``
+# then ``0: ...rest``): an object that does not parse is continued from the next lines
+# with the same label, up to this many.
+_MAX_JOINED = 256
+
+
+def _objects(log: str, key: str) -> list[dict[str, Any]]:
+    """Every ``{"key": {...}}`` object printed in ``log`` (after a launcher's label),
+    rejoined where srun --label cut its line."""
+    return [value for value, _ in _spans(log.splitlines(), key)]
+
+
+def _spans(lines: list[str], key: str) -> list[tuple[dict[str, Any], list[int]]]:
+    """(object, the indices of the lines it was printed on) for every ``key`` object."""
+    start = '{"' + key + '"'
+    found = []
+    for i, raw in enumerate(lines):
+        at = raw.find(start)
         if at < 0:
             continue
-        try:
-            found = json.loads(raw[at:].strip())[RESULT_KEY]
-        except (ValueError, KeyError, TypeError):
-            continue
+        label = unlabel(raw)[0]
+        text, used = raw[at:], [i]
+        value = _loads(text, key)
+        for j in range(i + 1, min(len(lines), i + 1 + _MAX_JOINED)):
+            if value is not None:
+                break
+            more_label, rest = unlabel(lines[j])
+            if more_label != label:
+                continue  # another rank's line in between
+            text += rest
+            used.append(j)
+            value = _loads(text, key)
+        if isinstance(value, dict):
+            found.append((value, used))
     return found
+
+
+def without_probe(log: str) -> str:
+    """``log`` without the lines that carry the probe's report (for a log's tail: the
+    report is shown as tables instead)."""
+    lines = log.splitlines()
+    drop = {i for _, used in _spans(lines, PROBE_KEY) for i in used}
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop)
+
+
+def _loads(text: str, key: str) -> Any:
+    try:
+        return json.loads(text.strip())[key]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _last_object(log: str, key: str) -> dict[str, Any] | None:
+    found = _objects(log, key)
+    return found[-1] if found else None
 
 
 def parse_rank_table(log: str) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from hpcdl.results.logs import failed_ranks
-from hpcdl.results.protocol import parse_rank_table, parse_result
+from hpcdl.results.protocol import parse_probe, parse_rank_table, parse_result
 from hpcdl.rundir import RunDir
 from hpcdl.scheduler import JobStatus
 
@@ -41,6 +41,7 @@ class ResultRecord(TypedDict, total=False):
     stdout: str
     stderr: str
     hpcdl_result: dict[str, Any] | None
+    probe: dict[str, Any] | None  # `hpcdl probe`'s report (or a --probe-first step's)
     ranks: list[RankRow]
     failed_ranks: list[int]
     message: str
@@ -71,11 +72,11 @@ def _read(path: Path) -> str:
 
 def result_record(status: JobStatus, logs: JobLogs) -> ResultRecord:
     """result.json: the final status, the example's result line and rank table
-    (if any), and the ranks srun saw fail.
+    (if any), the probe's report (if any), and the ranks srun saw fail.
     """
     record: dict[str, Any] = {
         **status.to_dict(), "stdout": str(logs.out_path), "stderr": str(logs.err_path),
-        "hpcdl_result": parse_result(logs.out), "ranks": parse_rank_table(logs.out),
+        "hpcdl_result": parse_result(logs.out), "probe": parse_probe(logs.out), "ranks": parse_rank_table(logs.out),
         "failed_ranks": failed_ranks(logs.err)}
     return ResultRecord(**record)  # type: ignore[typeddict-item]
 

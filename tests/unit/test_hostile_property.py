@@ -431,7 +431,7 @@ REQUEST_BASE = JobRequest(nodes=1, gpus=1, image="/img/x.sif", env=(("HPCDL_X", 
                           binds=("/data",), run_dir="/runs/r1")
 REQUEST_FIELDS = [f.name for f in fields(JobRequest)
                   if f.name not in ("nodes", "gpus", "cpus_per_task", "synthetic", "no_image",
-                                    "requeue", "max_restarts", "chain")]
+                                    "requeue", "max_restarts", "chain", "probe_first")]
 
 
 def _request_with(name: str, value: str) -> JobRequest:
@@ -439,6 +439,8 @@ def _request_with(name: str, value: str) -> JobRequest:
         return replace(REQUEST_BASE, env=(("HPCDL_X", value),))
     if name == "env_key":
         return replace(REQUEST_BASE, env=((value, "1"),))
+    if name == "probe":  # a probe job (2 nodes) whose worker gets the value as an argument
+        return replace(REQUEST_BASE, nodes=2, probe=("--sizes", value))
     current = getattr(REQUEST_BASE, name)
     if isinstance(current, tuple):
         return replace(REQUEST_BASE, **{name: (*current, value)})
@@ -448,7 +450,7 @@ def _request_with(name: str, value: str) -> JobRequest:
 def test_request_fields_are_all_covered():
     assert set(REQUEST_FIELDS) == {"partition", "time", "job_name", "image", "env", "binds", "backend",
                                    "command", "data", "example_args", "template", "run_dir",
-                                   "launcher", "gpu_bind", "signal"}
+                                   "launcher", "gpu_bind", "signal", "probe"}
 
 
 @pytest.mark.parametrize("name", [*REQUEST_FIELDS, "env_key"])
@@ -469,7 +471,7 @@ def test_request_option_cannot_run_a_command(name, stub_bin, tmp_path):
         argv, env = ran.argv["srun"], ran.env["srun"]
         if name == "env":
             assert env["HPCDL_X"] == value
-        if name in ("command", "example_args"):
+        if name in ("command", "example_args", "probe"):
             assert argv[-1] == value
         if name == "job_name":
             assert env["HPCDL_JOB_NAME"] == value

@@ -1,0 +1,552 @@
+"""hpcdl's allreduce probe: the script every rank of an `hpcdl probe` job runs (and the
+first step of `hpcdl submit --probe-first`).
+
+    python3 worker.py --sizes 4K,64K,1M --iters 5 [--warmup 2] [--backend auto|gloo|nccl]
+                      [--mpi auto|on|off] [--ifname eth0] [--slow-ratio 0.5]
+                      [--expected-gbs 12.5]
+
+Standalone: the standard library at import, torch (and mpi4py + numpy for the MPI
+sweep, when present) inside ``main``; hpcdl itself is not needed in the image. The job
+binds hpcdl's package read-only at /hpcdl/hpcdl, like the bundled examples, and the
+report line is written by hpcdl.results.protocol (stdlib only; found from this file's
+own location when it is not on the path). Rank and world come from torchrun's
+variables, which hpcdl's rank-env wrapper sets under srun.
+
+What it measures, in this order:
+1. the whole allocation: torch.distributed all_reduce (SUM, float32) of every size,
+   NCCL on GPUs, Gloo on CPUs;
+2. every pair of nodes (the first rank of each node): all_reduce of the largest size,
+   one pair at a time up to ``SEQUENTIAL_PAIRS_UP_TO`` nodes, beyond that in N-1
+   rounds of disjoint pairs (the circle method: still every pair, in O(N) time); all
+   pairs twice (``PAIR_PASSES``), each pair keeping its faster pass;
+3. with MPI (mpi4py present and the ranks started with PMI, e.g. srun --mpi=pmix):
+   MPI_Allreduce of every size over the whole allocation. Horovod is not used: its
+   CPU allreduce in hpcdl's images runs over Gloo (HOROVOD_CPU_OPERATIONS=GLOO), which
+   (1) already measures; mpi4py measures MPI's own transport.
+
+Time per size: the median over ``--iters`` timed calls (after ``--warmup`` untimed
+ones) of the slowest rank's time for that call. algbw = bytes / time; busbw = algbw x
+2(n-1)/n for n ranks, as nccl-tests reports allreduce (the bytes each rank moves over
+its link). GB/s are 10^9 bytes per second.
+
+Slow nodes (``verdict``): each node's best pair (its fastest link) against the median
+node's best; a node whose best link is below ``--slow-ratio`` (default 0.5) of that is
+named: all its links are slow, so the node (its NIC, cable, switch port or load) is the
+common factor. With two nodes there is one link and no second opinion: it is compared
+with the profile's expected bandwidth (``--expected-gbs``) and called slow without
+naming an end.
+
+Exit status (rank 0's; the others exit 0 once it is decided): 0 no slow node, 1 a slow
+node named (or a slow link between two nodes), 2 bad input (every rank that finds it):
+a world of one rank, an --ifname that matches no interface of a node, bad sizes. The
+error is also one line on stderr and in the report line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+EXIT_OK = 0
+EXIT_SLOW = 1
+EXIT_BAD_INPUT = 2
+# Smallest and largest message: one float32, and 1 GiB (a probe, not a burn-in).
+MIN_SIZE = 4
+MAX_SIZE = 1 << 30
+MAX_ITERS = 1000
+DEFAULT_SLOW_RATIO = 0.5
+EXIT_GRACE_S = 2.0
+# Up to this many nodes the pairs run one at a time (28 pairs for 8 nodes); beyond,
+# disjoint pairs share each round.
+SEQUENTIAL_PAIRS_UP_TO = 8
+# Every pair is measured in this many passes and keeps its fastest: load on a shared
+# machine only ever slows a measurement down, so one disturbed pass does not make a
+# healthy link look slow, while a slow link is slow in every pass.
+PAIR_PASSES = 2
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
+          "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+_SIZE = re.compile(r"(\d+)\s*([A-Za-z]*)")
+# Linux interface names (IFNAMSIZ 16: 15 characters); NCCL_SOCKET_IFNAME's syntax: a
+# comma list of prefixes, exact names after '=', excluded prefixes after '^'.
+_IFNAME = re.compile(r"[A-Za-z0-9_.:\-]{1,15}")
+IFNAME_SPEC = re.compile(r"[\^=]?[A-Za-z0-9_.:\-]{1,15}(,[A-Za-z0-9_.:\-]{1,15})*")
+# Variables that decide which interface and transport NCCL, Gloo and MPI use.
+TRANSPORT_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_DISABLE",
+                 "NCCL_NET", "NCCL_P2P_DISABLE", "NCCL_ALGO", "NCCL_PROTO",
+                 "OMPI_MCA_btl", "OMPI_MCA_pml", "OMPI_MCA_btl_tcp_if_include", "UCX_NET_DEVICES")
+
+
+class ProbeInputError(ValueError):
+    """A value the probe cannot run with (exit 2)."""
+
+
+# ---- pure parts (the CLI and the unit tests use them too) -----------------------
+def parse_size(text: str) -> int:
+    """Bytes of ``4096``, ``4K``, ``1M``, ``1GiB``; a multiple of 4 (float32) from
+    MIN_SIZE to MAX_SIZE. Raises ProbeInputError naming the value and the limit."""
+    m = _SIZE.fullmatch(text.strip())
+    unit = m.group(2).upper() if m else ""
+    if m is None or unit not in _UNITS:
+        raise ProbeInputError(f"{text!r} is not a size (bytes, or with K, M, G: 4K,1M,64M)")
+    size = int(m.group(1)) * _UNITS[unit]
+    if size < MIN_SIZE or size > MAX_SIZE:
+        raise ProbeInputError(f"{text!r} is {size} bytes: a probe message is "
+                              f"{MIN_SIZE} bytes to {format_size(MAX_SIZE)}")
+    if size % 4:
+        raise ProbeInputError(f"{text!r} is {size} bytes, not a whole number of float32 (4 bytes)")
+    return size
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """A comma list of sizes, sorted, duplicates dropped. Raises ProbeInputError."""
+    items = [item for item in text.split(",")]
+    if not text.strip() or any(not item.strip() for item in items):
+        raise ProbeInputError(f"{text!r} is not a comma list of sizes (e.g. 4K,1M,16M)")
+    return tuple(sorted({parse_size(item) for item in items}))
+
+
+def format_size(size: int) -> str:
+    """``4K``, ``1M``, ``1536K``, ``100``: the largest binary unit that divides ``size``
+    (so parse_size reads it back exactly)."""
+    for unit, factor in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return str(size)
+
+
+def bus_factor(ranks: int) -> float:
+    """nccl-tests' allreduce bus factor 2(n-1)/n: the share of the buffer each rank
+    sends (and receives) in a bandwidth-optimal allreduce. Raises ValueError for < 1."""
+    if ranks < 1:
+        raise ValueError(f"ranks: {ranks} (at least 1)")
+    return 2 * (ranks - 1) / ranks
+
+
+def bandwidths(size: int, seconds: float, ranks: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (10^9 B/s) of an allreduce of ``size`` bytes over ``ranks``
+    ranks that took ``seconds``. Raises ValueError for a time that is not positive."""
+    if seconds <= 0:
+        raise ValueError(f"seconds: {seconds} (must be > 0)")
+    algbw = size / seconds / 1e9
+    return algbw, algbw * bus_factor(ranks)
+
+
+def pair_rounds(nodes: int, sequential_up_to: int = SEQUENTIAL_PAIRS_UP_TO
+                ) -> list[list[tuple[int, int]]]:
+    """Every pair of ``nodes`` node indices, as rounds run one after another: one pair a
+    round up to ``sequential_up_to`` nodes, else N-1 rounds (N even; N rounds for odd N)
+    of disjoint pairs by the circle method. Pairs are (low, high)."""
+    if nodes < 2:
+        return []
+    if nodes <= sequential_up_to:
+        return [[(a, b)] for a in range(nodes) for b in range(a + 1, nodes)]
+    ring = list(range(nodes)) + ([-1] if nodes % 2 else [])  # -1: the bye
+    size = len(ring)
+    rounds = []
+    for _ in range(size - 1):
+        pairs = [(ring[i], ring[size - 1 - i]) for i in range(size // 2)]
+        rounds.append(sorted((min(a, b), max(a, b)) for a, b in pairs if a >= 0 and b >= 0))
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return rounds
+
+
+def verdict(nodes: Sequence[str], pair_bw: dict[tuple[str, str], float], *,
+            slow_ratio: float = DEFAULT_SLOW_RATIO,
+            expected_gbs: float | None = None) -> dict[str, Any]:
+    """Which nodes are slow, from the bus bandwidth of each tested node pair.
+
+    Each node's *best* link (the fastest of its pairs) is compared with the median
+    node's best link; below ``slow_ratio`` of it, the node is named: every link it has
+    is slow, so the node is the common factor. A node with one slow link and one good
+    link is not named (its peer on the slow link is, if all of that peer's links are
+    slow). Two nodes have one link and no second opinion: it is compared with
+    ``expected_gbs`` (the profile's) and reported as a slow link, no node named.
+
+    Returns ``{"slow_nodes", "slow_links", "node_best_gbs", "node_ratio",
+    "reference_gbs", "reference", "slow_ratio", "bad", "message"}``; ``bad``: exit 1.
+    Raises ValueError for fewer than 2 nodes or a pair naming an unknown node.
+    """
+    if len(nodes) < 2:
+        raise ValueError(f"nodes: {len(nodes)} (the verdict needs 2 or more)")
+    for a, b in pair_bw:
+        if a not in nodes or b not in nodes:
+            raise ValueError(f"pair {a}-{b}: not among the nodes {', '.join(nodes)}")
+    best = {n: max((bw for (a, b), bw in pair_bw.items() if n in (a, b)), default=0.0)
+            for n in nodes}
+    out: dict[str, Any] = {"slow_ratio": slow_ratio, "node_best_gbs": best,
+                           "slow_nodes": [], "slow_links": [], "bad": False}
+    if len(nodes) == 2:
+        link = pair_bw.get((nodes[0], nodes[1]), pair_bw.get((nodes[1], nodes[0]), 0.0))
+        name = f"{nodes[0]}-{nodes[1]}"
+        if expected_gbs is None:
+            out.update(reference_gbs=None, reference="none", node_ratio={},
+                       message=f"2 nodes, one link ({name}, {link:.3g} GB/s): nothing to compare "
+                               f"it with (the profile gives no interconnect.expected_busbw_gbs); "
+                               f"probe 3 or more nodes to name a slow node")
+            return out
+        ratio = link / expected_gbs
+        out.update(reference_gbs=expected_gbs, reference="profile",
+                   node_ratio={n: ratio for n in nodes})
+        if ratio < slow_ratio:
+            out.update(bad=True, slow_links=[[nodes[0], nodes[1]]],
+                       message=f"link {name} is slow: {link:.3g} GB/s, {ratio:.0%} of the "
+                               f"profile's expected {expected_gbs:.3g} GB/s (threshold "
+                               f"{slow_ratio:.0%}); with 2 nodes either end may be the cause: "
+                               f"a third node is needed to tell which")
+        else:
+            out["message"] = (f"link {name}: {link:.3g} GB/s, {ratio:.0%} of the profile's "
+                              f"expected {expected_gbs:.3g} GB/s: no slow link")
+        return out
+    reference = statistics.median(best.values())
+    ratios = {n: (bw / reference if reference > 0 else 0.0) for n, bw in best.items()}
+    slow = [n for n in nodes if ratios[n] < slow_ratio]
+    links = [[a, b] for (a, b), bw in sorted(pair_bw.items())
+             if reference > 0 and bw / reference < slow_ratio]
+    out.update(reference_gbs=reference, reference="median node", node_ratio=ratios,
+               slow_nodes=slow, slow_links=links, bad=bool(slow))
+    if slow:
+        named = "; ".join(f"{n}: best link {best[n]:.3g} GB/s, {ratios[n]:.0%}" for n in slow)
+        out["message"] = (f"slow node{'s' if len(slow) > 1 else ''} {', '.join(slow)} ({named} "
+                          f"of the median node's {reference:.3g} GB/s; threshold "
+                          f"{slow_ratio:.0%}): every link of {'these nodes' if len(slow) > 1 else 'it'} "
+                          f"is slow")
+    else:
+        low = min(nodes, key=lambda n: ratios[n])
+        out["message"] = (f"no slow node: every node's best link is at least {slow_ratio:.0%} "
+                          f"of the median node's {reference:.3g} GB/s (lowest: {low}, "
+                          f"{ratios[low]:.0%})")
+    return out
+
+
+def match_interfaces(spec: str, names: Sequence[str]) -> list[str]:
+    """The interfaces of ``names`` that NCCL_SOCKET_IFNAME syntax ``spec`` selects:
+    prefixes (``eth`` matches eth0), exact names after ``=``, and after ``^`` every
+    interface except those prefixes (loopback too, as NCCL does only when named)."""
+    if spec.startswith("^"):
+        excluded = spec[1:].split(",")
+        return [n for n in names if not any(n.startswith(p) for p in excluded)]
+    if spec.startswith("="):
+        wanted = spec[1:].split(",")
+        return [n for n in names if n in wanted]
+    prefixes = spec.split(",")
+    return [n for n in names if any(n.startswith(p) for p in prefixes)]
+
+
+def gloo_interface(chosen: Sequence[str]) -> str:
+    """The one interface Gloo gets (it takes whole names, not NCCL's prefixes): the first
+    of ``chosen`` that is not loopback, which would keep every rank on its own node.
+    Raises ValueError when ``chosen`` is empty."""
+    if not chosen:
+        raise ValueError("no interface to choose from")
+    return next((n for n in chosen if n != "lo"), chosen[0])
+
+
+def parse_nccl_debug(text: str) -> dict[str, str]:
+    """The transport and interface NCCL chose, from its NCCL_DEBUG=INFO lines:
+    ``NET/IB : Using [0]mlx5_0:1/IB ...`` or ``NET/Socket : Using [0]eth0:10.0.0.1<0>``
+    and ``Using network IB|Socket``. Empty when the lines are not there."""
+    facts: dict[str, str] = {}
+    m = re.search(r"Using network (\S+)", text)
+    if m:
+        facts["transport"] = m.group(1)
+    m = re.search(r"NET/(\w+) ?: Using (\[\d+\]\S+(?: \[\d+\]\S+)*)", text)
+    if m:
+        facts.setdefault("transport", m.group(1))
+        facts["devices"] = m.group(2)
+    return facts
+
+
+# ---- the measurement (torch inside) ----------------------------------------------
+def _interfaces() -> dict[str, str]:
+    """Interface name -> IPv4 address (Linux ioctl SIOCGIFADDR; '' when it has none)."""
+    import fcntl
+    import struct
+
+    out = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+                out[name] = socket.inet_ntoa(raw[20:24])
+            except OSError:
+                out[name] = ""
+    return out
+
+
+def _route_to(addr: str) -> str:
+    """The local address the kernel uses toward ``addr`` (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((socket.gethostbyname(addr), 9))
+            return str(sock.getsockname()[0])
+    except OSError:
+        return ""
+
+
+def _sig(value: float, digits: int = 4) -> float:
+    """``value`` to ``digits`` significant digits: the report line stays short."""
+    return float(f"{value:.{digits}g}")
+
+
+def node_name() -> str:
+    """Slurm's name for this node, else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def _fail(message: str, report: Callable[[dict[str, Any]], None]) -> int:
+    print(f"hpcdl probe: {message}", file=sys.stderr, flush=True)
+    report({"error": message, "exit_code": EXIT_BAD_INPUT})
+    return EXIT_BAD_INPUT
+
+
+def _protocol_line() -> Callable[[dict[str, Any]], str]:
+    """hpcdl.results.protocol's writer, from the hpcdl tree this file is part of (bound
+    at /hpcdl/hpcdl in a job, or a checkout or installed package), so writer and parser
+    always match; a python path that holds another hpcdl does not win."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if os.path.isfile(os.path.join(root, "hpcdl", "results", "protocol.py")):
+        sys.path.insert(0, root)
+    from hpcdl.results.protocol import probe_line
+
+    return probe_line
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="hpcdl-probe-worker", description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="4K,64K,1M")
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
+    parser.add_argument("--mpi", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument("--ifname")
+    parser.add_argument("--slow-ratio", type=float, default=DEFAULT_SLOW_RATIO)
+    parser.add_argument("--expected-gbs", type=float)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the probe in this rank; returns the exit status (see the module)."""
+    args = _arguments(argv)
+    probe_line = _protocol_line()
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+
+    def report(obj: dict[str, Any]) -> None:
+        print(probe_line({"node": node_name(), "rank": rank, **obj}), flush=True)
+
+    try:
+        sizes = parse_sizes(args.sizes)
+        if not 1 <= args.iters <= MAX_ITERS or not 0 <= args.warmup <= MAX_ITERS:
+            raise ProbeInputError(f"iters {args.iters}, warmup {args.warmup}: 1 to {MAX_ITERS} "
+                                  f"timed, 0 to {MAX_ITERS} untimed")
+        if not 0 < args.slow_ratio < 1:
+            raise ProbeInputError(f"slow-ratio {args.slow_ratio}: between 0 and 1 (exclusive)")
+    except ProbeInputError as err:
+        return _fail(str(err), report)
+    if world < 2:
+        return _fail(f"world size {world}: an allreduce probe needs 2 or more ranks "
+                     f"(request 2 or more nodes)", report)
+    env_ifname = None
+    if args.ifname:
+        if not IFNAME_SPEC.fullmatch(args.ifname):
+            return _fail(f"--ifname {args.ifname!r}: not an interface name or "
+                         f"NCCL_SOCKET_IFNAME list", report)
+        names = [name for _, name in socket.if_nameindex()]
+        chosen = match_interfaces(args.ifname, names)
+        if not chosen:
+            return _fail(f"--ifname {args.ifname}: no interface of node {node_name()} matches "
+                         f"(it has {', '.join(names)})", report)
+        os.environ["NCCL_SOCKET_IFNAME"] = args.ifname
+        os.environ["GLOO_SOCKET_IFNAME"] = env_ifname = gloo_interface(chosen)
+    return _measure(args, sizes, rank, world, report, env_ifname)
+
+
+def _measure(args: argparse.Namespace, sizes: tuple[int, ...], rank: int, world: int,
+             report: Callable[[dict[str, Any]], None], gloo_ifname: str | None) -> int:
+    import torch
+    import torch.distributed as dist
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    backend = args.backend
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    nccl_log = None
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank % max(torch.cuda.device_count(), 1))
+        if "NCCL_DEBUG" not in os.environ:  # to read which transport NCCL chose
+            nccl_log = f"/tmp/hpcdl-probe-nccl.{os.getpid()}.log"
+            os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
+                              NCCL_DEBUG_FILE=nccl_log)
+    device = torch.device("cuda") if backend == "nccl" else torch.device("cpu")
+    started = time.monotonic()
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    # Facts and results travel over Gloo even when the data goes over NCCL.
+    meta = dist.new_group(backend="gloo") if backend == "nccl" else None
+    sync: Callable[[], None] = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
+
+    def timed(size: int, group: Any) -> float:
+        tensor = torch.ones(size // 4, dtype=torch.float32, device=device)
+        for _ in range(args.warmup):
+            dist.all_reduce(tensor, group=group)
+        dist.barrier(group=group)
+        times = []
+        for _ in range(args.iters):
+            sync()
+            t0 = time.perf_counter()
+            dist.all_reduce(tensor, group=group)
+            sync()
+            times.append(time.perf_counter() - t0)
+        slowest = torch.tensor(times, dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
+        return float(statistics.median(slowest.tolist()))
+
+    def row(size: int, seconds: float, ranks: int, algorithm: str) -> dict[str, Any]:
+        algbw, busbw = bandwidths(size, seconds, ranks)
+        return {"size": size, "algorithm": algorithm, "ranks": ranks, "time_s": _sig(seconds),
+                "algbw_gbs": _sig(algbw), "busbw_gbs": _sig(busbw)}
+
+    # Who is where: node order as the ranks are laid out (NODE_RANK), first rank per node.
+    me = {"rank": rank, "node": node_name(), "node_rank": int(os.environ.get("NODE_RANK", "0")),
+          "local_rank": local_rank, **_facts(gloo_ifname)}
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, me, group=meta)
+    nodes: list[str] = []
+    leaders: dict[str, int] = {}
+    for info in sorted(everyone, key=lambda i: (i["node_rank"], i["rank"])):
+        if info["node"] not in leaders:
+            nodes.append(info["node"])
+            leaders[info["node"]] = info["rank"]
+    label = f"torch.distributed {backend} all_reduce"
+    whole = [row(size, timed(size, None), world, label) for size in sizes]
+    # Node pairs: their first ranks; every rank creates every group, in the same order.
+    pair_size = sizes[-1]
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    rounds = pair_rounds(len(nodes))
+    groups = {}
+    for pairs_now in rounds:
+        for a, b in pairs_now:
+            groups[(a, b)] = dist.new_group([leaders[nodes[a]], leaders[nodes[b]]])
+    for _ in range(PAIR_PASSES):
+        for pairs_now in rounds:
+            for a, b in pairs_now:
+                if rank not in (leaders[nodes[a]], leaders[nodes[b]]):
+                    continue
+                result = {"nodes": [nodes[a], nodes[b]],
+                          **row(pair_size, timed(pair_size, groups[(a, b)]), 2, label)}
+                key = (nodes[a], nodes[b])
+                if rank == leaders[nodes[a]] and (
+                        key not in best or result["busbw_gbs"] > best[key]["busbw_gbs"]):
+                    best[key] = result
+            dist.barrier(group=meta)
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, list(best.values()), group=meta)
+    all_pairs = sorted((p for part in gathered for p in part), key=lambda p: p["nodes"])
+    nccl_facts = {}
+    if nccl_log:
+        try:
+            with open(nccl_log, encoding="utf-8", errors="replace") as fh:
+                nccl_facts = parse_nccl_debug(fh.read())
+            os.remove(nccl_log)
+        except OSError:
+            pass
+    mpi = _mpi_sweep(args.mpi, sizes, args.iters, args.warmup, world)
+    elapsed = time.monotonic() - started
+    pair_bw = {(p["nodes"][0], p["nodes"][1]): p["busbw_gbs"] for p in all_pairs}
+    judged = verdict(nodes, pair_bw, slow_ratio=args.slow_ratio, expected_gbs=args.expected_gbs)
+    code = EXIT_SLOW if judged["bad"] else EXIT_OK
+    if rank == 0:
+        report({
+            "backend": backend, "world_size": world, "nodes": nodes,
+            "ranks_per_node": world // len(nodes), "sizes": list(sizes), "iters": args.iters,
+            "warmup": args.warmup, "allreduce": whole, "pairs": all_pairs,
+            "pair_size": pair_size,
+            "pair_mode": "one pair at a time" if len(rounds) == len(all_pairs) else
+                         "disjoint pairs per round",
+            "mpi": mpi, "expected_gbs": args.expected_gbs, "verdict": judged,
+            "transport": {
+                "backend": backend, "torch": torch.__version__,
+                "nccl": (".".join(map(str, torch.cuda.nccl.version()))
+                         if backend == "nccl" else None),
+                # torch's Gloo process group has one transport, TCP; NCCL's is read from
+                # its own INFO lines (IB, Socket, ...).
+                **({"transport": "TCP"} if backend == "gloo" else nccl_facts),
+                "nodes": [{k: info[k] for k in ("node", "interface", "address", "env")}
+                          for info in everyone if info["rank"] == leaders[info["node"]]],
+            },
+            "elapsed_s": round(elapsed, 3), "exit_code": code})
+    dist.barrier(group=meta)
+    dist.destroy_process_group()
+    if rank != 0:
+        return EXIT_OK  # rank 0's status is the verdict
+    if code != EXIT_OK:
+        # srun --kill-on-bad-exit ends the step at the first non-zero exit: the other
+        # ranks, past the last barrier, exit first (else they die of SIGTERM, and the
+        # step's status is 143 rather than the verdict).
+        time.sleep(EXIT_GRACE_S)
+    return code
+
+
+def _facts(gloo_ifname: str | None) -> dict[str, Any]:
+    """This rank's interface toward the rendezvous host and the transport variables."""
+    addresses = _interfaces()
+    local = _route_to(os.environ.get("MASTER_ADDR", "127.0.0.1"))
+    if gloo_ifname:
+        interface, address = gloo_ifname, addresses.get(gloo_ifname, "")
+    else:
+        interface = next((n for n, a in addresses.items() if a and a == local), "")
+        address = local
+    env = {k: os.environ[k] for k in TRANSPORT_ENV if k in os.environ}
+    return {"interface": interface, "address": address, "env": env}
+
+
+def _mpi_sweep(mode: str, sizes: tuple[int, ...], iters: int, warmup: int,
+               world: int) -> dict[str, Any]:
+    """MPI_Allreduce over the whole allocation with mpi4py, or why not."""
+    started_by_pmi = any(k in os.environ for k in ("PMIX_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK"))
+    if mode == "off":
+        return {"skipped": "--mpi off"}
+    if mode == "auto" and not started_by_pmi:
+        return {"skipped": "ranks not started with PMI (srun --mpi=pmix, mpirun)"}
+    try:
+        import numpy as np
+        from mpi4py import MPI
+    except ImportError as exc:
+        return {"skipped": f"mpi4py/numpy not importable ({exc})"}
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() != world:
+        return {"skipped": f"MPI sees {comm.Get_size()} ranks, torch {world}"}
+    rows = []
+    for size in sizes:
+        send = np.ones(size // 4, dtype=np.float32)
+        recv = np.empty_like(send)
+        for _ in range(warmup):
+            comm.Allreduce(send, recv, op=MPI.SUM)
+        comm.Barrier()
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            comm.Allreduce(send, recv, op=MPI.SUM)
+            times.append(time.perf_counter() - t0)
+        slowest = np.array(times)
+        comm.Allreduce(MPI.IN_PLACE, slowest, op=MPI.MAX)
+        seconds = float(statistics.median(slowest.tolist()))
+        algbw, busbw = bandwidths(size, seconds, world)
+        rows.append({"size": size, "algorithm": "mpi4py MPI_Allreduce", "ranks": world,
+                     "time_s": _sig(seconds), "algbw_gbs": _sig(algbw), "busbw_gbs": _sig(busbw)})
+    library = MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]
+    return {"library": library, "allreduce": rows}
+
+
+if __name__ == "__main__":
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # past torch's teardown: the ranks leave together (see EXIT_GRACE_S)
+
