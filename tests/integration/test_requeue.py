@@ -55,14 +55,28 @@ def slurm_state(job_id: str) -> tuple[str, str]:
     return tuple(out.split("|", 1)) if "|" in out else ("", "")  # type: ignore[return-value]
 
 
+# When each held job was first seen with no node COMPLETING (see release).
+_idle_since: dict[str, float] = {}
+# slurmd revokes the job id's credential when the previous attempt ends and refuses a
+# credential created in the same second ("Job credential revoked"): wait this long
+# after the nodes are done before the new attempt may start.
+RELEASE_AFTER_IDLE_S = 2.0
+
+
 def release(job_id: str) -> None:
-    """A requeued job waits ~2 min (BeginTime); let it go as soon as its nodes are done
-    with the previous attempt. Released while a node is still COMPLETING, the new attempt
-    keeps the job id the node is still tearing down, and its batch step was cancelled at
-    once (seen: attempt 1 FAILED in the same second as the requeue)."""
+    """A requeued job waits ~2 min (BeginTime); let it go soon after its nodes are done
+    with the previous attempt. Released while a node is still COMPLETING, or in the same
+    second as the teardown, the new attempt's batch step is refused by the node that is
+    still revoking the job id's old credential (seen: attempt 1 FAILED in the same second
+    as the requeue)."""
     state, reason = slurm_state(job_id)
-    if state == "PENDING" and reason == "BeginTime" and "comp" not in sh("sinfo", "-h", "-o", "%T"):
+    if state != "PENDING" or reason != "BeginTime" or "comp" in sh("sinfo", "-h", "-o", "%T"):
+        _idle_since.pop(job_id, None)
+        return
+    first = _idle_since.setdefault(job_id, time.monotonic())
+    if time.monotonic() - first >= RELEASE_AFTER_IDLE_S:
         sh("scontrol", "update", f"jobid={job_id}", "StartTime=now")
+        _idle_since.pop(job_id, None)
 
 
 def checkpoints(run_dir: Path) -> list[int]:
