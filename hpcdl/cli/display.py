@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from hpcdl.attempts import Attempt
+from hpcdl.hang import Diagnosis
 from hpcdl.results.logs import describe_failures, format_result_table
 from hpcdl.results.record import JobLogs, ResultRecord
 from hpcdl.results.table import Row
@@ -104,6 +105,18 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord
         for line in attempt_lines(attempts):
             echo(line)
     echo(f"run directory: {run_dir}")
+
+
+def hang_lines(diagnosis: Diagnosis, run: RunDir) -> list[str]:
+    """What the hang watchdog found, in a few lines: the diagnosis, where the ranks are,
+    where the dumps went and what was done to the job."""
+    lines = [f"hang: {line}" for line in diagnosis.lines()]
+    done = ("cancelled" if diagnosis.cancelled else
+            "could not be cancelled" if diagnosis.action == "cancel" else "left running")
+    lines.append(f"hang: stacks and diagnosis in {run.hang_dir} (collected in "
+                 f"{diagnosis.collect_s:.1f} s); job {diagnosis.job_id} {done} "
+                 f"(--hang-action {diagnosis.action})")
+    return lines
 
 
 def done_line(row: Row, elapsed: float) -> str:

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from hpcdl import pbs
 from hpcdl.cli.options import example_options, launch_options, parse_env, request_options
+from hpcdl.errors import ValidationError
+from hpcdl.hang import HANG_ACTIONS, parse_seconds
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan, job_image
 from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
+
+if TYPE_CHECKING:
+    from hpcdl.hang import Diagnosis
+    from hpcdl.scheduler import JobStatus
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -45,6 +52,14 @@ from hpcdl.profiles.schema import Profile
 @click.option("--chain", type=int, default=1, show_default=True, metavar="N",
               help="For clusters without requeue: N jobs linked with --dependency=afterany, "
                    "each resuming from the previous one's checkpoint in one run directory.")
+@click.option("--hang-timeout", "hang_timeout", metavar="SECONDS",
+              help="With --wait: when the job shows no progress (no file in its run "
+                   "directory changes: logs, checkpoints) for SECONDS, dump every rank's "
+                   "Python stack with py-spy, name the rank(s) not where the others are, "
+                   "write hang/ in the run directory and act (--hang-action).")
+@click.option("--hang-action", "hang_action", type=click.Choice(HANG_ACTIONS),
+              help="What the watchdog does after the diagnosis: cancel the job (default) "
+                   "or leave it running (it watches again once progress resumes).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
 def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
            cpus_per_task: int | None, job_name: str | None, template: str | None,
@@ -52,7 +67,8 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
            data: str | None, synthetic: bool, example_args: tuple[str, ...], no_image: bool,
            launcher: str | None, gpu_bind: str | None, dry_run: bool, run_dir: Path | None,
            as_json: bool, wait: bool, requeue: bool | None, max_restarts: int | None,
-           signal: str | None, chain: int, command: tuple[str, ...]) -> None:
+           signal: str | None, chain: int, hang_timeout: str | None, hang_action: str | None,
+           command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
     Without COMMAND the job runs the bundled ResNet-50 example with --backend,
@@ -76,6 +92,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
       hpcdl submit -p sandbox -N 1 -G 2 -- python3 train.py --epochs 3
       hpcdl submit -p sandbox -N 2 -G 2 --image img.sif --launcher torchrun -- python3 ddp.py
     """
+    hang_s = _hang_seconds(hang_timeout, wait=wait, dry_run=dry_run)
     prof = load_profile(profile)
     if not dry_run:
         pbs.refuse(prof, "submit")  # a PBS profile's script is for reading (exit 2)
@@ -86,6 +103,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         no_image=no_image, launcher=launcher, gpu_bind=gpu_bind,
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
         requeue=requeue, max_restarts=max_restarts, signal=signal, chain=chain,
+        hang_timeout=hang_s, hang_action=hang_action,
     )
     # Reads the image's build record (its GPU architectures) for the plan's check.
     facts = image_arch_facts(job_image(prof, request)[0])
@@ -115,6 +133,21 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         raise SystemExit(code)
 
 
+def _hang_seconds(text: str | None, *, wait: bool, dry_run: bool) -> float | None:
+    """--hang-timeout as seconds. The watchdog is part of following the job, so it needs
+    --wait (a --dry-run shows the script it would submit). Raises ValidationError."""
+    if text is None:
+        return None
+    try:
+        seconds = parse_seconds("hang-timeout", text)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from exc
+    if not wait and not dry_run:
+        raise ValidationError(f"hang-timeout: {text} s needs --wait (the watchdog runs while "
+                              "hpcdl follows the job)")
+    return seconds
+
+
 def defaults_line(plan: JobPlan) -> str:
     """Where the bundled example's extra arguments come from (not a silent surprise)."""
     return (f"example defaults from profile {plan.profile}: {' '.join(plan.example_defaults)} "
@@ -128,13 +161,19 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
     Returns the process exit code (0 once submitted; with ``wait`` the job's).
     Raises ValidationError, SubmitError, ToolError (see hpcdl.submit, hpcdl.follow).
     """
-    from hpcdl.cli.display import StatusLine, report
+    from hpcdl.cli.display import StatusLine, hang_lines, report
     from hpcdl.cli.scheduler import scheduler_for
-    from hpcdl.follow import follow
+    from hpcdl.follow import MAX_INTERVAL_S, Backoff, OnPoll, Watcher, follow
     from hpcdl.results.record import record_result
     from hpcdl.submit import attempts_of, exit_status, submit
+    from hpcdl.watchdog import HangWatchdog
 
     scheduler = scheduler_for(prof.name)
+    py_spy = None
+    if plan.hang_timeout is not None and wait:
+        from hpcdl.watchdog import find_py_spy
+
+        py_spy = find_py_spy()  # before submitting: a watchdog that cannot look is none
     sub = submit(prof, plan, scheduler=scheduler)
     for warning in (*plan.warnings, *sub.warnings):
         click.echo(f"warning: {warning}", err=True)
@@ -157,17 +196,50 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
     # followed to its last job (the earlier ones end as it starts).
     watched = sub.last_job_id
     line = StatusLine(watched, quiet=as_json)
+    on_poll: OnPoll = line
+    watcher: Watcher | None = None
+    dog: HangWatchdog | None = None
+    if py_spy is not None and plan.hang_timeout is not None:
+        from hpcdl.watchdog import collect
+
+        def shown(diagnosis: Diagnosis) -> None:
+            line.close()
+            if not as_json:
+                for text in hang_lines(diagnosis, sub.run):
+                    click.echo(text, err=True)
+
+        dog = HangWatchdog(
+            sub.run, watched, timeout=plan.hang_timeout, action=plan.hang_action or "cancel",
+            scheduler=scheduler, on_hang=shown,
+            collector=lambda job, pids: collect(
+                scheduler, job, pids, py_spy=py_spy, image=plan.image,
+                runtime=prof.container.binary or prof.container.runtime))
+
+        def both(pending: dict[str, JobStatus], elapsed: float) -> None:
+            line(pending, elapsed)
+            if dog is not None:
+                dog(pending, elapsed)
+
+        on_poll = both
+
+        # Polls at least every quarter of the timeout, so a hang is seen soon after it
+        # (the files are read locally; the scheduler is asked no more than every second).
+        watcher = Watcher(scheduler, backoff=Backoff(
+            maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang_timeout / 4))))
     try:
-        final = follow(watched, scheduler=scheduler, on_poll=line, timeout=timeout)
+        final = follow(watched, scheduler=scheduler, on_poll=on_poll, timeout=timeout,
+                       watcher=watcher)
     finally:
         line.close()
     record, logs = record_result(sub.run, final)
     code = exit_status(final)
     tried = (attempts_of(sub.run, list(sub.chain or (sub.job_id,)), scheduler)
              if plan.requeue or plan.chain > 1 else [])
+    hang = dog.diagnosis.to_dict() if dog is not None and dog.diagnosis is not None else None
     if as_json:
         click.echo(json.dumps({**info, **record, "exit_status": code,
-                               **({"attempts": [a.to_dict() for a in tried]} if tried else {})}))
+                               **({"attempts": [a.to_dict() for a in tried]} if tried else {}),
+                               **({"hang": hang} if hang else {})}))
         return code
     part = prof.partition(plan.partition)
     report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,
