@@ -363,7 +363,8 @@ class Diagnosis:
     action: str = "cancel"
     cancelled: bool = False
     collect_s: float = 0.0
-    detected_at: float = 0.0  # epoch seconds
+    silent_since: float = 0.0  # epoch seconds: the last progress seen
+    detected_at: float = 0.0  # epoch seconds: the diagnosis was complete
     dumps: tuple[str, ...] = field(default=())  # files written beside the diagnosis
 
     def to_dict(self) -> dict[str, Any]:

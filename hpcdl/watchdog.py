@@ -121,8 +121,12 @@ def collect(scheduler: Scheduler, job_id: str, pids: list[RankPid], *, py_spy: s
             res = scheduler.run_in_job(job_id, node, argv, timeout=timeout)
         except ToolError as err:
             return node, [], "", err.message.splitlines()[0]
-        text = res.stdout + (("\n" + res.stderr) if res.stderr.strip() else "")
         dumps = split_node_output(res.stdout)
+        # The file a person reads: one headed section per rank, then what srun said.
+        text = "".join(f"=== {_spec_label(d.spec)} on {node}, pid {d.pid} (py-spy exit "
+                       f"{d.returncode}) ===\n{d.text}\n" for d in dumps) or res.stdout
+        if res.stderr.strip():
+            text += f"=== srun's stderr (exit {res.returncode}) ===\n{res.stderr}"
         why = "" if dumps else (
             (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1][:300])
         return node, dumps, text, why
@@ -138,6 +142,10 @@ def collect(scheduler: Scheduler, job_id: str, pids: list[RankPid], *, py_spy: s
             if why:
                 errors[node] = why
     return dumps, raw, errors
+
+
+def _spec_label(spec: str) -> str:
+    return f"node {spec[1:]} (torchrun agent)" if spec.startswith("n") else f"rank {spec}"
 
 
 class HangWatchdog:
@@ -178,6 +186,7 @@ class HangWatchdog:
     def fire(self, silent: float) -> Diagnosis:
         """Collect, diagnose, write hang/, act (cancel or leave); return the diagnosis."""
         started = time.monotonic()
+        since = time.time() - silent
         pids = self.run.read_pids()
         dumps, raw, errors = self.collector(self.job_id, pids)
         stacks = rank_stacks(pids, dumps, errors)
@@ -195,7 +204,7 @@ class HangWatchdog:
             except ToolError:
                 cancelled = False  # it may have ended meanwhile; the follow loop tells
         diag = replace(diag, cancelled=cancelled, collect_s=round(time.monotonic() - started, 2),
-                       detected_at=time.time(),
+                       detected_at=time.time(), silent_since=since,
                        dumps=tuple(str(self.run.hang_dump(node)) for node in raw))
         self.run.write_hang(diag.to_dict(), "\n".join(diag.lines()) + "\n", raw)
         self.diagnosis = diag

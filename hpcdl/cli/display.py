@@ -67,18 +67,21 @@ def attempt_lines(attempts: list[Attempt]) -> list[str]:
 
 def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord,
            tail_lines: int = 20, max_time: str | None = None,
-           attempts: list[Attempt] | None = None) -> None:
+           attempts: list[Attempt] | None = None, hang: Diagnosis | None = None) -> None:
     """What a user reads once the job ended: state and exit code, the log's tail, which
     rank crashed and its last lines (on failure), the result table (on success), and
     for a job that ran out of time the limit it hit and the fix (``max_time``: the
-    partition's limit, for how much more --time is possible).
+    partition's limit, for how much more --time is possible), and what the hang
+    watchdog found (``hang``).
     """
     echo(f"job {status.job_id}: {status.state} (Slurm {status.slurm_state}), "
          f"exit code {status.exit_code if status.exit_code is not None else '?'}"
          f"{', signal ' + str(status.signal) if status.signal else ''}, elapsed {status.elapsed}")
     # At a time limit Slurm terminates every rank: srun's "Terminated" lines are not a
     # crash to trace (the stderr tail and the timeout line below say what happened).
-    crashed = ([] if status.state in (COMPLETED, TIMEOUT)
+    # A job the hang watchdog cancelled did not crash either: its diagnosis says why.
+    stopped = hang is not None and hang.cancelled
+    crashed = ([] if status.state in (COMPLETED, TIMEOUT) or stopped
                else describe_failures(logs.out, logs.err))
     for label, path, text in (("stdout", logs.out_path, logs.out),
                               ("stderr", logs.err_path, logs.err)):
@@ -99,6 +102,10 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord
     timed_out = timeout_message(status, logs.err, max_time=max_time)
     if timed_out:
         echo(timed_out)
+    if hang is not None:  # its lines were shown when it fired (hang_lines): the gist
+        echo(f"--- {'stopped' if stopped else 'diagnosed'} by the hang watchdog "
+             f"({RunDir(run_dir).hang_text}) ---")
+        echo(hang.summary)
     if attempts:
         echo(f"--- {len(attempts)} attempt{'s' if len(attempts) != 1 else ''} "
              f"({RunDir(run_dir).attempts_file}) ---")

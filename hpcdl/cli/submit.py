@@ -235,7 +235,8 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
     code = exit_status(final)
     tried = (attempts_of(sub.run, list(sub.chain or (sub.job_id,)), scheduler)
              if plan.requeue or plan.chain > 1 else [])
-    hang = dog.diagnosis.to_dict() if dog is not None and dog.diagnosis is not None else None
+    diagnosis = dog.diagnosis if dog is not None else None
+    hang = diagnosis.to_dict() if diagnosis is not None else None
     if as_json:
         click.echo(json.dumps({**info, **record, "exit_status": code,
                                **({"attempts": [a.to_dict() for a in tried]} if tried else {}),
@@ -243,7 +244,7 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
         return code
     part = prof.partition(plan.partition)
     report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,
-           attempts=tried)
+           attempts=tried, hang=diagnosis)
     return code
 
 
