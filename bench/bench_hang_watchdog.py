@@ -8,7 +8,8 @@ from the sleeping rank's HANG_START line to the written diagnosis into
 
   timeout     T: the silence the watchdog waits for (the last log line was the rank's
               HANG_START, so the silence starts with the hang)
-  noticed     the watchdog's poll after T (the follow loop polls at least every T/4)
+  noticed     the watchdog's poll after T (the follow loop polls at least every T/10,
+              at most once a second)
   collect     srun --overlap + apptainer exec + py-spy on every node, in parallel
 
 It prints them per run and their medians, the machine, and the command to rerun.

@@ -222,10 +222,10 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
 
         on_poll = both
 
-        # Polls at least every quarter of the timeout, so a hang is seen soon after it
-        # (the files are read locally; the scheduler is asked no more than every second).
+        # Polls at least every tenth of the timeout, so a hang is seen soon after S (the
+        # files are read locally; the scheduler is asked at most once a second).
         watcher = Watcher(scheduler, backoff=Backoff(
-            maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang_timeout / 4))))
+            maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang_timeout / 10))))
     try:
         final = follow(watched, scheduler=scheduler, on_poll=on_poll, timeout=timeout,
                        watcher=watcher)

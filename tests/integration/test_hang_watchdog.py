@@ -33,15 +33,18 @@ HANG_TIMEOUT = "30"
 JOB_TIMEOUT = 600  # s: whole CLI run, start-up of 6 ranks in the image included
 
 
-def start(runs: Path, name: str, shape: tuple[str, ...], *args: str) -> subprocess.Popen[str]:
+def start(runs: Path, name: str, shape: tuple[str, ...], *args: str,
+          as_json: bool = True) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "hpcdl", "submit", "-p", "sandbox", *shape, "-c", "1",
-            "--job-name", name, "--hang-timeout", HANG_TIMEOUT, "--wait", "--json", "--",
-            "python3", str(SCRIPT), *args]
+            "--job-name", name, "--hang-timeout", HANG_TIMEOUT, "--wait",
+            *(["--json"] if as_json else []), "--", "python3", str(SCRIPT), *args]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "HPCDL_RUNS": str(runs)})
 
 
 def finish(p: subprocess.Popen[str]) -> tuple[int, dict[str, Any], str]:
+    """Exit code, the --json object (without --json: result.json plus the job id, run
+    directory and diagnosis) and what was printed besides."""
     try:
         out, err = p.communicate(timeout=JOB_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -50,8 +53,15 @@ def finish(p: subprocess.Popen[str]) -> tuple[int, dict[str, Any], str]:
         raise AssertionError(f"hpcdl submit --wait did not end in {JOB_TIMEOUT} s:\n{err}") from None
     assert "Traceback" not in err, err
     lines = out.strip().splitlines()
-    assert lines, f"no JSON (exit {p.returncode}):\n{err}"
-    return p.returncode, dict(json.loads(lines[-1])), err
+    assert lines, f"no output (exit {p.returncode}):\n{err}"
+    if lines[-1].startswith("{"):
+        return p.returncode, dict(json.loads(lines[-1])), err
+    run = Path(lines[-1].split("run directory: ", 1)[1])
+    record = json.loads((run / "result.json").read_text())
+    hang = (run / "hang" / "diagnosis.json")
+    record.update(run_dir=str(run), job_id=lines[0].split()[2],
+                  **({"hang": json.loads(hang.read_text())} if hang.exists() else {}))
+    return p.returncode, record, out + err
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +69,9 @@ def jobs(slurm_cluster: Path, cpu_image: Path, tmp_path_factory: pytest.TempPath
          ) -> dict[str, tuple[int, dict[str, Any], str]]:
     runs = tmp_path_factory.mktemp("hang-runs")
     image = ("--image", str(cpu_image))
+    # The hung job as a person runs it (its report printed), the healthy one with --json.
     hung = start(runs, "hang-hung", ("-N", "2", "-G", "2", *image),
-                 "--steps", "3", "--slow-rank", "2")
+                 "--steps", "3", "--slow-rank", "2", as_json=False)
     healthy = start(runs, "hang-healthy", ("-N", "2", "-G", "0", *image),
                     "--steps", "45", "--step-s", "1")
     return {"hung": finish(hung), "healthy": finish(healthy)}
@@ -83,9 +94,12 @@ def test_the_hung_rank_is_named_with_its_frame_and_the_job_cancelled(jobs: dict)
     assert main["where"].startswith("all_reduce (torch/distributed/distributed_c10d.py:")
     assert main["called_from"].startswith("main (gloo_hang.py:")
     assert hang["silent_s"] >= float(HANG_TIMEOUT)
-    # The CLI said it in a few lines (on stderr; --json keeps stdout for the object).
+    # --wait said it in a few lines when it happened, and the report names the watchdog
+    # (not srun's "Terminated" lines) as what ended the job.
     shown = [line for line in err.splitlines() if line.startswith("hang: ")]
     assert 3 <= len(shown) <= 8 and "rank 2 (n2, pid" in shown[0], err
+    assert f"slow_step (gloo_hang.py:{SLEEP_LINE})" in shown[0]
+    assert "--- stopped by the hang watchdog (" in err and "the job failed" not in err
     # The run directory holds the dumps of both nodes and the diagnosis.
     run = Path(out["run_dir"])
     assert sorted(p.name for p in (run / "hang").iterdir()) == [
