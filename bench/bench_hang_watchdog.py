@@ -6,11 +6,11 @@ all_reduce steps, then one rank sleeps while the others wait in the next all_red
 with `hpcdl submit --wait --json --hang-timeout T` in the CPU image, and splits the time
 from the sleeping rank's HANG_START line to the written diagnosis into
 
-  timeout     T: the silence the watchdog waits for (the last log line was the rank's
-              HANG_START, so the silence starts with the hang)
-  noticed     the watchdog's poll after T (the follow loop polls at least every T/10,
-              at most once a second)
+  silent      the silence the watchdog measured (>= T; it counts from the poll that
+              saw the last change: the rank's HANG_START line)
   collect     srun --overlap + apptainer exec + py-spy on every node, in parallel
+  rest        the rest: the poll lag at both ends (the follow loop polls at least
+              every T/10, at most once a second), scancel, writing hang/
 
 It prints them per run and their medians, the machine, and the command to rerun.
 
@@ -58,8 +58,8 @@ def one_run(runs: Path, args: argparse.Namespace, i: int) -> dict[str, float]:
     started = next(float(line.split()[2]) for line in log.splitlines() if "HANG_START" in line)
     total = hang["detected_at"] - started
     return {"total_s": total, "timeout_s": float(args.timeout),
-            "noticed_s": hang["silent_s"] - float(args.timeout),
-            "collect_s": hang["collect_s"], "silence_before_hang_s":
+            "silent_s": hang["silent_s"], "collect_s": hang["collect_s"],
+            "rest_s": total - hang["silent_s"] - hang["collect_s"], "silence_before_hang_s":
             max(0.0, started - hang["silent_since"]), "straggler": hang["stragglers"][0]["label"],
             "frame": hang["stragglers"][0]["frame"], "state": out["state"]}
 
@@ -79,16 +79,16 @@ def main() -> None:
             row = one_run(Path(tmp), args, i)
             rows.append(row)
             print(f"run {i}: {row['total_s']:.1f} s from the hang to the diagnosis "
-                  f"(timeout {row['timeout_s']:g} + noticed {row['noticed_s']:.1f} + collect "
-                  f"{row['collect_s']:.1f}); {row['straggler']} in {row['frame']}; job "
+                  f"(silent {row['silent_s']:.1f} + collect {row['collect_s']:.1f} + rest "
+                  f"{row['rest_s']:.1f}); {row['straggler']} in {row['frame']}; job "
                   f"{row['state']}", flush=True)
     med = {k: statistics.median(r[k] for r in rows)
-           for k in ("total_s", "noticed_s", "collect_s")}
+           for k in ("total_s", "silent_s", "collect_s", "rest_s")}
     ranks = args.nodes * max(args.gpus, 1)
     print(f"\nhang -> diagnosis, median of {args.runs} ({args.nodes} nodes x "
           f"{max(args.gpus, 1)} ranks = {ranks}, --hang-timeout {args.timeout:g}): "
-          f"{med['total_s']:.1f} s = {args.timeout:g} s timeout + {med['noticed_s']:.1f} s "
-          f"until the next poll + {med['collect_s']:.1f} s collecting {ranks} stacks")
+          f"{med['total_s']:.1f} s: silent {med['silent_s']:.1f} s + {med['collect_s']:.1f} s "
+          f"collecting {ranks} stacks + {med['rest_s']:.1f} s polls, scancel, files")
     print(f"machine: {one_line(describe(packages=('py-spy',), tools=('apptainer', 'srun')))}")
     print("rerun: python3 bench/bench_hang_watchdog.py " + " ".join(sys.argv[1:]))
     if args.json_out:
