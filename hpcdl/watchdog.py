@@ -12,6 +12,7 @@ reports through ``on_hang``. It never prints.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import sysconfig
 import time
@@ -69,10 +70,16 @@ def find_py_spy() -> str:
     for path in candidates:
         try:
             with path.resolve().open("rb") as fh:
-                if fh.read(4) == b"\x7fELF" and os.access(path, os.X_OK):
-                    return str(path.resolve())
+                if fh.read(4) != b"\x7fELF" or not os.access(path, os.X_OK):
+                    continue
         except OSError:
             continue
+        found = str(path.resolve())
+        if re.search(r"[:,\s]", found):  # it becomes apptainer's -B SRC:DST:ro
+            raise ToolError(f"hang-timeout: py-spy's path {found!r} holds a ':', ',' or blank, "
+                            "which a container bind cannot carry",
+                            hint=f"set {PY_SPY_ENV} to a copy at a plain path")
+        return found
     where = os.environ.get(PY_SPY_ENV) or "the Python environment of hpcdl"
     raise ToolError(f"hang-timeout: no py-spy executable in {where}",
                     hint=f"pip install py-spy (a dependency of hpcdl), or set {PY_SPY_ENV} to "

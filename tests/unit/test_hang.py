@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -382,6 +383,12 @@ def test_find_py_spy_takes_the_binary_not_a_shim(tmp_path: Path,
         find_py_spy()
     monkeypatch.delenv("HPCDL_PY_SPY")
     found = find_py_spy()  # the dependency, installed with hpcdl
+    odd = tmp_path / "a:b"
+    odd.mkdir()
+    shutil.copy2(found, odd / "py-spy")
+    monkeypatch.setenv("HPCDL_PY_SPY", str(odd / "py-spy"))
+    with pytest.raises(ToolError, match="a container bind cannot carry"):
+        find_py_spy()
     assert Path(found).read_bytes()[:4] == b"\x7fELF"
 
 
