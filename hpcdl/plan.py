@@ -223,7 +223,7 @@ def _check_hang(req: JobRequest) -> None:
     """--hang-timeout / --hang-action. Raises ValidationError."""
     if req.hang_timeout is None:
         if req.hang_action is not None:
-            raise _fail(f"hang-action: {req.hang_action} needs --hang-timeout SECONDS")
+            raise _fail(f"hang-action: {req.hang_action!r} needs --hang-timeout SECONDS")
         return
     if not req.hang_timeout > 0 or math.isinf(req.hang_timeout):
         raise _fail(f"hang-timeout: must be more than 0 seconds (got {req.hang_timeout:g})")

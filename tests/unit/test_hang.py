@@ -432,7 +432,7 @@ def test_submit_refuses_bad_watchdog_input_in_one_line() -> None:
                                             "(got 0)",
         ("--hang-timeout", "30"): "error: hang-timeout: 30 s needs --wait (the watchdog runs "
                                   "while hpcdl follows the job)",
-        ("--hang-action", "leave", "--wait"): "error: hang-action: leave needs --hang-timeout "
+        ("--hang-action", "leave", "--wait"): "error: hang-action: 'leave' needs --hang-timeout "
                                               "SECONDS",
         ("--hang-timeout", "30", "--chain", "2", "--wait"):
             "error: hang-timeout: the watchdog follows one job; --chain 2 submits 2",
