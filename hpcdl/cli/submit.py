@@ -18,8 +18,12 @@ from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
 
 if TYPE_CHECKING:
+    from hpcdl.cli.display import StatusLine
+    from hpcdl.follow import OnPoll, Watcher
     from hpcdl.hang import Diagnosis
-    from hpcdl.scheduler import JobStatus
+    from hpcdl.scheduler import JobStatus, Scheduler
+    from hpcdl.submit import Submitted
+    from hpcdl.watchdog import HangWatchdog
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -119,6 +123,10 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
             click.echo(f"# image {plan.image}: the profile's container.default_image "
                        "(--image overrides, --no-image runs natively)", err=True)
         click.echo(f"# launcher {plan.launcher}; GPU binding {plan.gpu_bind}", err=True)
+        if plan.hang_timeout is not None:
+            click.echo(f"# hang watchdog (with --wait): no progress for {plan.hang_timeout:g} s "
+                       f"-> py-spy stacks of every rank in hang/, then {plan.hang_action}",
+                       err=True)
         if plan.example_defaults:
             click.echo(f"# {defaults_line(plan)}", err=True)
         click.echo(plan.script, nl=False)
@@ -161,12 +169,11 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
     Returns the process exit code (0 once submitted; with ``wait`` the job's).
     Raises ValidationError, SubmitError, ToolError (see hpcdl.submit, hpcdl.follow).
     """
-    from hpcdl.cli.display import StatusLine, hang_lines, report
+    from hpcdl.cli.display import StatusLine, report
     from hpcdl.cli.scheduler import scheduler_for
-    from hpcdl.follow import MAX_INTERVAL_S, Backoff, OnPoll, Watcher, follow
+    from hpcdl.follow import follow
     from hpcdl.results.record import record_result
     from hpcdl.submit import attempts_of, exit_status, submit
-    from hpcdl.watchdog import HangWatchdog
 
     scheduler = scheduler_for(prof.name)
     py_spy = None
@@ -196,36 +203,8 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
     # followed to its last job (the earlier ones end as it starts).
     watched = sub.last_job_id
     line = StatusLine(watched, quiet=as_json)
-    on_poll: OnPoll = line
-    watcher: Watcher | None = None
-    dog: HangWatchdog | None = None
-    if py_spy is not None and plan.hang_timeout is not None:
-        from hpcdl.watchdog import collect
-
-        def shown(diagnosis: Diagnosis) -> None:
-            line.close()
-            if not as_json:
-                for text in hang_lines(diagnosis, sub.run):
-                    click.echo(text, err=True)
-
-        dog = HangWatchdog(
-            sub.run, watched, timeout=plan.hang_timeout, action=plan.hang_action or "cancel",
-            scheduler=scheduler, on_hang=shown,
-            collector=lambda job, pids: collect(
-                scheduler, job, pids, py_spy=py_spy, image=plan.image,
-                runtime=prof.container.binary or prof.container.runtime))
-
-        def both(pending: dict[str, JobStatus], elapsed: float) -> None:
-            line(pending, elapsed)
-            if dog is not None:
-                dog(pending, elapsed)
-
-        on_poll = both
-
-        # Polls at least every tenth of the timeout, so a hang is seen soon after S (the
-        # files are read locally; the scheduler is asked at most once a second).
-        watcher = Watcher(scheduler, backoff=Backoff(
-            maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang_timeout / 10))))
+    on_poll, watcher, dog = hang_watch(prof, plan, sub, scheduler, watched, py_spy, line,
+                                       as_json=as_json)
     try:
         final = follow(watched, scheduler=scheduler, on_poll=on_poll, timeout=timeout,
                        watcher=watcher)
@@ -246,6 +225,44 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
     report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,
            attempts=tried, hang=diagnosis)
     return code
+
+
+def hang_watch(prof: Profile, plan: JobPlan, sub: Submitted, scheduler: Scheduler, job_id: str,
+               py_spy: str | None, line: StatusLine, *, as_json: bool,
+               ) -> tuple[OnPoll, Watcher | None, HangWatchdog | None]:
+    """The follow loop's callback, watcher and watchdog for ``submit --wait``: the status
+    line alone, or (with --hang-timeout) the status line and the hang watchdog, whose
+    diagnosis is printed in a few lines when it fires (not with --json: it is in the
+    JSON), and a watcher that polls at least every tenth of the timeout."""
+    from hpcdl.cli.display import hang_lines
+    from hpcdl.follow import MAX_INTERVAL_S, Backoff, Watcher
+    from hpcdl.watchdog import HangWatchdog, collect
+
+    if py_spy is None or plan.hang_timeout is None:
+        return line, None, None
+
+    def shown(diagnosis: Diagnosis) -> None:
+        line.close()
+        if not as_json:
+            for text in hang_lines(diagnosis, sub.run):
+                click.echo(text, err=True)
+
+    dog = HangWatchdog(
+        sub.run, job_id, timeout=plan.hang_timeout, action=plan.hang_action or "cancel",
+        scheduler=scheduler, on_hang=shown,
+        collector=lambda job, pids: collect(
+            scheduler, job, pids, py_spy=py_spy, image=plan.image,
+            runtime=prof.container.binary or prof.container.runtime))
+
+    def both(pending: dict[str, JobStatus], elapsed: float) -> None:
+        line(pending, elapsed)
+        dog(pending, elapsed)
+
+    # A hang is seen soon after S: the files are read locally at every poll, and the
+    # scheduler is asked at most once a second.
+    watcher = Watcher(scheduler, backoff=Backoff(
+        maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang_timeout / 10))))
+    return both, watcher, dog
 
 
 @click.command()
