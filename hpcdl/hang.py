@@ -31,18 +31,29 @@ HANG_ACTIONS: tuple[str, ...] = ("cancel", "leave")
 CONTAINER_PY_SPY = "/opt/.hpcdl-py-spy"
 # $0 of the node-side collection script (what `ps` shows on the node).
 COLLECTOR_NAME = "hpcdl-stacks"
-_BEGIN, _END = "@@hpcdl-stack", "@@hpcdl-end"
+_BEGIN, _END, _RANK = "@@hpcdl-stack", "@@hpcdl-end", "@@hpcdl-rank"
 
 # Run on each node by `srun --overlap` (inside the image when the job has one): one
 # py-spy dump per rank of the node, delimited so the client can split them. POSIX sh,
 # constant text: the py-spy path and RANK:PID pairs arrive as arguments, never spliced.
+# A torchrun agent (spec nN) has its workers as children: their RANK is read from
+# /proc/PID/environ (same user; best effort: without tr/sed a worker keeps its pid).
 NODE_SCRIPT = f"""\
 py=$1
 shift
 for spec do
-  echo "{_BEGIN} ${{spec%%:*}} ${{spec#*:}}"
-  "$py" dump --pid "${{spec#*:}}" --subprocesses --full-filenames 2>&1
-  echo "{_END} $?"
+  pid=${{spec#*:}}
+  echo "{_BEGIN} ${{spec%%:*}} $pid"
+  "$py" dump --pid "$pid" --subprocesses --full-filenames 2>&1
+  rc=$?
+  case $spec in
+    n*)
+      for child in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
+        r=$(tr "\\000" "\\n" < /proc/"$child"/environ 2>/dev/null | sed -n "s/^RANK=//p")
+        [ -n "$r" ] && echo "{_RANK} $child $r"
+      done ;;
+  esac
+  echo "{_END} $rc"
 done
 """
 
@@ -296,15 +307,27 @@ def rank_stacks(pids: Sequence[RankPid], dumps: Mapping[str, Sequence[NodeDump]]
             continue
         if p.agent or own.is_torchrun_agent:
             workers = [q for q in procs if q.parent == own.pid and q.main is not None]
+            ranks = worker_ranks(found.text)
             for q in workers:
                 assert q.main is not None
-                out.append(RankStack(f"node {p.rank} pid {q.pid}" if p.agent else
-                                     f"rank {p.rank} pid {q.pid}", p.node, q.pid,
-                                     q.main.frames))
+                rank = ranks.get(q.pid)
+                label = (f"rank {rank}" if rank is not None else
+                         f"node {p.rank} pid {q.pid}" if p.agent else f"rank {p.rank} pid {q.pid}")
+                out.append(RankStack(label, p.node, q.pid, q.main.frames, rank=rank))
             if workers:
                 continue
         out.append(RankStack(p.label, p.node, p.pid, own.main.frames,
                              rank=None if p.agent else p.rank))
+    return out
+
+
+def worker_ranks(text: str) -> dict[int, int]:
+    """pid -> RANK of a torchrun agent's workers, from NODE_SCRIPT's rank lines. Pure."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == _RANK and parts[1].isdigit() and parts[2].isdigit():
+            out[int(parts[1])] = int(parts[2])
     return out
 
 
@@ -398,7 +421,7 @@ def diagnose(stacks: Sequence[RankStack], *, job_id: str, silent_s: float, timeo
     are (a tie goes to the group waiting in a collective, then to the lowest rank).
     Everyone outside it is a straggler, those outside any collective first.
     """
-    have = [s for s in stacks if s.frames]
+    have = sorted((s for s in stacks if s.frames), key=lambda s: _rank_key(s.label))
     missing = tuple((s.label, s.error or "empty stack") for s in stacks if not s.frames)
     groups: dict[Frame, list[RankStack]] = {}
     for s in have:

@@ -130,3 +130,22 @@ def test_a_healthy_job_is_left_alone(jobs: dict) -> None:
     assert not (run / "hang").exists()
     assert sorted(p.name for p in (run / "pids").iterdir()) == ["rank-0", "rank-1"]
     assert "step 44 rank 1" in (run / f"slurm-{out['job_id']}.out").read_text()
+
+
+def test_under_torchrun_the_workers_are_named_by_their_rank(jobs: dict, cpu_image: Path,
+                                                           tmp_path: Path) -> None:
+    """--launcher torchrun: the wrapper records each node's agent; the workers (its
+    children) are dumped with --subprocesses and named by the RANK torchrun gave them.
+    Runs after the two jobs above (``jobs``), not beside them: 2 cores."""
+    p = start(tmp_path, "hang-torchrun", ("-N", "2", "-G", "2", "--image", str(cpu_image),
+                                          "--launcher", "torchrun"),
+              "--steps", "3", "--slow-rank", "1")
+    code, out, err = finish(p)
+    assert out["state"] == "CANCELLED" and code != 0, f"{out}\n{err}"
+    run = Path(out["run_dir"])
+    assert sorted(f.name for f in (run / "pids").iterdir()) == ["node-0", "node-1"]
+    (s,) = out["hang"]["stragglers"]
+    assert (s["label"], s["node"], s["function"], s["line"]) == ("rank 1", "n1", "slow_step",
+                                                                SLEEP_LINE), out["hang"]
+    (main,) = [p for p in out["hang"]["places"] if p["ranks"] != ["rank 1"]]
+    assert main["ranks"] == ["rank 0", "rank 2", "rank 3"] and main["in_collective"]

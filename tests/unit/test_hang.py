@@ -189,8 +189,8 @@ def test_overlap_argv() -> None:
 
 
 def test_the_rank_outside_the_collective_is_named_with_its_frame() -> None:
-    stacks = [stack(0, *IN_ALLREDUCE), stack(1, *IN_SLEEP), stack(2, *IN_ALLREDUCE, node="n2"),
-              stack(3, *IN_ALLREDUCE, node="n2")]
+    stacks = [stack(3, *IN_ALLREDUCE, node="n2"), stack(0, *IN_ALLREDUCE), stack(1, *IN_SLEEP),
+              stack(2, *IN_ALLREDUCE, node="n2")]  # in any order: named in rank order
     diag = diagnose(stacks, job_id="7", silent_s=61.2, timeout_s=60)
     (s,) = diag.stragglers
     assert (s.label, s.node, s.pid, s.function, s.line) == ("rank 1", "n1", 1001, "main", 21)
@@ -266,6 +266,33 @@ def test_a_torchrun_agent_stands_for_its_workers() -> None:
                       {"n1": [NodeDump("n0", 29192, TREE, 0)]})
     assert [(s.label, s.pid, s.frames[0].function) for s in got] == [
         ("node 0 pid 29235", 29235, "step")]
+    # With the RANK the node script read from the worker's environment:
+    ranked = rank_stacks([RankPid(0, "n1", 29192, agent=True)],
+                         {"n1": [NodeDump("n0", 29192, TREE + "@@hpcdl-rank 29235 3\n", 0)]})
+    assert [(s.label, s.rank) for s in ranked] == [("rank 3", 3)]
+
+
+def test_the_node_script_reads_a_torchrun_workers_rank(tmp_path: Path) -> None:
+    """NODE_SCRIPT with a stand-in agent (a process with two children whose RANK is set)
+    and a stand-in py-spy: the children's ranks come back as rank lines."""
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    agent = subprocess.Popen(["/bin/sh", "-c", "RANK=6 sleep 60 & RANK=7 sleep 60 & wait"])
+    try:
+        deadline = time.monotonic() + 10
+        children: list[str] = []
+        while len(children) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            children = Path(f"/proc/{agent.pid}/task/{agent.pid}/children").read_text().split()
+        argv = node_command([RankPid(0, "n1", agent.pid, agent=True)], str(fake))
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
+    finally:
+        subprocess.run(["pkill", "-P", str(agent.pid)], check=False)
+        agent.kill()
+        agent.wait()
+    (dump,) = split_node_output(res.stdout)
+    assert sorted(hang.worker_ranks(dump.text).values()) == [6, 7]
 
 
 # ---- silence and the watchdog ---------------------------------------------------------------
