@@ -16,6 +16,7 @@ from typing import Any, Literal
 from hpcdl import __version__, pbs
 from hpcdl.errors import ValidationError
 from hpcdl.gpuarch import ImageArchFacts, check_partition
+from hpcdl.hang import HANG_ACTIONS
 from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME, rank_env_script
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.profiles.schema import Partition, Profile
@@ -86,6 +87,10 @@ class JobRequest:
     def runs_example(self) -> bool:
         """The job's command is the bundled example (no COMMAND, not a probe job)."""
         return not self.command and not self.probe_only
+    # Issue 18: the hang watchdog of `submit --wait` (hpcdl.watchdog): seconds without
+    # progress before it collects stacks, and what it does then (cancel, leave).
+    hang_timeout: float | None = None
+    hang_action: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,8 @@ class JobPlan:
     probe: tuple[str, ...] | None = None
     probe_first: bool = False
     probe_line: str | None = None  # the --probe-first step, as the script runs it
+    hang_timeout: float | None = None  # the watchdog's silence limit (s); None: no watchdog
+    hang_action: str | None = None  # cancel or leave
     hpcdl_version: str = __version__
 
     def to_dict(self) -> dict[str, Any]:
@@ -231,6 +238,7 @@ def check_request(req: JobRequest) -> None:
     if req.chain > 1 and req.requeue:
         raise _fail(f"chain: --chain {req.chain} is for clusters without requeue; "
                     f"it excludes --requeue")
+    _check_hang(req)
     if req.synthetic and req.data:
         raise _fail(f"synthetic: --synthetic and --data {req.data!r} exclude each other")
     for bind in req.binds:
@@ -238,6 +246,21 @@ def check_request(req: JobRequest) -> None:
             check_token(bind, BIND)
         except ValueError as exc:
             raise _fail(f"bind: {bind!r} is not SRC[:DST] (no commas, no control characters)") from exc
+
+
+def _check_hang(req: JobRequest) -> None:
+    """--hang-timeout / --hang-action. Raises ValidationError."""
+    if req.hang_timeout is None:
+        if req.hang_action is not None:
+            raise _fail(f"hang-action: {req.hang_action!r} needs --hang-timeout SECONDS")
+        return
+    if not req.hang_timeout > 0 or math.isinf(req.hang_timeout):
+        raise _fail(f"hang-timeout: must be more than 0 seconds (got {req.hang_timeout:g})")
+    if req.hang_action is not None and req.hang_action not in HANG_ACTIONS:
+        raise _fail(f"hang-action: {req.hang_action!r} is not one of {', '.join(HANG_ACTIONS)}")
+    if req.chain > 1:
+        raise _fail(f"hang-timeout: the watchdog follows one job; --chain {req.chain} "
+                    f"submits {req.chain}")
 
 
 def _requested_seconds(req: JobRequest) -> float | None:
@@ -710,7 +733,10 @@ def build_plan(profile: Profile, req: JobRequest,
     time = job_time(profile, part, req)
     master_addr, master_port = master_values(env, profile.scheduler.type)
     wrapper = rank_env_script("torchrun" if launcher == "torchrun" else "ranks",
-                              gpu_bind=gpu_bind == "local-rank" and req.gpus > 0)
+                              gpu_bind=gpu_bind == "local-rank" and req.gpus > 0,
+                              record_pid=req.hang_timeout is not None)
+    hang_exports, hang_warnings = _hang_exports(req, env, time, log_dir)
+    warnings += hang_warnings
     context = {
         "profile": profile,
         "job_name": _sbatch_job_name(job_name),
@@ -727,7 +753,7 @@ def build_plan(profile: Profile, req: JobRequest,
         "modules": profile.modules,
         "cpus_per_task": cpus,
         "omp_num_threads": omp,
-        "exports": [(k, shell_join([v])) for k, v in env],
+        "exports": [(k, shell_join([v])) for k, v in (*env, *hang_exports)],
         "backend": req.backend,
         "image_q": shell_join([image]) if image else None,
         "launcher": launcher,
@@ -785,8 +811,28 @@ def build_plan(profile: Profile, req: JobRequest,
         probe=req.probe,
         probe_first=req.probe_first,
         probe_line=probe_line,
+        hang_timeout=req.hang_timeout,
+        hang_action=(req.hang_action or "cancel") if req.hang_timeout is not None else None,
         **_plan_requeue(profile, req),
     )
+
+
+def _hang_exports(req: JobRequest, env: tuple[tuple[str, str], ...], time: str,
+                  log_dir: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """With --hang-timeout: where the rank wrapper records the ranks' pids, and
+    PYTHONUNBUFFERED (a Python rank's prints must reach the log as they happen: the
+    log growing is progress); a warning when the job's time limit comes first."""
+    if req.hang_timeout is None:
+        return [], []
+    exports = [("HPCDL_PID_DIR", f"{log_dir}/pids")]
+    if "PYTHONUNBUFFERED" not in dict(env):
+        exports.append(("PYTHONUNBUFFERED", "1"))
+    limit = parse_time(time)
+    warnings = []
+    if limit is not None and req.hang_timeout >= limit:
+        warnings.append(f"hang-timeout: {req.hang_timeout:g} s is not shorter than the job's "
+                        f"time limit {time}: the watchdog cannot fire before it")
+    return exports, warnings
 
 
 def _plan_requeue(profile: Profile, req: JobRequest) -> dict[str, Any]:

@@ -14,6 +14,10 @@
                        (job id, SLURM_RESTART_COUNT, start, end, exit code, cause)
         attempts.json  every attempt, Slurm's view joined with the script's (after --wait)
         requeue.flag   created by the batch shell on Slurm's signal: the ranks stop
+        pids/          with --hang-timeout: rank-R (or node-N under torchrun) = "NODE PID",
+                       written by the rank wrapper before it execs the command
+        hang/          what the hang watchdog collected: stacks-<node>.txt (py-spy's dumps),
+                       diagnosis.json and diagnosis.txt
 
 ``RunDir`` owns these paths and reads and writes the records (job.json as a
 JobRecord, result.json as hpcdl.results.record.ResultRecord). The job script names
@@ -38,6 +42,7 @@ import yaml
 from hpcdl.atomic import write_atomic, write_json_atomic
 from hpcdl.attempts import Attempt, ScriptAttempt
 from hpcdl.container.hashing import read_record, sidecar
+from hpcdl.hang import RankPid, parse_pid_file
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
 
@@ -172,6 +177,52 @@ class RunDir:
     @property
     def attempts_file(self) -> Path:
         return self.path / "attempts.json"
+
+    @property
+    def pids(self) -> Path:
+        """pids/: one file per rank, written by the rank wrapper (hpcdl.launch.rankenv)."""
+        return self.path / "pids"
+
+    @property
+    def hang_dir(self) -> Path:
+        return self.path / "hang"
+
+    @property
+    def hang_json(self) -> Path:
+        return self.hang_dir / "diagnosis.json"
+
+    @property
+    def hang_text(self) -> Path:
+        return self.hang_dir / "diagnosis.txt"
+
+    def hang_dump(self, node: str) -> Path:
+        """py-spy's dumps of the ranks on ``node`` (a Slurm node name)."""
+        return self.hang_dir / f"stacks-{safe_name(node)}.txt"
+
+    def read_pids(self) -> list[RankPid]:
+        """The processes the rank wrapper recorded (files being written are skipped)."""
+        out = []
+        for path in sorted(self.pids.glob("*")):
+            try:
+                found = parse_pid_file(path.name, path.read_text(encoding="utf-8"))
+            except OSError:
+                continue
+            if found is not None:
+                out.append(found)
+        return out
+
+    def write_hang(self, diagnosis: dict[str, Any], text: str,
+                   dumps: dict[str, str]) -> list[Path]:
+        """hang/: every node's dumps, diagnosis.json and diagnosis.txt (atomically);
+        returns the dump files written."""
+        self.hang_dir.mkdir(exist_ok=True)
+        written = []
+        for node, dump in dumps.items():
+            write_atomic(self.hang_dump(node), dump)
+            written.append(self.hang_dump(node))
+        write_json_atomic(self.hang_json, diagnosis)
+        write_atomic(self.hang_text, text)
+        return written
 
     def read_script_attempts(self) -> list[ScriptAttempt]:
         """attempts.tsv's lines (malformed ones left out); empty when there is none."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from hpcdl.plan import JobPlan
+    from hpcdl.proc import Result
     from hpcdl.profiles.schema import Profile
 
 PENDING = "PENDING"
@@ -116,5 +117,13 @@ class Scheduler(Protocol):
     def history(self, job_id: str) -> list[JobStatus]:
         """Every attempt of a job, oldest first: a requeued job's earlier runs (their
         state, start, end, reason) and the current one. Empty when unknown."""
+        ...
+
+    def run_in_job(self, job_id: str, node: str, argv: Sequence[str], *,
+                   timeout: float) -> Result:
+        """Run ``argv`` once on ``node`` inside the running job, beside its own steps
+        (the hang watchdog's stack collection); return its output and exit code,
+        whatever the code. Raises ToolError when it cannot be started or outlives
+        ``timeout`` seconds."""
         ...
 

@@ -96,6 +96,8 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     except FileExistsError as exc:
         raise SubmitError(f"run directory {plan.run_dir} already exists",
                           hint="give a new --run-dir, or leave it out for a fresh one") from exc
+    if plan.hang_timeout is not None:  # the rank wrapper records the ranks' pids here
+        run.pids.mkdir()
     script = run.write_plan(plan.script, plan.to_dict())
     run.record_inputs(profile.model_dump(mode="json"), plan.image)
     argv = plan.sbatch_argv(script, sbatch_options)

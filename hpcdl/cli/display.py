@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from hpcdl.attempts import Attempt
+from hpcdl.hang import Diagnosis
 from hpcdl.results.logs import describe_failures, format_result_table
 from hpcdl.results.protocol import without_probe
 from hpcdl.results.record import JobLogs, ResultRecord
@@ -67,11 +68,12 @@ def attempt_lines(attempts: list[Attempt]) -> list[str]:
 
 def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord,
            tail_lines: int = 20, max_time: str | None = None,
-           attempts: list[Attempt] | None = None) -> None:
+           attempts: list[Attempt] | None = None, hang: Diagnosis | None = None) -> None:
     """What a user reads once the job ended: state and exit code, the log's tail, which
     rank crashed and its last lines (on failure), the result table (on success), and
     for a job that ran out of time the limit it hit and the fix (``max_time``: the
-    partition's limit, for how much more --time is possible).
+    partition's limit, for how much more --time is possible), and what the hang
+    watchdog found (``hang``).
     """
     echo(f"job {status.job_id}: {status.state} (Slurm {status.slurm_state}), "
          f"exit code {status.exit_code if status.exit_code is not None else '?'}"
@@ -82,7 +84,9 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord
     # A probe that named a slow node ended the job on purpose (rank 0, exit 1): its
     # verdict below says why; that is not a crash to trace.
     stopped_by_probe = bool(probe and probe.get("verdict", {}).get("bad"))
-    crashed = ([] if status.state in (COMPLETED, TIMEOUT) or stopped_by_probe
+    # A job the hang watchdog cancelled did not crash either: its diagnosis says why.
+    stopped = hang is not None and hang.cancelled
+    crashed = ([] if status.state in (COMPLETED, TIMEOUT) or stopped_by_probe or stopped
                else describe_failures(logs.out, logs.err))
     # The probe's report is shown as tables below, not as its (long) JSON line.
     out_text = without_probe(logs.out) if probe else logs.out
@@ -113,12 +117,28 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord
     timed_out = timeout_message(status, logs.err, max_time=max_time)
     if timed_out:
         echo(timed_out)
+    if hang is not None:  # its lines were shown when it fired (hang_lines): the gist
+        echo(f"--- {'stopped' if stopped else 'diagnosed'} by the hang watchdog "
+             f"({RunDir(run_dir).hang_text}) ---")
+        echo(hang.summary)
     if attempts:
         echo(f"--- {len(attempts)} attempt{'s' if len(attempts) != 1 else ''} "
              f"({RunDir(run_dir).attempts_file}) ---")
         for line in attempt_lines(attempts):
             echo(line)
     echo(f"run directory: {run_dir}")
+
+
+def hang_lines(diagnosis: Diagnosis, run: RunDir) -> list[str]:
+    """What the hang watchdog found, in a few lines: the diagnosis, where the ranks are,
+    where the dumps went and what was done to the job."""
+    lines = [f"hang: {line}" for line in diagnosis.lines()]
+    done = ("cancelled" if diagnosis.cancelled else
+            "could not be cancelled" if diagnosis.action == "cancel" else "left running")
+    lines.append(f"hang: stacks and diagnosis in {run.hang_dir} (collected in "
+                 f"{diagnosis.collect_s:.1f} s); job {diagnosis.job_id} {done} "
+                 f"(--hang-action {diagnosis.action})")
+    return lines
 
 
 def done_line(row: Row, elapsed: float) -> str:

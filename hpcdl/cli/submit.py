@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from hpcdl import pbs
 from hpcdl.cli.options import example_options, launch_options, parse_env, request_options
 from hpcdl.errors import ValidationError
+from hpcdl.hang import HANG_ACTIONS, parse_seconds
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan, job_image
 from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
+
+if TYPE_CHECKING:
+    from hpcdl.cli.display import StatusLine
+    from hpcdl.follow import OnPoll, Watcher
+    from hpcdl.hang import Diagnosis
+    from hpcdl.scheduler import JobStatus, Scheduler
+    from hpcdl.submit import Submitted
+    from hpcdl.watchdog import HangWatchdog
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -53,6 +63,14 @@ from hpcdl.profiles.schema import Profile
 @click.option("--chain", type=int, default=1, show_default=True, metavar="N",
               help="For clusters without requeue: N jobs linked with --dependency=afterany, "
                    "each resuming from the previous one's checkpoint in one run directory.")
+@click.option("--hang-timeout", "hang_timeout", metavar="SECONDS",
+              help="With --wait: when the job shows no progress (no file in its run "
+                   "directory changes: logs, checkpoints) for SECONDS, dump every rank's "
+                   "Python stack with py-spy, name the rank(s) not where the others are, "
+                   "write hang/ in the run directory and act (--hang-action).")
+@click.option("--hang-action", "hang_action", type=click.Choice(HANG_ACTIONS),
+              help="What the watchdog does after the diagnosis: cancel the job (default) "
+                   "or leave it running (it watches again once progress resumes).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
 def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
            cpus_per_task: int | None, job_name: str | None, template: str | None,
@@ -61,6 +79,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
            launcher: str | None, gpu_bind: str | None, dry_run: bool, run_dir: Path | None,
            as_json: bool, wait: bool, requeue: bool | None, max_restarts: int | None,
            signal: str | None, probe_first: bool, probe_sizes: str | None, chain: int,
+           hang_timeout: str | None, hang_action: str | None,
            command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
@@ -85,6 +104,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
       hpcdl submit -p sandbox -N 1 -G 2 -- python3 train.py --epochs 3
       hpcdl submit -p sandbox -N 2 -G 2 --image img.sif --launcher torchrun -- python3 ddp.py
     """
+    hang_s = _hang_seconds(hang_timeout, wait=wait, dry_run=dry_run)
     prof = load_profile(profile)
     if not dry_run:
         pbs.refuse(prof, "submit")  # a PBS profile's script is for reading (exit 2)
@@ -100,6 +120,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         no_image=no_image, launcher=launcher, gpu_bind=gpu_bind,
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
         requeue=requeue, max_restarts=max_restarts, signal=signal, chain=chain,
+        hang_timeout=hang_s, hang_action=hang_action,
     )
     # Reads the image's build record (its GPU architectures) for the plan's check.
     facts = image_arch_facts(job_image(prof, request)[0])
@@ -129,9 +150,25 @@ def print_dry_run(plan: JobPlan, *, as_json: bool) -> None:
         click.echo(f"# image {plan.image}: the profile's container.default_image "
                    "(--image overrides, --no-image runs natively)", err=True)
     click.echo(f"# launcher {plan.launcher}; GPU binding {plan.gpu_bind}", err=True)
+    if plan.hang_timeout is not None:
+        click.echo(f"# hang watchdog (with --wait): no progress for {plan.hang_timeout:g} s "
+                   f"-> py-spy stacks of every rank in hang/, then {plan.hang_action}", err=True)
     if plan.example_defaults:
         click.echo(f"# {defaults_line(plan)}", err=True)
     click.echo(plan.script, nl=False)
+def _hang_seconds(text: str | None, *, wait: bool, dry_run: bool) -> float | None:
+    """--hang-timeout as seconds. The watchdog is part of following the job, so it needs
+    --wait (a --dry-run shows the script it would submit). Raises ValidationError."""
+    if text is None:
+        return None
+    try:
+        seconds = parse_seconds("hang-timeout", text)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from exc
+    if not wait and not dry_run:
+        raise ValidationError(f"hang-timeout: {text} s needs --wait (the watchdog runs while "
+                              "hpcdl follows the job)")
+    return seconds
 
 
 def defaults_line(plan: JobPlan) -> str:
@@ -155,6 +192,11 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
     from hpcdl.submit import attempts_of, exit_status, submit
 
     scheduler = scheduler_for(prof.name)
+    py_spy = None
+    if plan.hang_timeout is not None and wait:
+        from hpcdl.watchdog import find_py_spy
+
+        py_spy = find_py_spy()  # before submitting: a watchdog that cannot look is none
     sub = submit(prof, plan, scheduler=scheduler)
     for warning in (*plan.warnings, *sub.warnings):
         click.echo(f"warning: {warning}", err=True)
@@ -177,8 +219,11 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
     # followed to its last job (the earlier ones end as it starts).
     watched = sub.last_job_id
     line = StatusLine(watched, quiet=as_json)
+    on_poll, watcher, dog = hang_watch(prof, plan, sub, scheduler, watched, py_spy, line,
+                                       as_json=as_json)
     try:
-        final = follow(watched, scheduler=scheduler, on_poll=line, timeout=timeout)
+        final = follow(watched, scheduler=scheduler, on_poll=on_poll, timeout=timeout,
+                       watcher=watcher)
     finally:
         line.close()
     record, logs = record_result(sub.run, final)
@@ -189,9 +234,12 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
         code = probe_exit(dict(record), code)
     tried = (attempts_of(sub.run, list(sub.chain or (sub.job_id,)), scheduler)
              if plan.requeue or plan.chain > 1 else [])
+    diagnosis = dog.diagnosis if dog is not None else None
+    hang = diagnosis.to_dict() if diagnosis is not None else None
     if as_json:
         click.echo(json.dumps({**info, **record, "exit_status": code,
-                               **({"attempts": [a.to_dict() for a in tried]} if tried else {})}))
+                               **({"attempts": [a.to_dict() for a in tried]} if tried else {}),
+                               **({"hang": hang} if hang else {})}))
         return code
     probe = record.get("probe") or {}
     if "error" in probe:  # a node refused the probe's input: the one line that says why
@@ -203,8 +251,46 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
         return code
     part = prof.partition(plan.partition)
     report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,
-           attempts=tried)
+           attempts=tried, hang=diagnosis)
     return code
+
+
+def hang_watch(prof: Profile, plan: JobPlan, sub: Submitted, scheduler: Scheduler, job_id: str,
+               py_spy: str | None, line: StatusLine, *, as_json: bool,
+               ) -> tuple[OnPoll, Watcher | None, HangWatchdog | None]:
+    """The follow loop's callback, watcher and watchdog for ``submit --wait``: the status
+    line alone, or (with --hang-timeout) the status line and the hang watchdog, whose
+    diagnosis is printed in a few lines when it fires (not with --json: it is in the
+    JSON), and a watcher that polls at least every tenth of the timeout."""
+    from hpcdl.cli.display import hang_lines
+    from hpcdl.follow import MAX_INTERVAL_S, Backoff, Watcher
+    from hpcdl.watchdog import HangWatchdog, collect
+
+    if py_spy is None or plan.hang_timeout is None:
+        return line, None, None
+
+    def shown(diagnosis: Diagnosis) -> None:
+        line.close()
+        if not as_json:
+            for text in hang_lines(diagnosis, sub.run):
+                click.echo(text, err=True)
+
+    dog = HangWatchdog(
+        sub.run, job_id, timeout=plan.hang_timeout, action=plan.hang_action or "cancel",
+        scheduler=scheduler, on_hang=shown,
+        collector=lambda job, pids: collect(
+            scheduler, job, pids, py_spy=py_spy, image=plan.image,
+            runtime=prof.container.binary or prof.container.runtime))
+
+    def both(pending: dict[str, JobStatus], elapsed: float) -> None:
+        line(pending, elapsed)
+        dog(pending, elapsed)
+
+    # A hang is seen soon after S: the files are read locally at every poll, and the
+    # scheduler is asked at most once a second.
+    watcher = Watcher(scheduler, backoff=Backoff(
+        maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang_timeout / 10))))
+    return both, watcher, dog
 
 
 @click.command()

@@ -133,6 +133,15 @@ export PET_RDZV_CONF
 
 _HOST = "${SLURMD_NODENAME:-$(uname -n)}"
 
+# The hang watchdog (hpcdl submit --hang-timeout) finds each rank by the file written
+# here: exec keeps the pid, so it is the command's. Under torchrun the file names the
+# node's agent, whose workers are its children. Only in jobs with the watchdog.
+_RECORD_PID = """\
+if [ -n "${HPCDL_PID_DIR:-}" ]; then
+  echo "HOST $$" > "$HPCDL_PID_DIR/KIND" || echo "hpcdl: cannot record the pid of rank ${RANK:-?} in $HPCDL_PID_DIR (the hang watchdog will not see it)" >&2
+fi
+"""
+
 _CHECKS = """\
 if ! command -v "$1" >/dev/null 2>&1; then
   echo "hpcdl: command not found: $1 (rank ${RANK:-?} on HOST${HPCDL_IMAGE:+, in image $HPCDL_IMAGE})" >&2
@@ -165,13 +174,16 @@ exec "$@"
 """
 
 
-def rank_env_script(mode: Mode = "ranks", *, gpu_bind: bool = False) -> str:
+def rank_env_script(mode: Mode = "ranks", *, gpu_bind: bool = False,
+                    record_pid: bool = False) -> str:
     """The wrapper's sh text.
 
     ``ranks``: every task is one rank (srun, mpirun, horovodrun): derive the torchrun
     variables, optionally narrow CUDA_VISIBLE_DEVICES to the local rank's GPU.
     ``torchrun``: one task per node runs torchrun, which sets its workers' variables
     itself; only the checks run (node 0 hosts the c10d rendezvous on MASTER_PORT).
+    ``record_pid``: write "NODE PID" to $HPCDL_PID_DIR/rank-RANK (torchrun: node-N)
+    before exec, for the hang watchdog (hpcdl.watchdog).
     """
     parts = [f"# {WRAPPER_NAME}: the torchrun variables for every rank (POSIX sh; any image)\n"]
     if mode == "ranks":
@@ -180,6 +192,9 @@ def rank_env_script(mode: Mode = "ranks", *, gpu_bind: bool = False) -> str:
             parts.append(_GPU_BIND)
     else:
         parts.append(_TORCHRUN)
+    if record_pid:
+        kind = "node-$NODE_RANK" if mode == "torchrun" else "rank-$RANK"
+        parts.append(_RECORD_PID.replace("HOST", _HOST).replace("KIND", kind))
     parts.append(_CHECKS.replace("HOST", _HOST))
     text = "".join(parts)
     if "'" in text:  # pragma: no cover - guarded by a unit test

@@ -4,7 +4,7 @@ runs through hpcdl.proc; functions return values and raise hpcdl errors, never p
 Modules: ``states`` (Slurm -> hpcdl state table), ``parse`` (pure parsers of
 Slurm's output), ``query`` (squeue/sacct/scontrol: one job, many jobs in one
 batched query, the job list), ``commands`` (sbatch, scancel, log paths, refusal
-hints), ``livecheck`` (profile vs cluster, and the report `hpcdl profiles diff` prints),
+hints, srun --overlap into a running job), ``livecheck`` (profile vs cluster, and the report `hpcdl profiles diff` prints),
 ``detect`` (what the cluster says about itself, for `hpcdl profiles detect`), ``scheduler`` (SlurmScheduler, the
 hpcdl.scheduler.Scheduler the job lifecycle uses).
 """

@@ -1,10 +1,11 @@
-"""Slurm's commands that change something or locate a job: sbatch, scancel and
-``scontrol show job`` for log paths, with Slurm's refusals turned into one-line
-errors with a hint. Returns values and raises hpcdl errors; never prints.
+"""Slurm's commands that change something or locate a job: sbatch, scancel,
+``scontrol show job`` for log paths and ``srun --overlap`` into a running job, with
+Slurm's refusals turned into one-line errors with a hint. Returns values and raises hpcdl errors; never prints.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from hpcdl.slurm.parse import parse_job_id
 
 SBATCH_TIMEOUT = 60
 COMMAND_TIMEOUT = 30
+# A step that dumps the stacks of a node's ranks (srun start-up + one py-spy per rank).
+OVERLAP_TIMEOUT = 120
 
 # Slurm's refusal (its own words) -> what the user can do about it.
 _HINTS = (
@@ -96,3 +99,26 @@ def _field_after_state(text: str, key: str) -> str | None:
     rest = text[at + len(key) + 2:]
     end = rest.find(" StdIn=") if key == "StdErr" else rest.find(" Power=")
     return (rest[:end] if end >= 0 else rest.split(" ", 1)[0]).strip() or None
+
+
+def overlap_argv(job_id: str, node: str, command: Sequence[str]) -> list[str]:
+    """``srun --overlap`` running ``command`` once on ``node`` inside the running job
+    ``job_id``: a step beside the job's own that shares its CPUs and memory, so it
+    starts even when the training step holds all of them. Pure.
+
+    Raises ToolError for a job id or node name that is not a plain token.
+    """
+    if not re.fullmatch(r"[0-9]+(_[0-9]+)?", job_id):
+        raise ToolError(f"srun --overlap: {job_id!r} is not a Slurm job id")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", node):
+        raise ToolError(f"srun --overlap: {node!r} is not a Slurm node name")
+    return ["srun", "--overlap", f"--jobid={job_id}", f"--nodelist={node}", "--nodes=1",
+            "--ntasks=1", "--cpus-per-task=1", "--mem=0", "--quiet", *command]
+
+
+def run_in_job(job_id: str, node: str, command: Sequence[str], *,
+               timeout: float = OVERLAP_TIMEOUT) -> proc.Result:
+    """Run ``command`` on ``node`` of the running job (overlap_argv) and return what it
+    printed and its exit code, whatever the code. Raises ToolError when srun is missing
+    or the step does not end within ``timeout`` seconds."""
+    return proc.run(overlap_argv(job_id, node, command), timeout=timeout, check=False)

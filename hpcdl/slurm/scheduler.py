@@ -13,6 +13,7 @@ from hpcdl.slurm import commands, livecheck, query
 
 if TYPE_CHECKING:
     from hpcdl.plan import JobPlan
+    from hpcdl.proc import Result
     from hpcdl.profiles.schema import Profile
 
 
@@ -71,3 +72,7 @@ class SlurmScheduler:
 
     def history(self, job_id: str) -> list[JobStatus]:
         return query.history(job_id)
+
+    def run_in_job(self, job_id: str, node: str, argv: Sequence[str], *,
+                   timeout: float) -> Result:
+        return commands.run_in_job(job_id, node, argv, timeout=timeout)

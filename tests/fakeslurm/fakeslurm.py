@@ -30,6 +30,11 @@ PENDING under the same id; ``sacct -D`` then lists one row per ended attempt fir
 
 A job's stdout/stderr (with %j replaced) are written where its #SBATCH --output/--error
 lines say, when it reaches its final state.
+
+The hang watchdog's side (issue 18): a job spec's ``pids`` ({"rank-0": "n1 100", ...})
+are written at submission into the script's $HPCDL_PID_DIR, as the rank wrapper would;
+``srun --overlap`` prints the spec's ``srun`` ({"n1": "output", ...}) for the node it
+names (--nodelist=), exit 0, and fails like Slurm for a job that is not running.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -163,7 +169,27 @@ def sbatch(argv: list[str]) -> int:
             "partition": directives.get("partition", "debug"),
             "dependency": opt(argv, "--dependency"), "argv": argv,
         }
+    pid_dir = re.search(r"^export HPCDL_PID_DIR=(.*)$", text, re.M)
+    if pid_dir and spec.get("pids"):  # what the rank wrapper writes when the ranks start
+        folder = Path(shlex.split(pid_dir.group(1))[0])
+        for name, line in spec["pids"].items():
+            (folder / name).write_text(line + "\n")
     print(f"{job_id};fake" if "--parsable" in argv else f"Submitted batch job {job_id}")
+    return 0
+
+
+def srun(argv: list[str]) -> int:
+    """Only ``srun --overlap --jobid=J --nodelist=N ...`` (the hang watchdog's step)."""
+    job_id, node = opt(argv, "--jobid"), opt(argv, "--nodelist")
+    with Store() as data:
+        job = data["jobs"].get(job_id or "")
+        state = where(job, data["tick"])[0] if job else None
+    if job is None or state != "RUNNING":
+        sys.stderr.write(f"srun: error: Unable to create step for job {job_id}: "
+                         "Job/step already completing or completed\n")
+        return 1
+    spec = spec_for(job["name"], scenario())
+    sys.stdout.write(spec.get("srun", {}).get(node, ""))
     return 0
 
 
@@ -287,7 +313,7 @@ def sinfo(argv: list[str]) -> int:
 
 
 TOOLS = {"sbatch": sbatch, "squeue": squeue, "sacct": sacct, "scontrol": scontrol,
-         "scancel": scancel, "sinfo": sinfo}
+         "scancel": scancel, "sinfo": sinfo, "srun": srun}
 
 
 def main() -> int:

@@ -125,3 +125,17 @@ def test_real_build_from_the_wheel_carries_the_project(installed: tuple[Path, Pa
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.split() == ["/opt/hpcdl/hpcdl/__init__.py", "True"]
     assert list(elsewhere.iterdir()) == []
+
+
+def test_the_watchdogs_py_spy_comes_with_the_wheel(installed: tuple[Path, Path]) -> None:
+    """py-spy is a dependency: the installed hpcdl finds its static binary in its own venv
+    (what `submit --hang-timeout` binds into the image), not a shim on PATH."""
+    env_dir, elsewhere = installed
+    py = env_dir / "bin" / "python"
+    out = subprocess.run([str(py), "-c", "from hpcdl.watchdog import find_py_spy; "
+                          "print(find_py_spy())"], capture_output=True, text=True, timeout=60,
+                         cwd=elsewhere, env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    found = Path(out.stdout.strip())
+    assert found.is_relative_to(env_dir.resolve()), found
+    assert found.read_bytes()[:4] == b"\x7fELF"

@@ -431,7 +431,8 @@ REQUEST_BASE = JobRequest(nodes=1, gpus=1, image="/img/x.sif", env=(("HPCDL_X", 
                           binds=("/data",), run_dir="/runs/r1")
 REQUEST_FIELDS = [f.name for f in fields(JobRequest)
                   if f.name not in ("nodes", "gpus", "cpus_per_task", "synthetic", "no_image",
-                                    "requeue", "max_restarts", "chain", "probe_first")]
+                                    "requeue", "max_restarts", "chain", "probe_first",
+                                    "hang_timeout")]
 
 
 def _request_with(name: str, value: str) -> JobRequest:
@@ -450,7 +451,7 @@ def _request_with(name: str, value: str) -> JobRequest:
 def test_request_fields_are_all_covered():
     assert set(REQUEST_FIELDS) == {"partition", "time", "job_name", "image", "env", "binds", "backend",
                                    "command", "data", "example_args", "template", "run_dir",
-                                   "launcher", "gpu_bind", "signal", "probe"}
+                                   "launcher", "gpu_bind", "signal", "probe", "hang_action"}
 
 
 @pytest.mark.parametrize("name", [*REQUEST_FIELDS, "env_key"])

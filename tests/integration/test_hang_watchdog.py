@@ -1,0 +1,151 @@
+"""The hang watchdog on the real sandbox, in the real image: a 2-node x 2-rank gloo job
+in which rank 2 sleeps while the other ranks wait in all_reduce is stopped by
+`hpcdl submit --wait --hang-timeout`, which names rank 2 and the frame it sleeps in
+(slow_step at gloo_hang.py:LINE, from py-spy run through srun --overlap inside the
+image), writes the dumps and the diagnosis to the run directory, and cancels the job;
+a healthy job that runs longer than the timeout, printing as it goes, is left alone.
+
+Both jobs run at the same time (they share the nodes). The time from the hang to the
+diagnosis is printed (pytest -s); bench/bench_hang_watchdog.py measures it on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest_slurm import hpcdl
+
+pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.torch]
+
+SCRIPT = Path(__file__).resolve().parent / "hang" / "gloo_hang.py"
+SLEEP_LINE = next(i for i, line in enumerate(SCRIPT.read_text().splitlines(), 1)
+                  if "time.sleep(3600)" in line)
+# s: long enough that torch's import and the rendezvous in the image on 2 busy cores is
+# not taken for a hang (the script prints before and after each).
+HANG_TIMEOUT = "30"
+JOB_TIMEOUT = 600  # s: whole CLI run, start-up of 6 ranks in the image included
+
+
+def start(runs: Path, name: str, shape: tuple[str, ...], *args: str,
+          as_json: bool = True) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "hpcdl", "submit", "-p", "sandbox", *shape, "-c", "1",
+            "--job-name", name, "--hang-timeout", HANG_TIMEOUT, "--wait",
+            *(["--json"] if as_json else []), "--", "python3", str(SCRIPT), *args]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HPCDL_RUNS": str(runs)})
+
+
+def finish(p: subprocess.Popen[str]) -> tuple[int, dict[str, Any], str]:
+    """Exit code, the --json object (without --json: result.json plus the job id, run
+    directory and diagnosis) and what was printed besides."""
+    try:
+        out, err = p.communicate(timeout=JOB_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise AssertionError(f"hpcdl submit --wait did not end in {JOB_TIMEOUT} s:\n{err}") from None
+    assert "Traceback" not in err, err
+    lines = out.strip().splitlines()
+    assert lines, f"no output (exit {p.returncode}):\n{err}"
+    if lines[-1].startswith("{"):
+        return p.returncode, dict(json.loads(lines[-1])), err
+    run = Path(lines[-1].split("run directory: ", 1)[1])
+    record = json.loads((run / "result.json").read_text())
+    hang = (run / "hang" / "diagnosis.json")
+    record.update(run_dir=str(run), job_id=lines[0].split()[2],
+                  **({"hang": json.loads(hang.read_text())} if hang.exists() else {}))
+    return p.returncode, record, out + err
+
+
+@pytest.fixture(scope="module")
+def jobs(slurm_cluster: Path, cpu_image: Path, tmp_path_factory: pytest.TempPathFactory,
+         ) -> dict[str, tuple[int, dict[str, Any], str]]:
+    runs = tmp_path_factory.mktemp("hang-runs")
+    image = ("--image", str(cpu_image))
+    # The hung job as a person runs it (its report printed), the healthy one with --json.
+    hung = start(runs, "hang-hung", ("-N", "2", "-G", "2", *image),
+                 "--steps", "3", "--slow-rank", "2", as_json=False)
+    healthy = start(runs, "hang-healthy", ("-N", "2", "-G", "0", *image),
+                    "--steps", "45", "--step-s", "1")
+    return {"hung": finish(hung), "healthy": finish(healthy)}
+
+
+def test_the_hung_rank_is_named_with_its_frame_and_the_job_cancelled(jobs: dict) -> None:
+    code, out, err = jobs["hung"]
+    assert out["state"] == "CANCELLED", f"{out}\n{err}"
+    assert code != 0
+    hang = out["hang"]
+    assert hang["cancelled"] is True and hang["action"] == "cancel"
+    (s,) = hang["stragglers"]
+    assert (s["label"], s["node"]) == ("rank 2", "n2"), hang
+    assert (s["function"], s["line"]) == ("slow_step", SLEEP_LINE), hang
+    assert s["file"] == str(SCRIPT) and not s["in_collective"]
+    assert s["frame"] == f"slow_step (gloo_hang.py:{SLEEP_LINE})"
+    # The other three wait together in the collective, called from the script's loop.
+    (main,) = [p for p in hang["places"] if p["ranks"] != ["rank 2"]]
+    assert main["ranks"] == ["rank 0", "rank 1", "rank 3"] and main["in_collective"]
+    assert main["where"].startswith("all_reduce (torch/distributed/distributed_c10d.py:")
+    assert main["called_from"].startswith("main (gloo_hang.py:")
+    assert hang["silent_s"] >= float(HANG_TIMEOUT)
+    # --wait said it in a few lines when it happened, and the report names the watchdog
+    # (not srun's "Terminated" lines) as what ended the job.
+    shown = [line for line in err.splitlines() if line.startswith("hang: ")]
+    assert 3 <= len(shown) <= 8 and "rank 2 (n2, pid" in shown[0], err
+    assert f"slow_step (gloo_hang.py:{SLEEP_LINE})" in shown[0]
+    assert "--- stopped by the hang watchdog (" in err and "the job failed" not in err
+    # The run directory holds the dumps of both nodes and the diagnosis.
+    run = Path(out["run_dir"])
+    assert sorted(p.name for p in (run / "hang").iterdir()) == [
+        "diagnosis.json", "diagnosis.txt", "stacks-n1.txt", "stacks-n2.txt"]
+    assert json.loads((run / "hang" / "diagnosis.json").read_text())["summary"] == hang["summary"]
+    n1 = (run / "hang" / "stacks-n1.txt").read_text()
+    n2 = (run / "hang" / "stacks-n2.txt").read_text()
+    assert n1.count("=== rank ") == 2 and "all_reduce" in n1
+    assert f"slow_step ({SCRIPT}:{SLEEP_LINE})" in n2
+    # Slurm agrees: the job ended CANCELLED.
+    status = hpcdl("status", out["job_id"], "--json")
+    assert json.loads(status.stdout)["state"] == "CANCELLED", status.stdout
+    started = next(float(line.split()[2]) for line in
+                   (run / f"slurm-{out['job_id']}.out").read_text().splitlines()
+                   if "HANG_START" in line)
+    print(f"\nhang watchdog: hang started {started:.1f}, diagnosis complete "
+          f"{hang['detected_at']:.1f}: {hang['detected_at'] - started:.1f} s from the hang to "
+          f"the diagnosis (--hang-timeout {HANG_TIMEOUT}, stacks collected in "
+          f"{hang['collect_s']:.1f} s)")
+    assert hang["detected_at"] > started
+
+
+def test_a_healthy_job_is_left_alone(jobs: dict) -> None:
+    code, out, err = jobs["healthy"]
+    assert (code, out["state"]) == (0, "COMPLETED"), f"{out}\n{err}"
+    assert "hang" not in out and "hang:" not in err
+    run = Path(out["run_dir"])
+    assert not (run / "hang").exists()
+    assert sorted(p.name for p in (run / "pids").iterdir()) == ["rank-0", "rank-1"]
+    assert "step 44 rank 1" in (run / f"slurm-{out['job_id']}.out").read_text()
+
+
+def test_under_torchrun_the_workers_are_named_by_their_rank(jobs: dict, cpu_image: Path,
+                                                           tmp_path: Path) -> None:
+    """--launcher torchrun: the wrapper records each node's agent; the workers (its
+    children) are dumped with --subprocesses and named by the RANK torchrun gave them.
+    Runs after the two jobs above (``jobs``), not beside them: 2 cores."""
+    p = start(tmp_path, "hang-torchrun", ("-N", "2", "-G", "2", "--image", str(cpu_image),
+                                          "--launcher", "torchrun"),
+              "--steps", "3", "--slow-rank", "1")
+    code, out, err = finish(p)
+    assert out["state"] == "CANCELLED" and code != 0, f"{out}\n{err}"
+    run = Path(out["run_dir"])
+    assert sorted(f.name for f in (run / "pids").iterdir()) == ["node-0", "node-1"]
+    (s,) = out["hang"]["stragglers"]
+    assert (s["label"], s["node"], s["function"], s["line"]) == ("rank 1", "n1", "slow_step",
+                                                                SLEEP_LINE), out["hang"]
+    (main,) = [p for p in out["hang"]["places"] if p["ranks"] != ["rank 1"]]
+    assert main["ranks"] == ["rank 0", "rank 2", "rank 3"] and main["in_collective"]
