@@ -36,6 +36,7 @@ from typing import Any
 
 from hpcdl import proc
 from hpcdl.atomic import write_json_atomic
+from hpcdl.container.definition import RenderContext, cache_dir, render_definition
 from hpcdl.container.hashing import (
     content_hash,
     previous_digests,
@@ -43,7 +44,6 @@ from hpcdl.container.hashing import (
     sidecar,
 )
 from hpcdl.container.recipes import convert_dockerfile, dockerfile_name, is_dockerfile
-from hpcdl.container.render import RenderContext, cache_dir, render_definition
 from hpcdl.container.runtime import Runtime, find_runtime, runtime_env
 from hpcdl.container.spec import ImageSpec, find_spec, load_spec
 from hpcdl.errors import BuildError, ToolError, UserInputError
