@@ -49,8 +49,9 @@ from hpcdl.launch.world import World, detect_world
 from hpcdl.results.protocol import rank_line, result_line
 
 if TYPE_CHECKING:  # torch is imported only once the run starts
+    import torch
     from torch.utils.data import DataLoader
-    from trainkit.loop import Checkpoints, Progress, Timing, TrainData, Training
+    from trainkit.loop import Checkpoints, Progress, RequeueWatch, Timing, TrainData, Training
 
 DEFAULTS = {"epochs": 90, "batch_size": 32, "lr": 0.0125, "warmup_epochs": 5.0}
 
@@ -341,59 +342,21 @@ def train(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress
     """The epochs: steps at the scheduled LR, then the summed loss, evaluation, the
     epoch line and a checkpoint. Stops early, with a checkpoint, when a requeue is
     agreed on."""
-    import torch
     from trainkit.loop import RequeueWatch
-    from trainkit.schedule import lr_at
 
     from hpcdl import requeue
 
-    rank, size, total_steps = t.backend.rank, t.backend.size, s.total_steps
     out = Outcome()
     watch = RequeueWatch(t.backend)
-    while progress.epoch < args.epochs and progress.global_step < total_steps:
+    while progress.epoch < args.epochs and progress.global_step < s.total_steps:
         epoch = progress.epoch
-        loader = data.loader(epoch, progress.step_in_epoch)
-        t.model.train()
-        sums = torch.zeros(3, dtype=torch.float64)  # loss*n, top-1 hits, n
-        epoch_start = time.monotonic()
-        for x, y in loader:
-            step_start = time.monotonic()
-            if out.first_step_at is None:
-                out.first_step_at = time.time()
-            lr = lr_at(
-                epoch,
-                progress.step_in_epoch,
-                data.steps_per_epoch,
-                base_lr=args.lr,
-                target_lr=s.target_lr,
-                warmup_epochs=args.warmup_epochs,
-                total_epochs=args.epochs,
-            )
-            loss, sync_seconds = t.step(x, y, lr, args.batches_per_allreduce, sums)
-            progress.step_in_epoch += 1
-            progress.global_step += 1
-            timing.add(data.batch * size, step_start, sync_seconds)
-            if args.log_every and progress.global_step % args.log_every == 0:
-                log(
-                    rank,
-                    f"  step {progress.global_step}/{total_steps} loss {float(loss.detach()):.4f} lr {lr:.5f}",
-                )
-            if args.checkpoint_every and progress.global_step % args.checkpoint_every == 0:
-                ckpt.save(t, progress)
-            if args.step_sleep:
-                time.sleep(args.step_sleep)
-            if watch.active and progress.global_step < total_steps \
-                    and watch.agreed(progress.global_step):
-                out.requeue = True
-                break
-            if progress.global_step >= total_steps:
-                break
+        sums, lr, epoch_start = train_epoch(args, t, s, progress, data, timing, ckpt, watch, out)
         if out.requeue:
             # Mid-epoch: the checkpoint keeps the position; the next attempt continues there.
             ckpt.save(t, progress)
             log(
-                rank,
-                f"requeue: stopped after step {progress.global_step}/{total_steps}, "
+                t.backend.rank,
+                f"requeue: stopped after step {progress.global_step}/{s.total_steps}, "
                 f"checkpoint {ckpt.last}; exiting {requeue.EXIT_REQUEUE} (requeue me)",
             )
             return out
@@ -408,7 +371,7 @@ def train(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress
         if not math.isfinite(out.final_loss):
             raise RuntimeError(f"epoch {epoch + 1}: training loss is {out.final_loss}")
         log(
-            rank,
+            t.backend.rank,
             (
                 f"epoch {epoch + 1}/{args.epochs}  step {progress.global_step}  loss {out.final_loss:.4f}  "
                 f"train top1 {100 * train_top1:.1f}%  val top1 {100 * out.top1:.1f}%  top5 {100 * out.top5:.1f}% "
@@ -420,6 +383,54 @@ def train(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress
             progress.step_in_epoch = 0
         ckpt.save(t, progress)
     return out
+
+
+def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress,
+                data: TrainData, timing: Timing, ckpt: Checkpoints, watch: RequeueWatch,
+                out: Outcome) -> tuple[torch.Tensor, float, float]:
+    """The steps of the current epoch (from where it stands), each at its scheduled LR.
+    Returns (this rank's loss*n, top-1 hits, n; the last LR; when the epoch began).
+    Sets ``out.requeue`` and stops when all ranks agree a requeue was asked for."""
+    import torch
+    from trainkit.schedule import lr_at
+
+    loader = data.loader(progress.epoch, progress.step_in_epoch)
+    t.model.train()
+    sums = torch.zeros(3, dtype=torch.float64)  # loss*n, top-1 hits, n
+    epoch_start = time.monotonic()
+    for x, y in loader:
+        step_start = time.monotonic()
+        if out.first_step_at is None:
+            out.first_step_at = time.time()
+        lr = lr_at(
+            progress.epoch,
+            progress.step_in_epoch,
+            data.steps_per_epoch,
+            base_lr=args.lr,
+            target_lr=s.target_lr,
+            warmup_epochs=args.warmup_epochs,
+            total_epochs=args.epochs,
+        )
+        loss, sync_seconds = t.step(x, y, lr, args.batches_per_allreduce, sums)
+        progress.step_in_epoch += 1
+        progress.global_step += 1
+        timing.add(data.batch * t.backend.size, step_start, sync_seconds)
+        if args.log_every and progress.global_step % args.log_every == 0:
+            log(
+                t.backend.rank,
+                f"  step {progress.global_step}/{s.total_steps} loss {float(loss.detach()):.4f} lr {lr:.5f}",
+            )
+        if args.checkpoint_every and progress.global_step % args.checkpoint_every == 0:
+            ckpt.save(t, progress)
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+        if watch.active and progress.global_step < s.total_steps \
+                and watch.agreed(progress.global_step):
+            out.requeue = True
+            break
+        if progress.global_step >= s.total_steps:
+            break
+    return sums, lr, epoch_start
 
 
 def header_line(args: argparse.Namespace, t: Training, s: RunSetup, data: TrainData,
