@@ -32,16 +32,14 @@ Quick CPU try:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import random
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import trainkit  # noqa: F401  (puts hpcdl on sys.path when run from a checkout)
 from trainkit.say import say
@@ -49,6 +47,11 @@ from trainkit.say import say
 from hpcdl.errors import HpcdlError, UserInputError
 from hpcdl.launch.world import World, detect_world
 from hpcdl.results.protocol import rank_line, result_line
+
+if TYPE_CHECKING:  # torch is imported only once the run starts
+    import torch
+    from torch.utils.data import DataLoader
+    from trainkit.loop import Checkpoints, Progress, RequeueWatch, Timing, TrainData, Training
 
 DEFAULTS = {"epochs": 90, "batch_size": 32, "lr": 0.0125, "warmup_epochs": 5.0}
 
@@ -167,17 +170,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-@dataclass
-class Progress:
-    """Where training stands; saved in checkpoints and broadcast on resume."""
-
-    epoch: int = 0
-    step_in_epoch: int = 0
-    global_step: int = 0
-    global_batch: int = 0
-    epoch_times: list[float] = field(default_factory=list)
-
-
 def log(rank: int, msg: str) -> None:
     if rank == 0:
         say(msg)
@@ -218,51 +210,27 @@ def prepare_data(args: argparse.Namespace, world: World) -> tuple[str | None, fl
     return str(path), seconds
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    wall_start = time.monotonic()
-    # Wall-clock stamps (this node's clock) for measuring start-up from outside:
-    # run() entered (imports done) and the first training step began.
-    started_at = time.time()
-    first_step_at: float | None = None
-    world = detect_world()
-    data_root, stage_seconds = prepare_data(args, world)
-    # Datasets are checked on every rank before any collective starts, so a bad path
-    # fails fast on all ranks with the same one-line message instead of a hang.
-    train_set, val_set, num_classes = build_datasets(args, data_root)
-
+def set_up(args: argparse.Namespace, world: World, num_classes: int) -> Training:
+    """Backend, model, optimizer (scaled LR, the backend's wrapper) and AMP scaler,
+    as a trainkit.loop.Training."""
     import torch
     from torch import nn
-    from torch.utils.data import DataLoader, Subset
-    from trainkit.checkpoint import load_checkpoint, load_latest_valid, save_checkpoint
-    from trainkit.data import ResumableDistributedSampler, even_shard
-    from trainkit.dist import init_backend, sync_figures
-    from trainkit.metrics import param_checksum, topk_correct
+    from trainkit.dist import init_backend
+    from trainkit.loop import Training
     from trainkit.resnet import build_model
-    from trainkit.schedule import lr_at, scaled_lr
-
-    from hpcdl import requeue
 
     cuda = torch.cuda.is_available()
     torch.set_num_threads(args.threads or default_threads(os.environ, world.local_size))
     backend = init_backend(args.backend, timeout_s=args.dist_timeout)
-    rank, size, device = backend.rank, backend.size, backend.device
     use_amp = cuda if args.amp == "auto" else args.amp == "on" and cuda
-    workers = (
-        args.workers
-        if args.workers is not None
-        else default_workers(os.environ, backend.local_size, cuda)
-    )
-
     # Same seed everywhere for the initial weights (rank 0's are broadcast anyway);
     # per-rank seeds for anything random on a rank (dropout, worker RNGs).
     torch.manual_seed(args.seed)
     model = build_model(args.arch, num_classes, zero_init_residual=args.zero_init_residual)
     memory_format = torch.channels_last if cuda else torch.contiguous_format
-    model = model.to(device, memory_format=memory_format)
-    torch.manual_seed(args.seed + rank)
-    random.seed(args.seed + rank)
-
-    target_lr = scaled_lr(args.lr, size, args.batches_per_allreduce, args.lr_scaling)
+    model = model.to(backend.device, memory_format=memory_format)
+    torch.manual_seed(args.seed + backend.rank)
+    random.seed(args.seed + backend.rank)
     optimizer: torch.optim.Optimizer = torch.optim.SGD(
         model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.wd
     )
@@ -273,304 +241,303 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         batches_per_allreduce=args.batches_per_allreduce,
     )
     scaler = torch.amp.GradScaler("cuda") if use_amp else None
+    return Training(backend=backend, model=model, train_model=train_model, optimizer=optimizer,
+                    scaler=scaler, criterion=nn.CrossEntropyLoss(),
+                    memory_format=memory_format, use_amp=use_amp, cuda=cuda)
 
-    global_batch = args.batch_size * args.batches_per_allreduce * size
+
+def resume(args: argparse.Namespace, t: Training, num_classes: int,
+           global_batch: int) -> tuple[Progress, str | None]:
+    """(Progress, checkpoint resumed from): rank 0 loads --resume's checkpoint (if any),
+    then its weights, optimizer state and position go to every rank, fresh or resumed."""
+    from trainkit.loop import Progress, find_resume_state
+
     progress = Progress(global_batch=global_batch)
     resumed_from = None
-    if args.resume and rank == 0:
-        path: Path | None = None
-        if args.resume == "latest":
-            # The newest checkpoint that loads: one damaged by a kill mid-write (or by a
-            # full disk) is skipped, with a line saying so, for the one before it.
-            found = load_latest_valid(args.checkpoint_dir)
-            if found is not None:
-                path, state, skipped = found
-                for why in skipped:
-                    say(f"resume: skipping damaged checkpoint {why}")
-        else:
-            path = Path(args.resume)
-            state = load_checkpoint(path)
-        if path is None:
-            say(f"resume: no checkpoint in {args.checkpoint_dir}; starting fresh")
-        else:
+    if args.resume and t.backend.rank == 0:
+        found = find_resume_state(args.resume, args.checkpoint_dir)
+        if found is not None:
+            path, state = found
             if state.get("arch") != args.arch or state.get("num_classes") != num_classes:
                 raise UserInputError(
                     f"--resume {path}: checkpoint is {state.get('arch')} with {state.get('num_classes')} "
                     f"classes, this run is {args.arch} with {num_classes}"
                 )
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            if scaler is not None and state.get("scaler"):
-                scaler.load_state_dict(state["scaler"])
-            progress = Progress(**state["progress"])
+            progress = t.load_state(state)
             resumed_from = str(path)
-    # Rank 0's weights, optimizer state and position go to every rank, whether fresh or resumed.
-    progress, resumed_from = backend.broadcast_state(model, optimizer, (progress, resumed_from))
+    progress, resumed_from = t.backend.broadcast_state(t.model, t.optimizer, (progress, resumed_from))
     if progress.global_batch != global_batch and progress.step_in_epoch:
         # The shards of a half-done epoch depend on the world size: restart at the next epoch.
         log(
-            rank,
+            t.backend.rank,
             f"resume: global batch {progress.global_batch} -> {global_batch}; continuing at the next epoch",
         )
         progress.epoch, progress.step_in_epoch = progress.epoch + 1, 0
     progress.global_batch = global_batch
+    return progress, resumed_from
 
+
+def load_data(args: argparse.Namespace, t: Training, train_set: Any,
+              val_set: Any) -> tuple[TrainData, DataLoader]:
+    """(TrainData, validation loader): this rank's shards and their loaders. Raises
+    UserInputError when a rank's shard holds less than one batch."""
+    from torch.utils.data import DataLoader, Subset
+    from trainkit.data import ResumableDistributedSampler, even_shard
+    from trainkit.loop import TrainData, worker_context
+
+    rank, size = t.backend.rank, t.backend.size
+    workers = (
+        args.workers
+        if args.workers is not None
+        else default_workers(os.environ, t.backend.local_size, t.cuda)
+    )
     sampler = ResumableDistributedSampler(
         train_set, num_replicas=size, rank=rank, shuffle=True, seed=args.seed, drop_last=True
     )
-    loader_batch = args.batch_size * args.batches_per_allreduce
-    steps_per_epoch = len(sampler) // loader_batch
-    if steps_per_epoch < 1:
+    data = TrainData(dataset=train_set, sampler=sampler,
+                     batch=args.batch_size * args.batches_per_allreduce, workers=workers,
+                     pin_memory=t.cuda)
+    if data.steps_per_epoch < 1:
         raise UserInputError(
             f"{len(train_set)} training images give each of {size} ranks {len(sampler)}, "
-            f"fewer than one batch of {loader_batch}",
+            f"fewer than one batch of {data.batch}",
             hint="lower --batch-size or use more images",
         )
-    total_steps = args.epochs * steps_per_epoch
-    if args.max_steps:
-        total_steps = min(total_steps, args.max_steps)
     val_loader = DataLoader(
         Subset(val_set, even_shard(len(val_set), size, rank)),
         batch_size=args.batch_size,
         num_workers=workers,
-        pin_memory=cuda,
+        pin_memory=t.cuda,
     )
-    loader_kwargs: dict[str, Any] = {}
-    if workers > 0 and args.backend == "horovod":
-        # Forking a process that has initialised MPI can crash with some fabrics
-        # (Horovod's own examples use forkserver for that reason).
-        import multiprocessing as mp
+    data.loader_kwargs = worker_context(workers, args.backend)
+    return data, val_loader
 
-        if "forkserver" in mp.get_all_start_methods():
-            loader_kwargs["multiprocessing_context"] = "forkserver"
 
-    criterion = nn.CrossEntropyLoss()
-    log(
-        rank,
-        (
-            f"hpcdl {args.backend}: {size} ranks on {backend.nodes} node(s) via {world.launcher}, "
-            f"device {device.type}, {args.arch} {args.image_size}px, global batch {global_batch}, "
-            f"lr {args.lr:g} -> {target_lr:g} ({args.lr_scaling}, warm-up {args.warmup_epochs:g} epochs), "
-            f"{steps_per_epoch} steps/epoch, {total_steps} steps, workers {workers}, "
-            f"threads {torch.get_num_threads()}, amp {'on' if use_amp else 'off'}"
-            + (
-                f", resumed from {resumed_from} at step {progress.global_step}"
-                if resumed_from
-                else ""
-            )
-        ),
-    )
+@dataclass
+class RunSetup:
+    """What run() decided before the first step (the first line and the result say it)."""
 
-    ckpt_path: str | None = None
+    world: World
+    data_root: str | None
+    stage_seconds: float | None
+    global_batch: int
+    target_lr: float
+    total_steps: int = 0
+    resumed_from: str | None = None
 
-    def checkpoint() -> None:
-        nonlocal ckpt_path
-        if rank != 0 or not args.checkpoint_dir:
-            return
-        state = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scaler": scaler.state_dict() if scaler is not None else None,
-            "progress": progress.__dict__,
-            "arch": args.arch,
-            "num_classes": num_classes,
-            "image_size": args.image_size,
-            "world_size": size,
-        }
-        ckpt_path = str(
-            save_checkpoint(
-                args.checkpoint_dir, progress.global_step, state, keep=args.keep_checkpoints
-            )
-        )
 
-    def evaluate() -> tuple[float, float, int]:
-        model.eval()
-        counts = torch.zeros(3, dtype=torch.float64)
-        with torch.no_grad():
-            for i, (x, y) in enumerate(val_loader):
-                if args.val_batches and i >= args.val_batches:
-                    break
-                x = x.to(device, non_blocking=True, memory_format=memory_format)
-                y = y.to(device, non_blocking=True)
-                with torch.autocast(device.type, enabled=use_amp):
-                    out = model(x)  # the bare module: DDP's forward would sync buffers
-                c1, c5 = topk_correct(out.float(), y)
-                counts += torch.tensor([c1, c5, len(y)], dtype=torch.float64)
-        counts = backend.allreduce_sum(counts, name=f"val.{progress.epoch}.{progress.global_step}")
-        n = max(1.0, float(counts[2]))
-        return float(counts[0]) / n, float(counts[1]) / n, int(counts[2])
+@dataclass
+class Outcome:
+    """What the training loop ends with."""
 
-    final_loss = math.nan
-    top1 = top5 = None
-    timed_images = 0
-    timed_seconds = 0.0
-    timed_sync = 0.0  # of timed_seconds, waiting for gradient synchronisation
-    steps_this_run = 0
-    n_chunks = args.batches_per_allreduce
-    # Requeue contract (hpcdl/requeue.py): the batch shell creates $HPCDL_REQUEUE_FLAG on
-    # Slurm's signal; SIGTERM/SIGUSR2 reaching a rank only set a flag too. Checked after
-    # every step, agreed on by all ranks (one tiny allreduce), acted on outside any handler.
-    watch_requeue = bool(os.environ.get(requeue.FLAG_ENV))
-    if watch_requeue:
-        requeue.watch_signals()
-    stop_requested = False
-    while progress.epoch < args.epochs and progress.global_step < total_steps:
+    final_loss: float = math.nan
+    top1: float | None = None
+    top5: float | None = None
+    requeue: bool = False  # stopped for a requeue (checkpoint written)
+    first_step_at: float | None = None  # wall clock: the first step began
+
+
+def train(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress,
+          data: TrainData, val_loader: DataLoader, timing: Timing, ckpt: Checkpoints) -> Outcome:
+    """The epochs: steps at the scheduled LR, then the summed loss, evaluation, the
+    epoch line and a checkpoint. Stops early, with a checkpoint, when a requeue is
+    agreed on."""
+    from trainkit.loop import RequeueWatch
+
+    from hpcdl import requeue
+
+    out = Outcome()
+    watch = RequeueWatch(t.backend)
+    while progress.epoch < args.epochs and progress.global_step < s.total_steps:
         epoch = progress.epoch
-        sampler.set_position(epoch, progress.step_in_epoch * loader_batch)
-        train_set.set_epoch(epoch)
-        loader = DataLoader(
-            train_set,
-            batch_size=loader_batch,
-            sampler=sampler,
-            num_workers=workers,
-            pin_memory=cuda,
-            drop_last=True,
-            **loader_kwargs,
-        )
-        model.train()
-        sums = torch.zeros(3, dtype=torch.float64)  # loss*n, top-1 hits, n
-        epoch_start = time.monotonic()
-        for x, y in loader:
-            step_start = time.monotonic()
-            if first_step_at is None:
-                first_step_at = time.time()
-            lr = lr_at(
-                epoch,
-                progress.step_in_epoch,
-                steps_per_epoch,
-                base_lr=args.lr,
-                target_lr=target_lr,
-                warmup_epochs=args.warmup_epochs,
-                total_epochs=args.epochs,
-            )
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.zero_grad()
-            x = x.to(device, non_blocking=True, memory_format=memory_format)
-            y = y.to(device, non_blocking=True)
-            # --batches-per-allreduce: k sub-batches, gradients accumulated locally; only
-            # the last backward pass communicates (Horovod counts passes, DDP via no_sync).
-            for i, (xs, ys) in enumerate(zip(x.chunk(n_chunks), y.chunk(n_chunks), strict=True)):
-                sync = (
-                    contextlib.nullcontext() if i == n_chunks - 1 else backend.no_sync(train_model)
-                )
-                with sync:
-                    with torch.autocast(device.type, enabled=use_amp):
-                        out = train_model(xs)
-                        loss = criterion(out, ys)
-                    scaled = loss / n_chunks
-                    backend.backward(scaler.scale(scaled) if scaler is not None else scaled)
-                sums += torch.tensor(
-                    [
-                        float(loss.detach()) * len(ys),
-                        topk_correct(out.detach().float(), ys, (1,))[0],
-                        len(ys),
-                    ],
-                    dtype=torch.float64,
-                )
-            sync_seconds = backend.synchronize_then_step(optimizer, scaler)
-            progress.step_in_epoch += 1
-            progress.global_step += 1
-            steps_this_run += 1
-            if cuda:
-                torch.cuda.synchronize()
-            # Throughput leaves out each run's first step (allocator and thread-pool warm-up).
-            if steps_this_run > 1:
-                timed_images += loader_batch * size
-                timed_seconds += time.monotonic() - step_start
-                timed_sync += sync_seconds
-            if args.log_every and progress.global_step % args.log_every == 0:
-                log(
-                    rank,
-                    f"  step {progress.global_step}/{total_steps} loss {float(loss.detach()):.4f} lr {lr:.5f}",
-                )
-            if args.checkpoint_every and progress.global_step % args.checkpoint_every == 0:
-                checkpoint()
-            if args.step_sleep:
-                time.sleep(args.step_sleep)
-            if watch_requeue and progress.global_step < total_steps:
-                asked = torch.tensor([1.0 if requeue.requested() else 0.0], dtype=torch.float64)
-                asked = backend.allreduce_sum(asked, name=f"requeue.{progress.global_step}")
-                if float(asked[0]) > 0:
-                    stop_requested = True
-                    break
-            if progress.global_step >= total_steps:
-                break
-        if stop_requested:
+        sums, lr, epoch_start = train_epoch(args, t, s, progress, data, timing, ckpt, watch, out)
+        if out.requeue:
             # Mid-epoch: the checkpoint keeps the position; the next attempt continues there.
-            checkpoint()
+            ckpt.save(t, progress)
             log(
-                rank,
-                f"requeue: stopped after step {progress.global_step}/{total_steps}, "
-                f"checkpoint {ckpt_path}; exiting {requeue.EXIT_REQUEUE} (requeue me)",
+                t.backend.rank,
+                f"requeue: stopped after step {progress.global_step}/{s.total_steps}, "
+                f"checkpoint {ckpt.last}; exiting {requeue.EXIT_REQUEUE} (requeue me)",
             )
-            backend.barrier()
-            backend.shutdown()
-            return {"rank": rank, "requeue": True, "result": {}}
+            return out
         epoch_time = time.monotonic() - epoch_start
-        sums = backend.allreduce_sum(sums, name=f"train.{epoch}.{progress.global_step}")
+        sums = t.backend.allreduce_sum(sums, name=f"train.{epoch}.{progress.global_step}")
         n = max(1.0, float(sums[2]))
-        final_loss = float(sums[0]) / n
+        out.final_loss = float(sums[0]) / n
         train_top1 = float(sums[1]) / n
-        top1, top5, n_val = evaluate()
-        # A resumed epoch adds its remaining time to what the first run measured.
-        if len(progress.epoch_times) > epoch:
-            progress.epoch_times[epoch] = round(progress.epoch_times[epoch] + epoch_time, 4)
-        else:
-            progress.epoch_times.append(round(epoch_time, 4))
-        if not math.isfinite(final_loss):
-            raise RuntimeError(f"epoch {epoch + 1}: training loss is {final_loss}")
+        out.top1, out.top5, n_val = t.evaluate(
+            val_loader, args.val_batches, name=f"val.{progress.epoch}.{progress.global_step}")
+        progress.add_epoch_time(epoch, epoch_time)
+        if not math.isfinite(out.final_loss):
+            raise RuntimeError(f"epoch {epoch + 1}: training loss is {out.final_loss}")
         log(
-            rank,
+            t.backend.rank,
             (
-                f"epoch {epoch + 1}/{args.epochs}  step {progress.global_step}  loss {final_loss:.4f}  "
-                f"train top1 {100 * train_top1:.1f}%  val top1 {100 * top1:.1f}%  top5 {100 * top5:.1f}% "
+                f"epoch {epoch + 1}/{args.epochs}  step {progress.global_step}  loss {out.final_loss:.4f}  "
+                f"train top1 {100 * train_top1:.1f}%  val top1 {100 * out.top1:.1f}%  top5 {100 * out.top5:.1f}% "
                 f"({n_val} images)  lr {lr:.5f}  {epoch_time:.2f} s"
             ),
         )
-        if progress.step_in_epoch >= steps_per_epoch:
+        if progress.step_in_epoch >= data.steps_per_epoch:
             progress.epoch += 1
             progress.step_in_epoch = 0
-        checkpoint()
+        ckpt.save(t, progress)
+    return out
 
-    checksum = param_checksum(model)
-    say(rank_line(rank, checksum))
-    everyone = backend.allgather_object(checksum, name="final_checksum")
-    images_per_sec = timed_images / timed_seconds if timed_seconds > 0 else None
-    timed_steps = max(0, steps_this_run - 1)
-    sync = sync_figures(backend, timed_steps, timed_seconds, timed_sync)
-    result = {
+
+def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress,
+                data: TrainData, timing: Timing, ckpt: Checkpoints, watch: RequeueWatch,
+                out: Outcome) -> tuple[torch.Tensor, float, float]:
+    """The steps of the current epoch (from where it stands), each at its scheduled LR.
+    Returns (this rank's loss*n, top-1 hits, n; the last LR; when the epoch began).
+    Sets ``out.requeue`` and stops when all ranks agree a requeue was asked for."""
+    import torch
+    from trainkit.schedule import lr_at
+
+    loader = data.loader(progress.epoch, progress.step_in_epoch)
+    t.model.train()
+    sums = torch.zeros(3, dtype=torch.float64)  # loss*n, top-1 hits, n
+    epoch_start = time.monotonic()
+    for x, y in loader:
+        step_start = time.monotonic()
+        if out.first_step_at is None:
+            out.first_step_at = time.time()
+        lr = lr_at(
+            progress.epoch,
+            progress.step_in_epoch,
+            data.steps_per_epoch,
+            base_lr=args.lr,
+            target_lr=s.target_lr,
+            warmup_epochs=args.warmup_epochs,
+            total_epochs=args.epochs,
+        )
+        loss, sync_seconds = t.step(x, y, lr, args.batches_per_allreduce, sums)
+        progress.step_in_epoch += 1
+        progress.global_step += 1
+        timing.add(data.batch * t.backend.size, step_start, sync_seconds)
+        if args.log_every and progress.global_step % args.log_every == 0:
+            log(
+                t.backend.rank,
+                f"  step {progress.global_step}/{s.total_steps} loss {float(loss.detach()):.4f} lr {lr:.5f}",
+            )
+        if args.checkpoint_every and progress.global_step % args.checkpoint_every == 0:
+            ckpt.save(t, progress)
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+        if watch.active and progress.global_step < s.total_steps \
+                and watch.agreed(progress.global_step):
+            out.requeue = True
+            break
+        if progress.global_step >= s.total_steps:
+            break
+    return sums, lr, epoch_start
+
+
+def header_line(args: argparse.Namespace, t: Training, s: RunSetup, data: TrainData,
+                progress: Progress) -> str:
+    """Rank 0's first line: the run's shape and settings."""
+    import torch
+
+    return (
+        f"hpcdl {args.backend}: {t.backend.size} ranks on {t.backend.nodes} node(s) via {s.world.launcher}, "
+        f"device {t.device.type}, {args.arch} {args.image_size}px, global batch {s.global_batch}, "
+        f"lr {args.lr:g} -> {s.target_lr:g} ({args.lr_scaling}, warm-up {args.warmup_epochs:g} epochs), "
+        f"{data.steps_per_epoch} steps/epoch, {s.total_steps} steps, workers {data.workers}, "
+        f"threads {torch.get_num_threads()}, amp {'on' if t.use_amp else 'off'}"
+        + (
+            f", resumed from {s.resumed_from} at step {progress.global_step}"
+            if s.resumed_from
+            else ""
+        )
+    )
+
+
+def result_record(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress,
+                  out: Outcome, timing: Timing, checkpoint: str | None,
+                  started: tuple[float, float]) -> dict[str, Any]:
+    """The final weights' checksum line (every rank), then the ``hpcdl_result`` record
+    (collectives: every rank calls this). ``started``: (time.monotonic(), time.time())
+    when run() began."""
+    from trainkit.dist import sync_figures
+    from trainkit.metrics import param_checksum
+
+    size = t.backend.size
+    checksum = param_checksum(t.model)
+    say(rank_line(t.backend.rank, checksum))
+    everyone = t.backend.allgather_object(checksum, name="final_checksum")
+    images_per_sec = timing.images_per_sec
+    sync = sync_figures(t.backend, timing.timed_steps, timing.seconds, timing.sync)
+    return {
         "backend": args.backend,
         "arch": args.arch,
-        "launcher": world.launcher,
+        "launcher": s.world.launcher,
         "world_size": size,
-        "nodes": backend.nodes,
-        "device": device.type,
-        "amp": use_amp,
+        "nodes": t.backend.nodes,
+        "device": t.device.type,
+        "amp": t.use_amp,
         "image_size": args.image_size,
-        "global_batch": global_batch,
-        "lr": target_lr,
+        "global_batch": s.global_batch,
+        "lr": s.target_lr,
         "images_per_sec": round(images_per_sec, 2) if images_per_sec else None,
         "images_per_sec_per_rank": round(images_per_sec / size, 2) if images_per_sec else None,
         "epoch_times": progress.epoch_times,
         **sync,
-        "final_loss": final_loss,
-        "top1": top1,
-        "top5": top5,
-        "checkpoint": ckpt_path,
-        "resumed_from": resumed_from,
+        "final_loss": out.final_loss,
+        "top1": out.top1,
+        "top5": out.top5,
+        "checkpoint": checkpoint,
+        "resumed_from": s.resumed_from,
         "param_checksum": checksum,
         "ranks_agree": len(set(everyone)) == 1,
         "steps": progress.global_step,
-        "steps_this_run": steps_this_run,
-        "data": "synthetic" if args.synthetic else data_root,
-        "stage_seconds": round(stage_seconds, 3) if stage_seconds is not None else None,
-        "wall_time": round(time.monotonic() - wall_start, 3),
-        "started_at": round(started_at, 3),
-        "first_step_at": round(first_step_at, 3) if first_step_at is not None else None,
+        "steps_this_run": timing.steps,
+        "data": "synthetic" if args.synthetic else s.data_root,
+        "stage_seconds": round(s.stage_seconds, 3) if s.stage_seconds is not None else None,
+        "wall_time": round(time.monotonic() - started[0], 3),
+        "started_at": round(started[1], 3),
+        "first_step_at": round(out.first_step_at, 3) if out.first_step_at is not None else None,
     }
-    backend.barrier()
-    backend.shutdown()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Train as ``args`` say. Returns {"rank", "result"} (rank 0's result is printed by
+    main), or {"rank", "requeue": True} when stopped for a requeue. Raises HpcdlError
+    (one-line messages) for bad data or settings."""
+    # Wall-clock stamps (this node's clock) for measuring start-up from outside:
+    # run() entered (imports done) and the first training step began.
+    started = (time.monotonic(), time.time())
+    world = detect_world()
+    data_root, stage_seconds = prepare_data(args, world)
+    # Datasets are checked on every rank before any collective starts, so a bad path
+    # fails fast on all ranks with the same one-line message instead of a hang.
+    train_set, val_set, num_classes = build_datasets(args, data_root)
+
+    from trainkit.loop import Checkpoints, Timing
+    from trainkit.schedule import scaled_lr
+
+    t = set_up(args, world, num_classes)
+    rank, size = t.backend.rank, t.backend.size
+    s = RunSetup(world, data_root, stage_seconds,
+                 global_batch=args.batch_size * args.batches_per_allreduce * size,
+                 target_lr=scaled_lr(args.lr, size, args.batches_per_allreduce, args.lr_scaling))
+    progress, s.resumed_from = resume(args, t, num_classes, s.global_batch)
+    data, val_loader = load_data(args, t, train_set, val_set)
+    s.total_steps = args.epochs * data.steps_per_epoch
+    if args.max_steps:
+        s.total_steps = min(s.total_steps, args.max_steps)
+    log(rank, header_line(args, t, s, data, progress))
+
+    timing = Timing()
+    ckpt = Checkpoints(args.checkpoint_dir, args.keep_checkpoints, rank, meta={
+        "arch": args.arch, "num_classes": num_classes, "image_size": args.image_size,
+        "world_size": size})
+    out = train(args, t, s, progress, data, val_loader, timing, ckpt)
+    result = None if out.requeue else result_record(args, t, s, progress, out, timing,
+                                                    ckpt.last, started)
+    t.backend.barrier()
+    t.backend.shutdown()
+    if result is None:
+        return {"rank": rank, "requeue": True, "result": {}}
     return {"rank": rank, "result": result}
 
 

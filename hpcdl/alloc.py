@@ -19,7 +19,7 @@ from hpcdl.plan import (
     scheduler_options,
 )
 from hpcdl.profiles.schema import Profile
-from hpcdl.render import render_template, shell_join
+from hpcdl.templating import render_template, shell_join
 
 
 @dataclass(frozen=True)

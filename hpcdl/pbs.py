@@ -15,8 +15,8 @@ import re
 
 from hpcdl.errors import UserInputError, ValidationError
 from hpcdl.profiles.schema import Partition, Profile
-from hpcdl.render import Raw
 from hpcdl.slurmtime import parse_time
+from hpcdl.templating import Raw
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.+\-]+")
 _PATH = re.compile(r"/?[A-Za-z0-9_.+\-]+(?:/[A-Za-z0-9_.+\-]+)*/?")

@@ -20,10 +20,10 @@ from hpcdl.hang import HANG_ACTIONS
 from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME, rank_env_script
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.profiles.schema import Partition, Profile
-from hpcdl.render import Raw, render_template, shell_join
 from hpcdl.requeue import CHECKPOINT_ENV, EXIT_REQUEUE, FLAG_ENV, FLAG_NAME, wait_seconds
 from hpcdl.resources import PACKAGE_DIR, examples_dir
 from hpcdl.slurmtime import format_time, parse_time
+from hpcdl.templating import Raw, render_template, shell_join
 from hpcdl.tokens import BIND, CONTROL, ENV_NAME, NAME, PATH, REQUEUE_SIGNAL, Kind, check_token
 
 # Values Slurm's #SBATCH parser takes as they are; others go in double quotes.

@@ -19,8 +19,8 @@
         hang/          what the hang watchdog collected: stacks-<node>.txt (py-spy's dumps),
                        diagnosis.json and diagnosis.txt
 
-``RunDir`` owns these paths and reads and writes the records (job.json as a
-JobRecord, result.json as hpcdl.results.record.ResultRecord). The job script names
+``RunDir`` owns these paths and reads and writes the records (plan.json read as a
+PlanRecord, job.json as a JobRecord, result.json as hpcdl.results.record.ResultRecord). The job script names
 two of them itself, ``slurm-%j.out/.err`` and ``checkpoints/`` (hpcdl.plan renders
 them; RunDir.logs and RunDir.checkpoints follow the same names). The root is ``$HPCDL_RUNS`` or ``./runs``. Every file hpcdl writes here is written
 atomically (temp file + rename), so a reader never sees half a file.
@@ -33,7 +33,7 @@ import os
 import re
 import secrets
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,49 @@ def create_run_dir(job_name: str, root: Path | None = None) -> RunDir:
         except FileExistsError:
             continue
     raise OSError(f"could not create a unique run directory under {(root or runs_root())}")
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """plan.json as it is read back: the submitted JobPlan's ``to_dict()`` (hpcdl.plan
+    writes it). The shape of the job is typed and checked; ``data`` keeps the whole
+    object for anything else (older or newer hpcdl versions may differ in other keys)."""
+
+    nodes: int
+    gpus_per_node: int
+    ntasks: int
+    job_name: str = ""
+    backend: str = ""
+    profile: str = ""
+    partition: str = ""
+    image: str | None = None
+    data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> PlanRecord:
+        """Raises ValueError naming the key when ``data`` is not a plan record."""
+        if not isinstance(data, dict):
+            raise ValueError("not a plan record (not a JSON object)")
+
+        def count(key: str) -> int:
+            value = data.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{key}: {value!r} is not a count")
+            return value
+
+        def text(key: str) -> str:
+            value = data.get(key, "")
+            if not isinstance(value, str):
+                raise ValueError(f"{key}: {value!r} is not a string")
+            return value
+
+        image = data.get("image")
+        if image is not None and not isinstance(image, str):
+            raise ValueError(f"image: {image!r} is not a string")
+        return cls(nodes=count("nodes"), gpus_per_node=count("gpus_per_node"),
+                   ntasks=count("ntasks"), job_name=text("job_name"), backend=text("backend"),
+                   profile=text("profile"), partition=text("partition"), image=image,
+                   data=dict(data))
 
 
 @dataclass(frozen=True)
@@ -245,12 +288,14 @@ class RunDir:
         write_json_atomic(self.plan_file, plan)
         return self.script
 
-    def read_plan(self) -> dict[str, Any]:
-        """plan.json (JobPlan.to_dict()). Raises OSError, ValueError."""
+    def read_plan(self) -> PlanRecord:
+        """plan.json as a PlanRecord. Raises OSError (unreadable), ValueError (not JSON,
+        or not a plan record; the message names the file and the key)."""
         data = json.loads(self.plan_file.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            raise ValueError(f"{self.plan_file}: not a JSON object")
-        return data
+        try:
+            return PlanRecord.from_dict(data)
+        except ValueError as exc:
+            raise ValueError(f"{self.plan_file}: {exc}") from None
 
     def record_inputs(self, profile: dict[str, Any], image: str | None) -> None:
         """profile.yaml, and for a containerised job image.json (+ image.def): with the

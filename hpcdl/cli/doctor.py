@@ -63,13 +63,10 @@ def doctor(image: str | None, profile: str | None, as_json: bool) -> None:
       hpcdl doctor
       hpcdl doctor --image /var/cache/hpcdl/images/pytorch-horovod-cpu.sif -p sandbox
     """
-    from hpcdl.container.doctor import (
-        host_facts,
-        image_facts,
-        profile_facts,
-        report,
-        verdicts,
-    )
+    from hpcdl.doctor.host import host_facts
+    from hpcdl.doctor.image import ImageFacts, image_facts
+    from hpcdl.doctor.profile import profile_facts
+    from hpcdl.doctor.verdicts import report, verdicts
 
     prof = profile_facts(profile) if profile else None
     binary = None
@@ -81,8 +78,6 @@ def doctor(image: str | None, profile: str | None, as_json: bool) -> None:
     host = host_facts(binary)
     img = image_facts(image, binary) if image and host.runtime else None
     if image and not host.runtime:
-        from hpcdl.container.doctor import ImageFacts
-
         img = ImageFacts(path=image, error="no container runtime to look inside it")
     checks = verdicts(host, img, prof)
     if as_json:
@@ -136,7 +131,7 @@ def inspect(image: str, as_json: bool) -> None:
         _inspect_definition(image, as_json)
         return
 
-    from hpcdl.container.doctor import image_facts, require_image
+    from hpcdl.doctor.image import image_facts, require_image
 
     facts = image_facts(require_image(image))
     if as_json:

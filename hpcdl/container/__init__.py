@@ -1,6 +1,6 @@
-"""Container images: spec schema, definition rendering, builds, and the image doctor.
+"""Container images: spec schema, definition rendering and builds.
 
-spec.py (typed YAML specs) -> render.py (pure: spec -> definition text) -> build.py
+spec.py (typed YAML specs) -> definition.py (pure: spec -> definition text) -> build.py
 (plan, then an atomic, logged, content-hashed build) ; runtime.py finds apptainer or
-singularity ; doctor.py gathers host/image facts and turns them into verdicts.
+singularity. The doctor (host/image facts and verdicts) is hpcdl.doctor.
 """

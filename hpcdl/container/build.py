@@ -36,6 +36,7 @@ from typing import Any
 
 from hpcdl import proc
 from hpcdl.atomic import write_json_atomic
+from hpcdl.container.definition import RenderContext, cache_dir, render_definition
 from hpcdl.container.hashing import (
     content_hash,
     previous_digests,
@@ -43,7 +44,6 @@ from hpcdl.container.hashing import (
     sidecar,
 )
 from hpcdl.container.recipes import convert_dockerfile, dockerfile_name, is_dockerfile
-from hpcdl.container.render import RenderContext, cache_dir, render_definition
 from hpcdl.container.runtime import Runtime, find_runtime, runtime_env
 from hpcdl.container.spec import ImageSpec, find_spec, load_spec
 from hpcdl.errors import BuildError, ToolError, UserInputError
@@ -190,6 +190,64 @@ def _check_wheelhouse(spec: ImageSpec, files: list[tuple[str, str]]) -> None:
             )
 
 
+@dataclass(frozen=True)
+class _Recipe:
+    """What one kind of build input gives: the definition and what it copies in."""
+
+    text: str  # the definition that is built (and shown by --dry-run)
+    hash_text: str  # what is hashed: ``text``, or a spec rendered without machine paths
+    files: list[tuple[str, str]]  # (host source, path in image) from %files
+    workdir: Path  # where relative %files paths resolve
+    name: str
+    source: str  # the file the recipe came from
+    compression: str | None = None  # a spec's squashfs compression
+
+
+def _recipe_from_dockerfile(path: Path, base_image: str | None) -> _Recipe:
+    """A Dockerfile, converted with spython (``base_image`` replaces its FROM)."""
+    # The converted definition is the recipe: shown by --dry-run, hashed like any
+    # other; COPY sources resolve in the Dockerfile's folder (the build context).
+    text = convert_dockerfile(path, base_image=base_image)
+    workdir = path.resolve().parent
+    return _Recipe(text=text, hash_text=text, files=files_of_definition(text, workdir),
+                   workdir=workdir, name=dockerfile_name(path), source=str(path))
+
+
+def _recipe_from_definition(path: Path) -> _Recipe:
+    """A definition file, built as it is."""
+    text = read_text(path, kind="definition")
+    workdir = path.resolve().parent
+    return _Recipe(text=text, hash_text=text, files=files_of_definition(text, workdir),
+                   workdir=workdir, name=path.stem if path.suffix == ".def" else path.name.lower(),
+                   source=str(path))
+
+
+def _recipe_from_spec(ref: str) -> _Recipe:
+    """An image spec (a YAML file or a bundled spec name), rendered to a definition."""
+    spec_path = find_spec(ref)
+    spec = load_spec(spec_path)
+    ctx = RenderContext(spec_dir=str(spec_path.resolve().parent))
+    rendered = render_definition(spec, ctx)
+    files = list(rendered.files)
+    _check_wheelhouse(spec, files)
+    return _Recipe(text=rendered.text, hash_text=render_definition(spec, HASH_CONTEXT).text,
+                   files=files, workdir=spec_path.resolve().parent, name=spec.name,
+                   source=str(spec_path), compression=spec.compression)
+
+
+def _recipe(ref: str, base_image: str | None) -> _Recipe:
+    """Dispatch on the kind of ``ref``: Dockerfile, definition file, else an image spec."""
+    path = Path(ref).expanduser()
+    dockerfile = path.is_file() and is_dockerfile(path)
+    if base_image and not dockerfile:
+        raise UserInputError(f"base-image: only applies to a Dockerfile, not to '{ref}'")
+    if dockerfile:
+        return _recipe_from_dockerfile(path, base_image)
+    if path.is_file() and _is_definition(path):
+        return _recipe_from_definition(path)
+    return _recipe_from_spec(ref)
+
+
 def plan_build(
     ref: str,
     *,
@@ -210,64 +268,21 @@ def plan_build(
     """
     if sandbox and remote:
         raise UserInputError("--sandbox and --remote cannot be combined (remote builds give a SIF)")
-    path = Path(ref).expanduser()
-    dockerfile = path.is_file() and is_dockerfile(path)
-    if base_image and not dockerfile:
-        raise UserInputError(f"base-image: only applies to a Dockerfile, not to '{ref}'")
-    if dockerfile:
-        # The converted definition is the recipe: shown by --dry-run, hashed like any
-        # other; COPY sources resolve in the Dockerfile's folder (the build context).
-        text = convert_dockerfile(path, base_image=base_image)
-        workdir = path.resolve().parent
-        name = dockerfile_name(path)
-        files = files_of_definition(text, workdir)
-        hash_text = text
-        source = str(path)
-        compression = None
-    elif path.is_file() and _is_definition(path):
-        text = read_text(path, kind="definition")
-        workdir = path.resolve().parent
-        name = path.stem if path.suffix == ".def" else path.name.lower()
-        files = files_of_definition(text, workdir)
-        hash_text = text
-        source = str(path)
-        compression = None
-    else:
-        spec_path = find_spec(ref)
-        spec = load_spec(spec_path)
-        ctx = RenderContext(spec_dir=str(spec_path.resolve().parent))
-        rendered = render_definition(spec, ctx)
-        text = rendered.text
-        files = list(rendered.files)
-        _check_wheelhouse(spec, files)
-        workdir = spec_path.resolve().parent
-        name = spec.name
-        hash_text = render_definition(spec, HASH_CONTEXT).text
-        source = str(spec_path)
-        compression = spec.compression
-
-    out = Path(output).expanduser() if output else default_output(name, sandbox)
-    out = out.absolute()
-    options: list[str] = []
-    if sandbox:
-        options.append("--sandbox")
-    if fakeroot:
-        options.append("--fakeroot")
-    if remote:
-        options.append("--remote")
+    recipe = _recipe(ref, base_image)
+    out = (Path(output).expanduser() if output else default_output(recipe.name, sandbox)).absolute()
     # A directory (--sandbox) image is not compressed at all.
-    squash = f"-comp {compression}" if compression and not sandbox else None
-    if squash:
-        options += ["--mksquashfs-args", squash]
-    options.extend(extra_options)
+    squash = f"-comp {recipe.compression}" if recipe.compression and not sandbox else None
+    options = (["--sandbox"] if sandbox else []) + (["--fakeroot"] if fakeroot else []) \
+        + (["--remote"] if remote else []) + (["--mksquashfs-args", squash] if squash else []) \
+        + list(extra_options)
 
-    inputs = files + _localimage_source(text, workdir)
+    inputs = recipe.files + _localimage_source(recipe.text, recipe.workdir)
     for src, _dst in inputs:
         if not Path(src).exists():
-            raise BuildError(f"{source}: file to copy in does not exist: {src}")
+            raise BuildError(f"{recipe.source}: file to copy in does not exist: {src}")
     record = read_record(sidecar(out, ".hash"))
     digest = content_hash(
-        hash_text,
+        recipe.hash_text,
         inputs,
         options=(["sandbox"] if sandbox else []) + ([squash] if squash else []),
         previous=previous_digests(record),
@@ -277,18 +292,18 @@ def plan_build(
     )
     return BuildPlan(
         reasons=tuple(rebuild_reasons(record, digest.record(), out, sandbox)),
-        source=source,
-        name=name,
-        definition=text,
+        source=recipe.source,
+        name=recipe.name,
+        definition=recipe.text,
         output=out,
         sandbox=sandbox,
         argv_options=tuple(options),
-        files=tuple(files),
+        files=tuple(recipe.files),
         content_hash=digest.digest,
-        record=digest.record(spec=name, source=source),
+        record=digest.record(spec=recipe.name, source=recipe.source),
         up_to_date=up_to_date,
         force=force,
-        workdir=workdir,
+        workdir=recipe.workdir,
     )
 
 

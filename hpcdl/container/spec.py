@@ -37,9 +37,6 @@ from hpcdl.tokens import (
 )
 from hpcdl.yamlmodel import load_yaml_model, parse_yaml_model
 
-# ${HPCDL_CACHE} and ${HPCDL_PROJECT} are the only variables a path may use, so a
-# spec never hard-codes a path of one machine and renders the same everywhere.
-PATH_VARIABLES = ("HPCDL_CACHE", "HPCDL_PROJECT")
 _FRAMEWORKS: tuple[Literal["pytorch"], ...] = ("pytorch",)
 _CONTROLLERS: tuple[Literal["mpi", "gloo"], ...] = ("mpi", "gloo")
 

@@ -223,8 +223,8 @@ def run_dir_entry(path: Path) -> PointEntry:
         raise ValidationError(f"{path}: neither a sweep directory (sweep.json) nor a run "
                               f"directory (plan.json): {exc}") from exc
     job = run.read_job()
-    return PointEntry(label=run.name, backend=plan.get("backend", ""), batch_size=None,
-                      nodes=plan["nodes"], gpus=plan["gpus_per_node"], ranks=plan["ntasks"],
+    return PointEntry(label=run.name, backend=plan.backend, batch_size=None,
+                      nodes=plan.nodes, gpus=plan.gpus_per_node, ranks=plan.ntasks,
                       job_id=job.job_id if job else None, run_dir=run.name)
 
 

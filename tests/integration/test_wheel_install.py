@@ -60,6 +60,11 @@ def test_fresh_venv_install_runs_from_any_directory(installed: tuple[Path, Path]
                            capture_output=True, text=True, timeout=60, cwd=elsewhere)
     path, no_torch = where.stdout.split()
     assert Path(path).is_relative_to(env_dir) and no_torch == "True"
+    # The doctor's in-image probe is package data the installed wheel carries.
+    probe = subprocess.run([str(py), "-c", "from hpcdl.doctor.image import probe_source; "
+                            "s = probe_source(); print('def main()' in s, 'HPCDL_PROBE' in s)"],
+                           capture_output=True, text=True, timeout=60, cwd=elsewhere)
+    assert probe.returncode == 0 and probe.stdout.split() == ["True", "True"], probe.stderr
     assert list(elsewhere.iterdir()) == []
     # The sandbox profile's example defaults name a bundled example: the wheel's own.
     sandbox = subprocess.run([str(env_dir / "bin" / "hpcdl"), "submit", "-p", "sandbox", "-N", "2",

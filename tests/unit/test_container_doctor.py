@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdl.container.doctor import (
-    HostFacts,
-    ImageFacts,
-    ProfileFacts,
-    Verdict,
+from hpcdl.container.runtime import missing_capabilities, parse_version
+from hpcdl.doctor.host import HostFacts
+from hpcdl.doctor.image import ImageFacts, apply_probe, probe_source
+from hpcdl.doctor.parse import (
     parse_horovod_cb,
     parse_mpi_version,
     parse_shared_loop_devices,
     parse_srun_mpi_list,
-    verdicts,
 )
-from hpcdl.container.runtime import missing_capabilities, parse_version
+from hpcdl.doctor.profile import ProfileFacts
+from hpcdl.doctor.verdicts import Verdict, verdicts
 
 CB_CPU = """Horovod v0.28.1:
 
@@ -225,3 +224,31 @@ def test_shared_loop_devices_parsed_and_judged() -> None:
     ok = [v for v in verdicts(host(shared_loop_devices=True)) if v.topic == "image mounts"]
     assert [v.level for v in ok] == ["ok"]
     assert not [v for v in verdicts(host()) if v.topic == "image mounts"]  # unreadable: silent
+
+
+def test_probe_script_ships_in_the_package_and_runs_only_as_main() -> None:
+    source = probe_source()
+    assert 'print("HPCDL_PROBE " + json.dumps(out))' in source
+    compile(source, "probe.py", "exec")  # the image's python3 -c gets valid source
+    ran: list[str] = []
+    scope = {"__name__": "hpcdl.doctor.probe", "print": ran.append}
+    exec(compile(source, "probe.py", "exec"), scope)  # noqa: S102 - our own package file
+    assert ran == [] and callable(scope["main"])  # imported, it probes nothing
+
+
+def test_apply_probe_fills_image_facts() -> None:
+    facts = ImageFacts(path="i.sif")
+    apply_probe(facts, {"python": "3.11.2", "torch": "2.13.0", "torch_cuda": "13.0",
+                        "cuda_archs": ["sm_90", "bogus"], "nccl": "2.27.3",
+                        "horovod": "0.28.1", "horovod_table": CB_CPU,
+                        "mpi_library": "Open MPI v4.1.4, package: Debian\nmore"})
+    assert (facts.python, facts.torch, facts.torch_cuda, facts.nccl, facts.horovod) == \
+        ("3.11.2", "2.13.0", "13.0", "2.27.3", "0.28.1")
+    assert facts.cuda_archs == ["sm_90"] and facts.gpu_image
+    assert facts.horovod_table == CB_CPU and facts.horovod_frameworks["PyTorch"] is True
+    assert facts.horovod_operations["NCCL"] is False
+    assert facts.mpi_library == "Open MPI v4.1.4, package: Debian"
+    assert (facts.mpi_flavour, facts.mpi_version) == ("openmpi", "4.1.4")
+    bare = ImageFacts(path="cpu.sif")
+    apply_probe(bare, {"python": "3.11.2", "torch_error": "ImportError()"})
+    assert bare.torch is None and bare.horovod_table is None and not bare.gpu_image

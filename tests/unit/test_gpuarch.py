@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from hpcdl.container.build import parse_image_facts_line
-from hpcdl.container.doctor import HostFacts, ImageFacts, parse_cuda_archs, verdicts
+from hpcdl.doctor.host import HostFacts
+from hpcdl.doctor.image import ImageFacts
+from hpcdl.doctor.parse import parse_cuda_archs
+from hpcdl.doctor.verdicts import verdicts
 from hpcdl.errors import ValidationError
 from hpcdl.gpuarch import (
     ImageArchFacts,

@@ -16,7 +16,7 @@ from hpcdl.errors import ConfigError, RenderError
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.loader import load_profile_file
-from hpcdl.render import render_template
+from hpcdl.templating import render_template
 
 PROFILE = """\
 name: t

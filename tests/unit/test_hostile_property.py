@@ -41,7 +41,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcdl.alloc import build_alloc
-from hpcdl.container.render import RenderContext, render_definition
+from hpcdl.container.definition import RenderContext, render_definition
 from hpcdl.container.spec import ImageSpec, parse_spec
 from hpcdl.errors import UserInputError
 from hpcdl.plan import DEFAULT_EXAMPLE, JobRequest, build_plan

@@ -248,10 +248,12 @@ def test_new_run_path_creates_nothing(tmp_path: Path) -> None:
 
 def test_write_atomic_and_find_run(tmp_path: Path) -> None:
     run = rundir.create_run_dir("job", tmp_path)
-    script = run.write_plan("#!/bin/bash\necho hi\n", {"job_name": "job"})
+    script = run.write_plan("#!/bin/bash\necho hi\n",
+                            {"job_name": "job", "nodes": 1, "gpus_per_node": 0, "ntasks": 1})
     assert script == run.path / "job.sbatch"
     assert script.read_text() == "#!/bin/bash\necho hi\n" and os.access(script, os.X_OK)
-    assert run.read_plan() == {"job_name": "job"}
+    assert run.read_plan() == rundir.PlanRecord(nodes=1, gpus_per_node=0, ntasks=1,
+                                                job_name="job")
     assert run.read_job() is None
     run.write_job(rundir.JobRecord.now("77", ["sbatch", str(script)]))
     job = run.read_job()

@@ -1,7 +1,7 @@
 """Golden renders of the bundled image specs, and the root Singularity.def drift check.
 
 Regenerate after an intended change with:
-    HPCDL_REGEN_GOLDEN=1 pytest tests/unit/test_container_render.py
+    HPCDL_REGEN_GOLDEN=1 pytest tests/unit/test_container_definition.py
 (that also rewrites the repo's Singularity.def).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.container.render import (
+from hpcdl.container.definition import (
     ROOT_CONTEXT,
     RenderContext,
     render_definition,
@@ -56,7 +56,7 @@ def test_root_singularity_def_is_the_rendered_default_image() -> None:
         root_definition_path().write_text(text)
     assert root_definition_path().read_text() == text, (
         "Singularity.def drifted from containers/pytorch-horovod-gpu.yaml; "
-        "HPCDL_REGEN_GOLDEN=1 pytest tests/unit/test_container_render.py rewrites it"
+        "HPCDL_REGEN_GOLDEN=1 pytest tests/unit/test_container_definition.py rewrites it"
     )
     assert render("pytorch-horovod-gpu", ROOT_CONTEXT) == text
 

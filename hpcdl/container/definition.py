@@ -13,8 +13,8 @@ from pathlib import Path
 
 from hpcdl.container.spec import ImageSpec, _req_name, expand_path
 from hpcdl.errors import ConfigError
-from hpcdl.render import render_template
 from hpcdl.resources import PACKAGE_DIR, REPO_ROOT, containers_dir, examples_dir
+from hpcdl.templating import render_template
 
 TEMPLATE = "singularity.def.j2"
 DEFAULT_CACHE = "/var/cache/hpcdl"

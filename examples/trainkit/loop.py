@@ -1,0 +1,281 @@
+"""The pieces of a training loop that the examples compose: where training stands
+(Progress), the objects one run steps (Training: one optimizer step over
+--batches-per-allreduce sub-batches, evaluation, checkpoint state), the per-epoch
+train loader (TrainData), throughput timing (Timing), checkpoints written by rank 0
+(Checkpoints), finding the state to resume from, and the requeue stop agreed on by
+all ranks (RequeueWatch).
+
+Nothing here prints except the resume lines (through trainkit.say); the example
+owns its progress lines and its result record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from trainkit.checkpoint import load_checkpoint, load_latest_valid, save_checkpoint
+from trainkit.data import ResumableDistributedSampler
+from trainkit.dist import Backend
+from trainkit.metrics import topk_correct
+from trainkit.say import say
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in checkpoints and broadcast on resume."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    global_batch: int = 0
+    epoch_times: list[float] = field(default_factory=list)
+
+    def add_epoch_time(self, epoch: int, seconds: float) -> None:
+        """Record ``epoch``'s time; a resumed epoch adds its remaining time to what the
+        first run measured."""
+        if len(self.epoch_times) > epoch:
+            self.epoch_times[epoch] = round(self.epoch_times[epoch] + seconds, 4)
+        else:
+            self.epoch_times.append(round(seconds, 4))
+
+
+@dataclass
+class Training:
+    """The objects one run steps. ``model`` is the bare module (evaluation,
+    checkpoints, checksum); ``train_model`` is what forward/backward go through (the
+    DDP wrapper under DDP); ``optimizer`` is the backend's (Horovod's wrapper)."""
+
+    backend: Backend
+    model: nn.Module
+    train_model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: Any  # torch.amp.GradScaler, or None without AMP
+    criterion: nn.Module
+    memory_format: torch.memory_format
+    use_amp: bool
+    cuda: bool
+
+    @property
+    def device(self) -> torch.device:
+        return self.backend.device
+
+    def _to_device(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (x.to(self.device, non_blocking=True, memory_format=self.memory_format),
+                y.to(self.device, non_blocking=True))
+
+    def step(self, x: torch.Tensor, y: torch.Tensor, lr: float, n_chunks: int,
+             sums: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """One optimizer step at ``lr`` over ``n_chunks`` sub-batches of (x, y). Adds
+        (loss*n, top-1 hits, n) of every sub-batch to ``sums`` in place. Returns the last
+        sub-batch's loss and the seconds spent waiting for gradient synchronisation."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad()
+        x, y = self._to_device(x, y)
+        # --batches-per-allreduce: k sub-batches, gradients accumulated locally; only
+        # the last backward pass communicates (Horovod counts passes, DDP via no_sync).
+        for i, (xs, ys) in enumerate(zip(x.chunk(n_chunks), y.chunk(n_chunks), strict=True)):
+            sync = (
+                contextlib.nullcontext() if i == n_chunks - 1
+                else self.backend.no_sync(self.train_model)
+            )
+            with sync:
+                with torch.autocast(self.device.type, enabled=self.use_amp):
+                    out = self.train_model(xs)
+                    loss = self.criterion(out, ys)
+                scaled = loss / n_chunks
+                self.backend.backward(self.scaler.scale(scaled) if self.scaler is not None
+                                      else scaled)
+            sums += torch.tensor(
+                [
+                    float(loss.detach()) * len(ys),
+                    topk_correct(out.detach().float(), ys, (1,))[0],
+                    len(ys),
+                ],
+                dtype=torch.float64,
+            )
+        sync_seconds = self.backend.synchronize_then_step(self.optimizer, self.scaler)
+        if self.cuda:
+            torch.cuda.synchronize()
+        return loss, sync_seconds
+
+    def evaluate(self, loader: DataLoader, max_batches: int, name: str) -> tuple[float, float, int]:
+        """(top-1, top-5, images) over every rank's shard of ``loader`` (a collective:
+        every rank calls it); ``max_batches`` > 0 caps the batches per rank."""
+        self.model.eval()
+        counts = torch.zeros(3, dtype=torch.float64)
+        with torch.no_grad():
+            for i, (x, y) in enumerate(loader):
+                if max_batches and i >= max_batches:
+                    break
+                x, y = self._to_device(x, y)
+                with torch.autocast(self.device.type, enabled=self.use_amp):
+                    out = self.model(x)  # the bare module: DDP's forward would sync buffers
+                c1, c5 = topk_correct(out.float(), y)
+                counts += torch.tensor([c1, c5, len(y)], dtype=torch.float64)
+        counts = self.backend.allreduce_sum(counts, name=name)
+        n = max(1.0, float(counts[2]))
+        return float(counts[0]) / n, float(counts[1]) / n, int(counts[2])
+
+    def state(self, progress: Progress, **meta: Any) -> dict[str, Any]:
+        """What a checkpoint holds: weights, optimizer and scaler state, the progress,
+        and ``meta`` (what a resume checks against)."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "progress": progress.__dict__,
+            **meta,
+        }
+
+    def load_state(self, state: dict[str, Any]) -> Progress:
+        """Load a checkpoint's weights, optimizer and scaler state; its Progress."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        return Progress(**state["progress"])
+
+
+@dataclass
+class TrainData:
+    """The training set, this rank's resumable shard of it and how it is loaded."""
+
+    dataset: Any  # has set_epoch(epoch) (augmentation seeded per epoch and sample)
+    sampler: ResumableDistributedSampler
+    batch: int  # per loader batch: --batch-size x --batches-per-allreduce
+    workers: int
+    pin_memory: bool
+    loader_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Of a whole epoch, fixed here: the sampler's length shrinks while it skips what a
+    # resumed epoch already did.
+    steps_per_epoch: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.steps_per_epoch = len(self.sampler) // self.batch
+
+    def loader(self, epoch: int, step_in_epoch: int) -> DataLoader:
+        """The loader for ``epoch``, starting after the ``step_in_epoch`` steps done."""
+        self.sampler.set_position(epoch, step_in_epoch * self.batch)
+        self.dataset.set_epoch(epoch)
+        return DataLoader(
+            self.dataset,
+            batch_size=self.batch,
+            sampler=self.sampler,
+            num_workers=self.workers,
+            pin_memory=self.pin_memory,
+            drop_last=True,
+            **self.loader_kwargs,
+        )
+
+
+def worker_context(workers: int, backend: str) -> dict[str, Any]:
+    """DataLoader keyword arguments for the worker processes' start method."""
+    if workers > 0 and backend == "horovod":
+        # Forking a process that has initialised MPI can crash with some fabrics
+        # (Horovod's own examples use forkserver for that reason).
+        import multiprocessing as mp
+
+        if "forkserver" in mp.get_all_start_methods():
+            return {"multiprocessing_context": "forkserver"}
+    return {}
+
+
+@dataclass
+class Timing:
+    """Throughput over this run's steps, leaving out its first (allocator and
+    thread-pool warm-up)."""
+
+    steps: int = 0  # steps this run, the first included
+    images: int = 0
+    seconds: float = 0.0
+    sync: float = 0.0  # of ``seconds``, waiting for gradient synchronisation
+
+    def add(self, images: int, step_start: float, sync_seconds: float) -> None:
+        """Count a step that began at ``step_start`` (time.monotonic()) and ends now."""
+        self.steps += 1
+        if self.steps > 1:
+            self.images += images
+            self.seconds += time.monotonic() - step_start
+            self.sync += sync_seconds
+
+    @property
+    def timed_steps(self) -> int:
+        return max(0, self.steps - 1)
+
+    @property
+    def images_per_sec(self) -> float | None:
+        return self.images / self.seconds if self.seconds > 0 else None
+
+
+@dataclass
+class Checkpoints:
+    """Checkpoints written by rank 0 only into ``directory`` ('' disables), the last
+    ``keep`` kept, each with ``meta`` (what a resume checks against); ``last`` is the
+    newest this run wrote."""
+
+    directory: str
+    keep: int
+    rank: int
+    meta: dict[str, Any] = field(default_factory=dict)
+    last: str | None = None
+
+    def save(self, training: Training, progress: Progress) -> None:
+        if self.rank != 0 or not self.directory:
+            return
+        state = training.state(progress, **self.meta)
+        self.last = str(save_checkpoint(self.directory, progress.global_step, state,
+                                        keep=self.keep))
+
+
+def find_resume_state(resume: str, directory: str) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint to resume from: ``resume`` as a path, or for "latest" the newest
+    in ``directory`` that loads. A damaged one (killed mid-write, full disk) is skipped
+    with a line saying so, for the one before it. None (with a line) when there is
+    none. Raises what torch.load raises for an explicit path that does not load."""
+    path: Path | None = None
+    if resume == "latest":
+        found = load_latest_valid(directory)
+        if found is not None:
+            path, state, skipped = found
+            for why in skipped:
+                say(f"resume: skipping damaged checkpoint {why}")
+    else:
+        path = Path(resume)
+        state = load_checkpoint(path)
+    if path is None:
+        say(f"resume: no checkpoint in {directory}; starting fresh")
+        return None
+    return path, state
+
+
+class RequeueWatch:
+    """The requeue contract (hpcdl/requeue.py): the batch shell creates
+    $HPCDL_REQUEUE_FLAG on Slurm's signal; SIGTERM/SIGUSR2 reaching a rank only set a
+    flag too. Checked after every step, agreed on by all ranks (one tiny allreduce),
+    acted on outside any handler. Inactive (no collective) without the variable."""
+
+    def __init__(self, backend: Backend) -> None:
+        from hpcdl import requeue
+
+        self.backend = backend
+        self.active = bool(os.environ.get(requeue.FLAG_ENV))
+        if self.active:
+            requeue.watch_signals()
+
+    def agreed(self, step: int) -> bool:
+        """Whether any rank was asked to stop (a collective: every rank calls it)."""
+        from hpcdl import requeue
+
+        asked = torch.tensor([1.0 if requeue.requested() else 0.0], dtype=torch.float64)
+        asked = self.backend.allreduce_sum(asked, name=f"requeue.{step}")
+        return float(asked[0]) > 0

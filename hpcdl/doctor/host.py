@@ -1,0 +1,94 @@
+"""Host facts: container runtime, Slurm tools, GPUs and driver, host MPI.
+
+Every tool runs through hpcdl.proc; a missing or failing tool is itself a fact (the
+field stays empty), so ``host_facts`` never raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpcdl import proc
+from hpcdl.container.runtime import find_runtime
+from hpcdl.doctor.parse import parse_mpi_version, parse_shared_loop_devices, parse_srun_mpi_list
+from hpcdl.errors import ToolError
+
+
+@dataclass
+class HostFacts:
+    runtime: str | None = None  # "apptainer"
+    runtime_version: str | None = None
+    runtime_path: str | None = None
+    runtime_error: str | None = None
+    slurm_version: str | None = None  # from `srun --version`
+    slurm_tools: dict[str, bool] = field(default_factory=dict)
+    srun_mpi: list[str] = field(default_factory=list)  # `srun --mpi=list` plugin types
+    pmix_plugins: list[str] = field(default_factory=list)  # e.g. ["pmix_v4"]
+    gpus: list[str] = field(default_factory=list)
+    driver_version: str | None = None
+    driver_cuda: str | None = None  # the CUDA version the driver supports (nvidia-smi)
+    gpu_compute_cap: str | None = None  # first GPU's compute capability, e.g. "9.0"
+    mpi_flavour: str | None = None
+    mpi_version: str | None = None
+    # apptainer.conf's "shared loop devices" (None: config not readable)
+    shared_loop_devices: bool | None = None
+
+
+def _try(argv: list[str], timeout: float = 30) -> str | None:
+    """stdout + stderr of ``argv`` when it runs and succeeds; None otherwise."""
+    if not (argv[0].startswith("/") or proc.which(argv[0])):
+        return None
+    try:
+        r = proc.run(argv, timeout=timeout, check=False)
+    except ToolError:
+        return None
+    return (r.stdout + r.stderr) if r.ok else None
+
+
+def _runtime_conf(runtime: str, binary: str) -> Path:
+    # SYSCONFDIR is where the runtime was installed to read its configuration from.
+    cfg = _try([binary, "buildcfg"]) or ""
+    m = re.search(r"^SYSCONFDIR=(.+)$", cfg, re.M)
+    return Path(m.group(1).strip() if m else "/etc") / runtime / f"{runtime}.conf"
+
+
+def host_facts(binary: str | None = None) -> HostFacts:
+    """What this host offers. ``binary``: the runtime to look for (a profile's
+    container.binary), else apptainer/singularity on PATH. Never raises."""
+    f = HostFacts()
+    try:
+        rt = find_runtime(binary)
+        f.runtime, f.runtime_version, f.runtime_path = rt.name, rt.version, rt.path
+        with contextlib.suppress(OSError):  # unreadable config: the fact stays unknown
+            conf = _runtime_conf(rt.name, rt.path).read_text(encoding="utf-8")
+            f.shared_loop_devices = parse_shared_loop_devices(conf)
+    except ToolError as err:
+        f.runtime_error = err.message
+    for tool in ("sbatch", "srun", "squeue", "sinfo", "sacct", "scontrol"):
+        f.slurm_tools[tool] = proc.which(tool) is not None
+    if f.slurm_tools["srun"]:
+        version = _try(["srun", "--version"])
+        if version:
+            f.slurm_version = version.split()[-1]
+        listing = _try(["srun", "--mpi=list"])
+        if listing:
+            f.srun_mpi, f.pmix_plugins = parse_srun_mpi_list(listing)
+    smi = _try(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    if smi:
+        rows = [r.split(",") for r in smi.strip().splitlines() if r.strip()]
+        f.gpus = [r[0].strip() for r in rows]
+        f.driver_version = rows[0][1].strip() if rows and len(rows[0]) > 1 else None
+        banner = _try(["nvidia-smi"]) or ""
+        m = re.search(r"CUDA Version:\s*([\d.]+)", banner)
+        f.driver_cuda = m.group(1) if m else None
+        # A query of its own: drivers before 510 do not know compute_cap.
+        cap = _try(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]) or ""
+        m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*(?:\n.*)?", cap, re.S)
+        f.gpu_compute_cap = f"{m.group(1)}.{m.group(2)}" if m else None
+    mpi = _try(["mpirun", "--version"])
+    if mpi:
+        f.mpi_flavour, f.mpi_version = parse_mpi_version(mpi)
+    return f

@@ -1,0 +1,112 @@
+"""Image facts: an image's labels (``inspect``) and what probe.py finds inside it.
+
+``image_facts`` never raises for a broken image: the problem becomes ``error``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from hpcdl import proc
+from hpcdl.container.runtime import find_runtime, runtime_env
+from hpcdl.doctor.parse import parse_cuda_archs, parse_horovod_cb, parse_mpi_version
+from hpcdl.errors import ToolError, UserInputError
+
+
+@dataclass
+class ImageFacts:
+    path: str
+    exists: bool = True
+    error: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    python: str | None = None
+    torch: str | None = None
+    torch_cuda: str | None = None  # CUDA the torch build targets (None: CPU build)
+    # torch's compiled GPU architectures (sm_XX / compute_XX); [] for a CPU build
+    cuda_archs: list[str] = field(default_factory=list)
+    nccl: str | None = None
+    horovod: str | None = None
+    horovod_frameworks: dict[str, bool] = field(default_factory=dict)
+    horovod_controllers: dict[str, bool] = field(default_factory=dict)
+    horovod_operations: dict[str, bool] = field(default_factory=dict)
+    horovod_table: str | None = None  # `horovodrun -cb` verbatim
+    mpi_flavour: str | None = None
+    mpi_version: str | None = None
+    mpi_library: str | None = None
+
+    @property
+    def gpu_image(self) -> bool:
+        return self.labels.get("org.hpcdl.gpu") == "true" or bool(self.torch_cuda)
+
+
+PROBE_MARK = "HPCDL_PROBE "
+
+
+def probe_source() -> str:
+    """The in-image probe script (probe.py, shipped in the package). Raises OSError
+    only for a broken installation."""
+    return resources.files("hpcdl.doctor").joinpath("probe.py").read_text(encoding="utf-8")
+
+
+def apply_probe(facts: ImageFacts, data: dict[str, Any]) -> None:
+    """Fill ``facts`` from the probe's JSON object. Pure."""
+    facts.python = data.get("python")
+    facts.torch = data.get("torch")
+    facts.torch_cuda = data.get("torch_cuda")
+    facts.cuda_archs = parse_cuda_archs(data.get("cuda_archs"))
+    facts.nccl = data.get("nccl")
+    facts.horovod = data.get("horovod")
+    table = data.get("horovod_table")
+    if table:
+        facts.horovod_table = table
+        parsed = parse_horovod_cb(table)
+        facts.horovod_frameworks = parsed["frameworks"]
+        facts.horovod_controllers = parsed["controllers"]
+        facts.horovod_operations = parsed["operations"]
+    lib = data.get("mpi_library")
+    if lib:
+        facts.mpi_library = lib.splitlines()[0]
+        facts.mpi_flavour, facts.mpi_version = parse_mpi_version(lib)
+
+
+def image_facts(image: str, binary: str | None = None, timeout: float = 180) -> ImageFacts:
+    """Inspect ``image`` (labels) and probe it (python inside). Never raises for a
+    broken image: the problem becomes ``error``. Raises ToolError without a runtime."""
+    facts = ImageFacts(path=image)
+    if not Path(image).exists():
+        facts.exists = False
+        return facts
+    rt = find_runtime(binary)
+    env = runtime_env()
+    try:
+        r = proc.run([rt.path, "inspect", "--json", "--labels", image], timeout=60, env=env,
+                     check=False)
+        if r.ok:
+            data = json.loads(r.stdout)
+            facts.labels = dict(data.get("data", {}).get("attributes", {}).get("labels") or {})
+    except (ToolError, ValueError):
+        pass
+    try:
+        r = proc.run([rt.path, "exec", image, "python3", "-c", probe_source()], timeout=timeout,
+                     env=env, check=False)
+    except ToolError as err:
+        facts.error = err.message
+        return facts
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith(PROBE_MARK)), None)
+    if line is None:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+        facts.error = f"probe failed in the image (exit {r.returncode}): {tail[0]}"
+        return facts
+    apply_probe(facts, json.loads(line.removeprefix(PROBE_MARK)))
+    return facts
+
+
+def require_image(path: str) -> str:
+    """``path`` when it exists. Raises UserInputError (naming it) when it does not."""
+    if not Path(path).exists():
+        raise UserInputError(f"image: {path!r} does not exist")
+    return path
