@@ -377,10 +377,7 @@ write_config() {
   fi
   chmod 600 "$D/etc/munge.key"
 
-  local before
-  before=$( { cksum <"$CONF"; } 2>/dev/null || true)
   render_slurm_conf | write_if_changed "$CONF" 644
-  if [[ -n $before && $before != "$(cksum <"$CONF")" ]]; then CONF_CHANGED=1; fi
   render_gres_conf | write_if_changed "$D/etc/gres.conf" 644
 
   if [[ $ACCOUNTING == slurmdbd ]]; then
@@ -716,35 +713,38 @@ resume_down_nodes() {
   fi
 }
 
-CONF_CHANGED=0
-
-# stale_warnings: daemons that run but do not match what this 'up' set up (a config
-# rewritten under a running slurmctld; a slurmd outside its node's namespace, left by a
-# sandbox.sh of before the namespaces). Nothing is restarted: the jobs of others may run.
-stale_warnings() {
-  local n pid ns stale=()
-  if ((CONF_CHANGED)) && [[ ! " ${STARTED[*]} " == *" slurmctld "* ]]; then
-    stale+=("slurm.conf changed while slurmctld ran")
+# stale_reasons: why daemons that run now do not match what this 'up' would set up (a
+# slurm.conf that differs from the running one; a slurmd outside its node's namespace,
+# left by a sandbox.sh of before the namespaces), one line each. Checked before anything
+# is written: the Slurm clients must still reach the running daemons to stop them.
+stale_reasons() {
+  local n pid ns
+  if pid_alive "$D/run/slurmctld.pid" slurmctld && [[ -f $CONF ]] \
+     && ! cmp -s <(render_slurm_conf) "$CONF"; then
+    echo "slurm.conf differs from the one slurmctld runs with"
   fi
-  if ((NETNS)); then
-    for n in "${UP_NODES[@]}"; do
-      pid=$(cat "$D/run/slurmd-$n.pid" 2>/dev/null || true)
-      ns=/run/netns/$(netns_of "$n")
-      [[ $pid =~ ^[0-9]+$ && -e $ns ]] || continue
-      if [[ $(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null) != "$(stat -L -c %i "$ns")" ]]; then
-        stale+=("slurmd $n (pid $pid) runs outside its network namespace")
-      fi
-    done
-  fi
-  local w
-  for w in "${stale[@]}"; do
-    log "warning: $w: run '$0 down' and then 'up' (cancels running jobs) to apply"
+  ((NETNS)) || return 0
+  for n in "${UP_NODES[@]}"; do
+    pid_alive "$D/run/slurmd-$n.pid" slurmd || continue
+    pid=$(<"$D/run/slurmd-$n.pid")
+    ns=/run/netns/$(netns_of "$n")
+    if [[ ! -e $ns || $(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null) != "$(stat -L -c %i "$ns")" ]]; then
+      echo "slurmd $n (pid $pid) runs outside its network namespace"
+    fi
   done
 }
 
 cmd_up() {
   local t0=$SECONDS
   "$HERE/install-slurm.sh" | grep -v 'all packages present' || true
+  # A sandbox is rebuilt, not patched: daemons left from another shape or script version
+  # would run half the old cluster (CI reuses a machine's running sandbox).
+  local reasons w
+  reasons=$(stale_reasons)
+  if [[ -n $reasons ]]; then
+    while IFS= read -r w; do log "restarting: $w (running jobs are cancelled)"; done <<<"$reasons"
+    cmd_down
+  fi
   write_config
   net_up
   start_munge
@@ -766,7 +766,6 @@ cmd_up() {
     fi
     sleep 0.2
   done
-  stale_warnings
   if ((${#STARTED[@]} == 0)); then
     log "already up (nothing started) in $((SECONDS - t0)) s"
   else

@@ -232,6 +232,28 @@ def test_up_recovers_after_a_crash(netns_cluster: ClusterFactory) -> None:
     assert sorted(res.stdout.split()) == sorted(cluster.nodes)
 
 
+def test_up_rebuilds_a_cluster_whose_running_config_differs(
+        netns_cluster: ClusterFactory) -> None:
+    # What CI meets on a reused machine: a sandbox started by an older sandbox.sh (or
+    # another shape) still runs. 'up' must rebuild it, not run half the old cluster.
+    cluster = netns_cluster(nodes=2)
+    shape = Path(cluster.env["HPCDL_SANDBOX_SHAPE"])
+    shape.write_text(shape.read_text() + f"partition extra {cluster.nodes[0]} MaxNodes=1\n")
+    up = cluster.sandbox("up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert ("sandbox: restarting: slurm.conf differs from the one slurmctld runs with "
+            "(running jobs are cancelled)") in up.stdout
+    assert "started" in up.stdout and "slurmctld" in up.stdout
+    parts = cluster.run("sinfo", "-h", "-o", "%P").stdout.split()
+    assert "extra" in parts, parts
+    res = cluster.run("srun", "-N2", "-t", "1", "hostname")
+    assert res.returncode == 0 and sorted(res.stdout.split()) == sorted(cluster.nodes), res.stderr
+    # Nothing differs now: a second up starts nothing.
+    again = cluster.sandbox("up")
+    assert again.returncode == 0 and "restarting" not in again.stdout, again.stdout
+    assert "already up (nothing started)" in again.stdout
+
+
 def test_bad_shape_addresses_are_one_line(tmp_path: Path) -> None:
     cases = {
         "node a1 10.9.1.11 7001 8 4096 - up\nnode a2 127.0.9.2 7002 8 4096 - up\n":
