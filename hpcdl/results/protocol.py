@@ -64,12 +64,15 @@ def parse_result(log: str) -> dict[str, Any] | None:
 
 
 def parse_probe(log: str) -> dict[str, Any] | None:
-    """The probe's report in ``log``: rank 0's measurements, or else the last error a
-    rank reported; None when the log has neither."""
+    """The probe's report in ``log``: rank 0's measurements, or else the error of the
+    lowest rank that reported one (every rank checks its own node and they print in any
+    order: the same input names the same node every time); None when the log has neither."""
     reports = _objects(log, PROBE_KEY)
     measured = [r for r in reports if "error" not in r]
-    chosen = measured or reports
-    return chosen[-1] if chosen else None
+    if measured:
+        return measured[-1]
+    errors = sorted(reports, key=lambda r: r["rank"] if isinstance(r.get("rank"), int) else 1 << 30)
+    return errors[0] if errors else None
 
 
 # srun --label cuts a long line into chunks and labels each (``0: {"hpcdl_probe": ...``

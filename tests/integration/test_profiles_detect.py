@@ -49,7 +49,10 @@ EXCLUDED = {"name", "description", "modules", "env", "paths", "python", "templat
             "mpi.launcher_args", "scheduler.account", "scheduler.qos",
             "scheduler.extra_options", "partitions[].description",
             # Site policy for hpcdl submit --requeue, not a scheduler fact.
-            "scheduler.requeue", "scheduler.max_restarts", "scheduler.requeue_signal"}
+            "scheduler.requeue", "scheduler.max_restarts", "scheduler.requeue_signal",
+            # What the site says its network should give (hpcdl probe compares): Slurm
+            # does not know it.
+            "interconnect"}
 PARTITION_FIELDS = ["name", "nodes", "gpus_per_node", "gpu_type", "cpus_per_node",
                     "mem_per_node_gb", "node_limit", "max_seconds", "default",
                     "max_jobs_per_user", "max_gpus_per_user"]

@@ -280,6 +280,14 @@ def test_parse_probe_prefers_rank_zeros_measurements_to_an_error():
     assert protocol.parse_result(f"0: {measured}\n") is None  # not a training result
 
 
+def test_parse_probe_names_the_lowest_ranks_error_whatever_the_order():
+    # Every rank checks its own node; their lines arrive in any order.
+    first = protocol.probe_line({"node": "n1", "rank": 0, "error": "no eth9 on n1"})
+    second = protocol.probe_line({"node": "n2", "rank": 1, "error": "no eth9 on n2"})
+    for log in (f"1: {second}\n0: {first}\n", f"0: {first}\n1: {second}\n"):
+        assert protocol.parse_probe(log) == {"node": "n1", "rank": 0, "error": "no eth9 on n1"}
+
+
 # ---- plan and script -------------------------------------------------------------
 
 
