@@ -66,7 +66,7 @@ def parse_result(log: str) -> dict[str, Any] | None:
 def parse_probe(log: str) -> dict[str, Any] | None:
     """The probe's report in ``log``: rank 0's measurements, or else the error of the
     lowest rank that reported one (every rank checks its own node and they print in any
-    order: the same input names the same node every time); None when the log has neither."""
+    order; srun may stop the others before they print); None when the log has neither."""
     reports = _objects(log, PROBE_KEY)
     measured = [r for r in reports if "error" not in r]
     if measured:
