@@ -21,7 +21,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import string
 import subprocess
 import sys
@@ -36,25 +35,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import describe, one_line  # noqa: E402
+from bench.netns import free_port, free_subnet  # noqa: E402
 
 SANDBOX = REPO / "scripts" / "sandbox.sh"
 PROFILE = REPO / "hpcdl" / "profiles" / "bundled" / "sandbox.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def free_subnet() -> str:
-    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
-                         timeout=30, check=True).stdout
-    used = {".".join(line.split()[3].split(".")[:3]) for line in out.splitlines()}
-    while True:
-        subnet = f"10.{random.randint(120, 127)}.{random.randint(0, 255)}"
-        if subnet not in used:
-            return subnet
 
 
 def run(argv: list[str], env: dict[str, str], timeout: float = 300,

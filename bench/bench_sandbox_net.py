@@ -22,7 +22,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import statistics
 import string
 import subprocess
@@ -36,27 +35,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import describe, one_line  # noqa: E402
+from bench.netns import free_port, free_subnet  # noqa: E402
 
 SANDBOX = REPO / "scripts" / "sandbox.sh"
 MPI_PROG = ("from mpi4py import MPI; import numpy as np; c = MPI.COMM_WORLD; "
             "a = np.ones(8 * 1024 * 1024); b = np.empty_like(a); c.Allreduce(a, b); "
             "assert b[0] == c.size")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def free_subnet() -> str:
-    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
-                         timeout=30, check=True).stdout
-    used = {".".join(line.split()[3].split(".")[:3]) for line in out.splitlines()}
-    while True:
-        subnet = f"10.{random.randint(120, 127)}.{random.randint(0, 255)}"
-        if subnet not in used:
-            return subnet
 
 
 def timed(argv: list[str], env: dict[str, str], timeout: float = 300) -> float:

@@ -39,7 +39,7 @@ from hpcdl.profiles import load_profile, load_profile_file
 from hpcdl.profiles.schema import Profile
 from hpcdl.slurmtime import parse_time
 from tests.conftest import require
-from tests.integration.conftest_slurm import SANDBOX, hpcdl
+from tests.integration.conftest_slurm import SANDBOX, hpcdl, processes_of
 
 pytestmark = pytest.mark.slurm
 
@@ -146,21 +146,6 @@ class Cluster:
                               env={**os.environ, **self.env}, cwd=cwd)
 
 
-def _our_processes(folder: Path) -> list[int]:
-    """PIDs whose command line names this cluster's directory (its daemons, nothing else)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(folder) in cmd and int(entry.name) != os.getpid():
-            pids.append(int(entry.name))
-    return pids
-
-
 @pytest.fixture(scope="module")
 def second_cluster() -> Iterator[Cluster]:
     """A second real Slurm (own dir, ports, munge, shape); stopped at the end whatever happens."""
@@ -179,7 +164,7 @@ def second_cluster() -> Iterator[Cluster]:
     def down() -> list[int]:
         subprocess.run(["bash", str(SANDBOX), "down"], capture_output=True, text=True,
                        timeout=180, check=False, env={**os.environ, **env})
-        left = _our_processes(folder)
+        left = processes_of(folder)
         for pid in left:  # only processes started for this directory
             try:
                 os.kill(pid, 9)
@@ -463,7 +448,7 @@ def test_qos_limits_come_from_sacctmgr(tmp_path: Path) -> None:
     finally:
         subprocess.run(["bash", str(SANDBOX), "down"], capture_output=True, text=True,
                        timeout=180, check=False, env={**os.environ, **env})
-        left = _our_processes(folder)
+        left = processes_of(folder)
         for pid in left:
             try:
                 os.kill(pid, 9)
