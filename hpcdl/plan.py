@@ -17,7 +17,7 @@ from hpcdl import __version__, pbs
 from hpcdl.errors import ValidationError
 from hpcdl.gpuarch import ImageArchFacts, check_partition
 from hpcdl.hang import HANG_ACTIONS
-from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME, rank_env_script
+from hpcdl.launch.rankenv import PORT_LISTENED, SCRIPT_VARIABLE, WRAPPER_NAME, rank_env_script
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.requeue import CHECKPOINT_ENV, EXIT_REQUEUE, FLAG_ENV, FLAG_NAME, wait_seconds
@@ -78,6 +78,11 @@ class JobRequest:
     probe: tuple[str, ...] | None = None
     probe_first: bool = False
 
+    # Issue 18: the hang watchdog of `submit --wait` (hpcdl.watchdog): seconds without
+    # progress before it collects stacks, and what it does then (cancel, leave).
+    hang_timeout: float | None = None
+    hang_action: str | None = None
+
     @property
     def probe_only(self) -> bool:
         """The job is `hpcdl probe`: the probe worker instead of a COMMAND or example."""
@@ -87,10 +92,6 @@ class JobRequest:
     def runs_example(self) -> bool:
         """The job's command is the bundled example (no COMMAND, not a probe job)."""
         return not self.command and not self.probe_only
-    # Issue 18: the hang watchdog of `submit --wait` (hpcdl.watchdog): seconds without
-    # progress before it collects stacks, and what it does then (cancel, leave).
-    hang_timeout: float | None = None
-    hang_action: str | None = None
 
 
 @dataclass(frozen=True)
@@ -764,6 +765,7 @@ def build_plan(profile: Profile, req: JobRequest,
         "port_base": PORT_BASE,
         "port_span": PORT_SPAN,
         "port_tries": PORT_TRIES,
+        "port_listened": PORT_LISTENED,
         "rank_env_variable": SCRIPT_VARIABLE,
         "rank_env_q": shell_join([wrapper]),
         "launch_line": launch,

@@ -156,6 +156,8 @@ def print_dry_run(plan: JobPlan, *, as_json: bool) -> None:
     if plan.example_defaults:
         click.echo(f"# {defaults_line(plan)}", err=True)
     click.echo(plan.script, nl=False)
+
+
 def _hang_seconds(text: str | None, *, wait: bool, dry_run: bool) -> float | None:
     """--hang-timeout as seconds. The watchdog is part of following the job, so it needs
     --wait (a --dry-run shows the script it would submit). Raises ValidationError."""

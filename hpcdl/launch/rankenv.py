@@ -142,6 +142,12 @@ if [ -n "${HPCDL_PID_DIR:-}" ]; then
 fi
 """
 
+# Exit 0 when something on this node listens on the port $hpcdl_hex (4 hex digits):
+# /proc/net/tcp{,6} state 0A = LISTEN. Shared by the rank check below and the batch
+# shell's MASTER_PORT pick (templates/rank-env.sh.j2), which both read it on node 0.
+PORT_LISTENED = ('grep -Eqs "^ *[0-9]+: [0-9A-F]+:$hpcdl_hex [0-9A-F]+:[0-9A-F]+ 0A " '
+                 "/proc/net/tcp /proc/net/tcp6")
+
 _CHECKS = """\
 if ! command -v "$1" >/dev/null 2>&1; then
   echo "hpcdl: command not found: $1 (rank ${RANK:-?} on HOST${HPCDL_IMAGE:+, in image $HPCDL_IMAGE})" >&2
@@ -155,7 +161,7 @@ if [ "${NODE_RANK:-${SLURM_NODEID:-0}}" = 0 ] && [ "${LOCAL_RANK:-${SLURM_LOCALI
       # cannot bind: say so now instead of after the retries of torch.distributed.
       hpcdl_hex=$(printf %04X "$MASTER_PORT") hpcdl_busy=
       if command -v grep >/dev/null 2>&1; then
-        grep -Eqs "^ *[0-9]+: [0-9A-F]+:$hpcdl_hex [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 && hpcdl_busy=1
+        PORT_LISTENED && hpcdl_busy=1
       else  # no grep in the image: the same in sh (~60 ms for 600 sockets)
         for hpcdl_f in /proc/net/tcp /proc/net/tcp6; do
           [ -r "$hpcdl_f" ] || continue
@@ -195,7 +201,7 @@ def rank_env_script(mode: Mode = "ranks", *, gpu_bind: bool = False,
     if record_pid:
         kind = "node-$NODE_RANK" if mode == "torchrun" else "rank-$RANK"
         parts.append(_RECORD_PID.replace("HOST", _HOST).replace("KIND", kind))
-    parts.append(_CHECKS.replace("HOST", _HOST))
+    parts.append(_CHECKS.replace("HOST", _HOST).replace("PORT_LISTENED", PORT_LISTENED))
     text = "".join(parts)
     if "'" in text:  # pragma: no cover - guarded by a unit test
         raise AssertionError("the rank-env script must not contain a single quote")

@@ -33,7 +33,7 @@ export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
 # hpcdl picked this port, so a port already taken on this node (the first of the job,
 # where rank 0 hosts the rendezvous) must not fail the job: take the next free one.
 MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000)) hpcdl_tries=0
-while [ "$hpcdl_tries" -lt 64 ] && grep -Eqs "^ *[0-9]+: [0-9A-F]+:$(printf %04X "$MASTER_PORT") [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6; do
+while [ "$hpcdl_tries" -lt 64 ] && hpcdl_hex=$(printf %04X "$MASTER_PORT") && grep -Eqs "^ *[0-9]+: [0-9A-F]+:$hpcdl_hex [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6; do
   MASTER_PORT=$((15000 + (MASTER_PORT - 15000 + 1) % 15000)) hpcdl_tries=$((hpcdl_tries + 1))
 done
 export MASTER_PORT
