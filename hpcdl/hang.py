@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-HANG_ACTIONS: tuple[str, ...] = ("cancel", "leave")
+DEFAULT_HANG_ACTION = "cancel"
+HANG_ACTIONS: tuple[str, ...] = (DEFAULT_HANG_ACTION, "leave")
 
 # Where the watchdog's py-spy appears inside the image: the host's static binary is
 # bound there read-only, so an image without py-spy still works.
@@ -93,6 +94,16 @@ class RankPid:
     def label(self) -> str:
         return f"node {self.rank} agent" if self.agent else f"rank {self.rank}"
 
+    @property
+    def spec(self) -> str:
+        """How NODE_SCRIPT names it in its arguments and output: "R", or "nN" for an agent."""
+        return f"n{self.rank}" if self.agent else str(self.rank)
+
+    @property
+    def own_rank(self) -> int | None:
+        """The rank of a rank process; None for a torchrun agent (its workers have ranks)."""
+        return None if self.agent else self.rank
+
 
 def parse_pid_file(name: str, text: str) -> RankPid | None:
     """One file of the run directory's pids/ (``rank-R`` or ``node-N``: "NODE PID").
@@ -118,7 +129,7 @@ def node_command(pids: Sequence[RankPid], py_spy: str, *, runtime: str | None = 
     job's image when it has one (``runtime exec`` with the host's ``py_spy`` bound at
     CONTAINER_PY_SPY: the image's own paths resolve as the ranks see them), else natively.
     """
-    specs = [f"{p.rank if not p.agent else 'n' + str(p.rank)}:{p.pid}" for p in pids]
+    specs = [f"{p.spec}:{p.pid}" for p in pids]
     if image and runtime:
         return [runtime, "exec", "-B", f"{py_spy}:{CONTAINER_PY_SPY}:ro", image,
                 "/bin/sh", "-c", NODE_SCRIPT, COLLECTOR_NAME, CONTAINER_PY_SPY, *specs]
@@ -290,20 +301,18 @@ def rank_stacks(pids: Sequence[RankPid], dumps: Mapping[str, Sequence[NodeDump]]
     errors = errors or {}
     out: list[RankStack] = []
     for p in sorted(pids, key=lambda p: (p.agent, p.rank)):
-        spec = f"n{p.rank}" if p.agent else str(p.rank)
-        found = next((d for d in dumps.get(p.node, ()) if d.spec == spec and d.pid == p.pid),
+        found = next((d for d in dumps.get(p.node, ()) if d.spec == p.spec and d.pid == p.pid),
                      None)
         if found is None:
             why = errors.get(p.node) or "no dump came back from the node"
-            out.append(RankStack(p.label, p.node, p.pid, error=why, rank=None if p.agent
-                                 else p.rank))
+            out.append(RankStack(p.label, p.node, p.pid, error=why, rank=p.own_rank))
             continue
         procs = parse_dump(found.text)
         own = next((q for q in procs if q.pid == p.pid), None)
         if own is None or own.main is None:
             last = (found.text.strip().splitlines() or ["py-spy printed nothing"])[-1]
             out.append(RankStack(p.label, p.node, p.pid, error=last.strip()[:200],
-                                 rank=None if p.agent else p.rank))
+                                 rank=p.own_rank))
             continue
         if p.agent or own.is_torchrun_agent:
             workers = [q for q in procs if q.parent == own.pid and q.main is not None]
@@ -316,8 +325,7 @@ def rank_stacks(pids: Sequence[RankPid], dumps: Mapping[str, Sequence[NodeDump]]
                 out.append(RankStack(label, p.node, q.pid, q.main.frames, rank=rank))
             if workers:
                 continue
-        out.append(RankStack(p.label, p.node, p.pid, own.main.frames,
-                             rank=None if p.agent else p.rank))
+        out.append(RankStack(p.label, p.node, p.pid, own.main.frames, rank=p.own_rank))
     return out
 
 
@@ -383,7 +391,7 @@ class Diagnosis:
     stragglers: tuple[Straggler, ...]
     places: tuple[Place, ...]
     missing: tuple[tuple[str, str], ...] = ()  # (label, why there is no stack)
-    action: str = "cancel"
+    action: str = DEFAULT_HANG_ACTION
     cancelled: bool = False
     collect_s: float = 0.0
     silent_since: float = 0.0  # epoch seconds: the last progress seen
@@ -414,7 +422,7 @@ def _rank_key(label: str) -> tuple[int, str]:
 
 
 def diagnose(stacks: Sequence[RankStack], *, job_id: str, silent_s: float, timeout_s: float,
-             action: str = "cancel") -> Diagnosis:
+             action: str = DEFAULT_HANG_ACTION) -> Diagnosis:
     """Name the ranks that are not where the others are. Pure.
 
     Ranks are grouped by their innermost frame; the largest group is where the others

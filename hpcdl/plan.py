@@ -16,7 +16,7 @@ from typing import Any, Literal
 from hpcdl import __version__, pbs
 from hpcdl.errors import ValidationError
 from hpcdl.gpuarch import ImageArchFacts, check_partition
-from hpcdl.hang import HANG_ACTIONS
+from hpcdl.hang import DEFAULT_HANG_ACTION, HANG_ACTIONS
 from hpcdl.launch.rankenv import PORT_LISTENED, SCRIPT_VARIABLE, WRAPPER_NAME, rank_env_script
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.profiles.schema import Partition, Profile
@@ -814,7 +814,7 @@ def build_plan(profile: Profile, req: JobRequest,
         probe_first=req.probe_first,
         probe_line=probe_line,
         hang_timeout=req.hang_timeout,
-        hang_action=(req.hang_action or "cancel") if req.hang_timeout is not None else None,
+        hang_action=(req.hang_action or DEFAULT_HANG_ACTION) if req.hang_timeout is not None else None,
         **_plan_requeue(profile, req),
     )
 

@@ -11,7 +11,7 @@ import click
 from hpcdl import pbs
 from hpcdl.cli.options import example_options, launch_options, parse_env, request_options
 from hpcdl.errors import ValidationError
-from hpcdl.hang import HANG_ACTIONS, parse_seconds
+from hpcdl.hang import DEFAULT_HANG_ACTION, HANG_ACTIONS, parse_seconds
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan, job_image
 from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
@@ -278,7 +278,7 @@ def hang_watch(prof: Profile, plan: JobPlan, sub: Submitted, scheduler: Schedule
                 click.echo(text, err=True)
 
     dog = HangWatchdog(
-        sub.run, job_id, timeout=plan.hang_timeout, action=plan.hang_action or "cancel",
+        sub.run, job_id, timeout=plan.hang_timeout, action=plan.hang_action or DEFAULT_HANG_ACTION,
         scheduler=scheduler, on_hang=shown,
         collector=lambda job, pids: collect(
             scheduler, job, pids, py_spy=py_spy, image=plan.image,
