@@ -8,7 +8,6 @@ is the only place that prints it.
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +103,6 @@ def probe_view(report: dict[str, Any], *, width: int = 110) -> str:
     verdict_line = f"verdict: {judged.get('message', 'none')}"
     tables = [line.rstrip() for line in out.getvalue().splitlines()]
     return "\n".join([*tables, *lines, *facts, verdict_line])
-
-
-def probe_json(report: dict[str, Any] | None) -> str:
-    """The report as one JSON object (what --json prints after the job's fields)."""
-    return json.dumps(report)
 
 
 def probe_exit(record: dict[str, Any], job_code: int) -> int:

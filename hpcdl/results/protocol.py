@@ -60,7 +60,8 @@ def unlabel(line: str) -> tuple[int | None, str]:
 
 def parse_result(log: str) -> dict[str, Any] | None:
     """The last result object in ``log``, or None."""
-    return _last_object(log, RESULT_KEY)
+    found = _objects(log, RESULT_KEY)
+    return found[-1] if found else None
 
 
 def parse_probe(log: str) -> dict[str, Any] | None:
@@ -125,11 +126,6 @@ def _loads(text: str, key: str) -> Any:
         return json.loads(text.strip())[key]
     except (ValueError, KeyError, TypeError):
         return None
-
-
-def _last_object(log: str, key: str) -> dict[str, Any] | None:
-    found = _objects(log, key)
-    return found[-1] if found else None
 
 
 def parse_rank_table(log: str) -> list[dict[str, Any]]:
