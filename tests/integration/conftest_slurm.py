@@ -125,19 +125,20 @@ def free_subnet() -> str:
     raise AssertionError("no free 10.80-119.x.0/24 subnet")
 
 
-def processes_of(folder: Path) -> list[int]:
-    """PIDs whose command line names this cluster's directory (its daemons, nothing else)."""
-    pids = []
+def command_lines() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, argv) of every process but this one (those gone meanwhile are skipped)."""
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            yield int(entry.name), (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if str(folder) in cmd and int(entry.name) != os.getpid():
-            pids.append(int(entry.name))
-    return pids
+
+
+def processes_of(folder: Path) -> list[int]:
+    """PIDs whose command line names this cluster's directory (its daemons, nothing else)."""
+    return [pid for pid, argv in command_lines() if str(folder).encode() in b" ".join(argv)]
 
 
 @dataclass

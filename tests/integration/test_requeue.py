@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest_slurm import REPO, hpcdl, submit_json
+from tests.integration.conftest_slurm import REPO, command_lines, hpcdl, submit_json
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.usefixtures("slurm_cluster"),
               pytest.mark.timeout(900)]
@@ -184,19 +184,10 @@ def test_time_limit_checkpoints_requeues_and_resumes(runs_dir: Path, reference: 
 
 
 def _rank_pids(run_dir: Path) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (any(a.endswith(b"resnet50_imagenet.py") for a in cmd)
-                and str(run_dir).encode() in b" ".join(cmd)
-                and not any(a.endswith(b"srun") for a in cmd)):
-            pids.append(int(proc.name))
-    return pids
+    return [pid for pid, cmd in command_lines()
+            if any(a.endswith(b"resnet50_imagenet.py") for a in cmd)
+            and str(run_dir).encode() in b" ".join(cmd)
+            and not any(a.endswith(b"srun") for a in cmd)]
 
 
 def _wait_rank_pids(run_dir: Path, job: str) -> list[int]:
