@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,14 +34,9 @@ sys.path.insert(0, str(REPO))
 from bench.machine import describe, one_line  # noqa: E402
 from hpcdl.profiles.detect import describe as describe_profile  # noqa: E402
 from hpcdl.slurm.detect import capture_all, facts_from  # noqa: E402
+from tests.own_cluster import cluster_env, free_port  # noqa: E402
 
 SANDBOX = REPO / "scripts" / "sandbox.sh"
-
-
-def free_port(addr: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((addr, 0))
-        return int(s.getsockname()[1])
 
 
 def shape(n: int) -> str:
@@ -65,10 +59,7 @@ def median(xs: list[float]) -> float:
 
 def measure(n: int, repeats: int) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix=f"hpcdl-bd{n}-", dir="/tmp"))
-    (folder / "shape.txt").write_text(shape(n))
-    env = {"HPCDL_SANDBOX_DIR": str(folder), "HPCDL_SANDBOX_SHAPE": str(folder / "shape.txt"),
-           "HPCDL_SANDBOX_CTLD_PORT": str(free_port()), "HPCDL_SANDBOX_ACCOUNTING": "none",
-           "HPCDL_SANDBOX_CLUSTER": f"bench{n}", "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
+    env = cluster_env(folder, shape(n), f"bench{n}")
     full = {**os.environ, **env}
     try:
         t0 = time.monotonic()

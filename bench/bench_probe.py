@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
-import string
 import subprocess
 import sys
 import tempfile
@@ -29,16 +27,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import describe, one_line  # noqa: E402
-from bench.netns import free_port, free_subnet  # noqa: E402
+from tests.own_cluster import (  # noqa: E402
+    cluster_env,
+    cluster_profile,
+    free_port,
+    free_subnet,
+    node_names,
+    unique_prefix,
+)
 
 SANDBOX = REPO / "scripts" / "sandbox.sh"
-PROFILE = REPO / "hpcdl" / "profiles" / "bundled" / "sandbox.yaml"
 
 
 def run(argv: list[str], env: dict[str, str], timeout: float = 300,
@@ -77,26 +79,16 @@ def main() -> int:
         print(f"bench_probe: no image at {args.image} (make demo builds it)", file=sys.stderr)
         return 2
     folder = Path(tempfile.mkdtemp(prefix="hpcdl-bp-", dir="/tmp"))
-    prefix = "".join(random.choices(string.ascii_lowercase, k=3))
+    prefix = unique_prefix()
     subnet = free_subnet()
-    names = [f"{prefix}{i}" for i in (1, 2, 3)]
+    names = node_names(prefix, 3)
     lines = [f"node {n} {subnet}.{10 + i} {free_port()} 8 4096 gpu:fake:4 up"
              for i, n in enumerate(names, 1)]
     lines.append(f"partition debug {','.join(names)} Default=YES MaxNodes=3 MaxTime=00:30:00")
-    (folder / "shape.txt").write_text("\n".join(lines) + "\n")
-    env = {"HPCDL_SANDBOX_DIR": str(folder), "HPCDL_SANDBOX_SHAPE": str(folder / "shape.txt"),
-           "HPCDL_SANDBOX_CTLD_PORT": str(free_port()), "HPCDL_SANDBOX_ACCOUNTING": "none",
-           "HPCDL_SANDBOX_CLUSTER": f"bp{prefix}", "HPCDL_SANDBOX_LINK": "0",
-           "SLURM_CONF": str(folder / "etc" / "slurm.conf"), "HPCDL_RUNS": str(folder / "runs")}
-    data = yaml.safe_load(PROFILE.read_text())
-    data["name"] = f"bp{prefix}"
-    data["partitions"] = [{"name": "debug", "nodes": 3, "gpus_per_node": 4, "gpu_type": "fake",
-                           "cpus_per_node": 8, "mem_per_node_gb": 4, "max_time": "00:30:00",
-                           "default": True}]
-    data["container"]["binds"] = [str(folder / "tmp")]
-    data["env"]["vars"].pop("MASTER_ADDR", None)  # each node has its own loopback here
+    env = {**cluster_env(folder, "\n".join(lines) + "\n", f"bp{prefix}"),
+           "HPCDL_RUNS": str(folder / "runs")}
     profile = folder / "profile.yaml"
-    profile.write_text(yaml.safe_dump(data, sort_keys=False))
+    cluster_profile(folder, f"bp{prefix}", 3, profile)
     limit_gbs = args.rate * 1e6 / 8 / 1e9
     slow = names[2]
     runs: list[dict[str, Any]] = []

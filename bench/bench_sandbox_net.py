@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import statistics
-import string
 import subprocess
 import sys
 import tempfile
@@ -35,7 +33,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import describe, one_line  # noqa: E402
-from bench.netns import free_port, free_subnet  # noqa: E402
+from tests.own_cluster import (  # noqa: E402
+    cluster_env,
+    free_port,
+    free_subnet,
+    node_names,
+    unique_prefix,
+)
 
 SANDBOX = REPO / "scripts" / "sandbox.sh"
 MPI_PROG = ("from mpi4py import MPI; import numpy as np; c = MPI.COMM_WORLD; "
@@ -55,21 +59,17 @@ def timed(argv: list[str], env: dict[str, str], timeout: float = 300) -> float:
 
 def one_cluster(netns: bool) -> dict[str, float]:
     folder = Path(tempfile.mkdtemp(prefix="hpcdl-bn-", dir="/tmp"))
-    prefix = "".join(random.choices(string.ascii_lowercase, k=3))
+    prefix = unique_prefix()
     if netns:
         subnet = free_subnet()
         addrs = [f"{subnet}.11", f"{subnet}.12"]
     else:
         addrs = ["127.0.21.1", "127.0.21.2"]
-    names = [f"{prefix}1", f"{prefix}2"]
-    shape = folder / "shape.txt"
-    shape.write_text(f"node {names[0]} {addrs[0]} {free_port()} 8 4096 - up\n"
-                     f"node {names[1]} {addrs[1]} {free_port()} 8 4096 - up\n"
-                     f"partition debug {names[0]},{names[1]} Default=YES MaxTime=00:30:00\n")
-    env = {"HPCDL_SANDBOX_DIR": str(folder), "HPCDL_SANDBOX_SHAPE": str(shape),
-           "HPCDL_SANDBOX_CTLD_PORT": str(free_port()), "HPCDL_SANDBOX_ACCOUNTING": "none",
-           "HPCDL_SANDBOX_CLUSTER": f"bn{prefix}", "HPCDL_SANDBOX_LINK": "0",
-           "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
+    names = node_names(prefix, 2)
+    env = cluster_env(folder, f"node {names[0]} {addrs[0]} {free_port()} 8 4096 - up\n"
+                              f"node {names[1]} {addrs[1]} {free_port()} 8 4096 - up\n"
+                              f"partition debug {names[0]},{names[1]} Default=YES "
+                              "MaxTime=00:30:00\n", f"bn{prefix}")
     try:
         up = timed(["bash", str(SANDBOX), "up"], env)
         job = timed(["srun", "-N2", "-n2", "-t", "1", "hostname"], env)

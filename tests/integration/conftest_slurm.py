@@ -21,10 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import shutil
-import socket
-import string
 import subprocess
 import sys
 import tempfile
@@ -38,6 +35,15 @@ import pytest
 import yaml
 
 from tests.conftest import require
+from tests.own_cluster import (
+    BUNDLED_SANDBOX_PROFILE,
+    cluster_env,
+    cluster_profile,
+    free_port,
+    free_subnet,
+    node_names,
+    unique_prefix,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = REPO / "scripts" / "sandbox.sh"
@@ -45,7 +51,6 @@ CLI_TIMEOUT = 180
 
 
 DEFAULT_DIR = "/var/lib/hpcdl-sandbox"
-BUNDLED_SANDBOX_PROFILE = REPO / "hpcdl" / "profiles" / "bundled" / "sandbox.yaml"
 
 
 def sandbox_dir() -> Path:
@@ -103,27 +108,6 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 # ---- a cluster of one's own, one network namespace per node ------------------------------
-
-def free_port(addr: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on at ``addr`` now."""
-    with socket.socket() as s:
-        s.bind((addr, 0))
-        return int(s.getsockname()[1])
-
-
-def free_subnet() -> str:
-    """A /24 (``10.A.B``) that no interface of this machine holds an address in."""
-    res = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
-                         timeout=30, check=True)
-    used = {".".join(word.split("/")[0].split(".")[:3])
-            for line in res.stdout.splitlines() for word in line.split()[3:4]}
-    rng = random.Random()
-    for _ in range(1000):
-        subnet = f"10.{rng.randint(80, 119)}.{rng.randint(0, 255)}"
-        if subnet not in used:
-            return subnet
-    raise AssertionError("no free 10.80-119.x.0/24 subnet")
-
 
 def command_lines() -> Iterator[tuple[int, list[bytes]]]:
     """(pid, argv) of every process but this one (those gone meanwhile are skipped)."""
@@ -184,19 +168,6 @@ class NetnsCluster:
         assert res.returncode == 0, f"sandbox.sh shape {node} --clear: {res.stdout}{res.stderr}"
 
 
-def _netns_profile(folder: Path, name: str, nodes: int, path: Path) -> None:
-    """A profile for the cluster: the bundled sandbox's settings, one partition 'debug'
-    over all ``nodes`` nodes, the cluster's TmpFS bound into the container."""
-    data = yaml.safe_load(BUNDLED_SANDBOX_PROFILE.read_text())
-    data["name"] = name
-    data["description"] = f"scripts/sandbox.sh cluster in {folder} (tests)"
-    data["partitions"] = [{"name": "debug", "nodes": nodes, "gpus_per_node": 4,
-                           "gpu_type": "fake", "cpus_per_node": 8, "mem_per_node_gb": 4,
-                           "max_time": "00:30:00", "default": True}]
-    data["container"]["binds"] = [str(folder / "tmp")]
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-
-
 @pytest.fixture
 def netns_cluster() -> Iterator[Callable[..., NetnsCluster]]:
     """Factory: ``netns_cluster(nodes=3)`` starts a cluster of its own (directory under
@@ -212,20 +183,17 @@ def netns_cluster() -> Iterator[Callable[..., NetnsCluster]]:
 
     def start(nodes: int = 3, cpus: int = 8) -> NetnsCluster:
         folder = Path(tempfile.mkdtemp(prefix="hpcdl-nx-", dir="/tmp"))  # short: socket paths
-        prefix = "".join(random.choices(string.ascii_lowercase, k=3))
+        prefix = unique_prefix()
         subnet = free_subnet()
-        names = [f"{prefix}{i}" for i in range(1, nodes + 1)]
+        names = node_names(prefix, nodes)
         addrs = {n: f"{subnet}.{10 + i}" for i, n in enumerate(names, 1)}
         lines = [f"node {n} {addrs[n]} {free_port()} {cpus} 4096 gpu:fake:4 up" for n in names]
         lines.append(f"partition debug {','.join(names)} Default=YES MaxNodes={nodes} "
                      "MaxTime=00:30:00 DefaultTime=00:10:00")
-        (folder / "shape.txt").write_text("\n".join(lines) + "\n")
-        env = {"HPCDL_SANDBOX_DIR": str(folder), "HPCDL_SANDBOX_SHAPE": str(folder / "shape.txt"),
-               "HPCDL_SANDBOX_CTLD_PORT": str(free_port()), "HPCDL_SANDBOX_ACCOUNTING": "none",
-               "HPCDL_SANDBOX_CLUSTER": f"nx{prefix}", "HPCDL_SANDBOX_LINK": "0",
-               "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
-        profile = folder / f"nx{prefix}.yaml"
-        _netns_profile(folder, f"nx{prefix}", nodes, profile)
+        name = f"nx{prefix}"
+        env = cluster_env(folder, "\n".join(lines) + "\n", name)
+        profile = folder / f"{name}.yaml"
+        cluster_profile(folder, name, nodes, profile)
         cluster = NetnsCluster(folder, names, addrs, env, profile)
         started.append(cluster)
         res = cluster.sandbox("up")

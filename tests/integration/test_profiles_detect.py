@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from hpcdl.profiles.schema import Profile
 from hpcdl.slurmtime import parse_time
 from tests.conftest import require
 from tests.integration.conftest_slurm import SANDBOX, hpcdl, processes_of
+from tests.own_cluster import cluster_env, free_port
 
 pytestmark = pytest.mark.slurm
 
@@ -129,12 +129,6 @@ partition closed c1 MaxTime=00:30:00 State=DRAIN
 """
 
 
-def free_port(addr: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((addr, 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class Cluster:
     dir: Path
@@ -154,11 +148,7 @@ def second_cluster() -> Iterator[Cluster]:
             "slurmctld/slurmd/munged/unshare missing (scripts/install-slurm.sh)")
     folder = Path(tempfile.mkdtemp(prefix="hpcdl-c2-", dir="/tmp"))  # short: socket paths
     ports = {f"p{i}": free_port(f"127.0.16.{i}") for i in range(1, 6)}
-    shape = folder / "shape.txt"
-    shape.write_text(SHAPE.format(**ports))
-    env = {"HPCDL_SANDBOX_DIR": str(folder), "HPCDL_SANDBOX_SHAPE": str(shape),
-           "HPCDL_SANDBOX_CTLD_PORT": str(free_port()), "HPCDL_SANDBOX_ACCOUNTING": "none",
-           "HPCDL_SANDBOX_CLUSTER": "c2", "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
+    env = cluster_env(folder, SHAPE.format(**ports), "c2")
     cluster = Cluster(folder, folder / "etc" / "slurm.conf", env)
 
     def down() -> list[int]:
@@ -411,11 +401,8 @@ def test_qos_limits_come_from_sacctmgr(tmp_path: Path) -> None:
     require(all(shutil.which(t) for t in ("slurmctld", "slurmdbd", "mariadbd", "sacctmgr")),
             "slurmdbd/MariaDB missing (scripts/install-slurm.sh)")
     folder = Path(tempfile.mkdtemp(prefix="hpcdl-c3-", dir="/tmp"))
-    (folder / "shape.txt").write_text(ACCOUNTING_SHAPE.format(p1=free_port("127.0.16.11")))
-    env = {"HPCDL_SANDBOX_DIR": str(folder), "HPCDL_SANDBOX_SHAPE": str(folder / "shape.txt"),
-           "HPCDL_SANDBOX_CTLD_PORT": str(free_port()), "HPCDL_SANDBOX_DBD_PORT": str(free_port()),
-           "HPCDL_SANDBOX_DB_PORT": str(free_port()), "HPCDL_SANDBOX_CLUSTER": "c3",
-           "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
+    env = cluster_env(folder, ACCOUNTING_SHAPE.format(p1=free_port("127.0.16.11")), "c3",
+                      accounting=True)
     cluster = Cluster(folder, folder / "etc" / "slurm.conf", env)
     try:
         up = subprocess.run(["bash", str(SANDBOX), "up"], capture_output=True, text=True,

@@ -1,0 +1,82 @@
+"""A scripts/sandbox.sh cluster of one's own (its directory, ports, shape, node names
+and subnet), so a test or a benchmark that needs a third node, a shaped link or other
+partitions never touches the shared sandbox. Plain functions (no pytest): the
+integration tests' fixtures and the benchmarks under bench/ both build their clusters
+with them.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import string
+import subprocess
+from pathlib import Path
+
+import yaml
+
+BUNDLED_SANDBOX_PROFILE = (Path(__file__).resolve().parents[1] / "hpcdl" / "profiles" / "bundled"
+                           / "sandbox.yaml")
+
+
+def free_port(addr: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on at ``addr`` now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind((addr, 0))
+        return int(s.getsockname()[1])
+
+
+def free_subnet() -> str:
+    """A /24 (``10.A.B``, A from 80 to 127) that no interface of this machine holds an
+    address in."""
+    res = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
+                         timeout=30, check=True)
+    used = {".".join(word.split("/")[0].split(".")[:3])
+            for line in res.stdout.splitlines() for word in line.split()[3:4]}
+    rng = random.Random()
+    for _ in range(1000):
+        subnet = f"10.{rng.randint(80, 127)}.{rng.randint(0, 255)}"
+        if subnet not in used:
+            return subnet
+    raise AssertionError("no free 10.80-127.x.0/24 subnet")
+
+
+def unique_prefix() -> str:
+    """3 random letters: with 1..N after them, node names no other cluster here uses
+    (they go into /etc/hosts while the cluster runs); also its cluster name's tail."""
+    return "".join(random.choices(string.ascii_lowercase, k=3))
+
+
+def node_names(prefix: str, count: int) -> list[str]:
+    return [f"{prefix}{i}" for i in range(1, count + 1)]
+
+
+def cluster_env(folder: Path, shape: str, cluster: str, *,
+                accounting: bool = False) -> dict[str, str]:
+    """Write ``folder``/shape.txt (scripts/sandbox.sh's node and partition lines) and
+    return the environment that points sandbox.sh, and through SLURM_CONF Slurm's
+    commands, at this cluster: a free slurmctld port, and no accounting unless
+    ``accounting`` (then free slurmdbd and MariaDB ports)."""
+    (folder / "shape.txt").write_text(shape)
+    env = {"HPCDL_SANDBOX_DIR": str(folder), "HPCDL_SANDBOX_SHAPE": str(folder / "shape.txt"),
+           "HPCDL_SANDBOX_CTLD_PORT": str(free_port()), "HPCDL_SANDBOX_CLUSTER": cluster,
+           "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
+    if accounting:
+        env.update(HPCDL_SANDBOX_DBD_PORT=str(free_port()), HPCDL_SANDBOX_DB_PORT=str(free_port()))
+    else:
+        env["HPCDL_SANDBOX_ACCOUNTING"] = "none"
+    return env
+
+
+def cluster_profile(folder: Path, name: str, nodes: int, path: Path) -> None:
+    """Write a profile for the cluster in ``folder`` to ``path``: the bundled sandbox's
+    settings, one partition 'debug' over all ``nodes`` nodes, the cluster's TmpFS
+    (where Slurm's PMIx keeps each job's directory) bound into the container."""
+    data = yaml.safe_load(BUNDLED_SANDBOX_PROFILE.read_text())
+    data["name"] = name
+    data["description"] = f"scripts/sandbox.sh cluster in {folder} (tests)"
+    data["partitions"] = [{"name": "debug", "nodes": nodes, "gpus_per_node": 4,
+                           "gpu_type": "fake", "cpus_per_node": 8, "mem_per_node_gb": 4,
+                           "max_time": "00:30:00", "default": True}]
+    data["container"]["binds"] = [str(folder / "tmp")]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
