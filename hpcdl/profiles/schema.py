@@ -167,7 +167,18 @@ class Interconnect(_Strict):
 
 
 class Paths(_Strict):
+    """Where things live on the cluster, as the compute nodes see them."""
+
     scratch: HostPath | None = None
+    shared: list[HostPath] = Field(
+        default_factory=list,
+        description="directories the compute nodes share with the host hpcdl runs on "
+                    "(e.g. /home, /scratch); when set, a run directory, image, dataset or "
+                    "--bind source outside them is refused before submission")
+    local_scratch: HostPath | None = Field(
+        default=None,
+        description="node-local scratch directory (each node its own, e.g. /local or "
+                    "/tmp): where image staging and --stage-to copy to")
     datasets: HostPath | None = None
     imagenet: HostPath | None = None
 
