@@ -5,7 +5,8 @@ import os
 import pytest
 
 pytest_plugins: list[str] = ["tests.unit.conftest_examples", "tests.integration.conftest_apptainer",
-                             "tests.integration.conftest_slurm", "tests.fakeslurm.fixture"]
+                             "tests.integration.conftest_slurm", "tests.integration.conftest_user",
+                             "tests.fakeslurm.fixture"]
 
 IN_CI = os.environ.get("CI") == "true"
 
