@@ -8,6 +8,7 @@ field, the value and the limit before anything is written or submitted.
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
@@ -17,6 +18,7 @@ from hpcdl import __version__, pbs
 from hpcdl.errors import ValidationError
 from hpcdl.gpuarch import ImageArchFacts, check_partition
 from hpcdl.hang import DEFAULT_HANG_ACTION, HANG_ACTIONS
+from hpcdl.jobside import JOB_DIR_ENV, job_dir, job_side_files
 from hpcdl.launch.rankenv import PORT_LISTENED, SCRIPT_VARIABLE, WRAPPER_NAME, rank_env_script
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.profiles.schema import Partition, Profile
@@ -30,13 +32,22 @@ from hpcdl.tokens import BIND, CONTROL, ENV_NAME, NAME, PATH, REQUEUE_SIGNAL, Ki
 _PLAIN_SBATCH = re.compile(r"[A-Za-z0-9_.,:@%+=/\-]+")
 
 Backend = Literal["horovod", "ddp"]
+# How the container runtime runs here (hpcdl.container.runtime detects it on the host).
+RuntimeMode = Literal["setuid", "unprivileged", "root"]
+# Open MPI's single-copy transfer between ranks of a node (CMA, process_vm_readv) fails
+# when each rank is in its own user namespace, as unprivileged Apptainer puts them, and
+# Horovod then hangs in its first broadcast: ranks copy through shared memory instead.
+UNPRIVILEGED_MPI_ENV: tuple[tuple[str, str], ...] = (
+    ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),)
 BACKENDS: tuple[str, ...] = ("horovod", "ddp")
 LAUNCHERS: tuple[str, ...] = ("srun", "torchrun", "mpirun", "horovodrun")
 GPU_BINDS: tuple[str, ...] = ("none", "local-rank")
 
 # Where a job sees the bundled examples and the stdlib-only hpcdl modules they import
-# (hpcdl.errors, hpcdl.launch.world, hpcdl.data.imagefolder): bound read-only from the
-# host at job time, so the examples run in any image (a site's NGC image has no copy
+# (hpcdl.errors, hpcdl.launch.world, hpcdl.data.imagefolder): staged into the run
+# directory (hpcdl.jobside) and bound read-only from there at job time (from the
+# installed hpcdl when the plan has no run directory), so the examples run in any image
+# (a site's NGC image has no copy
 # of hpcdl; images built from containers/*.yaml carry one in /opt/hpcdl) and always
 # match the hpcdl that rendered the job.
 JOB_PROJECT_DIR = PurePosixPath("/hpcdl")
@@ -139,6 +150,9 @@ class JobPlan:
     probe_line: str | None = None  # the --probe-first step, as the script runs it
     hang_timeout: float | None = None  # the watchdog's silence limit (s); None: no watchdog
     hang_action: str | None = None  # cancel or leave
+    # Files copied into RUN_DIR/job at submission (hpcdl.jobside), relative to it.
+    job_files: tuple[str, ...] = ()
+    container_mode: str | None = None  # RuntimeMode of an image run, when it was known
     hpcdl_version: str = __version__
 
     def to_dict(self) -> dict[str, Any]:
@@ -149,6 +163,7 @@ class JobPlan:
         data["warnings"] = list(self.warnings)
         data["example_defaults"] = list(self.example_defaults)
         data["probe"] = None if self.probe is None else list(self.probe)
+        data["job_files"] = list(self.job_files)
         return data
 
     def sbatch_argv(self, script_path: str | Path, options: tuple[str, ...] = ()) -> list[str]:
@@ -400,7 +415,9 @@ def example_defaults(profile: Profile, req: JobRequest,
 
 
 def _default_command(profile: Profile, req: JobRequest) -> list[str]:
-    base = JOB_PROJECT_DIR / "examples" if job_image(profile, req)[0] else examples_dir()
+    image = job_image(profile, req)[0]
+    base = (JOB_PROJECT_DIR / "examples" if image else
+            PurePosixPath(job_dir(req.run_dir)) / "examples" if req.run_dir else examples_dir())
     cmd = [profile.python, str(base / DEFAULT_EXAMPLE), "--backend", req.backend]
     data = None if req.synthetic else req.data or profile.paths.imagenet
     cmd += ["--data", data] if data else ["--synthetic"]
@@ -417,7 +434,8 @@ def _probe_command(profile: Profile, req: JobRequest, image: str | None) -> list
     """The probe worker with its arguments (``req.probe``), where the job sees it."""
     from hpcdl.probe.request import worker_path
 
-    return [profile.python, worker_path(bool(image), str(PACKAGE_DIR), JOB_PROJECT_DIR),
+    package = job_dir(req.run_dir) + "/hpcdl" if req.run_dir else str(PACKAGE_DIR)
+    return [profile.python, worker_path(bool(image), package, JOB_PROJECT_DIR),
             *(req.probe or ())]
 
 
@@ -496,10 +514,13 @@ def _rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher
 
 
 def _project_binds(req: JobRequest) -> list[str]:
-    """Read-only binds that bring the bundled examples (and the hpcdl modules they import,
-    or the probe worker) into the container; none for a user's COMMAND."""
+    """The read-only bind that brings the bundled examples (and the hpcdl modules they
+    import, or the probe worker) into the container: the run directory's staged copy, or
+    without a run directory the installed hpcdl's files; none for a user's COMMAND."""
     if req.command:
         return []
+    if req.run_dir:
+        return [f"{job_dir(req.run_dir)}:{JOB_PROJECT_DIR}:ro"]
     return [f"{examples_dir()}:{JOB_PROJECT_DIR}/examples:ro",
             f"{PACKAGE_DIR}:{JOB_PROJECT_DIR}/hpcdl:ro"]
 
@@ -561,12 +582,13 @@ def launch_notes(req: JobRequest, launcher: str, gpu_bind: str, image: str | Non
         origin = ("the profile's container.default_image; --image overrides, --no-image "
                   "runs natively" if image_source == "profile default_image" else "--image")
         notes.append(f"image: {image} ({origin}).")
+        origin = "the run directory's copy (job/)" if req.run_dir else "the host"
         if req.probe_only:
             notes.append(f"the probe worker (hpcdl/probe/worker.py: stdlib + torch) comes from "
-                         f"the host, bound read-only at {JOB_PROJECT_DIR} (the image needs no "
+                         f"{origin}, bound read-only at {JOB_PROJECT_DIR} (the image needs no "
                          f"copy of hpcdl).")
         elif not req.command:
-            notes.append(f"the bundled example comes from the host, bound read-only at "
+            notes.append(f"the bundled example comes from {origin}, bound read-only at "
                          f"{JOB_PROJECT_DIR} (the image needs no copy of hpcdl).")
     return notes
 
@@ -664,12 +686,15 @@ def _sbatch_option(option: str) -> str:
 
 
 def build_plan(profile: Profile, req: JobRequest,
-               image_facts: ImageArchFacts | None = None) -> JobPlan:
+               image_facts: ImageArchFacts | None = None,
+               runtime_mode: RuntimeMode | None = None) -> JobPlan:
     """Validate ``req`` against ``profile`` and render its sbatch script.
 
     ``image_facts`` (from hpcdl.preflight.image_arch_facts, which reads the image's
     build record) lets the plan refuse a partition whose GPU type the image's torch has
-    no kernels for; without it that check is not made.
+    no kernels for; without it that check is not made. ``runtime_mode``: how the
+    container runtime runs on the cluster (the profile's container.mode, or detected on
+    this host); "unprivileged" adds what MPI needs across per-rank user namespaces.
 
     Raises ValidationError (bad value, over a limit, a GPU the image cannot run on) or
     RenderError (template).
@@ -698,6 +723,7 @@ def build_plan(profile: Profile, req: JobRequest,
         raise _fail("launcher: torchrun starts ranks without MPI, which the bundled example's "
                     "--backend horovod needs: use --backend ddp, or --launcher srun")
     image, image_source = job_image(profile, req)
+    check_shared_paths(profile, req, image)
     if req.probe_only:
         command = _probe_command(profile, req, image)
     else:
@@ -728,6 +754,10 @@ def build_plan(profile: Profile, req: JobRequest,
     output, error = f"{log_dir}/slurm-%j.out", f"{log_dir}/slurm-%j.err"
     omp = cpus if profile.env.omp_num_threads == "cpus-per-task" else profile.env.omp_num_threads
     env = tuple(profile.env.vars.items()) + tuple(req.env)
+    mode = (runtime_mode if profile.container.mode == "auto" else profile.container.mode) \
+        if image else None
+    if mode == "unprivileged":  # what the user or profile sets wins
+        env += tuple((k, v) for k, v in UNPRIVILEGED_MPI_ENV if k not in dict(env))
     warnings = pbs.warnings(profile) if profile.scheduler.type == "pbs" else []
     if arch.warning:
         warnings.append(arch.warning)
@@ -754,7 +784,8 @@ def build_plan(profile: Profile, req: JobRequest,
         "modules": profile.modules,
         "cpus_per_task": cpus,
         "omp_num_threads": omp,
-        "exports": [(k, shell_join([v])) for k, v in (*env, *hang_exports)],
+        "exports": [(k, shell_join([v])) for k, v in (*env, *hang_exports)]
+                   + _job_side_exports(req, image),
         "backend": req.backend,
         "image_q": shell_join([image]) if image else None,
         "launcher": launcher,
@@ -795,7 +826,8 @@ def build_plan(profile: Profile, req: JobRequest,
         backend=req.backend,
         image=image,
         env=env,
-        binds=(tuple(profile.container.binds) + req.binds + tuple(_project_binds(req))
+        binds=(tuple(profile.container.binds) + req.binds
+               + ((req.run_dir,) if req.run_dir else ()) + tuple(_project_binds(req))
                if image else req.binds),
         command=tuple(command),
         launch_line=launch,
@@ -815,8 +847,46 @@ def build_plan(profile: Profile, req: JobRequest,
         probe_line=probe_line,
         hang_timeout=req.hang_timeout,
         hang_action=(req.hang_action or DEFAULT_HANG_ACTION) if req.hang_timeout is not None else None,
+        job_files=job_side_files() if req.run_dir else (),
+        container_mode=mode,
         **_plan_requeue(profile, req),
     )
+
+
+def _job_side_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]]:
+    """With a run directory: where its staged job-side files are (for any script), and
+    for the bundled example or the probe run natively, those files on PYTHONPATH ahead of
+    whatever the job has (the nodes need not see the hpcdl that submitted)."""
+    if not req.run_dir:
+        return []
+    staged = job_dir(req.run_dir)
+    exports = [(JOB_DIR_ENV, shell_join([staged]))]
+    if not image and not req.command:
+        exports.append(("PYTHONPATH", shell_join([staged]) + "${PYTHONPATH:+:$PYTHONPATH}"))
+    return exports
+
+
+def check_shared_paths(profile: Profile, req: JobRequest, image: str | None) -> None:
+    """Refuse what the compute nodes cannot see: a run directory, image, dataset or
+    --bind source outside the profile's paths.shared (no check when it lists none)."""
+    shared = profile.paths.shared
+    if not shared:
+        return
+    data = None if req.synthetic or not req.runs_example else req.data or profile.paths.imagenet
+    checks = [("--run-dir", req.run_dir), ("--image", image), ("--data", data),
+              *(("--bind", b.split(":", 1)[0]) for b in req.binds)]
+    for name, path in checks:
+        if path and not on_shared_path(path, shared):
+            raise _fail(f"{name}: {path} is not on a path the compute nodes share (profile "
+                        f"{profile.name}: paths.shared = {', '.join(shared)}): the nodes "
+                        f"cannot see it")
+
+
+def on_shared_path(path: str, shared: list[str]) -> bool:
+    """``path`` (made absolute against the current directory) is one of ``shared`` or
+    below one of them."""
+    where = PurePosixPath(os.path.normpath(os.path.abspath(path)))
+    return any(where == PurePosixPath(s) or PurePosixPath(s) in where.parents for s in shared)
 
 
 def _hang_exports(req: JobRequest, env: tuple[tuple[str, str], ...], time: str,

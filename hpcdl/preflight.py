@@ -8,13 +8,14 @@ missing here is missing in the job too.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path, PurePosixPath
 
 from hpcdl.container.hashing import read_record, sidecar
 from hpcdl.errors import ValidationError
 from hpcdl.gpuarch import ImageArchFacts, facts_from_record
-from hpcdl.plan import JobRequest
+from hpcdl.plan import JobRequest, RuntimeMode
 
 # Images that live elsewhere: nothing on this host to read.
 _REMOTE_IMAGE = re.compile(r"[a-z][a-z0-9+.-]*://.*")
@@ -94,3 +95,45 @@ def command_script(command: tuple[str, ...]) -> str | None:
             continue
         return arg if arg.endswith(".py") else None
     return None
+
+
+# Where Apptainer/Singularity packages put the setuid starter and the configuration.
+_STARTERS = ("/usr/lib/x86_64-linux-gnu/apptainer/bin/starter-suid",
+             "/usr/libexec/apptainer/bin/starter-suid",
+             "/usr/local/libexec/apptainer/bin/starter-suid",
+             "/usr/lib/x86_64-linux-gnu/singularity/bin/starter-suid",
+             "/usr/libexec/singularity/bin/starter-suid")
+_CONFIGS = ("/etc/apptainer/apptainer.conf", "/usr/local/etc/apptainer/apptainer.conf",
+            "/etc/singularity/singularity.conf")
+_ALLOW_SETUID = re.compile(r"\s*allow setuid\s*=\s*(yes|no)\s*", re.I)
+
+
+def runtime_mode(image: str | None, *, euid: int | None = None,
+                 starters: tuple[str, ...] = _STARTERS,
+                 configs: tuple[str, ...] = _CONFIGS) -> RuntimeMode | None:
+    """How the container runtime runs this user's ranks, judged on this host (the login
+    node has the compute nodes' Apptainer installation): None without an image; "root"
+    for root; "setuid" with a root-owned setuid starter that the configuration allows;
+    else "unprivileged" (user namespaces and squashfuse)."""
+    if image is None:
+        return None
+    if (os.geteuid() if euid is None else euid) == 0:
+        return "root"
+    allowed = True  # apptainer.conf's default
+    for conf in configs:
+        try:
+            for line in Path(conf).read_text().splitlines():
+                m = _ALLOW_SETUID.fullmatch(line)
+                if m:
+                    allowed = m.group(1).lower() == "yes"
+            break
+        except OSError:
+            continue
+    for starter in starters:
+        try:
+            st = os.stat(starter)
+        except OSError:
+            continue
+        if allowed and st.st_uid == 0 and st.st_mode & 0o4000:
+            return "setuid"
+    return "unprivileged"

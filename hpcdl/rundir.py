@@ -43,6 +43,7 @@ from hpcdl.atomic import write_atomic, write_json_atomic
 from hpcdl.attempts import Attempt, ScriptAttempt
 from hpcdl.container.hashing import read_record, sidecar
 from hpcdl.hang import RankPid, parse_pid_file
+from hpcdl.jobside import JOB_DIR_NAME, stage
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
 
@@ -281,6 +282,15 @@ class RunDir:
     def logs(self, job_id: str) -> tuple[Path, Path]:
         """(stdout, stderr) of job ``job_id`` (the plan's slurm-%j.out/.err)."""
         return self.path / f"slurm-{job_id}.out", self.path / f"slurm-{job_id}.err"
+
+    @property
+    def job_dir(self) -> Path:
+        """job/: the job-side files staged at submission (hpcdl.jobside)."""
+        return self.path / JOB_DIR_NAME
+
+    def stage_job_files(self, files: tuple[str, ...]) -> int:
+        """Copy the job-side ``files`` into job/ (all or nothing); returns the bytes."""
+        return stage(self.path, files)
 
     def write_plan(self, script: str, plan: dict[str, Any]) -> Path:
         """job.sbatch (exactly ``script``) + plan.json; returns the script's path."""

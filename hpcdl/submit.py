@@ -19,7 +19,7 @@ from hpcdl import rundir
 from hpcdl.attempts import Attempt, from_script, join
 from hpcdl.errors import SubmitError, ToolError
 from hpcdl.gpuarch import ImageArchFacts
-from hpcdl.plan import JobPlan, JobRequest, build_plan
+from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Profile
 from hpcdl.results.record import refused_record
 from hpcdl.rundir import JobRecord, RunDir
@@ -50,21 +50,22 @@ class Submitted:
 
 
 def plan_run(profile: Profile, request: JobRequest, *, runs_under: Path | None = None,
-             run_name: str | None = None, image_facts: ImageArchFacts | None = None) -> JobPlan:
+             run_name: str | None = None, image_facts: ImageArchFacts | None = None,
+             runtime_mode: RuntimeMode | None = None) -> JobPlan:
     """The plan that gets submitted: ``request`` with its run directory decided first.
 
     Unless ``request.run_dir`` is set, the run directory's path is chosen (not
     created) under ``runs_under`` (default: runs_root()), named after ``run_name``
     (default: the job name), so #SBATCH --output/--error, the checkpoint directory
     and the container's binds point into it; ``submit`` then writes exactly
-    ``plan.script``. ``image_facts``: as for build_plan. Raises ValidationError,
+    ``plan.script``. ``image_facts``, ``runtime_mode``: as for build_plan. Raises ValidationError,
     RenderError (see build_plan).
     """
     if request.run_dir is None:
         name = run_name or request.job_name or f"hpcdl-{request.backend}"
         request = dataclasses.replace(request,
                                       run_dir=str(rundir.new_run_path(name, runs_under)))
-    return build_plan(profile, request, image_facts)
+    return build_plan(profile, request, image_facts, runtime_mode)
 
 
 def live_check_wanted(live_check: bool | None) -> bool:
@@ -98,6 +99,8 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
                           hint="give a new --run-dir, or leave it out for a fresh one") from exc
     if plan.hang_timeout is not None:  # the rank wrapper records the ranks' pids here
         run.pids.mkdir()
+    if plan.job_files:  # the nodes need not see the hpcdl installation that submits
+        run.stage_job_files(plan.job_files)
     script = run.write_plan(plan.script, plan.to_dict())
     run.record_inputs(profile.model_dump(mode="json"), plan.image)
     argv = plan.sbatch_argv(script, sbatch_options)

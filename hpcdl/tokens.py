@@ -110,6 +110,9 @@ REQUEUE_SIGNAL = _kind("signal SIG@SECONDS", r"(USR1|USR2|TERM|INT|HUP|ALRM|URG)
 EXECUTABLE = _kind("executable", r"[A-Za-z0-9_./+\-]+", "python3")
 # A host path (quoted wherever it lands); may use $VARS the job's shell expands.
 PATH = _kind("path", r"[^\x00-\x1f\x7f]+", "/scratch/$USER")
+# A directory the compute nodes share, compared with paths on the submitting host (never
+# expanded or rendered): absolute, no $VARS.
+SHARED_DIR = _kind("absolute directory", r"/[^$\x00-\x1f\x7f]*", "/")
 # A container bind SRC[:DST[:OPTS]]: a comma would start another bind.
 BIND = _kind("bind (SRC[:DST])", r"[^,:\x00-\x1f\x7f]+(:[^,:\x00-\x1f\x7f]+){0,2}", "/scratch")
 # Image name of a spec (file names, labels).
@@ -150,6 +153,7 @@ EnvName = Annotated[str, Strict(), checker(ENV_NAME), ENV_NAME]
 RequeueSignal = Annotated[str, Strict(), checker(REQUEUE_SIGNAL), REQUEUE_SIGNAL]
 Executable = Annotated[str, Strict(), checker(EXECUTABLE), EXECUTABLE]
 HostPath = Annotated[str, Strict(), checker(PATH), PATH]
+SharedDir = Annotated[str, Strict(), checker(SHARED_DIR), SHARED_DIR]
 Bind = Annotated[str, Strict(), checker(BIND), BIND]
 ImageName = Annotated[str, Strict(), checker(IMAGE_NAME), IMAGE_NAME]
 ImageRef = Annotated[str, Strict(), checker(IMAGE_REF), IMAGE_REF]
@@ -169,7 +173,7 @@ PositiveInt = Annotated[int, Strict(), Field(ge=1)]
 NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 
 KINDS: tuple[Kind, ...] = (
-    NAME, SLURM_VALUE, OPTION_KEY, SLURM_TIME, EXAMPLE_ARG, FILESYSTEM, MODULE, ENV_NAME, REQUEUE_SIGNAL, EXECUTABLE, PATH, BIND,
+    NAME, SLURM_VALUE, OPTION_KEY, SLURM_TIME, EXAMPLE_ARG, FILESYSTEM, MODULE, ENV_NAME, REQUEUE_SIGNAL, EXECUTABLE, PATH, SHARED_DIR, BIND,
     IMAGE_NAME, IMAGE_REF, IMAGE_TAG, OS_VERSION, VERSION, DEB_PACKAGE, REQUIREMENT, URL,
     LABEL_KEY, TEXT, DEF_TEXT, IFNAME,
 )

@@ -14,8 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE=${HPCDL_CACHE:-/var/cache/hpcdl}
-DEMO_DIR=${HPCDL_DEMO_DIR:-/var/tmp/hpcdl-demo}
-IMAGE=$CACHE/images/pytorch-horovod-cpu.sif
+# The sandbox's nodes see the host's /home and /scratch only (sandbox.yaml paths.shared):
+# the dataset, the runs and the image the ranks read live on /scratch.
+DEMO_DIR=${HPCDL_DEMO_DIR:-/scratch/hpcdl-demo}
+BUILT=$CACHE/images/pytorch-horovod-cpu.sif
+IMAGE=/scratch/images/pytorch-horovod-cpu.sif
 DATA=$DEMO_DIR/tiny-imagenet
 BACKEND=${HPCDL_DEMO_BACKEND:-horovod}
 ARCH=${HPCDL_DEMO_ARCH:-resnet50}
@@ -48,7 +51,14 @@ stage "install: Slurm" scripts/install-slurm.sh
 stage "install: Apptainer" scripts/install-apptainer.sh
 stage "sandbox cluster" hpcdl sandbox up
 stage "dataset" make_data
-stage "image (Horovod wheel + CPU image)" scripts/build-image.sh -o "$IMAGE"
+publish() {  # the built image where the nodes read it: a hard link (a copy across filesystems)
+  mkdir -p "$(dirname "$IMAGE")"
+  ln -f "$BUILT" "$IMAGE.tmp" 2>/dev/null || cp "$BUILT" "$IMAGE.tmp"
+  chmod 644 "$IMAGE.tmp" && mv -f "$IMAGE.tmp" "$IMAGE"
+  echo "image: $IMAGE"
+}
+stage "image (Horovod wheel + CPU image)" scripts/build-image.sh -o "$BUILT"
+stage "image on the shared filesystem" publish
 # --cpus-per-task 1: the sandbox nodes announce 8 CPUs each but share this machine's cores.
 stage "job: 2 nodes x 4 GPUs, $ARCH, $BACKEND" \
   hpcdl submit --profile sandbox --nodes 2 --gpus 4 --cpus-per-task 1 --time 00:20:00 \

@@ -73,6 +73,18 @@ ACCOUNTING=${HPCDL_SANDBOX_ACCOUNTING:-slurmdbd}   # slurmdbd | none
 if [[ $D == /var/lib/hpcdl-sandbox ]]; then LINK=${HPCDL_SANDBOX_LINK:-1}; else LINK=0; fi
 WAIT_S=${HPCDL_SANDBOX_WAIT:-60}
 
+# What a compute node sees. Each slurmd runs in its own mount namespace, as a node of a
+# real cluster: the OS, /home and the "parallel filesystem" SHARED are the host's; /tmp,
+# /var/tmp, /dev/shm and LOCAL (node-local scratch) are the node's own (under
+# $D/nodes/NODE); the host-only paths in HIDE are empty on the nodes. KEEP lists what
+# the nodes still need from inside HIDE: the site's software (root's Python here, like a
+# cluster's /sw; the private libc of this machine's Apptainer build). The sandbox's own
+# directory is always kept.
+SHARED=${HPCDL_SANDBOX_SHARED:-/scratch}
+LOCAL=${HPCDL_SANDBOX_LOCAL:-/local}
+HIDE=${HPCDL_SANDBOX_HIDE:-/root /opt /var/cache/hpcdl /work /srv /mnt}
+KEEP=${HPCDL_SANDBOX_KEEP:-/root/.pyenv /opt/hpcdl/apptainer-libc}
+
 # The default cluster: the one sandbox.yaml describes.
 DEFAULT_SHAPE='node n1 10.77.0.11 16821 8 4096 gpu:fake:4 up
 node n2 10.77.0.12 16822 8 4096 gpu:fake:4 up
@@ -360,10 +372,16 @@ render_gres_conf() {
 write_config() {
   local n
   mkdir -p "$D"/{etc,run/munge,log,state/ctld,tmp,dev,db}
-  chmod 700 "$D/etc"
-  chmod 755 "$D/run" "$D/run/munge"
+  # Like a site's /etc/slurm: every user's Slurm commands read slurm.conf and gres.conf;
+  # the munge key and slurmdbd.conf (the database password) stay root's (0600).
+  chmod 755 "$D" "$D/etc" "$D/run" "$D/run/munge" "$D/tmp" "$D/dev"
+  mkdir -p "$SHARED" "$LOCAL"
+  chmod 1777 "$SHARED"
   for n in "${UP_NODES[@]}"; do  # a node without slurmd needs no spool, TmpFS or devices
-    mkdir -p "$D/state/slurmd-$n" "$D/tmp/$n" "$D/dev/$n"
+    mkdir -p "$D/state/slurmd-$n" "$D/tmp/$n" "$D/dev/$n" \
+      "$D/nodes/$n/tmp" "$D/nodes/$n/var-tmp" "$D/nodes/$n/local"
+    # Every user's jobs write here: PMIx's per-job directories (TmpFS), /tmp, scratch.
+    chmod 1777 "$D/tmp/$n" "$D/nodes/$n/tmp" "$D/nodes/$n/var-tmp" "$D/nodes/$n/local"
     # Fake GPUs: slurmd wants character devices, so clone /dev/null (c 1 3).
     local i gpus
     gpus=$(gpus_of "$n")
@@ -376,6 +394,10 @@ write_config() {
     (umask 077 && head -c 1024 /dev/urandom >"$D/etc/munge.key")
   fi
   chmod 600 "$D/etc/munge.key"
+
+  # Unprivileged Apptainer mounts a SIF with squashfuse: distributions ship /dev/fuse
+  # 0666 for that (this machine's is 0600, which fails every user's container).
+  if [[ -c /dev/fuse ]]; then chmod 0666 /dev/fuse; fi
 
   render_slurm_conf | write_if_changed "$CONF" 644
   render_gres_conf | write_if_changed "$D/etc/gres.conf" 644
@@ -687,11 +709,57 @@ start_slurmd() {
   # in netns mode also its own network namespace (job steps and Apptainer inherit both).
   local -a netns=()
   if ((NETNS)); then netns=(nsenter "--net=/run/netns/$(netns_of "$n")"); fi
+  # Own mount namespace too: the node sees only what a cluster shares (node_mounts).
   # shellcheck disable=SC2016  # $1, $2 expand in the inner bash
-  "${netns[@]}" unshare --uts bash -c 'hostname "$1" && exec slurmd -N "$1" -f "$2"' _ "$n" "$CONF" \
-    2>>"$D/log/slurmd-$n.log" 9>&- || fail "slurmd $n did not start" "$D/log/slurmd-$n.log"
+  "${netns[@]}" unshare --uts --mount --propagation private bash -c \
+    "$(declare -f node_mounts)"$'\n''node_mounts "$1" "$3" "$4" "$5" "$6" "$7" >>"$3/log/mounts-$1.log" 2>&1 && hostname "$1" && exec slurmd -N "$1" -f "$2"' \
+    _ "$n" "$CONF" "$D" "$SHARED" "$LOCAL" "$HIDE" "$KEEP" \
+    2>>"$D/log/slurmd-$n.log" 9>&- || fail "slurmd $n did not start" "$D/log/slurmd-$n.log" "$D/log/mounts-$n.log"
   wait_for "slurmd $n" "$D/log/slurmd-$n.log" pid_alive "$pidfile" slurmd
   STARTED+=("slurmd $n")
+}
+
+# node_mounts NODE DIR SHARED LOCAL HIDE KEEP: run inside the node's new mount namespace
+# (private propagation), before slurmd. Paths to keep are moved aside first (a bind
+# under /run, which nothing hides), the private and hidden mounts made, then the kept
+# paths moved back to where they were; the hiding tmpfs ends read-only.
+node_mounts() {
+  local node=$1 dir=$2 shared=$3 local_dir=$4 path i=0 stash
+  local -a hide keep moved=()
+  m() { mount "$@" || { echo "node $node: mount $* failed" >&2; exit 1; }; }
+  read -r -a hide <<<"$5"
+  read -r -a keep <<<"$6"
+  keep+=("$dir")
+  stash=/run/hpcdl-sandbox-stash/$node-$$
+  mkdir -p "$stash"
+  for path in "${keep[@]}"; do
+    [[ -e $path ]] || continue
+    mkdir -p "$stash/$i"
+    m --bind "$path" "$stash/$i"
+    moved+=("$i:$path")
+    i=$((i + 1))
+  done
+  # /tmp last: the node's own directories may be under it (a test cluster in /tmp).
+  m --bind "$dir/nodes/$node/var-tmp" /var/tmp
+  m --bind "$dir/nodes/$node/local" "$local_dir"
+  m -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
+  m --bind "$dir/nodes/$node/tmp" /tmp
+  for path in "${hide[@]}"; do
+    [[ -d $path && $path != "$shared" ]] || continue
+    m -t tmpfs -o "mode=$(stat -c %a "$path"),nosuid,nodev" tmpfs "$path"
+  done
+  local entry
+  for entry in "${moved[@]}"; do
+    path=${entry#*:}
+    mkdir -p "$path"
+    m --move "$stash/${entry%%:*}" "$path"
+  done
+  for path in "${hide[@]}"; do
+    [[ -d $path && $path != "$shared" ]] || continue
+    m -o remount,ro "$path"
+  done
+  rm -rf "$stash"
+  echo "node $node: private /tmp /var/tmp /dev/shm $local_dir; hidden ${hide[*]}; kept ${moved[*]}"
 }
 
 nodes_ready() {  # every node with a slurmd in a usable state (idle, mixed or allocated)
@@ -723,6 +791,13 @@ stale_reasons() {
      && ! cmp -s <(render_slurm_conf) "$CONF"; then
     echo "slurm.conf differs from the one slurmctld runs with"
   fi
+  for n in "${UP_NODES[@]}"; do
+    pid_alive "$D/run/slurmd-$n.pid" slurmd || continue
+    pid=$(<"$D/run/slurmd-$n.pid")
+    if [[ $(stat -L -c %i "/proc/$pid/ns/mnt" 2>/dev/null) == "$(stat -L -c %i /proc/self/ns/mnt)" ]]; then
+      echo "slurmd $n (pid $pid) runs in the host's mount namespace (it sees every host path)"
+    fi
+  done
   ((NETNS)) || return 0
   for n in "${UP_NODES[@]}"; do
     pid_alive "$D/run/slurmd-$n.pid" slurmd || continue

@@ -1,6 +1,8 @@
 """Shared pytest set-up. Each area registers its fixtures module here (one line each)."""
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +11,17 @@ pytest_plugins: list[str] = ["tests.unit.conftest_examples", "tests.integration.
                              "tests.fakeslurm.fixture"]
 
 IN_CI = os.environ.get("CI") == "true"
+
+# The sandbox's nodes see only the host's /home and /scratch (scripts/sandbox.sh), so the
+# tests' temporary directories, where their run directories, scripts and datasets go,
+# live on the shared /scratch when it is there (made by `sandbox up`) or can be made.
+SHARED_TMP = Path("/scratch/tmp")
+if Path("/scratch").is_dir() or os.geteuid() == 0:
+    SHARED_TMP.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        SHARED_TMP.parent.chmod(0o1777)
+        SHARED_TMP.chmod(0o1777)
+    tempfile.tempdir = str(SHARED_TMP)
 
 
 def require(condition: bool, why: str) -> None:

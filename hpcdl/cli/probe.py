@@ -194,15 +194,19 @@ def probe(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
         job_name=job_name, image=image, env=parse_env(env), binds=binds, no_image=no_image,
         launcher="srun", requeue=False, probe=args,
         run_dir=str(run_dir.resolve()) if run_dir is not None else None)
+    from hpcdl.plan import job_image
+    from hpcdl.preflight import runtime_mode
+
+    mode = runtime_mode(job_image(prof, request)[0])
     if dry_run:
         from hpcdl.cli.submit import print_dry_run
 
-        print_dry_run(build_plan(prof, request), as_json=as_json)
+        print_dry_run(build_plan(prof, request, runtime_mode=mode), as_json=as_json)
         return
     from hpcdl.cli.submit import submit_and_report
     from hpcdl.submit import plan_run
 
-    plan = plan_run(prof, request, run_name="probe")
+    plan = plan_run(prof, request, run_name="probe", runtime_mode=mode)
     code = submit_and_report(prof, plan, wait=wait, as_json=as_json, probe_report=True)
     if code:
         raise SystemExit(code)

@@ -12,7 +12,7 @@ import click
 from hpcdl.cli.options import example_options, launch_options, parse_env
 from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest, job_image
-from hpcdl.preflight import check_inputs, image_arch_facts
+from hpcdl.preflight import check_inputs, image_arch_facts, runtime_mode
 from hpcdl.profiles import load_profile
 from hpcdl.results.table import (
     Row,
@@ -112,13 +112,15 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     base, why = pin_partition(prof, base, points)  # one partition: comparable speedups
     # The image's build record (its GPU architectures), read once for every point's check.
     facts = image_arch_facts(job_image(prof, base)[0])
+    mode = runtime_mode(job_image(prof, base)[0])
     if dry_run:
-        _show_plans(plan_points(prof, base, points, image_facts=facts), why, as_json)
+        _show_plans(plan_points(prof, base, points, image_facts=facts, runtime_mode=mode), why,
+                    as_json)
         return
     # Each point planned once, with its run directory in the sweep directory: those
     # plans are what gets submitted.
     sweep_dir = sweep_path(sweep_id)
-    plans = plan_points(prof, base, points, sweep_dir, facts)  # raises before anything is written
+    plans = plan_points(prof, base, points, sweep_dir, facts, mode)  # raises before writing
     check_inputs(base, image=plans[0][1].image)
     from hpcdl.cli.display import SweepBar, done_line
     from hpcdl.cli.scheduler import scheduler_for

@@ -13,7 +13,7 @@ from hpcdl.cli.options import example_options, launch_options, parse_env, reques
 from hpcdl.errors import ValidationError
 from hpcdl.hang import DEFAULT_HANG_ACTION, HANG_ACTIONS, parse_seconds
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan, job_image
-from hpcdl.preflight import check_inputs, image_arch_facts
+from hpcdl.preflight import check_inputs, image_arch_facts, runtime_mode
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
@@ -124,14 +124,15 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     )
     # Reads the image's build record (its GPU architectures) for the plan's check.
     facts = image_arch_facts(job_image(prof, request)[0])
+    mode = runtime_mode(job_image(prof, request)[0])
     if dry_run:
         # validates: raises before anything is written
-        print_dry_run(build_plan(prof, request, facts), as_json=as_json)
+        print_dry_run(build_plan(prof, request, facts, mode), as_json=as_json)
         return
     from hpcdl.submit import plan_run
 
     # Planned once, with the run directory it will use; that plan is what gets submitted.
-    plan = plan_run(prof, request, image_facts=facts)  # raises before anything is written
+    plan = plan_run(prof, request, image_facts=facts, runtime_mode=mode)  # raises before writing
     check_inputs(request, image=plan.image)
     code = submit_and_report(prof, plan, wait=wait, as_json=as_json)
     if code:

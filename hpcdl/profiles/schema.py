@@ -28,6 +28,7 @@ from hpcdl.tokens import (
     OptionKey,
     PositiveInt,
     RequeueSignal,
+    SharedDir,
     SlurmTime,
     SlurmValue,
     Text,
@@ -124,6 +125,12 @@ class Container(_Strict):
     binds: list[Bind] = Field(default_factory=list)
     nv: bool = Field(default=True, description="pass --nv (NVIDIA GPUs into the container)")
     default_image: HostPath | None = None
+    mode: Literal["auto", "setuid", "unprivileged"] = Field(
+        default="auto",
+        description="how the runtime runs on the compute nodes: setuid (the setuid starter) "
+                    "or unprivileged (user namespaces, squashfuse); auto: as detected on the "
+                    "host hpcdl runs on. Unprivileged ranks each get their own user "
+                    "namespace, which Open MPI's shared-memory transport must be told")
 
 
 class Mpi(_Strict):
@@ -170,7 +177,7 @@ class Paths(_Strict):
     """Where things live on the cluster, as the compute nodes see them."""
 
     scratch: HostPath | None = None
-    shared: list[HostPath] = Field(
+    shared: list[SharedDir] = Field(
         default_factory=list,
         description="directories the compute nodes share with the host hpcdl runs on "
                     "(e.g. /home, /scratch); when set, a run directory, image, dataset or "

@@ -24,7 +24,7 @@ from typing import TypedDict
 from hpcdl.atomic import write_json_atomic
 from hpcdl.errors import ValidationError
 from hpcdl.gpuarch import ImageArchFacts
-from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan
+from hpcdl.plan import BACKENDS, JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Profile
 from hpcdl.rundir import new_run_path, runs_root
 
@@ -144,12 +144,13 @@ def sweep_path(sweep_id: str) -> Path:
 
 def plan_points(profile: Profile, base: JobRequest, points: list[SweepPoint],
                 sweep_dir: Path | None = None,
-                image_facts: ImageArchFacts | None = None) -> list[tuple[SweepPoint, JobPlan]]:
+                image_facts: ImageArchFacts | None = None,
+                runtime_mode: RuntimeMode | None = None) -> list[tuple[SweepPoint, JobPlan]]:
     """A validated plan for every point, or ValidationError naming the first point
     that cannot run (and why) before anything is written. With ``sweep_dir`` each
     point's run directory (under it, named after the point) is decided here, so
     these plans are the ones submitted; without, they are for showing (--dry-run).
-    ``image_facts``: as for build_plan (the image's GPU architectures, read by
+    ``image_facts``, ``runtime_mode``: as for build_plan (the image's GPU architectures, read by
     hpcdl.preflight)."""
     plans = []
     for point in points:
@@ -158,7 +159,7 @@ def plan_points(profile: Profile, base: JobRequest, points: list[SweepPoint],
             request = dataclasses.replace(
                 request, run_dir=str(new_run_path(point.label, sweep_dir)))
         try:
-            plans.append((point, build_plan(profile, request, image_facts)))
+            plans.append((point, build_plan(profile, request, image_facts, runtime_mode)))
         except ValidationError as err:
             raise ValidationError(f"point {point.label} ({point.ranks} ranks): {err.message}",
                                   hint=err.hint) from err

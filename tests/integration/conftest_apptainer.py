@@ -33,6 +33,27 @@ def image_path(name: str = "pytorch-horovod-cpu") -> Path:
     return Path(cache) / "images" / f"{name}.sif"
 
 
+SHARED_IMAGES = Path("/scratch/images")
+
+
+def published(image: Path) -> Path:
+    """``image`` where the sandbox's nodes can read it (/scratch/images; the build cache
+    is the build host's only): a hard link, or a copy across filesystems."""
+    SHARED_IMAGES.mkdir(parents=True, exist_ok=True)
+    SHARED_IMAGES.chmod(0o755)
+    target = SHARED_IMAGES / image.name
+    if target.exists() and target.stat().st_ino == image.stat().st_ino:
+        return target
+    tmp = target.with_name(f".{target.name}.{os.getpid()}")
+    try:
+        os.link(image, tmp)
+    except OSError:
+        shutil.copyfile(image, tmp)
+    tmp.chmod(0o644)
+    os.replace(tmp, target)
+    return target
+
+
 @pytest.fixture(scope="session")
 def apptainer_bin() -> str:
     path = shutil.which("apptainer") or shutil.which("singularity")
@@ -49,7 +70,7 @@ def cpu_image(apptainer_bin: str) -> Path:
     assert r.returncode == 0, f"scripts/build-image.sh failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     img = image_path()
     assert img.is_file(), r.stdout + r.stderr
-    return img
+    return published(img)
 
 
 @pytest.fixture(scope="session")
@@ -62,4 +83,4 @@ def gpu_image(apptainer_bin: str) -> Path:
         f"scripts/build-image.sh --gpu failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
     img = image_path("pytorch-horovod-gpu-pypi")
     assert img.is_file(), r.stdout + r.stderr
-    return img
+    return published(img)

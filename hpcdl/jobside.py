@@ -1,0 +1,124 @@
+"""The files that run inside a job, staged into its run directory.
+
+Compute nodes see only what a cluster shares (home, the parallel filesystem), not the
+venv or checkout hpcdl runs from on the login node. So the bundled examples, the probe
+worker and the hpcdl modules they import (standard library only) are copied into
+``RUN_DIR/job`` when the run directory is made: the job reads them from there (bound
+read-only at /hpcdl in a container), and a run keeps the exact code it ran.
+
+Which hpcdl modules: those the entry points import, found by reading their imports
+(transitively), so a new import in an example is staged without a list to keep.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import tempfile
+from functools import lru_cache
+from pathlib import Path, PurePosixPath
+
+from hpcdl.resources import PACKAGE_DIR, examples_dir
+
+# RUN_DIR/<this>: examples/ and hpcdl/ below it, the layout the job's PYTHONPATH expects.
+JOB_DIR_NAME = "job"
+# The variable the job script exports with the staged directory, for a custom script
+# that wants the job-side helpers (sys.path.insert(0, os.environ["HPCDL_JOB_DIR"])).
+JOB_DIR_ENV = "HPCDL_JOB_DIR"
+# Entry points beside the examples (hpcdl-relative): what `hpcdl probe` runs.
+_ENTRY_MODULES = ("hpcdl/probe/worker.py",)
+
+
+def job_dir(run_dir: str) -> str:
+    """The staged directory of the run in ``run_dir``, as the nodes see it."""
+    return str(PurePosixPath(run_dir) / JOB_DIR_NAME)
+
+
+def _hpcdl_imports(path: Path) -> set[str]:
+    """The hpcdl modules ``path`` imports (``from hpcdl.x import y`` -> hpcdl.x, and
+    hpcdl.x.y when that is a module too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "hpcdl" or node.module.startswith("hpcdl."):
+                found.add(node.module)
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names
+                         if a.name == "hpcdl" or a.name.startswith("hpcdl."))
+    return found
+
+
+def _module_file(module: str) -> str | None:
+    """hpcdl-relative file of ``module`` (``hpcdl/x/y.py`` or ``hpcdl/x/__init__.py``),
+    None when it is not a module of the package (an imported name)."""
+    parts = module.split(".")[1:]
+    base = PACKAGE_DIR.joinpath(*parts)
+    if base.with_suffix(".py").is_file():
+        return str(PurePosixPath("hpcdl", *parts).with_suffix(".py"))
+    if (base / "__init__.py").is_file():
+        return str(PurePosixPath("hpcdl", *parts, "__init__.py"))
+    return None
+
+
+@lru_cache(maxsize=1)
+def job_side_files() -> tuple[str, ...]:
+    """Every file the job side needs, relative to the job directory, sorted:
+    ``examples/...`` (every bundled example and its trainkit) and ``hpcdl/...`` (the
+    probe worker and each hpcdl module these import, with their packages' __init__)."""
+    examples = examples_dir()
+    files = {str(PurePosixPath("examples", p.relative_to(examples).as_posix()))
+             for p in examples.rglob("*.py") if "__pycache__" not in p.parts}
+    todo = [source_of(f) for f in sorted(files)] + [PACKAGE_DIR.parent / m for m in _ENTRY_MODULES]
+    files.update(_ENTRY_MODULES)
+    seen: set[str] = set()
+    while todo:
+        for module in _hpcdl_imports(todo.pop()):
+            parts = module.split(".")
+            for i in range(1, len(parts) + 1):  # a module's packages are imported first
+                rel = _module_file(".".join(parts[:i]))
+                if rel and rel not in seen:
+                    seen.add(rel)
+                    todo.append(source_of(rel))
+    for rel in list(seen) + list(_ENTRY_MODULES):
+        for parent in PurePosixPath(rel).parents:
+            init = parent / "__init__.py"
+            if parent.parts and parent.parts[0] == "hpcdl" and source_of(str(init)).is_file():
+                seen.add(str(init))
+    return tuple(sorted(files | seen))
+
+
+def source_of(rel: str) -> Path:
+    """Where the installed hpcdl keeps the job-side file ``rel``."""
+    path = PurePosixPath(rel)
+    if path.parts[0] == "examples":
+        return examples_dir().joinpath(*path.parts[1:])
+    if path.parts[0] == "hpcdl":
+        return PACKAGE_DIR.joinpath(*path.parts[1:])
+    raise ValueError(f"not a job-side path: {rel}")
+
+
+def stage(run_dir: Path, files: tuple[str, ...]) -> int:
+    """Copy ``files`` (job_side_files() names) into ``run_dir``/job, complete or not at
+    all: into a temporary directory beside it, renamed into place. Returns the bytes
+    copied. Raises OSError."""
+    target = run_dir / JOB_DIR_NAME
+    tmp = Path(tempfile.mkdtemp(prefix=f".{JOB_DIR_NAME}.", dir=run_dir))
+    copied = 0
+    try:
+        for rel in files:
+            dest = tmp / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source_of(rel), dest)
+            copied += dest.stat().st_size
+        # Readable by every rank (the job may run under another uid's group policy).
+        for folder, _, names in os.walk(tmp):
+            os.chmod(folder, 0o755)
+            for name in names:
+                os.chmod(os.path.join(folder, name), 0o644)
+        tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return copied
