@@ -34,11 +34,15 @@ _PLAIN_SBATCH = re.compile(r"[A-Za-z0-9_.,:@%+=/\-]+")
 Backend = Literal["horovod", "ddp"]
 # How the container runtime runs here (hpcdl.container.runtime detects it on the host).
 RuntimeMode = Literal["setuid", "unprivileged", "root"]
-# Open MPI's single-copy transfer between ranks of a node (CMA, process_vm_readv) fails
-# when each rank is in its own user namespace, as unprivileged Apptainer puts them, and
-# Horovod then hangs in its first broadcast: ranks copy through shared memory instead.
+# Unprivileged Apptainer puts each rank in its own user namespace. There Open MPI's
+# single-copy transfer between ranks of a node (CMA, process_vm_readv) fails, and Horovod
+# hangs in its first broadcast: ranks copy through shared memory instead. And PMIx's
+# shared-memory datastore (gds ds12, locks made by slurmstepd) fails on every rank with
+# "PMIX ERROR ... gds_ds12_lock_pthread.c": its hash datastore needs no shared lock.
 UNPRIVILEGED_MPI_ENV: tuple[tuple[str, str], ...] = (
-    ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),)
+    ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
+    ("PMIX_MCA_gds", "hash"),
+)
 BACKENDS: tuple[str, ...] = ("horovod", "ddp")
 LAUNCHERS: tuple[str, ...] = ("srun", "torchrun", "mpirun", "horovodrun")
 GPU_BINDS: tuple[str, ...] = ("none", "local-rank")
@@ -872,7 +876,9 @@ def check_shared_paths(profile: Profile, req: JobRequest, image: str | None) -> 
     shared = profile.paths.shared
     if not shared:
         return
-    data = None if req.synthetic or not req.runs_example else req.data or profile.paths.imagenet
+    # In a container --data is the container's path (a --bind makes it); natively the host's.
+    data = (None if req.synthetic or not req.runs_example or image
+            else req.data or profile.paths.imagenet)
     checks = [("--run-dir", req.run_dir), ("--image", image), ("--data", data),
               *(("--bind", b.split(":", 1)[0]) for b in req.binds)]
     for name, path in checks:

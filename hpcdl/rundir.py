@@ -32,6 +32,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -291,6 +292,17 @@ class RunDir:
     def stage_job_files(self, files: tuple[str, ...]) -> int:
         """Copy the job-side ``files`` into job/ (all or nothing); returns the bytes."""
         return stage(self.path, files)
+
+    def stage_tool(self, path: str) -> str:
+        """A copy of the host executable ``path`` in job/bin/, where the nodes can run it
+        (the login node's venv is not theirs); returns the copy's path."""
+        target = self.job_dir / "bin" / Path(path).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        shutil.copyfile(path, tmp)
+        tmp.chmod(0o755)
+        tmp.replace(target)
+        return str(target)
 
     def write_plan(self, script: str, plan: dict[str, Any]) -> Path:
         """job.sbatch (exactly ``script``) + plan.json; returns the script's path."""

@@ -201,6 +201,8 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
 
         py_spy = find_py_spy()  # before submitting: a watchdog that cannot look is none
     sub = submit(prof, plan, scheduler=scheduler)
+    if py_spy is not None:  # the nodes run it: from the run directory, not this venv
+        py_spy = sub.run.stage_tool(py_spy)
     for warning in (*plan.warnings, *sub.warnings):
         click.echo(f"warning: {warning}", err=True)
     info: dict[str, object] = {

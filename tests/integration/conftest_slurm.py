@@ -53,6 +53,17 @@ CLI_TIMEOUT = 180
 DEFAULT_DIR = "/var/lib/hpcdl-sandbox"
 
 
+def shared_copy(folder: Path) -> Path:
+    """A copy of the checkout's ``folder`` (test scripts a job runs) where the sandbox's
+    nodes can read it: under the tests' temporary directory, which is on the shared
+    /scratch (tests/conftest.py); the nodes do not see the checkout."""
+    target = Path(tempfile.gettempdir()) / "hpcdl-test-files" / folder.name
+    shutil.copytree(folder, target, dirs_exist_ok=True)
+    for path in (target.parent, target, *target.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return target
+
+
 def sandbox_dir() -> Path:
     """The directory of the cluster the tests use (scripts/sandbox.sh's default)."""
     return Path(os.environ.get("HPCDL_SANDBOX_DIR") or DEFAULT_DIR)
@@ -67,14 +78,19 @@ def node_netns(node: str, folder: Path | None = None) -> Path | None:
     return path if path.exists() else None
 
 
-def _redirect_sandbox_profile(folder: Path, home: Path) -> None:
-    """A user profile ``sandbox`` (under XDG_CONFIG_HOME=home) equal to the bundled one
-    but binding ``folder``'s TmpFS, where Slurm's PMIx keeps each job's directory."""
+def redirected_sandbox_profile(folder: Path) -> str:
+    """The bundled ``sandbox`` profile binding ``folder``'s TmpFS instead, where Slurm's
+    PMIx keeps each job's directory (for a cluster in another directory)."""
     data = yaml.safe_load(BUNDLED_SANDBOX_PROFILE.read_text())
     data["container"]["binds"] = [str(folder / "tmp")]
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _redirect_sandbox_profile(folder: Path, home: Path) -> None:
+    """A user profile ``sandbox`` (under XDG_CONFIG_HOME=home): redirected_sandbox_profile."""
     target = home / "hpcdl" / "profiles" / "sandbox.yaml"
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(yaml.safe_dump(data, sort_keys=False))
+    target.write_text(redirected_sandbox_profile(folder))
 
 
 @pytest.fixture(scope="session")

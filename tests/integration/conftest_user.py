@@ -11,6 +11,7 @@ PYTHONPATH, the venv's bin first on PATH), the way a login shell would.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
 import shutil
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require
+from tests.integration.conftest_slurm import DEFAULT_DIR, redirected_sandbox_profile, sandbox_dir
 
 REPO = Path(__file__).resolve().parents[2]
 USER = "hpcuser"
@@ -63,6 +65,7 @@ class ClusterUser:
     gid: int
     home: Path
     venv: Path
+    extra_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def hpcdl(self) -> str:
@@ -76,7 +79,7 @@ class ClusterUser:
         }
         if os.environ.get("SLURM_CONF"):  # a developer's own sandbox directory
             base["SLURM_CONF"] = os.environ["SLURM_CONF"]
-        return {**base, **(extra or {})}
+        return {**base, **dict(self.extra_env), **(extra or {})}
 
     def run(self, argv: Sequence[str], *, cwd: Path | None = None, timeout: float = 300,
             env: Mapping[str, str] | None = None, input: str | None = None,
@@ -109,3 +112,20 @@ def cluster_user() -> ClusterUser:
     entry = ensure_user()
     _install_venv(VENV)
     return ClusterUser(entry.pw_name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir), VENV)
+
+
+@pytest.fixture(scope="session")
+def sandbox_user(cluster_user: ClusterUser, slurm_cluster: Path) -> ClusterUser:
+    """``cluster_user`` on the sandbox: for a developer's own sandbox directory, the
+    user's ``sandbox`` profile binds that cluster's TmpFS (a private XDG_CONFIG_HOME of
+    the user's, as slurm_cluster does for root)."""
+    folder = sandbox_dir()
+    if str(folder) == DEFAULT_DIR:
+        return cluster_user
+    config = cluster_user.own(cluster_user.home / ".config-hpcdl-test")
+    target = config / "hpcdl" / "profiles" / "sandbox.yaml"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(redirected_sandbox_profile(folder))
+    subprocess.run(["chown", "-R", f"{cluster_user.uid}:{cluster_user.gid}", str(config)],
+                   check=True, timeout=60)
+    return dataclasses.replace(cluster_user, extra_env=(("XDG_CONFIG_HOME", str(config)),))

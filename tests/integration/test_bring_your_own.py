@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from hpcdl.resources import REPO_ROOT
-from tests.integration.conftest_slurm import hpcdl, node_netns, submit_json, wait_final
+from tests.integration.conftest_slurm import hpcdl, node_netns, shared_copy, submit_json, wait_final
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.horovod, pytest.mark.torch]
 
-BYO = Path(__file__).resolve().parent / "byo"
+BYO = shared_copy(Path(__file__).resolve().parent / "byo")  # the nodes do not see the checkout
 JOB_TIMEOUT = 420  # s: 4 ranks start torch (+ Horovod) in the image on 2 shared cores
 COMMON = ("-p", "sandbox", "-N", "2", "-G", "2", "-c", "1")
 _PLAIN = re.compile(r"PLAIN (host=\S+ rank=\d+ .*? params=[-\d.,]*\d)")

@@ -25,13 +25,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest_slurm import NetnsCluster, hpcdl
+from tests.integration.conftest_slurm import NetnsCluster, hpcdl, shared_copy
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.mpi, pytest.mark.torch]
 
 PROBE_TIMEOUT = 300  # s: the job queues behind other sessions' jobs on the shared sandbox
 SMALL = ("--sizes", "4K,64K,1M", "--iters", "3", "--warmup", "1")
-BYO = Path(__file__).resolve().parent / "byo"
+BYO = shared_copy(Path(__file__).resolve().parent / "byo")  # the nodes do not see the checkout
 
 
 def probe_json(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:

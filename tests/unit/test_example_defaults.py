@@ -110,7 +110,7 @@ def test_valid_forms_load(tmp_path):
 # --- plan -----------------------------------------------------------------------------
 
 def test_headline_request_gets_the_sandbox_defaults(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=4, image="/img.sif"))
+    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=4, image="/scratch/img.sif"))
     assert plan.example_defaults == tuple(sandbox.examples.per_example[DEFAULT_EXAMPLE])
     argv = example_argv(plan)
     assert argv[:3] == ["--backend", "horovod", "--synthetic"]
@@ -169,10 +169,10 @@ def test_per_example_replaces_args_and_x_replaces_both():
 
 
 def test_defaults_follow_data_and_run_dir_and_skip_a_command(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, data="/d", run_dir="/runs/r"))
+    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, data="/scratch/d", run_dir="/scratch/runs/r"))
     argv = example_argv(plan)
-    assert argv[:6] == ["--backend", "horovod", "--data", "/d", "--checkpoint-dir",
-                        "/runs/r/checkpoints"]
+    assert argv[:6] == ["--backend", "horovod", "--data", "/scratch/d", "--checkpoint-dir",
+                        "/scratch/runs/r/checkpoints"]
     assert argv[6:] == list(plan.example_defaults)
     cmd = build_plan(sandbox, JobRequest(nodes=1, gpus=1, command=("python3", "t.py")))
     assert cmd.example_defaults == () and cmd.command == ("python3", "t.py")
@@ -183,7 +183,7 @@ def test_defaults_follow_data_and_run_dir_and_skip_a_command(sandbox):
 def test_dry_run_shows_the_defaults_and_where_they_come_from(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(cli, ["submit", "-p", "sandbox", "--nodes", "2", "--gpus", "4",
-                                   "--image", "/img.sif", "--dry-run", "-X", "--max-steps=3"])
+                                   "--image", "/scratch/img.sif", "--dry-run", "-X", "--max-steps=3"])
     assert res.exit_code == 0, res.output
     header = [ln for ln in res.stderr.splitlines() if "example defaults" in ln]
     assert len(header) == 1

@@ -155,9 +155,9 @@ def test_split_node_output() -> None:
 
 def test_node_command_in_the_image_and_natively() -> None:
     pids = [RankPid(0, "n1", 11), RankPid(1, "n1", 12)]
-    argv = node_command(pids, "/venv/bin/py-spy", runtime="apptainer", image="/img/x.sif")
+    argv = node_command(pids, "/venv/bin/py-spy", runtime="apptainer", image="/scratch/img/x.sif")
     assert argv[:5] == ["apptainer", "exec", "-B", f"/venv/bin/py-spy:{CONTAINER_PY_SPY}:ro",
-                        "/img/x.sif"]
+                        "/scratch/img/x.sif"]
     assert argv[5:7] == ["/bin/sh", "-c"] and argv[8:] == [hang.COLLECTOR_NAME,
                                                            CONTAINER_PY_SPY, "0:11", "1:12"]
     native = node_command([RankPid(0, "n2", 7, agent=True)], "/venv/bin/py-spy")
@@ -439,12 +439,12 @@ def test_the_wrapper_records_the_pid_the_command_keeps(tmp_path: Path) -> None:
 
 def test_the_plan_records_pids_only_with_the_watchdog() -> None:
     prof = load_profile("sandbox")
-    req = JobRequest(nodes=2, command=("python3", "t.py"), run_dir="/runs/r1")
+    req = JobRequest(nodes=2, command=("python3", "t.py"), run_dir="/scratch/runs/r1")
     plain = build_plan(prof, req)
     assert "HPCDL_PID_DIR" not in plain.script and plain.hang_timeout is None
-    dog = build_plan(prof, JobRequest(nodes=2, command=("python3", "t.py"), run_dir="/runs/r1",
+    dog = build_plan(prof, JobRequest(nodes=2, command=("python3", "t.py"), run_dir="/scratch/runs/r1",
                                       hang_timeout=60))
-    assert "export HPCDL_PID_DIR=/runs/r1/pids\n" in dog.script
+    assert "export HPCDL_PID_DIR=/scratch/runs/r1/pids\n" in dog.script
     assert "export PYTHONUNBUFFERED=1\n" in dog.script
     assert (dog.hang_timeout, dog.hang_action) == (60, "cancel")
     assert dog.to_dict()["hang_timeout"] == 60

@@ -219,10 +219,10 @@ PROFILE_BASE: dict[str, Any] = {
     ],
     "modules": ["gcc/10.2.0"],
     "container": {"runtime": "apptainer", "binary": "/opt/apptainer/bin/apptainer",
-                  "binds": ["/scratch"], "default_image": "/img/default.sif"},
+                  "binds": ["/scratch"], "default_image": "/scratch/img/default.sif"},
     "mpi": {"launcher": "srun", "srun_mpi": "pmix", "launcher_args": ["--cpu-bind=cores"]},
     "env": {"vars": {"NCCL_DEBUG": "WARN"}, "omp_num_threads": 1},
-    "paths": {"scratch": "/scratch/$USER", "datasets": "/data", "imagenet": "/data/imagenet"},
+    "paths": {"scratch": "/scratch/$USER", "datasets": "/data", "imagenet": "/scratch/data/imagenet"},
     "python": "python3",
 }
 
@@ -307,7 +307,7 @@ class Counter:
 
 
 def _profile_outputs(profile: Profile, run_dir: str) -> tuple[str, str, list[str]]:
-    plan = build_plan(profile, JobRequest(nodes=1, gpus=1, image="/img/x.sif", run_dir=run_dir))
+    plan = build_plan(profile, JobRequest(nodes=1, gpus=1, image="/scratch/img/x.sif", run_dir=run_dir))
     alloc = build_alloc(profile, JobRequest(nodes=1, gpus=1, command=("true",)))
     return plan.script, alloc.script, list(alloc.argv)
 
@@ -316,7 +316,7 @@ def _profile_outputs(profile: Profile, run_dir: str) -> tuple[str, str, list[str
 def test_profile_field_cannot_run_a_command(slot, stub_bin, tmp_path):
     good, key = benign(PROFILE_BASE, slot)
     reference = Profile.model_validate(with_value(PROFILE_BASE, slot, good, key))
-    ref_sbatch, ref_salloc, _ = _profile_outputs(reference, "/runs/r1")
+    ref_sbatch, ref_salloc, _ = _profile_outputs(reference, "/scratch/runs/r1")
     cases = Counter(tmp_path)
 
     @PROPERTY
@@ -325,7 +325,7 @@ def test_profile_field_cannot_run_a_command(slot, stub_bin, tmp_path):
         text = yaml.safe_dump(with_value(PROFILE_BASE, slot, value, key))
         try:
             profile = parse_yaml_model(text, Profile, source="p.yaml", kind="profile")
-            sbatch, salloc, argv = _profile_outputs(profile, "/runs/r1")
+            sbatch, salloc, argv = _profile_outputs(profile, "/scratch/runs/r1")
         except UserInputError as exc:
             assert_one_line_refusal(exc)
             return
@@ -427,8 +427,8 @@ def test_every_string_field_is_walked_and_typed():
 
 # --- request options ---------------------------------------------------------------
 
-REQUEST_BASE = JobRequest(nodes=1, gpus=1, image="/img/x.sif", env=(("HPCDL_X", "1"),),
-                          binds=("/data",), run_dir="/runs/r1")
+REQUEST_BASE = JobRequest(nodes=1, gpus=1, image="/scratch/img/x.sif", env=(("HPCDL_X", "1"),),
+                          binds=("/data",), run_dir="/scratch/runs/r1")
 REQUEST_FIELDS = [f.name for f in fields(JobRequest)
                   if f.name not in ("nodes", "gpus", "cpus_per_task", "synthetic", "no_image",
                                     "requeue", "max_restarts", "chain", "probe_first",

@@ -167,9 +167,9 @@ def test_plan_json_roundtrip(sandbox):
     plan = build_plan(sandbox, JobRequest(nodes=2, gpus=4, env=(("A", "1"),)))
     data = plan.to_dict()
     assert data["ntasks"] == 8 and data["env"]["A"] == "1" and data["script"] == plan.script
-    assert plan.sbatch_argv("/r/job.sbatch")[-2:] == [f"--job-name={plan.job_name}", "/r/job.sbatch"]
-    assert plan.sbatch_argv("/r/job.sbatch", ("--dependency=singleton",))[-3:] == [
-        f"--job-name={plan.job_name}", "--dependency=singleton", "/r/job.sbatch"]
+    assert plan.sbatch_argv("/scratch/r/job.sbatch")[-2:] == [f"--job-name={plan.job_name}", "/scratch/r/job.sbatch"]
+    assert plan.sbatch_argv("/scratch/r/job.sbatch", ("--dependency=singleton",))[-3:] == [
+        f"--job-name={plan.job_name}", "--dependency=singleton", "/scratch/r/job.sbatch"]
 
 
 def test_example_args_follow_the_bundled_example(sandbox):
@@ -182,11 +182,11 @@ def test_example_args_follow_the_bundled_example(sandbox):
 
 
 def test_run_dir_holds_logs_and_checkpoints_and_is_bound(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, image="/i.sif", run_dir="/r/run1"))
-    assert "#SBATCH --output=/r/run1/slurm-%j.out" in plan.script
+    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, image="/scratch/i.sif", run_dir="/scratch/r/run1"))
+    assert "#SBATCH --output=/scratch/r/run1/slurm-%j.out" in plan.script
     at = plan.command.index("--checkpoint-dir")
-    assert plan.command[at + 1] == "/r/run1/checkpoints"
-    assert "-B /var/lib/hpcdl-sandbox/tmp -B /r/run1 -B " in plan.launch_line
+    assert plan.command[at + 1] == "/scratch/r/run1/checkpoints"
+    assert "-B /var/lib/hpcdl-sandbox/tmp -B /scratch/r/run1 -B " in plan.launch_line
 
 
 # --- bring your own workload (issue 14): launchers, images, rendezvous variables ---
@@ -262,7 +262,7 @@ def test_default_image_and_no_image(neuron):
 
 
 def test_a_users_command_gets_no_project_binds(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, image="/i.sif", command=("x",)))
+    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, image="/scratch/i.sif", command=("x",)))
     assert ":/hpcdl/" not in plan.launch_line and "PYTHONPATH" not in plan.launch_line
 
 

@@ -294,7 +294,7 @@ def test_parse_probe_names_the_lowest_ranks_error_whatever_the_order():
 def _probe_plan(**kw):
     prof = load_profile("sandbox")
     req = JobRequest(**{"nodes": 2, "gpus": 0, "launcher": "srun", "job_name": "hpcdl-probe",
-                        "image": "/img/cpu.sif", "probe": worker_args(ProbeOptions(sizes="4K"), prof),
+                        "image": "/scratch/img/cpu.sif", "probe": worker_args(ProbeOptions(sizes="4K"), prof),
                         **kw})
     return build_plan(prof, req)
 

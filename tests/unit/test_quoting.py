@@ -61,7 +61,7 @@ def test_values_arrive_verbatim_and_never_execute(tmp_path, index):
         load_profile("sandbox"),
         JobRequest(
             nodes=2, gpus=4, job_name=name, env=(("HPCDL_EVIL", value),),
-            image=f"/img/{name}.sif", binds=(f"/data/{name.replace(',', '')}",),
+            image=f"/scratch/img/{name}.sif", binds=(f"/scratch/data/{name.replace(',', '')}",),
             command=("python3", "-c", "pass", value),
         ),
     )
@@ -69,12 +69,12 @@ def test_values_arrive_verbatim_and_never_execute(tmp_path, index):
     assert not marker.exists(), "a user value was executed"
     assert env["HPCDL_EVIL"] == value
     assert env["HPCDL_JOB_NAME"] == name
-    assert env["HPCDL_IMAGE"] == f"/img/{name}.sif"
+    assert env["HPCDL_IMAGE"] == f"/scratch/img/{name}.sif"
     # srun's argv: --label --mpi=pmix apptainer exec --nv -B BIND IMAGE
     #   /bin/sh -c WRAPPER hpcdl-rank-env python3 -c pass VALUE
     assert argv == ["--label", "--kill-on-bad-exit=1", "--mpi=pmix", "apptainer", "exec", "--nv",
-                    "-B", "/var/lib/hpcdl-sandbox/tmp", "-B", f"/data/{name}",
-                    f"/img/{name}.sif", "/bin/sh", "-c", rank_env_script(), "hpcdl-rank-env",
+                    "-B", "/var/lib/hpcdl-sandbox/tmp", "-B", f"/scratch/data/{name}",
+                    f"/scratch/img/{name}.sif", "/bin/sh", "-c", rank_env_script(), "hpcdl-rank-env",
                     "python3", "-c", "pass", value]
     # The wrapper hands its arguments on verbatim too.
     out = subprocess.run([*argv[11:15], "printf", "%s", value], capture_output=True, timeout=30,

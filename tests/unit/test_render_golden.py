@@ -28,13 +28,13 @@ PBS_PROFILES = ["polaris"]  # scheduler.type: pbs -> templates/pbs.sh.j2
 REQUESTS = {
     "2x4-default": JobRequest(nodes=2, gpus=4),
     "image-ddp": JobRequest(
-        nodes=2, gpus=2, image="/images/pytorch-horovod.sif", backend="ddp",
-        env=(("NCCL_SOCKET_IFNAME", "ib0"),), binds=("/data/imagenet:/imagenet",),
+        nodes=2, gpus=2, image="/scratch/images/pytorch-horovod.sif", backend="ddp",
+        env=(("NCCL_SOCKET_IFNAME", "ib0"),), binds=("/scratch/data/imagenet:/imagenet",),
         data="/imagenet", job_name="resnet50 ddp", time="00:20:00",
     ),
     "command": JobRequest(
         nodes=1, gpus=1, command=("python3", "train.py", "--lr", "0.1"), job_name="t1",
-        run_dir="/runs/t1",
+        run_dir="/scratch/runs/t1",
     ),
 }
 
@@ -103,14 +103,14 @@ def test_pbs_walltime_has_no_days():
 # A newline is refused for every scheduler by the request check (one line per value);
 # a space only where the value lands in a #PBS directive.
 @pytest.mark.parametrize("run_dir,refusal", [
-    ("/runs/t1", None),
-    ("/runs/with space", "run-dir: .* cannot go into a #PBS directive"),
-    ("/runs/a\nb", "run-dir: .* control character"),
+    ("/scratch/runs/t1", None),
+    ("/scratch/runs/with space", "run-dir: .* cannot go into a #PBS directive"),
+    ("/scratch/runs/a\nb", "run-dir: .* control character"),
 ])
 def test_pbs_run_dir_must_be_a_plain_path(run_dir, refusal):
     req = JobRequest(nodes=1, gpus=1, command=("true",), run_dir=run_dir.replace("\\n", "\n"))
     if refusal is None:
-        assert "#PBS -o /runs/t1/" in build_plan(load_profile("polaris"), req).script
+        assert "#PBS -o /scratch/runs/t1/" in build_plan(load_profile("polaris"), req).script
     else:
         with pytest.raises(ValidationError, match=refusal):
             build_plan(load_profile("polaris"), req)
@@ -156,9 +156,9 @@ def test_neuron_script_lines_that_matter():
     ]:
         assert expected in lines, expected
     assert normalise(lines[-1]) == (
-        "srun --label --kill-on-bad-exit=1 singularity exec --nv -B /scratch -B /apps -B /data/imagenet:/imagenet "
+        "srun --label --kill-on-bad-exit=1 singularity exec --nv -B /scratch -B /apps -B /scratch/data/imagenet:/imagenet "
         "-B <repo>/examples:/hpcdl/examples:ro -B <repo>/hpcdl:/hpcdl/hpcdl:ro --env PYTHONPATH=/hpcdl "
-        '/images/pytorch-horovod.sif /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env '
+        '/scratch/images/pytorch-horovod.sif /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env '
         "python3 /hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet"
     )
     # The first node is the rendezvous host; the port follows the job id.

@@ -20,14 +20,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def plan(**kw: object):
-    return build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=1, run_dir="/r/x", **kw))
+    return build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=1, run_dir="/scratch/r/x", **kw))
 
 
 def test_requeue_options_and_block() -> None:
     p = plan(requeue=True, max_restarts=2, signal="USR1@90")
     for line in ("#SBATCH --signal=B:USR1@90", "#SBATCH --requeue", "#SBATCH --open-mode=append",
-                 "export HPCDL_CHECKPOINT_DIR=/r/x/checkpoints",
-                 "export HPCDL_REQUEUE_FLAG=/r/x/requeue.flag", "trap hpcdl_on_signal USR1"):
+                 "export HPCDL_CHECKPOINT_DIR=/scratch/r/x/checkpoints",
+                 "export HPCDL_REQUEUE_FLAG=/scratch/r/x/requeue.flag", "trap hpcdl_on_signal USR1"):
         assert line in p.script
     assert "--resume" in p.command and (p.requeue, p.max_restarts, p.signal) == (True, 2, "USR1@90")
     plain = plan()
@@ -52,9 +52,9 @@ def test_profile_default_turns_requeue_on(tmp_path: Path) -> None:
     prof = load_profile("sandbox")
     prof = prof.model_copy(update={"scheduler": prof.scheduler.model_copy(
         update={"requeue": True, "max_restarts": 5})})
-    p = build_plan(prof, JobRequest(nodes=1, gpus=1, run_dir="/r/y"))
+    p = build_plan(prof, JobRequest(nodes=1, gpus=1, run_dir="/scratch/r/y"))
     assert "#SBATCH --requeue" in p.script and p.max_restarts == 5
-    off = build_plan(prof, JobRequest(nodes=1, gpus=1, run_dir="/r/y", requeue=False))
+    off = build_plan(prof, JobRequest(nodes=1, gpus=1, run_dir="/scratch/r/y", requeue=False))
     assert "--requeue" not in off.script
 
 

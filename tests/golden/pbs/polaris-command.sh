@@ -9,8 +9,8 @@
 #PBS -q debug
 #PBS -A YOUR_PROJECT
 #PBS -l filesystems=home:eagle:grand
-#PBS -o /runs/t1/
-#PBS -e /runs/t1/
+#PBS -o /scratch/runs/t1/
+#PBS -e /scratch/runs/t1/
 
 module load conda cray-mpich
 
@@ -21,6 +21,7 @@ cd "${PBS_O_WORKDIR:-.}"
 export OMP_NUM_THREADS=8
 export NCCL_DEBUG=WARN
 export NCCL_NET_GDR_LEVEL=PHB
+export HPCDL_JOB_DIR=/scratch/runs/t1/job
 export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
 

@@ -22,7 +22,7 @@ export NCCL_NET_GDR_LEVEL=PHB
 export NCCL_SOCKET_IFNAME=ib0
 export HPCDL_JOB_NAME='resnet50 ddp'
 export HPCDL_BACKEND=ddp
-export HPCDL_IMAGE=/images/pytorch-horovod.sif
+export HPCDL_IMAGE=/scratch/images/pytorch-horovod.sif
 
 # Every rank gets torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 # NODE_RANK, GROUP_RANK, MASTER_ADDR, MASTER_PORT), so a script written for torchrun
@@ -32,7 +32,7 @@ export HPCDL_IMAGE=/images/pytorch-horovod.sif
 # - MASTER_ADDR: the first node of the allocation.
 # - MASTER_PORT: 15000 + job id % 15000, so jobs sharing a node do not collide (below the ephemeral port range); the next free one if something on the first node listens on it.
 # - GPUs: every rank sees the 2 GPUs of its node and uses GPU LOCAL_RANK (torch.cuda.set_device(LOCAL_RANK), as torchrun and Horovod scripts do).
-# - image: /images/pytorch-horovod.sif (--image).
+# - image: /scratch/images/pytorch-horovod.sif (--image).
 # - the bundled example comes from the host, bound read-only at /hpcdl (the image needs no copy of hpcdl).
 export MASTER_ADDR="$(head -n 1 "$PBS_NODEFILE")"
 # hpcdl picked this port, so a port already taken on this node (the first of the job,
@@ -126,4 +126,4 @@ exec "$@"
 '
 
 echo "hpcdl: job ${PBS_JOBID:-?} on $(sort -u "${PBS_NODEFILE:-/dev/null}" | paste -sd, -): 4 ranks (2 nodes x 2)"
-mpiexec -n 4 --ppn 2 --depth 8 --cpu-bind depth apptainer exec --nv -B /eagle -B /grand -B /data/imagenet:/imagenet -B <repo>/examples:/hpcdl/examples:ro -B <repo>/hpcdl:/hpcdl/hpcdl:ro --env PYTHONPATH=/hpcdl /images/pytorch-horovod.sif /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env python3 /hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet
+mpiexec -n 4 --ppn 2 --depth 8 --cpu-bind depth apptainer exec --nv -B /eagle -B /grand -B /scratch/data/imagenet:/imagenet -B <repo>/examples:/hpcdl/examples:ro -B <repo>/hpcdl:/hpcdl/hpcdl:ro --env PYTHONPATH=/hpcdl /scratch/images/pytorch-horovod.sif /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env python3 /hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet

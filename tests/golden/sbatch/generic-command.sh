@@ -8,8 +8,8 @@
 #SBATCH --gres=gpu:1
 #SBATCH --cpus-per-task=8
 #SBATCH --time=01:00:00
-#SBATCH --output=/runs/t1/slurm-%j.out
-#SBATCH --error=/runs/t1/slurm-%j.err
+#SBATCH --output=/scratch/runs/t1/slurm-%j.out
+#SBATCH --error=/scratch/runs/t1/slurm-%j.err
 
 set -euo pipefail
 
@@ -18,6 +18,7 @@ set -euo pipefail
 export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-8}"
 export OMP_NUM_THREADS=8
 export NCCL_DEBUG=WARN
+export HPCDL_JOB_DIR=/scratch/runs/t1/job
 export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
 

@@ -9,8 +9,8 @@
 #SBATCH --cpus-per-task=16
 #SBATCH --time=01:00:00
 #SBATCH --account=OPEN-00-00
-#SBATCH --output=/runs/t1/slurm-%j.out
-#SBATCH --error=/runs/t1/slurm-%j.err
+#SBATCH --output=/scratch/runs/t1/slurm-%j.out
+#SBATCH --error=/scratch/runs/t1/slurm-%j.err
 
 module load OpenMPI/4.1.4-GCC-11.3.0 apptainer
 
@@ -21,6 +21,7 @@ set -euo pipefail
 export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-16}"
 export OMP_NUM_THREADS=16
 export NCCL_DEBUG=WARN
+export HPCDL_JOB_DIR=/scratch/runs/t1/job
 export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
 

@@ -24,7 +24,7 @@ export NCCL_DEBUG=WARN
 export NCCL_SOCKET_IFNAME=ib0
 export HPCDL_JOB_NAME='resnet50 ddp'
 export HPCDL_BACKEND=ddp
-export HPCDL_IMAGE=/images/pytorch-horovod.sif
+export HPCDL_IMAGE=/scratch/images/pytorch-horovod.sif
 
 # Every rank gets torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 # NODE_RANK, GROUP_RANK, MASTER_ADDR, MASTER_PORT), so a script written for torchrun
@@ -34,7 +34,7 @@ export HPCDL_IMAGE=/images/pytorch-horovod.sif
 # - MASTER_ADDR: the first node of the allocation.
 # - MASTER_PORT: 15000 + job id % 15000, so jobs sharing a node do not collide (below the ephemeral port range); the next free one if something on the first node listens on it.
 # - GPUs: every rank sees the 2 GPUs of its node and uses GPU LOCAL_RANK (torch.cuda.set_device(LOCAL_RANK), as torchrun and Horovod scripts do).
-# - image: /images/pytorch-horovod.sif (--image).
+# - image: /scratch/images/pytorch-horovod.sif (--image).
 # - the bundled example comes from the host, bound read-only at /hpcdl (the image needs no copy of hpcdl).
 export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"
 # hpcdl picked this port, so a port already taken on this node (the first of the job,
@@ -128,4 +128,4 @@ exec "$@"
 '
 
 echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 4 ranks (2 nodes x 2)"
-srun --label --kill-on-bad-exit=1 --mpi=pmix apptainer exec --nv -B /scratch -B /mnt/proj1 -B /data/imagenet:/imagenet -B <repo>/examples:/hpcdl/examples:ro -B <repo>/hpcdl:/hpcdl/hpcdl:ro --env PYTHONPATH=/hpcdl /images/pytorch-horovod.sif /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env python3 /hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet
+srun --label --kill-on-bad-exit=1 --mpi=pmix apptainer exec --nv -B /scratch -B /mnt/proj1 -B /scratch/data/imagenet:/imagenet -B <repo>/examples:/hpcdl/examples:ro -B <repo>/hpcdl:/hpcdl/hpcdl:ro --env PYTHONPATH=/hpcdl /scratch/images/pytorch-horovod.sif /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env python3 /hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet

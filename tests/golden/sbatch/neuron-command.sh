@@ -9,8 +9,8 @@
 #SBATCH --cpus-per-task=16
 #SBATCH --time=01:00:00
 #SBATCH --comment=pytorch
-#SBATCH --output=/runs/t1/slurm-%j.out
-#SBATCH --error=/runs/t1/slurm-%j.err
+#SBATCH --output=/scratch/runs/t1/slurm-%j.out
+#SBATCH --error=/scratch/runs/t1/slurm-%j.err
 
 module load gcc/10.2.0 cuda/11.4 cudampi/openmpi-4.1.1
 
@@ -21,6 +21,7 @@ set -euo pipefail
 export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-16}"
 export OMP_NUM_THREADS=16
 export NCCL_DEBUG=WARN
+export HPCDL_JOB_DIR=/scratch/runs/t1/job
 export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
 export HPCDL_IMAGE=/apps/applications/singularity_images/ngc/pytorch_22.03-hd-py3.sif
@@ -126,4 +127,4 @@ exec "$@"
 '
 
 echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 1 ranks (1 nodes x 1)"
-srun --label --kill-on-bad-exit=1 singularity exec --nv -B /scratch -B /apps -B /runs/t1 /apps/applications/singularity_images/ngc/pytorch_22.03-hd-py3.sif /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env python3 train.py --lr 0.1
+srun --label --kill-on-bad-exit=1 singularity exec --nv -B /scratch -B /apps -B /scratch/runs/t1 /apps/applications/singularity_images/ngc/pytorch_22.03-hd-py3.sif /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env python3 train.py --lr 0.1

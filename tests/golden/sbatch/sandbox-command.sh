@@ -8,8 +8,8 @@
 #SBATCH --gres=gpu:1
 #SBATCH --cpus-per-task=2
 #SBATCH --time=00:10:00
-#SBATCH --output=/runs/t1/slurm-%j.out
-#SBATCH --error=/runs/t1/slurm-%j.err
+#SBATCH --output=/scratch/runs/t1/slurm-%j.out
+#SBATCH --error=/scratch/runs/t1/slurm-%j.err
 
 set -euo pipefail
 
@@ -19,6 +19,7 @@ export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-2}"
 export OMP_NUM_THREADS=1
 export OMP_PROC_BIND=false
 export OMPI_MCA_mpi_yield_when_idle=1
+export HPCDL_JOB_DIR=/scratch/runs/t1/job
 export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
 
