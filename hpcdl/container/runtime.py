@@ -140,6 +140,10 @@ class RuntimeFacts:
     fuse_mode: str | None = None  # /dev/fuse permissions, e.g. "0600" (None: absent)
     fuse_owner: str | None = None  # "root:root"
     fuse_error: str | None = None  # why this user cannot open /dev/fuse (None: they can)
+    # What an unprivileged build (--fakeroot) can use
+    subuid: bool = False  # this user has a range in /etc/subuid and /etc/subgid
+    newuidmap_setuid: bool = False  # /usr/bin/newuidmap is setuid root (maps that range)
+    fakeroot_command: str | None = None  # `fakeroot` on PATH (root-mapped namespace builds)
 
     @property
     def setuid_ready(self) -> bool:
@@ -235,6 +239,49 @@ def can_unsquash(facts: RuntimeFacts) -> bool:
     return bool(facts.runtime and facts.userns and facts.unsquashfs)
 
 
+BuildMode = Literal["root", "fakeroot", "unusable"]
+
+
+def build_mode(f: RuntimeFacts) -> tuple[BuildMode, str]:
+    """How this user can run ``apptainer build`` here, and one line saying how (for
+    "unusable": what is missing). Pure.
+
+    Apptainer >= 1.1 builds as an ordinary user with --fakeroot: in a user namespace
+    mapped to the user's /etc/subuid range (newuidmap), else in a root-mapped namespace
+    helped by the `fakeroot` command; without user namespaces only the setuid starter
+    with a subuid range can do it.
+    """
+    if not f.runtime:
+        return "unusable", "neither apptainer nor singularity is installed"
+    if f.euid == 0:
+        return "root", "running as root"
+    if f.userns:
+        if f.subuid and f.newuidmap_setuid:
+            return "fakeroot", "--fakeroot: user namespace mapped to this user's /etc/subuid range"
+        if f.fakeroot_command:
+            return "fakeroot", ("--fakeroot: root-mapped user namespace with the fakeroot "
+                                "command (no /etc/subuid range)")
+        return "fakeroot", ("--fakeroot: root-mapped user namespace only (no /etc/subuid range, "
+                            "no fakeroot command: package installs that chown files may fail)")
+    if f.setuid_ready and f.subuid:
+        return "fakeroot", "--fakeroot through the setuid starter and this user's /etc/subuid range"
+    missing = userns_problem(f)
+    if f.setuid_ready:
+        missing += ", and this user has no /etc/subuid range for the setuid starter"
+    return "unusable", f"cannot build as this user: {missing}"
+
+
+def has_subid_range(text: str, user: str, uid: int) -> bool:
+    """Whether /etc/subuid (or /etc/subgid) text gives ``user`` (by name or uid) a
+    range of at least 65536 ids, what a build's package installs need. Pure."""
+    for line in text.splitlines():
+        parts = line.strip().split(":")
+        if len(parts) == 3 and parts[0] in (user, str(uid)) and parts[2].isdigit() \
+                and int(parts[2]) >= 65536:
+            return True
+    return False
+
+
 def parse_conf_bool(conf: str, key: str, default: bool) -> bool:
     """An apptainer.conf / singularity.conf boolean (the last setting wins). Pure."""
     value = default
@@ -304,11 +351,31 @@ def _userns_error() -> str | None:
     return f"unshare --user failed: {tail[0]}"
 
 
+def _subid(uid: int) -> bool:
+    import pwd
+
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    try:
+        return all(has_subid_range(Path(f).read_text(), name, uid)
+                   for f in ("/etc/subuid", "/etc/subgid"))
+    except OSError:
+        return False
+
+
 def gather_runtime_facts(binary: str | None = None) -> RuntimeFacts:
     """The facts ``runtime_mode`` judges, for this process's user. ``binary``: a
     profile's container.binary, else apptainer/singularity on PATH. Never raises."""
     euid = os.geteuid()
     fuse_mode, fuse_owner, fuse_error = _fuse_facts()
+    newuidmap = proc.which("newuidmap")
+    try:
+        newuidmap_setuid = bool(newuidmap and os.stat(newuidmap).st_uid == 0
+                                and os.stat(newuidmap).st_mode & stat.S_ISUID)
+    except OSError:
+        newuidmap_setuid = False
     facts = RuntimeFacts(
         euid=euid,
         max_user_namespaces=_read_int(MAX_USER_NAMESPACES),
@@ -318,6 +385,8 @@ def gather_runtime_facts(binary: str | None = None) -> RuntimeFacts:
         fuse2fs=proc.which("fuse2fs"),
         unsquashfs=proc.which("unsquashfs"),
         fuse_mode=fuse_mode, fuse_owner=fuse_owner, fuse_error=fuse_error,
+        subuid=_subid(euid), newuidmap_setuid=newuidmap_setuid,
+        fakeroot_command=proc.which("fakeroot"),
     )
     try:
         rt = find_runtime(binary)

@@ -11,8 +11,10 @@ import pytest
 
 from hpcdl.container.runtime import (
     RuntimeFacts,
+    build_mode,
     can_unsquash,
     gather_runtime_facts,
+    has_subid_range,
     parse_buildcfg,
     parse_conf_bool,
     runtime_mode,
@@ -148,3 +150,39 @@ def test_gathered_facts_match_this_host() -> None:
         assert facts.suid_starter_setuid == bool(st.st_mode & stat.S_ISUID)
     if os.geteuid() == 0:
         assert runtime_mode(facts) == ("root" if facts.runtime else "unusable")
+
+
+# --- building as an ordinary user ------------------------------------------------------
+
+def test_build_as_root() -> None:
+    assert build_mode(replace(USER, euid=0)) == ("root", "running as root")
+
+
+def test_build_with_a_subuid_range() -> None:
+    mode, how = build_mode(replace(USER, subuid=True, newuidmap_setuid=True))
+    assert mode == "fakeroot" and "/etc/subuid range" in how
+
+
+def test_build_without_subuid_uses_a_root_mapped_namespace() -> None:
+    mode, how = build_mode(replace(USER, fakeroot_command="/usr/bin/fakeroot"))
+    assert mode == "fakeroot" and "root-mapped" in how and "fakeroot command" in how
+    mode, how = build_mode(replace(USER, subuid=True))  # newuidmap not setuid: no mapping
+    assert mode == "fakeroot" and "may fail" in how
+
+
+def test_build_without_user_namespaces() -> None:
+    facts = replace(USER, max_user_namespaces=0, subuid=True, newuidmap_setuid=True)
+    mode, how = build_mode(facts)
+    assert mode == "unusable" and how.startswith("cannot build as this user: ")
+    assert "user.max_user_namespaces = 0" in how
+    assert build_mode(replace(SETUID, max_user_namespaces=0, subuid=True))[0] == "fakeroot"
+    mode, how = build_mode(replace(SETUID, max_user_namespaces=0))
+    assert mode == "unusable" and "no /etc/subuid range" in how
+
+
+def test_subid_range() -> None:
+    text = "alice:100000:65536\n1002:165536:65536\nbob:231072:1000\n"
+    assert has_subid_range(text, "alice", 1001)
+    assert has_subid_range(text, "carol", 1002)  # by uid
+    assert not has_subid_range(text, "bob", 1003)  # too small for a distribution's packages
+    assert not has_subid_range(text, "dave", 1004)
