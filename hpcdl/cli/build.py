@@ -39,8 +39,12 @@ def _profile_binary(profile: str | None) -> str | None:
 @click.command()
 @click.argument("ref", metavar="[SPEC|DEF|DOCKERFILE]", required=False)
 @click.option("-o", "--output", metavar="IMAGE",
-              help="Where the image goes (default: ${HPCDL_CACHE:-/var/cache/hpcdl}/images/NAME.sif).")
-@click.option("--fakeroot", is_flag=True, help="Build without root (user namespaces; site must allow it).")
+              help="Where the image goes (default: <cache>/images/NAME.sif; the cache is "
+                   "${HPCDL_CACHE:-/var/cache/hpcdl} where you may write it, else "
+                   "${XDG_CACHE_HOME:-~/.cache}/hpcdl).")
+@click.option("--fakeroot", is_flag=True,
+              help="Build without root (user namespaces; site must allow it). Implied when "
+                   "not run as root.")
 @click.option("--sandbox", is_flag=True, help="Build a writable folder instead of a SIF file.")
 @click.option("--remote", is_flag=True, help="Build on the configured remote build service.")
 @click.option("--force", is_flag=True, help="Rebuild even when the content hash is unchanged.")
@@ -102,6 +106,12 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
             click.echo(f"[{time.monotonic() - start:6.0f}s] {text}", err=True)
 
     if not plan.up_to_date or force:
+        import os
+
+        if os.geteuid() != 0 and not remote:
+            from hpcdl.container.build import unprivileged_build
+
+            click.echo(f"as an ordinary user: {unprivileged_build(binary)}", err=True)
         click.echo(f"building {plan.name} -> {plan.output} (log: {plan.log_path})", err=True)
         why = ["--force"] if plan.up_to_date else list(plan.reasons)
         if why:

@@ -36,6 +36,7 @@ from typing import Any
 
 from hpcdl import proc
 from hpcdl.atomic import write_json_atomic
+from hpcdl.cache import cache_dirs
 from hpcdl.container.definition import RenderContext, cache_dir, render_definition
 from hpcdl.container.hashing import (
     content_hash,
@@ -117,7 +118,8 @@ class BuildResult:
 
 
 def default_output(name: str, sandbox: bool) -> Path:
-    """``${HPCDL_CACHE:-/var/cache/hpcdl}/images/<name>.sif`` (a folder for --sandbox)."""
+    """``<cache>/images/<name>.sif`` (a folder for --sandbox): ${HPCDL_CACHE:-/var/cache/hpcdl}
+    where this user may write there, else ~/.cache/hpcdl (hpcdl.cache)."""
     return Path(cache_dir()) / "images" / (name if sandbox else f"{name}.sif")
 
 
@@ -169,16 +171,21 @@ def _localimage_source(text: str, workdir: Path) -> list[tuple[str, str]]:
     return []
 
 
-def _check_wheelhouse(spec: ImageSpec, files: list[tuple[str, str]]) -> None:
+def _check_wheelhouse(spec: ImageSpec, files: list[tuple[str, str]], source: str = "spec",
+                      searched: tuple[str, ...] = ()) -> None:
     """Each ``pip.local`` requirement must have its wheel in the wheelhouse before a
-    20-minute build finds out. Raises BuildError naming the wheel and the fix."""
+    20-minute build finds out. Raises UserInputError (exit 2) when the wheelhouse the
+    spec names does not exist, BuildError naming a missing wheel and the fix."""
     wheelhouse = next((Path(s) for s, d in files if d == "/opt/wheelhouse"), None)
     if wheelhouse is None:
         return
     hint = ("scripts/build-image.sh --prepare-only fills it (torch CPU wheel + Horovod wheel; "
             "add --gpu for the GPU spec's wheelhouse-gpu)")
     if not wheelhouse.is_dir():
-        raise BuildError(f"wheelhouse {wheelhouse} does not exist", hint=hint)
+        where = f" (caches searched: {', '.join(searched)})" if len(searched) > 1 else ""
+        raise UserInputError(
+            f"{source}: pip.wheelhouse {spec.pip.wheelhouse!r} -> {wheelhouse} does not exist"
+            f"{where}; pip.local installs only from it", hint=hint)
     wheels = [p.name.lower() for p in wheelhouse.glob("*.whl")]
     for req in spec.pip.local:
         name, _, version = req.partition("==")
@@ -226,10 +233,14 @@ def _recipe_from_spec(ref: str) -> _Recipe:
     """An image spec (a YAML file or a bundled spec name), rendered to a definition."""
     spec_path = find_spec(ref)
     spec = load_spec(spec_path)
-    ctx = RenderContext(spec_dir=str(spec_path.resolve().parent))
+    # A ${HPCDL_CACHE} path (the wheelhouse) is read from the first cache that has it:
+    # the user's own, then a site cache they may read but not write (hpcdl.cache).
+    dirs = cache_dirs()
+    ctx = RenderContext(spec_dir=str(spec_path.resolve().parent), cache_dir=dirs.write,
+                        cache_read=dirs.read)
     rendered = render_definition(spec, ctx)
     files = list(rendered.files)
-    _check_wheelhouse(spec, files)
+    _check_wheelhouse(spec, files, str(spec_path), dirs.read)
     return _Recipe(text=rendered.text, hash_text=render_definition(spec, HASH_CONTEXT).text,
                    files=files, workdir=spec_path.resolve().parent, name=spec.name,
                    source=str(spec_path), compression=spec.compression)
@@ -272,6 +283,9 @@ def plan_build(
     out = (Path(output).expanduser() if output else default_output(recipe.name, sandbox)).absolute()
     # A directory (--sandbox) image is not compressed at all.
     squash = f"-comp {recipe.compression}" if recipe.compression and not sandbox else None
+    # An ordinary user builds in a user namespace: Apptainer >= 1.1 would imply it; saying
+    # it keeps --dry-run exact (a remote build runs elsewhere, as root).
+    fakeroot = fakeroot or (os.geteuid() != 0 and not remote)
     options = (["--sandbox"] if sandbox else []) + (["--fakeroot"] if fakeroot else []) \
         + (["--remote"] if remote else []) + (["--mksquashfs-args", squash] if squash else []) \
         + list(extra_options)
@@ -305,6 +319,20 @@ def plan_build(
         force=force,
         workdir=recipe.workdir,
     )
+
+
+def unprivileged_build(binary: str | None = None) -> str:
+    """For an ordinary user: one line saying how this host lets them build (see
+    hpcdl.container.runtime.build_mode). Raises ToolError naming what is missing when
+    nothing works."""
+    from hpcdl.container.runtime import build_mode, gather_runtime_facts
+
+    mode, how = build_mode(gather_runtime_facts(binary))
+    if mode == "unusable":
+        raise ToolError(how, hint="ask the admin to enable unprivileged user namespaces "
+                        "(the sysctl named above), or build where you are root and copy the "
+                        "image, or use --remote")
+    return how
 
 
 def execute(

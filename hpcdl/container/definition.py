@@ -6,25 +6,26 @@ builder can hash exactly what goes into the image.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcdl.cache import SYSTEM_CACHE, cache_dirs
 from hpcdl.container.spec import ImageSpec, _req_name, expand_path
 from hpcdl.errors import ConfigError
 from hpcdl.resources import PACKAGE_DIR, REPO_ROOT, containers_dir, examples_dir
 from hpcdl.templating import render_template
 
 TEMPLATE = "singularity.def.j2"
-DEFAULT_CACHE = "/var/cache/hpcdl"
+DEFAULT_CACHE = SYSTEM_CACHE
 # Folders of the project copied into /opt/hpcdl (PYTHONPATH) when spec.project is set.
 PROJECT_DIRS = ("hpcdl", "examples")
 
 
 def cache_dir() -> str:
-    """hpcdl's cache for expensive artefacts: ``$HPCDL_CACHE`` or /var/cache/hpcdl."""
-    return os.environ.get("HPCDL_CACHE") or DEFAULT_CACHE
+    """Where this user's builds write: ``$HPCDL_CACHE`` or /var/cache/hpcdl when
+    writable, else ~/.cache/hpcdl (hpcdl.cache has the rules)."""
+    return cache_dirs().write
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ class RenderContext:
     """The machine-dependent inputs of a render; fixed values give reproducible goldens."""
 
     cache_dir: str = field(default_factory=cache_dir)
+    # Further caches to read a ${HPCDL_CACHE} path from when it is missing under
+    # cache_dir (a site cache this user may read but not write); () keeps a render pure.
+    cache_read: tuple[str, ...] = ()
     # None: the project files of this installation, wherever they are (a checkout keeps
     # examples/ beside the package, an installed wheel under hpcdl/_data); a string (a
     # placeholder or ".") puts them at <project_dir>/hpcdl and <project_dir>/examples.
@@ -61,12 +65,14 @@ def copied_files(spec: ImageSpec, ctx: RenderContext) -> list[tuple[str, str]]:
     """
     files: list[tuple[str, str]] = []
     if spec.pip.wheelhouse:
-        src = expand_path(
+        candidates = [expand_path(
             spec.pip.wheelhouse,
-            cache_dir=ctx.cache_dir,
+            cache_dir=root,
             project_dir=ctx.project_dir or str(REPO_ROOT),
             spec_dir=ctx.spec_dir,
-        )
+        ) for root in dict.fromkeys((ctx.cache_dir, *ctx.cache_read))]
+        src = next((c for c in candidates[1:] if not Path(candidates[0]).exists()
+                    and Path(c).exists()), candidates[0])
         files.append((src, "/opt/wheelhouse"))
     if spec.project:
         for name, src in project_sources(ctx):

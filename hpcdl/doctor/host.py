@@ -1,4 +1,5 @@
-"""Host facts: container runtime, Slurm tools, GPUs and driver, host MPI.
+"""Host facts: container runtime (and how this user may run it), Slurm tools, GPUs and
+driver, host MPI.
 
 Every tool runs through hpcdl.proc; a missing or failing tool is itself a fact (the
 field stays empty), so ``host_facts`` never raises.
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcdl import proc
-from hpcdl.container.runtime import find_runtime
+from hpcdl.container.runtime import RuntimeFacts, find_runtime, gather_runtime_facts
 from hpcdl.doctor.parse import parse_mpi_version, parse_shared_loop_devices, parse_srun_mpi_list
 from hpcdl.errors import ToolError
 
@@ -35,6 +36,8 @@ class HostFacts:
     mpi_version: str | None = None
     # apptainer.conf's "shared loop devices" (None: config not readable)
     shared_loop_devices: bool | None = None
+    # setuid starter, user namespaces, FUSE: how this user can run images (None: not gathered)
+    access: RuntimeFacts | None = None
 
 
 def _try(argv: list[str], timeout: float = 30) -> str | None:
@@ -48,13 +51,6 @@ def _try(argv: list[str], timeout: float = 30) -> str | None:
     return (r.stdout + r.stderr) if r.ok else None
 
 
-def _runtime_conf(runtime: str, binary: str) -> Path:
-    # SYSCONFDIR is where the runtime was installed to read its configuration from.
-    cfg = _try([binary, "buildcfg"]) or ""
-    m = re.search(r"^SYSCONFDIR=(.+)$", cfg, re.M)
-    return Path(m.group(1).strip() if m else "/etc") / runtime / f"{runtime}.conf"
-
-
 def host_facts(binary: str | None = None) -> HostFacts:
     """What this host offers. ``binary``: the runtime to look for (a profile's
     container.binary), else apptainer/singularity on PATH. Never raises."""
@@ -62,11 +58,13 @@ def host_facts(binary: str | None = None) -> HostFacts:
     try:
         rt = find_runtime(binary)
         f.runtime, f.runtime_version, f.runtime_path = rt.name, rt.version, rt.path
-        with contextlib.suppress(OSError):  # unreadable config: the fact stays unknown
-            conf = _runtime_conf(rt.name, rt.path).read_text(encoding="utf-8")
-            f.shared_loop_devices = parse_shared_loop_devices(conf)
     except ToolError as err:
         f.runtime_error = err.message
+    f.access = gather_runtime_facts(binary)
+    if f.runtime and f.access.conf_path:
+        with contextlib.suppress(OSError):  # unreadable config: the fact stays unknown
+            conf = Path(f.access.conf_path).read_text(encoding="utf-8")
+            f.shared_loop_devices = parse_shared_loop_devices(conf)
     for tool in ("sbatch", "srun", "squeue", "sinfo", "sacct", "scontrol"):
         f.slurm_tools[tool] = proc.which(tool) is not None
     if f.slurm_tools["srun"]:

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -37,6 +39,12 @@ class ImageFacts:
     mpi_flavour: str | None = None
     mpi_version: str | None = None
     mpi_library: str | None = None
+    # Whether this user may read it; where not: its (or a blocking directory's) mode and owner
+    readable: bool = True
+    user: str | None = None  # who looked
+    file_mode: str | None = None  # "0600"
+    file_owner: str | None = None  # "root:root"
+    blocked_dir: str | None = None  # a directory on the way this user cannot enter
 
     @property
     def gpu_image(self) -> bool:
@@ -73,12 +81,55 @@ def apply_probe(facts: ImageFacts, data: dict[str, Any]) -> None:
         facts.mpi_flavour, facts.mpi_version = parse_mpi_version(lib)
 
 
+def _name(lookup, ident: int) -> str:  # type: ignore[no-untyped-def]
+    try:
+        return str(lookup(ident)[0])
+    except KeyError:
+        return str(ident)
+
+
+def _mode_owner(path: str) -> tuple[str | None, str | None]:
+    import grp
+    import pwd
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None, None
+    return (f"{stat.S_IMODE(st.st_mode):04o}",
+            f"{_name(pwd.getpwuid, st.st_uid)}:{_name(grp.getgrgid, st.st_gid)}")
+
+
+def file_access(path: str) -> ImageFacts:
+    """Whether this user can see and read ``path``: exists, readable, mode and owner,
+    or the first directory on the way they may not enter. Runs no tool."""
+    import pwd
+
+    facts = ImageFacts(path=path, user=_name(pwd.getpwuid, os.geteuid()))
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        facts.exists = False
+        return facts
+    except PermissionError:
+        facts.readable = False
+        here = Path(os.path.abspath(path))
+        for parent in reversed(here.parents):
+            if not os.access(parent, os.X_OK):
+                facts.blocked_dir = str(parent)
+                facts.file_mode, facts.file_owner = _mode_owner(str(parent))
+                break
+        return facts
+    facts.file_mode, facts.file_owner = _mode_owner(path)
+    facts.readable = os.access(path, os.R_OK)
+    return facts
+
+
 def image_facts(image: str, binary: str | None = None, timeout: float = 180) -> ImageFacts:
     """Inspect ``image`` (labels) and probe it (python inside). Never raises for a
     broken image: the problem becomes ``error``. Raises ToolError without a runtime."""
-    facts = ImageFacts(path=image)
-    if not Path(image).exists():
-        facts.exists = False
+    facts = file_access(image)
+    if not facts.exists or not facts.readable:
         return facts
     rt = find_runtime(binary)
     env = runtime_env()
@@ -106,7 +157,20 @@ def image_facts(image: str, binary: str | None = None, timeout: float = 180) -> 
 
 
 def require_image(path: str) -> str:
-    """``path`` when it exists. Raises UserInputError (naming it) when it does not."""
-    if not Path(path).exists():
+    """``path`` when it exists and this user can read it. Raises UserInputError (naming
+    it, and for an unreadable one its mode and owner) otherwise."""
+    facts = file_access(path)
+    if not facts.exists:
         raise UserInputError(f"image: {path!r} does not exist")
+    if not facts.readable:
+        raise UserInputError(f"image: {unreadable_reason(facts)}")
     return path
+
+
+def unreadable_reason(facts: ImageFacts) -> str:
+    """One phrase: why ``facts.user`` cannot read the image. Pure."""
+    if facts.blocked_dir:
+        return (f"{facts.path} cannot be reached by {facts.user}: directory {facts.blocked_dir} "
+                f"is {facts.file_mode} {facts.file_owner} (no search permission)")
+    return (f"{facts.path} is not readable by {facts.user} "
+            f"(mode {facts.file_mode}, owner {facts.file_owner})")

@@ -10,9 +10,19 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from hpcdl.container.runtime import INSTALL_HINT
+from hpcdl.container.runtime import (
+    FUSE_DEVICE,
+    INSTALL_HINT,
+    RuntimeFacts,
+    can_unsquash,
+    fuse_problem,
+    runtime_mode,
+    runtime_mode_reason,
+    setuid_problem,
+    userns_problem,
+)
 from hpcdl.doctor.host import HostFacts
-from hpcdl.doctor.image import ImageFacts
+from hpcdl.doctor.image import ImageFacts, unreadable_reason
 from hpcdl.doctor.profile import ProfileFacts
 from hpcdl.gpuarch import runs_on
 
@@ -61,6 +71,9 @@ def verdicts(host: HostFacts, image: ImageFacts | None = None,
         add(Verdict("problem", "runtime", host.runtime_error or "no apptainer or singularity",
                     INSTALL_HINT))
 
+    if host.runtime and host.access is not None:
+        _access_verdicts(host.access, add)
+
     if all(host.slurm_tools.get(t) for t in ("sbatch", "srun", "squeue")):
         add(Verdict("ok", "slurm", f"Slurm {host.slurm_version or '?'} tools found"))
     else:
@@ -72,7 +85,14 @@ def verdicts(host: HostFacts, image: ImageFacts | None = None,
     if host.mpi_flavour:
         add(Verdict("ok", "host MPI", f"{host.mpi_flavour} {host.mpi_version}"))
 
-    if host.shared_loop_devices is True:
+    unprivileged = host.access is not None and runtime_mode(host.access) in (
+        "unprivileged", "unusable")
+    if host.shared_loop_devices is not None and unprivileged:
+        # Loop devices are mounted by root or the setuid starter; an ordinary user's
+        # ranks each mount the image with their own squashfuse.
+        add(Verdict("ok", "image mounts", "as this user every rank mounts the image with "
+                    "its own squashfuse (shared loop devices applies to root and setuid only)"))
+    elif host.shared_loop_devices is True:
         add(Verdict("ok", "image mounts", "shared loop devices = yes: the ranks on a node "
                     "share one mount (and one page cache) of the image"))
     elif host.shared_loop_devices is False:
@@ -92,12 +112,100 @@ def verdicts(host: HostFacts, image: ImageFacts | None = None,
 
     if image is None:
         return out
-    if not image.exists or image.error:
-        add(Verdict("problem", "image", image.error or f"{image.path} does not exist",
+    if not image.exists:
+        add(Verdict("problem", "image", f"{image.path} does not exist",
                     "build it: hpcdl build SPEC -o " + image.path))
+        return out
+    if not image.readable:
+        add(Verdict("problem", "image", unreadable_reason(image), _unreadable_fix(image)))
+        return out
+    if image.error:
+        # The image exists: its fix is never a rebuild. Most often this user cannot
+        # start containers at all, and the access verdict above says why.
+        access = host.access
+        if not host.runtime:
+            add(Verdict("problem", "image", image.error, INSTALL_HINT))
+        elif access is not None and runtime_mode(access) == "unusable":
+            fix = "the container access problem above"
+            if can_unsquash(access):
+                fix += (f"; until then `{access.runtime or 'apptainer'} exec --unsquash "
+                        f"{image.path} ...` starts it ({UNSQUASH_COST})")
+            add(Verdict("problem", "image",
+                        f"cannot start it as {image.user or 'this user'}: {image.error}", fix))
+        else:
+            runtime = host.runtime or "apptainer"
+            add(Verdict("problem", "image", image.error,
+                        f"`{runtime} exec {image.path} python3 -V` shows the runtime's whole "
+                        f"message; `{runtime} sif list {image.path}` checks the file"))
         return out
     _image_verdicts(host, image, profile, add)
     return out
+
+
+# What an ordinary user pays for --unsquash: measured by bench/bench_unsquash.py on the
+# 2-core sandbox machine (busy) with the CPU image (539 MiB SIF) for `python3 -c pass`:
+# median 49.5 s (39.5-49.6) and a 1773 MiB temporary sandbox, vs 0.16 s mounted.
+UNSQUASH_COST = ("measured with the 539 MiB CPU image: ~40-50 s and 1.8 GiB of "
+                 "$APPTAINER_TMPDIR per start, vs 0.16 s mounted")
+
+
+def access_fix(f: RuntimeFacts, image: str = "IMAGE") -> str:
+    """What makes SIF images start for this user: the admin's fix for each missing
+    piece, or the setuid starter, and the user's own way out where there is one. Pure."""
+    admin: list[str] = []
+    if not f.userns:
+        if f.unprivileged_userns_clone == 0:
+            admin.append("`sysctl -w kernel.unprivileged_userns_clone=1`")
+        elif not f.max_user_namespaces:
+            admin.append("`sysctl -w user.max_user_namespaces=15000`")
+        else:  # the sysctls allow it; a security module refuses it
+            admin.append("allow unprivileged user namespaces (Ubuntu >= 23.10: "
+                         "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` or "
+                         "Apptainer's AppArmor profile)")
+    if not f.squashfuse:
+        admin.append("install squashfuse (Debian/Ubuntu: apt install squashfuse)")
+    if f.fuse_mode is None:
+        admin.append("`modprobe fuse`")
+    elif f.fuse_error:
+        admin.append(f"`chmod 0666 {FUSE_DEVICE}` (the mode distributions ship; a udev rule "
+                     'KERNEL=="fuse", MODE="0666" keeps it)')
+    text = "ask the admin for " + " and ".join(admin) if admin else "ask the admin"
+    text += (" (persist sysctls in /etc/sysctl.d/)" if not f.userns else "")
+    text += ", or to install Apptainer's setuid starter (starter-suid, allow setuid = yes)"
+    if can_unsquash(f):
+        text += (f"; meanwhile yourself: `{f.runtime or 'apptainer'} exec --unsquash {image} ...` "
+                 f"extracts the image to a temporary sandbox at every start ({UNSQUASH_COST})")
+    return text
+
+
+def _access_verdicts(f: RuntimeFacts, add: Any) -> None:
+    mode = runtime_mode(f)
+    if mode != "unusable":
+        add(Verdict("ok", "container access", f"{mode}: {runtime_mode_reason(f)}"))
+        if mode == "unprivileged" and not f.fuse2fs:
+            add(Verdict("warning", "container access",
+                        "fuse2fs is not installed: writable overlay images (--overlay "
+                        "FILE.img) will not mount",
+                        "ask the admin to install fuse2fs (Debian/Ubuntu: apt install fuse2fs)"))
+        return
+    causes = [setuid_problem(f)]
+    if not f.userns:
+        causes.append(userns_problem(f))
+    if not f.squashfuse:
+        causes.append("squashfuse is not installed")
+    if not f.fuse:
+        causes.append(fuse_problem(f))
+    add(Verdict("problem", "container access",
+                "this user cannot start SIF images: " + "; ".join(causes), access_fix(f)))
+
+
+def _unreadable_fix(image: ImageFacts) -> str:
+    owner = (image.file_owner or "root:root").partition(":")
+    if image.blocked_dir:
+        return (f"ask {owner[0]} (its owner) to run `chmod o+x {image.blocked_dir}`, or "
+                "use an image in a directory you can enter")
+    return (f"ask {owner[0]} (its owner) to run `chmod o+r {image.path}` (or g+r, with "
+            f"{image.user or 'you'} in group {owner[2] or owner[0]}), or use a copy you can read")
 
 
 def _profile_verdicts(host: HostFacts, profile: ProfileFacts, add: Any) -> None:

@@ -1,0 +1,82 @@
+"""Cache choice: the system cache when writable; a read-only site cache reused for
+reading while new artefacts go to the user's; the user's alone otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpcdl.cache import CacheDirs, cache_dirs, choose_cache, dir_state, user_cache
+from hpcdl.container.build import plan_build
+
+SYS, USER = "/var/cache/hpcdl", "/home/u/.cache/hpcdl"
+
+
+def test_writable_system_cache_is_read_and_written() -> None:
+    assert choose_cache(SYS, "writable", USER) == CacheDirs(SYS, (SYS,), f"{SYS} is writable")
+
+
+def test_read_only_site_cache_is_reused_for_reading_only() -> None:
+    dirs = choose_cache(SYS, "readable", USER)
+    assert dirs.write == USER
+    assert dirs.read == (USER, SYS)  # the user's own first, then the site's
+    assert "read-only" in dirs.reason
+
+
+def test_unusable_system_cache_leaves_the_users_alone() -> None:
+    dirs = choose_cache(SYS, "unusable", USER)
+    assert dirs.write == USER and dirs.read == (USER,)
+
+
+def test_user_cache_follows_xdg() -> None:
+    assert user_cache({"HOME": "/home/u"}) == USER
+    assert user_cache({"HOME": "/home/u", "XDG_CACHE_HOME": "/scratch/u/cache"}) == \
+        "/scratch/u/cache/hpcdl"
+    # a relative XDG_CACHE_HOME is invalid (XDG base directory spec): ignored
+    assert user_cache({"HOME": "/home/u", "XDG_CACHE_HOME": "rel"}) == USER
+
+
+def test_dir_state_on_real_folders(tmp_path: Path) -> None:
+    assert dir_state(str(tmp_path)) == "writable"
+    assert dir_state(str(tmp_path / "new" / "deeper")) == "writable"  # creatable
+    (tmp_path / "file").write_text("x")
+    assert dir_state(str(tmp_path / "file")) == "unusable"
+
+
+def test_cache_dirs_from_the_environment(tmp_path: Path) -> None:
+    env = {"HPCDL_CACHE": str(tmp_path / "site"), "HOME": str(tmp_path / "home")}
+    (tmp_path / "site").mkdir()
+    assert cache_dirs(env).write == str(tmp_path / "site")  # writable here (root)
+
+
+WHEELS = [
+    "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+    "horovod-0.28.1-cp311-cp311-linux_x86_64.whl",
+    "mpi4py-4.1.2-cp311-cp311-manylinux1_x86_64.whl",
+    "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl",
+    "pillow-13.0.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+]
+
+
+def test_a_build_reads_the_site_wheelhouse_and_writes_the_users_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule as plan_build applies it (the site cache made read-only by faking the
+    state: tests run as root, who may write anything)."""
+    site, home = tmp_path / "site", tmp_path / "home"
+    (site / "wheelhouse").mkdir(parents=True)
+    for name in WHEELS:
+        (site / "wheelhouse" / name).write_bytes(b"")
+    monkeypatch.setenv("HPCDL_CACHE", str(site))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr("hpcdl.cache.dir_state", lambda path: "readable")
+    plan = plan_build("pytorch-horovod-cpu")
+    assert plan.output == home / ".cache" / "hpcdl" / "images" / "pytorch-horovod-cpu.sif"
+    assert (str(site / "wheelhouse"), "/opt/wheelhouse") in plan.files
+    # the user's own wheelhouse, once there, wins
+    (home / ".cache" / "hpcdl" / "wheelhouse").mkdir(parents=True)
+    for name in WHEELS:
+        (home / ".cache" / "hpcdl" / "wheelhouse" / name).write_bytes(b"")
+    plan = plan_build("pytorch-horovod-cpu")
+    assert (str(home / ".cache" / "hpcdl" / "wheelhouse"), "/opt/wheelhouse") in plan.files
