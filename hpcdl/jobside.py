@@ -102,8 +102,10 @@ def source_of(rel: str) -> Path:
 def stage(run_dir: Path, files: tuple[str, ...]) -> int:
     """Copy ``files`` (job_side_files() names) into ``run_dir``/job, complete or not at
     all: into a temporary directory beside it, renamed into place. Returns the bytes
-    copied. Raises OSError."""
+    copied. Raises FileExistsError when job/ exists, OSError."""
     target = run_dir / JOB_DIR_NAME
+    if target.exists():  # a run's code is staged once: the run keeps what it ran
+        raise FileExistsError(f"{target} exists")
     tmp = Path(tempfile.mkdtemp(prefix=f".{JOB_DIR_NAME}.", dir=run_dir))
     copied = 0
     try:

@@ -8,11 +8,12 @@ missing here is missing in the job too.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path, PurePosixPath
 
 from hpcdl.container.hashing import read_record, sidecar
+from hpcdl.container.runtime import RuntimeFacts, gather_runtime_facts, runtime_mode_reason
+from hpcdl.container.runtime import runtime_mode as container_runtime_mode
 from hpcdl.errors import ValidationError
 from hpcdl.gpuarch import ImageArchFacts, facts_from_record
 from hpcdl.plan import JobRequest, RuntimeMode
@@ -97,43 +98,22 @@ def command_script(command: tuple[str, ...]) -> str | None:
     return None
 
 
-# Where Apptainer/Singularity packages put the setuid starter and the configuration.
-_STARTERS = ("/usr/lib/x86_64-linux-gnu/apptainer/bin/starter-suid",
-             "/usr/libexec/apptainer/bin/starter-suid",
-             "/usr/local/libexec/apptainer/bin/starter-suid",
-             "/usr/lib/x86_64-linux-gnu/singularity/bin/starter-suid",
-             "/usr/libexec/singularity/bin/starter-suid")
-_CONFIGS = ("/etc/apptainer/apptainer.conf", "/usr/local/etc/apptainer/apptainer.conf",
-            "/etc/singularity/singularity.conf")
-_ALLOW_SETUID = re.compile(r"\s*allow setuid\s*=\s*(yes|no)\s*", re.I)
-
-
-def runtime_mode(image: str | None, *, euid: int | None = None,
-                 starters: tuple[str, ...] = _STARTERS,
-                 configs: tuple[str, ...] = _CONFIGS) -> RuntimeMode | None:
-    """How the container runtime runs this user's ranks, judged on this host (the login
-    node has the compute nodes' Apptainer installation): None without an image; "root"
-    for root; "setuid" with a root-owned setuid starter that the configuration allows;
-    else "unprivileged" (user namespaces and squashfuse)."""
+def runtime_mode(image: str | None, binary: str | None = None,
+                 facts: RuntimeFacts | None = None) -> tuple[RuntimeMode | None, str | None]:
+    """How the container runtime will run this user's ranks, judged on this host (a
+    login node has its compute nodes' Apptainer installation), and a warning when this
+    host cannot run images as this user at all. (None, None) without an image or without
+    a runtime here (then the profile's container.mode decides). An unusable runtime
+    plans as unprivileged, the nodes' likely way, and says what is missing here."""
     if image is None:
-        return None
-    if (os.geteuid() if euid is None else euid) == 0:
-        return "root"
-    allowed = True  # apptainer.conf's default
-    for conf in configs:
-        try:
-            for line in Path(conf).read_text().splitlines():
-                m = _ALLOW_SETUID.fullmatch(line)
-                if m:
-                    allowed = m.group(1).lower() == "yes"
-            break
-        except OSError:
-            continue
-    for starter in starters:
-        try:
-            st = os.stat(starter)
-        except OSError:
-            continue
-        if allowed and st.st_uid == 0 and st.st_mode & 0o4000:
-            return "setuid"
-    return "unprivileged"
+        return None, None
+    facts = facts or gather_runtime_facts(binary)
+    if facts.runtime is None:
+        return None, None
+    mode = container_runtime_mode(facts)
+    if mode == "unusable":
+        return "unprivileged", (f"this host cannot run container images as this user "
+                                f"({runtime_mode_reason(facts)}); if the compute nodes are "
+                                f"set up the same way the ranks will fail to start: see "
+                                f"hpcdl doctor")
+    return mode, None

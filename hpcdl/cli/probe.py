@@ -197,7 +197,9 @@ def probe(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
     from hpcdl.plan import job_image
     from hpcdl.preflight import runtime_mode
 
-    mode = runtime_mode(job_image(prof, request)[0])
+    mode, mode_warning = runtime_mode(job_image(prof, request)[0], prof.container.binary)
+    if mode_warning:
+        click.echo(f"warning: {mode_warning}", err=True)
     if dry_run:
         from hpcdl.cli.submit import print_dry_run
 

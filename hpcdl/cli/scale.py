@@ -112,7 +112,9 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     base, why = pin_partition(prof, base, points)  # one partition: comparable speedups
     # The image's build record (its GPU architectures), read once for every point's check.
     facts = image_arch_facts(job_image(prof, base)[0])
-    mode = runtime_mode(job_image(prof, base)[0])
+    mode, mode_warning = runtime_mode(job_image(prof, base)[0], prof.container.binary)
+    if mode_warning:
+        click.echo(f"warning: {mode_warning}", err=True)
     if dry_run:
         _show_plans(plan_points(prof, base, points, image_facts=facts, runtime_mode=mode), why,
                     as_json)

@@ -124,7 +124,9 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     )
     # Reads the image's build record (its GPU architectures) for the plan's check.
     facts = image_arch_facts(job_image(prof, request)[0])
-    mode = runtime_mode(job_image(prof, request)[0])
+    mode, mode_warning = runtime_mode(job_image(prof, request)[0], prof.container.binary)
+    if mode_warning:
+        click.echo(f"warning: {mode_warning}", err=True)
     if dry_run:
         # validates: raises before anything is written
         print_dry_run(build_plan(prof, request, facts, mode), as_json=as_json)

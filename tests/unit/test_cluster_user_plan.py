@@ -1,0 +1,149 @@
+"""What a cluster user's job is planned with: the job-side files staged into the run
+directory (never bound from the install), the paths the compute nodes share, and what
+an unprivileged container runtime needs."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcdl.container.runtime import RuntimeFacts
+from hpcdl.errors import ValidationError
+from hpcdl.jobside import job_side_files, source_of, stage
+from hpcdl.plan import JobRequest, build_plan, on_shared_path
+from hpcdl.preflight import runtime_mode
+from hpcdl.profiles import load_profile
+from hpcdl.resources import PACKAGE_DIR
+
+IMAGE = "/scratch/images/cpu.sif"
+RUN = "/scratch/runs/r1"
+
+
+def test_the_job_side_files_are_the_examples_and_the_stdlib_modules_they_import() -> None:
+    files = job_side_files()
+    assert "examples/resnet50_imagenet.py" in files and "examples/trainkit/loop.py" in files
+    assert "hpcdl/probe/worker.py" in files and "hpcdl/launch/world.py" in files
+    assert "hpcdl/results/protocol.py" in files and "hpcdl/__init__.py" in files
+    # Packages come with their __init__; nothing of the planning side travels.
+    assert "hpcdl/launch/__init__.py" in files and "hpcdl/results/__init__.py" in files
+    assert not {"hpcdl/plan.py", "hpcdl/cli/__init__.py", "hpcdl/profiles/schema.py"} & set(files)
+    assert all(source_of(f).is_file() for f in files)
+
+
+def test_the_staged_modules_import_with_the_standard_library_alone(tmp_path: Path) -> None:
+    copied = stage(tmp_path, job_side_files())
+    job = tmp_path / "job"
+    assert copied == sum((job / f).stat().st_size for f in job_side_files())
+    assert {p.relative_to(job).as_posix() for p in job.rglob("*.py")} == set(job_side_files())
+    modules = sorted(f[:-3].replace("/", ".").removesuffix(".__init__")
+                     for f in job_side_files() if f.startswith("hpcdl/") and "probe/worker" not in f)
+    # -S: no site-packages at all (no pydantic, yaml, jinja2, torch): stdlib + the copy.
+    code = (f"import sys; sys.path.insert(0, {str(job)!r}); "
+            f"import {', '.join(modules)}; "
+            "import hpcdl; assert hpcdl.__file__.startswith(sys.path[0]), hpcdl.__file__; "
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    assert (job / "hpcdl" / "errors.py").stat().st_mode & 0o777 == 0o644
+    with pytest.raises(FileExistsError):  # a run directory is staged once
+        stage(tmp_path, job_side_files())
+    assert [p.name for p in tmp_path.iterdir()] == ["job"]  # no temporary left behind
+
+
+def test_an_image_run_binds_the_run_directorys_copy_not_the_install() -> None:
+    plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=4, image=IMAGE,
+                                                          run_dir=RUN))
+    assert f"-B {RUN}/job:/hpcdl:ro" in plan.launch_line
+    assert str(PACKAGE_DIR) not in plan.script
+    assert "python3 /hpcdl/examples/resnet50_imagenet.py" in plan.launch_line
+    assert plan.binds[-2:] == (RUN, f"{RUN}/job:/hpcdl:ro")  # what the launch line binds
+    assert plan.job_files == job_side_files()
+    assert f"export HPCDL_JOB_DIR={RUN}/job\n" in plan.script
+
+
+def test_a_native_run_reads_the_copy_through_pythonpath() -> None:
+    plan = build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1, run_dir=RUN))
+    assert f"python3 {RUN}/job/examples/resnet50_imagenet.py" in plan.launch_line
+    assert f"export PYTHONPATH={RUN}/job${{PYTHONPATH:+:$PYTHONPATH}}\n" in plan.script
+    assert str(PACKAGE_DIR) not in plan.script
+    probe = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=1, run_dir=RUN,
+                                                           probe=("--sizes", "4K")))
+    assert f"python3 {RUN}/job/hpcdl/probe/worker.py --sizes 4K" in probe.launch_line
+
+
+def test_a_users_command_gets_the_copy_named_but_not_on_its_path() -> None:
+    plan = build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1, run_dir=RUN,
+                                                          command=("python3", "t.py")))
+    assert f"export HPCDL_JOB_DIR={RUN}/job\n" in plan.script
+    assert "PYTHONPATH" not in plan.script
+
+
+@pytest.mark.parametrize("field, request_kw, path", [
+    ("--run-dir", {"run_dir": "/opt/runs/x"}, "/opt/runs/x"),
+    ("--run-dir", {"run_dir": "/scratch/../root/x"}, "/scratch/../root/x"),
+    ("--image", {"image": "/var/cache/hpcdl/images/cpu.sif"}, "/var/cache/hpcdl/images/cpu.sif"),
+    ("--bind", {"binds": ("/work/data:/data",), "image": IMAGE}, "/work/data"),
+    ("--data", {"data": "/var/tmp/imagenet"}, "/var/tmp/imagenet"),
+])
+def test_what_the_nodes_cannot_see_is_one_line(field: str, request_kw: dict, path: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1, **request_kw))
+    assert err.value.message == (f"{field}: {path} is not on a path the compute nodes share "
+                                 "(profile sandbox: paths.shared = /home, /scratch): the nodes "
+                                 "cannot see it")
+
+
+def test_shared_paths_and_what_is_not_checked() -> None:
+    assert on_shared_path("/scratch", ["/scratch"]) and on_shared_path("/home/u/r", ["/home"])
+    assert not on_shared_path("/scratchy/x", ["/scratch"])
+    sandbox = load_profile("sandbox")
+    # In a container --data is the container's own path (a bind brings it).
+    build_plan(sandbox, JobRequest(nodes=1, gpus=1, image=IMAGE, data="/imagenet",
+                                   binds=("/scratch/imagenet:/imagenet",)))
+    # A profile that names no shared paths checks nothing (the bundled real clusters).
+    build_plan(load_profile("neuron"), JobRequest(nodes=1, gpus=1, run_dir="/anywhere/r"))
+
+
+FACTS = RuntimeFacts(euid=1000, runtime="apptainer", runtime_path="/usr/bin/apptainer",
+                     allow_setuid=True, max_user_namespaces=1000, squashfuse="/usr/bin/squashfuse",
+                     unsquashfs="/usr/bin/unsquashfs", fuse_mode="0666")
+
+
+def test_the_runtime_mode_on_this_host_decides_the_plans() -> None:
+    assert runtime_mode(None, facts=FACTS) == (None, None)
+    assert runtime_mode(IMAGE, facts=FACTS) == ("unprivileged", None)
+    assert runtime_mode(IMAGE, facts=dataclasses.replace(FACTS, euid=0)) == ("root", None)
+    setuid = dataclasses.replace(FACTS, suid_starter="/s", suid_starter_owner=0,
+                                 suid_starter_setuid=True)
+    assert runtime_mode(IMAGE, facts=setuid) == ("setuid", None)
+    assert runtime_mode(IMAGE, facts=dataclasses.replace(FACTS, runtime=None)) == (None, None)
+    mode, warning = runtime_mode(IMAGE, facts=dataclasses.replace(
+        FACTS, fuse_mode="0600", fuse_error="Permission denied"))
+    assert mode == "unprivileged" and warning and "/dev/fuse is 0600" in warning
+    assert "hpcdl doctor" in warning
+
+
+def test_unprivileged_ranks_get_what_mpi_needs_and_others_nothing() -> None:
+    sandbox = load_profile("sandbox")
+    req = JobRequest(nodes=2, gpus=4, image=IMAGE, run_dir=RUN)
+    plan = build_plan(sandbox, req, runtime_mode="unprivileged")
+    assert plan.container_mode == "unprivileged"
+    assert "export OMPI_MCA_btl_vader_single_copy_mechanism=none\n" in plan.script
+    assert "export PMIX_MCA_gds=hash\n" in plan.script
+    for mode in ("setuid", "root", None):
+        other = build_plan(sandbox, req, runtime_mode=mode)
+        assert other.container_mode == mode and "single_copy" not in other.script
+    native = build_plan(sandbox, dataclasses.replace(req, image=None), runtime_mode="unprivileged")
+    assert native.container_mode is None and "single_copy" not in native.script
+    # What the user sets wins; a profile that says how its nodes run wins over detection.
+    mine = build_plan(sandbox, dataclasses.replace(
+        req, env=(("OMPI_MCA_btl_vader_single_copy_mechanism", "cma"),)), runtime_mode="unprivileged")
+    assert dict(mine.env)["OMPI_MCA_btl_vader_single_copy_mechanism"] == "cma"
+    site = sandbox.model_copy(update={"container": sandbox.container.model_copy(
+        update={"mode": "setuid"})})
+    assert build_plan(site, req, runtime_mode="unprivileged").container_mode == "setuid"
