@@ -501,9 +501,7 @@ def _rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher
         tokens += [runtime, "exec"]
         if profile.container.nv:
             tokens.append("--nv")
-        # The run directory holds the logs and checkpoints: the ranks must see it.
-        run_binds = [req.run_dir] if req.run_dir else []
-        for bind in (*profile.container.binds, *req.binds, *run_binds, *_project_binds(req)):
+        for bind in _container_binds(profile, req):
             tokens += ["-B", bind]
         if not req.command:
             tokens += ["--env", f"PYTHONPATH={JOB_PROJECT_DIR}"]
@@ -515,6 +513,16 @@ def _rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher
     if launcher == "torchrun":
         tokens += _torchrun_tokens(profile, req, command)
     return tokens + command
+
+
+def _container_binds(profile: Profile, req: JobRequest) -> list[str]:
+    """Every -B of an image run, in order: the site's, node-local scratch (where
+    --stage-to copies), the user's, the run directory (logs and checkpoints: the ranks
+    must see it) and the job-side files."""
+    scratch = profile.paths.local_scratch
+    site = [*profile.container.binds,
+            *([scratch] if scratch and scratch not in profile.container.binds else [])]
+    return [*site, *req.binds, *([req.run_dir] if req.run_dir else []), *_project_binds(req)]
 
 
 def _project_binds(req: JobRequest) -> list[str]:
@@ -830,9 +838,7 @@ def build_plan(profile: Profile, req: JobRequest,
         backend=req.backend,
         image=image,
         env=env,
-        binds=(tuple(profile.container.binds) + req.binds
-               + ((req.run_dir,) if req.run_dir else ()) + tuple(_project_binds(req))
-               if image else req.binds),
+        binds=tuple(_container_binds(profile, req)) if image else req.binds,
         command=tuple(command),
         launch_line=launch,
         output=output,

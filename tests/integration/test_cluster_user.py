@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -167,3 +169,30 @@ def test_the_hang_watchdog_reads_the_users_own_ranks(sandbox_user: ClusterUser) 
     run_dir = Path(re.search(r"^run directory: (.+)$", res.stdout, re.M).group(1))  # type: ignore[union-attr]
     assert (run_dir / "job" / "bin" / "py-spy").is_file()
     assert str(sandbox_user.venv) not in (run_dir / "job.sbatch").read_text()
+
+
+@pytest.mark.apptainer
+@pytest.mark.torch
+def test_stage_to_copies_the_dataset_to_each_nodes_own_scratch(
+        sandbox_user: ClusterUser, cpu_image: Path) -> None:
+    """`-X --stage-to=/local` (the profile's paths.local_scratch, bound into the image):
+    the first rank of each node copies the dataset to that node's own disk; on the
+    old shared-everything sandbox the second node found the first one's copy."""
+    data = sandbox_user.home / "data" / "tiny"
+    if not (data / "train").is_dir():
+        made = subprocess.run([sys.executable, "-m", "hpcdl", "data", "make-tiny", str(data),
+                               "--classes", "4", "--per-class", "4", "--size", "32"],
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert made.returncode == 0, made.stderr
+        subprocess.run(["chown", "-R", f"{sandbox_user.uid}:{sandbox_user.gid}",
+                        str(sandbox_user.home / "data")], check=True, timeout=60)
+    res = sandbox_user.cli("submit", "-p", "sandbox", "-N", "2", "-G", "1", "--image",
+                           str(cpu_image), "--backend", "ddp", "--data", str(data),
+                           "-X", "--stage-to=/local", "-X", "--max-steps=2",
+                           "-X", "--num-classes=4", "--wait", timeout=JOB_TIMEOUT)
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    run_dir = Path(re.search(r"^run directory: (.+)$", res.stdout, re.M).group(1))  # type: ignore[union-attr]
+    out = "".join(p.read_text() for p in run_dir.glob("slurm-*.out"))
+    hosts = re.findall(rf"staged {re.escape(str(data))} -> /local/tiny in \S+ s \(host (\S+)\)", out)
+    assert len(hosts) == 2 and len(set(hosts)) == 2, out
+    assert not Path("/local/tiny").exists()  # on the nodes' disks, not the host's
