@@ -100,6 +100,7 @@ class StepWriter:
         self.flush_s = flush_s
         self.path: Path | None = None
         self._pending: list[dict[str, Any]] = []
+        self._steps_pending = 0
         self._last_flush = time.monotonic()
         self._file: Any = None
         if not self.enabled:
@@ -127,7 +128,8 @@ class StepWriter:
             "compute_s": _round(max(0.0, step_s - sync_s)), "sync_s": _round(sync_s),
             "images_per_sec": _round(images / busy, 3) if busy > 0 else None,
             "loss": _round(loss), "lr": _round(lr, 8), "attempt": self.attempt})
-        if (len(self._pending) >= self.flush_steps
+        self._steps_pending += 1
+        if (self._steps_pending >= self.flush_steps
                 or time.monotonic() - self._last_flush >= self.flush_s):
             self.flush()
 
@@ -137,6 +139,7 @@ class StepWriter:
             return
         text = "".join(json.dumps(rec, separators=(",", ":")) + "\n" for rec in self._pending)
         self._pending.clear()
+        self._steps_pending = 0
         self._file.write(text)
         self._file.flush()
         self._last_flush = time.monotonic()

@@ -1,4 +1,5 @@
-"""`hpcdl report`: a run's or a sweep's story as one self-contained HTML file."""
+"""`hpcdl report`: a run's or a sweep's story as one self-contained HTML file (the module is
+not `report`: that name on hpcdl.cli is the error printer)."""
 
 from __future__ import annotations
 
