@@ -115,9 +115,17 @@ def rank_heatmap(metrics: dict[int, dict[str, Any]], slow: set[int]) -> str | No
             busy = busy_seconds(rec)
             if busy is not None:
                 grid[i][col[rec["step"]]] = busy * 1000
+    # The colour scale leaves out each attempt's first step (warm-up, often several times
+    # a normal step), which would otherwise wash every other step out to one colour.
+    firsts = {min((r["step"] for r in info.get("steps", []) if r.get("attempt") == a),
+                  default=None)
+              for info in metrics.values() for a in {r.get("attempt") for r in info["steps"]}}
+    usual = [v for row in grid for s, v in zip(steps, row, strict=True)
+             if s not in firsts and v == v]
     fig = _figure((10.0, max(2.2, 0.9 + 0.32 * len(ranks))))
     ax = fig.subplots()
     image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis",
+                      vmin=min(usual) if usual else None, vmax=max(usual) if usual else None,
                       extent=(steps[0] - 0.5, steps[-1] + 0.5, len(ranks) - 0.5, -0.5))
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([_rank_label(r, metrics[r].get("host")) for r in ranks], fontsize=8)
