@@ -14,8 +14,7 @@ from typing import Any
 
 from hpcdl.atomic import write_atomic
 from hpcdl.results.straggler import DEFAULT_THRESHOLD
-
-REPORT_NAME = "report.html"
+from hpcdl.rundir import REPORT_NAME, RunDir
 
 
 def write_run_report(path: Path, out: Path | None = None, *,
@@ -26,7 +25,7 @@ def write_run_report(path: Path, out: Path | None = None, *,
     from hpcdl.report.html import render_run
 
     facts = gather_run(path, threshold=threshold)
-    target = out or path / REPORT_NAME
+    target = out or RunDir(path).report
     write_atomic(target, render_run(facts))
     return target, facts
 

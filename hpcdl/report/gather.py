@@ -75,7 +75,7 @@ def gather_run(path: Path, *, threshold: float = DEFAULT_THRESHOLD) -> dict[str,
     attempts = _json(run.attempts_file)
     attempts = attempts.get("attempts") if isinstance(attempts, dict) else None
     hang = _json(run.hang_json) if run.hang_json.is_file() else None
-    metrics = step_metrics.read_metrics(step_metrics.metrics_dir(path))
+    metrics = step_metrics.read_metrics(run.metrics)
     if not metrics:
         missing.append("metrics/: no per-step metrics (a run from before hpcdl wrote them, "
                        "or a command that writes none: hpcdl.results.steps.StepWriter "
@@ -112,5 +112,5 @@ def gather_run(path: Path, *, threshold: float = DEFAULT_THRESHOLD) -> dict[str,
 
 def straggler_of(path: Path, *, threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any] | None:
     """The straggler verdict of run directory ``path``; None when it has no metrics."""
-    metrics = step_metrics.read_metrics(step_metrics.metrics_dir(path))
+    metrics = step_metrics.read_metrics(RunDir(path).metrics)
     return verdict(metrics, threshold=threshold) if metrics else None
