@@ -22,6 +22,9 @@ Rank 0 prints one line per epoch and, last, ``{"hpcdl_result": {...}}``, which a
 carries the mean step time and the share of it spent waiting for gradient
 synchronisation (``sync_share``; see trainkit/dist.py for how). Every rank
 prints ``hpcdl_rank_checksum rank=R host=H checksum=C`` (its final weights' hash).
+Every rank also writes one JSON line per step into --metrics-dir (default
+$HPCDL_RUN_DIR/metrics under hpcdl; hpcdl.results.steps has the format): what
+`hpcdl report` draws.
 
 Quick CPU try:
   hpcdl data make-tiny /tmp/tiny --classes 10 --per-class 20
@@ -47,6 +50,7 @@ from trainkit.say import say
 from hpcdl.errors import HpcdlError, UserInputError
 from hpcdl.launch.world import World, detect_world
 from hpcdl.results.protocol import rank_line, result_line
+from hpcdl.results.steps import StepWriter, default_dir
 
 if TYPE_CHECKING:  # torch is imported only once the run starts
     import torch
@@ -147,6 +151,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="sleep S seconds after every step (slows a test run down enough to interrupt it)",
     )
     p.add_argument("--dist-timeout", type=float, default=600, help="seconds for collectives")
+    p.add_argument(
+        "--metrics-dir",
+        default=default_dir(),
+        metavar="DIR",
+        help="one JSON line per step per rank into DIR/rank-RRRRR.jsonl ('' disables) "
+        "[default: $HPCDL_RUN_DIR/metrics, set by hpcdl's job script, else off]",
+    )
+    testing = p.add_argument_group(
+        "testing", "make one rank slow on purpose (hpcdl's straggler test; not for real runs)")
+    testing.add_argument("--slow-rank", type=int, default=None, metavar="R",
+                         help="the rank that sleeps --slow-ms inside every step")
+    testing.add_argument("--slow-ms", type=float, default=0.0, metavar="MS",
+                         help="milliseconds rank --slow-rank sleeps per step (before forward)")
     args = p.parse_args(argv)
     problems = []
     if not args.synthetic and not args.data:
@@ -163,6 +180,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             problems.append(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
     if args.resume == "latest" and not args.checkpoint_dir:
         problems.append("--resume without a path needs --checkpoint-dir to look in")
+    if args.slow_ms < 0 or (args.slow_ms and args.slow_rank is None):
+        problems.append(f"--slow-ms {args.slow_ms:g} needs --slow-rank R and must be >= 0")
     if args.image_size < 32:
         problems.append(f"--image-size {args.image_size} is below ResNet's minimum of 32")
     if problems:
@@ -338,7 +357,8 @@ class Outcome:
 
 
 def train(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress,
-          data: TrainData, val_loader: DataLoader, timing: Timing, ckpt: Checkpoints) -> Outcome:
+          data: TrainData, val_loader: DataLoader, timing: Timing, ckpt: Checkpoints,
+          metrics: StepWriter) -> Outcome:
     """The epochs: steps at the scheduled LR, then the summed loss, evaluation, the
     epoch line and a checkpoint. Stops early, with a checkpoint, when a requeue is
     agreed on."""
@@ -350,7 +370,8 @@ def train(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress
     watch = RequeueWatch(t.backend)
     while progress.epoch < args.epochs and progress.global_step < s.total_steps:
         epoch = progress.epoch
-        sums, lr, epoch_start = train_epoch(args, t, s, progress, data, timing, ckpt, watch, out)
+        sums, lr, epoch_start = train_epoch(args, t, s, progress, data, timing, ckpt, watch, out,
+                                            metrics)
         if out.requeue:
             # Mid-epoch: the checkpoint keeps the position; the next attempt continues there.
             ckpt.save(t, progress)
@@ -387,8 +408,9 @@ def train(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress
 
 def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress,
                 data: TrainData, timing: Timing, ckpt: Checkpoints, watch: RequeueWatch,
-                out: Outcome) -> tuple[torch.Tensor, float, float]:
-    """The steps of the current epoch (from where it stands), each at its scheduled LR.
+                out: Outcome, metrics: StepWriter) -> tuple[torch.Tensor, float, float]:
+    """The steps of the current epoch (from where it stands), each at its scheduled LR,
+    each recorded in ``metrics`` (the wait for the batch, the step, its sync wait).
     Returns (this rank's loss*n, top-1 hits, n; the last LR; when the epoch began).
     Sets ``out.requeue`` and stops when all ranks agree a requeue was asked for."""
     import torch
@@ -398,8 +420,11 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
     t.model.train()
     sums = torch.zeros(3, dtype=torch.float64)  # loss*n, top-1 hits, n
     epoch_start = time.monotonic()
+    slow_s = args.slow_ms / 1000 if args.slow_rank == t.backend.rank else 0.0
+    fetch_start = epoch_start
     for x, y in loader:
         step_start = time.monotonic()
+        data_s = step_start - fetch_start
         if out.first_step_at is None:
             out.first_step_at = time.time()
         lr = lr_at(
@@ -411,10 +436,15 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
             warmup_epochs=args.warmup_epochs,
             total_epochs=args.epochs,
         )
+        if slow_s:  # --slow-rank: this rank's own work takes longer; the others wait in sync
+            time.sleep(slow_s)
         loss, sync_seconds = t.step(x, y, lr, args.batches_per_allreduce, sums)
+        step_s = time.monotonic() - step_start
         progress.step_in_epoch += 1
         progress.global_step += 1
         timing.add(data.batch * t.backend.size, step_start, sync_seconds)
+        metrics.step(progress.global_step, epoch=progress.epoch, step_s=step_s, data_s=data_s,
+                     sync_s=sync_seconds, images=data.batch, loss=float(loss.detach()), lr=lr)
         if args.log_every and progress.global_step % args.log_every == 0:
             log(
                 t.backend.rank,
@@ -430,6 +460,7 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
             break
         if progress.global_step >= s.total_steps:
             break
+        fetch_start = time.monotonic()
     return sums, lr, epoch_start
 
 
@@ -528,10 +559,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     log(rank, header_line(args, t, s, data, progress))
 
     timing = Timing()
+    metrics = StepWriter(args.metrics_dir, rank, world_size=size,
+                         local_rank=t.backend.local_rank)
     ckpt = Checkpoints(args.checkpoint_dir, args.keep_checkpoints, rank, meta={
         "arch": args.arch, "num_classes": num_classes, "image_size": args.image_size,
         "world_size": size})
-    out = train(args, t, s, progress, data, val_loader, timing, ckpt)
+    out = train(args, t, s, progress, data, val_loader, timing, ckpt, metrics)
+    metrics.close()
     result = None if out.requeue else result_record(args, t, s, progress, out, timing,
                                                     ckpt.last, started)
     t.backend.barrier()

@@ -779,6 +779,8 @@ def build_plan(profile: Profile, req: JobRequest,
                               gpu_bind=gpu_bind == "local-rank" and req.gpus > 0,
                               record_pid=req.hang_timeout is not None)
     hang_exports, hang_warnings = _hang_exports(req, env, time, log_dir)
+    if req.run_dir:  # any script may write into its run directory: per-step metrics
+        hang_exports.append(("HPCDL_RUN_DIR", req.run_dir))  # (hpcdl.results.steps)
     warnings += hang_warnings
     context = {
         "profile": profile,

@@ -18,6 +18,9 @@
                        written by the rank wrapper before it execs the command
         hang/          what the hang watchdog collected: stacks-<node>.txt (py-spy's dumps),
                        diagnosis.json and diagnosis.txt
+        metrics/       per-step metrics, rank-RRRRR.jsonl per rank (written by the job via
+                       $HPCDL_RUN_DIR; hpcdl.results.steps owns the format)
+        report.html    `hpcdl report` (and the end of `submit --wait`): hpcdl.report
 
 ``RunDir`` owns these paths and reads and writes the records (plan.json read as a
 PlanRecord, job.json as a JobRecord, result.json as hpcdl.results.record.ResultRecord). The job script names
@@ -45,6 +48,9 @@ from hpcdl.attempts import Attempt, ScriptAttempt
 from hpcdl.container.hashing import read_record, sidecar
 from hpcdl.hang import RankPid, parse_pid_file
 from hpcdl.jobside import JOB_DIR_NAME, stage
+from hpcdl.results.steps import metrics_dir
+
+REPORT_NAME = "report.html"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
 
@@ -239,6 +245,16 @@ class RunDir:
     @property
     def hang_text(self) -> Path:
         return self.hang_dir / "diagnosis.txt"
+
+    @property
+    def metrics(self) -> Path:
+        """metrics/: one file per rank (hpcdl.results.steps, which the job writes with)."""
+        return metrics_dir(self.path)
+
+    @property
+    def report(self) -> Path:
+        """report.html: the run's HTML report (hpcdl.report)."""
+        return self.path / REPORT_NAME
 
     def hang_dump(self, node: str) -> Path:
         """py-spy's dumps of the ranks on ``node`` (a Slurm node name)."""

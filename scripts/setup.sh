@@ -12,6 +12,8 @@ step() {
 step "python deps" scripts/install-python-deps.sh
 step "slurm sandbox" scripts/sandbox.sh up
 step "apptainer" scripts/install-apptainer.sh
+# Debian's Chromium: `hpcdl report`'s HTML is checked in a real headless browser.
+step "browser" scripts/install-browser.sh
 # Horovod on the host too (the examples' tests run horovodrun/mpirun natively); the
 # image step below reuses the same cached wheel.
 step "horovod" scripts/build-horovod.sh

@@ -68,12 +68,14 @@ def attempt_lines(attempts: list[Attempt]) -> list[str]:
 
 def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord,
            tail_lines: int = 20, max_time: str | None = None,
-           attempts: list[Attempt] | None = None, hang: Diagnosis | None = None) -> None:
+           attempts: list[Attempt] | None = None, hang: Diagnosis | None = None,
+           html: Path | None = None, straggler: dict[str, Any] | None = None) -> None:
     """What a user reads once the job ended: state and exit code, the log's tail, which
     rank crashed and its last lines (on failure), the result table (on success), and
     for a job that ran out of time the limit it hit and the fix (``max_time``: the
     partition's limit, for how much more --time is possible), and what the hang
-    watchdog found (``hang``).
+    watchdog found (``hang``), the straggler verdict when it names one, and where the
+    HTML report is (``html``).
     """
     echo(f"job {status.job_id}: {status.state} (Slurm {status.slurm_state}), "
          f"exit code {status.exit_code if status.exit_code is not None else '?'}"
@@ -126,6 +128,10 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord
              f"({RunDir(run_dir).attempts_file}) ---")
         for line in attempt_lines(attempts):
             echo(line)
+    if straggler and straggler.get("found"):
+        echo(str(straggler["message"]))
+    if html is not None:
+        echo(f"report: {html}")
     echo(f"run directory: {run_dir}")
 
 

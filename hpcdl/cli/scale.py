@@ -235,12 +235,18 @@ def results(path: Path, as_json: bool, as_csv: bool, plot_path: Path | None,
                                   f"use --json or the default tables")
         click.echo(json.dumps({**meta, "probe": probe}) if as_json else probe_view(probe))
         return
+    verdicts = stragglers(path, rows, meta)
     if as_json:
-        click.echo(to_json(rows, meta))
+        click.echo(to_json(rows, {**meta, **verdicts}))
     elif as_csv:
         click.echo(to_csv(rows), nl=False)
     else:
         click.echo(format_table(rows))
+        found = ([("", verdicts["straggler"])] if "straggler" in verdicts
+                 else list(verdicts.get("stragglers", {}).items()))
+        for label, verdict in found:
+            if verdict and verdict["found"]:
+                click.echo(f"{label + ': ' if label else ''}{verdict['message']}")
     if plot_path is not None:
         from hpcdl.plot import build_figure, write_png
 
@@ -248,6 +254,20 @@ def results(path: Path, as_json: bool, as_csv: bool, plot_path: Path | None,
             raise ValidationError(f"--plot {plot_path}: directory {plot_path.parent} does not exist")
         write_png(build_figure(rows, title=str(meta.get("sweep_id", path.name))), plot_path)
         click.echo(f"wrote {plot_path}", err=True)
+
+
+def stragglers(path: Path, rows: list[Row], meta: dict[str, Any]) -> dict[str, Any]:
+    """The straggler verdict of a run directory ({"straggler": verdict or None}) or of
+    every point of a sweep ({"stragglers": {label: verdict or None}}), from their
+    per-step metrics; {} for a saved table. It informs: the exit code stays the table's."""
+    if not path.is_dir():
+        return {}
+    from hpcdl.report.gather import straggler_of
+
+    if "sweep_id" not in meta:
+        return {"straggler": straggler_of(path)}
+    return {"stragglers": {r.label: straggler_of(path / r.run_dir) if r.run_dir else None
+                           for r in rows}}
 
 
 def _probe_report(path: Path) -> dict[str, Any] | None:

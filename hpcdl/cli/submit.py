@@ -243,10 +243,13 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
              if plan.requeue or plan.chain > 1 else [])
     diagnosis = dog.diagnosis if dog is not None else None
     hang = diagnosis.to_dict() if diagnosis is not None else None
+    html, straggler = write_report(sub.run_dir)
     if as_json:
         click.echo(json.dumps({**info, **record, "exit_status": code,
                                **({"attempts": [a.to_dict() for a in tried]} if tried else {}),
-                               **({"hang": hang} if hang else {})}))
+                               **({"hang": hang} if hang else {}),
+                               "report": str(html) if html else None,
+                               "straggler": straggler}))
         return code
     probe = record.get("probe") or {}
     if "error" in probe:  # a node refused the probe's input: the one line that says why
@@ -258,8 +261,23 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
         return code
     part = prof.partition(plan.partition)
     report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,
-           attempts=tried, hang=diagnosis)
+           attempts=tried, hang=diagnosis, html=html, straggler=straggler)
     return code
+
+
+def write_report(run_dir: Path) -> tuple[Path | None, dict[str, object] | None]:
+    """The run's report.html (hpcdl report, written at the end of --wait: no browser,
+    a second or two of matplotlib) and its straggler verdict; (None, None) with a
+    warning when it cannot be written (the job's outcome stands either way)."""
+    from hpcdl.report import write_run_report
+
+    try:
+        html, facts = write_run_report(run_dir)
+    except (OSError, ValueError) as exc:
+        click.echo(f"warning: report: not written ({exc}); try `hpcdl report {run_dir}`",
+                   err=True)
+        return None, None
+    return html, facts["straggler"]
 
 
 def hang_watch(prof: Profile, plan: JobPlan, sub: Submitted, scheduler: Scheduler, job_id: str,

@@ -126,3 +126,26 @@ def test_results_follows_a_sweep_submitted_without_wait(slurm_cluster: Path, cpu
     for point in submitted["points"]:
         record = json.loads((sweep_dir / point["run_dir"] / "result.json").read_text())
         assert record["hpcdl_result"]["backend"] == point["backend"]
+
+
+def test_the_sweep_report_opens_clean_in_a_real_browser(sweep: dict, tmp_path: Path) -> None:
+    from tests.integration.test_report import check_in_browser
+
+    sweep_dir = Path(sweep["sweep_dir"])
+    res = hpcdl("report", str(sweep_dir), "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["report"] == str(sweep_dir / "report.html")
+    # Every point wrote per-step metrics (its job script exported HPCDL_RUN_DIR); the
+    # 1-rank points have nobody to compare with.
+    assert set(data["stragglers"]) == {r["label"] for r in sweep["rows"]}
+    for row in sweep["rows"]:
+        verdict = data["stragglers"][row["label"]]
+        assert verdict is not None and len(verdict["ranks"]) == row["ranks"], row["label"]
+        assert (sweep_dir / row["run_dir"] / "report.html").is_file()
+    texts = check_in_browser(sweep_dir / "report.html",
+                             ("#identity-table", "#chart-scaling", "#sweep-table",
+                              "#straggler-verdict"), tmp_path / "sweep.png", min_height=900)
+    for row in sweep["rows"]:
+        assert row["label"] in texts["#sweep-table"]
+    assert "parallel efficiency (%)" in texts["#chart-scaling"]
