@@ -23,9 +23,6 @@ from hpcdl.resources import PACKAGE_DIR, examples_dir
 
 # RUN_DIR/<this>: examples/ and hpcdl/ below it, the layout the job's PYTHONPATH expects.
 JOB_DIR_NAME = "job"
-# The variable the job script exports with the staged directory, for a custom script
-# that wants the job-side helpers (sys.path.insert(0, os.environ["HPCDL_JOB_DIR"])).
-JOB_DIR_ENV = "HPCDL_JOB_DIR"
 # Entry points beside the examples (hpcdl-relative): what `hpcdl probe` runs.
 _ENTRY_MODULES = ("hpcdl/probe/worker.py",)
 

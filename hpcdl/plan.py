@@ -18,7 +18,7 @@ from hpcdl import __version__, pbs
 from hpcdl.errors import ValidationError
 from hpcdl.gpuarch import ImageArchFacts, check_partition
 from hpcdl.hang import DEFAULT_HANG_ACTION, HANG_ACTIONS
-from hpcdl.jobside import JOB_DIR_ENV, job_dir, job_side_files
+from hpcdl.jobside import job_dir, job_side_files
 from hpcdl.launch.rankenv import PORT_LISTENED, SCRIPT_VARIABLE, WRAPPER_NAME, rank_env_script
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.profiles.schema import Partition, Profile
@@ -866,16 +866,12 @@ def build_plan(profile: Profile, req: JobRequest,
 
 
 def _job_side_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]]:
-    """With a run directory: where its staged job-side files are (for any script), and
-    for the bundled example or the probe run natively, those files on PYTHONPATH ahead of
-    whatever the job has (the nodes need not see the hpcdl that submitted)."""
-    if not req.run_dir:
+    """For the bundled example or the probe run natively: the run directory's staged
+    job-side files on PYTHONPATH ahead of whatever the job has (the nodes need not see
+    the hpcdl that submitted). A script of one's own finds them at $HPCDL_RUN_DIR/job."""
+    if not req.run_dir or image or req.command:
         return []
-    staged = job_dir(req.run_dir)
-    exports = [(JOB_DIR_ENV, shell_join([staged]))]
-    if not image and not req.command:
-        exports.append(("PYTHONPATH", shell_join([staged]) + "${PYTHONPATH:+:$PYTHONPATH}"))
-    return exports
+    return [("PYTHONPATH", shell_join([job_dir(req.run_dir)]) + "${PYTHONPATH:+:$PYTHONPATH}")]
 
 
 def check_shared_paths(profile: Profile, req: JobRequest, image: str | None) -> None:

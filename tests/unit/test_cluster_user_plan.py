@@ -63,7 +63,7 @@ def test_an_image_run_binds_the_run_directorys_copy_not_the_install() -> None:
     assert "python3 /hpcdl/examples/resnet50_imagenet.py" in plan.launch_line
     assert plan.binds[-2:] == (RUN, f"{RUN}/job:/hpcdl:ro")  # what the launch line binds
     assert plan.job_files == job_side_files()
-    assert f"export HPCDL_JOB_DIR={RUN}/job\n" in plan.script
+    assert f"export HPCDL_RUN_DIR={RUN}\n" in plan.script
 
 
 def test_a_native_run_reads_the_copy_through_pythonpath() -> None:
@@ -76,10 +76,10 @@ def test_a_native_run_reads_the_copy_through_pythonpath() -> None:
     assert f"python3 {RUN}/job/hpcdl/probe/worker.py --sizes 4K" in probe.launch_line
 
 
-def test_a_users_command_gets_the_copy_named_but_not_on_its_path() -> None:
+def test_a_users_command_finds_the_copy_but_not_on_its_path() -> None:
     plan = build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1, run_dir=RUN,
                                                           command=("python3", "t.py")))
-    assert f"export HPCDL_JOB_DIR={RUN}/job\n" in plan.script
+    assert f"export HPCDL_RUN_DIR={RUN}\n" in plan.script
     assert "PYTHONPATH" not in plan.script
 
 

@@ -22,7 +22,6 @@ export OMP_NUM_THREADS=8
 export NCCL_DEBUG=WARN
 export NCCL_NET_GDR_LEVEL=PHB
 export HPCDL_RUN_DIR=/scratch/runs/t1
-export HPCDL_JOB_DIR=/scratch/runs/t1/job
 export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
 

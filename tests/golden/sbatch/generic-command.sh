@@ -19,7 +19,6 @@ export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-8}"
 export OMP_NUM_THREADS=8
 export NCCL_DEBUG=WARN
 export HPCDL_RUN_DIR=/scratch/runs/t1
-export HPCDL_JOB_DIR=/scratch/runs/t1/job
 export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
 

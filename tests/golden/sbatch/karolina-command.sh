@@ -22,7 +22,6 @@ export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-16}"
 export OMP_NUM_THREADS=16
 export NCCL_DEBUG=WARN
 export HPCDL_RUN_DIR=/scratch/runs/t1
-export HPCDL_JOB_DIR=/scratch/runs/t1/job
 export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
 

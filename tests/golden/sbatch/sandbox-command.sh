@@ -20,7 +20,6 @@ export OMP_NUM_THREADS=1
 export OMP_PROC_BIND=false
 export OMPI_MCA_mpi_yield_when_idle=1
 export HPCDL_RUN_DIR=/scratch/runs/t1
-export HPCDL_JOB_DIR=/scratch/runs/t1/job
 export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
 

@@ -21,7 +21,6 @@ export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-4}"
 export OMP_NUM_THREADS=4
 export NCCL_DEBUG=WARN
 export HPCDL_RUN_DIR=/scratch/runs/t1
-export HPCDL_JOB_DIR=/scratch/runs/t1/job
 export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
 
