@@ -394,6 +394,8 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
     import torch
     from trainkit.schedule import lr_at
 
+    from hpcdl import requeue
+
     loader = data.loader(progress.epoch, progress.step_in_epoch)
     t.model.train()
     sums = torch.zeros(3, dtype=torch.float64)  # loss*n, top-1 hits, n
@@ -414,6 +416,8 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
         loss, sync_seconds = t.step(x, y, lr, args.batches_per_allreduce, sums)
         progress.step_in_epoch += 1
         progress.global_step += 1
+        if t.backend.rank == 0:  # this attempt completed a step (writes once; hpcdl/requeue.py)
+            requeue.mark_step(progress.global_step)
         timing.add(data.batch * t.backend.size, step_start, sync_seconds)
         if args.log_every and progress.global_step % args.log_every == 0:
             log(

@@ -20,7 +20,15 @@ from hpcdl.hang import DEFAULT_HANG_ACTION, HANG_ACTIONS
 from hpcdl.launch.rankenv import PORT_LISTENED, SCRIPT_VARIABLE, WRAPPER_NAME, rank_env_script
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.profiles.schema import Partition, Profile
-from hpcdl.requeue import CHECKPOINT_ENV, EXIT_REQUEUE, FLAG_ENV, FLAG_NAME, wait_seconds
+from hpcdl.requeue import (
+    CHECKPOINT_ENV,
+    EXIT_REQUEUE,
+    FLAG_ENV,
+    FLAG_NAME,
+    PROGRESS_ENV,
+    PROGRESS_NAME,
+    wait_seconds,
+)
 from hpcdl.resources import PACKAGE_DIR, examples_dir
 from hpcdl.slurmtime import format_time, parse_time
 from hpcdl.templating import Raw, render_template, shell_join
@@ -139,6 +147,9 @@ class JobPlan:
     probe_line: str | None = None  # the --probe-first step, as the script runs it
     hang_timeout: float | None = None  # the watchdog's silence limit (s); None: no watchdog
     hang_action: str | None = None  # cancel or leave
+    # The command creates $HPCDL_PROGRESS_FILE after its first step (the bundled example;
+    # any command under --requeue/--chain, by the contract): no file means no step.
+    records_steps: bool = False
     hpcdl_version: str = __version__
 
     def to_dict(self) -> dict[str, Any]:
@@ -634,6 +645,7 @@ def _requeue_context(profile: Profile, req: JobRequest) -> dict[str, Any]:
         "signal": name, "lead": lead, "wait_s": wait_seconds(lead),
         "run_dir": run_dir, "flag_env": FLAG_ENV, "flag_name": FLAG_NAME,
         "checkpoint_env": CHECKPOINT_ENV, "exit_requeue": EXIT_REQUEUE,
+        "progress_env": PROGRESS_ENV,
         "max_restarts": max_restarts if req.chain == 1 else 0, "chain": req.chain,
     }}
 
@@ -773,6 +785,7 @@ def build_plan(profile: Profile, req: JobRequest,
         "pbs_directives": pbs_directives,
         "pbs_job_name": pbs.job_name(job_name),
         **_requeue_context(profile, req),
+        **_progress_context(profile, req),
     }
     script = render_template(
         template,
@@ -816,6 +829,7 @@ def build_plan(profile: Profile, req: JobRequest,
         hang_timeout=req.hang_timeout,
         hang_action=(req.hang_action or DEFAULT_HANG_ACTION) if req.hang_timeout is not None else None,
         **_plan_requeue(profile, req),
+        records_steps=_records_steps(profile, req),
     )
 
 
@@ -843,3 +857,26 @@ def _plan_requeue(profile: Profile, req: JobRequest) -> dict[str, Any]:
     ctx = _requeue_context(profile, req)["requeue"]
     return {"requeue": req.chain == 1, "max_restarts": ctx["max_restarts"],
             "signal": f"{ctx['signal']}@{ctx['lead']}", "chain": req.chain}
+
+
+def _progress_context(profile: Profile, req: JobRequest) -> dict[str, Any]:
+    """Where the job records that an attempt completed its first step
+    ($HPCDL_PROGRESS_FILE, hpcdl/requeue.py): in the run directory (beside attempts.tsv
+    when a requeued job has none). Slurm only: a PBS script is not submitted by hpcdl."""
+    if profile.scheduler.type != "slurm":
+        return {"progress": None}
+    if req.run_dir:
+        path = shell_join([f"{req.run_dir}/{PROGRESS_NAME}"])
+    elif _requeue_mode(profile, req):
+        path = f'"$SLURM_SUBMIT_DIR"/{PROGRESS_NAME}'
+    else:
+        return {"progress": None}
+    return {"progress": {"env": PROGRESS_ENV, "path": path}}
+
+
+def _records_steps(profile: Profile, req: JobRequest) -> bool:
+    """Whether a missing progress file means "no step completed": the bundled example
+    writes it; so does any script under --requeue/--chain (the requeue contract). A
+    custom COMMAND without them may never write it."""
+    return (profile.scheduler.type == "slurm" and bool(req.run_dir)
+            and (req.runs_example or _requeue_mode(profile, req)))

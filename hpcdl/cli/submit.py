@@ -253,7 +253,7 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
         return code
     part = prof.partition(plan.partition)
     report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,
-           attempts=tried, hang=diagnosis)
+           attempts=tried, hang=diagnosis, steps=sub.run.steps_seen(), nodes=plan.nodes)
     return code
 
 
