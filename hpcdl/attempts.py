@@ -25,9 +25,11 @@ from hpcdl.timelimit import hang_advice
 STARTUP = "STARTUP"
 STALLED = "STALLED"
 NO_STEP = (STARTUP, STALLED)
-# Lines in a job's stderr that report a failure rather than say what it was: the batch
-# script's own, srun's and slurmstepd's.
-_NOISE = ("hpcdl:", "srun:", "slurmstepd:")
+# Lines in a job's stderr that report a failure rather than say what it was: srun's and
+# slurmstepd's, and the batch shell's own (unlabelled; a rank's "hpcdl: command not
+# found" carries srun's rank label and is a cause).
+_NOISE = ("srun:", "slurmstepd")
+_SHELL = "hpcdl:"
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,10 @@ def stderr_cause(stderr: str) -> str | None:
     """The last line of a job's stderr that says what went wrong: not the batch
     script's, srun's or slurmstepd's reports of it, without srun's rank label."""
     for line in reversed(stderr.splitlines()):
-        text = unlabel(line)[1].strip()
-        if text and not text.startswith(_NOISE):
+        rank, text = unlabel(line)
+        text = text.strip()
+        if text and not text.startswith(_NOISE) and not (rank is None
+                                                          and text.startswith(_SHELL)):
             return text
     return None
 

@@ -45,8 +45,10 @@ if TYPE_CHECKING:
 @click.option("--requeue/--no-requeue", default=None,
               help="Survive time limits and preemption: Slurm signals the batch shell "
                    "(--signal), the ranks checkpoint at their next step and exit 85, the job "
-                   "requeues itself and resumes from the newest valid checkpoint; a crashed "
-                   "attempt is requeued too. Default: the profile's scheduler.requeue.")
+                   "requeues itself and resumes from the newest valid checkpoint; an attempt "
+                   "that crashed after its first step is requeued too, one that failed or hit "
+                   "the limit before it (no $HPCDL_PROGRESS_FILE) is not. Default: the "
+                   "profile's scheduler.requeue.")
 @click.option("--max-restarts", type=int, metavar="N",
               help="Requeues after a time limit or a crash before the job is let end "
                    "(default: the profile's scheduler.max_restarts, 3). A preempted attempt is "

@@ -45,6 +45,12 @@ def test_stderr_cause_is_the_last_line_that_says_what_went_wrong():
     assert stderr_cause("1: ModuleNotFoundError: No module named 'horovod'\n\n") == (
         "ModuleNotFoundError: No module named 'horovod'")
     assert stderr_cause("srun: error: n1: task 0: Exited with exit code 1\n") is None
+    # A rank's own hpcdl line is a cause; the batch shell's (no rank label) is not.
+    assert stderr_cause("0: hpcdl: command not found: trian.py (rank 0 on n1)\n"
+                        "srun: error: n1: task 0: Exited with exit code 127\n"
+                        "hpcdl: attempt 0 failed before its first step: exit 127\n") == (
+        "hpcdl: command not found: trian.py (rank 0 on n1)")
+    assert stderr_cause("0: slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED ***\n") is None
     assert stderr_cause("") is None
 
 
