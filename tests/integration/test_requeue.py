@@ -277,17 +277,34 @@ def test_a_job_that_completes_no_step_before_its_time_limit_looks_hung(
 
 
 def test_a_requeued_attempt_that_completes_no_step_is_not_requeued(runs_dir: Path) -> None:
-    """Under --requeue the batch shell stops such an attempt itself (the flag, then
-    SIGTERM to the step: srun cancels it) and does not requeue it (STALLED). Cost: ~40 s."""
+    """Under --requeue the batch shell stops such an attempt itself (the flag, then SIGTERM
+    to the step: srun cancels it) and does not requeue it (STALLED). Slurm's own signal
+    would come 35-60 s in; the test sends it at once (with a 1-minute limit the shell
+    takes it for the time limit). Cost: ~20 s."""
     run_dir = runs_dir / "run"
-    res = hpcdl("submit", "-p", "sandbox", "-N", "1", "-G", "1", "-c", "1", "--requeue",
-                "--signal", "USR2@30", "--time", "00:01:00", "--run-dir", str(run_dir),
-                "--wait", "--", "sleep", "600", timeout=400)
-    assert res.returncode != 0, res.stdout + res.stderr
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpcdl", "submit", "-p", "sandbox", "-N", "1", "-G", "1", "-c", "1",
+         "--requeue", "--signal", "USR2@25", "--time", "00:01:00", "--run-dir", str(run_dir),
+         "--wait", "--", "sleep", "600"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        found = re.match(r"Submitted job (\d+) ", proc.stdout.readline())
+        assert found
+        job = found.group(1)
+        # The step runs: the shell's trap is set (it is set before the step starts).
+        wait_for("the step", lambda: f"{job}.0" in sh("squeue", "-h", "-s", "-j", job, "-o", "%i"),
+                 job, 120)
+        sh("scancel", "--batch", "--signal=USR2", job)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode != 0, out + err
     lines = (run_dir / "attempts.tsv").read_text().splitlines()
     assert [ln.split("\t")[5] for ln in lines] == ["STALLED"]
     assert any(ln.startswith("attempt 0 completed no training step before its time limit (exit ")
-               and "not requeued; it looks hung" in ln for ln in res.stdout.splitlines()), res.stdout
+               and "not requeued; it looks hung" in ln for ln in out.splitlines()), out
 
 
 def test_a_chain_resumes_across_jobs(runs_dir: Path, reference: str) -> None:
