@@ -83,8 +83,14 @@ def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
     (stub / "scontrol").write_text('#!/bin/bash\n[[ $1 == show ]] && { echo n1; exit 0; }\n'
                                    f'echo "$@" >> {tmp_path}/scontrol.log\n')
     (stub / "squeue").write_text(f"#!/bin/bash\n[[ $* == *%L* ]] && echo {left}\nexit 0\n")
-    # No 300 s wait after the requeue (Slurm would kill the script then); other sleeps stay.
-    (stub / "sleep").write_text('#!/bin/bash\n[[ $1 == 300 ]] && exit 0\nexec /bin/sleep "$@"\n')
+    # No 300 s wait after the requeue (Slurm would kill the script then), and the fallback
+    # SIGTERM after 1 s instead of wait_seconds(20) = 10 (the stepping ranks answer the
+    # flag within 0.05 s; the shell's background sleep would hold its pipes open for the
+    # full wait); other sleeps stay.
+    (stub / "sleep").write_text(
+        '#!/bin/bash\n[[ $1 == 300 ]] && exit 0\n'
+        f'[[ $1 == {requeue.wait_seconds(20)} ]] && exec /bin/sleep 1\n'
+        'exec /bin/sleep "$@"\n')
     for f in stub.iterdir():
         f.chmod(0o755)
     script = tmp_path / "job.sh"
