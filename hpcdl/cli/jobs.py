@@ -58,6 +58,8 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
             data = row.to_dict()
             if len(tried) > 1:
                 data["attempts"] = [a.to_dict() for a in tried]
+            if run is not None:  # False: no training step completed (null: cannot tell)
+                data["steps_completed"] = run.steps_seen()
             click.echo(json.dumps(data))
         else:
             click.echo(_HEADER)

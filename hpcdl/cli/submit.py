@@ -240,8 +240,9 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
              if plan.requeue or plan.chain > 1 else [])
     diagnosis = dog.diagnosis if dog is not None else None
     hang = diagnosis.to_dict() if diagnosis is not None else None
+    steps = sub.run.steps_seen()  # False: no training step completed (null: cannot tell)
     if as_json:
-        click.echo(json.dumps({**info, **record, "exit_status": code,
+        click.echo(json.dumps({**info, **record, "exit_status": code, "steps_completed": steps,
                                **({"attempts": [a.to_dict() for a in tried]} if tried else {}),
                                **({"hang": hang} if hang else {})}))
         return code
@@ -255,7 +256,7 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
         return code
     part = prof.partition(plan.partition)
     report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,
-           attempts=tried, hang=diagnosis, steps=sub.run.steps_seen(), nodes=plan.nodes)
+           attempts=tried, hang=diagnosis, steps=steps, nodes=plan.nodes)
     return code
 
 

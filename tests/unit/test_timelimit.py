@@ -3,6 +3,8 @@ time limit in the status table, and submit --wait's exit code for it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -226,6 +228,10 @@ def test_status_says_hung_from_the_run_directory(tmp_path, monkeypatch):
     hint = res.output.splitlines()[2]
     assert "without completing a single training step: it looks hung" in hint
     assert "hpcdl probe -N 2" in hint
+    assert json.loads(CliRunner().invoke(cli, ["status", "42", "--json"]).output)[
+        "steps_completed"] is False
     run.progress.write_text("")  # a custom script may only touch it
     res = CliRunner().invoke(cli, ["status", "42"])
     assert "give it more with --time" in res.output.splitlines()[2]
+    assert json.loads(CliRunner().invoke(cli, ["status", "42", "--json"]).output)[
+        "steps_completed"] is True
