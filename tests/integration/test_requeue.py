@@ -235,7 +235,7 @@ def test_a_job_that_keeps_failing_stops_after_max_restarts(runs_dir: Path) -> No
 
 def test_an_attempt_that_fails_before_its_first_step_is_not_requeued(runs_dir: Path) -> None:
     """A start-up failure would fail the same way again: one attempt, stopped at once,
-    the cause in one line. Cost: one short job (~10 s)."""
+    the cause in one line. Cost: one short job (~5 s)."""
     run_dir = runs_dir / "run"
     res = hpcdl("submit", "-p", "sandbox", "-N", "1", "-G", "1", "-c", "1", "--requeue",
                 "--max-restarts", "3", "--run-dir", str(run_dir), "--wait", "--",
