@@ -57,9 +57,12 @@ def staging(repeats: int) -> dict[str, float]:
             "stage_ms_max": round(max(times), 2)}
 
 
+_ROW = re.compile(r"(images/sec|gradient sync share|wall time \(s\))\s+(\S+)")
+
+
 def _table(stdout: str) -> dict[str, str]:
-    return dict(re.findall(r"^(images/sec|gradient sync share|wall time \(s\))\s+(\S+)$",
-                           stdout, re.M))
+    """The result table's rows this benchmark reports."""
+    return dict(m.groups() for line in stdout.splitlines() if (m := _ROW.fullmatch(line)))
 
 
 def headline(argv: list[str], *, cwd: str, env: dict[str, str] | None = None) -> dict[str, object]:

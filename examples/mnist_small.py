@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     from trainkit.metrics import param_checksum
     from trainkit.schedule import scaled_lr
 
+    from hpcdl import requeue
+
     if args.threads:
         torch.set_num_threads(args.threads)
     backend = Backend() if args.backend == "none" else init_backend(args.backend)
@@ -131,6 +133,8 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
             loss = F.cross_entropy(train_model(x), y)
             loss.backward()
             optimizer.step()
+            if rank == 0:  # a step completed (written once, at the first; hpcdl/requeue.py)
+                requeue.mark_step(1)
             sums += torch.tensor([float(loss.detach()) * len(y), len(y)], dtype=torch.float64)
         model.eval()
         hits = torch.zeros(2, dtype=torch.float64)

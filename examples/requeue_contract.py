@@ -10,6 +10,12 @@ What hpcdl's batch script gives every rank (hpcdl/requeue.py documents it):
   soon, or preemption). Check it at step boundaries, never act in a signal handler:
   finish the step, write a checkpoint atomically, exit 85.
 * Start by loading the newest checkpoint that loads (fall back past a damaged one).
+* ``$HPCDL_PROGRESS_FILE``: create it once this attempt has completed its first step
+  (any content; ``hpcdl.requeue.mark_step`` writes the attempt and step). The batch
+  shell removes it before each attempt: an attempt that fails without it (and without
+  exiting 85) failed before its first step (container, imports, rendezvous) and is not
+  requeued, since it would fail again the same way; one that runs into its time limit
+  without it looks hung and is not requeued either. hpcdl reports both in one line.
 
 Multi-rank scripts must agree on stopping at the same step (e.g. all-reduce the
 flag's 0/1), or the others wait in their next collective. This one is a single
@@ -31,6 +37,14 @@ EXIT_REQUEUE = 85  # hpcdl.requeue.EXIT_REQUEUE: "checkpoint written, requeue me
 def requested() -> bool:
     flag = os.environ.get("HPCDL_REQUEUE_FLAG")
     return bool(flag and Path(flag).exists())
+
+
+def mark_first_step(step: int) -> None:
+    # Once per attempt, after its first step: "this attempt made progress".
+    path = os.environ.get("HPCDL_PROGRESS_FILE")
+    if path:
+        Path(path).write_text(json.dumps({"attempt": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+                                          "step": step, "time": time.time()}) + "\n")
 
 
 def save(directory: Path, step: int, state: dict) -> None:
@@ -57,9 +71,13 @@ def main(steps: int = 100, step_seconds: float = 0.5) -> int:
     ckpt = Path(os.environ.get("HPCDL_CHECKPOINT_DIR", "checkpoints"))
     state = load_newest(ckpt) or {"step": 0, "total": 0}
     print(f"attempt {os.environ.get('SLURM_RESTART_COUNT', '0')}: starting at step {state['step']}")
+    first = True
     while state["step"] < steps:
         time.sleep(step_seconds)  # one training step
         state = {"step": state["step"] + 1, "total": state["total"] + state["step"]}
+        if first:
+            mark_first_step(state["step"])
+            first = False
         if state["step"] % 20 == 0:
             save(ckpt, state["step"], state)  # periodic: what a crash resumes from
         if requested():

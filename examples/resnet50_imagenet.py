@@ -416,6 +416,8 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
     import torch
     from trainkit.schedule import lr_at
 
+    from hpcdl import requeue
+
     loader = data.loader(progress.epoch, progress.step_in_epoch)
     t.model.train()
     sums = torch.zeros(3, dtype=torch.float64)  # loss*n, top-1 hits, n
@@ -442,6 +444,8 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
         step_s = time.monotonic() - step_start
         progress.step_in_epoch += 1
         progress.global_step += 1
+        if t.backend.rank == 0:  # this attempt completed a step (writes once; hpcdl/requeue.py)
+            requeue.mark_step(progress.global_step)
         timing.add(data.batch * t.backend.size, step_start, sync_seconds)
         metrics.step(progress.global_step, epoch=progress.epoch, step_s=step_s, data_s=data_s,
                      sync_s=sync_seconds, images=data.batch, loss=float(loss.detach()), lr=lr)

@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     from trainkit.dist import Backend, init_backend, sync_figures
     from trainkit.resnet import build_model
 
+    from hpcdl import requeue
+
     if args.threads:
         torch.set_num_threads(args.threads)
     backend = Backend() if args.backend == "none" else init_backend(args.backend)
@@ -87,7 +89,10 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         with torch.autocast(device.type, enabled=use_amp):
             loss = F.cross_entropy(train_model(data), target)
         backend.backward(scaler.scale(loss) if scaler is not None else loss)
-        return backend.synchronize_then_step(optimizer, scaler)
+        sync = backend.synchronize_then_step(optimizer, scaler)
+        if rank == 0:  # a step completed (written once; hpcdl/requeue.py)
+            requeue.mark_step(1)
+        return sync
 
     def log(msg: str) -> None:
         if rank == 0:

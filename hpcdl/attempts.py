@@ -5,7 +5,10 @@ prints them, RunDir stores them.
 
 Slurm alone cannot tell a self-requeued time limit from a crash (both are REQUEUED),
 and the script alone does not see a NODE_FAIL; together they name each attempt's
-reason: COMPLETED, TIMEOUT, PREEMPTED, NODE_FAIL, FAILED, CANCELLED or RUNNING.
+reason: COMPLETED, TIMEOUT, PREEMPTED, NODE_FAIL, FAILED, CANCELLED or RUNNING, or
+one of NO_STEP's: STARTUP (failed before its first step: the container or the
+start-up failed) and STALLED (its time limit came before its first step: it looks
+hung). The batch script requeues neither: another attempt would do the same.
 """
 
 from __future__ import annotations
@@ -13,7 +16,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hpcdl.results.protocol import unlabel
 from hpcdl.scheduler import JobStatus
+from hpcdl.timelimit import hang_advice
+
+# Causes the batch script gives an attempt that completed no training step (the run
+# directory's progress file was not there when it ended; hpcdl/requeue.py).
+STARTUP = "STARTUP"
+STALLED = "STALLED"
+NO_STEP = (STARTUP, STALLED)
+# Lines in a job's stderr that report a failure rather than say what it was: srun's and
+# slurmstepd's, and the batch shell's own (unlabelled; a rank's "hpcdl: command not
+# found" carries srun's rank label and is a cause).
+_NOISE = ("srun:", "slurmstepd")
+_SHELL = "hpcdl:"
 
 
 @dataclass(frozen=True)
@@ -25,7 +41,7 @@ class ScriptAttempt:
     started: int
     ended: int
     exit_code: int
-    cause: str  # COMPLETED, TIMEOUT, PREEMPTED, FAILED
+    cause: str  # COMPLETED, TIMEOUT, PREEMPTED, FAILED, STARTUP, STALLED
 
     @classmethod
     def parse(cls, line: str) -> ScriptAttempt | None:
@@ -91,3 +107,33 @@ def from_script(script: list[ScriptAttempt]) -> list[Attempt]:
 
     return [Attempt(n, s.job_id, "", s.cause, stamp(s.started), stamp(s.ended), s.exit_code)
             for n, s in enumerate(script)]
+
+
+def stderr_cause(stderr: str) -> str | None:
+    """The last line of a job's stderr that says what went wrong: not the batch
+    script's, srun's or slurmstepd's reports of it, without srun's rank label."""
+    for line in reversed(stderr.splitlines()):
+        rank, text = unlabel(line)
+        text = text.strip()
+        if text and not text.startswith(_NOISE) and not (rank is None
+                                                          and text.startswith(_SHELL)):
+            return text
+    return None
+
+
+def no_step_message(attempts: list[Attempt], stderr: str = "", *, nodes: int = 1) -> str | None:
+    """One line when the job's last attempt completed no training step and so was not
+    requeued (STARTUP: the cause from the job's stderr; STALLED: it looks hung, and what
+    to run next); None for any other job."""
+    if not attempts or attempts[-1].reason not in NO_STEP:
+        return None
+    last = attempts[-1]
+    code = "?" if last.exit_code is None else str(last.exit_code)
+    if last.reason == STALLED:
+        return (f"attempt {last.number} completed no training step before its time limit "
+                f"(exit {code}): not requeued; it looks hung: {hang_advice(nodes)}")
+    cause = stderr_cause(stderr)
+    where = (f"the cause is in the job's stderr: {cause}" if cause
+             else f"the job's stderr names no cause (hpcdl logs {last.job_id} shows it all)")
+    return (f"attempt {last.number} failed before its first step (exit {code}): "
+            f"not requeued; {where}")

@@ -22,7 +22,15 @@ from hpcdl.jobside import job_dir, job_side_files
 from hpcdl.launch.rankenv import PORT_LISTENED, SCRIPT_VARIABLE, WRAPPER_NAME, rank_env_script
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.profiles.schema import Partition, Profile
-from hpcdl.requeue import CHECKPOINT_ENV, EXIT_REQUEUE, FLAG_ENV, FLAG_NAME, wait_seconds
+from hpcdl.requeue import (
+    CHECKPOINT_ENV,
+    EXIT_REQUEUE,
+    FLAG_ENV,
+    FLAG_NAME,
+    PROGRESS_ENV,
+    PROGRESS_NAME,
+    wait_seconds,
+)
 from hpcdl.resources import PACKAGE_DIR, examples_dir
 from hpcdl.slurmtime import format_time, parse_time
 from hpcdl.templating import Raw, render_template, shell_join
@@ -157,6 +165,9 @@ class JobPlan:
     # Files copied into RUN_DIR/job at submission (hpcdl.jobside), relative to it.
     job_files: tuple[str, ...] = ()
     container_mode: str | None = None  # RuntimeMode of an image run, when it was known
+    # The command creates $HPCDL_PROGRESS_FILE after its first step (the bundled example;
+    # any command under --requeue/--chain, by the contract): no file means no step.
+    records_steps: bool = False
     hpcdl_version: str = __version__
 
     def to_dict(self) -> dict[str, Any]:
@@ -668,6 +679,7 @@ def _requeue_context(profile: Profile, req: JobRequest) -> dict[str, Any]:
         "signal": name, "lead": lead, "wait_s": wait_seconds(lead),
         "run_dir": run_dir, "flag_env": FLAG_ENV, "flag_name": FLAG_NAME,
         "checkpoint_env": CHECKPOINT_ENV, "exit_requeue": EXIT_REQUEUE,
+        "progress_env": PROGRESS_ENV,
         "max_restarts": max_restarts if req.chain == 1 else 0, "chain": req.chain,
     }}
 
@@ -818,6 +830,7 @@ def build_plan(profile: Profile, req: JobRequest,
         "pbs_directives": pbs_directives,
         "pbs_job_name": pbs.job_name(job_name),
         **_requeue_context(profile, req),
+        **_progress_context(profile, req),
     }
     script = render_template(
         template,
@@ -862,6 +875,7 @@ def build_plan(profile: Profile, req: JobRequest,
         job_files=job_side_files() if req.run_dir else (),
         container_mode=mode,
         **_plan_requeue(profile, req),
+        records_steps=_records_steps(profile, req),
     )
 
 
@@ -923,3 +937,26 @@ def _plan_requeue(profile: Profile, req: JobRequest) -> dict[str, Any]:
     ctx = _requeue_context(profile, req)["requeue"]
     return {"requeue": req.chain == 1, "max_restarts": ctx["max_restarts"],
             "signal": f"{ctx['signal']}@{ctx['lead']}", "chain": req.chain}
+
+
+def _progress_context(profile: Profile, req: JobRequest) -> dict[str, Any]:
+    """Where the job records that an attempt completed its first step
+    ($HPCDL_PROGRESS_FILE, hpcdl/requeue.py): in the run directory (beside attempts.tsv
+    when a requeued job has none). Slurm only: a PBS script is not submitted by hpcdl."""
+    if profile.scheduler.type != "slurm":
+        return {"progress": None}
+    if req.run_dir:
+        path = shell_join([f"{req.run_dir}/{PROGRESS_NAME}"])
+    elif _requeue_mode(profile, req):
+        path = f'"$SLURM_SUBMIT_DIR"/{PROGRESS_NAME}'
+    else:
+        return {"progress": None}
+    return {"progress": {"env": PROGRESS_ENV, "path": path}}
+
+
+def _records_steps(profile: Profile, req: JobRequest) -> bool:
+    """Whether a missing progress file means "no step completed": the bundled example
+    writes it; so does any script under --requeue/--chain (the requeue contract). A
+    custom COMMAND without them may never write it."""
+    return (profile.scheduler.type == "slurm" and bool(req.run_dir)
+            and (req.runs_example or _requeue_mode(profile, req)))

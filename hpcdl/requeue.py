@@ -13,12 +13,22 @@ takes some signals for itself. So the request travels as a file, not a signal:
   answer), finishes the step, writes a checkpoint (rank 0, atomically, never in
   a signal handler), and exits with ``EXIT_REQUEUE`` (85);
 * on start it resumes from the newest checkpoint in ``$HPCDL_CHECKPOINT_DIR``
-  that loads (a damaged newest file falls back to the one before).
+  that loads (a damaged newest file falls back to the one before);
+* ``$HPCDL_PROGRESS_FILE``: once an attempt has completed its first training step,
+  the script creates this file (``mark_step`` writes the attempt, the step and the
+  time; any content will do, ``touch`` is enough). The batch shell removes it before
+  each attempt starts and looks for it when the attempt ends: an attempt that failed
+  without it (and did not exit ``EXIT_REQUEUE``) failed before its first step (a
+  container that did not start, an import error, a rendezvous that never formed)
+  and is not requeued, since it would fail the same way again; one that reached its
+  time limit without it looks hung and is not requeued either. A preempted attempt
+  is requeued whatever it did. hpcdl reads the same file after the job: a job that
+  ran out of time without it is reported as looking hung, not short of time.
 
 The batch shell then requeues the job itself (``scontrol requeue``) while
 ``$SLURM_RESTART_COUNT`` is below ``--max-restarts``; a script that ends with
-any other non-zero code (a crash, a killed rank) is requeued the same way and
-resumes from its last periodic checkpoint. When the shell's wait for the
+any other non-zero code (a crash, a killed rank) after its first step is requeued
+the same way and resumes from its last periodic checkpoint. When the shell's wait for the
 checkpoint runs out it sends SIGTERM to the step as a fallback, which
 ``watch_signals`` turns into the same request.
 
@@ -28,9 +38,12 @@ shows it); the environment variables and the exit code are the contract itself.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
-from collections.abc import Iterable
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 FLAG_ENV = "HPCDL_REQUEUE_FLAG"
@@ -40,6 +53,10 @@ CHECKPOINT_ENV = "HPCDL_CHECKPOINT_DIR"
 EXIT_REQUEUE = 85
 # The flag file's name in the run directory (the batch script sets $HPCDL_REQUEUE_FLAG).
 FLAG_NAME = "requeue.flag"
+# "This attempt completed a training step": the file's name in the run directory (the
+# batch script sets $HPCDL_PROGRESS_FILE to it, with or without --requeue).
+PROGRESS_ENV = "HPCDL_PROGRESS_FILE"
+PROGRESS_NAME = "progress"
 # How long the batch shell waits for the ranks to checkpoint and exit after the
 # signal, at most, before it sends SIGTERM to the step (the lead time minus this
 # margin, so Slurm's own SIGKILL at the limit comes after the fallback).
@@ -47,6 +64,7 @@ WAIT_MARGIN_S = 15
 MIN_WAIT_S = 10
 
 _signalled = False
+_marked = False
 
 
 def _note(signum: int, frame: object) -> None:
@@ -78,3 +96,36 @@ def checkpoint_dir(default: str | None = None,
 def wait_seconds(lead: int) -> int:
     """How long the batch shell waits for the checkpoint after a signal LEAD s early."""
     return max(MIN_WAIT_S, lead - WAIT_MARGIN_S)
+
+
+def mark_step(step: int, env: Mapping[str, str] | None = None) -> bool:
+    """Record that this attempt completed a training step: ``$HPCDL_PROGRESS_FILE``
+    gets one JSON line (attempt, step, time). Only the first call of a process writes
+    (later ones return at once, so it can be called after every step); nothing without
+    the variable. True when it wrote. One rank is enough (rank 0: the others have
+    done the same step once a step's collectives returned)."""
+    global _marked
+    if _marked:  # the cheap path: every step after the first
+        return False
+    environ = os.environ if env is None else env
+    path = environ.get(PROGRESS_ENV)
+    if not path:
+        return False
+    attempt = environ.get("SLURM_RESTART_COUNT", "0")
+    line = json.dumps({"attempt": int(attempt) if attempt.isdigit() else 0, "step": step,
+                       "time": round(time.time(), 3)})
+    target = Path(path)
+    # Atomic (temp file + rename): the batch shell and hpcdl only test that it exists,
+    # but a person reading it should never see half a line. Stdlib only (ranks import
+    # this inside any image).
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(line + "\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _marked = True
+    return True
+

@@ -14,6 +14,9 @@
                        (job id, SLURM_RESTART_COUNT, start, end, exit code, cause)
         attempts.json  every attempt, Slurm's view joined with the script's (after --wait)
         requeue.flag   created by the batch shell on Slurm's signal: the ranks stop
+        progress       created by the job once an attempt completed its first training
+                       step (hpcdl/requeue.py); removed before each attempt of a requeued
+                       job. None there: no step (for a job whose plan.json records_steps)
         pids/          with --hang-timeout: rank-R (or node-N under torchrun) = "NODE PID",
                        written by the rank wrapper before it execs the command
         hang/          what the hang watchdog collected: stacks-<node>.txt (py-spy's dumps),
@@ -48,7 +51,9 @@ from hpcdl.attempts import Attempt, ScriptAttempt
 from hpcdl.container.hashing import read_record, sidecar
 from hpcdl.hang import RankPid, parse_pid_file
 from hpcdl.jobside import JOB_DIR_NAME, stage
+from hpcdl.requeue import PROGRESS_NAME
 from hpcdl.results.steps import metrics_dir
+from hpcdl.timelimit import steps_seen
 
 REPORT_NAME = "report.html"
 
@@ -228,6 +233,21 @@ class RunDir:
     @property
     def attempts_file(self) -> Path:
         return self.path / "attempts.json"
+
+    @property
+    def progress(self) -> Path:
+        """progress: the job's mark that its attempt completed a step (hpcdl/requeue.py)."""
+        return self.path / PROGRESS_NAME
+
+    def steps_seen(self) -> bool | None:
+        """Whether the job (its last attempt) completed a training step: True, False, or
+        None when it cannot be told (the command may never write the progress file, or
+        plan.json is unreadable). See hpcdl.timelimit.steps_seen."""
+        try:
+            records = self.read_plan().data.get("records_steps") is True
+        except (OSError, ValueError):
+            records = False
+        return steps_seen(records, self.progress.exists())
 
     @property
     def pids(self) -> Path:

@@ -2,6 +2,13 @@
 what to do about it, and the exit code ``hpcdl submit --wait`` gives it. Pure
 functions over a job's status (and its stderr), shared by ``submit --wait`` and
 ``hpcdl status``.
+
+A job that hit its limit without completing a single training step did not need
+more time: it looks hung (a rendezvous or a first collective that never returned),
+and the line says so. Whether it completed one is read from the run directory's
+progress file (hpcdl/requeue.py) by the caller: ``steps`` is True (it did), False
+(it did not, and the command is one that records its first step) or None (cannot
+tell: no run directory, or a custom command that may never write the file).
 """
 
 from __future__ import annotations
@@ -49,15 +56,42 @@ def _headroom(limit: str, max_time: str | None, partition: str) -> str:
     return f" (already {where}'s maximum: choose a partition with a longer one)"
 
 
+def hang_advice(nodes: int = 1) -> str:
+    """What to run next for a job that looks hung (the time-limit line and a requeued
+    attempt that stalled both end with it)."""
+    probe = f" and `hpcdl probe -N {nodes}` to test the nodes' links" if nodes > 1 else ""
+    return ("rerun with --wait --hang-timeout SECONDS to get every rank's stack when it "
+            f"stops making progress{probe}")
+
+
+def steps_seen(records_steps: bool, progress_exists: bool) -> bool | None:
+    """Whether the job completed a training step, from its run directory: the progress
+    file says yes; its absence says no only for a command that records its first step
+    (``records_steps``, the plan's); otherwise None (cannot tell)."""
+    if progress_exists:
+        return True
+    return False if records_steps else None
+
+
 def timeout_message(status: JobStatus, stderr: str = "", *,
-                    max_time: str | None = None) -> str | None:
+                    max_time: str | None = None, steps: bool | None = None,
+                    nodes: int = 1) -> str | None:
     """One line for a job that ran out of time: the limit it hit and the fixes;
     None for any other job. ``max_time`` is the partition's limit, when known, so
-    the line can say how much more --time is possible.
+    the line can say how much more --time is possible. ``steps`` False (no training
+    step completed, known from the run directory): it looks hung instead, and the
+    fix is the hang watchdog (``nodes`` > 1: and the probe), not more time.
     """
     if not ran_out_of_time(status, stderr):
         return None
     after = f" after {clock_text(status.elapsed)}" if status.elapsed else ""
+    if steps is False:
+        limit = clock_text(status.time_limit)
+        what = ("its deadline" if status.slurm_state.upper().startswith("DEADLINE")
+                else f"its time limit of {limit}" if limit else "its time limit")
+        return (f"job {status.job_id} hit {what}{after} (Slurm {status.slurm_state or TIMEOUT}) "
+                f"without completing a single training step: it looks hung, not short of "
+                f"time; {hang_advice(nodes)}")
     shorter = "make it shorter (fewer steps: -X --max-steps=N, -X --epochs=N)"
     if status.slurm_state.upper().startswith("DEADLINE"):
         return (f"job {status.job_id} reached its deadline{after} (Slurm DEADLINE): "

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from hpcdl.attempts import Attempt
+from hpcdl.attempts import Attempt, no_step_message
 from hpcdl.hang import Diagnosis
 from hpcdl.results.logs import describe_failures, format_result_table
 from hpcdl.results.protocol import without_probe
@@ -69,13 +69,15 @@ def attempt_lines(attempts: list[Attempt]) -> list[str]:
 def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord,
            tail_lines: int = 20, max_time: str | None = None,
            attempts: list[Attempt] | None = None, hang: Diagnosis | None = None,
-           html: Path | None = None, straggler: dict[str, Any] | None = None) -> None:
+           html: Path | None = None, straggler: dict[str, Any] | None = None,
+           steps: bool | None = None, nodes: int = 1) -> None:
     """What a user reads once the job ended: state and exit code, the log's tail, which
     rank crashed and its last lines (on failure), the result table (on success), and
     for a job that ran out of time the limit it hit and the fix (``max_time``: the
-    partition's limit, for how much more --time is possible), and what the hang
-    watchdog found (``hang``), the straggler verdict when it names one, and where the
-    HTML report is (``html``).
+    partition's limit, for how much more --time is possible; ``steps`` False: it
+    completed no training step, so it looks hung), a requeued job's last attempt that
+    failed before its first step, what the hang watchdog found (``hang``), the
+    straggler verdict when it names one, and where the HTML report is (``html``).
     """
     echo(f"job {status.job_id}: {status.state} (Slurm {status.slurm_state}), "
          f"exit code {status.exit_code if status.exit_code is not None else '?'}"
@@ -116,9 +118,12 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord
         if stopped_by_probe:
             echo(f"--- the probe found a slow node or link: the job stopped (exit "
                  f"{status.exit_code}) ---")
-    timed_out = timeout_message(status, logs.err, max_time=max_time)
+    timed_out = timeout_message(status, logs.err, max_time=max_time, steps=steps, nodes=nodes)
     if timed_out:
         echo(timed_out)
+    no_step = no_step_message(attempts or [], logs.err, nodes=nodes)
+    if no_step:
+        echo(no_step)
     if hang is not None:  # its lines were shown when it fired (hang_lines): the gist
         echo(f"--- {'stopped' if stopped else 'diagnosed'} by the hang watchdog "
              f"({RunDir(run_dir).hang_text}) ---")

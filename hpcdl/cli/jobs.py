@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from hpcdl.attempts import Attempt
 from hpcdl.scheduler import JobStatus, Scheduler
 from hpcdl.timelimit import clock_text, timeout_message
+
+if TYPE_CHECKING:
+    from hpcdl.rundir import RunDir
 
 
 def _row(s: JobStatus) -> str:
@@ -33,7 +37,9 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
     STATE is hpcdl's (PENDING, RUNNING, SUSPENDED, COMPLETED, FAILED, CANCELLED,
     TIMEOUT, UNKNOWN); SLURM is Slurm's own word; EXIT is the job's exit code;
     TIMELIMIT the job's time limit (for a TIMEOUT job, the one it hit: a line
-    below the table says so and what to do).
+    below the table says so and what to do; when its run directory shows it
+    completed no training step, that it looks hung). A requeued job whose last
+    attempt failed before its first step (not requeued) gets a line saying why.
 
     \b
     Examples:
@@ -41,22 +47,25 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
       hpcdl status --json
     """
     from hpcdl.cli.scheduler import scheduler_for
+    from hpcdl.rundir import find_run
 
     scheduler = scheduler_for()
     if job_id:
         row = scheduler.status(job_id, settle_s=3)
-        tried = _attempts(job_id, scheduler)
+        run = find_run(job_id)
+        tried = _attempts(job_id, run, scheduler)
         if as_json:
             data = row.to_dict()
             if len(tried) > 1:
                 data["attempts"] = [a.to_dict() for a in tried]
+            if run is not None:  # False: no training step completed (null: cannot tell)
+                data["steps_completed"] = run.steps_seen()
             click.echo(json.dumps(data))
         else:
             click.echo(_HEADER)
             click.echo(_row(row))
-            timed_out = timeout_message(row)
-            if timed_out:
-                click.echo(timed_out)
+            for line in _verdicts(job_id, row, run, tried):
+                click.echo(line)
             if len(tried) > 1:
                 from hpcdl.cli.display import attempt_lines
 
@@ -73,12 +82,34 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
         click.echo(_row(r))
 
 
-def _attempts(job_id: str, scheduler: Scheduler) -> list[Attempt]:
+def _verdicts(job_id: str, row: JobStatus, run: RunDir | None,
+              tried: list[Attempt]) -> list[str]:
+    """The lines below the table: the time-limit line (that the job looks hung when its
+    run directory shows no step), and the one for a last attempt that failed before its
+    first step."""
+    from hpcdl.attempts import NO_STEP, no_step_message
+
+    steps, nodes, stderr = None, 1, ""
+    if run is not None:
+        steps = run.steps_seen()
+        try:
+            nodes = run.read_plan().nodes
+        except (OSError, ValueError):
+            pass
+        if tried and tried[-1].reason in NO_STEP:  # its cause is the stderr's last word
+            try:
+                stderr = run.logs(job_id)[1].read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                pass
+    lines = [timeout_message(row, steps=steps, nodes=nodes),
+             no_step_message(tried, stderr, nodes=nodes)]
+    return [line for line in lines if line]
+
+
+def _attempts(job_id: str, run: RunDir | None, scheduler: Scheduler) -> list[Attempt]:
     """A requeued job's attempts (sacct -D + its run directory's attempts.tsv)."""
     from hpcdl.attempts import from_script, join
-    from hpcdl.rundir import find_run
 
-    run = find_run(job_id)
     script = [s for s in run.read_script_attempts() if s.job_id == job_id] if run else []
     history = scheduler.history(job_id)
     return join(history, script) if history else from_script(script)

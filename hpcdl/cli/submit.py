@@ -45,8 +45,10 @@ if TYPE_CHECKING:
 @click.option("--requeue/--no-requeue", default=None,
               help="Survive time limits and preemption: Slurm signals the batch shell "
                    "(--signal), the ranks checkpoint at their next step and exit 85, the job "
-                   "requeues itself and resumes from the newest valid checkpoint; a crashed "
-                   "attempt is requeued too. Default: the profile's scheduler.requeue.")
+                   "requeues itself and resumes from the newest valid checkpoint; an attempt "
+                   "that crashed after its first step is requeued too, one that failed or hit "
+                   "the limit before it (no $HPCDL_PROGRESS_FILE) is not. Default: the "
+                   "profile's scheduler.requeue.")
 @click.option("--max-restarts", type=int, metavar="N",
               help="Requeues after a time limit or a crash before the job is let end "
                    "(default: the profile's scheduler.max_restarts, 3). A preempted attempt is "
@@ -244,8 +246,9 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
     diagnosis = dog.diagnosis if dog is not None else None
     hang = diagnosis.to_dict() if diagnosis is not None else None
     html, straggler = write_report(sub.run_dir)
+    steps = sub.run.steps_seen()  # False: no training step completed (null: cannot tell)
     if as_json:
-        click.echo(json.dumps({**info, **record, "exit_status": code,
+        click.echo(json.dumps({**info, **record, "exit_status": code, "steps_completed": steps,
                                **({"attempts": [a.to_dict() for a in tried]} if tried else {}),
                                **({"hang": hang} if hang else {}),
                                "report": str(html) if html else None,
@@ -261,7 +264,8 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
         return code
     part = prof.partition(plan.partition)
     report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,
-           attempts=tried, hang=diagnosis, html=html, straggler=straggler)
+           attempts=tried, hang=diagnosis, html=html, straggler=straggler, steps=steps,
+           nodes=plan.nodes)
     return code
 
 

@@ -217,9 +217,11 @@ def test_a_rank_killed_without_warning_resumes_from_the_last_checkpoint(
 
 def test_a_job_that_keeps_failing_stops_after_max_restarts(runs_dir: Path) -> None:
     run_dir = runs_dir / "run"
+    # It fails after a step (recorded as the contract asks): a crash worth another attempt.
     out = submit_json("-p", "sandbox", "-N", "1", "-G", "1", "-c", "1", "--requeue",
                       "--max-restarts", "1", "--run-dir", str(run_dir), "--",
-                      "python3", "-c", "import sys; sys.exit(3)")
+                      "python3", "-c", "import os, pathlib, sys; "
+                      "pathlib.Path(os.environ['HPCDL_PROGRESS_FILE']).touch(); sys.exit(3)")
     job = out["job_id"]
     wait_for("the end", lambda: ended(job), job, 300)
     status, _, _ = final(job, run_dir)
@@ -229,6 +231,80 @@ def test_a_job_that_keeps_failing_stops_after_max_restarts(runs_dir: Path) -> No
     assert [ln.split("\t")[1] for ln in lines] == ["0", "1"]
     err = (run_dir / f"slurm-{job}.err").read_text()
     assert "not requeued (--max-restarts 1)" in err
+
+
+def test_an_attempt_that_fails_before_its_first_step_is_not_requeued(runs_dir: Path) -> None:
+    """A start-up failure would fail the same way again: one attempt, stopped at once,
+    the cause in one line. Cost: one short job (~5 s)."""
+    run_dir = runs_dir / "run"
+    res = hpcdl("submit", "-p", "sandbox", "-N", "1", "-G", "1", "-c", "1", "--requeue",
+                "--max-restarts", "3", "--run-dir", str(run_dir), "--wait", "--",
+                "python3", "-c", "import no_such_module", timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    line = ("attempt 0 failed before its first step (exit 1): not requeued; the cause is in "
+            "the job's stderr: ModuleNotFoundError: No module named 'no_such_module'")
+    assert line in res.stdout.splitlines(), res.stdout
+    job = re.search(r"Submitted job (\d+) ", res.stdout).group(1)  # type: ignore[union-attr]
+    lines = (run_dir / "attempts.tsv").read_text().splitlines()
+    assert [ln.split("\t")[1::4] for ln in lines] == [["0", "STARTUP"]]
+    err = (run_dir / f"slurm-{job}.err").read_text()
+    assert "requeueing" not in err and "(STARTUP); not requeued" in err
+    status = hpcdl("status", job)
+    assert line in status.stdout.splitlines(), status.stdout
+
+
+def test_a_job_that_completes_no_step_before_its_time_limit_looks_hung(
+        runs_dir: Path, tmp_path: Path) -> None:
+    """The bundled example hung before its first step (rank 0 blocked reading its --resume
+    file, a FIFO no one writes: a hung file system; rank 1 waits in the broadcast that
+    follows) runs into its time limit: exit 124 and "looks hung" with the hang watchdog
+    and the probe to try, not "give it more time". Cost: ~1.5 min (a 1-minute limit;
+    slurmctld checks limits every 30 s)."""
+    fifo = tmp_path / "stuck.pt"
+    os.mkfifo(fifo)
+    run_dir = runs_dir / "run"
+    res = hpcdl("submit", *EXAMPLE, "-X", f"--resume={fifo}", "--time", "00:01:00",
+                "--run-dir", str(run_dir), "--wait", timeout=400)
+    assert res.returncode == 124, res.stdout + res.stderr
+    hung = [ln for ln in res.stdout.splitlines() if "it looks hung" in ln]
+    assert len(hung) == 1 and "hit its time limit of 00:01:00" in hung[0], res.stdout
+    assert "without completing a single training step" in hung[0]
+    assert "--hang-timeout SECONDS" in hung[0] and "`hpcdl probe -N 2`" in hung[0]
+    assert "give it more" not in res.stdout and not (run_dir / "progress").exists()
+    job = re.search(r"Submitted job (\d+) ", res.stdout).group(1)  # type: ignore[union-attr]
+    status = hpcdl("status", job)
+    assert hung[0] in status.stdout.splitlines(), status.stdout
+
+
+def test_a_requeued_attempt_that_completes_no_step_is_not_requeued(runs_dir: Path) -> None:
+    """Under --requeue the batch shell stops such an attempt itself (the flag, then SIGTERM
+    to the step: srun cancels it) and does not requeue it (STALLED). Slurm's own signal
+    would come 35-60 s in; the test sends it at once (with a 1-minute limit the shell
+    takes it for the time limit). Cost: ~20 s."""
+    run_dir = runs_dir / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpcdl", "submit", "-p", "sandbox", "-N", "1", "-G", "1", "-c", "1",
+         "--requeue", "--signal", "USR2@25", "--time", "00:01:00", "--run-dir", str(run_dir),
+         "--wait", "--", "sleep", "600"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        found = re.match(r"Submitted job (\d+) ", proc.stdout.readline())
+        assert found
+        job = found.group(1)
+        # The step runs: the shell's trap is set (it is set before the step starts).
+        wait_for("the step", lambda: f"{job}.0" in sh("squeue", "-h", "-s", "-j", job, "-o", "%i"),
+                 job, 120)
+        sh("scancel", "--batch", "--signal=USR2", job)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode != 0, out + err
+    lines = (run_dir / "attempts.tsv").read_text().splitlines()
+    assert [ln.split("\t")[5] for ln in lines] == ["STALLED"]
+    assert any(ln.startswith("attempt 0 completed no training step before its time limit (exit ")
+               and "not requeued; it looks hung" in ln for ln in out.splitlines()), out
 
 
 def test_a_chain_resumes_across_jobs(runs_dir: Path, reference: str) -> None:

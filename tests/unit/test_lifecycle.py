@@ -92,6 +92,8 @@ def test_a_job_over_its_time_limit_is_timeout_exit_124(fake: FakeSlurm) -> None:
     assert res.exit_code == 124  # as timeout(1): "give it more time", not a crash
     out = json.loads(res.stdout)
     assert out["state"] == "TIMEOUT" and out["exit_status"] == 124
+    # A custom COMMAND without --requeue may never record its steps: hpcdl cannot tell.
+    assert out["steps_completed"] is None
 
 
 def test_sbatch_refusal_is_one_line_and_recorded(fake: FakeSlurm) -> None:

@@ -33,6 +33,15 @@ def test_requeue_options_and_block() -> None:
     plain = plan()
     assert "--requeue" not in plain.script and "trap" not in plain.script
     assert "--resume" not in plain.command
+    # Where a step is recorded, with or without requeue; a missing file means "no step"
+    # for the bundled example and under the requeue contract, not for any COMMAND.
+    for job in (p, plain):
+        assert "export HPCDL_PROGRESS_FILE=/scratch/r/x/progress" in job.script.splitlines()
+    assert p.records_steps and plain.records_steps
+    assert plan(requeue=True, command=("python3", "t.py")).records_steps
+    assert not plan(command=("python3", "t.py")).records_steps
+    no_dir = build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1))
+    assert "HPCDL_PROGRESS_FILE" not in no_dir.script and not no_dir.records_steps
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -59,8 +68,9 @@ def test_profile_default_turns_requeue_on(tmp_path: Path) -> None:
 
 
 def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
-              signal_after: float | None = None) -> tuple[int, str, str]:
-    """Run the rendered script with stub srun (runs ``step``), scontrol and squeue."""
+              signal_after: float | None = None, left: str = "0:30") -> tuple[int, str, str]:
+    """Run the rendered script with stub srun (runs ``step``), scontrol and squeue (whose
+    time left, ``left``, tells a time limit from a preemption)."""
     run = tmp_path / "run"
     run.mkdir(exist_ok=True)
     p = build_plan(load_profile("sandbox"), JobRequest(
@@ -72,9 +82,15 @@ def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
     # `scontrol show hostnames` (MASTER_ADDR, the first node) answers; the rest is logged.
     (stub / "scontrol").write_text('#!/bin/bash\n[[ $1 == show ]] && { echo n1; exit 0; }\n'
                                    f'echo "$@" >> {tmp_path}/scontrol.log\n')
-    (stub / "squeue").write_text("#!/bin/bash\n[[ $* == *%L* ]] && echo 0:30\nexit 0\n")
-    # No 300 s wait after the requeue (Slurm would kill the script then); other sleeps stay.
-    (stub / "sleep").write_text('#!/bin/bash\n[[ $1 == 300 ]] && exit 0\nexec /bin/sleep "$@"\n')
+    (stub / "squeue").write_text(f"#!/bin/bash\n[[ $* == *%L* ]] && echo {left}\nexit 0\n")
+    # No 300 s wait after the requeue (Slurm would kill the script then), and the fallback
+    # SIGTERM after 1 s instead of wait_seconds(20) = 10 (the stepping ranks answer the
+    # flag within 0.05 s; the shell's background sleep would hold its pipes open for the
+    # full wait); other sleeps stay.
+    (stub / "sleep").write_text(
+        '#!/bin/bash\n[[ $1 == 300 ]] && exit 0\n'
+        f'[[ $1 == {requeue.wait_seconds(20)} ]] && exec /bin/sleep 1\n'
+        'exec /bin/sleep "$@"\n')
     for f in stub.iterdir():
         f.chmod(0o755)
     script = tmp_path / "job.sh"
@@ -116,23 +132,76 @@ def test_signal_reaches_the_step_through_the_flag_and_the_job_requeues(tmp_path:
     assert code == 85
 
 
+# A crash after the attempt's first step (recorded as the contract asks).
+CRASH_AFTER_A_STEP = ("import os, pathlib, sys\n"
+                      "pathlib.Path(os.environ['HPCDL_PROGRESS_FILE']).write_text('step 1')\n"
+                      "sys.exit(3)\n")
+# A crash before any step: a container that does not start, an import error.
+CRASH_AT_START = ("import sys\n"
+                  "print('0: FATAL:   could not open image /x.sif: no such file', file=sys.stderr)\n"
+                  "sys.exit(255)\n")
+# Stops when asked (the flag), having completed no step: no checkpoint, no exit 85.
+STOP_WITHOUT_A_STEP = POLL.replace("sys.exit(85)", "sys.exit(143)")
+
+
+def causes(tmp_path: Path) -> list[str]:
+    return [line.split("\t")[5] for line in
+            (tmp_path / "run" / "attempts.tsv").read_text().splitlines()]
+
+
 def test_no_requeue_after_max_restarts(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     # Two preemptions and one crash before: the crash used the one restart.
     (run / "attempts.tsv").write_text("42\t0\t1\t2\t85\tPREEMPTED\n42\t1\t3\t4\t85\tPREEMPTED\n"
                                       "42\t2\t5\t6\t3\tFAILED\n")
-    code, err, scontrol = run_block(tmp_path, "import sys; sys.exit(3)", restart=3)
+    code, err, scontrol = run_block(tmp_path, CRASH_AFTER_A_STEP, restart=3)
     assert code == 3 and scontrol == ""
     assert "not requeued (--max-restarts 1)" in err
+    assert causes(tmp_path)[-1] == "FAILED"
 
 
 def test_preemptions_use_up_no_restart(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "attempts.tsv").write_text("42\t0\t1\t2\t85\tPREEMPTED\n42\t1\t3\t4\t85\tPREEMPTED\n")
-    code, err, scontrol = run_block(tmp_path, "import sys; sys.exit(3)", restart=2)
+    code, err, scontrol = run_block(tmp_path, CRASH_AFTER_A_STEP, restart=2)
     assert scontrol.strip() == "requeue 42" and "requeueing" in err
+
+
+def test_an_attempt_that_fails_before_its_first_step_is_not_requeued(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "progress").write_text("a step of an earlier attempt\n")  # removed at the start
+    code, err, scontrol = run_block(tmp_path, CRASH_AT_START, restart=0, max_restarts=3)
+    assert code == 255 and scontrol == ""
+    assert causes(tmp_path) == ["STARTUP"]
+    assert err.splitlines()[-1] == (
+        "hpcdl: attempt 0 failed before its first step: exit 255 (STARTUP); not requeued "
+        "(another attempt would fail the same way; the cause is above)")
+    assert not (run / "progress").exists()
+
+
+def test_an_attempt_that_reaches_its_time_limit_without_a_step_is_not_requeued(
+        tmp_path: Path) -> None:
+    code, err, scontrol = run_block(tmp_path, STOP_WITHOUT_A_STEP, restart=0, max_restarts=3,
+                                    signal_after=1.0)
+    assert "(attempt 0, TIMEOUT)" in err and scontrol == ""
+    assert code == 143 and causes(tmp_path) == ["STALLED"]
+    assert "completed no step before its time limit: exit 143 (STALLED); not requeued" in err
+
+
+def test_a_preemption_before_the_first_step_is_requeued(tmp_path: Path) -> None:
+    # 9 minutes left: the signal is a preemption, not the job's doing.
+    code, err, scontrol = run_block(tmp_path, STOP_WITHOUT_A_STEP, restart=0, signal_after=1.0,
+                                    left="9:00")
+    assert "(attempt 0, PREEMPTED)" in err and scontrol.strip() == "requeue 42"
+    assert causes(tmp_path) == ["PREEMPTED"]
+
+
+def test_a_crash_after_a_step_is_requeued(tmp_path: Path) -> None:
+    code, err, scontrol = run_block(tmp_path, CRASH_AFTER_A_STEP, restart=0)
+    assert scontrol.strip() == "requeue 42" and causes(tmp_path) == ["FAILED"]
 
 
 def test_a_finished_step_is_not_requeued(tmp_path: Path) -> None:
@@ -151,15 +220,33 @@ def test_contract_helpers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert requeue.wait_seconds(120) == 105 and requeue.wait_seconds(5) == requeue.MIN_WAIT_S
 
 
+def test_mark_step_writes_once_and_only_where_asked(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.setattr(requeue, "_marked", False)
+    assert not requeue.mark_step(1, env={})  # no variable: nothing, and still unmarked
+    path = tmp_path / "progress"
+    env = {requeue.PROGRESS_ENV: str(path), "SLURM_RESTART_COUNT": "2"}
+    assert requeue.mark_step(7, env=env)
+    record = json.loads(path.read_text())
+    assert (record["attempt"], record["step"]) == (2, 7)
+    path.unlink()
+    assert not requeue.mark_step(8, env=env) and not path.exists()  # once per process
+    assert [f.name for f in tmp_path.iterdir()] == []  # no temp file left behind
+
+
 def test_user_script_example_resumes_and_exits_85(tmp_path: Path) -> None:
     env = {**os.environ, "HPCDL_CHECKPOINT_DIR": str(tmp_path / "c"),
-           "HPCDL_REQUEUE_FLAG": str(tmp_path / "flag")}
+           "HPCDL_REQUEUE_FLAG": str(tmp_path / "flag"),
+           "HPCDL_PROGRESS_FILE": str(tmp_path / "progress")}
     (tmp_path / "flag").touch()
     script = str(REPO / "examples" / "requeue_contract.py")
     code = "import runpy,sys; m = runpy.run_path(sys.argv[1]); sys.exit(m['main'](steps=30, step_seconds=0))"
     first = subprocess.run([sys.executable, "-c", code, script], env=env, capture_output=True,
                            text=True, timeout=60)
     assert first.returncode == requeue.EXIT_REQUEUE and "stopping after step 1" in first.stdout
+    assert '"step": 1' in (tmp_path / "progress").read_text()  # its first step, recorded
     (tmp_path / "flag").unlink()
     second = subprocess.run([sys.executable, "-c", code, script], env=env, capture_output=True,
                             text=True, timeout=60)

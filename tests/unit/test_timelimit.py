@@ -3,6 +3,8 @@ time limit in the status table, and submit --wait's exit code for it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -11,7 +13,13 @@ from hpcdl.results.record import JobLogs
 from hpcdl.scheduler import JobStatus
 from hpcdl.slurm.parse import parse_sacct, parse_squeue
 from hpcdl.submit import exit_status
-from hpcdl.timelimit import EXIT_TIMEOUT, clock_text, ran_out_of_time, timeout_message
+from hpcdl.timelimit import (
+    EXIT_TIMEOUT,
+    clock_text,
+    ran_out_of_time,
+    steps_seen,
+    timeout_message,
+)
 
 STDERR_TIMEOUT = ("slurmstepd: error: *** JOB 42 ON n1 CANCELLED AT 2026-11-23T18:01:07 "
                   "DUE TO TIME LIMIT ***\n")
@@ -138,3 +146,92 @@ def test_status_list_shows_each_jobs_limit(monkeypatch):
     assert "TIMELIMIT" in lines[0]
     assert "00:10:00" in lines[1].split() and "1-00:00:00" in lines[2].split()
     assert len(lines) == 3  # no timeout line for jobs that did not time out
+
+
+# ---- a job that never completed a step: it looks hung, not short of time ----------
+
+def test_no_step_before_the_limit_looks_hung_not_short_of_time():
+    line = timeout_message(status(limit="00:10:00", elapsed="00:10:04"), max_time="01:00:00",
+                           steps=False, nodes=2)
+    assert line == (
+        "job 42 hit its time limit of 00:10:00 after 00:10:04 (Slurm TIMEOUT) without "
+        "completing a single training step: it looks hung, not short of time; rerun with "
+        "--wait --hang-timeout SECONDS to get every rank's stack when it stops making "
+        "progress and `hpcdl probe -N 2` to test the nodes' links")
+    one_node = timeout_message(status(), steps=False)
+    assert one_node is not None and "--hang-timeout SECONDS" in one_node
+    assert "hpcdl probe" not in one_node and "--time" not in one_node
+    deadline = timeout_message(status(slurm="DEADLINE"), steps=False)
+    assert deadline is not None and deadline.startswith("job 42 hit its deadline after 00:01:27")
+
+
+@pytest.mark.parametrize("steps", [True, None])
+def test_steps_done_or_unknown_keep_the_time_line(steps):
+    line = timeout_message(status(), max_time="00:30:00", steps=steps, nodes=2)
+    assert line is not None and "give it more with --time" in line and "hung" not in line
+
+
+def test_steps_seen_claims_no_step_only_for_a_command_that_records_them():
+    assert steps_seen(records_steps=True, progress_exists=True) is True
+    assert steps_seen(records_steps=False, progress_exists=True) is True
+    assert steps_seen(records_steps=True, progress_exists=False) is False
+    assert steps_seen(records_steps=False, progress_exists=False) is None  # cannot tell
+
+
+def _run_dir(tmp_path, records_steps, progress):
+    import json
+
+    from hpcdl.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    (tmp_path / "plan.json").write_text(json.dumps(
+        {"nodes": 2, "gpus_per_node": 1, "ntasks": 2, "records_steps": records_steps}))
+    if progress:
+        run.progress.write_text('{"attempt": 0, "step": 1}\n')
+    return run
+
+
+@pytest.mark.parametrize("records, progress, seen", [
+    (True, False, False), (True, True, True), (False, False, None), (False, True, True)])
+def test_run_dir_reads_steps_from_plan_and_progress(tmp_path, records, progress, seen):
+    assert _run_dir(tmp_path, records, progress).steps_seen() is seen
+
+
+def test_run_dir_without_a_plan_cannot_tell(tmp_path):
+    from hpcdl.rundir import RunDir
+
+    assert RunDir(tmp_path).steps_seen() is None
+
+
+def test_submit_wait_report_says_hung_when_no_step(tmp_path, monkeypatch):
+    logs = JobLogs(tmp_path / "o", tmp_path / "e", "", STDERR_TIMEOUT)
+    lines: list[str] = []
+    monkeypatch.setattr(display, "echo", lambda m="", **_: lines.append(m))
+    display.report(status(), tmp_path, logs, {"hpcdl_result": None}, max_time="00:30:00",
+                   steps=False, nodes=2)
+    assert lines[-2].startswith("job 42 hit its time limit of 00:01:00 after 00:01:27 "
+                                "(Slurm TIMEOUT) without completing a single training step")
+    assert not any("give it more" in line for line in lines)
+
+
+def test_status_says_hung_from_the_run_directory(tmp_path, monkeypatch):
+    from hpcdl import rundir
+    from hpcdl.slurm import query
+
+    row = parse_sacct("42|TIMEOUT|0:15|n[1-2]|00:01:27|00:01:00|debug|hpcdl-horovod\n")[0]
+    monkeypatch.setattr(query, "job_status", lambda job_id, settle_s=0: row)
+    monkeypatch.setattr(query, "history", lambda job_id: [])
+    run = _run_dir(tmp_path, True, False)
+    monkeypatch.setattr(rundir, "find_run", lambda job_id, root=None: run)
+    res = CliRunner().invoke(cli, ["status", "42"])
+    assert res.exit_code == 0, res.output
+    hint = res.output.splitlines()[2]
+    assert "without completing a single training step: it looks hung" in hint
+    assert "hpcdl probe -N 2" in hint
+    assert json.loads(CliRunner().invoke(cli, ["status", "42", "--json"]).output)[
+        "steps_completed"] is False
+    run.progress.write_text("")  # a custom script may only touch it
+    res = CliRunner().invoke(cli, ["status", "42"])
+    assert "give it more with --time" in res.output.splitlines()[2]
+    assert json.loads(CliRunner().invoke(cli, ["status", "42", "--json"]).output)[
+        "steps_completed"] is True

@@ -21,6 +21,9 @@ export NCCL_DEBUG=WARN
 export HPCDL_RUN_DIR=/scratch/runs/t1
 export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
+# The training script creates this file once it completed its first step (the
+# bundled examples do; hpcdl/requeue.py): no file, no step.
+export HPCDL_PROGRESS_FILE=/scratch/runs/t1/progress
 
 # Every rank gets torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 # NODE_RANK, GROUP_RANK, MASTER_ADDR, MASTER_PORT), so a script written for torchrun
