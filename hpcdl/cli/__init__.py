@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("hpcdl.cli.probe:probe", "Allreduce bandwidth across an allocation; names slow nodes."),
     "scale": ("hpcdl.cli.scale:scale", "Submit a scaling sweep (nodes x GPUs x backend x batch)."),
     "results": ("hpcdl.cli.scale:results", "Scaling table, CSV/JSON and plot of a sweep or run."),
-    "sandbox": ("hpcdl.cli.sandbox:sandbox", "Start/stop/check the local two-node Slurm sandbox."),
+    "sandbox": ("hpcdl.cli.sandbox:sandbox", "Start/stop/check the local Slurm sandbox (two nodes, or --nodes N)."),
 }
 
 
