@@ -18,9 +18,9 @@ What it measures, in this order:
 2. pairs of nodes (the first rank of each node): all_reduce of the largest size.
    Up to ``SEQUENTIAL_PAIRS_UP_TO`` nodes every pair, one at a time; beyond, each node
    with its two ring neighbours (2-3 rounds of disjoint pairs), then each node that
-   both its links call slow against a good node (1-2 rounds): at most 5 rounds and
-   about N pairs, whatever N. Each round twice (``PAIR_PASSES``), each pair keeping
-   its faster pass;
+   both its links call slow against a good node (one at a time for up to 8 such
+   nodes, else 1-2 rounds of disjoint pairs): at most 11 rounds and about N pairs,
+   whatever N. Each round twice (``PAIR_PASSES``), each pair keeping its faster pass;
 3. with MPI (mpi4py present and the ranks started with PMI, e.g. srun --mpi=pmix):
    MPI_Allreduce of every size over the whole allocation. Horovod is not used: its
    CPU allreduce in hpcdl's images runs over Gloo (HOROVOD_CPU_OPERATIONS=GLOO), which
@@ -67,8 +67,9 @@ DEFAULT_SLOW_RATIO = 0.5
 EXIT_GRACE_S = 2.0
 # Up to this many nodes every pair runs, one at a time (28 pairs for 8 nodes); beyond,
 # the ring of neighbours in 2-3 rounds of disjoint pairs, then the suspects against good
-# nodes in 1-2 more rounds (pair_rounds, confirm_rounds): at most 5 rounds and about N
-# pairs for any N, where every pair would be N(N-1)/2.
+# nodes, one at a time up to this many suspects, else in 1-2 rounds of disjoint pairs
+# (pair_rounds, confirm_rounds): at most 11 rounds and about N pairs for any N, where
+# every pair would be N(N-1)/2.
 SEQUENTIAL_PAIRS_UP_TO = 8
 # Every pair is measured in this many passes and keeps its fastest: load on a shared
 # machine only ever slows a measurement down, so one disturbed pass does not make a
@@ -174,19 +175,25 @@ def best_links(nodes: int, pair_bw: dict[tuple[int, int], float]) -> list[float]
 
 
 def confirm_rounds(nodes: int, pair_bw: dict[tuple[int, int], float],
-                   slow_ratio: float = DEFAULT_SLOW_RATIO) -> list[list[tuple[int, int]]]:
+                   slow_ratio: float = DEFAULT_SLOW_RATIO,
+                   one_at_a_time_up_to: int = SEQUENTIAL_PAIRS_UP_TO
+                   ) -> list[list[tuple[int, int]]]:
     """The second step above ``SEQUENTIAL_PAIRS_UP_TO`` nodes: which pairs to measure
     after the ring (``pair_bw``: bus bandwidth of the ring's pairs by node index).
 
     A suspect is a node whose best link so far is below ``slow_ratio`` of the median
-    node's best, as ``verdict`` would name it. On a ring that is a slow node, or a good
-    node whose two neighbours are both slow. A node with a good link is good (a slow
-    node's every link is slow), so each suspect is paired with a distinct good node
-    that is not already its partner: a slow suspect stays slow, a good one gets a good
-    link and is cleared. Suspects are at most half the nodes (at least half are at or
-    above the median), so the good nodes outnumber them: one round of disjoint pairs,
-    and a second only when a suspect's only free good nodes were its own ring
-    neighbours (at most 2 suspects then). Empty when there is no suspect, or no
+    node's best, as ``verdict`` would name it. On a ring that is a slow node, a good
+    node whose two neighbours are both slow, or a good node that two busy rounds
+    happened to slow down. A node with a good link is good (a slow node's every link
+    is slow), so each suspect is measured against a good node it has not met, the
+    fastest one free: a slow suspect stays slow, a good one gets a good link and is
+    cleared. Up to ``one_at_a_time_up_to`` suspects, one pair a round: the pair has the
+    network (and, on a shared machine, the cores) to itself, so a good node is not
+    kept slow by its neighbours' traffic. More suspects share rounds of disjoint pairs:
+    they are at most half the nodes (at least half are at or above the median), so
+    the good nodes outnumber them: one round, and a second only when a suspect's only
+    free good nodes were its own ring neighbours (at most 2 suspects then). At most
+    max(``one_at_a_time_up_to``, 2) rounds. Empty when there is no suspect, or no
     reference (every link measured 0)."""
     best = best_links(nodes, pair_bw)
     reference = statistics.median(best) if best else 0.0
@@ -196,19 +203,29 @@ def confirm_rounds(nodes: int, pair_bw: dict[tuple[int, int], float],
     good = sorted((n for n in range(nodes) if best[n] >= slow_ratio * reference),
                   key=lambda n: (-best[n], n))
     measured = {(min(a, b), max(a, b)) for a, b in pair_bw}
+
+    def partner(suspect: int, taken: set[int]) -> int | None:
+        return next((g for g in good if g not in taken
+                     and (min(suspect, g), max(suspect, g)) not in measured), None)
+
     rounds: list[list[tuple[int, int]]] = []
+    if len(suspects) <= one_at_a_time_up_to:
+        for suspect in suspects:
+            other = partner(suspect, set())
+            if other is not None:
+                rounds.append([(min(suspect, other), max(suspect, other))])
+        return rounds
     waiting = suspects
     while waiting and good:
         used: set[int] = set()
         pairs, later = [], []
         for suspect in waiting:
-            partner = next((g for g in good if g not in used
-                            and (min(suspect, g), max(suspect, g)) not in measured), None)
-            if partner is None:
+            other = partner(suspect, used)
+            if other is None:
                 later.append(suspect)
                 continue
-            used.add(partner)
-            pairs.append((min(suspect, partner), max(suspect, partner)))
+            used.add(other)
+            pairs.append((min(suspect, other), max(suspect, other)))
         if not pairs:  # no good node left that each of them has not met: nothing to add
             break
         rounds.append(sorted(pairs))
