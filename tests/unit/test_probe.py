@@ -544,3 +544,11 @@ def test_profiles_show_lists_the_interconnect(tmp_path: Path):
             "compares with these)") in res.output.splitlines()
     plain = CliRunner().invoke(cli, ["profiles", "show", "sandbox"])
     assert "interconnect" not in plain.output
+
+
+def test_node_limit_follows_the_schedule():
+    from hpcdl.probe.request import MAX_NODES, check_nodes
+
+    check_nodes(MAX_NODES)  # 4,096: about N process groups, not N(N-1)/2
+    with pytest.raises(ValidationError, match="4097 exceeds the probe's 4096 nodes"):
+        check_nodes(MAX_NODES + 1)
