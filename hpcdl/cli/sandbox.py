@@ -52,17 +52,23 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _existing_env(nodes: int) -> dict[str, str] | None:
-    """The environment a cluster of ``nodes`` nodes was started with, if it exists."""
+def _folder(nodes: int, folder: Path | None) -> Path:
     from hpcdl import sandbox as shape
 
-    path = shape.cluster_dir(nodes) / shape.ENV_FILE
+    return folder.resolve() if folder else shape.cluster_dir(nodes)
+
+
+def _existing_env(folder: Path) -> dict[str, str] | None:
+    """The environment the cluster in ``folder`` was started with, if it exists."""
+    from hpcdl import sandbox as shape
+
+    path = folder / shape.ENV_FILE
     if not path.is_file():
         return None
     return shape.parse_env_file(path.read_text())
 
 
-def _prepare(nodes: int) -> tuple[dict[str, str], Path]:
+def _prepare(nodes: int, folder: Path) -> tuple[dict[str, str], Path]:
     """The cluster's directory, shape, environment file and profile: made once, then
     reused by every later `up`, so the subnet and ports stay what the running cluster
     has. Returns the environment and the profile's path."""
@@ -72,8 +78,10 @@ def _prepare(nodes: int) -> tuple[dict[str, str], Path]:
     from hpcdl.atomic import write_atomic
     from hpcdl.profiles.loader import load_profile_file, user_profiles_dir
 
-    folder = shape.cluster_dir(nodes)
-    env = _existing_env(nodes)
+    env = _existing_env(folder)
+    if env is not None and f"MaxNodes={nodes} " not in (folder / shape.SHAPE_FILE).read_text():
+        raise ValidationError(f"dir: {folder} holds a sandbox of another size than {nodes} nodes",
+                              hint="hpcdl sandbox down with its --nodes, or another --dir")
     if env is None:
         folder.mkdir(parents=True, exist_ok=True)
         env = shape.environment(folder, nodes, _free_port())
@@ -92,15 +100,21 @@ def _prepare(nodes: int) -> tuple[dict[str, str], Path]:
     return env, target
 
 
-def _need_env(nodes: int) -> dict[str, str]:
+def _need_env(nodes: int, folder: Path | None) -> dict[str, str]:
     from hpcdl import sandbox as shape
 
     shape.check_nodes(nodes)
-    env = _existing_env(nodes)
+    where = _folder(nodes, folder)
+    env = _existing_env(where)
     if env is None:
-        raise ValidationError(f"nodes: no sandbox of {nodes} nodes in {shape.cluster_dir(nodes)}",
+        raise ValidationError(f"nodes: no sandbox of {nodes} nodes in {where}",
                               hint=f"hpcdl sandbox up --nodes {nodes}")
     return env
+
+
+DIR_OPTION = click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path),
+                          help="With --nodes: the cluster's directory (default "
+                               "/var/lib/hpcdl-sandbox-Nn).")
 
 
 @click.group()
@@ -120,43 +134,55 @@ def sandbox() -> None:
     """
 
 
+def _no_dir_without_nodes(nodes: int | None, folder: Path | None) -> None:
+    if folder is not None and nodes is None:
+        raise ValidationError("dir: --dir goes with --nodes (the two-node sandbox lives in "
+                              "/var/lib/hpcdl-sandbox)")
+
+
 @sandbox.command()
 @click.option("--nodes", "-N", type=int, metavar="N", help=NODES_HELP)
-def up(nodes: int | None) -> None:
+@DIR_OPTION
+def up(nodes: int | None, folder: Path | None) -> None:
     """Start the cluster (idempotent: a no-op when it is already up)."""
+    _no_dir_without_nodes(nodes, folder)
     if nodes is None:
         _run("up")
         return
     from hpcdl import sandbox as shape
 
     shape.check_nodes(nodes)
-    env, profile = _prepare(nodes)
+    env, profile = _prepare(nodes, _folder(nodes, folder))
     _run("up", env)
-    folder = env["HPCDL_SANDBOX_DIR"]
-    click.echo(f"sandbox of {nodes} node{'s' if nodes > 1 else ''} up in {folder}; "
+    where = env["HPCDL_SANDBOX_DIR"]
+    click.echo(f"sandbox of {nodes} node{'s' if nodes > 1 else ''} up in {where}; "
                f"profile {shape.profile_name(nodes)}: {profile}")
     click.echo(f"its Slurm: export SLURM_CONF={env['SLURM_CONF']}")
     click.echo(f"its environment (for scripts/sandbox.sh shape|status|down): "
-               f"set -a; . {folder}/{shape.ENV_FILE}; set +a")
+               f"set -a; . {where}/{shape.ENV_FILE}; set +a")
     click.echo(f"e.g.: SLURM_CONF={env['SLURM_CONF']} hpcdl submit -p "
                f"{shape.profile_name(nodes)} -N {nodes} -G 1 --no-image --wait -- hostname")
 
 
 @sandbox.command()
 @click.option("--nodes", "-N", type=int, metavar="N", help=NODES_HELP)
-def down(nodes: int | None) -> None:
+@DIR_OPTION
+def down(nodes: int | None, folder: Path | None) -> None:
     """Stop the sandbox's own daemons (by PID file), then remove its network."""
-    _run("down", None if nodes is None else _need_env(nodes))
+    _no_dir_without_nodes(nodes, folder)
+    _run("down", None if nodes is None else _need_env(nodes, folder))
 
 
 @sandbox.command(name="status")
 @click.option("--nodes", "-N", type=int, metavar="N", help=NODES_HELP)
-def status_cmd(nodes: int | None) -> None:
+@DIR_OPTION
+def status_cmd(nodes: int | None, folder: Path | None) -> None:
     """Show the daemons, each node's address and link, and the nodes as Slurm sees
     them; exit 3 when the cluster is not up."""
     from hpcdl import proc
 
-    env = None if nodes is None else _need_env(nodes)
+    _no_dir_without_nodes(nodes, folder)
+    env = None if nodes is None else _need_env(nodes, folder)
     res = proc.run(["bash", _script(), "status"], timeout=60, check=False, env=env)
     click.echo(res.stdout, nl=False)
     if res.returncode:

@@ -133,3 +133,16 @@ def test_cli_up_writes_shape_env_and_profile(monkeypatch, tmp_path):
     before = (folder / "shape.txt").read_text(), (folder / "sandbox.env").read_text()
     assert CliRunner().invoke(cli, ["sandbox", "up", "--nodes", "4"]).exit_code == 0
     assert ((folder / "shape.txt").read_text(), (folder / "sandbox.env").read_text()) == before
+
+
+def test_cli_dir_goes_with_nodes_and_one_size(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    calls = []
+    monkeypatch.setattr("hpcdl.cli.sandbox._run", lambda action, env=None: calls.append(env))
+    res = CliRunner().invoke(cli, ["sandbox", "up", "--dir", str(tmp_path / "c")])
+    assert res.exit_code == 2 and "--dir goes with --nodes" in res.output and calls == []
+    assert CliRunner().invoke(cli, ["sandbox", "up", "-N", "3", "--dir", str(tmp_path / "c")]
+                              ).exit_code == 0
+    assert calls[0]["HPCDL_SANDBOX_DIR"] == str(tmp_path / "c")
+    res = CliRunner().invoke(cli, ["sandbox", "up", "-N", "5", "--dir", str(tmp_path / "c")])
+    assert res.exit_code == 2 and "another size than 5 nodes" in res.output and len(calls) == 1
