@@ -1,5 +1,5 @@
 """How many Slurm commands hpcdl runs while it follows jobs: per poll cycle and per
-minute, for 1, 50 and 200 jobs, with the batched Watcher (hpcdl.follow) against
+minute, for 1, 50, 200 and 1,000 jobs, with the batched Watcher (hpcdl.follow) against
 per-job polling (what follow_sweep did before: squeue + scontrol/sacct for every
 unfinished point every second).
 
@@ -156,7 +156,7 @@ def fake_case(n: int, how: str, work: Path, baseline_cycles: int,
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--jobs", default="1,50,200", help="job counts for the fake runs")
+    ap.add_argument("--jobs", default="1,50,200,1000", help="job counts for the fake runs")
     ap.add_argument("--real-jobs", type=int, default=4,
                     help="jobs for the sandbox run (0: skip it)")
     ap.add_argument("--real-seconds", type=int, default=20, help="how long each real job sleeps")

@@ -13,6 +13,16 @@ ratio of two runs measured minutes apart on the same machine.
 On the sandbox both "nodes" share this machine's cores: with 2 cores, 2 ranks already
 use every core and 4 ranks oversubscribe them, so efficiency at 4 ranks is bounded by
 50% before any communication cost.
+
+With --planning, no cluster and no job: hpcdl's own cost at scale, median of --repeats:
+  profile   render (hpcdl.sandbox.profile_data + YAML) and validate (load_profile_file)
+            a profile whose partition has --profile-nodes nodes (default 4,096)
+  plan      build_plan of one job on all those nodes, 4 ranks each (its sbatch script)
+  scale     `python -m hpcdl scale --dry-run` (what a user types, Python start-up
+            included) of --points points (default 500: node counts 1..125 x 1,2 GPUs
+            x horovod,ddp) on that profile: every point checked and its plan built
+
+    python3 bench/bench_scale.py --planning [--points 500] [--profile-nodes 4096] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -64,6 +74,66 @@ def run_sweep(argv: list[str], runs: Path) -> dict[str, Any]:
     return data
 
 
+def planning(args: argparse.Namespace) -> int:
+    """hpcdl's own planning cost at scale (see the module): seconds, median of repeats."""
+    import yaml
+
+    from hpcdl import sandbox
+    from hpcdl.plan import JobRequest, build_plan
+    from hpcdl.profiles.loader import load_profile_file
+
+    if args.points % 4:
+        raise SystemExit(f"--points {args.points}: a multiple of 4 (node counts x 2 GPU counts x "
+                         f"2 backends)")
+    counts = args.points // 4
+    if counts > args.profile_nodes:
+        raise SystemExit(f"--points {args.points} needs {counts} node counts: more than "
+                         f"--profile-nodes {args.profile_nodes}")
+    base = yaml.safe_load((REPO / "hpcdl" / "profiles" / "bundled" / "sandbox.yaml").read_text())
+    times: dict[str, list[float]] = {"profile": [], "plan": [], "scale": []}
+    script_lines = 0
+    with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
+        path = Path(tmp) / "big.yaml"
+        argv = [sys.executable, "-m", "hpcdl", "scale", "-p", str(path),
+                "-N", ",".join(str(n) for n in range(1, counts + 1)), "-G", "1,2",
+                "--backend", "horovod,ddp", "--synthetic", "--dry-run"]
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            data = sandbox.profile_data(base, args.profile_nodes, Path(tmp))
+            path.write_text(yaml.safe_dump(data, sort_keys=False))
+            profile = load_profile_file(path)
+            times["profile"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            plan = build_plan(profile, JobRequest(nodes=args.profile_nodes, gpus=4,
+                                                  command=("true",)))
+            times["plan"].append(time.perf_counter() - t0)
+            script_lines = len(plan.script.splitlines())
+            t0 = time.perf_counter()
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False,
+                                 env={**os.environ, "HPCDL_RUNS": str(Path(tmp) / "runs")})
+            times["scale"].append(time.perf_counter() - t0)
+            if res.returncode != 0:
+                raise SystemExit(f"hpcdl scale --dry-run failed ({res.returncode}):\n"
+                                 f"{res.stdout[-2000:]}{res.stderr[-2000:]}")
+            jobs = [line for line in res.stdout.splitlines() if " jobs; each runs" in line]
+    print("machine: " + one_line(describe(packages=("pydantic", "jinja2", "PyYAML"))))
+    print(f"hpcdl planning cost at scale, median (min-max) of {args.repeats} repeats, seconds")
+    print(f"{'what':<62} {'seconds':>20}")
+    print(f"{f'render + validate a profile of {args.profile_nodes} nodes':<62} "
+          f"{_spread(times['profile'], '{:.3f}'):>20}")
+    print(f"{f'plan one job of {args.profile_nodes} nodes x 4 ranks ({script_lines} lines)':<62} "
+          f"{_spread(times['plan'], '{:.3f}'):>20}")
+    print(f"{f'hpcdl scale --dry-run, {args.points} points (CLI)':<62} "
+          f"{_spread(times['scale'], '{:.2f}'):>20}")
+    print(f"  ({jobs[0].split(';')[0] if jobs else '?'} planned per run)")
+    print(f"reproduce: python3 bench/bench_scale.py --planning --points {args.points} "
+          f"--profile-nodes {args.profile_nodes} --repeats {args.repeats}")
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"planning": times, "points": args.points,
+                                             "profile_nodes": args.profile_nodes}, indent=2))
+    return 0
+
+
 def _spread(values: list[float], fmt: str) -> str:
     med = statistics.median(values)
     if len(values) == 1:
@@ -80,7 +150,14 @@ def main() -> int:
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--image", type=Path, default=DEFAULT_IMAGE)
     p.add_argument("--json-out", type=Path)
+    p.add_argument("--planning", action="store_true",
+                   help="measure planning (profile, plan, scale --dry-run) instead of a sweep")
+    p.add_argument("--points", type=int, default=500, help="--planning: points of the sweep")
+    p.add_argument("--profile-nodes", type=int, default=4096,
+                   help="--planning: nodes in the generated profile's partition")
     args = p.parse_args()
+    if args.planning:
+        return planning(args)
     if not args.image.exists():
         raise SystemExit(f"no image at {args.image}: run scripts/build-image.sh")
     argv = sweep_argv(args)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from hpcdl.sandbox import pick_subnet
+
 BUNDLED_SANDBOX_PROFILE = (Path(__file__).resolve().parents[1] / "hpcdl" / "profiles" / "bundled"
                            / "sandbox.yaml")
 
@@ -28,17 +30,10 @@ def free_port(addr: str = "127.0.0.1") -> int:
 
 def free_subnet() -> str:
     """A /24 (``10.A.B``, A from 80 to 127) that no interface of this machine holds an
-    address in."""
+    address in (hpcdl.sandbox.pick_subnet, which `hpcdl sandbox up --nodes` uses too)."""
     res = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
                          timeout=30, check=True)
-    used = {".".join(word.split("/")[0].split(".")[:3])
-            for line in res.stdout.splitlines() for word in line.split()[3:4]}
-    rng = random.Random()
-    for _ in range(1000):
-        subnet = f"10.{rng.randint(80, 127)}.{rng.randint(0, 255)}"
-        if subnet not in used:
-            return subnet
-    raise AssertionError("no free 10.80-127.x.0/24 subnet")
+    return pick_subnet(res.stdout)
 
 
 def unique_prefix() -> str:

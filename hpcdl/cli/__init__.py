@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scale": ("hpcdl.cli.scale:scale", "Submit a scaling sweep (nodes x GPUs x backend x batch)."),
     "results": ("hpcdl.cli.scale:results", "Scaling table, CSV/JSON and plot of a sweep or run."),
     "report": ("hpcdl.cli.runreport:report", "One self-contained HTML report of a run or sweep."),
-    "sandbox": ("hpcdl.cli.sandbox:sandbox", "Start/stop/check the local two-node Slurm sandbox."),
+    "sandbox": ("hpcdl.cli.sandbox:sandbox", "Start/stop/check the local Slurm sandbox (two nodes, or --nodes N)."),
 }
 
 

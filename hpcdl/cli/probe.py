@@ -163,7 +163,9 @@ def probe(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
     Runs hpcdl's probe worker (stdlib + torch; no hpcdl needed in the image) on every
     rank: an allreduce sweep over --sizes across the whole allocation
     (torch.distributed: NCCL on GPUs, Gloo on CPUs; and MPI_Allreduce with mpi4py when
-    the image has it), then between every pair of nodes. It reports time, algorithm
+    the image has it), then between pairs of nodes: every pair up to 8 nodes; beyond,
+    ring neighbours, then each suspect node against a good node (at most 11 rounds,
+    about N pairs). It reports time, algorithm
     bandwidth and bus bandwidth (busbw = algbw x 2(n-1)/n, as nccl-tests) per size,
     against the profile's interconnect.expected_busbw_gbs, and the interface and
     transport variables each node used.

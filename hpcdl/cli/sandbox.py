@@ -1,10 +1,18 @@
-"""`hpcdl sandbox up|down|status`: the local two-node Slurm cluster (scripts/sandbox.sh)."""
+"""`hpcdl sandbox up|down|status`: the local Slurm cluster (scripts/sandbox.sh): the
+two-node sandbox, or with --nodes N a cluster of N nodes in a directory of its own."""
 
 from __future__ import annotations
 
+import socket
+from pathlib import Path
+
 import click
 
-from hpcdl.errors import ToolError
+from hpcdl.errors import ToolError, ValidationError
+
+NODES_HELP = ("A cluster of N nodes (1 to 200) in its own directory "
+              "(/var/lib/hpcdl-sandbox-Nn), beside the two-node sandbox; without it, "
+              "the two-node sandbox.")
 
 
 def _script() -> str:
@@ -18,50 +26,164 @@ def _script() -> str:
     return str(path)
 
 
-def _run(action: str) -> None:
+def _run(action: str, env: dict[str, str] | None = None) -> None:
     from hpcdl import proc
 
     try:
         proc.stream(["bash", _script(), action], on_line=lambda line: click.echo(line, nl=False),
-                    timeout=900)
+                    timeout=900, env=env)
     except ToolError as err:
         # The script already printed the log lines that explain the failure.
+        folder = (env or {}).get("HPCDL_SANDBOX_DIR", "/var/lib/hpcdl-sandbox")
         raise ToolError(f"sandbox {action} failed (exit {err.returncode})",
-                        hint="see the lines above; logs under $HPCDL_SANDBOX_DIR "
-                             "(/var/lib/hpcdl-sandbox/log)") from err
+                        hint=f"see the lines above; logs under {folder}/log") from err
+
+
+def _free_subnet() -> str:
+    from hpcdl import proc
+    from hpcdl.sandbox import pick_subnet
+
+    return pick_subnet(proc.run(["ip", "-o", "-4", "addr", "show"], timeout=30).stdout)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _folder(nodes: int, folder: Path | None) -> Path:
+    from hpcdl import sandbox as shape
+
+    return folder.resolve() if folder else shape.cluster_dir(nodes)
+
+
+def _existing_env(folder: Path) -> dict[str, str] | None:
+    """The environment the cluster in ``folder`` was started with, if it exists."""
+    from hpcdl import sandbox as shape
+
+    path = folder / shape.ENV_FILE
+    if not path.is_file():
+        return None
+    return shape.parse_env_file(path.read_text())
+
+
+def _prepare(nodes: int, folder: Path) -> tuple[dict[str, str], Path]:
+    """The cluster's directory, shape, environment file and profile: made once, then
+    reused by every later `up`, so the subnet and ports stay what the running cluster
+    has. Returns the environment and the profile's path."""
+    import yaml
+
+    from hpcdl import sandbox as shape
+    from hpcdl.atomic import write_atomic
+    from hpcdl.profiles.loader import load_profile_file, user_profiles_dir
+
+    env = _existing_env(folder)
+    if env is not None and f"MaxNodes={nodes} " not in (folder / shape.SHAPE_FILE).read_text():
+        raise ValidationError(f"dir: {folder} holds a sandbox of another size than {nodes} nodes",
+                              hint="hpcdl sandbox down with its --nodes, or another --dir")
+    if env is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        env = shape.environment(folder, nodes, _free_port())
+        write_atomic(folder / shape.SHAPE_FILE, shape.shape_text(nodes, _free_subnet()))
+        write_atomic(folder / shape.ENV_FILE, shape.env_file_text(env))
+    bundled = Path(__file__).resolve().parents[1] / "profiles" / "bundled" / "sandbox.yaml"
+    data = shape.profile_data(yaml.safe_load(bundled.read_text()), nodes, folder)
+    text = (f"# Written by `hpcdl sandbox up --nodes {nodes}`; matches {folder}/etc/slurm.conf.\n"
+            + yaml.safe_dump(data, sort_keys=False))
+    target = user_profiles_dir() / f"{shape.profile_name(nodes)}.yaml"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = folder / "profile.yaml"
+    write_atomic(staged, text)
+    load_profile_file(staged)  # the schema's own check before it becomes the user's
+    write_atomic(target, text)
+    return env, target
+
+
+def _need_env(nodes: int, folder: Path | None) -> dict[str, str]:
+    from hpcdl import sandbox as shape
+
+    shape.check_nodes(nodes)
+    where = _folder(nodes, folder)
+    env = _existing_env(where)
+    if env is None:
+        raise ValidationError(f"nodes: no sandbox of {nodes} nodes in {where}",
+                              hint=f"hpcdl sandbox up --nodes {nodes}")
+    return env
+
+
+DIR_OPTION = click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path),
+                          help="With --nodes: the cluster's directory (default "
+                               "/var/lib/hpcdl-sandbox-Nn).")
 
 
 @click.group()
 def sandbox() -> None:
-    """A real two-node Slurm cluster on this machine (nodes n1, n2; 4 fake GPUs each).
+    """A real Slurm cluster on this machine: two nodes n1, n2 (4 fake GPUs each), or
+    with --nodes N a cluster of N nodes beside it.
 
     Each node runs in its own network namespace (n1 10.77.0.11, n2 10.77.0.12, on a
     bridge holding 10.77.0.1) and its name resolves (a marked block in /etc/hosts).
-    Matches the bundled `sandbox` profile: partitions debug (default), gpu and
-    short. Needs root; installs munge, Slurm and MariaDB when missing. To slow one
-    node's link: scripts/sandbox.sh shape NODE --rate MBIT (see the README).
+    The two-node sandbox matches the bundled `sandbox` profile: partitions debug
+    (default), gpu and short. `up --nodes 32` starts nodes s32n1..s32n32 (8 CPUs,
+    4 fake GPUs each; partition debug) in /var/lib/hpcdl-sandbox-32n with no
+    accounting daemons, writes the profile `sandbox-32n` among your profiles and
+    prints how to point Slurm's commands at it (SLURM_CONF). Needs root; installs
+    munge, Slurm and MariaDB when missing. To slow one node's link: scripts/sandbox.sh
+    shape NODE --rate MBIT (see the README), with the cluster's environment.
     """
 
 
+def _no_dir_without_nodes(nodes: int | None, folder: Path | None) -> None:
+    if folder is not None and nodes is None:
+        raise ValidationError("dir: --dir goes with --nodes (the two-node sandbox lives in "
+                              "/var/lib/hpcdl-sandbox)")
+
+
 @sandbox.command()
-def up() -> None:
+@click.option("--nodes", "-N", type=int, metavar="N", help=NODES_HELP)
+@DIR_OPTION
+def up(nodes: int | None, folder: Path | None) -> None:
     """Start the cluster (idempotent: a no-op when it is already up)."""
-    _run("up")
+    _no_dir_without_nodes(nodes, folder)
+    if nodes is None:
+        _run("up")
+        return
+    from hpcdl import sandbox as shape
+
+    shape.check_nodes(nodes)
+    env, profile = _prepare(nodes, _folder(nodes, folder))
+    _run("up", env)
+    where = env["HPCDL_SANDBOX_DIR"]
+    click.echo(f"sandbox of {nodes} node{'s' if nodes > 1 else ''} up in {where}; "
+               f"profile {shape.profile_name(nodes)}: {profile}")
+    click.echo(f"its Slurm: export SLURM_CONF={env['SLURM_CONF']}")
+    click.echo(f"its environment (for scripts/sandbox.sh shape|status|down): "
+               f"set -a; . {where}/{shape.ENV_FILE}; set +a")
+    click.echo(f"e.g.: SLURM_CONF={env['SLURM_CONF']} hpcdl submit -p "
+               f"{shape.profile_name(nodes)} -N {nodes} -G 1 --no-image --wait -- hostname")
 
 
 @sandbox.command()
-def down() -> None:
+@click.option("--nodes", "-N", type=int, metavar="N", help=NODES_HELP)
+@DIR_OPTION
+def down(nodes: int | None, folder: Path | None) -> None:
     """Stop the sandbox's own daemons (by PID file), then remove its network."""
-    _run("down")
+    _no_dir_without_nodes(nodes, folder)
+    _run("down", None if nodes is None else _need_env(nodes, folder))
 
 
 @sandbox.command(name="status")
-def status_cmd() -> None:
+@click.option("--nodes", "-N", type=int, metavar="N", help=NODES_HELP)
+@DIR_OPTION
+def status_cmd(nodes: int | None, folder: Path | None) -> None:
     """Show the daemons, each node's address and link, and the nodes as Slurm sees
     them; exit 3 when the cluster is not up."""
     from hpcdl import proc
 
-    res = proc.run(["bash", _script(), "status"], timeout=60, check=False)
+    _no_dir_without_nodes(nodes, folder)
+    env = None if nodes is None else _need_env(nodes, folder)
+    res = proc.run(["bash", _script(), "status"], timeout=60, check=False, env=env)
     click.echo(res.stdout, nl=False)
     if res.returncode:
         raise SystemExit(res.returncode)

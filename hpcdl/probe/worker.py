@@ -15,10 +15,12 @@ variables, which hpcdl's rank-env wrapper sets under srun.
 What it measures, in this order:
 1. the whole allocation: torch.distributed all_reduce (SUM, float32) of every size,
    NCCL on GPUs, Gloo on CPUs;
-2. every pair of nodes (the first rank of each node): all_reduce of the largest size,
-   one pair at a time up to ``SEQUENTIAL_PAIRS_UP_TO`` nodes, beyond that in N-1
-   rounds of disjoint pairs (the circle method: still every pair, in O(N) time); all
-   pairs twice (``PAIR_PASSES``), each pair keeping its faster pass;
+2. pairs of nodes (the first rank of each node): all_reduce of the largest size.
+   Up to ``SEQUENTIAL_PAIRS_UP_TO`` nodes every pair, one at a time; beyond, each node
+   with its two ring neighbours (2-3 rounds of disjoint pairs), then each node that
+   both its links call slow against a good node (one at a time for up to 8 such
+   nodes, else 1-2 rounds of disjoint pairs): at most 11 rounds and about N pairs,
+   whatever N. Each round twice (``PAIR_PASSES``), each pair keeping its faster pass;
 3. with MPI (mpi4py present and the ranks started with PMI, e.g. srun --mpi=pmix):
    MPI_Allreduce of every size over the whole allocation. Horovod is not used: its
    CPU allreduce in hpcdl's images runs over Gloo (HOROVOD_CPU_OPERATIONS=GLOO), which
@@ -63,8 +65,11 @@ MAX_SIZE = 1 << 30
 MAX_ITERS = 1000
 DEFAULT_SLOW_RATIO = 0.5
 EXIT_GRACE_S = 2.0
-# Up to this many nodes the pairs run one at a time (28 pairs for 8 nodes); beyond,
-# disjoint pairs share each round.
+# Up to this many nodes every pair runs, one at a time (28 pairs for 8 nodes); beyond,
+# the ring of neighbours in 2-3 rounds of disjoint pairs, then the suspects against good
+# nodes, one at a time up to this many suspects, else in 1-2 rounds of disjoint pairs
+# (pair_rounds, confirm_rounds): at most 11 rounds and about N pairs for any N, where
+# every pair would be N(N-1)/2.
 SEQUENTIAL_PAIRS_UP_TO = 8
 # Every pair is measured in this many passes and keeps its fastest: load on a shared
 # machine only ever slows a measurement down, so one disturbed pass does not make a
@@ -140,20 +145,92 @@ def bandwidths(size: int, seconds: float, ranks: int) -> tuple[float, float]:
 
 def pair_rounds(nodes: int, sequential_up_to: int = SEQUENTIAL_PAIRS_UP_TO
                 ) -> list[list[tuple[int, int]]]:
-    """Every pair of ``nodes`` node indices, as rounds run one after another: one pair a
-    round up to ``sequential_up_to`` nodes, else N-1 rounds (N even; N rounds for odd N)
-    of disjoint pairs by the circle method. Pairs are (low, high)."""
+    """The first pairs the probe measures, as rounds run one after another. Up to
+    ``sequential_up_to`` nodes: every pair, one a round. Beyond: the ring of node
+    indices, i with i+1 (N-1 with 0), in rounds of disjoint pairs: 2 rounds for even N,
+    3 for odd N (an odd ring cannot be split into two sets of disjoint pairs). Each node
+    then has two links measured, two opinions about it; ``confirm_rounds`` settles the
+    nodes that both opinions call slow. Pairs are (low, high)."""
     if nodes < 2:
         return []
     if nodes <= sequential_up_to:
         return [[(a, b)] for a in range(nodes) for b in range(a + 1, nodes)]
-    ring = list(range(nodes)) + ([-1] if nodes % 2 else [])  # -1: the bye
-    size = len(ring)
-    rounds = []
-    for _ in range(size - 1):
-        pairs = [(ring[i], ring[size - 1 - i]) for i in range(size // 2)]
-        rounds.append(sorted((min(a, b), max(a, b)) for a, b in pairs if a >= 0 and b >= 0))
-        ring = [ring[0], ring[-1], *ring[1:-1]]
+    rounds = [[(i, i + 1) for i in range(0, nodes - 1, 2)],
+              [(i, i + 1) for i in range(1, nodes - 1, 2)]]
+    closing = (0, nodes - 1)
+    if nodes % 2:
+        rounds.append([closing])
+    else:
+        rounds[1].append(closing)
+    return [sorted(r) for r in rounds]
+
+
+def best_links(nodes: int, pair_bw: dict[tuple[int, int], float]) -> list[float]:
+    """Each node index's fastest measured link (0.0 for a node with none): one pass."""
+    best = [0.0] * nodes
+    for (a, b), bw in pair_bw.items():
+        best[a] = max(best[a], bw)
+        best[b] = max(best[b], bw)
+    return best
+
+
+def confirm_rounds(nodes: int, pair_bw: dict[tuple[int, int], float],
+                   slow_ratio: float = DEFAULT_SLOW_RATIO,
+                   one_at_a_time_up_to: int = SEQUENTIAL_PAIRS_UP_TO
+                   ) -> list[list[tuple[int, int]]]:
+    """The second step above ``SEQUENTIAL_PAIRS_UP_TO`` nodes: which pairs to measure
+    after the ring (``pair_bw``: bus bandwidth of the ring's pairs by node index).
+
+    A suspect is a node whose best link so far is below ``slow_ratio`` of the median
+    node's best, as ``verdict`` would name it. On a ring that is a slow node, a good
+    node whose two neighbours are both slow, or a good node that two busy rounds
+    happened to slow down. A node with a good link is good (a slow node's every link
+    is slow), so each suspect is measured against a good node it has not met, the
+    fastest one free: a slow suspect stays slow, a good one gets a good link and is
+    cleared. Up to ``one_at_a_time_up_to`` suspects, one pair a round: the pair has the
+    network (and, on a shared machine, the cores) to itself, so a good node is not
+    kept slow by its neighbours' traffic. More suspects share rounds of disjoint pairs:
+    they are at most half the nodes (at least half are at or above the median), so
+    the good nodes outnumber them: one round, and a second only when a suspect's only
+    free good nodes were its own ring neighbours (at most 2 suspects then). At most
+    max(``one_at_a_time_up_to``, 2) rounds. Empty when there is no suspect, or no
+    reference (every link measured 0)."""
+    best = best_links(nodes, pair_bw)
+    reference = statistics.median(best) if best else 0.0
+    if reference <= 0:
+        return []
+    suspects = [n for n in range(nodes) if best[n] < slow_ratio * reference]
+    good = sorted((n for n in range(nodes) if best[n] >= slow_ratio * reference),
+                  key=lambda n: (-best[n], n))
+    measured = {(min(a, b), max(a, b)) for a, b in pair_bw}
+
+    def partner(suspect: int, taken: set[int]) -> int | None:
+        return next((g for g in good if g not in taken
+                     and (min(suspect, g), max(suspect, g)) not in measured), None)
+
+    rounds: list[list[tuple[int, int]]] = []
+    if len(suspects) <= one_at_a_time_up_to:
+        for suspect in suspects:
+            other = partner(suspect, set())
+            if other is not None:
+                rounds.append([(min(suspect, other), max(suspect, other))])
+        return rounds
+    waiting = suspects
+    while waiting and good:
+        used: set[int] = set()
+        pairs, later = [], []
+        for suspect in waiting:
+            other = partner(suspect, used)
+            if other is None:
+                later.append(suspect)
+                continue
+            used.add(other)
+            pairs.append((min(suspect, other), max(suspect, other)))
+        if not pairs:  # no good node left that each of them has not met: nothing to add
+            break
+        rounds.append(sorted(pairs))
+        measured.update(pairs)
+        waiting = later
     return rounds
 
 
@@ -175,11 +252,13 @@ def verdict(nodes: Sequence[str], pair_bw: dict[tuple[str, str], float], *,
     """
     if len(nodes) < 2:
         raise ValueError(f"nodes: {len(nodes)} (the verdict needs 2 or more)")
+    index = {n: i for i, n in enumerate(nodes)}
     for a, b in pair_bw:
-        if a not in nodes or b not in nodes:
+        if a not in index or b not in index:
             raise ValueError(f"pair {a}-{b}: not among the nodes {', '.join(nodes)}")
-    best = {n: max((bw for (a, b), bw in pair_bw.items() if n in (a, b)), default=0.0)
-            for n in nodes}
+    # One pass over the pairs: 4,096 nodes' ring is read in milliseconds.
+    by_index = best_links(len(nodes), {(index[a], index[b]): bw for (a, b), bw in pair_bw.items()})
+    best = {n: by_index[i] for i, n in enumerate(nodes)}
     out: dict[str, Any] = {"slow_ratio": slow_ratio, "node_best_gbs": best,
                            "slow_nodes": [], "slow_links": [], "bad": False}
     if len(nodes) == 2:
@@ -427,27 +506,45 @@ def _measure(args: argparse.Namespace, sizes: tuple[int, ...], rank: int, world:
     whole = [row(size, timed(size, None), world, label) for size in sizes]
     # Node pairs: their first ranks; every rank creates every group, in the same order.
     pair_size = sizes[-1]
-    best: dict[tuple[str, str], dict[str, Any]] = {}
-    rounds = pair_rounds(len(nodes))
-    groups = {}
-    for pairs_now in rounds:
-        for a, b in pairs_now:
-            groups[(a, b)] = dist.new_group([leaders[nodes[a]], leaders[nodes[b]]])
-    for _ in range(PAIR_PASSES):
+
+    def measure_pairs(rounds: list[list[tuple[int, int]]]) -> list[dict[str, Any]]:
+        groups = {}
         for pairs_now in rounds:
             for a, b in pairs_now:
-                if rank not in (leaders[nodes[a]], leaders[nodes[b]]):
-                    continue
-                result = {"nodes": [nodes[a], nodes[b]],
-                          **row(pair_size, timed(pair_size, groups[(a, b)]), 2, label)}
-                key = (nodes[a], nodes[b])
-                if rank == leaders[nodes[a]] and (
-                        key not in best or result["busbw_gbs"] > best[key]["busbw_gbs"]):
-                    best[key] = result
-            dist.barrier(group=meta)
-    gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, list(best.values()), group=meta)
-    all_pairs = sorted((p for part in gathered for p in part), key=lambda p: p["nodes"])
+                groups[(a, b)] = dist.new_group([leaders[nodes[a]], leaders[nodes[b]]])
+        best: dict[tuple[str, str], dict[str, Any]] = {}
+        for _ in range(PAIR_PASSES):
+            for pairs_now in rounds:
+                for a, b in pairs_now:
+                    if rank not in (leaders[nodes[a]], leaders[nodes[b]]):
+                        continue
+                    result = {"nodes": [nodes[a], nodes[b]],
+                              **row(pair_size, timed(pair_size, groups[(a, b)]), 2, label)}
+                    key = (nodes[a], nodes[b])
+                    if rank == leaders[nodes[a]] and (
+                            key not in best or result["busbw_gbs"] > best[key]["busbw_gbs"]):
+                        best[key] = result
+                dist.barrier(group=meta)
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, list(best.values()), group=meta)
+        return [p for part in gathered for p in part]
+
+    rounds = pair_rounds(len(nodes))
+    measured = measure_pairs(rounds)
+    pair_mode = "one pair at a time"
+    if len(nodes) > SEQUENTIAL_PAIRS_UP_TO:
+        # Every rank holds the ring's results now and derives the same second rounds.
+        index = {n: i for i, n in enumerate(nodes)}
+        ring_bw = {(index[p["nodes"][0]], index[p["nodes"][1]]): p["busbw_gbs"] for p in measured}
+        extra = confirm_rounds(len(nodes), ring_bw, args.slow_ratio)
+        measured += measure_pairs(extra)
+        suspects = sum(len(r) for r in extra)
+        pair_mode = (f"ring neighbours in {len(rounds)} rounds of disjoint pairs"
+                     + (f", then {suspects} suspect node{'s' if suspects > 1 else ''} against "
+                        f"good nodes in {len(extra)} round{'s' if len(extra) > 1 else ''}"
+                        if extra else "") + f": {len(measured)} of "
+                     f"{len(nodes) * (len(nodes) - 1) // 2} pairs")
+    all_pairs = sorted(measured, key=lambda p: p["nodes"])
     nccl_facts = {}
     if nccl_log:
         try:
@@ -467,8 +564,7 @@ def _measure(args: argparse.Namespace, sizes: tuple[int, ...], rank: int, world:
             "ranks_per_node": world // len(nodes), "sizes": list(sizes), "iters": args.iters,
             "warmup": args.warmup, "allreduce": whole, "pairs": all_pairs,
             "pair_size": pair_size,
-            "pair_mode": "one pair at a time" if len(rounds) == len(all_pairs) else
-                         "disjoint pairs per round",
+            "pair_mode": pair_mode,
             "mpi": mpi, "expected_gbs": args.expected_gbs, "verdict": judged,
             "transport": {
                 "backend": backend, "torch": torch.__version__,

@@ -79,15 +79,109 @@ def test_pairs_one_at_a_time_for_few_nodes(nodes):
     assert sorted(p for r in rounds for p in r) == list(itertools.combinations(range(nodes), 2))
 
 
-@pytest.mark.parametrize("nodes", [9, 10, 16, 33])
-def test_pairs_in_rounds_of_disjoint_pairs_for_many_nodes(nodes):
-    rounds = worker.pair_rounds(nodes)
-    assert len(rounds) == (nodes - 1 if nodes % 2 == 0 else nodes)
+# Ring (2-3 rounds), then up to 8 suspects one at a time or 1-2 rounds of disjoint pairs.
+MAX_ROUNDS = 3 + 8
+# Every N from 9 to 64, then sizes up to the probe's limit.
+MANY = [*range(9, 65), 100, 127, 128, 255, 511, 512, 1000, 1023, 2048, 4095, 4096]
+
+
+def _disjoint(rounds):
     for pairs in rounds:
         members = [n for p in pairs for n in p]
-        assert len(members) == len(set(members))  # disjoint: no node twice in a round
+        assert len(members) == len(set(members))  # no node twice in a round
+
+
+@pytest.mark.parametrize("nodes", MANY)
+def test_ring_rounds_above_eight_nodes(nodes):
+    rounds = worker.pair_rounds(nodes)
+    assert len(rounds) == (2 if nodes % 2 == 0 else 3)  # not N-1: constant in N
+    _disjoint(rounds)
     every = sorted(p for r in rounds for p in r)
-    assert every == list(itertools.combinations(range(nodes), 2))  # each pair exactly once
+    ring = sorted({(min(i, (i + 1) % nodes), max(i, (i + 1) % nodes)) for i in range(nodes)})
+    assert every == ring  # each ring link exactly once: N pairs, 2 per node
+    assert all(a < b for a, b in every)
+
+
+def _probe(nodes, slow, good=1.0, bad=0.05):
+    """The worker's schedule on crafted links: a link is slow when either end is."""
+    def bw(a, b):
+        return bad if a in slow or b in slow else good
+    rounds = worker.pair_rounds(nodes)
+    measured = {p: bw(*p) for r in rounds for p in r}
+    extra = worker.confirm_rounds(nodes, measured)
+    measured.update({p: bw(*p) for r in extra for p in r})
+    names = [f"n{i}" for i in range(nodes)]
+    judged = worker.verdict(names, {(names[a], names[b]): v for (a, b), v in measured.items()})
+    return rounds, extra, measured, judged
+
+
+@pytest.mark.parametrize("nodes", MANY)
+def test_one_slow_node_is_named_in_a_constant_number_of_rounds(nodes):
+    slow = {nodes * 13 // 16}  # "the 13th of 16"
+    rounds, extra, measured, judged = _probe(nodes, slow)
+    assert len(rounds) + len(extra) <= MAX_ROUNDS
+    _disjoint(extra)
+    assert len(extra) == 1 and len(extra[0]) == 1  # the one suspect, against a good node
+    (pair,) = extra[0]
+    assert set(pair) - slow and not set(pair) - slow <= {(min(slow) + d) % nodes for d in (-1, 1)}
+    assert judged["slow_nodes"] == [f"n{n}" for n in sorted(slow)] and judged["bad"]
+    assert len(measured) <= nodes + nodes // 2  # about N pairs, never every pair
+    covered = {n for p in measured for n in p}
+    assert covered == set(range(nodes))  # every node measured
+
+
+@pytest.mark.parametrize("nodes", [9, 10, 11, 16, 17, 32, 33, 64, 512, 4096])
+def test_a_good_node_between_two_slow_ones_is_cleared(nodes):
+    # Node 5's both ring links are slow because 4 and 6 are: it is a suspect after the
+    # ring, and its link to a good node clears it. Three suspects: one pair a round each.
+    slow = {4, 6}
+    rounds, extra, measured, judged = _probe(nodes, slow)
+    suspects = sorted({n for r in extra for p in r for n in p if n in (4, 5, 6)})
+    assert suspects == [4, 5, 6] and [len(r) for r in extra] == [1, 1, 1]
+    assert judged["slow_nodes"] == ["n4", "n6"]
+    assert len(rounds) + len(extra) <= MAX_ROUNDS
+
+
+@pytest.mark.parametrize("nodes", [9, 12, 16, 25, 32, 101, 1024])
+def test_many_slow_nodes_up_to_just_under_half(nodes):
+    slow = set(range(0, nodes, 3))  # every third: a third of the nodes, neighbours of two
+    rounds, extra, measured, judged = _probe(nodes, slow)
+    assert len(rounds) + len(extra) <= MAX_ROUNDS
+    if len(slow) > 8:  # more than 8 suspects: rounds of disjoint pairs, at most 2
+        assert len(extra) <= 2
+    _disjoint(extra)
+    assert judged["slow_nodes"] == [f"n{n}" for n in sorted(slow)]
+    adjacent = {4, 5} if nodes > 9 else {4}  # two slow neighbours side by side
+    rounds, extra, measured, judged = _probe(nodes, adjacent)
+    assert judged["slow_nodes"] == [f"n{n}" for n in sorted(adjacent)]
+
+
+@pytest.mark.parametrize("nodes", [9, 16, 33, 4096])
+def test_healthy_ring_needs_no_second_round(nodes):
+    rounds, extra, measured, judged = _probe(nodes, set())
+    assert extra == [] and not judged["bad"] and judged["slow_nodes"] == []
+
+
+def test_a_good_node_slowed_by_load_is_cleared_alone():
+    # Noise, not a link: node 7's two ring pairs ran slow, and then it is re-measured in
+    # a round of its own against the fastest good node it has not met.
+    nodes = 20
+    ring = {p: 1.0 for r in worker.pair_rounds(nodes) for p in r}
+    ring[(6, 7)] = ring[(7, 8)] = 0.3
+    ring[(11, 12)] = 2.0  # the fastest good nodes: 11 and 12
+    assert worker.confirm_rounds(nodes, ring) == [[(7, 11)]]
+    slow = {0, 5, 10, 15}
+    many = {p: (0.1 if set(p) & slow else 1.0) for p in ring}
+    shared = worker.confirm_rounds(nodes, many, one_at_a_time_up_to=2)
+    assert [len(r) for r in shared] == [4]  # 4 suspects > 2: one round of disjoint pairs
+    _disjoint(shared)
+
+
+def test_confirm_rounds_without_a_reference_adds_nothing():
+    nodes = 10
+    zero = {p: 0.0 for r in worker.pair_rounds(nodes) for p in r}
+    assert worker.confirm_rounds(nodes, zero) == []
+    assert worker.best_links(3, {(0, 1): 2.0, (1, 2): 1.0}) == [2.0, 2.0, 1.0]
 
 
 def test_no_pairs_below_two_nodes():
@@ -450,3 +544,11 @@ def test_profiles_show_lists_the_interconnect(tmp_path: Path):
             "compares with these)") in res.output.splitlines()
     plain = CliRunner().invoke(cli, ["profiles", "show", "sandbox"])
     assert "interconnect" not in plain.output
+
+
+def test_node_limit_follows_the_schedule():
+    from hpcdl.probe.request import MAX_NODES, check_nodes
+
+    check_nodes(MAX_NODES)  # 4,096: about N process groups, not N(N-1)/2
+    with pytest.raises(ValidationError, match="4097 exceeds the probe's 4096 nodes"):
+        check_nodes(MAX_NODES + 1)

@@ -1,0 +1,137 @@
+"""Sandbox clusters of N nodes (`hpcdl sandbox up --nodes N`): the shape file that
+scripts/sandbox.sh reads from HPCDL_SANDBOX_SHAPE, the environment that points
+sandbox.sh and Slurm's own commands at the cluster, and the profile that matches it.
+
+Pure: the CLI picks the runtime facts (a free subnet and slurmctld port), writes the
+files and runs sandbox.sh. The default two-node sandbox (no --nodes) is not made here:
+sandbox.sh's own DEFAULT_SHAPE and the bundled `sandbox` profile describe it.
+
+An N-node cluster lives in its own directory (``/var/lib/hpcdl-sandbox-Nn``), so the
+shared two-node sandbox keeps running beside it; its nodes are named ``sNnI`` (s32n1 ..
+s32n32), which no other cluster size uses, because every cluster's names go into
+/etc/hosts while it runs.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from hpcdl.errors import ValidationError
+
+DEFAULT_DIR = Path("/var/lib/hpcdl-sandbox")
+# sandbox.sh keeps a cluster in one /24 whose .1 is the bridge; nodes take .11 onwards.
+FIRST_HOST = 11
+MAX_NODES = 200
+# Each slurmd listens in its own network namespace, so the ports only need to differ
+# from each other (they are also what `scontrol show node` reports).
+FIRST_SLURMD_PORT = 17001
+# Each node as the default sandbox's: 8 advertised CPUs, 4096 MB, 4 fake GPUs.
+CPUS, MEM_MB, GPUS = 8, 4096, 4
+PARTITION = "debug"
+MAX_TIME = "00:30:00"
+ENV_FILE = "sandbox.env"
+SHAPE_FILE = "shape.txt"
+_SUBNET = re.compile(r"10\.(\d{1,3})\.(\d{1,3})")
+_ENV_LINE = re.compile(r"([A-Z][A-Z0-9_]*)=(\S+)")
+
+
+def check_nodes(nodes: int) -> None:
+    """Raises ValidationError unless 1 <= ``nodes`` <= MAX_NODES."""
+    if not 1 <= nodes <= MAX_NODES:
+        raise ValidationError(f"nodes: {nodes} is not 1 to {MAX_NODES} (a sandbox cluster's "
+                              f"nodes share one /24 of addresses)")
+
+
+def pick_subnet(ip_addr_output: str, rng: random.Random | None = None) -> str:
+    """A ``10.A.B`` /24 (A from 80 to 127) in which no interface holds an address, from
+    the output of ``ip -o -4 addr show``. Raises ValidationError when none is left."""
+    used = {".".join(word.split("/")[0].split(".")[:3])
+            for line in ip_addr_output.splitlines() for word in line.split()[3:4]}
+    rng = rng or random.Random()
+    for _ in range(1000):
+        subnet = f"10.{rng.randint(80, 127)}.{rng.randint(0, 255)}"
+        if subnet not in used:
+            return subnet
+    raise ValidationError("subnet: no free 10.80-127.x.0/24 for a sandbox cluster's nodes")
+
+
+def cluster_dir(nodes: int) -> Path:
+    return Path(f"{DEFAULT_DIR}-{nodes}n")
+
+
+def cluster_name(nodes: int) -> str:
+    return f"hpcdl-sandbox-{nodes}n"
+
+
+def profile_name(nodes: int) -> str:
+    return f"sandbox-{nodes}n"
+
+
+def node_names(nodes: int) -> list[str]:
+    return [f"s{nodes}n{i}" for i in range(1, nodes + 1)]
+
+
+def shape_text(nodes: int, subnet: str) -> str:
+    """sandbox.sh's shape: ``nodes`` nodes in ``subnet`` (``10.A.B``), each up with a
+    slurmd, and one partition ``debug`` over all of them (default, MaxNodes=N). Raises
+    ValidationError for a node count or subnet out of range."""
+    check_nodes(nodes)
+    m = _SUBNET.fullmatch(subnet)
+    if m is None or not all(0 <= int(part) <= 255 for part in m.groups()):
+        raise ValidationError(f"subnet: {subnet!r} is not 10.A.B (a /24 without its last octet)")
+    names = node_names(nodes)
+    lines = [f"node {name} {subnet}.{FIRST_HOST + i} {FIRST_SLURMD_PORT + i} {CPUS} {MEM_MB} "
+             f"gpu:fake:{GPUS} up" for i, name in enumerate(names)]
+    lines.append(f"partition {PARTITION} {','.join(names)} Default=YES MaxNodes={nodes} "
+                 f"MaxTime={MAX_TIME} DefaultTime=00:10:00 PreemptMode=OFF")
+    return "\n".join(lines) + "\n"
+
+
+def environment(folder: Path, nodes: int, ctld_port: int) -> dict[str, str]:
+    """What sandbox.sh (up, down, status, shape) and Slurm's commands need to find the
+    cluster in ``folder``: its directory and shape, its slurmctld port and name, no
+    accounting daemons (slurmdbd and MariaDB per cluster cost more than the nodes), and
+    SLURM_CONF."""
+    return {"HPCDL_SANDBOX_DIR": str(folder), "HPCDL_SANDBOX_SHAPE": str(folder / SHAPE_FILE),
+            "HPCDL_SANDBOX_CTLD_PORT": str(ctld_port), "HPCDL_SANDBOX_CLUSTER": cluster_name(nodes),
+            "HPCDL_SANDBOX_ACCOUNTING": "none",
+            "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
+
+
+def env_file_text(env: dict[str, str]) -> str:
+    """``KEY=VALUE`` lines a shell can source (``set -a; . FILE; set +a``)."""
+    return "".join(f"{key}={shlex.quote(value)}\n" for key, value in sorted(env.items()))
+
+
+def parse_env_file(text: str) -> dict[str, str]:
+    """The environment ``env_file_text`` wrote. Raises ValidationError for any other line."""
+    env = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        m = _ENV_LINE.fullmatch(line.strip())
+        if m is None:
+            raise ValidationError(f"{ENV_FILE} line {number}: {line!r} is not KEY=VALUE")
+        env[m.group(1)] = m.group(2)
+    return env
+
+
+def profile_data(base: dict[str, Any], nodes: int, folder: Path) -> dict[str, Any]:
+    """The profile of the cluster in ``folder``: the bundled sandbox profile ``base``
+    (its container, MPI, environment and example defaults) with one partition ``debug``
+    over the ``nodes`` nodes and the cluster's own TmpFS bound into the container
+    (Slurm's PMIx keeps each job's directory there)."""
+    data = dict(base)
+    data["name"] = profile_name(nodes)
+    data["description"] = (f"Local {nodes}-node Slurm sandbox in {folder} "
+                           f"(hpcdl sandbox up --nodes {nodes})")
+    data["partitions"] = [{"name": PARTITION, "nodes": nodes, "gpus_per_node": GPUS,
+                           "gpu_type": "fake", "cpus_per_node": CPUS,
+                           "mem_per_node_gb": MEM_MB // 1024, "max_time": MAX_TIME,
+                           "default": True}]
+    container = dict(data.get("container") or {})
+    container["binds"] = [str(folder / "tmp")]
+    data["container"] = container
+    return data
