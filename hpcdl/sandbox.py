@@ -118,6 +118,17 @@ def parse_env_file(text: str) -> dict[str, str]:
     return env
 
 
+# The default sandbox's TmpFS, as the bundled profile binds it (scripts/sandbox.sh).
+DEFAULT_TMPFS = "/var/lib/hpcdl-sandbox/tmp"
+
+
+def cluster_binds(binds: list[str], folder: Path) -> list[str]:
+    """The bundled sandbox profile's container binds for the cluster in ``folder``: its
+    own TmpFS (where Slurm's PMIx keeps each job's directory) instead of the default
+    sandbox's; the others (the shared /scratch) as they are."""
+    return [str(folder / "tmp") if b == DEFAULT_TMPFS else b for b in binds]
+
+
 def profile_data(base: dict[str, Any], nodes: int, folder: Path) -> dict[str, Any]:
     """The profile of the cluster in ``folder``: the bundled sandbox profile ``base``
     (its container, MPI, environment and example defaults) with one partition ``debug``
@@ -132,6 +143,6 @@ def profile_data(base: dict[str, Any], nodes: int, folder: Path) -> dict[str, An
                            "mem_per_node_gb": MEM_MB // 1024, "max_time": MAX_TIME,
                            "default": True}]
     container = dict(data.get("container") or {})
-    container["binds"] = [str(folder / "tmp")]
+    container["binds"] = cluster_binds(list(container.get("binds") or []), folder)
     data["container"] = container
     return data

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from hpcdl.sandbox import pick_subnet
+from hpcdl.sandbox import cluster_binds, pick_subnet
 
 BUNDLED_SANDBOX_PROFILE = (Path(__file__).resolve().parents[1] / "hpcdl" / "profiles" / "bundled"
                            / "sandbox.yaml")
@@ -73,5 +73,5 @@ def cluster_profile(folder: Path, name: str, nodes: int, path: Path) -> None:
     data["partitions"] = [{"name": "debug", "nodes": nodes, "gpus_per_node": 4,
                            "gpu_type": "fake", "cpus_per_node": 8, "mem_per_node_gb": 4,
                            "max_time": "00:30:00", "default": True}]
-    data["container"]["binds"] = [str(folder / "tmp")]
+    data["container"]["binds"] = cluster_binds(data["container"]["binds"], folder)
     path.write_text(yaml.safe_dump(data, sort_keys=False))

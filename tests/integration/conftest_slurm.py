@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hpcdl.sandbox import cluster_binds
 from tests.conftest import require
 from tests.own_cluster import (
     BUNDLED_SANDBOX_PROFILE,
@@ -82,7 +83,7 @@ def redirected_sandbox_profile(folder: Path) -> str:
     """The bundled ``sandbox`` profile binding ``folder``'s TmpFS instead, where Slurm's
     PMIx keeps each job's directory (for a cluster in another directory)."""
     data = yaml.safe_load(BUNDLED_SANDBOX_PROFILE.read_text())
-    data["container"]["binds"] = [str(folder / "tmp")]
+    data["container"]["binds"] = cluster_binds(data["container"]["binds"], folder)
     return yaml.safe_dump(data, sort_keys=False)
 
 

@@ -186,7 +186,7 @@ def test_run_dir_holds_logs_and_checkpoints_and_is_bound(sandbox):
     assert "#SBATCH --output=/scratch/r/run1/slurm-%j.out" in plan.script
     at = plan.command.index("--checkpoint-dir")
     assert plan.command[at + 1] == "/scratch/r/run1/checkpoints"
-    assert "-B /var/lib/hpcdl-sandbox/tmp -B /local -B /scratch/r/run1 -B " in plan.launch_line
+    assert "-B /var/lib/hpcdl-sandbox/tmp -B /scratch -B /local -B /scratch/r/run1 -B " in plan.launch_line
 
 
 # --- bring your own workload (issue 14): launchers, images, rendezvous variables ---

@@ -73,11 +73,12 @@ def test_values_arrive_verbatim_and_never_execute(tmp_path, index):
     # srun's argv: --label --mpi=pmix apptainer exec --nv -B BIND IMAGE
     #   /bin/sh -c WRAPPER hpcdl-rank-env python3 -c pass VALUE
     assert argv == ["--label", "--kill-on-bad-exit=1", "--mpi=pmix", "apptainer", "exec", "--nv",
-                    "-B", "/var/lib/hpcdl-sandbox/tmp", "-B", "/local", "-B", f"/scratch/data/{name}",
+                    "-B", "/var/lib/hpcdl-sandbox/tmp", "-B", "/scratch", "-B", "/local",
+                    "-B", f"/scratch/data/{name}",
                     f"/scratch/img/{name}.sif", "/bin/sh", "-c", rank_env_script(), "hpcdl-rank-env",
                     "python3", "-c", "pass", value]
     # The wrapper hands its arguments on verbatim too.
-    out = subprocess.run([*argv[13:17], "printf", "%s", value], capture_output=True, timeout=30,
+    out = subprocess.run([*argv[15:19], "printf", "%s", value], capture_output=True, timeout=30,
                          env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": "1", "SLURM_NTASKS": "2"})
     assert out.returncode == 0 and out.stdout.decode() == value
     assert not marker.exists(), "a user value was executed by the wrapper"

@@ -88,7 +88,7 @@ def test_profile_matches_the_shape(tmp_path, nodes):
     assert profile.name == f"sandbox-{nodes}n"
     (part,) = profile.partitions
     assert (part.name, part.nodes, part.gpus_per_node, part.cpus_per_node) == ("debug", nodes, 4, 8)
-    assert [str(b) for b in profile.container.binds] == [str(tmp_path / "tmp")]
+    assert [str(b) for b in profile.container.binds] == [str(tmp_path / "tmp"), "/scratch"]
     assert BUNDLED["name"] == "sandbox"  # the bundled data is not changed in place
 
 
