@@ -131,7 +131,8 @@ def test_bundled_example_runs_in_an_image_without_opt_hpcdl(
     assert (result["world_size"], result["nodes"], result["backend"]) == (4, 2, "ddp")
     assert result["ranks_agree"] is True and result["launcher"] == "slurm"
     script = (Path(out["run_dir"]) / "job.sbatch").read_text()
-    assert "examples:/hpcdl/examples:ro" in script and "python3 /hpcdl/examples/" in script
+    # The example and its hpcdl modules are the run directory's copy, bound at /hpcdl.
+    assert f"-B {out['run_dir']}/job:/hpcdl:ro" in script and "python3 /hpcdl/examples/" in script
 
 
 def test_command_missing_in_the_image_is_one_line(slurm_cluster: Path, cpu_image: Path,
