@@ -170,6 +170,14 @@ def _decide(f: RuntimeFacts) -> tuple[Mode, str]:
         return "root", "running as root: the runtime mounts images itself"
     if f.setuid_ready:
         return "setuid", f"setuid starter {f.suid_starter} (allow setuid = yes)"
+    missing = unprivileged_missing(f)
+    if missing:
+        return "unusable", f"{setuid_problem(f)}, and " + "; ".join(missing)
+    return "unprivileged", "user namespaces + FUSE (squashfuse) as this user"
+
+
+def unprivileged_missing(f: RuntimeFacts) -> list[str]:
+    """What the unprivileged mode lacks here, one phrase each (empty: nothing). Pure."""
     missing = []
     if not f.userns:
         missing.append(userns_problem(f))
@@ -177,9 +185,7 @@ def _decide(f: RuntimeFacts) -> tuple[Mode, str]:
         missing.append("squashfuse is not installed")
     if not f.fuse:
         missing.append(fuse_problem(f))
-    if missing:
-        return "unusable", f"{setuid_problem(f)}, and " + "; ".join(missing)
-    return "unprivileged", "user namespaces + FUSE (squashfuse) as this user"
+    return missing
 
 
 def runtime_mode(facts: RuntimeFacts) -> Mode:

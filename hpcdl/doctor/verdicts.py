@@ -15,11 +15,10 @@ from hpcdl.container.runtime import (
     INSTALL_HINT,
     RuntimeFacts,
     can_unsquash,
-    fuse_problem,
     runtime_mode,
     runtime_mode_reason,
     setuid_problem,
-    userns_problem,
+    unprivileged_missing,
 )
 from hpcdl.doctor.host import HostFacts
 from hpcdl.doctor.image import ImageFacts, unreadable_reason
@@ -188,13 +187,7 @@ def _access_verdicts(f: RuntimeFacts, add: Any) -> None:
                         "FILE.img) will not mount",
                         "ask the admin to install fuse2fs (Debian/Ubuntu: apt install fuse2fs)"))
         return
-    causes = [setuid_problem(f)]
-    if not f.userns:
-        causes.append(userns_problem(f))
-    if not f.squashfuse:
-        causes.append("squashfuse is not installed")
-    if not f.fuse:
-        causes.append(fuse_problem(f))
+    causes = [setuid_problem(f), *unprivileged_missing(f)]
     add(Verdict("problem", "container access",
                 "this user cannot start SIF images: " + "; ".join(causes), access_fix(f)))
 

@@ -12,16 +12,9 @@ from hpcdl.container.runtime import RuntimeFacts
 from hpcdl.doctor.host import HostFacts
 from hpcdl.doctor.image import ImageFacts
 from hpcdl.doctor.verdicts import Verdict, verdicts
+from tests.unit.runtime_facts import STARTER, USER
 
-STARTER = "/usr/libexec/apptainer/bin/starter-suid"
 IMG = "/var/cache/hpcdl/images/pytorch-horovod-cpu.sif"
-USER = RuntimeFacts(
-    euid=1001, runtime="apptainer", runtime_path="/usr/bin/apptainer", runtime_version="1.4.5",
-    conf_path="/etc/apptainer/apptainer.conf", allow_setuid=True,
-    max_user_namespaces=96365, squashfuse="/usr/bin/squashfuse_ll", fuse2fs="/usr/bin/fuse2fs",
-    unsquashfs="/usr/bin/unsquashfs", fuse_mode="0600", fuse_owner="root:root",
-    fuse_error="Permission denied",
-)
 FUSE_OK = replace(USER, fuse_mode="0666", fuse_error=None)
 PROBE_FAILED = ("probe failed in the image (exit 255): FATAL:   container creation failed: "
                 "image driver mount failure: ... fuse: failed to open /dev/fuse: "

@@ -10,7 +10,6 @@ from dataclasses import replace
 import pytest
 
 from hpcdl.container.runtime import (
-    RuntimeFacts,
     build_mode,
     can_unsquash,
     gather_runtime_facts,
@@ -20,18 +19,8 @@ from hpcdl.container.runtime import (
     runtime_mode,
     runtime_mode_reason,
 )
+from tests.unit.runtime_facts import STARTER, USER
 
-STARTER = "/usr/libexec/apptainer/bin/starter-suid"
-
-# An ordinary user on a host like ours: no setuid starter, user namespaces on,
-# squashfuse installed, /dev/fuse 0600 root:root.
-USER = RuntimeFacts(
-    euid=1001, runtime="apptainer", runtime_path="/usr/bin/apptainer", runtime_version="1.4.5",
-    conf_path="/etc/apptainer/apptainer.conf", allow_setuid=True,
-    max_user_namespaces=96365, squashfuse="/usr/bin/squashfuse_ll", fuse2fs="/usr/bin/fuse2fs",
-    unsquashfs="/usr/bin/unsquashfs", fuse_mode="0600", fuse_owner="root:root",
-    fuse_error="Permission denied",
-)
 SETUID = replace(USER, suid_starter=STARTER, suid_starter_owner=0, suid_starter_setuid=True)
 FUSE_OK = replace(USER, fuse_mode="0666", fuse_error=None)
 
