@@ -196,3 +196,49 @@ def test_stage_to_copies_the_dataset_to_each_nodes_own_scratch(
     hosts = re.findall(rf"staged {re.escape(str(data))} -> /local/tiny in \S+ s \(host (\S+)\)", out)
     assert len(hosts) == 2 and len(set(hosts)) == 2, out
     assert not Path("/local/tiny").exists()  # on the nodes' disks, not the host's
+
+
+@pytest.mark.apptainer
+@pytest.mark.torch
+def test_probe_as_the_user(sandbox_user: ClusterUser, cpu_image: Path) -> None:
+    """The probe worker comes from the run directory's copy, in the image, unprivileged;
+    its MPI row runs over Open MPI with what user namespaces need."""
+    res = sandbox_user.cli("probe", "-p", "sandbox", "-N", "2", "--image", str(cpu_image),
+                           "--sizes", "4K,64K", "--iters", "2", "--warmup", "1", "--wait",
+                           "--json", timeout=JOB_TIMEOUT)
+    out = _json_line(res.stdout)
+    assert res.returncode == 0 and out["exit_status"] == 0, res.stdout + res.stderr
+    probe = out["probe"]
+    assert probe["world_size"] == 2 and len(probe["nodes"]) == 2
+    assert [r["size"] for r in probe["mpi"]["allreduce"]] == [4096, 65536]
+    assert probe["verdict"]["slow_nodes"] == []
+    assert Path(out["run_dir"]).is_relative_to(sandbox_user.home)
+
+
+def test_requeue_as_the_user_stops_an_attempt_that_never_started(sandbox_user: ClusterUser) -> None:
+    """--requeue for the user's job: the batch shell's record is written as the user, and
+    an attempt that fails before its first step is not requeued."""
+    res = sandbox_user.cli("submit", "-p", "sandbox", "-N", "1", "-G", "0", "--requeue",
+                           "--max-restarts", "2", "--wait", "--", "python3", "-c",
+                           "import no_such_module", timeout=180)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "failed before its first step (exit 1): not requeued" in res.stdout + res.stderr
+    run_dir = Path(re.search(r"^run directory: (.+)$", res.stdout, re.M).group(1))  # type: ignore[union-attr]
+    attempts = (run_dir / "attempts.tsv").read_text().splitlines()
+    assert len(attempts) == 1 and attempts[0].split("\t")[5] == "STARTUP", attempts
+    assert (run_dir / "attempts.tsv").stat().st_uid == sandbox_user.uid
+
+
+@pytest.mark.apptainer
+@pytest.mark.horovod
+def test_scale_and_results_as_the_user(sandbox_user: ClusterUser, cpu_image: Path) -> None:
+    res = sandbox_user.cli("scale", "-p", "sandbox", "-N", "1,2", "-G", "1", "--image",
+                           str(cpu_image), "-X", "--arch=resnet18", "-X", "--max-steps=3",
+                           "--wait", "--json", timeout=2 * JOB_TIMEOUT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    sweep_dir = Path(json.loads(res.stdout)["sweep_dir"])
+    assert sweep_dir.is_relative_to(sandbox_user.home / "runs")
+    results = sandbox_user.cli("results", str(sweep_dir), "--json")
+    rows = json.loads(results.stdout)["rows"]
+    assert [r["nodes"] for r in rows] == [1, 2] and rows[0]["speedup"] == 1.0, rows
+    assert (sweep_dir / "scaling.png").stat().st_uid == sandbox_user.uid
