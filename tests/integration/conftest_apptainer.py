@@ -34,6 +34,10 @@ def image_path(name: str = "pytorch-horovod-cpu") -> Path:
 
 
 SHARED_IMAGES = Path("/scratch/images")
+# For `apptainer exec` on the host: the tests' temporary files (scripts, outputs) live on
+# /scratch (tests/conftest.py), which Apptainer does not bind by default ($HOME, /tmp
+# and the working directory only).
+HOST_BINDS = ("-B", "/scratch")
 
 
 def published(image: Path) -> Path:

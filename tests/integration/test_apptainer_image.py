@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require
-from tests.integration.conftest_apptainer import REPO
+from tests.integration.conftest_apptainer import HOST_BINDS, REPO, image_path
 
 pytestmark = [pytest.mark.apptainer]
 
@@ -115,14 +115,15 @@ def test_unchanged_rebuild_is_a_noop(cpu_image: Path) -> None:
     r = hpcdl("build", "pytorch-horovod-cpu", "--json", timeout=60)
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    assert data["built"] is False and data["output"] == str(cpu_image)
+    assert data["built"] is False and data["output"] == str(image_path())
+    assert cpu_image.samefile(image_path())  # the nodes read the built image via /scratch
     record = json.loads(Path(data["hash_record"]).read_text())
     assert record["hash"] == data["content_hash"]
     assert any(p.endswith("/wheelhouse/" + Path(p).name) for p in record["files"])
 
 
 def test_project_is_inside_the_image(cpu_image: Path, apptainer_bin: str) -> None:
-    r = subprocess.run([apptainer_bin, "exec", str(cpu_image), "python3", "-c",
+    r = subprocess.run([apptainer_bin, "exec", *HOST_BINDS, str(cpu_image), "python3", "-c",
                         "import hpcdl, torch; print(hpcdl.__file__, torch.__version__)"],
                        capture_output=True, text=True, timeout=120, cwd="/")
     assert r.returncode == 0, r.stderr
@@ -134,7 +135,7 @@ def test_horovod_gloo_two_ranks_inside_the_image(cpu_image: Path, apptainer_bin:
                                                   tmp_path: Path) -> None:
     script = tmp_path / "hvd_step.py"
     script.write_text(HVD_STEP)
-    r = subprocess.run([apptainer_bin, "exec", str(cpu_image), "horovodrun", "--gloo", "-np", "2",
+    r = subprocess.run([apptainer_bin, "exec", *HOST_BINDS, str(cpu_image), "horovodrun", "--gloo", "-np", "2",
                         "-H", "localhost:2", "python3", str(script)],
                        capture_output=True, text=True, timeout=300, env=ENV)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -146,7 +147,7 @@ def test_hybrid_host_mpirun_mpi4py_allreduce(cpu_image: Path, apptainer_bin: str
                                              tmp_path: Path) -> None:
     script = tmp_path / "allreduce.py"
     script.write_text(MPI_ALLREDUCE)
-    argv = mpirun_argv(2) + [apptainer_bin, "exec", str(cpu_image), "python3", str(script)]
+    argv = mpirun_argv(2) + [apptainer_bin, "exec", *HOST_BINDS, str(cpu_image), "python3", str(script)]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=ENV)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = results(r.stdout, "MPI_RESULT")
@@ -161,7 +162,7 @@ def test_hybrid_host_mpirun_horovod_mpi_controller(cpu_image: Path, apptainer_bi
                                                    tmp_path: Path) -> None:
     script = tmp_path / "hvd_step.py"
     script.write_text(HVD_STEP)
-    argv = mpirun_argv(2) + [apptainer_bin, "exec", str(cpu_image), "python3", str(script)]
+    argv = mpirun_argv(2) + [apptainer_bin, "exec", *HOST_BINDS, str(cpu_image), "python3", str(script)]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=ENV)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     check_same_parameters(results(r.stdout, "HVD_RESULT"))
@@ -242,7 +243,7 @@ def test_failed_post_leaves_previous_image_and_no_partial_file(tiny_base: Path, 
     after = (sha256(out), out.stat().st_mtime_ns, (tmp_path / "tiny.sif.hash").read_text())
     assert after == before
     assert leftovers(tmp_path) == []
-    r = subprocess.run([apptainer_bin, "exec", str(out), "cat", "/marker"], capture_output=True,
+    r = subprocess.run([apptainer_bin, "exec", *HOST_BINDS, str(out), "cat", "/marker"], capture_output=True,
                        text=True, timeout=60)
     assert r.stdout.strip() == "good"
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl.resources import REPO_ROOT
+from tests.integration.conftest_apptainer import HOST_BINDS
 from tests.integration.conftest_slurm import hpcdl, node_netns, shared_copy, submit_json, wait_final
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.horovod, pytest.mark.torch]
@@ -118,7 +119,7 @@ def image_without_hpcdl(cpu_image: Path, tmp_path_factory: pytest.TempPathFactor
 
 def test_bundled_example_runs_in_an_image_without_opt_hpcdl(
         slurm_cluster: Path, image_without_hpcdl: Path, apptainer_bin: str, runs_dir: Path) -> None:
-    probe = subprocess.run([apptainer_bin, "exec", str(image_without_hpcdl), "ls", "/opt/hpcdl"],
+    probe = subprocess.run([apptainer_bin, "exec", *HOST_BINDS, str(image_without_hpcdl), "ls", "/opt/hpcdl"],
                            capture_output=True, text=True, timeout=120, check=False)
     assert probe.returncode != 0, "the test image must not carry /opt/hpcdl"
     out = submit_json(*COMMON, "--image", str(image_without_hpcdl), "--backend", "ddp",
@@ -214,7 +215,7 @@ def test_dockerfile_builds_into_a_working_image(cpu_image: Path, apptainer_bin: 
                          timeout=300, cwd="/")
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "app ok hello from a Dockerfile 2.13.0+cpu"
-    built = subprocess.run([apptainer_bin, "exec", str(out), "cat", "/built.txt"],
+    built = subprocess.run([apptainer_bin, "exec", *HOST_BINDS, str(out), "cat", "/built.txt"],
                            capture_output=True, text=True, timeout=120, cwd="/")
     assert built.stdout.strip() == "built"
     # Unchanged Dockerfile and context: the content hash matches, nothing is rebuilt.

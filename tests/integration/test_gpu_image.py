@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest_apptainer import HOST_BINDS
 from tests.integration.conftest_slurm import hpcdl
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.horovod, pytest.mark.torch]
@@ -58,7 +59,7 @@ if hvd.rank() == 0:
 
 
 def _exec(apptainer: str, image: Path, *argv: str, timeout: float = 300) -> str:
-    r = subprocess.run([apptainer, "exec", str(image), *argv], capture_output=True, text=True,
+    r = subprocess.run([apptainer, "exec", *HOST_BINDS, str(image), *argv], capture_output=True, text=True,
                        timeout=timeout, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, f"{argv}: exit {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
     return r.stdout
@@ -170,7 +171,7 @@ def test_gpu_paths_on_a_real_gpu(apptainer_bin: str, gpu_image: Path, tmp_path: 
     horovodrun = shutil.which("horovodrun")
     assert horovodrun, "horovodrun is needed on the host (scripts/build-horovod.sh)"
     probe = subprocess.run(
-        [apptainer_bin, "exec", "--nv", str(gpu_image), "python3", "-c",
+        [apptainer_bin, "exec", *HOST_BINDS, "--nv", str(gpu_image), "python3", "-c",
          "import torch; print(torch.cuda.is_available(), torch.cuda.nccl.version())"],
         capture_output=True, text=True, timeout=300)
     assert probe.stdout.startswith("True"), probe.stdout + probe.stderr[-2000:]

@@ -16,6 +16,7 @@ import pytest
 
 from hpcdl.resources import REPO_ROOT
 from tests.conftest import require
+from tests.integration.conftest_apptainer import HOST_BINDS
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +124,7 @@ def test_real_build_from_the_wheel_carries_the_project(installed: tuple[Path, Pa
                          cwd=elsewhere)
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
     probe = subprocess.run(
-        [apptainer_bin, "exec", str(out), "python3", "-c",
+        [apptainer_bin, "exec", *HOST_BINDS, str(out), "python3", "-c",
          "import hpcdl, hpcdl.launch.world, os; print(hpcdl.__file__); "
          "print(os.path.isfile('/opt/hpcdl/examples/resnet50_imagenet.py'))"],
         capture_output=True, text=True, timeout=300, cwd="/")
