@@ -51,10 +51,13 @@ stage "install: Slurm" scripts/install-slurm.sh
 stage "install: Apptainer" scripts/install-apptainer.sh
 stage "sandbox cluster" hpcdl sandbox up
 stage "dataset" make_data
-publish() {  # the built image where the nodes read it: a hard link (a copy across filesystems)
+publish() {  # the built image (and its build record) where the nodes read it: hard links
+  local suffix
   mkdir -p "$(dirname "$IMAGE")"
-  ln -f "$BUILT" "$IMAGE.tmp" 2>/dev/null || cp "$BUILT" "$IMAGE.tmp"
-  chmod 644 "$IMAGE.tmp" && mv -f "$IMAGE.tmp" "$IMAGE"
+  for suffix in "" .hash .def; do
+    ln -f "$BUILT$suffix" "$IMAGE$suffix.tmp" 2>/dev/null || cp "$BUILT$suffix" "$IMAGE$suffix.tmp"
+    chmod 644 "$IMAGE$suffix.tmp" && mv -f "$IMAGE$suffix.tmp" "$IMAGE$suffix"
+  done
   echo "image: $IMAGE"
 }
 stage "image (Horovod wheel + CPU image)" scripts/build-image.sh -o "$BUILT"

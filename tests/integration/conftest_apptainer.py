@@ -46,15 +46,19 @@ def published(image: Path) -> Path:
     SHARED_IMAGES.mkdir(parents=True, exist_ok=True)
     SHARED_IMAGES.chmod(0o755)
     target = SHARED_IMAGES / image.name
-    if target.exists() and target.stat().st_ino == image.stat().st_ino:
-        return target
-    tmp = target.with_name(f".{target.name}.{os.getpid()}")
-    try:
-        os.link(image, tmp)
-    except OSError:
-        shutil.copyfile(image, tmp)
-    tmp.chmod(0o644)
-    os.replace(tmp, target)
+    # The build record and definition go along: the plan reads the image's GPU
+    # architectures and the run directory its content hash from them.
+    for suffix in ("", ".hash", ".def"):
+        source, dest = image.with_name(image.name + suffix), target.with_name(target.name + suffix)
+        if not source.exists() or (dest.exists() and dest.stat().st_ino == source.stat().st_ino):
+            continue
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copyfile(source, tmp)
+        tmp.chmod(0o644)
+        os.replace(tmp, dest)
     return target
 
 

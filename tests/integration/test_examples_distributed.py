@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from hpcdl.jobside import JOB_DIR_NAME, job_side_files, stage
 from hpcdl.results import protocol
 from tests.conftest import require
 
@@ -312,8 +313,18 @@ def test_synthetic_benchmark_horovod(tmp_path: Path) -> None:
     assert len(res["iterations"]) == 2
 
 
-def srun(*args: str) -> list[str]:
-    return ["srun", "-N2", "-n2", "--mpi=pmix", "-t", "5", sys.executable, str(RESNET), *args]
+def srun(staged: Path, *args: str) -> list[str]:
+    """The bundled example on two sandbox nodes, from ``staged`` (staged_job's copy: the
+    nodes see the shared filesystem, not this checkout)."""
+    return ["srun", "-N2", "-n2", "--mpi=pmix", "-t", "5", sys.executable,
+            str(staged / "examples" / RESNET.name), *args]
+
+
+def staged_job(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The job-side files copied as `hpcdl submit` stages them (into tmp_path/job, on the
+    shared /scratch), and the PYTHONPATH that makes the copy's hpcdl the one imported."""
+    stage(tmp_path, job_side_files())
+    return tmp_path / JOB_DIR_NAME, {"PYTHONPATH": str(tmp_path / JOB_DIR_NAME)}
 
 
 @pytest.mark.slurm
@@ -321,12 +332,13 @@ def srun(*args: str) -> list[str]:
 def test_horovod_and_ddp_under_srun_on_two_nodes(slurm_cluster: Path, tmp_path: Path) -> None:
     require_horovod()
     args = [*SMALL, "--max-steps", "3", "--checkpoint-dir", ""]
-    hvd = launch(srun("--backend", "horovod", *args), tmp_path)
+    staged, env = staged_job(tmp_path)
+    hvd = launch(srun(staged, "--backend", "horovod", *args), tmp_path, extra_env=env)
     res = assert_two_rank_run(hvd, "horovod")
     assert res["launcher"] == "slurm" and res["nodes"] == 2
     # No MASTER_ADDR: the rendezvous host is the first node, n1, whose name resolves and
     # whose address is its own (a network namespace per sandbox node).
-    ddp = launch(srun("--backend", "ddp", *args), tmp_path)
+    ddp = launch(srun(staged, "--backend", "ddp", *args), tmp_path, extra_env=env)
     res_ddp = assert_two_rank_run(ddp, "ddp")
     assert res_ddp["nodes"] == 2
     assert res_ddp["param_checksum"] == res["param_checksum"]
@@ -339,9 +351,10 @@ def test_ddp_under_srun_with_unresolvable_master_is_one_line(
     slurm_cluster: Path, tmp_path: Path
 ) -> None:
     # The sandbox's own node names resolve: a name that cannot (RFC 6761 .invalid).
+    staged, env = staged_job(tmp_path)
     run = launch(
-        srun("--backend", "ddp", *SMALL, "--max-steps", "1", "--checkpoint-dir", ""), tmp_path,
-        extra_env={"MASTER_ADDR": "rank0.invalid"},
+        srun(staged, "--backend", "ddp", *SMALL, "--max-steps", "1", "--checkpoint-dir", ""),
+        tmp_path, extra_env={**env, "MASTER_ADDR": "rank0.invalid"},
     )
     assert run.returncode != 0
     assert "Traceback" not in run.output
