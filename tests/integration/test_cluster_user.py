@@ -88,9 +88,13 @@ def test_status_logs_and_cancel_as_the_user(sandbox_user: ClusterUser) -> None:
     # logs -f on an ended job prints what it wrote and returns.
     follow = sandbox_user.cli("logs", "-f", job, timeout=60)
     assert follow.returncode == 0 and f"started-{job}" in follow.stdout, follow.stderr
-    # Slurm accounts it to the user who submitted it.
-    user = sandbox_user.run(["sacct", "-n", "-X", "-j", job, "-o", "User%20"])
-    assert user.stdout.split() == [sandbox_user.name], user.stdout + user.stderr
+    # Slurm accounts it to the user who submitted it (sacct's row of a job that just
+    # ended can be a placeholder for a few seconds).
+    deadline = time.monotonic() + 30
+    while (user := sandbox_user.run(["sacct", "-n", "-X", "-j", job, "-o", "User%20"])
+           ).stdout.split() != [sandbox_user.name]:
+        assert time.monotonic() < deadline, user.stdout + user.stderr
+        time.sleep(1)
 
 
 @pytest.mark.parametrize("flag, path", [
