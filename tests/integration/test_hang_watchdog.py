@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest_slurm import hpcdl
+from tests.integration.conftest_slurm import hpcdl, shared_copy
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.torch]
 
-SCRIPT = Path(__file__).resolve().parent / "hang" / "gloo_hang.py"
+# The nodes do not see the checkout: the script runs from a copy on the shared /scratch.
+SCRIPT = shared_copy(Path(__file__).resolve().parent / "hang") / "gloo_hang.py"
 SLEEP_LINE = next(i for i, line in enumerate(SCRIPT.read_text().splitlines(), 1)
                   if "time.sleep(3600)" in line)
 # s: long enough that torch's import and the rendezvous in the image on 2 busy cores is
