@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import describe, one_line  # noqa: E402
-from hpcdl.jobside import job_side_files, stage  # noqa: E402
+from hpcdl.jobside import _job_side_files, job_side_files, stage  # noqa: E402
 from tests.integration.conftest_user import VENV, ClusterUser, ensure_user  # noqa: E402
 
 IMAGE = "/scratch/images/pytorch-horovod-cpu.sif"
@@ -41,7 +41,7 @@ HEADLINE = ("submit", "-p", "sandbox", "--nodes", "2", "--gpus", "4", "--wait")
 def staging(repeats: int) -> dict[str, float]:
     """Median ms to find the job-side files (cold, by reading imports) and to copy them."""
     t0 = time.perf_counter()
-    job_side_files.cache_clear()
+    _job_side_files.cache_clear()
     files = job_side_files()
     find_ms = (time.perf_counter() - t0) * 1e3
     times, copied = [], 0

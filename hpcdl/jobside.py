@@ -16,6 +16,7 @@ import ast
 import os
 import shutil
 import tempfile
+import threading
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
@@ -59,11 +60,22 @@ def _module_file(module: str) -> str | None:
     return None
 
 
-@lru_cache(maxsize=1)
+# One reader at a time: CPython 3.11's ast.parse is not safe in concurrent threads
+# ("AST constructor recursion depth mismatch", seen with 100 submissions in threads).
+_FILES_LOCK = threading.Lock()
+
+
 def job_side_files() -> tuple[str, ...]:
     """Every file the job side needs, relative to the job directory, sorted:
     ``examples/...`` (every bundled example and its trainkit) and ``hpcdl/...`` (the
-    probe worker and each hpcdl module these import, with their packages' __init__)."""
+    probe worker and each hpcdl module these import, with their packages' __init__).
+    Read once per process."""
+    with _FILES_LOCK:
+        return _job_side_files()
+
+
+@lru_cache(maxsize=1)
+def _job_side_files() -> tuple[str, ...]:
     examples = examples_dir()
     files = {str(PurePosixPath("examples", p.relative_to(examples).as_posix()))
              for p in examples.rglob("*.py") if "__pycache__" not in p.parts}

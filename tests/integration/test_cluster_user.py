@@ -64,6 +64,7 @@ def test_a_torchrun_script_from_the_users_home_runs_in_the_image(
 
 
 def test_status_logs_and_cancel_as_the_user(sandbox_user: ClusterUser) -> None:
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 5))
     res = sandbox_user.cli("submit", "-p", "sandbox", "-N", "1", "-G", "0", "--json",
                            "--job-name", "user-sleeper", "--",
                            "sh", "-c", "echo started-$SLURM_JOB_ID; exec sleep 300")
@@ -88,11 +89,12 @@ def test_status_logs_and_cancel_as_the_user(sandbox_user: ClusterUser) -> None:
     # logs -f on an ended job prints what it wrote and returns.
     follow = sandbox_user.cli("logs", "-f", job, timeout=60)
     assert follow.returncode == 0 and f"started-{job}" in follow.stdout, follow.stderr
-    # Slurm accounts it to the user who submitted it (sacct's row of a job that just
-    # ended can be a placeholder for a few seconds).
+    # Slurm accounts it to the user who submitted it. (-S: a restarted sandbox reuses job
+    # ids, and the database keeps the older job of the same id; a job that just ended can
+    # be a placeholder row for a few seconds.)
     deadline = time.monotonic() + 30
-    while (user := sandbox_user.run(["sacct", "-n", "-X", "-j", job, "-o", "User%20"])
-           ).stdout.split() != [sandbox_user.name]:
+    while (user := sandbox_user.run(["sacct", "-n", "-X", "-S", since, "-j", job,
+                                     "-o", "User%20"])).stdout.split() != [sandbox_user.name]:
         assert time.monotonic() < deadline, user.stdout + user.stderr
         time.sleep(1)
 
