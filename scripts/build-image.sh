@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the CPU image (containers/pytorch-horovod-cpu.yaml) from scratch or from cache.
 #
-# 1. Fill the wheelhouse the spec copies in (${HPCDL_CACHE:-/var/cache/hpcdl}/wheelhouse):
+# 1. Fill the wheelhouse the spec copies in (<cache>/wheelhouse; the cache is
+#    ${HPCDL_CACHE:-/var/cache/hpcdl}, or ~/.cache/hpcdl for a user who may not write it,
+#    who then reuses the site's wheelhouse when it has one: see hpcdl/cache.py):
 #    - the pinned torch CPU wheel: pip download torch==2.13.0 --no-deps (pip's configuration
 #      on these machines resolves that to the local CPU wheel);
 #    - the Horovod 0.28.1 wheel with the C++17 fix, from scripts/build-horovod.sh (cached
@@ -20,7 +22,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-CACHE=${HPCDL_CACHE:-/var/cache/hpcdl}
+# hpcdl's cache rule (hpcdl/cache.py): ${HPCDL_CACHE:-/var/cache/hpcdl} where this user
+# may write it, else ~/.cache/hpcdl, reading a site cache they can only read as well.
+mapfile -t CACHES < <("$PY" -c 'from hpcdl.cache import cache_dirs
+d = cache_dirs(); print(d.write); print("\n".join(d.read))')
+CACHE=${CACHES[0]}
 WHEELHOUSE=$CACHE/wheelhouse
 TORCH_SPEC="torch==2.13.0"
 SPEC=pytorch-horovod-cpu
@@ -31,7 +37,7 @@ for arg in "$@"; do
   case "$arg" in
     --prepare-only) prepare_only=1 ;;
     --gpu) gpu=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) args+=("$arg") ;;
   esac
 done
@@ -40,6 +46,18 @@ log() { echo "[build-image] $*" >&2; }
 if [ "$gpu" = 1 ]; then
   SPEC=pytorch-horovod-gpu-pypi
   WHEELHOUSE=$CACHE/wheelhouse-gpu
+fi
+# An ordinary user with no wheelhouse of their own reuses the one a site cache they may
+# only read holds (`hpcdl build` reads it from there; it names a missing wheel).
+if [ ! -d "$WHEELHOUSE" ]; then
+  for dir in "${CACHES[@]:1}"; do
+    site=$dir/$(basename "$WHEELHOUSE")
+    if [ "$dir" != "$CACHE" ] && [ -f "$site/.downloaded" ]; then
+      log "wheelhouse: reusing $site (a cache this user may only read)"
+      [ "$prepare_only" = 1 ] && exit 0
+      exec "$PY" -m hpcdl build "$SPEC" "${args[@]}"
+    fi
+  done
 fi
 mkdir -p "$WHEELHOUSE"
 

@@ -12,6 +12,10 @@ def _print_host(host) -> None:  # type: ignore[no-untyped-def]
     click.echo("host:")
     rt = f"{host.runtime} {host.runtime_version} ({host.runtime_path})" if host.runtime else "none"
     click.echo(f"  container runtime : {rt}")
+    if host.access is not None and host.runtime:
+        from hpcdl.container.runtime import runtime_mode
+
+        click.echo(f"  container access  : {runtime_mode(host.access)} (uid {host.access.euid})")
     tools = ", ".join(t for t, ok in host.slurm_tools.items() if ok) or "none"
     click.echo(f"  slurm             : {host.slurm_version or '-'} (tools: {tools})")
     click.echo(f"  srun --mpi=list   : {', '.join(host.srun_mpi) or '-'}"
@@ -23,6 +27,11 @@ def _print_host(host) -> None:  # type: ignore[no-untyped-def]
 
 def _print_image(image) -> None:  # type: ignore[no-untyped-def]
     click.echo(f"image: {image.path}")
+    if image.exists and not image.readable:
+        from hpcdl.doctor.image import unreadable_reason
+
+        click.echo(f"  error             : {unreadable_reason(image)}")
+        return
     if not image.exists or image.error:
         click.echo(f"  error             : {image.error or 'does not exist'}")
         return

@@ -59,7 +59,9 @@ class Definition:
 
 
 def copied_files(spec: ImageSpec, ctx: RenderContext) -> list[tuple[str, str]]:
-    """The ``%files`` entries: the wheelhouse, then the project folders.
+    """The ``%files`` entries: the wheelhouse, then the project folders. A
+    ${HPCDL_CACHE} wheelhouse missing under ``ctx.cache_dir`` is taken from the first of
+    ``ctx.cache_read`` that has it.
 
     Raises ConfigError for a path Apptainer's %files cannot carry (whitespace).
     """
@@ -71,8 +73,9 @@ def copied_files(spec: ImageSpec, ctx: RenderContext) -> list[tuple[str, str]]:
             project_dir=ctx.project_dir or str(REPO_ROOT),
             spec_dir=ctx.spec_dir,
         ) for root in dict.fromkeys((ctx.cache_dir, *ctx.cache_read))]
-        src = next((c for c in candidates[1:] if not Path(candidates[0]).exists()
-                    and Path(c).exists()), candidates[0])
+        src = candidates[0]
+        if len(candidates) > 1 and not Path(src).exists():
+            src = next((c for c in candidates[1:] if Path(c).exists()), src)
         files.append((src, "/opt/wheelhouse"))
     if spec.project:
         for name, src in project_sources(ctx):

@@ -194,8 +194,8 @@ def runtime_mode(facts: RuntimeFacts) -> Mode:
     root: running as root. setuid: the root-owned setuid starter exists and
     apptainer.conf allows it. unprivileged: user namespaces, squashfuse and a /dev/fuse
     this user can open (fuse2fs only matters for ext3 overlay images, so it is a fact
-    the doctor reports, not a condition of the mode). unusable: none of these (``runtime_mode_reason`` says
-    what is missing).
+    the doctor reports, not a condition of the mode). unusable: none of these
+    (``runtime_mode_reason`` says what is missing).
     """
     return _decide(facts)[0]
 

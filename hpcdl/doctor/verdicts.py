@@ -141,11 +141,12 @@ def verdicts(host: HostFacts, image: ImageFacts | None = None,
     return out
 
 
-# What an ordinary user pays for --unsquash: measured by bench/bench_unsquash.py on the
-# 2-core sandbox machine (busy) with the CPU image (539 MiB SIF) for `python3 -c pass`:
-# median 49.5 s (39.5-49.6) and a 1773 MiB temporary sandbox, vs 0.16 s mounted.
-UNSQUASH_COST = ("measured with the 539 MiB CPU image: ~40-50 s and 1.8 GiB of "
-                 "$APPTAINER_TMPDIR per start, vs 0.16 s mounted")
+# What an ordinary user pays for --unsquash: bench/bench_unsquash.py on the 2-core
+# sandbox machine (busy), CPU image (539 MiB SIF), `python3 -c pass`, two runs of 3:
+# medians 49.5 s and 35.7 s (range 20.5-60.6 s), a 1.8 GiB temporary sandbox; mounted
+# 0.16-0.20 s.
+UNSQUASH_COST = ("measured with the 539 MiB CPU image: 20-60 s and 1.8 GiB of "
+                 "$APPTAINER_TMPDIR per start, vs 0.2 s mounted")
 
 
 def access_fix(f: RuntimeFacts, image: str = "IMAGE") -> str:

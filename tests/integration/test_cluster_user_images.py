@@ -159,6 +159,8 @@ def test_doctor_and_inspect_as_the_user_name_an_unreadable_image(
     v = verdict(json.loads(r.stdout), "image")
     assert f"directory {behind.parent} is 0700 root:root" in v["message"]
     assert f"chmod o+x {behind.parent}" in v["fix"]
+    r = as_user(cluster_user, ["hpcdl", "doctor", "--image", str(private)], fuse="0666")
+    assert f"error             : {private} is not readable by hpcuser" in r.stdout
     r = as_user(cluster_user, ["hpcdl", "inspect", str(private)])
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "not readable by hpcuser (mode 0600, owner root:root)" in r.stderr.splitlines()[0]
