@@ -12,6 +12,7 @@ submission), and node-local scratch that is each node's own.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest_slurm import sandbox_dir
 from tests.integration.conftest_user import ClusterUser
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
@@ -192,16 +194,23 @@ def test_stage_to_copies_the_dataset_to_each_nodes_own_scratch(
         assert made.returncode == 0, made.stderr
         subprocess.run(["chown", "-R", f"{sandbox_user.uid}:{sandbox_user.gid}",
                         str(sandbox_user.home / "data")], check=True, timeout=60)
+    # Node-local scratch outlives jobs, as on a real node: a directory of this run's own.
+    target = f"/local/hpcdl-test-{os.getpid()}-{int(time.time())}"
     res = sandbox_user.cli("submit", "-p", "sandbox", "-N", "2", "-G", "1", "--image",
                            str(cpu_image), "--backend", "ddp", "--data", str(data),
-                           "-X", "--stage-to=/local", "-X", "--max-steps=2",
+                           "-X", f"--stage-to={target}", "-X", "--max-steps=2",
                            "-X", "--num-classes=4", "--wait", timeout=JOB_TIMEOUT)
     assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
     run_dir = Path(re.search(r"^run directory: (.+)$", res.stdout, re.M).group(1))  # type: ignore[union-attr]
     out = "".join(p.read_text() for p in run_dir.glob("slurm-*.out"))
-    hosts = re.findall(rf"staged {re.escape(str(data))} -> /local/tiny in \S+ s \(host (\S+)\)", out)
+    hosts = re.findall(rf"staged {re.escape(str(data))} -> {target}/tiny in \S+ s \(host (\S+)\)",
+                       out)
     assert len(hosts) == 2 and len(set(hosts)) == 2, out
-    assert not Path("/local/tiny").exists()  # on the nodes' disks, not the host's
+    assert not Path(target).exists()  # on the nodes' disks, not the host's
+    for host in hosts:  # each node's own copy, where scripts/sandbox.sh keeps its /local
+        copy = sandbox_dir() / "nodes" / host / target.removeprefix("/")
+        assert (copy / "tiny" / "train").is_dir(), copy
+        shutil.rmtree(copy)
 
 
 @pytest.mark.apptainer
