@@ -55,6 +55,7 @@ publish() {  # the built image (and its build record) where the nodes read it: h
   local suffix
   mkdir -p "$(dirname "$IMAGE")"
   for suffix in "" .hash .def; do
+    [ "$BUILT$suffix" -ef "$IMAGE$suffix" ] && continue  # published already (a second demo)
     ln -f "$BUILT$suffix" "$IMAGE$suffix.tmp" 2>/dev/null || cp "$BUILT$suffix" "$IMAGE$suffix.tmp"
     chmod 644 "$IMAGE$suffix.tmp" && mv -f "$IMAGE$suffix.tmp" "$IMAGE$suffix"
   done
