@@ -24,8 +24,8 @@ from hpcdl.resources import PACKAGE_DIR, examples_dir
 
 # RUN_DIR/<this>: examples/ and hpcdl/ below it, the layout the job's PYTHONPATH expects.
 JOB_DIR_NAME = "job"
-# Entry points beside the examples (hpcdl-relative): what `hpcdl probe` runs.
-_ENTRY_MODULES = ("hpcdl/probe/worker.py",)
+# Entry points beside the examples: what `hpcdl probe` runs.
+_ENTRY_MODULES = ("hpcdl.probe.worker",)
 
 
 def job_dir(run_dir: str) -> str:
@@ -79,23 +79,23 @@ def _job_side_files() -> tuple[str, ...]:
     examples = examples_dir()
     files = {str(PurePosixPath("examples", p.relative_to(examples).as_posix()))
              for p in examples.rglob("*.py") if "__pycache__" not in p.parts}
-    todo = [source_of(f) for f in sorted(files)] + [PACKAGE_DIR.parent / m for m in _ENTRY_MODULES]
-    files.update(_ENTRY_MODULES)
-    seen: set[str] = set()
+    todo = [source_of(f) for f in sorted(files)]
+
+    def add(module: str) -> None:
+        """``module`` and the packages it sits in (imported first), each read in turn."""
+        parts = module.split(".")
+        for i in range(1, len(parts) + 1):
+            rel = _module_file(".".join(parts[:i]))
+            if rel and rel not in files:
+                files.add(rel)
+                todo.append(source_of(rel))
+
+    for module in _ENTRY_MODULES:
+        add(module)
     while todo:
         for module in _hpcdl_imports(todo.pop()):
-            parts = module.split(".")
-            for i in range(1, len(parts) + 1):  # a module's packages are imported first
-                rel = _module_file(".".join(parts[:i]))
-                if rel and rel not in seen:
-                    seen.add(rel)
-                    todo.append(source_of(rel))
-    for rel in list(seen) + list(_ENTRY_MODULES):
-        for parent in PurePosixPath(rel).parents:
-            init = parent / "__init__.py"
-            if parent.parts and parent.parts[0] == "hpcdl" and source_of(str(init)).is_file():
-                seen.add(str(init))
-    return tuple(sorted(files | seen))
+            add(module)
+    return tuple(sorted(files))
 
 
 def source_of(rel: str) -> Path:

@@ -791,8 +791,6 @@ def build_plan(profile: Profile, req: JobRequest,
                               gpu_bind=gpu_bind == "local-rank" and req.gpus > 0,
                               record_pid=req.hang_timeout is not None)
     hang_exports, hang_warnings = _hang_exports(req, env, time, log_dir)
-    if req.run_dir:  # any script may write into its run directory: per-step metrics
-        hang_exports.append(("HPCDL_RUN_DIR", req.run_dir))  # (hpcdl.results.steps)
     warnings += hang_warnings
     context = {
         "profile": profile,
@@ -811,7 +809,7 @@ def build_plan(profile: Profile, req: JobRequest,
         "cpus_per_task": cpus,
         "omp_num_threads": omp,
         "exports": [(k, shell_join([v])) for k, v in (*env, *hang_exports)]
-                   + _job_side_exports(req, image),
+                   + _run_dir_exports(req, image),
         "backend": req.backend,
         "image_q": shell_join([image]) if image else None,
         "launcher": launcher,
@@ -879,13 +877,19 @@ def build_plan(profile: Profile, req: JobRequest,
     )
 
 
-def _job_side_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]]:
-    """For the bundled example or the probe run natively: the run directory's staged
-    job-side files on PYTHONPATH ahead of whatever the job has (the nodes need not see
-    the hpcdl that submitted). A script of one's own finds them at $HPCDL_RUN_DIR/job."""
-    if not req.run_dir or image or req.command:
+def _run_dir_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]]:
+    """What the job is told of its run directory, rendered: HPCDL_RUN_DIR for any script
+    (per-step metrics go there, hpcdl.results.steps; the staged job-side files are in its
+    job/); and for the bundled example or the probe run natively, those staged files on
+    PYTHONPATH ahead of whatever the job has (the nodes need not see the hpcdl that
+    submitted)."""
+    if not req.run_dir:
         return []
-    return [("PYTHONPATH", shell_join([job_dir(req.run_dir)]) + "${PYTHONPATH:+:$PYTHONPATH}")]
+    exports = [("HPCDL_RUN_DIR", shell_join([req.run_dir]))]
+    if not image and not req.command:
+        exports.append(("PYTHONPATH",
+                        shell_join([job_dir(req.run_dir)]) + "${PYTHONPATH:+:$PYTHONPATH}"))
+    return exports
 
 
 def check_shared_paths(profile: Profile, req: JobRequest, image: str | None) -> None:
