@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from hpcdl.cli.options import example_options, parse_env
+from hpcdl.cli.options import example_options, parse_env, runtime_mode_for
 from hpcdl.errors import ValidationError
 from hpcdl.probe.request import BACKENDS, DEFAULT_SIZES, MPI_MODES, ProbeOptions
 from hpcdl.probe.worker import DEFAULT_SLOW_RATIO, EXIT_BAD_INPUT, format_size
@@ -196,12 +196,7 @@ def probe(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
         job_name=job_name, image=image, env=parse_env(env), binds=binds, no_image=no_image,
         launcher="srun", requeue=False, probe=args,
         run_dir=str(run_dir.resolve()) if run_dir is not None else None)
-    from hpcdl.plan import job_image
-    from hpcdl.preflight import runtime_mode
-
-    mode, mode_warning = runtime_mode(job_image(prof, request)[0], prof.container.binary)
-    if mode_warning:
-        click.echo(f"warning: {mode_warning}", err=True)
+    mode = runtime_mode_for(prof, request)
     if dry_run:
         from hpcdl.cli.submit import print_dry_run
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
-from hpcdl.cli.options import example_options, launch_options, parse_env
+from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
 from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest, job_image
-from hpcdl.preflight import check_inputs, image_arch_facts, runtime_mode
+from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.profiles import load_profile
 from hpcdl.results.table import (
     Row,
@@ -112,9 +112,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     base, why = pin_partition(prof, base, points)  # one partition: comparable speedups
     # The image's build record (its GPU architectures), read once for every point's check.
     facts = image_arch_facts(job_image(prof, base)[0])
-    mode, mode_warning = runtime_mode(job_image(prof, base)[0], prof.container.binary)
-    if mode_warning:
-        click.echo(f"warning: {mode_warning}", err=True)
+    mode = runtime_mode_for(prof, base)
     if dry_run:
         _show_plans(plan_points(prof, base, points, image_facts=facts, runtime_mode=mode), why,
                     as_json)

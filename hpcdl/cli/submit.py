@@ -9,11 +9,17 @@ from typing import TYPE_CHECKING
 import click
 
 from hpcdl import pbs
-from hpcdl.cli.options import example_options, launch_options, parse_env, request_options
+from hpcdl.cli.options import (
+    example_options,
+    launch_options,
+    parse_env,
+    request_options,
+    runtime_mode_for,
+)
 from hpcdl.errors import ValidationError
 from hpcdl.hang import DEFAULT_HANG_ACTION, HANG_ACTIONS, parse_seconds
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan, job_image
-from hpcdl.preflight import check_inputs, image_arch_facts, runtime_mode
+from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
@@ -126,9 +132,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     )
     # Reads the image's build record (its GPU architectures) for the plan's check.
     facts = image_arch_facts(job_image(prof, request)[0])
-    mode, mode_warning = runtime_mode(job_image(prof, request)[0], prof.container.binary)
-    if mode_warning:
-        click.echo(f"warning: {mode_warning}", err=True)
+    mode = runtime_mode_for(prof, request)
     if dry_run:
         # validates: raises before anything is written
         print_dry_run(build_plan(prof, request, facts, mode), as_json=as_json)
