@@ -744,9 +744,11 @@ node_mounts() {
   m --bind "$dir/nodes/$node/local" "$local_dir"
   m -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
   m --bind "$dir/nodes/$node/tmp" /tmp
+  local -a hidden=()
   for path in "${hide[@]}"; do
     [[ -d $path && $path != "$shared" ]] || continue
     m -t tmpfs -o "mode=$(stat -c %a "$path"),nosuid,nodev" tmpfs "$path"
+    hidden+=("$path")
   done
   local entry
   for entry in "${moved[@]}"; do
@@ -754,12 +756,9 @@ node_mounts() {
     mkdir -p "$path"
     m --move "$stash/${entry%%:*}" "$path"
   done
-  for path in "${hide[@]}"; do
-    [[ -d $path && $path != "$shared" ]] || continue
-    m -o remount,ro "$path"
-  done
+  for path in "${hidden[@]}"; do m -o remount,ro "$path"; done
   rm -rf "$stash"
-  echo "node $node: private /tmp /var/tmp /dev/shm $local_dir; hidden ${hide[*]}; kept ${moved[*]}"
+  echo "node $node: private /tmp /var/tmp /dev/shm $local_dir; hidden ${hidden[*]}; kept ${moved[*]}"
 }
 
 nodes_ready() {  # every node with a slurmd in a usable state (idle, mixed or allocated)
