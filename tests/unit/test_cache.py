@@ -9,6 +9,7 @@ import pytest
 
 from hpcdl.cache import CacheDirs, cache_dirs, choose_cache, dir_state, user_cache
 from hpcdl.container.build import plan_build
+from tests.unit.fake_wheels import fill_wheelhouse
 
 SYS, USER = "/var/cache/hpcdl", "/home/u/.cache/hpcdl"
 
@@ -50,13 +51,6 @@ def test_cache_dirs_from_the_environment(tmp_path: Path) -> None:
     assert cache_dirs(env).write == str(tmp_path / "site")  # writable here (root)
 
 
-WHEELS = [
-    "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
-    "horovod-0.28.1-cp311-cp311-linux_x86_64.whl",
-    "mpi4py-4.1.2-cp311-cp311-manylinux1_x86_64.whl",
-    "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl",
-    "pillow-13.0.0-cp311-cp311-manylinux_2_28_x86_64.whl",
-]
 
 
 def test_a_build_reads_the_site_wheelhouse_and_writes_the_users_cache(
@@ -64,9 +58,7 @@ def test_a_build_reads_the_site_wheelhouse_and_writes_the_users_cache(
     """The rule as plan_build applies it (the site cache made read-only by faking the
     state: tests run as root, who may write anything)."""
     site, home = tmp_path / "site", tmp_path / "home"
-    (site / "wheelhouse").mkdir(parents=True)
-    for name in WHEELS:
-        (site / "wheelhouse" / name).write_bytes(b"")
+    fill_wheelhouse(site / "wheelhouse")
     monkeypatch.setenv("HPCDL_CACHE", str(site))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
@@ -75,8 +67,6 @@ def test_a_build_reads_the_site_wheelhouse_and_writes_the_users_cache(
     assert plan.output == home / ".cache" / "hpcdl" / "images" / "pytorch-horovod-cpu.sif"
     assert (str(site / "wheelhouse"), "/opt/wheelhouse") in plan.files
     # the user's own wheelhouse, once there, wins
-    (home / ".cache" / "hpcdl" / "wheelhouse").mkdir(parents=True)
-    for name in WHEELS:
-        (home / ".cache" / "hpcdl" / "wheelhouse" / name).write_bytes(b"")
+    fill_wheelhouse(home / ".cache" / "hpcdl" / "wheelhouse")
     plan = plan_build("pytorch-horovod-cpu")
     assert (str(home / ".cache" / "hpcdl" / "wheelhouse"), "/opt/wheelhouse") in plan.files

@@ -14,24 +14,14 @@ from hpcdl.container.build import execute, plan_build
 from hpcdl.container.runtime import find_runtime
 from hpcdl.container.spec import find_spec, load_spec
 from hpcdl.errors import BuildError, ToolError, UserInputError
-
-WHEELS = [
-    "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
-    "horovod-0.28.1-cp311-cp311-linux_x86_64.whl",
-    "mpi4py-4.1.2-cp311-cp311-manylinux1_x86_64.whl",
-    "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl",
-    "pillow-13.0.0-cp311-cp311-manylinux_2_28_x86_64.whl",
-]
+from tests.unit.fake_wheels import WHEELS, fill_wheelhouse
 
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An HPCDL_CACHE whose wheelhouse has (empty) wheels with the right names."""
     monkeypatch.setenv("HPCDL_CACHE", str(tmp_path))
-    wh = tmp_path / "wheelhouse"
-    wh.mkdir()
-    for name in WHEELS:
-        (wh / name).write_bytes(b"")
+    fill_wheelhouse(tmp_path / "wheelhouse")
     return tmp_path
 
 
