@@ -134,6 +134,16 @@ def spread(values: list[float]) -> str:
     return f"{med:.2f}" if len(values) == 1 else f"{med:.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
+def _axes(ax: Any, title: str, xlabel: str, ylabel: str) -> None:
+    """One panel's frame: nodes on a log-2 axis, labels, legend, light grid."""
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+
+
 def plot(path: Path, launches: dict[str, dict[int, list[float]]],
          probes: list[dict[str, Any]], machine: str) -> None:
     import matplotlib
@@ -146,12 +156,8 @@ def plot(path: Path, launches: dict[str, dict[int, list[float]]],
         ns = sorted(by_n)
         if ns:
             left.plot(ns, [statistics.median(by_n[n]) for n in ns], marker="o", label=method)
-    left.set_xscale("log", base=2)
-    left.set_xlabel("nodes (one rank each)")
-    left.set_ylabel("s from the command to the last rank's start (median)")
-    left.set_title("launch")
-    left.legend()
-    left.grid(alpha=0.3)
+    _axes(left, "launch", "nodes (one rank each)",
+          "s from the command to the last rank's start (median)")
     done = [p for p in probes if p["exit"] in (0, 1)]
     if done:
         ns = [p["nodes"] for p in done]
@@ -161,22 +167,12 @@ def plot(path: Path, launches: dict[str, dict[int, list[float]]],
         middle.plot(ns, [inside[0] * (n / ns[0]) ** 2 for n in ns], linestyle="--", color="grey",
                     label=f"in the job x N^2 from {ns[0]} nodes")
         middle.set_ylim(0, max(p["wall_s"] for p in done) * 1.3)
-        middle.set_xscale("log", base=2)
-        middle.set_xlabel("nodes (one rank each, one node limited)")
-        middle.set_ylabel("s")
-        middle.set_title("hpcdl probe")
-        middle.legend()
-        middle.grid(alpha=0.3)
+        _axes(middle, "hpcdl probe", "nodes (one rank each, one node limited)", "s")
         right.plot(ns, [p["pairs"] for p in done], marker="o", label="pairs measured")
         right.plot(ns, [n * (n - 1) // 2 for n in ns], linestyle="--", color="grey",
                    label="every pair, N(N-1)/2")
-        right.set_xscale("log", base=2)
         right.set_yscale("log")
-        right.set_xlabel("nodes")
-        right.set_ylabel("node pairs (process groups)")
-        right.set_title("probe: pairs measured")
-        right.legend()
-        right.grid(alpha=0.3)
+        _axes(right, "probe: pairs measured", "nodes", "node pairs (process groups)")
     fig.suptitle(f"hpcdl at scale on a sandbox cluster ({machine})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
