@@ -34,7 +34,17 @@ from hpcdl.requeue import (
 from hpcdl.resources import PACKAGE_DIR, examples_dir
 from hpcdl.slurmtime import format_time, parse_time
 from hpcdl.templating import Raw, render_template, shell_join
-from hpcdl.tokens import BIND, CONTROL, ENV_NAME, NAME, PATH, REQUEUE_SIGNAL, Kind, check_token
+from hpcdl.tokens import (
+    BIND,
+    BIND_SOURCE,
+    CONTROL,
+    ENV_NAME,
+    NAME,
+    PATH,
+    REQUEUE_SIGNAL,
+    Kind,
+    check_token,
+)
 
 # Values Slurm's #SBATCH parser takes as they are; others go in double quotes.
 _PLAIN_SBATCH = re.compile(r"[A-Za-z0-9_.,:@%+=/\-]+")
@@ -236,10 +246,11 @@ def check_request(req: JobRequest) -> None:
             )
     if req.partition is not None:
         _check("partition", req.partition, NAME)
-    for name, path in (("image", req.image), ("data", req.data), ("template", req.template),
-                       ("run-dir", req.run_dir)):
+    for name, path in (("image", req.image), ("data", req.data), ("template", req.template)):
         if path is not None:
             _check(name, path, PATH)
+    if req.run_dir is not None:  # bound into the container (and its job/ at /hpcdl)
+        _check("run-dir", req.run_dir, BIND_SOURCE)
     for key, value in req.env:
         if not ENV_NAME.pattern or not ENV_NAME.pattern.fullmatch(key):
             raise _fail(f"env: {key!r} is not a valid variable name (use KEY=VALUE)")

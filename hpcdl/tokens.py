@@ -113,6 +113,10 @@ PATH = _kind("path", r"[^\x00-\x1f\x7f]+", "/scratch/$USER")
 # A directory the compute nodes share, compared with paths on the submitting host (never
 # expanded or rendered): absolute, no $VARS.
 SHARED_DIR = _kind("absolute directory", r"/[^$\x00-\x1f\x7f]*", "/")
+# A path that becomes an Apptainer bind source (the run directory, node-local scratch):
+# a ':' would start its destination, a ',' another bind.
+BIND_SOURCE = _kind("path usable as a bind source (no ':' or ',')", r"[^,:\x00-\x1f\x7f]+",
+                    "/scratch/runs")
 # A container bind SRC[:DST[:OPTS]]: a comma would start another bind.
 BIND = _kind("bind (SRC[:DST])", r"[^,:\x00-\x1f\x7f]+(:[^,:\x00-\x1f\x7f]+){0,2}", "/scratch")
 # Image name of a spec (file names, labels).
@@ -154,6 +158,7 @@ RequeueSignal = Annotated[str, Strict(), checker(REQUEUE_SIGNAL), REQUEUE_SIGNAL
 Executable = Annotated[str, Strict(), checker(EXECUTABLE), EXECUTABLE]
 HostPath = Annotated[str, Strict(), checker(PATH), PATH]
 SharedDir = Annotated[str, Strict(), checker(SHARED_DIR), SHARED_DIR]
+BindSource = Annotated[str, Strict(), checker(BIND_SOURCE), BIND_SOURCE]
 Bind = Annotated[str, Strict(), checker(BIND), BIND]
 ImageName = Annotated[str, Strict(), checker(IMAGE_NAME), IMAGE_NAME]
 ImageRef = Annotated[str, Strict(), checker(IMAGE_REF), IMAGE_REF]
@@ -173,7 +178,7 @@ PositiveInt = Annotated[int, Strict(), Field(ge=1)]
 NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 
 KINDS: tuple[Kind, ...] = (
-    NAME, SLURM_VALUE, OPTION_KEY, SLURM_TIME, EXAMPLE_ARG, FILESYSTEM, MODULE, ENV_NAME, REQUEUE_SIGNAL, EXECUTABLE, PATH, SHARED_DIR, BIND,
+    NAME, SLURM_VALUE, OPTION_KEY, SLURM_TIME, EXAMPLE_ARG, FILESYSTEM, MODULE, ENV_NAME, REQUEUE_SIGNAL, EXECUTABLE, PATH, SHARED_DIR, BIND_SOURCE, BIND,
     IMAGE_NAME, IMAGE_REF, IMAGE_TAG, OS_VERSION, VERSION, DEB_PACKAGE, REQUIREMENT, URL,
     LABEL_KEY, TEXT, DEF_TEXT, IFNAME,
 )

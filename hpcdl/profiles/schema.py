@@ -16,6 +16,7 @@ from hpcdl.resources import examples_dir
 from hpcdl.slurmtime import parse_time
 from hpcdl.tokens import (
     Bind,
+    BindSource,
     EnvName,
     ExampleArg,
     Executable,
@@ -182,7 +183,7 @@ class Paths(_Strict):
         description="directories the compute nodes share with the host hpcdl runs on "
                     "(e.g. /home, /scratch); when set, a run directory, image, dataset or "
                     "--bind source outside them is refused before submission")
-    local_scratch: HostPath | None = Field(
+    local_scratch: BindSource | None = Field(
         default=None,
         description="node-local scratch directory (each node its own, e.g. /local or "
                     "/tmp): where image staging and --stage-to copy to")

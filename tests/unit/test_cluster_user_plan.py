@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pydantic
 import pytest
 
 from hpcdl.container.runtime import RuntimeFacts
@@ -17,6 +18,7 @@ from hpcdl.jobside import job_side_files, source_of, stage
 from hpcdl.plan import JobRequest, build_plan, on_shared_path
 from hpcdl.preflight import runtime_mode
 from hpcdl.profiles import load_profile
+from hpcdl.profiles.schema import Profile
 from hpcdl.resources import PACKAGE_DIR
 
 IMAGE = "/scratch/images/cpu.sif"
@@ -147,3 +149,21 @@ def test_unprivileged_ranks_get_what_mpi_needs_and_others_nothing() -> None:
     site = sandbox.model_copy(update={"container": sandbox.container.model_copy(
         update={"mode": "setuid"})})
     assert build_plan(site, req, runtime_mode="unprivileged").container_mode == "setuid"
+
+
+@pytest.mark.parametrize("run_dir", ["/scratch/runs/a:b", "/scratch/runs/a,b"])
+def test_a_run_directory_that_cannot_be_a_bind_source_is_refused(run_dir: str) -> None:
+    """The run directory (and its job/) is bound into the container: a ':' would start
+    the bind's destination, a ',' another bind."""
+    with pytest.raises(ValidationError) as err:
+        build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1, image=IMAGE,
+                                                       run_dir=run_dir))
+    assert err.value.message.startswith(f"run-dir: {run_dir!r} is not a path usable as a bind "
+                                        "source (no ':' or ',')")
+
+
+def test_node_local_scratch_must_be_a_bind_source() -> None:
+    sandbox = load_profile("sandbox").model_dump(mode="json")
+    sandbox["paths"]["local_scratch"] = "/local:/etc"
+    with pytest.raises(pydantic.ValidationError, match="bind source"):
+        Profile.model_validate(sandbox)
