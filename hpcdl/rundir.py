@@ -23,6 +23,8 @@
                        diagnosis.json and diagnosis.txt
         metrics/       per-step metrics, rank-RRRRR.jsonl per rank (written by the job via
                        $HPCDL_RUN_DIR; hpcdl.results.steps owns the format)
+        probe-error.R  `hpcdl probe`: rank R's report that it refused its input (written by
+                       the job; hpcdl.results.protocol owns the line)
         report.html    `hpcdl report` (and the end of `submit --wait`): hpcdl.report
 
 ``RunDir`` owns these paths and reads and writes the records (plan.json read as a
@@ -52,6 +54,7 @@ from hpcdl.container.hashing import read_record, sidecar
 from hpcdl.hang import RankPid, parse_pid_file
 from hpcdl.jobside import JOB_DIR_NAME, stage
 from hpcdl.requeue import PROGRESS_NAME
+from hpcdl.results.protocol import PROBE_ERROR_PREFIX
 from hpcdl.results.steps import metrics_dir
 from hpcdl.timelimit import steps_seen
 
@@ -248,6 +251,18 @@ class RunDir:
         except (OSError, ValueError):
             records = False
         return steps_seen(records, self.progress.exists())
+
+    def probe_errors(self) -> str:
+        """The report lines of probe ranks that refused their input (probe-error.RANK,
+        hpcdl.results.protocol), joined; '' when none wrote one."""
+        lines = []
+        for path in sorted(self.path.glob(f"{PROBE_ERROR_PREFIX}*")):
+            if not path.name.endswith(".tmp"):
+                try:
+                    lines.append("\n" + path.read_text(encoding="utf-8", errors="replace"))
+                except OSError:
+                    pass
+        return "".join(lines)
 
     @property
     def pids(self) -> Path:

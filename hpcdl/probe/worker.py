@@ -385,16 +385,16 @@ def _fail(message: str, report: Callable[[dict[str, Any]], None]) -> int:
     return EXIT_BAD_INPUT
 
 
-def _protocol_line() -> Callable[[dict[str, Any]], str]:
-    """hpcdl.results.protocol's writer, from the hpcdl tree this file is part of (bound
+def _protocol() -> Any:
+    """hpcdl.results.protocol (the report's writers), from the hpcdl tree this file is part of (bound
     at /hpcdl/hpcdl in a job, or a checkout or installed package), so writer and parser
     always match; a python path that holds another hpcdl does not win."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if os.path.isfile(os.path.join(root, "hpcdl", "results", "protocol.py")):
         sys.path.insert(0, root)
-    from hpcdl.results.protocol import probe_line
+    from hpcdl.results import protocol
 
-    return probe_line
+    return protocol
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -413,12 +413,19 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the probe in this rank; returns the exit status (see the module)."""
     args = _arguments(argv)
-    probe_line = _protocol_line()
+    protocol = _protocol()
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
 
     def report(obj: dict[str, Any]) -> None:
-        print(probe_line({"node": node_name(), "rank": rank, **obj}), flush=True)
+        line = protocol.probe_line({"node": node_name(), "rank": rank, **obj})
+        run_dir = os.environ.get("HPCDL_RUN_DIR")
+        if "error" in obj and run_dir:
+            try:
+                protocol.write_probe_error(run_dir, rank, line)
+            except OSError:
+                pass  # the stdout line below is then the only copy
+        print(line, flush=True)
 
     try:
         sizes = parse_sizes(args.sizes)

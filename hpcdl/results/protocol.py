@@ -13,6 +13,7 @@ checkout or from the image (/opt/hpcdl), without hpcdl's dependencies.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 from typing import Any
@@ -21,6 +22,9 @@ RESULT_KEY = "hpcdl_result"
 # `hpcdl probe`'s report (hpcdl/probe/worker.py): rank 0 prints the measurements; a rank
 # that cannot run prints ``{"error": ...}`` (with its node) before it exits 2.
 PROBE_KEY = "hpcdl_probe"
+# ... and writes the same line to RUN_DIR/probe-error.RANK: srun --kill-on-bad-exit can end
+# the step before that rank's stdout reaches the log (its stderr, written first, did).
+PROBE_ERROR_PREFIX = "probe-error."
 RANK_TAG = "hpcdl_rank_checksum"
 
 _LABEL = re.compile(r"^\s*(\d+): ")
@@ -37,6 +41,15 @@ def result_line(result: dict[str, Any]) -> str:
 def probe_line(report: dict[str, Any]) -> str:
     """The probe's report line (one JSON object on one line)."""
     return json.dumps({PROBE_KEY: report})
+
+
+def write_probe_error(run_dir: str, rank: int, line: str) -> None:
+    """Write a rank's error report ``line`` (probe_line's) to ``run_dir``, atomically."""
+    path = os.path.join(run_dir, f"{PROBE_ERROR_PREFIX}{rank}")
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+    os.replace(tmp, path)
 
 
 def rank_line(rank: int, checksum: str, host: str | None = None) -> str:

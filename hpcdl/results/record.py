@@ -70,14 +70,15 @@ def _read(path: Path) -> str:
         return ""
 
 
-def result_record(status: JobStatus, logs: JobLogs) -> ResultRecord:
+def result_record(status: JobStatus, logs: JobLogs, probe_errors: str = "") -> ResultRecord:
     """result.json: the final status, the example's result line and rank table
-    (if any), the probe's report (if any), and the ranks srun saw fail.
+    (if any), the probe's report (if any; ``probe_errors`` holds the lines ranks that
+    refused its input wrote to the run directory), and the ranks srun saw fail.
     """
     record: dict[str, Any] = {
         **status.to_dict(), "stdout": str(logs.out_path), "stderr": str(logs.err_path),
-        "hpcdl_result": parse_result(logs.out), "probe": parse_probe(logs.out), "ranks": parse_rank_table(logs.out),
-        "failed_ranks": failed_ranks(logs.err)}
+        "hpcdl_result": parse_result(logs.out), "probe": parse_probe(logs.out + probe_errors),
+        "ranks": parse_rank_table(logs.out), "failed_ranks": failed_ranks(logs.err)}
     return ResultRecord(**record)  # type: ignore[typeddict-item]
 
 
@@ -85,7 +86,7 @@ def record_result(run_dir: RunDir, status: JobStatus) -> tuple[ResultRecord, Job
     """An ended job's result.json, written from its status and logs; returns it and
     the logs (read once)."""
     logs = JobLogs.read(run_dir, status.job_id)
-    record = result_record(status, logs)
+    record = result_record(status, logs, run_dir.probe_errors())
     run_dir.write_result(dict(record))
     return record, logs
 

@@ -21,6 +21,9 @@ from hpcdl.probe.request import ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
 from hpcdl.results import protocol
+from hpcdl.results.record import JobLogs, result_record
+from hpcdl.rundir import RunDir
+from hpcdl.scheduler import JobStatus
 
 # ---- sizes ------------------------------------------------------------------------
 
@@ -300,6 +303,27 @@ def test_worker_refuses_an_interface_the_node_lacks(monkeypatch, capsys):
     assert code == 2
     assert report["error"].startswith("--ifname eth9: no interface of node n7 matches (it has lo")
     assert err.strip() == f"hpcdl probe: {report['error']}"
+
+
+def test_a_refusal_reaches_result_json_when_srun_drops_the_ranks_stdout(
+        monkeypatch, capsys, tmp_path):
+    # srun --kill-on-bad-exit can end the step before a refusing rank's stdout is in the
+    # log: the rank also writes its line to the run directory, and the record reads it.
+    monkeypatch.setenv("HPCDL_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("SLURMD_NODENAME", "n2")
+    assert worker.main(["--ifname", "eth9"]) == 2
+    capsys.readouterr()
+    assert [p.name for p in tmp_path.iterdir()] == ["probe-error.1"]
+    status = JobStatus(job_id="7", name="hpcdl-probe", state="FAILED", slurm_state="FAILED",
+                       exit_code=143)
+    empty = JobLogs(tmp_path / "o", tmp_path / "e", "", "srun: error: n2: task 1: Exited\n")
+    record = result_record(status, empty, RunDir(tmp_path).probe_errors())
+    assert record["probe"]["node"] == "n2" and record["probe"]["rank"] == 1
+    assert record["probe"]["error"].startswith("--ifname eth9: no interface of node n2")
+    assert probe_exit(dict(record), 143) == 2
+    assert result_record(status, empty)["probe"] is None  # without the file: nothing
 
 
 @pytest.mark.parametrize("args, why", [(["--sizes", "3X"], "not a size"),
