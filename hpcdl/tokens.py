@@ -141,6 +141,14 @@ LABEL_KEY = _kind("label name", r"[A-Za-z0-9_.\-]+", "org.example.owner")
 # A network interface list in NCCL_SOCKET_IFNAME's syntax (prefixes, '=' exact, '^'
 # excluded); the probe worker owns the pattern (it checks it in the job, stdlib only).
 IFNAME = _kind("interface name list (NCCL_SOCKET_IFNAME syntax)", IFNAME_SPEC.pattern, "ib0")
+# The login node: none may start with '-' (ssh would read an option).
+SSH_HOST = _kind("host name for ssh (an alias from ~/.ssh/config, a DNS name or an IPv4 address)",
+                 r"[A-Za-z0-9][A-Za-z0-9_.\-]*", "login.cluster.example.org")
+SSH_USER = _kind("user name", r"[A-Za-z_][A-Za-z0-9_.\-]*", "jdoe")
+SSH_JUMP = _kind("jump host list ([USER@]HOST[:PORT],...)",
+                 r"([A-Za-z_][A-Za-z0-9_.\-]*@)?[A-Za-z0-9][A-Za-z0-9_.\-]*(:\d{1,5})?"
+                 r"(,([A-Za-z_][A-Za-z0-9_.\-]*@)?[A-Za-z0-9][A-Za-z0-9_.\-]*(:\d{1,5})?)*",
+                 "jdoe@gateway.example.org")
 TEXT = _kind("one-line text", None)
 # Free text rendered inside a definition file (%help, %test): it must not start a
 # word with '%', which a wrapped or indented line could turn into a new section.

@@ -14,6 +14,8 @@ step "slurm sandbox" scripts/sandbox.sh up
 step "apptainer" scripts/install-apptainer.sh
 # Debian's Chromium: `hpcdl report`'s HTML is checked in a real headless browser.
 step "browser" scripts/install-browser.sh
+# OpenSSH's server and rsync: a login node reached over SSH (hpcdl.remote.ssh's tests).
+step "ssh" scripts/install-ssh.sh
 # Horovod on the host too (the examples' tests run horovodrun/mpirun natively); the
 # image step below reuses the same cached wheel.
 step "horovod" scripts/build-horovod.sh

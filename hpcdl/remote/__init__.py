@@ -1,0 +1,1 @@
+"""Reaching a cluster from elsewhere: its login node over SSH."""

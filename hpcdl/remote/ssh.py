@@ -1,0 +1,253 @@
+"""Commands and files through a cluster's login node, over one multiplexed OpenSSH
+connection.
+
+OpenSSH, not a Python SSH library: it reads the user's ``~/.ssh/config`` (aliases,
+ProxyJump, keys, agents, ControlPersist) exactly as their own ``ssh`` does, and a
+2FA prompt is answered once, by the master connection, for every command after it.
+The master lives at a ControlPath under a directory only the user can read; every
+command and every rsync rides on it (``-o ControlMaster=auto``), so a polling cycle
+costs one round trip, not one TCP and key exchange.
+
+Remote commands are argv lists: :func:`remote_command` quotes each word for the
+remote POSIX shell, so a value never becomes shell syntax there. The remote side
+needs only sh, Slurm's commands and rsync: no hpcdl.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcdl import proc
+from hpcdl.errors import ToolError, UserInputError
+from hpcdl.tokens import SSH_HOST, SSH_JUMP, SSH_USER, check_token
+
+# ssh's own exit status for "could not connect or authenticate" (a remote command's
+# status otherwise comes back unchanged).
+SSH_FAILED = 255
+CONNECT_TIMEOUT_S = 15
+# How long the master connection outlives the last command: long enough to cover the
+# gaps between polls, short enough not to linger after hpcdl exits.
+PERSIST_S = 300
+
+
+class RemoteError(ToolError):
+    """The login node could not be reached or a command on it failed (exit 1)."""
+
+
+class RemoteInputError(UserInputError):
+    """The login node named in the profile cannot be used as given (exit 2): unknown
+    host, refused key."""
+
+
+@dataclass(frozen=True)
+class LoginNode:
+    """Where to reach the cluster: an ``~/.ssh/config`` alias or a host name, with what
+    ``ssh`` would otherwise take from that config. Every value is checked as a token of
+    its kind (none can start with '-', so none is read as an ssh option)."""
+
+    host: str
+    user: str | None = None
+    port: int | None = None
+    identity: str | None = None
+    jump: str | None = None
+
+    def __post_init__(self) -> None:
+        check_token(self.host, SSH_HOST)
+        if self.user is not None:
+            check_token(self.user, SSH_USER)
+        if self.jump is not None:
+            check_token(self.jump, SSH_JUMP)
+        if self.port is not None and not 1 <= self.port <= 65535:
+            raise ValueError(f"port {self.port}: must be 1 to 65535")
+        if self.identity is not None and not os.path.isabs(self.identity):
+            raise ValueError(f"identity {self.identity!r}: must be an absolute path")
+
+    @property
+    def target(self) -> str:
+        """``user@host`` or ``host``: what names the login node in messages and rsync."""
+        return f"{self.user}@{self.host}" if self.user else self.host
+
+
+def control_dir() -> Path:
+    """Where the master connections' sockets live: a directory only this user can enter
+    (a socket there is a logged-in session)."""
+    base = Path(os.environ.get("XDG_RUNTIME_DIR") or Path.home() / ".cache")
+    path = base / "hpcdl" / "ssh"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def ssh_options(login: LoginNode, sockets: Path, *, batch: bool = True) -> list[str]:
+    """The options of every ssh call to ``login`` (without the host): the shared master
+    connection, timeouts, and the profile's user, port, key and jump host. ``batch``
+    refuses password and 2FA prompts (a command run from a poll loop must fail, not
+    wait on a terminal); the first connection may allow them."""
+    opts = ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockets}/%C",
+            "-o", f"ControlPersist={PERSIST_S}", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+            "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3",
+            "-o", f"BatchMode={'yes' if batch else 'no'}"]
+    if login.user:
+        opts += ["-l", login.user]
+    if login.port:
+        opts += ["-p", str(login.port)]
+    if login.identity:
+        opts += ["-i", login.identity, "-o", "IdentitiesOnly=yes"]
+    if login.jump:
+        opts += ["-J", login.jump]
+    return opts
+
+
+def remote_command(argv: Sequence[str]) -> str:
+    """``argv`` as one command line for the remote POSIX shell, each word quoted."""
+    if not argv:
+        raise ValueError("an empty remote command")
+    return shlex.join(str(a) for a in argv)
+
+
+# What ssh says on stderr when it cannot get to a shell, and what hpcdl tells the user.
+_UNKNOWN_HOST = re.compile(r"Could not resolve hostname|Name or service not known")
+_AUTH = re.compile(r"Permission denied \(|Too many authentication failures|"
+                   r"Host key verification failed")
+_UNREACHABLE = re.compile(r"Connection refused|Connection timed out|No route to host|"
+                          r"Network is unreachable|Connection closed|Connection reset|"
+                          r"kex_exchange_identification|timed out")
+
+
+def connection_error(login: LoginNode, stderr: str) -> UserInputError | RemoteError:
+    """The one-line error for an ssh call that exited 255: an unknown host or a refused
+    key is the profile's to fix (exit 2); an unreachable host may be passing (exit 1)."""
+    said = " ".join(stderr.split())[:300] or "no message"
+    where = f"login node {login.target}" + (f" port {login.port}" if login.port else "")
+    if _UNKNOWN_HOST.search(stderr):
+        return RemoteInputError(f"{where}: unknown host ({said})")
+    if _AUTH.search(stderr):
+        return RemoteInputError(f"{where}: authentication refused ({said}); check the "
+                                f"key (login.identity) and that it is in the remote "
+                                f"~/.ssh/authorized_keys")
+    if _UNREACHABLE.search(stderr):
+        return RemoteError(f"{where}: unreachable ({said})")
+    return RemoteError(f"{where}: ssh failed ({said})")
+
+
+@dataclass(frozen=True)
+class SshExecutor:
+    """Runs argv lists on the login node (through hpcdl.proc, the one place hpcdl runs
+    programs) and moves directories there and back with rsync, all over one master
+    connection."""
+
+    login: LoginNode
+    sockets: Path
+
+    @classmethod
+    def for_login(cls, login: LoginNode) -> SshExecutor:
+        return cls(login, control_dir())
+
+    def ssh_argv(self, argv: Sequence[str]) -> list[str]:
+        """The local argv that runs ``argv`` on the login node."""
+        return ["ssh", *ssh_options(self.login, self.sockets), self.login.host, "--",
+                remote_command(argv)]
+
+    def run(self, argv: Sequence[str], *, timeout: float = 60, check: bool = True,
+            input: str | None = None) -> proc.Result:
+        """Run ``argv`` on the login node. A connection failure raises the one-line
+        error of :func:`connection_error` whatever ``check`` says; the remote
+        command's own failure raises RemoteError only with ``check``. The result
+        carries the remote argv, so messages name what ran there."""
+        res = proc.run(self.ssh_argv(argv), timeout=timeout, check=False, input=input,
+                       error_cls=RemoteError)
+        if res.returncode == SSH_FAILED and _ssh_said(res.stderr):
+            raise connection_error(self.login, res.stderr)
+        remote = proc.Result(tuple(str(a) for a in argv), res.returncode, res.stdout,
+                             res.stderr)
+        if check and not remote.ok:
+            message = (res.stderr or res.stdout).strip() or f"exit code {res.returncode}"
+            raise RemoteError(f"{argv[0]} on {self.login.target} failed (exit "
+                              f"{res.returncode}): {' '.join(message.split())[:500]}",
+                              argv=list(remote.argv), returncode=res.returncode,
+                              output=res.stdout + res.stderr)
+        return remote
+
+    def connect(self, *, timeout: float = 120) -> None:
+        """Open the master connection now, prompts allowed (a key's passphrase, 2FA):
+        later commands run in batch mode on it. Raises the one-line errors."""
+        argv = ["ssh", *ssh_options(self.login, self.sockets, batch=False),
+                self.login.host, "--", "true"]
+        res = proc.run(argv, timeout=timeout, check=False, error_cls=RemoteError)
+        if not res.ok:
+            raise connection_error(self.login, res.stderr)
+
+    def master_running(self) -> bool:
+        """Whether this login node's master connection is up (``ssh -O check``)."""
+        return proc.run(["ssh", *ssh_options(self.login, self.sockets), "-O", "check",
+                         self.login.host], timeout=30, check=False, error_cls=RemoteError).ok
+
+    def close(self) -> None:
+        """Stop the master connection (``ssh -O exit``); nothing to stop is fine."""
+        proc.run(["ssh", *ssh_options(self.login, self.sockets), "-O", "exit",
+                  self.login.host], timeout=30, check=False, error_cls=RemoteError)
+
+    def rsync_argv(self, source: str, dest: str, *, delete: bool = False) -> list[str]:
+        """rsync over this connection; a remote side is written ``:PATH``. Paths are
+        passed with --protect-args, so the remote shell never splits or expands them."""
+        shell = shlex.join(["ssh", *ssh_options(self.login, self.sockets)])
+        argv = ["rsync", "--archive", "--compress", "--stats", "--protect-args",
+                "--rsh", shell]
+        if delete:
+            argv.append("--delete")
+        return [*argv, *(self._side(p) for p in (source, dest))]
+
+    def _side(self, path: str) -> str:
+        return f"{self.login.host}{path}" if path.startswith(":") else path
+
+    def push(self, local_dir: str | os.PathLike[str], remote_dir: str, *,
+             timeout: float = 600) -> int:
+        """Copy ``local_dir``'s content into ``remote_dir`` on the login node (only
+        what differs moves); returns the bytes sent."""
+        return self._rsync(f"{os.fspath(local_dir).rstrip('/')}/", f":{remote_dir}/",
+                           timeout)
+
+    def pull(self, remote_dir: str, local_dir: str | os.PathLike[str], *,
+             timeout: float = 600) -> int:
+        """Copy ``remote_dir``'s content into ``local_dir``; returns the bytes received."""
+        return self._rsync(f":{remote_dir.rstrip('/')}/", f"{os.fspath(local_dir)}/", timeout,
+                           received=True)
+
+    def _rsync(self, source: str, dest: str, timeout: float, *,
+               received: bool = False) -> int:
+        res = proc.run(self.rsync_argv(source, dest), timeout=timeout, check=False,
+                       error_cls=RemoteError)
+        if res.returncode and _ssh_said(res.stderr):
+            raise connection_error(self.login, res.stderr)
+        if not res.ok:
+            raise RemoteError(f"rsync to {self.login.target} failed (exit {res.returncode}): "
+                              f"{' '.join(res.stderr.split())[:500]}", argv=list(res.argv),
+                              returncode=res.returncode, output=res.stdout + res.stderr)
+        return rsync_bytes(res.stdout, received=received)
+
+
+_SSH_SAID = re.compile(r"^ssh: |^kex_exchange_identification|^Connection closed by", re.M)
+
+
+def _ssh_said(stderr: str) -> bool:
+    """Whether a failure was ssh's own (it could not connect or authenticate) rather than
+    the remote command's: a command may exit 255 too, but ssh then said nothing."""
+    return any(p.search(stderr) for p in (_SSH_SAID, _UNKNOWN_HOST, _AUTH, _UNREACHABLE))
+
+
+_STAT = re.compile(r"^Total bytes (sent|received): ([\d,.]+)", re.M)
+
+
+def rsync_bytes(stats: str, *, received: bool = False) -> int:
+    """The bytes that crossed the wire, from ``rsync --stats``: sent for a push,
+    received for a pull (0 when rsync printed no figure)."""
+    want = "received" if received else "sent"
+    for kind, figure in _STAT.findall(stats):
+        if kind == want:
+            return int(figure.replace(",", "").replace(".", ""))
+    return 0

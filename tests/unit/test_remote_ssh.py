@@ -1,0 +1,80 @@
+"""hpcdl.remote.ssh's pure parts: argv, quoting, error wording, rsync's figures.
+(tests/integration/test_remote_ssh.py runs it against a real sshd.)"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from hpcdl.errors import UserInputError
+from hpcdl.remote.ssh import (
+    LoginNode,
+    RemoteError,
+    SshExecutor,
+    connection_error,
+    remote_command,
+    rsync_bytes,
+)
+
+SOCKETS = Path("/run/user/1000/hpcdl/ssh")
+
+
+def test_the_argv_rides_the_master_connection_and_names_the_profiles_values():
+    login = LoginNode("login.example.org", user="jdoe", port=2222, identity="/home/jdoe/.ssh/k",
+                      jump="gw.example.org")
+    argv = SshExecutor(login, SOCKETS).ssh_argv(["squeue", "--me", "-h"])
+    assert argv[0] == "ssh" and argv[-3:] == ["login.example.org", "--", "squeue --me -h"]
+    joined = " ".join(argv)
+    for part in ("-o ControlMaster=auto", f"-o ControlPath={SOCKETS}/%C", "-o BatchMode=yes",
+                 "-l jdoe", "-p 2222", "-i /home/jdoe/.ssh/k", "-J gw.example.org"):
+        assert part in joined
+    # An alias alone: ~/.ssh/config supplies the rest.
+    bare = SshExecutor(LoginNode("mycluster"), SOCKETS).ssh_argv(["true"])
+    assert not {"-l", "-p", "-i", "-J"} & set(bare)
+
+
+def test_remote_words_are_quoted_for_the_remote_shell():
+    argv = ["sbatch", "--job-name", "a b", "$(reboot)", "x;y", "it's"]
+    assert shlex.split(remote_command(argv)) == argv
+    with pytest.raises(ValueError):
+        remote_command([])
+
+
+@pytest.mark.parametrize("field, value", [("host", "-oProxyCommand=sh"), ("host", "a b"),
+                                          ("host", "h\nx"), ("user", "-l"), ("jump", "-J x"),
+                                          ("identity", "relative/key")])
+def test_a_value_ssh_would_read_as_an_option_is_refused(field, value):
+    with pytest.raises(ValueError):
+        LoginNode(**{"host": "login", field: value})
+
+
+def test_port_range():
+    with pytest.raises(ValueError, match="port 70000"):
+        LoginNode("login", port=70000)
+
+
+def test_connection_errors_say_which_and_how_to_fix_in_one_line():
+    login = LoginNode("login.example.org", user="jdoe", port=2222)
+    unknown = connection_error(login, "ssh: Could not resolve hostname login.example.org: "
+                                      "Name or service not known\r\n")
+    assert isinstance(unknown, UserInputError) and unknown.exit_code == 2
+    assert unknown.message.startswith("login node jdoe@login.example.org port 2222: unknown host")
+    refused = connection_error(login, "jdoe@login.example.org: Permission denied "
+                                      "(publickey,gssapi-keyex).\n")
+    assert refused.exit_code == 2 and "authentication refused" in refused.message
+    down = connection_error(login, "ssh: connect to host login.example.org port 2222: "
+                                   "Connection refused\n")
+    assert isinstance(down, RemoteError) and down.exit_code == 1
+    assert ": unreachable (ssh: connect to host" in down.message
+    for err in (unknown, refused, down):
+        assert "\n" not in err.message and "\r" not in err.message
+
+
+def test_rsync_bytes_reads_the_stats():
+    stats = ("Number of files: 3\nTotal bytes sent: 1,234,567\n"
+             "Total bytes received: 89\n\nsent 1,234,567 bytes\n")
+    assert rsync_bytes(stats) == 1234567
+    assert rsync_bytes(stats, received=True) == 89
+    assert rsync_bytes("nothing") == 0
