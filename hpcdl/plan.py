@@ -115,6 +115,9 @@ class JobRequest:
     # progress before it collects stacks, and what it does then (cancel, leave).
     hang_timeout: float | None = None
     hang_action: str | None = None
+    # Copy the image to every node's local scratch with sbcast before the ranks start
+    # (--stage-image); None: the profile's container.stage.
+    stage_image: bool | None = None
 
     @property
     def probe_only(self) -> bool:
@@ -178,6 +181,10 @@ class JobPlan:
     # The command creates $HPCDL_PROGRESS_FILE after its first step (the bundled example;
     # any command under --requeue/--chain, by the contract): no file means no step.
     records_steps: bool = False
+    # Image staging: "sbcast" (each node's copy, where the ranks run it from) or "none";
+    # staged_image is the copy's path as the script names it (holds $SLURM_JOB_ID).
+    stage: str = "none"
+    staged_image: str | None = None
     hpcdl_version: str = __version__
 
     def to_dict(self) -> dict[str, Any]:
@@ -759,6 +766,10 @@ def build_plan(profile: Profile, req: JobRequest,
                     "--backend horovod needs: use --backend ddp, or --launcher srun")
     image, image_source = job_image(profile, req)
     check_shared_paths(profile, req, image)
+    stage = image_stage(profile, req, image)
+    # What the ranks run: the image where it is, or the node's copy, whose path holds
+    # the job id and so is only known to the script ($HPCDL_IMAGE, set by it).
+    rank_image = Raw('"$HPCDL_IMAGE"') if stage else image
     if req.probe_only:
         command = _probe_command(profile, req, image)
     else:
@@ -778,13 +789,13 @@ def build_plan(profile: Profile, req: JobRequest,
         prefix = _launcher_tokens(profile, req, launcher, cpus)
     if launcher == profile.mpi.launcher:  # the profile's arguments are for its launcher
         prefix += list(profile.mpi.launcher_args)
-    launch = shell_join(prefix + _rank_tokens(profile, req, command, launcher, image))
+    launch = shell_join(prefix + _rank_tokens(profile, req, command, launcher, rank_image))
     probe_line = None
     if req.probe is not None and req.probe_first:
         # Its own srun step with the worker bound in, whatever COMMAND's launcher is.
         probe_req = replace(req, command=())
         probe_line = shell_join(_launcher_tokens(profile, probe_req, "srun", cpus) + _rank_tokens(
-            profile, probe_req, _probe_command(profile, req, image), "srun", image))
+            profile, probe_req, _probe_command(profile, req, image), "srun", rank_image))
     log_dir = req.run_dir or "."
     output, error = f"{log_dir}/slurm-%j.out", f"{log_dir}/slurm-%j.err"
     omp = cpus if profile.env.omp_num_threads == "cpus-per-task" else profile.env.omp_num_threads
@@ -825,7 +836,10 @@ def build_plan(profile: Profile, req: JobRequest,
         "image_q": shell_join([image]) if image else None,
         "launcher": launcher,
         "launch_notes": launch_notes(req, launcher, gpu_bind, image, image_source,
-                                     master_addr, master_port),
+                                     master_addr, master_port)
+                        + ([f"image staged: each node's copy {stage['shown']} (sbcast, "
+                            "below), removed at the end."] if stage else []),
+        "stage": stage,
         "master_addr": master_addr,
         "master_port": master_port,
         "port_base": PORT_BASE,
@@ -885,7 +899,40 @@ def build_plan(profile: Profile, req: JobRequest,
         container_mode=mode,
         **_plan_requeue(profile, req),
         records_steps=_records_steps(profile, req),
+        stage="sbcast" if stage else "none",
+        staged_image=stage["shown"] if stage else None,
     )
+
+
+def image_stage(profile: Profile, req: JobRequest, image: str | None) -> dict[str, str] | None:
+    """How the script stages the image with sbcast (the template's ``stage``), or None.
+
+    --stage-image, else the profile's container.stage. Staging needs an image and the
+    profile's node-local scratch; asked for explicitly without them it is refused (a
+    profile default simply does not apply to a native run). The copy's name holds the
+    job id: two jobs on one node never share, overwrite or remove each other's copy.
+    Raises ValidationError.
+    """
+    wanted = profile.container.stage == "sbcast" if req.stage_image is None else req.stage_image
+    if not wanted:
+        return None
+    source = "--stage-image" if req.stage_image else "container.stage: sbcast"
+    if not image:
+        if req.stage_image is None:
+            return None
+        raise _fail("stage-image: no image to stage (give --image, or a profile with "
+                    "container.default_image; --no-image runs natively)")
+    local = profile.paths.local_scratch
+    if not local:
+        raise _fail(f"stage-image: profile {profile.name} has no paths.local_scratch (the "
+                    f"node-local directory {source} copies the image to)")
+    if profile.scheduler.type != "slurm":
+        raise _fail(f"stage-image: staging uses Slurm's sbcast; profile {profile.name} is "
+                    f"{profile.scheduler.type}")
+    head, tail = f"{local.rstrip('/')}/hpcdl-", f"-{PurePosixPath(image).name}"
+    return {"local_q": shell_join([local]),
+            "dest": shell_join([head]) + '"$SLURM_JOB_ID"' + shell_join([tail]),
+            "shown": f"{head}$SLURM_JOB_ID{tail}"}
 
 
 def _run_dir_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]]:

@@ -79,6 +79,12 @@ if TYPE_CHECKING:
 @click.option("--hang-action", "hang_action", type=click.Choice(HANG_ACTIONS),
               help="What the watchdog does after the diagnosis: cancel the job (default) "
                    "or leave it running (it watches again once progress resumes).")
+@click.option("--stage-image/--no-stage-image", "stage_image", default=None,
+              help="Copy the image to every node's local scratch (the profile's "
+                   "paths.local_scratch, a name holding the job id) with Slurm's sbcast "
+                   "before the first rank starts, run the ranks from there and remove it at "
+                   "the end; a node without room stops the job, naming the node and its free "
+                   "space. Default: the profile's container.stage.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
 def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
            cpus_per_task: int | None, job_name: str | None, template: str | None,
@@ -87,7 +93,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
            launcher: str | None, gpu_bind: str | None, dry_run: bool, run_dir: Path | None,
            as_json: bool, wait: bool, requeue: bool | None, max_restarts: int | None,
            signal: str | None, probe_first: bool, probe_sizes: str | None, chain: int,
-           hang_timeout: str | None, hang_action: str | None,
+           hang_timeout: str | None, hang_action: str | None, stage_image: bool | None,
            command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
@@ -128,7 +134,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         no_image=no_image, launcher=launcher, gpu_bind=gpu_bind,
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
         requeue=requeue, max_restarts=max_restarts, signal=signal, chain=chain,
-        hang_timeout=hang_s, hang_action=hang_action,
+        hang_timeout=hang_s, hang_action=hang_action, stage_image=stage_image,
     )
     # Reads the image's build record (its GPU architectures) for the plan's check.
     facts = image_arch_facts(job_image(prof, request)[0])
@@ -159,6 +165,9 @@ def print_dry_run(plan: JobPlan, *, as_json: bool) -> None:
         click.echo(f"# image {plan.image}: the profile's container.default_image "
                    "(--image overrides, --no-image runs natively)", err=True)
     click.echo(f"# launcher {plan.launcher}; GPU binding {plan.gpu_bind}", err=True)
+    if plan.staged_image:
+        click.echo(f"# image staged with sbcast to each node's {plan.staged_image}; the ranks "
+                   "run that copy", err=True)
     if plan.hang_timeout is not None:
         click.echo(f"# hang watchdog (with --wait): no progress for {plan.hang_timeout:g} s "
                    f"-> py-spy stacks of every rank in hang/, then {plan.hang_action}", err=True)

@@ -132,6 +132,12 @@ class Container(_Strict):
                     "or unprivileged (user namespaces, squashfuse); auto: as detected on the "
                     "host hpcdl runs on. Unprivileged ranks each get their own user "
                     "namespace, which Open MPI's shared-memory transport must be told")
+    stage: Literal["sbcast", "none"] = Field(
+        default="none",
+        description="sbcast: the job copies the image to every node's paths.local_scratch "
+                    "with Slurm's sbcast before its ranks start, and runs them from there "
+                    "(hpcdl submit --stage-image / --no-stage-image override); none: the "
+                    "ranks read the image where it is")
 
 
 class Mpi(_Strict):
