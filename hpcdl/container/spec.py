@@ -48,7 +48,9 @@ class _Strict(BaseModel):
 class Base(_Strict):
     """Where the root filesystem comes from."""
 
-    bootstrap: Literal["debootstrap", "docker", "localimage"]
+    bootstrap: Literal["debootstrap", "docker", "localimage"] = Field(
+        description="the definition's Bootstrap: a Debian debootstrap, a registry image or "
+                    "a local image")
     os_version: OsVersion | None = Field(default=None, description="debootstrap suite, e.g. bookworm")
     mirror: Url = Field(
         default="http://deb.debian.org/debian",
@@ -81,24 +83,35 @@ class Mpi(_Strict):
     """The MPI the image carries. Hybrid model: the host's mpirun/srun starts ranks that
     use this MPI, so flavour and version (and PMIx) must match what the host speaks."""
 
-    flavour: Literal["openmpi", "mpich", "intelmpi", "mvapich2"]
-    version: Version
-    pmix: Version | None = None
+    flavour: Literal["openmpi", "mpich", "intelmpi", "mvapich2"] = Field(
+        description="the MPI implementation (recorded in the image's labels)")
+    version: Version = Field(description="its version (labels; the host's launcher must speak it)")
+    pmix: Version | None = Field(default=None, description="the PMIx version, when it has one")
     source: Literal["apt", "base"] = Field(
         description="apt: Debian packages installed by the spec; base: shipped by the base image"
     )
-    model: Literal["hybrid", "bind"] = "hybrid"
+    model: Literal["hybrid", "bind"] = Field(
+        default="hybrid",
+        description="recorded in the labels: hybrid (the image's own MPI, started by the "
+                    "host's launcher) or bind (the host's MPI bound in)")
 
 
 class Horovod(_Strict):
-    version: Version = "0.28.1"
+    """How Horovod gets into the image and what it is built with."""
+
+    version: Version = Field(default="0.28.1", description="the Horovod version")
     install: Literal["wheel", "source"] = Field(
         description="wheel: a prebuilt wheel from pip.wheelhouse; source: build in %post"
     )
-    frameworks: list[Literal["pytorch"]] = Field(default_factory=lambda: list(_FRAMEWORKS))
-    controllers: list[Literal["mpi", "gloo"]] = Field(default_factory=lambda: list(_CONTROLLERS))
-    cpu_operations: Literal["GLOO", "MPI"] | None = None
-    gpu_operations: Literal["NCCL", "MPI"] | None = None
+    frameworks: list[Literal["pytorch"]] = Field(
+        default_factory=lambda: list(_FRAMEWORKS), description="frameworks Horovod is built for (a source build: HOROVOD_WITH_PYTORCH)")
+    controllers: list[Literal["mpi", "gloo"]] = Field(
+        default_factory=lambda: list(_CONTROLLERS),
+        description="a source build: HOROVOD_WITH_MPI / HOROVOD_WITH_GLOO; at least one")
+    cpu_operations: Literal["GLOO", "MPI"] | None = Field(
+        default=None, description="a source build's HOROVOD_CPU_OPERATIONS; null: Horovod's default")
+    gpu_operations: Literal["NCCL", "MPI"] | None = Field(
+        default=None, description="a source build's HOROVOD_GPU_OPERATIONS; needs gpu: true")
     cxx17_fix: bool = Field(
         default=True,
         description="set CMAKE_CXX_STANDARD 17 in both CMakeLists (needed for torch >= 2.1)",
@@ -113,8 +126,11 @@ class Horovod(_Strict):
 
 
 class Pip(_Strict):
+    """Python packages: from an index, or offline from a wheelhouse."""
+
     index_url: Url | None = Field(default=None, description="pip --index-url inside the build")
-    extra_index_urls: list[Url] = Field(default_factory=list)
+    extra_index_urls: list[Url] = Field(
+        default_factory=list, description="pip --extra-index-url inside the build")
     wheelhouse: HostPath | None = Field(
         default=None,
         description="host folder of local wheels copied to /opt/wheelhouse "
@@ -146,19 +162,21 @@ class ImageSpec(_Strict):
     """One image: everything the definition file is rendered from."""
 
     name: ImageName = Field(description="image name; default output <cache>/images/<name>.sif")
-    description: DefText = ""
+    description: DefText = Field(default="", description="the image's %help text")
     gpu: bool = Field(description="built for NVIDIA GPUs (run with --nv)")
-    base: Base
-    apt_packages: list[DebPackage] = Field(default_factory=list)
-    python: Executable = "python3"
-    pip: Pip = Field(default_factory=Pip)
-    horovod: Horovod | None = None
-    mpi: Mpi
+    base: Base = Field(description="where the root filesystem comes from")
+    apt_packages: list[DebPackage] = Field(
+        default_factory=list, description="Debian packages installed in %post")
+    python: Executable = Field(default="python3", description="the python pip installs into")
+    pip: Pip = Field(default_factory=Pip, description="Python packages")
+    horovod: Horovod | None = Field(default=None, description="null: no Horovod")
+    mpi: Mpi = Field(description="the MPI the image carries")
     project: bool = Field(
         default=True, description="copy hpcdl/ and examples/ to /opt/hpcdl (PYTHONPATH)"
     )
-    env: dict[EnvName, Text] = Field(default_factory=dict)
-    labels: dict[LabelKey, Text] = Field(default_factory=dict)
+    env: dict[EnvName, Text] = Field(default_factory=dict, description="the image's %environment")
+    labels: dict[LabelKey, Text] = Field(
+        default_factory=dict, description="%labels, after hpcdl's own (org.hpcdl.*)")
     compression: Literal["gzip", "lz4", "lzo", "xz", "zstd"] | None = Field(
         default=None,
         description="squashfs compression of the SIF (mksquashfs -comp); default: the "

@@ -48,20 +48,32 @@ class _Strict(BaseModel):
 class Partition(_Strict):
     """One Slurm partition and the limits hpcdl checks before submitting."""
 
-    name: Name
+    name: Name = Field(description="the Slurm partition's name (sbatch --partition)")
     nodes: PositiveInt = Field(description="nodes in the partition")
-    gpus_per_node: NonNegativeInt
-    gpu_type: Text | None = None
-    cpus_per_node: PositiveInt
-    mem_per_node_gb: PositiveInt | None = None
+    gpus_per_node: NonNegativeInt = Field(
+        description="GPUs per node (0: CPU-only); a request for more is refused")
+    gpu_type: Text | None = Field(
+        default=None,
+        description="GPU model, e.g. A100: submit checks it against the GPU architectures "
+                    "the image's torch was built for")
+    cpus_per_node: PositiveInt = Field(
+        description="CPU cores per node; the ranks per node x --cpus-per-task must fit")
+    mem_per_node_gb: PositiveInt | None = Field(
+        default=None, description="memory per node in GB (shown, not checked)")
     max_nodes_per_job: PositiveInt | None = Field(
         default=None, description="defaults to the partition's node count"
     )
     max_time: SlurmTime = Field(description="Slurm time: D-HH:MM:SS, HH:MM:SS or 'infinite'")
-    default: bool = False
-    max_jobs_per_user: PositiveInt | None = None
-    max_gpus_per_user: PositiveInt | None = None
-    description: Text | None = None
+    default: bool = Field(
+        default=False,
+        description="Slurm's default partition; among partitions that fit equally, hpcdl "
+                    "picks it first (at most one per profile)")
+    max_jobs_per_user: PositiveInt | None = Field(
+        default=None, description="the QOS's per-user job limit (recorded, not checked)")
+    max_gpus_per_user: PositiveInt | None = Field(
+        default=None,
+        description="the QOS's per-user GPU limit: a request for more GPUs in all is refused")
+    description: Text | None = Field(default=None, description="free text for people")
 
     @field_validator("max_time")
     @classmethod
@@ -93,11 +105,17 @@ class Scheduler(_Strict):
     type: Literal["slurm", "pbs"] = Field(
         default="slurm", description="pbs: hpcdl renders a PBS Pro script for --dry-run only"
     )
-    account: SlurmValue | None = None
-    qos: SlurmValue | None = None
-    extra_options: dict[OptionKey, SlurmValue] = Field(default_factory=dict)
-    gpu_request: Literal["gres", "gpus-per-node"] = "gres"
-    default_time: SlurmTime = "01:00:00"
+    account: SlurmValue | None = Field(
+        default=None, description="the account to charge (--account)")
+    qos: SlurmValue | None = Field(default=None, description="the quality of service (--qos)")
+    extra_options: dict[OptionKey, SlurmValue] = Field(
+        default_factory=dict, description="more sbatch options, each '--key=value'")
+    gpu_request: Literal["gres", "gpus-per-node"] = Field(
+        default="gres",
+        description="how GPUs are asked for: --gres=gpu:N or --gpus-per-node=N")
+    default_time: SlurmTime = Field(
+        default="01:00:00",
+        description="the time limit without --time (capped at the partition's max_time)")
     filesystems: list[Filesystem] = Field(
         default_factory=list,
         description="PBS only: '-l filesystems=a:b' (ALCF: the filesystems the job needs up)",
@@ -121,11 +139,16 @@ class Scheduler(_Strict):
 
 
 class Container(_Strict):
-    runtime: Literal["apptainer", "singularity"] = "apptainer"
+    """The container runtime on the compute nodes and what every container gets."""
+
+    runtime: Literal["apptainer", "singularity"] = Field(
+        default="apptainer", description="the runtime the ranks start under")
     binary: HostPath | None = Field(default=None, description="path; default: the runtime on PATH")
-    binds: list[Bind] = Field(default_factory=list)
+    binds: list[Bind] = Field(
+        default_factory=list, description="binds every container gets (-B SRC[:DST[:OPTS]])")
     nv: bool = Field(default=True, description="pass --nv (NVIDIA GPUs into the container)")
-    default_image: HostPath | None = None
+    default_image: HostPath | None = Field(
+        default=None, description="the image when submit has no --image (--no-image: native)")
     mode: Literal["auto", "setuid", "unprivileged"] = Field(
         default="auto",
         description="how the runtime runs on the compute nodes: setuid (the setuid starter) "
@@ -144,11 +167,13 @@ class Mpi(_Strict):
     """How ranks start. ``launcher``: srun (one task per rank), mpirun, horovodrun, or
     torchrun (one torchrun per node via srun, c10d rendezvous on the first node)."""
 
-    launcher: Literal["srun", "mpirun", "horovodrun", "torchrun"] = "srun"
+    launcher: Literal["srun", "mpirun", "horovodrun", "torchrun"] = Field(
+        default="srun", description="the default of submit --launcher")
     srun_mpi: Literal["pmix", "pmi2", "none"] | None = Field(
         default="pmix", description="srun --mpi=...; null leaves the site's MpiDefault"
     )
-    launcher_args: list[Text] = Field(default_factory=list)
+    launcher_args: list[Text] = Field(
+        default_factory=list, description="extra arguments after the launcher's own")
     gpu_bind: Literal["none", "local-rank"] = Field(
         default="none",
         description="local-rank: narrow CUDA_VISIBLE_DEVICES to the rank's GPU; none: every "
@@ -157,7 +182,10 @@ class Mpi(_Strict):
 
 
 class Environment(_Strict):
-    vars: dict[EnvName, Text] = Field(default_factory=dict)
+    """What the job script exports before it starts the ranks."""
+
+    vars: dict[EnvName, Text] = Field(
+        default_factory=dict, description="exported in the job script (submit --env wins)")
     omp_num_threads: Literal["cpus-per-task"] | PositiveInt = Field(
         default="cpus-per-task",
         description="OMP_NUM_THREADS: follow --cpus-per-task, or a fixed number",
@@ -183,7 +211,10 @@ class Interconnect(_Strict):
 class Paths(_Strict):
     """Where things live on the cluster, as the compute nodes see them."""
 
-    scratch: HostPath | None = None
+    scratch: HostPath | None = Field(
+        default=None,
+        description="the site's scratch directory; hpcdl reads it nowhere, templates may "
+                    "(profile.paths.scratch)")
     shared: list[SharedDir] = Field(
         default_factory=list,
         description="directories the compute nodes share with the host hpcdl runs on "
@@ -193,8 +224,13 @@ class Paths(_Strict):
         default=None,
         description="node-local scratch directory (each node its own, e.g. /local or "
                     "/tmp): where image staging and --stage-to copy to")
-    datasets: HostPath | None = None
-    imagenet: HostPath | None = None
+    datasets: HostPath | None = Field(
+        default=None,
+        description="where the site keeps datasets; hpcdl reads it nowhere, templates may")
+    imagenet: HostPath | None = Field(
+        default=None,
+        description="an ImageNet-format dataset: the bundled example's --data when submit "
+                    "has neither --data nor --synthetic")
 
 
 def _example_args(where: str, args: list[str]) -> list[str]:
@@ -251,18 +287,23 @@ class Examples(_Strict):
 class Profile(_Strict):
     """A cluster profile; see hpcdl/profiles/bundled/*.yaml for examples."""
 
-    name: Name
-    description: Text = ""
-    scheduler: Scheduler = Field(default_factory=Scheduler)
-    partitions: list[Partition] = Field(min_length=1)
-    modules: list[Module] = Field(default_factory=list)
-    container: Container = Field(default_factory=Container)
-    mpi: Mpi = Field(default_factory=Mpi)
-    env: Environment = Field(default_factory=Environment)
-    paths: Paths = Field(default_factory=Paths)
-    interconnect: Interconnect = Field(default_factory=Interconnect)
-    python: Executable = "python3"
-    examples: Examples = Field(default_factory=Examples)
+    name: Name = Field(description="the profile's name (submit --profile NAME)")
+    description: Text = Field(default="", description="one line for `hpcdl profiles list`")
+    scheduler: Scheduler = Field(default_factory=Scheduler, description="scheduler defaults")
+    partitions: list[Partition] = Field(
+        min_length=1, description="at least one; names unique")
+    modules: list[Module] = Field(
+        default_factory=list, description="environment modules the job script loads")
+    container: Container = Field(default_factory=Container, description="container runtime")
+    mpi: Mpi = Field(default_factory=Mpi, description="how ranks start")
+    env: Environment = Field(default_factory=Environment, description="the job's environment")
+    paths: Paths = Field(default_factory=Paths, description="where things live on the cluster")
+    interconnect: Interconnect = Field(
+        default_factory=Interconnect, description="the network between nodes (hpcdl probe)")
+    python: Executable = Field(
+        default="python3", description="the python that runs the bundled examples and the probe")
+    examples: Examples = Field(
+        default_factory=Examples, description="default arguments for the bundled examples")
     template_dir: HostPath | None = Field(
         default=None, description="a folder whose templates override the bundled ones"
     )
