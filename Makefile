@@ -2,12 +2,13 @@
 PY ?= python3
 PYTEST_ARGS ?=
 
-.PHONY: help setup test unit lint demo
+.PHONY: help setup test unit lint demo docs
 
 help:
 	@echo "make demo   - the main job: sandbox cluster, image, a 2-node ResNet run"
 	@echo "make test   - install what the tests need, then run lint + all tests"
 	@echo "make unit   - unit tests only (no Slurm, Apptainer, MPI)"
+	@echo "make docs   - the documentation site (mkdocs, strict) into site/"
 
 # Everything the tests need, idempotent: each script checks before it installs.
 setup:
@@ -25,3 +26,7 @@ unit:
 
 demo:
 	scripts/demo.sh
+
+# The same strict build tests/unit/test_docs.py runs in `make test` (a broken link fails).
+docs:
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict

@@ -11,7 +11,7 @@ mkdir -p "$stamp_dir"
 key=$(cat pyproject.toml | sha256sum | cut -c1-16)-$("$PY" -c 'import sys;print(sys.prefix.replace("/","_"))')
 # The import checks run from / : from the checkout, `import hpcdl` would find ./hpcdl even
 # when the installed (editable) hpcdl points at another, since-removed checkout.
-if [ -f "$stamp_dir/python-deps-$key" ] && (cd / && "$PY" -c 'import hpcdl.cli, torch, pytest') 2>/dev/null \
+if [ -f "$stamp_dir/python-deps-$key" ] && (cd / && "$PY" -c 'import hpcdl.cli, torch, pytest, mkdocs, material') 2>/dev/null \
    && (cd / && "$PY" -c 'import hpcdl,os,sys; sys.exit(0 if os.path.samefile(os.path.dirname(hpcdl.__file__), sys.argv[1]) else 1)' "$root/hpcdl") 2>/dev/null; then
   echo "python deps: up to date"
   exit 0

@@ -59,7 +59,7 @@ class Partition(_Strict):
     cpus_per_node: PositiveInt = Field(
         description="CPU cores per node; the ranks per node x --cpus-per-task must fit")
     mem_per_node_gb: PositiveInt | None = Field(
-        default=None, description="memory per node in GB (shown, not checked)")
+        default=None, description="memory per node in GB (for people and templates; not checked)")
     max_nodes_per_job: PositiveInt | None = Field(
         default=None, description="defaults to the partition's node count"
     )
