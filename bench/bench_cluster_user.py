@@ -10,7 +10,7 @@ on the sandbox, in pairs with the order alternating.
 --pairs 0 measures the staging only (no Slurm needed). The user is tests' hpcuser and
 its venv /opt/hpcdl-user/venv (tests/integration/conftest_user.py makes both).
 Root's ranks run the image as root; the user's run it unprivileged, with what MPI needs
-across user namespaces (README, "On your cluster"). This machine's Apptainer has no
+across user namespaces (docs/guide/cluster-user.md). This machine's Apptainer has no
 setuid starter, so setuid mode cannot be measured here.
 """
 

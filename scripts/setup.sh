@@ -25,5 +25,5 @@ step "cpu image" scripts/build-image.sh
 # The GPU image from PyPI wheels (CUDA torch + torchvision + NCCL + Horovod with NCCL):
 # its Horovod wheel is compiled with nvcc in a host venv (cached by content, like the CPU
 # one), then a multi-GB image is packed; both are no-ops when cached. Never skipped: a
-# missing nvcc is a failure (see README, "GPU image").
+# missing nvcc is a failure (see docs/guide/build.md, "GPU image built here").
 step "gpu image" scripts/build-image.sh --gpu

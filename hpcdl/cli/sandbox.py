@@ -130,7 +130,7 @@ def sandbox() -> None:
     accounting daemons, writes the profile `sandbox-32n` among your profiles and
     prints how to point Slurm's commands at it (SLURM_CONF). Needs root; installs
     munge, Slurm and MariaDB when missing. To slow one node's link: scripts/sandbox.sh
-    shape NODE --rate MBIT (see the README), with the cluster's environment.
+    shape NODE --rate MBIT (see docs/guide/sandbox.md), with the cluster's environment.
     """
 
 

@@ -7,7 +7,7 @@ image (CI on a fresh clone reuses it), and a full build (~2.5 min on 2 cores) ot
 
 ``gpu_image`` does the same with ``scripts/build-image.sh --gpu`` for the GPU spec built
 from PyPI (pytorch-horovod-gpu-pypi: CUDA torch + torchvision + NCCL + Horovod with NCCL);
-its first build compiles Horovod with nvcc and packs a multi-GB image (see README).
+its first build compiles Horovod with nvcc and packs a multi-GB image (see docs/benchmarks.md, "GPU image").
 """
 
 from __future__ import annotations
