@@ -17,7 +17,8 @@ torch` before the sleep):
   time     from `hpcdl submit --wait` to the last rank's start (its clock: every node
            shares this machine's), staging included
   opens    opens of the shared image (inotify IN_OPEN on it) and of the nodes' local
-           copies (inotify on each node's local scratch directory)
+           copies (inotify on each node's local scratch directory); a lower bound:
+           inotify merges an event with an identical one still unread
   MiB      read from the image by the ranks' containers: the sectors read by every loop
            device Apptainer attached to the shared image or to a local copy (its
            block statistics, sampled every 20 ms from its attach to its detach); the
@@ -271,7 +272,7 @@ def main() -> int:
           f"{args.image.name}, {size / 2**20:.0f} MiB; each rank `{WORK[args.work]}` in the image")
     print("median (min-max) of", args.repeats, "runs; one rank per node")
     print(f"{'nodes':>5} | {'shared: to all started s':>24} {'staged s':>20} {'staged/shared':>13} "
-          f"| {'shared-path opens sh/st':>23} | {'MiB read via shared path sh/st':>30} "
+          f"| {'shared-path opens>= sh/st':>23} | {'MiB read via shared path sh/st':>30} "
           f"| {'MiB read via local copies':>25}")
     for n in nodes:
         sh, st = results["shared"][n], results["staged"][n]
