@@ -189,8 +189,9 @@ def main() -> int:
     # here its MPI_Init failed now and then (PMIX ERROR gds_ds12_lock_pthread.c, then a
     # segfault): off unless asked for.
     ap.add_argument("--probe-mpi", choices=("auto", "on", "off"), default="off")
-    cache = os.environ.get("HPCDL_CACHE") or "/var/cache/hpcdl"
-    ap.add_argument("--image", default=f"{cache}/images/pytorch-horovod-cpu.sif")
+    # The build cache is the build host's only (the nodes do not see /var/cache/hpcdl):
+    # the tests publish the image on the shared /scratch.
+    ap.add_argument("--image", default="/scratch/images/pytorch-horovod-cpu.sif")
     ap.add_argument("--no-image-runs", action="store_true", help="skip hpcdl-image launches")
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--json-out", type=Path)
@@ -207,7 +208,10 @@ def main() -> int:
     if probe_nodes and not have_image:
         print(f"bench_scale_nodes: no image at {args.image} for the probe", file=sys.stderr)
         return 2
-    work = Path(tempfile.mkdtemp(prefix="hpcdl-bsn-", dir="/tmp"))
+    # Where every node sees it (the sbatch logs, hpcdl's run directories): the nodes'
+    # /tmp is their own (scripts/sandbox.sh node_mounts), the shared /scratch is not.
+    Path("/scratch/tmp").mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="hpcdl-bsn-", dir="/scratch/tmp"))
     base = {"XDG_CONFIG_HOME": str(work / "config"), "HPCDL_RUNS": str(work / "runs")}
     folder = sandbox.cluster_dir(biggest)
     env: dict[str, str] = {}
