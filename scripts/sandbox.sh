@@ -75,17 +75,23 @@ RENDERED=$(mktemp -d "${TMPDIR:-/tmp}/hpcdl-sandbox-render.XXXXXX")
 trap 'rm -rf "$RENDERED"' EXIT
 render() {
   local -a pypath=()
+  local py=${HPCDL_SANDBOX_PYTHON:-python3} rc=0
   if [[ -f $HERE/../hpcdl/sandbox/cluster.py ]]; then
     pypath=("PYTHONPATH=$(cd "$HERE/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}")
   fi
-  env "${pypath[@]}" "${HPCDL_SANDBOX_PYTHON:-python3}" -m hpcdl sandbox render --out "$RENDERED"
+  env "${pypath[@]}" "$py" -m hpcdl sandbox render --out "$RENDERED" || rc=$?
+  # 2: a bad shape or setting, already said in one line. Anything else: this Python.
+  if ((rc != 0 && rc != 2)); then
+    echo "sandbox: $py could not render the cluster's files (exit $rc); it needs click, jinja2 and pydantic (scripts/install-python-deps.sh), or set HPCDL_SANDBOX_PYTHON" >&2
+  fi
+  return "$rc"
 }
 render || exit $?
 # shellcheck source=/dev/null
 . "$RENDERED/cluster.sh"
 export SLURM_CONF=$CONF
 DB_SOCKET=$D/run/mysqld.sock
-if [[ $D == /var/lib/hpcdl-sandbox ]]; then LINK=${HPCDL_SANDBOX_LINK:-1}; else LINK=0; fi
+if ((IS_DEFAULT_DIR)); then LINK=${HPCDL_SANDBOX_LINK:-1}; else LINK=0; fi
 HOSTS_FILE=/etc/hosts
 
 log() { printf 'sandbox: %s\n' "$*"; }

@@ -132,7 +132,7 @@ def parse_env_file(text: str) -> dict[str, str]:
 
 
 # The default sandbox's TmpFS, as the bundled profile binds it (scripts/sandbox.sh).
-DEFAULT_TMPFS = "/var/lib/hpcdl-sandbox/tmp"
+DEFAULT_TMPFS = f"{model.DEFAULT_DIR}/tmp"
 
 
 def cluster_binds(binds: list[str], folder: Path) -> list[str]:

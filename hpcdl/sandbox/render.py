@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from hpcdl.sandbox.cluster import (
+    DEFAULT_DIR,
     DEFAULT_SHAPE,
     Cluster,
     Shape,
@@ -43,7 +44,7 @@ def _context(cluster: Cluster, host: str) -> dict[str, Any]:
             "partition_lines": [p.slurm_line() for p in shape.partitions],
             "gres_nodes": [n for n in shape.nodes if n.gpus and n.state != "nogres"],
             "counts": _gpu_counts(shape), "db_password": DB_PASSWORD,
-            "hosts_begin": begin, "hosts_end": end}
+            "hosts_begin": begin, "hosts_end": end, "default_dir": DEFAULT_DIR}
 
 
 def render_files(cluster: Cluster, host: str) -> dict[str, str]:
@@ -72,6 +73,8 @@ def bundled_profile(shape: Shape = DEFAULT_SHAPE) -> str:
     preempted = [p.name for p in shape.partitions if p.preempt_mode == "REQUEUE"]
     return render_template("sandbox/sandbox.yaml.j2", {
         "shape": shape, "partitions": [(p["name"], _flow(p)) for p in parts],
+        # Slurm's TmpFS of the default cluster (slurm.conf.j2), bound into containers.
+        "tmpfs": f"{DEFAULT_DIR}/tmp",
         "default_time": default.default_time, "preempted": preempted,
         # Slurm's PriorityTier is 1 where a partition sets none.
         "preemptors": {name: [p for p in tier if tier[p] > tier[name]] for name in preempted},
