@@ -78,11 +78,19 @@ def node_names(nodes: int) -> list[str]:
     return [f"s{nodes}n{i}" for i in range(1, nodes + 1)]
 
 
+def _partition(nodes: int, names: list[str] | None) -> model.Partition:
+    """The one partition of an N-node cluster: like the default sandbox's default one
+    (debug), over all nodes."""
+    return model.Partition(name=_DEFAULT_PARTITION.name,
+                           nodes=",".join(names) if names else None, default=True,
+                           max_nodes=nodes, max_time=_DEFAULT_PARTITION.max_time,
+                           default_time=_DEFAULT_PARTITION.default_time, preempt_mode="OFF")
+
+
 def shape(nodes: int, subnet: str) -> model.Shape:
-    """``nodes`` nodes in ``subnet`` (``10.A.B``), each like the default sandbox's and
-    up with a slurmd, and one partition like the default sandbox's default one (debug)
-    over all of them, MaxNodes=N. Raises ValidationError for a node count or subnet out
-    of range."""
+    """``nodes`` nodes in ``subnet`` (``10.A.B``), each like the default sandbox's first
+    node and up with a slurmd, and one partition (see ``_partition``) over all of them,
+    MaxNodes=N. Raises ValidationError for a node count or subnet out of range."""
     check_nodes(nodes)
     m = _SUBNET.fullmatch(subnet)
     if m is None or not all(0 <= int(part) <= 255 for part in m.groups()):
@@ -92,11 +100,7 @@ def shape(nodes: int, subnet: str) -> model.Shape:
         nodes=tuple(_LIKE.model_copy(update={"name": name, "address": f"{subnet}.{FIRST_HOST + i}",
                                              "port": FIRST_SLURMD_PORT + i})
                     for i, name in enumerate(names)),
-        partitions=(model.Partition(name=_DEFAULT_PARTITION.name, nodes=",".join(names),
-                                    default=True, max_nodes=nodes,
-                                    max_time=_DEFAULT_PARTITION.max_time,
-                                    default_time=_DEFAULT_PARTITION.default_time,
-                                    preempt_mode="OFF"),))
+        partitions=(_partition(nodes, names),))
 
 
 def shape_text(nodes: int, subnet: str) -> str:
@@ -146,22 +150,28 @@ def cluster_profile(base: dict[str, Any], shape: model.Shape, folder: Path, name
                     description: str) -> dict[str, Any]:
     """The profile of the cluster of ``shape`` in ``folder``: the bundled sandbox
     profile ``base`` (its container, MPI, environment and example defaults) with the
-    shape's partitions (hpcdl.sandbox.render.profile_partitions) and the cluster's own
+    shape's partitions (hpcdl.sandbox.cluster.profile_partitions) and the cluster's own
     TmpFS bound into the container (Slurm's PMIx keeps each job's directory there)."""
+    return _profile(base, model.profile_partitions(shape), folder, name, description)
+
+
+def profile_data(base: dict[str, Any], nodes: int, folder: Path) -> dict[str, Any]:
+    """The profile of the ``nodes``-node cluster in ``folder`` (`--nodes N`): its one
+    partition over nodes like the default sandbox's. Any ``nodes`` (bench/bench_scale.py
+    plans for 4,096), no addresses needed."""
+    return _profile(base, [model.profile_partition(_partition(nodes, None), [_LIKE] * nodes)],
+                    folder, profile_name(nodes),
+                    f"Local {nodes}-node Slurm sandbox in {folder} "
+                    f"(hpcdl sandbox up --nodes {nodes})")
+
+
+def _profile(base: dict[str, Any], partitions: list[dict[str, Any]], folder: Path, name: str,
+             description: str) -> dict[str, Any]:
     data = dict(base)
     data["name"] = name
     data["description"] = description
-    data["partitions"] = model.profile_partitions(shape)
+    data["partitions"] = partitions
     container = dict(data.get("container") or {})
     container["binds"] = cluster_binds(list(container.get("binds") or []), folder)
     data["container"] = container
     return data
-
-
-def profile_data(base: dict[str, Any], nodes: int, folder: Path,
-                 subnet: str = "10.80.0") -> dict[str, Any]:
-    """The profile of the ``nodes``-node cluster in ``folder`` (`--nodes N`): one
-    partition ``debug`` over all nodes (the subnet changes nothing in a profile)."""
-    return cluster_profile(base, shape(nodes, subnet), folder, profile_name(nodes),
-                           f"Local {nodes}-node Slurm sandbox in {folder} "
-                           f"(hpcdl sandbox up --nodes {nodes})")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -333,32 +333,36 @@ DEFAULT_SHAPE = Shape(
 )
 
 
+def profile_partition(p: Partition, nodes: Sequence[Node]) -> dict[str, Any]:
+    """A profile's entry for partition ``p`` over ``nodes`` (not empty), sized by its
+    smallest node: what every node of it can run."""
+    entry: dict[str, Any] = {"name": p.name, "nodes": len(nodes),
+                             "gpus_per_node": min(n.gpus for n in nodes)}
+    types = {n.gpu_type for n in nodes if n.gpu_type}
+    if len(types) == 1:
+        entry["gpu_type"] = types.pop()
+    entry["cpus_per_node"] = min(n.cpus for n in nodes)
+    if min(n.memory_mb for n in nodes) >= 1024:
+        entry["mem_per_node_gb"] = min(n.memory_mb for n in nodes) // 1024
+    if p.max_nodes is not None and p.max_nodes < len(nodes):
+        entry["max_nodes_per_job"] = p.max_nodes
+    limit = p.max_time or "infinite"
+    entry["max_time"] = "infinite" if limit in ("UNLIMITED", "INFINITE") else limit
+    if p.default:
+        entry["default"] = True
+    return entry
+
+
 def profile_partitions(shape: Shape) -> list[dict[str, Any]]:
     """The profile's partitions for ``shape``: each partition with nodes that takes
-    jobs (State=UP), sized by its smallest node (what every node can run)."""
+    jobs (State=UP)."""
     parts = []
     for p in shape.partitions:
-        names = p.node_names()
+        names = set(p.node_names())
         nodes = [n for n in shape.nodes if n.name in names]
-        if not nodes or p.state != "UP":
-            continue
-        entry: dict[str, Any] = {"name": p.name, "nodes": len(nodes),
-                                 "gpus_per_node": min(n.gpus for n in nodes)}
-        types = {n.gpu_type for n in nodes if n.gpu_type}
-        if len(types) == 1:
-            entry["gpu_type"] = types.pop()
-        entry["cpus_per_node"] = min(n.cpus for n in nodes)
-        if min(n.memory_mb for n in nodes) >= 1024:
-            entry["mem_per_node_gb"] = min(n.memory_mb for n in nodes) // 1024
-        if p.max_nodes is not None and p.max_nodes < len(nodes):
-            entry["max_nodes_per_job"] = p.max_nodes
-        limit = p.max_time or "infinite"
-        entry["max_time"] = "infinite" if limit in ("UNLIMITED", "INFINITE") else limit
-        if p.default:
-            entry["default"] = True
-        parts.append(entry)
+        if nodes and p.state == "UP":
+            parts.append(profile_partition(p, nodes))
     return parts
-
 
 
 class Cluster(_Frozen):

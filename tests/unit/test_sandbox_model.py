@@ -25,6 +25,7 @@ from click.testing import CliRunner
 from hpcdl.cli import cli
 from hpcdl.errors import ValidationError
 from hpcdl.profiles.loader import load_profile_file
+from hpcdl.sandbox import cluster_profile, profile_data
 from hpcdl.sandbox.cluster import DEFAULT_SHAPE, Cluster, Partition, parse_shape
 from hpcdl.sandbox.render import bundled_profile, render_files
 
@@ -207,8 +208,6 @@ def test_render_writes_every_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_profile_of_a_shape_follows_its_partitions() -> None:
-    from hpcdl.sandbox import cluster_profile
-
     shape = parse_shape("node g1 10.5.5.11 7001 8 4096 gpu:a100:4 up\n"
                         "node g2 10.5.5.12 7002 4 2048 gpu:a100:2 up\n"
                         "partition all g1,g2 Default=YES MaxNodes=1 MaxTime=UNLIMITED\n"
@@ -222,3 +221,11 @@ def test_profile_of_a_shape_follows_its_partitions() -> None:
                                    "max_nodes_per_job": 1, "max_time": "infinite",
                                    "default": True}]
     assert data["container"]["binds"] == ["/tmp/c1/tmp", "/scratch"]
+
+
+def test_profile_of_n_nodes_needs_no_addresses(tmp_path: Path) -> None:
+    # bench/bench_scale.py --planning plans on a 4,096-node partition (more than a /24).
+    data = profile_data(yaml.safe_load(BUNDLED.read_text()), 4096, tmp_path)
+    assert data["partitions"] == [{"name": "debug", "nodes": 4096, "gpus_per_node": 4,
+                                   "gpu_type": "fake", "cpus_per_node": 8, "mem_per_node_gb": 4,
+                                   "max_time": "00:30:00", "default": True}]
