@@ -69,7 +69,7 @@ KEEP=${HPCDL_SANDBOX_KEEP:-/root/.pyenv /opt/hpcdl/apptainer-libc}
 # cluster.sh: D, CONF, CLUSTER, the ports, ACCOUNTING, NETNS, SUBNET, CTLD_ADDR, TAG,
 # BRIDGE, HOSTS_BEGIN/END, NODES, UP_NODES (a slurmd), READY_NODES (must come up idle),
 # NODE_ADDR, NODE_GPUS, NODE_NETNS, NODE_VETH. From a checkout, its own hpcdl is used
-# (sandbox.sh may run before hpcdl is installed: only jinja2, pydantic, pyyaml and click
+# (sandbox.sh may run before hpcdl is installed: only click, jinja2 and pydantic
 # are needed); from a wheel (hpcdl/_data/scripts), the installed one.
 RENDERED=$(mktemp -d "${TMPDIR:-/tmp}/hpcdl-sandbox-render.XXXXXX")
 trap 'rm -rf "$RENDERED"' EXIT

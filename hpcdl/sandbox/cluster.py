@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -181,14 +182,11 @@ class Shape(_Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> Shape:
-        names = [n.name for n in self.nodes]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"bad shape: node {dup[0]} is listed twice")
-        parts = [p.name for p in self.partitions]
-        dup = sorted({p for p in parts if parts.count(p) > 1})
-        if dup:
-            raise ValueError(f"bad shape: partition {dup[0]} is listed twice")
+        for kind, names in (("node", [n.name for n in self.nodes]),
+                            ("partition", [p.name for p in self.partitions])):
+            twice = sorted(name for name, count in Counter(names).items() if count > 1)
+            if twice:
+                raise ValueError(f"bad shape: {kind} {twice[0]} is listed twice")
         problem = network_problem(self.nodes)
         if problem:
             raise ValueError(problem)
@@ -208,9 +206,6 @@ class Shape(_Frozen):
     def ctld_address(self) -> str:
         """Where slurmctld (and slurmdbd) listen: the bridge's .1, or 127.0.0.1."""
         return f"{self.subnet}.1" if self.netns else "127.0.0.1"
-
-    def node(self, name: str) -> Node:
-        return next(n for n in self.nodes if n.name == name)
 
     def shape_text(self) -> str:
         """The shape file that parses back to this shape."""

@@ -120,6 +120,8 @@ def test_a_cluster_without_gpus_has_an_empty_gres_conf() -> None:
     ("node n1 10.1.1.5 7001 8 4096 - sleeping\n", "state: Input should be 'up', 'down' or 'nogres'"),
     ("node n1 10.1.1.5 7001 8 4096 - up\nnode n1 10.1.1.6 7002 8 4096 - up\n",
      "bad shape: node n1 is listed twice"),
+    ("node n1 10.1.1.5 7001 8 4096 - up\npartition p n1\npartition p -\n",
+     "bad shape: partition p is listed twice"),
     ("node n1 10.1.1.5 7001 8 4096 - up\npartition p n1 Foo=1\n", "'Foo=1' is not one of Default="),
     ("node n1 10.1.1.5 7001 8 4096 - up\npartition p n1 MaxTime=$(reboot)\n",
      "max_time: '$(reboot)' is not a Slurm time"),
