@@ -5,6 +5,7 @@ their files for sandbox.sh."""
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -214,8 +215,7 @@ def render(out: Path | None, bundled_profile: bool) -> None:
     _DBD_PORT, _DB_PORT, _ACCOUNTING. A bad shape or value is one line on stderr
     ("sandbox: ..."), exit 2, and nothing is written.
     """
-    import os
-
+    from hpcdl.atomic import write_atomic
     from hpcdl.sandbox.cluster import Cluster
     from hpcdl.sandbox.render import bundled_profile as profile_text
     from hpcdl.sandbox.render import render_files
@@ -238,8 +238,6 @@ def render(out: Path | None, bundled_profile: bool) -> None:
     except ValidationError as err:
         click.echo(f"sandbox: {err}", err=True)
         raise SystemExit(2) from err
-    from hpcdl.atomic import write_atomic
-
     out.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
         write_atomic(out / name, content, mode=0o600)

@@ -97,8 +97,10 @@ def shape(nodes: int, subnet: str) -> model.Shape:
         raise ValidationError(f"subnet: {subnet!r} is not 10.A.B (a /24 without its last octet)")
     names = node_names(nodes)
     return model.Shape(
-        nodes=tuple(_LIKE.model_copy(update={"name": name, "address": f"{subnet}.{FIRST_HOST + i}",
-                                             "port": FIRST_SLURMD_PORT + i})
+        # Built anew, not model_copy'd: a copy would skip the checks of its fields.
+        nodes=tuple(model.Node(**{**_LIKE.model_dump(), "name": name,
+                                  "address": f"{subnet}.{FIRST_HOST + i}",
+                                  "port": FIRST_SLURMD_PORT + i})
                     for i, name in enumerate(names)),
         partitions=(_partition(nodes, names),))
 
