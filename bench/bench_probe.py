@@ -88,7 +88,7 @@ def main() -> int:
     env = {**cluster_env(folder, "\n".join(lines) + "\n", f"bp{prefix}"),
            "HPCDL_RUNS": str(folder / "runs")}
     profile = folder / "profile.yaml"
-    cluster_profile(folder, f"bp{prefix}", 3, profile)
+    cluster_profile(folder, f"bp{prefix}", profile)
     limit_gbs = args.rate * 1e6 / 8 / 1e9
     slow = names[2]
     runs: list[dict[str, Any]] = []

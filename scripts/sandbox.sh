@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real two-node Slurm cluster on this one machine, for hpcdl's tests and demo.
+# A real Slurm cluster on this one machine, for hpcdl's tests and demo.
 #
 #   scripts/sandbox.sh up       start what is not running (idempotent; installs packages if missing)
 #   scripts/sandbox.sh down     stop the sandbox's own daemons, by PID file
@@ -7,6 +7,16 @@
 #   scripts/sandbox.sh config   print the slurm.conf and gres.conf it would write (writes nothing)
 #   scripts/sandbox.sh shape NODE [--delay MS] [--rate MBIT] | --clear
 #                               slow NODE's link both ways (tc netem / tbf), or undo it
+#
+# The cluster is data: its nodes, partitions, ports and name are the model in
+# hpcdl/sandbox/cluster.py (DEFAULT_SHAPE: two nodes n1, n2 with 4 fake GPUs each, the
+# partitions debug, gpu, short, lowprio, urgent), or the shape file HPCDL_SANDBOX_SHAPE
+# names (its format is documented there). `hpcdl sandbox render` (run from this
+# checkout, or the installed hpcdl) renders slurm.conf, gres.conf, slurmdbd.conf, the
+# /etc/hosts block and the variables this script sources (templates/sandbox/); this
+# script does what needs root: daemons, namespaces, mounts, veths, tc, munge, MariaDB.
+# `config` prints what it would write; the bundled `sandbox` profile is generated from
+# the same model.
 #
 # No systemd: the daemons are started directly, as root. State, config, logs, PID files
 # live under $HPCDL_SANDBOX_DIR (default /var/lib/hpcdl-sandbox). /etc/slurm/slurm.conf
@@ -17,60 +27,29 @@
 # (`ip netns`, named hpcdl-TAG-NODE) and its own UTS namespace (hostname n1, n2, ...).
 # Each namespace has lo and one eth0, a veth whose host end (hsv-TAG-I) sits on the
 # cluster's own bridge (hsb-TAG); the bridge holds the subnet's .1 (slurmctld listens
-# there), each node the address its shape line gives (10.77.0.11, 10.77.0.12 here).
-# TAG is 6 hex digits of the SHA-1 of $HPCDL_SANDBOX_DIR, so every cluster directory
-# has its own bridge, veths and namespaces (names within Linux's 15-character limit),
-# and `down` finds exactly its own again, even after a crash. The node names go into
-# a marked block of /etc/hosts ("# >>> hpcdl-sandbox TAG" ... "# <<< hpcdl-sandbox TAG"),
-# written by up and removed by down (no other line is touched), so n1 and n2 resolve
-# on the host and in every node (Apptainer binds the host's /etc/hosts). Traffic
-# between the nodes crosses a real (virtual) link, which `shape` can slow down:
-#   scripts/sandbox.sh shape NODE [--delay MS] [--rate MBIT]   (both directions)
-#   scripts/sandbox.sh shape NODE --clear
-# A shape whose node addresses are all in 127.0.0.0/8 starts the old way instead: no
-# network namespace, each node on its own loopback address in the host's network (what
-# bench/bench_sandbox_net.py compares with).
+# there), each node the address its shape gives. TAG is 6 hex digits of the SHA-1 of
+# $HPCDL_SANDBOX_DIR, so every cluster directory has its own bridge, veths and
+# namespaces, and `down` finds exactly its own again, even after a crash. The node
+# names go into a marked block of /etc/hosts ("# >>> hpcdl-sandbox TAG" ... "# <<<
+# hpcdl-sandbox TAG"), written by up and removed by down (no other line is touched), so
+# the names resolve on the host and in every node (Apptainer binds the host's
+# /etc/hosts). Traffic between the nodes crosses a real (virtual) link, which `shape`
+# can slow down. A shape whose node addresses are all in 127.0.0.0/8 starts the old
+# way instead: no network namespace, each node on its own loopback address in the
+# host's network (what bench/bench_sandbox_net.py compares with).
 #
-# Only the default directory links /etc/slurm/slurm.conf (HPCDL_SANDBOX_LINK=0 never does).
+# Each slurmd also runs in its own mount namespace (node_mounts); srun --mpi=pmix works
+# across the nodes with a per-node TmpFS; accounting (sacct) is slurmdbd + MariaDB in
+# the sandbox's own datadir, unless HPCDL_SANDBOX_ACCOUNTING=none.
 #
-# ---------------------------------------------------------------------------------
-# The cluster (keep hpcdl/profiles/bundled/sandbox.yaml in step with this block):
-#   ClusterName  hpcdl-sandbox
-#   nodes        n1 (10.77.0.11, port 16821), n2 (10.77.0.12, port 16822), each in its own
-#                network namespace on bridge hsb-TAG (10.77.0.1, where slurmctld listens)
-#                each CPUs=8 (advertised: SlurmdParameters=config_overrides), RealMemory=4096 MB
-#                (memory is not a consumable resource: CR_Core), Gres=gpu:fake:4
-#   partitions   debug  Default=YES  MaxNodes=2  MaxTime=00:30:00  DefaultTime=00:10:00
-#                gpu                 MaxNodes=2  MaxTime=02:00:00  DefaultTime=00:10:00
-#                short               MaxNodes=1  MaxTime=00:05:00  DefaultTime=00:05:00
-#                lowprio             MaxNodes=2  MaxTime=00:10:00  PriorityTier=1, PreemptMode=REQUEUE,
-#                                    GraceTime=60: what urgent preempts (issue 15's requeue tests)
-#                urgent              MaxNodes=2  MaxTime=00:05:00  PriorityTier=10
-#                (debug, gpu, short: PreemptMode=OFF, so urgent never preempts their jobs)
-#   preemption   PreemptType=preempt/partition_prio, PreemptMode=REQUEUE, JobRequeue=1,
-#                SlurmctldParameters=preempt_send_user_signal: a preempted job's batch shell
-#                gets its --signal (hpcdl: B:USR2) at once, with GraceTime to checkpoint
-#   limits       EnforcePartLimits=ALL: impossible requests are refused by sbatch at once
-#   MPI          srun --mpi=pmix (PMIx v4) across both nodes; per-node TmpFS (shared /tmp
-#                breaks pmix: "pmixp_mkdir: ... File exists")
-#   accounting   slurmdbd + MariaDB (own datadir, port 16306) so sacct works
-#   ports        slurmctld 16817, slurmdbd 16819, slurmd 16821/16822 (clear of the defaults)
-# ---------------------------------------------------------------------------------
+# Environment: HPCDL_SANDBOX_DIR, _SHAPE, _CLUSTER, _CTLD_PORT, _DBD_PORT, _DB_PORT,
+# _ACCOUNTING (the cluster: see hpcdl/sandbox/cluster.py), _SHARED, _LOCAL, _HIDE,
+# _KEEP (what a node sees, below), _WAIT (seconds), _LINK (0: never link
+# /etc/slurm/slurm.conf; only the default directory ever does), _PYTHON (the Python
+# with hpcdl's dependencies; default python3).
 set -euo pipefail
 
-D=${HPCDL_SANDBOX_DIR:-/var/lib/hpcdl-sandbox}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-CONF=$D/etc/slurm.conf
-export SLURM_CONF=$CONF
-MUNGE_SOCKET=$D/run/munge/munge.socket.2
-DB_SOCKET=$D/run/mysqld.sock
-DB_PORT=${HPCDL_SANDBOX_DB_PORT:-16306}
-DB_PASS=hpcdl-sandbox   # local-only database bound to 127.0.0.1; not a secret
-CTLD_PORT=${HPCDL_SANDBOX_CTLD_PORT:-16817}
-DBD_PORT=${HPCDL_SANDBOX_DBD_PORT:-16819}
-CLUSTER=${HPCDL_SANDBOX_CLUSTER:-hpcdl-sandbox}
-ACCOUNTING=${HPCDL_SANDBOX_ACCOUNTING:-slurmdbd}   # slurmdbd | none
-if [[ $D == /var/lib/hpcdl-sandbox ]]; then LINK=${HPCDL_SANDBOX_LINK:-1}; else LINK=0; fi
 WAIT_S=${HPCDL_SANDBOX_WAIT:-60}
 
 # What a compute node sees. Each slurmd runs in its own mount namespace, as a node of a
@@ -85,100 +64,35 @@ LOCAL=${HPCDL_SANDBOX_LOCAL:-/local}
 HIDE=${HPCDL_SANDBOX_HIDE:-/root /opt /var/cache/hpcdl /work /srv /mnt}
 KEEP=${HPCDL_SANDBOX_KEEP:-/root/.pyenv /opt/hpcdl/apptainer-libc}
 
-# The default cluster: the one sandbox.yaml describes.
-DEFAULT_SHAPE='node n1 10.77.0.11 16821 8 4096 gpu:fake:4 up
-node n2 10.77.0.12 16822 8 4096 gpu:fake:4 up
-partition debug n1,n2 Default=YES MaxNodes=2 MaxTime=00:30:00 DefaultTime=00:10:00 PreemptMode=OFF
-partition gpu n1,n2 MaxNodes=2 MaxTime=02:00:00 DefaultTime=00:10:00 PreemptMode=OFF
-partition short n1,n2 MaxNodes=1 MaxTime=00:05:00 DefaultTime=00:05:00 PreemptMode=OFF
-partition lowprio n1,n2 MaxNodes=2 MaxTime=00:10:00 DefaultTime=00:05:00 PriorityTier=1 PreemptMode=REQUEUE GraceTime=60
-partition urgent n1,n2 MaxNodes=2 MaxTime=00:05:00 DefaultTime=00:02:00 PriorityTier=10 PreemptMode=OFF'
-
-# ---- the shape, read once ----------------------------------------------------------
-NODES=()        # every configured node
-UP_NODES=()     # the nodes that get a slurmd
-READY_NODES=()  # the nodes that must come up idle (not 'nogres')
-PARTITION_LINES=()
-declare -A NODE_ADDR NODE_PORT NODE_CPUS NODE_MEM NODE_GRES NODE_STATE
-read_shape() {
-  local text kind name addr port cpus mem gres state rest
-  if [[ -n ${HPCDL_SANDBOX_SHAPE:-} ]]; then
-    text=$(<"$HPCDL_SANDBOX_SHAPE") || { echo "sandbox: cannot read $HPCDL_SANDBOX_SHAPE" >&2; exit 2; }
-  else
-    text=$DEFAULT_SHAPE
+# ---- the cluster, rendered once from its model ------------------------------------
+# RENDERED holds slurm.conf, gres.conf, slurmdbd.conf, hosts (the /etc/hosts block) and
+# cluster.sh: D, CONF, CLUSTER, the ports, ACCOUNTING, NETNS, SUBNET, CTLD_ADDR, TAG,
+# BRIDGE, HOSTS_BEGIN/END, NODES, UP_NODES (a slurmd), READY_NODES (must come up idle),
+# NODE_ADDR, NODE_GPUS, NODE_NETNS, NODE_VETH. From a checkout, its own hpcdl is used
+# (sandbox.sh may run before hpcdl is installed: only click, jinja2 and pydantic
+# are needed); from a wheel (hpcdl/_data/scripts), the installed one.
+RENDERED=$(mktemp -d "${TMPDIR:-/tmp}/hpcdl-sandbox-render.XXXXXX")
+trap 'rm -rf "$RENDERED"' EXIT
+render() {
+  local -a pypath=()
+  local py=${HPCDL_SANDBOX_PYTHON:-python3} rc=0
+  if [[ -f $HERE/../hpcdl/sandbox/cluster.py ]]; then
+    pypath=("PYTHONPATH=$(cd "$HERE/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}")
   fi
-  while read -r kind name rest; do
-    case $kind in
-      ''|'#'*) ;;
-      node)
-        read -r addr port cpus mem gres state <<<"$rest"
-        [[ $name =~ ^[a-z][a-z0-9]*$ && $addr =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ && $port =~ ^[0-9]+$
-           && $cpus =~ ^[0-9]+$ && $mem =~ ^[0-9]+$ && $gres =~ ^(-|gpu:[a-z0-9]+:[0-9]+)$
-           && $state =~ ^(up|down|nogres)$ ]] || { echo "sandbox: bad shape line: node $name $rest" >&2; exit 2; }
-        NODES+=("$name"); NODE_ADDR[$name]=$addr; NODE_PORT[$name]=$port
-        NODE_CPUS[$name]=$cpus; NODE_MEM[$name]=$mem; NODE_GRES[$name]=$gres
-        NODE_STATE[$name]=$state
-        if [[ $state != down ]]; then UP_NODES+=("$name"); fi
-        if [[ $state == up ]]; then READY_NODES+=("$name"); fi ;;
-      partition)
-        [[ $name =~ ^[a-z][a-z0-9_]*$ && $rest =~ ^[][A-Za-z0-9,:=\ -]+$ ]] \
-          || { echo "sandbox: bad shape line: partition $name $rest" >&2; exit 2; }
-        if [[ $rest == -* ]]; then  # no nodes at all
-          rest=${rest#-}; rest=${rest# }
-          PARTITION_LINES+=("PartitionName=$name${rest:+ $rest} State=UP")
-        elif [[ $rest == *State=* ]]; then  # a partition that is DOWN, DRAIN, INACTIVE
-          PARTITION_LINES+=("PartitionName=$name Nodes=$rest")
-        else
-          PARTITION_LINES+=("PartitionName=$name Nodes=$rest State=UP")
-        fi ;;
-      *) echo "sandbox: bad shape line: $kind $name $rest" >&2; exit 2 ;;
-    esac
-  done <<<"$text"
+  env "${pypath[@]}" "$py" -m hpcdl sandbox render --out "$RENDERED" || rc=$?
+  # 2: a bad shape or setting, already said in one line. Anything else: this Python.
+  if ((rc != 0 && rc != 2)); then
+    echo "sandbox: $py could not render the cluster's files (exit $rc); it needs click, jinja2 and pydantic (scripts/install-python-deps.sh), or set HPCDL_SANDBOX_PYTHON" >&2
+  fi
+  return "$rc"
 }
-read_shape
-
-# ---- the network, from the shape's addresses ---------------------------------------
-NETNS=1         # 1: a network namespace per node; 0: loopback addresses in the host's
-SUBNET=         # the nodes' /24 without its last octet (netns mode), e.g. 10.77.0
-CTLD_ADDR=127.0.0.1
-TAG=$(printf '%s' "$D" | sha1sum | cut -c1-6)
-BRIDGE=hsb-$TAG
+render || exit $?
+# shellcheck source=/dev/null
+. "$RENDERED/cluster.sh"
+export SLURM_CONF=$CONF
+DB_SOCKET=$D/run/mysqld.sock
+if ((IS_DEFAULT_DIR)); then LINK=${HPCDL_SANDBOX_LINK:-1}; else LINK=0; fi
 HOSTS_FILE=/etc/hosts
-HOSTS_BEGIN="# >>> hpcdl-sandbox $TAG"
-HOSTS_END="# <<< hpcdl-sandbox $TAG"
-netns_of() { echo "hpcdl-$TAG-$1"; }
-read_net() {
-  local n addr loop=0 other=0 a b c d prefix
-  for n in "${NODES[@]}"; do
-    addr=${NODE_ADDR[$n]}
-    IFS=. read -r a b c d <<<"$addr"
-    if ((a > 255 || b > 255 || c > 255 || d > 255)); then
-      echo "sandbox: bad shape line: node $n: address $addr is not an IPv4 address" >&2; exit 2
-    fi
-    if ((a == 127)); then loop=1; continue; fi
-    other=1
-    prefix=$a.$b.$c
-    if [[ -z $SUBNET ]]; then SUBNET=$prefix; fi
-    if [[ $prefix != "$SUBNET" ]]; then
-      echo "sandbox: bad shape line: node $n: address $addr is outside the cluster's subnet $SUBNET.0/24 (all nodes in one /24)" >&2; exit 2
-    fi
-    if ((d < 2 || d > 254)); then
-      echo "sandbox: bad shape line: node $n: address $addr must end in 2-254 (.1 is the bridge)" >&2; exit 2
-    fi
-  done
-  if ((loop && other)); then
-    echo "sandbox: bad shape: node addresses mix 127.0.0.0/8 (no network namespaces) and $SUBNET.0/24 (one namespace per node)" >&2; exit 2
-  fi
-  if ((loop)); then NETNS=0; else CTLD_ADDR=$SUBNET.1; fi
-}
-read_net
-
-gpus_of() {  # gpus_of NODE: the node's GPU count (0 without GRES)
-  local g=${NODE_GRES[$1]}
-  if [[ $g == - ]]; then echo 0; else echo "${g##*:}"; fi
-}
-
-is_up() { local u; for u in "${UP_NODES[@]}"; do [[ $u == "$1" ]] && return 0; done; return 1; }
 
 log() { printf 'sandbox: %s\n' "$*"; }
 
@@ -276,99 +190,6 @@ write_if_changed() {
   fi
 }
 
-render_slurm_conf() {
-  local host n g
-  host=$(hostname -s)
-  cat <<EOF
-# Written by scripts/sandbox.sh (hpcdl): regenerated on every 'up'; edit the script.
-ClusterName=$CLUSTER
-SlurmctldHost=$host($CTLD_ADDR)
-SlurmctldPort=$CTLD_PORT
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket=$MUNGE_SOCKET
-CredType=cred/munge
-StateSaveLocation=$D/state/ctld
-SlurmdSpoolDir=$D/state/slurmd-%n
-SlurmctldPidFile=$D/run/slurmctld.pid
-SlurmdPidFile=$D/run/slurmd-%n.pid
-SlurmctldLogFile=$D/log/slurmctld.log
-SlurmdLogFile=$D/log/slurmd-%n.log
-# No cgroups on these machines.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-GresTypes=gpu
-# Advertise 8 CPUs per node whatever the host has.
-SlurmdParameters=config_overrides
-# Refuse impossible requests at submit time instead of pending forever.
-EnforcePartLimits=ALL
-# Without these each job waits ~3 s more before it is scheduled.
-SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,bf_interval=1
-MinJobAge=300
-KillWait=5
-# Preemption and requeue (issue 15): urgent's jobs requeue lowprio's; the preempted
-# job's batch shell gets its --signal at once (not SIGTERM to the ranks) and the
-# partition's GraceTime to write a checkpoint.
-PreemptType=preempt/partition_prio
-PreemptMode=REQUEUE
-SlurmctldParameters=preempt_send_user_signal
-JobRequeue=1
-InactiveLimit=0
-ReturnToService=2
-MpiDefault=none
-# Each node its own TmpFS: pmix creates per-job directories there.
-TmpFS=$D/tmp/%n
-JobCompType=jobcomp/filetxt
-JobCompLoc=$D/log/jobcomp.txt
-JobAcctGatherType=jobacct_gather/none
-EOF
-  if [[ $ACCOUNTING == slurmdbd ]]; then
-    cat <<EOF
-AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=$CTLD_ADDR
-AccountingStoragePort=$DBD_PORT
-AccountingStorageTRES=gres/gpu
-# The slurmdbd connection ignores AuthInfo: its munge socket goes here.
-AccountingStoragePass=$MUNGE_SOCKET
-EOF
-  else
-    echo "AccountingStorageType=accounting_storage/none"
-  fi
-  echo "MailProg=/bin/true"
-  for n in "${NODES[@]}"; do
-    g=${NODE_GRES[$n]}
-    printf 'NodeName=%s NodeHostname=%s NodeAddr=%s Port=%s CPUs=%s Sockets=1 CoresPerSocket=%s ThreadsPerCore=1 RealMemory=%s%s State=%s\n' \
-      "$n" "$n" "${NODE_ADDR[$n]}" "${NODE_PORT[$n]}" "${NODE_CPUS[$n]}" "${NODE_CPUS[$n]}" \
-      "${NODE_MEM[$n]}" "$([[ $g == - ]] || echo " Gres=$g")" \
-      "$(is_up "$n" && echo UNKNOWN || echo DOWN)"
-  done
-  printf '%s\n' "${PARTITION_LINES[@]}"
-}
-
-render_gres_conf() {
-  local n g count first=1 counts
-  # (grep finds nothing when no node has GPUs: not a failure)
-  counts=$(for n in "${NODES[@]}"; do gpus_of "$n"; done | { grep -v '^0$' || true; } | sort -u)
-  for n in "${NODES[@]}"; do
-    g=${NODE_GRES[$n]}
-    [[ $g == - || ${NODE_STATE[$n]} == nogres ]] && continue
-    if ((first)); then
-      if [[ $counts == *$'\n'* ]]; then counts="fake GPUs"; else counts="$counts fake GPUs per node"; fi
-      echo "# Written by scripts/sandbox.sh: $counts (character devices, see write_config)."
-      echo "AutoDetect=off"
-      first=0
-    fi
-    count=${g##*:}
-    g=${g#gpu:}
-    echo "NodeName=$n Name=gpu Type=${g%%:*} File=$D/dev/$n/gpu[0-$((count - 1))]"
-  done
-  if ((first)); then echo "AutoDetect=off"; fi
-}
-
 write_config() {
   local n
   mkdir -p "$D"/{etc,run/munge,log,state/ctld,tmp,dev,db}
@@ -383,9 +204,8 @@ write_config() {
     # Every user's jobs write here: PMIx's per-job directories (TmpFS), /tmp, scratch.
     chmod 1777 "$D/tmp/$n" "$D/nodes/$n/tmp" "$D/nodes/$n/var-tmp" "$D/nodes/$n/local"
     # Fake GPUs: slurmd wants character devices, so clone /dev/null (c 1 3).
-    local i gpus
-    gpus=$(gpus_of "$n")
-    for ((i = 0; i < gpus; i++)); do
+    local i
+    for ((i = 0; i < NODE_GPUS[$n]; i++)); do
       [[ -c $D/dev/$n/gpu$i ]] || mknod -m 666 "$D/dev/$n/gpu$i" c 1 3
     done
   done
@@ -399,29 +219,11 @@ write_config() {
   # 0666 for that (this machine's is 0600, which fails every user's container).
   if [[ -c /dev/fuse ]]; then chmod 0666 /dev/fuse; fi
 
-  render_slurm_conf | write_if_changed "$CONF" 644
-  render_gres_conf | write_if_changed "$D/etc/gres.conf" 644
-
+  write_if_changed "$CONF" 644 <"$RENDERED/slurm.conf"
+  write_if_changed "$D/etc/gres.conf" 644 <"$RENDERED/gres.conf"
+  # The database password: root's only.
   if [[ $ACCOUNTING == slurmdbd ]]; then
-    local host
-    host=$(hostname -s)
-    write_if_changed "$D/etc/slurmdbd.conf" 600 <<EOF
-# Written by scripts/sandbox.sh.
-AuthType=auth/munge
-AuthInfo=socket=$MUNGE_SOCKET
-DbdHost=$host
-DbdAddr=127.0.0.1
-DbdPort=$DBD_PORT
-SlurmUser=root
-PidFile=$D/run/slurmdbd.pid
-LogFile=$D/log/slurmdbd.log
-StorageType=accounting_storage/mysql
-StorageHost=127.0.0.1
-StoragePort=$DB_PORT
-StorageUser=slurm
-StoragePass=$DB_PASS
-StorageLoc=slurm_acct_db
-EOF
+    write_if_changed "$D/etc/slurmdbd.conf" 600 <"$RENDERED/slurmdbd.conf"
   fi
 
   # Make plain `sbatch` find the sandbox: only replace what is absent or already ours.
@@ -438,14 +240,6 @@ EOF
 }
 
 # ---- network (netns mode) ------------------------------------------------------------
-
-veth_of() {  # veth_of NODE: the host end of the node's veth (its index in the shape)
-  local i
-  for i in "${!NODES[@]}"; do
-    if [[ ${NODES[$i]} == "$1" ]]; then echo "hsv-$TAG-$((i + 1))"; return 0; fi
-  done
-  return 1
-}
 
 own_veths() {  # every host-side veth of this cluster's tag, whatever the shape says now
   ip -o link show 2>/dev/null | sed -nE "s/^[0-9]+: (hsv-$TAG-[0-9]+)@.*/\1/p" | sort -V
@@ -510,8 +304,8 @@ net_up() {
   fi
   ip link set "$BRIDGE" up
   for n in "${UP_NODES[@]}"; do
-    ns=$(netns_of "$n")
-    veth=$(veth_of "$n")
+    ns=${NODE_NETNS[$n]}
+    veth=${NODE_VETH[$n]}
     if [[ -e /run/netns/$ns ]] && pid_alive "$D/run/slurmd-$n.pid" slurmd \
        && ip link show "$veth" >/dev/null 2>&1; then
       continue
@@ -525,11 +319,7 @@ net_up() {
     ip -n "$ns" link set lo up
     ip -n "$ns" link set eth0 up
   done
-  local block
-  block=$(printf '%s (%s): written by scripts/sandbox.sh up, removed by down\n' "$HOSTS_BEGIN" "$D"
-          for n in "${NODES[@]}"; do printf '%s %s\n' "${NODE_ADDR[$n]}" "$n"; done
-          printf '%s' "$HOSTS_END")
-  hosts_edit "$block"
+  hosts_edit "$(<"$RENDERED/hosts")"
 }
 
 # net_down: everything of this cluster's tag (not only what the shape names now), so a
@@ -588,13 +378,13 @@ cmd_shape() {
   if ((!clear)) && [[ -z $delay$rate ]]; then
     echo "sandbox: shape: give --delay MS, --rate MBIT (or both), or --clear" >&2; exit 2
   fi
-  if ! veth_of "$node" >/dev/null; then
+  if [[ ! -v NODE_VETH[$node] ]]; then
     echo "sandbox: shape: node '$node' is not in this cluster's shape (nodes: ${NODES[*]})" >&2; exit 2
   fi
   ((NETNS)) || { echo "sandbox: shape: cluster $D has no network namespaces (its node addresses are loopback addresses)" >&2; exit 2; }
   local ns veth
-  ns=$(netns_of "$node")
-  veth=$(veth_of "$node")
+  ns=${NODE_NETNS[$node]}
+  veth=${NODE_VETH[$node]}
   if [[ ! -e /run/netns/$ns ]] || ! ip link show "$veth" >/dev/null 2>&1; then
     echo "sandbox: shape: node $node has no link here (namespace $ns): is cluster $D up?" >&2; exit 1
   fi
@@ -708,7 +498,7 @@ start_slurmd() {
   # Own UTS namespace: the node (and every job step it starts) sees its own hostname (n1, n2);
   # in netns mode also its own network namespace (job steps and Apptainer inherit both).
   local -a netns=()
-  if ((NETNS)); then netns=(nsenter "--net=/run/netns/$(netns_of "$n")"); fi
+  if ((NETNS)); then netns=(nsenter "--net=/run/netns/${NODE_NETNS[$n]}"); fi
   # Own mount namespace too: the node sees only what a cluster shares (node_mounts).
   # shellcheck disable=SC2016  # $1, $2 expand in the inner bash
   "${netns[@]}" unshare --uts --mount --propagation private bash -c \
@@ -787,7 +577,7 @@ resume_down_nodes() {
 stale_reasons() {
   local n pid ns
   if pid_alive "$D/run/slurmctld.pid" slurmctld && [[ -f $CONF ]] \
-     && ! cmp -s <(render_slurm_conf) "$CONF"; then
+     && ! cmp -s "$RENDERED/slurm.conf" "$CONF"; then
     echo "slurm.conf differs from the one slurmctld runs with"
   fi
   for n in "${UP_NODES[@]}"; do
@@ -801,7 +591,7 @@ stale_reasons() {
   for n in "${UP_NODES[@]}"; do
     pid_alive "$D/run/slurmd-$n.pid" slurmd || continue
     pid=$(<"$D/run/slurmd-$n.pid")
-    ns=/run/netns/$(netns_of "$n")
+    ns=/run/netns/${NODE_NETNS[$n]}
     if [[ ! -e $ns || $(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null) != "$(stat -L -c %i "$ns")" ]]; then
       echo "slurmd $n (pid $pid) runs outside its network namespace"
     fi
@@ -890,7 +680,7 @@ cmd_status() {
   for n in "${NODES[@]}"; do
     if ((NETNS)); then
       local ns veth link qd
-      ns=$(netns_of "$n"); veth=$(veth_of "$n")
+      ns=${NODE_NETNS[$n]}; veth=${NODE_VETH[$n]}
       if [[ -e /run/netns/$ns ]] && ip link show "$veth" >/dev/null 2>&1; then
         qd=$(tc qdisc show dev "$veth" root 2>/dev/null | sed -nE '1{/noqueue/d; s/^qdisc ([a-z]+) [0-9a-f]+: root (refcnt [0-9]+ )?/\1 /p}')
         link="link $veth${qd:+ shaped: $qd}"
@@ -926,7 +716,7 @@ main() {
     shape)
       [[ $(id -u) == 0 ]] || { echo "sandbox: must run as root (tc on the node's link)" >&2; exit 1; }
       shift; cmd_shape "$@" ;;
-    config) render_slurm_conf; render_gres_conf ;;
+    config) cat "$RENDERED/slurm.conf" "$RENDERED/gres.conf" ;;
     *) echo "usage: $0 up|down|status|config|shape NODE [--delay MS] [--rate MBIT] [--clear]" >&2; exit 2 ;;
   esac
 }

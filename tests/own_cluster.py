@@ -2,7 +2,7 @@
 and subnet), so a test or a benchmark that needs a third node, a shaped link or other
 partitions never touches the shared sandbox. Plain functions (no pytest): the
 integration tests' fixtures and the benchmarks under bench/ both build their clusters
-with them.
+with them. What a cluster is, and the shape file's format, is hpcdl.sandbox.cluster's.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from hpcdl.sandbox import cluster_binds, pick_subnet
+from hpcdl.sandbox import cluster_profile as profile_of
+from hpcdl.sandbox import pick_subnet
+from hpcdl.sandbox.cluster import parse_shape
 
 BUNDLED_SANDBOX_PROFILE = (Path(__file__).resolve().parents[1] / "hpcdl" / "profiles" / "bundled"
                            / "sandbox.yaml")
@@ -48,7 +50,7 @@ def node_names(prefix: str, count: int) -> list[str]:
 
 def cluster_env(folder: Path, shape: str, cluster: str, *,
                 accounting: bool = False) -> dict[str, str]:
-    """Write ``folder``/shape.txt (scripts/sandbox.sh's node and partition lines) and
+    """Write ``folder``/shape.txt (the shape file: hpcdl.sandbox.cluster) and
     return the environment that points sandbox.sh, and through SLURM_CONF Slurm's
     commands, at this cluster: a free slurmctld port, and no accounting unless
     ``accounting`` (then free slurmdbd and MariaDB ports)."""
@@ -63,15 +65,12 @@ def cluster_env(folder: Path, shape: str, cluster: str, *,
     return env
 
 
-def cluster_profile(folder: Path, name: str, nodes: int, path: Path) -> None:
-    """Write a profile for the cluster in ``folder`` to ``path``: the bundled sandbox's
-    settings, one partition 'debug' over all ``nodes`` nodes, the cluster's TmpFS
-    (where Slurm's PMIx keeps each job's directory) bound into the container."""
-    data = yaml.safe_load(BUNDLED_SANDBOX_PROFILE.read_text())
-    data["name"] = name
-    data["description"] = f"scripts/sandbox.sh cluster in {folder} (tests)"
-    data["partitions"] = [{"name": "debug", "nodes": nodes, "gpus_per_node": 4,
-                           "gpu_type": "fake", "cpus_per_node": 8, "mem_per_node_gb": 4,
-                           "max_time": "00:30:00", "default": True}]
-    data["container"]["binds"] = cluster_binds(data["container"]["binds"], folder)
+def cluster_profile(folder: Path, name: str, path: Path) -> None:
+    """Write a profile for the cluster in ``folder`` (its shape.txt, as cluster_env
+    wrote it) to ``path``: the bundled sandbox's settings, the shape's partitions, the
+    cluster's TmpFS (where Slurm's PMIx keeps each job's directory) bound into the
+    container (hpcdl.sandbox.cluster_profile, as `hpcdl sandbox up --nodes` does)."""
+    data = profile_of(yaml.safe_load(BUNDLED_SANDBOX_PROFILE.read_text()),
+                      parse_shape((folder / "shape.txt").read_text()), folder, name,
+                      f"scripts/sandbox.sh cluster in {folder} (tests)")
     path.write_text(yaml.safe_dump(data, sort_keys=False))

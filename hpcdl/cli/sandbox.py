@@ -1,9 +1,13 @@
 """`hpcdl sandbox up|down|status`: the local Slurm cluster (scripts/sandbox.sh): the
-two-node sandbox, or with --nodes N a cluster of N nodes in a directory of its own."""
+two-node sandbox, or with --nodes N a cluster of N nodes in a directory of its own.
+The clusters themselves are data (hpcdl.sandbox.cluster); the hidden `render` renders
+their files for sandbox.sh."""
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 from pathlib import Path
 
 import click
@@ -26,12 +30,17 @@ def _script() -> str:
     return str(path)
 
 
+def _script_env(env: dict[str, str] | None) -> dict[str, str]:
+    """sandbox.sh renders the cluster's files with this Python (which has hpcdl)."""
+    return {"HPCDL_SANDBOX_PYTHON": sys.executable, **(env or {})}
+
+
 def _run(action: str, env: dict[str, str] | None = None) -> None:
     from hpcdl import proc
 
     try:
         proc.stream(["bash", _script(), action], on_line=lambda line: click.echo(line, nl=False),
-                    timeout=900, env=env)
+                    timeout=900, env=_script_env(env))
     except ToolError as err:
         # The script already printed the log lines that explain the failure.
         folder = (env or {}).get("HPCDL_SANDBOX_DIR", "/var/lib/hpcdl-sandbox")
@@ -77,9 +86,10 @@ def _prepare(nodes: int, folder: Path) -> tuple[dict[str, str], Path]:
     from hpcdl import sandbox as shape
     from hpcdl.atomic import write_atomic
     from hpcdl.profiles.loader import load_profile_file, user_profiles_dir
+    from hpcdl.sandbox.cluster import parse_shape
 
     env = _existing_env(folder)
-    if env is not None and f"MaxNodes={nodes} " not in (folder / shape.SHAPE_FILE).read_text():
+    if env is not None and len(parse_shape((folder / shape.SHAPE_FILE).read_text()).nodes) != nodes:
         raise ValidationError(f"dir: {folder} holds a sandbox of another size than {nodes} nodes",
                               hint="hpcdl sandbox down with its --nodes, or another --dir")
     if env is None:
@@ -119,18 +129,19 @@ DIR_OPTION = click.option("--dir", "folder", type=click.Path(file_okay=False, pa
 
 @click.group()
 def sandbox() -> None:
-    """A real Slurm cluster on this machine: two nodes n1, n2 (4 fake GPUs each), or
-    with --nodes N a cluster of N nodes beside it.
+    """A real Slurm cluster on this machine: the two-node sandbox, or with --nodes N
+    a cluster of N nodes beside it.
 
-    Each node runs in its own network namespace (n1 10.77.0.11, n2 10.77.0.12, on a
-    bridge holding 10.77.0.1) and its name resolves (a marked block in /etc/hosts).
-    The two-node sandbox matches the bundled `sandbox` profile: partitions debug
-    (default), gpu and short. `up --nodes 32` starts nodes s32n1..s32n32 (8 CPUs,
-    4 fake GPUs each; partition debug) in /var/lib/hpcdl-sandbox-32n with no
-    accounting daemons, writes the profile `sandbox-32n` among your profiles and
-    prints how to point Slurm's commands at it (SLURM_CONF). Needs root; installs
-    munge, Slurm and MariaDB when missing. To slow one node's link: scripts/sandbox.sh
-    shape NODE --rate MBIT (see docs/guide/sandbox.md), with the cluster's environment.
+    Each node runs in its own network namespace on the cluster's bridge, and its name
+    resolves (a marked block in /etc/hosts). The two-node sandbox is the bundled
+    `sandbox` profile's cluster (both are generated from DEFAULT_SHAPE in
+    hpcdl/sandbox/cluster.py; `scripts/sandbox.sh config` prints its slurm.conf).
+    `up --nodes 32` starts nodes s32n1..s32n32 (each like the sandbox's; one default
+    partition) in /var/lib/hpcdl-sandbox-32n with no accounting daemons, writes the
+    profile `sandbox-32n` among your profiles and prints how to point Slurm's commands
+    at it (SLURM_CONF). Needs root; installs munge, Slurm and MariaDB when missing. To
+    slow one node's link: scripts/sandbox.sh shape NODE --rate MBIT (see
+    docs/guide/sandbox.md), with the cluster's environment.
     """
 
 
@@ -183,7 +194,50 @@ def status_cmd(nodes: int | None, folder: Path | None) -> None:
 
     _no_dir_without_nodes(nodes, folder)
     env = None if nodes is None else _need_env(nodes, folder)
-    res = proc.run(["bash", _script(), "status"], timeout=60, check=False, env=env)
+    res = proc.run(["bash", _script(), "status"], timeout=60, check=False, env=_script_env(env))
     click.echo(res.stdout, nl=False)
     if res.returncode:
         raise SystemExit(res.returncode)
+
+
+@sandbox.command(hidden=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Write slurm.conf, gres.conf, slurmdbd.conf, hosts (the /etc/hosts "
+                   "block) and cluster.sh (the variables sandbox.sh sources) here.")
+@click.option("--bundled-profile", is_flag=True,
+              help="Print the bundled `sandbox` profile generated from the default "
+                   "cluster (hpcdl/profiles/bundled/sandbox.yaml) instead.")
+def render(out: Path | None, bundled_profile: bool) -> None:
+    """The cluster's files from its model (hpcdl.sandbox.cluster), for scripts/sandbox.sh.
+
+    The cluster is the one sandbox.sh's environment names: HPCDL_SANDBOX_SHAPE (a shape
+    file; default: the two-node sandbox), HPCDL_SANDBOX_DIR, _CLUSTER, _CTLD_PORT,
+    _DBD_PORT, _DB_PORT, _ACCOUNTING. A bad shape or value is one line on stderr
+    ("sandbox: ..."), exit 2, and nothing is written.
+    """
+    from hpcdl.atomic import write_atomic
+    from hpcdl.sandbox.cluster import Cluster
+    from hpcdl.sandbox.render import bundled_profile as profile_text
+    from hpcdl.sandbox.render import render_files
+
+    if bundled_profile:
+        click.echo(profile_text(), nl=False)
+        return
+    if out is None:
+        raise click.UsageError("give --out DIR or --bundled-profile")
+    path = os.environ.get("HPCDL_SANDBOX_SHAPE")
+    try:
+        text = Path(path).read_text() if path else None
+    except (OSError, UnicodeDecodeError) as err:
+        click.echo(f"sandbox: cannot read {path}: {getattr(err, 'strerror', None) or err}",
+                   err=True)
+        raise SystemExit(2) from err
+    try:
+        files = render_files(Cluster.from_env(os.environ, text),
+                             socket.gethostname().split(".")[0])
+    except ValidationError as err:
+        click.echo(f"sandbox: {err}", err=True)
+        raise SystemExit(2) from err
+    out.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        write_atomic(out / name, content, mode=0o600)

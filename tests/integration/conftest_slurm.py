@@ -210,7 +210,7 @@ def netns_cluster() -> Iterator[Callable[..., NetnsCluster]]:
         name = f"nx{prefix}"
         env = cluster_env(folder, "\n".join(lines) + "\n", name)
         profile = folder / f"{name}.yaml"
-        cluster_profile(folder, name, nodes, profile)
+        cluster_profile(folder, name, profile)
         cluster = NetnsCluster(folder, names, addrs, env, profile)
         started.append(cluster)
         res = cluster.sandbox("up")

@@ -1,4 +1,4 @@
-"""`hpcdl sandbox up --nodes N`'s pure parts (hpcdl/sandbox.py): the shape that
+"""`hpcdl sandbox up --nodes N`'s pure parts (hpcdl/sandbox/): the shape that
 scripts/sandbox.sh reads (checked by sandbox.sh's own `config`, which writes nothing),
 the environment file, the matching profile, and the CLI's refusals. Starting such a
 cluster is bench/ work (bench/bench_scale_nodes.py), not a test's."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ def test_sandbox_sh_reads_the_shape(tmp_path):
     env = shape.environment(tmp_path / "c", 32, 17999)
     res = subprocess.run(["bash", str(REPO / "scripts" / "sandbox.sh"), "config"],
                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+                              "HPCDL_SANDBOX_PYTHON": sys.executable,
                               **env, "HPCDL_SANDBOX_SHAPE": str(tmp_path / "shape.txt")},
                          capture_output=True, text=True, timeout=60, check=True)
     conf = res.stdout

@@ -1,10 +1,13 @@
-"""Sandbox clusters of N nodes (`hpcdl sandbox up --nodes N`): the shape file that
-scripts/sandbox.sh reads from HPCDL_SANDBOX_SHAPE, the environment that points
-sandbox.sh and Slurm's own commands at the cluster, and the profile that matches it.
+"""The local Slurm sandbox as data. ``hpcdl.sandbox.cluster`` is the model (nodes,
+partitions, ports, directory; the default two-node cluster is its DEFAULT_SHAPE) and
+the shape file format; ``hpcdl.sandbox.render`` renders the cluster's slurm.conf,
+gres.conf, /etc/hosts block and the bundled `sandbox` profile; scripts/sandbox.sh runs
+the daemons.
 
-Pure: the CLI picks the runtime facts (a free subnet and slurmctld port), writes the
-files and runs sandbox.sh. The default two-node sandbox (no --nodes) is not made here:
-sandbox.sh's own DEFAULT_SHAPE and the bundled `sandbox` profile describe it.
+This module: clusters of N nodes (`hpcdl sandbox up --nodes N`): their shape, the
+environment that points sandbox.sh and Slurm's own commands at the cluster, and the
+profile that matches it. Pure: the CLI picks the runtime facts (a free subnet and
+slurmctld port), writes the files and runs sandbox.sh.
 
 An N-node cluster lives in its own directory (``/var/lib/hpcdl-sandbox-Nn``), so the
 shared two-node sandbox keeps running beside it; its nodes are named ``sNnI`` (s32n1 ..
@@ -21,18 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.errors import ValidationError
+from hpcdl.sandbox import cluster as model
 
-DEFAULT_DIR = Path("/var/lib/hpcdl-sandbox")
-# sandbox.sh keeps a cluster in one /24 whose .1 is the bridge; nodes take .11 onwards.
+DEFAULT_DIR = Path(model.DEFAULT_DIR)
+# A cluster lives in one /24 whose .1 is the bridge; nodes take .11 onwards.
 FIRST_HOST = 11
 MAX_NODES = 200
 # Each slurmd listens in its own network namespace, so the ports only need to differ
 # from each other (they are also what `scontrol show node` reports).
 FIRST_SLURMD_PORT = 17001
-# Each node as the default sandbox's: 8 advertised CPUs, 4096 MB, 4 fake GPUs.
-CPUS, MEM_MB, GPUS = 8, 4096, 4
-PARTITION = "debug"
-MAX_TIME = "00:30:00"
+# Each node as the default sandbox's first node; its partition as the default's.
+_LIKE = model.DEFAULT_SHAPE.nodes[0]
+_DEFAULT_PARTITION = next(p for p in model.DEFAULT_SHAPE.partitions if p.default)
 ENV_FILE = "sandbox.env"
 SHAPE_FILE = "shape.txt"
 _SUBNET = re.compile(r"10\.(\d{1,3})\.(\d{1,3})")
@@ -75,20 +78,36 @@ def node_names(nodes: int) -> list[str]:
     return [f"s{nodes}n{i}" for i in range(1, nodes + 1)]
 
 
-def shape_text(nodes: int, subnet: str) -> str:
-    """sandbox.sh's shape: ``nodes`` nodes in ``subnet`` (``10.A.B``), each up with a
-    slurmd, and one partition ``debug`` over all of them (default, MaxNodes=N). Raises
-    ValidationError for a node count or subnet out of range."""
+def _partition(nodes: int, names: list[str] | None) -> model.Partition:
+    """The one partition of an N-node cluster: like the default sandbox's default one
+    (debug), over all nodes."""
+    return model.Partition(name=_DEFAULT_PARTITION.name,
+                           nodes=",".join(names) if names else None, default=True,
+                           max_nodes=nodes, max_time=_DEFAULT_PARTITION.max_time,
+                           default_time=_DEFAULT_PARTITION.default_time, preempt_mode="OFF")
+
+
+def shape(nodes: int, subnet: str) -> model.Shape:
+    """``nodes`` nodes in ``subnet`` (``10.A.B``), each like the default sandbox's first
+    node and up with a slurmd, and one partition (see ``_partition``) over all of them,
+    MaxNodes=N. Raises ValidationError for a node count or subnet out of range."""
     check_nodes(nodes)
     m = _SUBNET.fullmatch(subnet)
     if m is None or not all(0 <= int(part) <= 255 for part in m.groups()):
         raise ValidationError(f"subnet: {subnet!r} is not 10.A.B (a /24 without its last octet)")
     names = node_names(nodes)
-    lines = [f"node {name} {subnet}.{FIRST_HOST + i} {FIRST_SLURMD_PORT + i} {CPUS} {MEM_MB} "
-             f"gpu:fake:{GPUS} up" for i, name in enumerate(names)]
-    lines.append(f"partition {PARTITION} {','.join(names)} Default=YES MaxNodes={nodes} "
-                 f"MaxTime={MAX_TIME} DefaultTime=00:10:00 PreemptMode=OFF")
-    return "\n".join(lines) + "\n"
+    return model.Shape(
+        # Built anew, not model_copy'd: a copy would skip the checks of its fields.
+        nodes=tuple(model.Node(**{**_LIKE.model_dump(), "name": name,
+                                  "address": f"{subnet}.{FIRST_HOST + i}",
+                                  "port": FIRST_SLURMD_PORT + i})
+                    for i, name in enumerate(names)),
+        partitions=(_partition(nodes, names),))
+
+
+def shape_text(nodes: int, subnet: str) -> str:
+    """The shape file (HPCDL_SANDBOX_SHAPE) of :func:`shape`."""
+    return shape(nodes, subnet).shape_text()
 
 
 def environment(folder: Path, nodes: int, ctld_port: int) -> dict[str, str]:
@@ -119,7 +138,7 @@ def parse_env_file(text: str) -> dict[str, str]:
 
 
 # The default sandbox's TmpFS, as the bundled profile binds it (scripts/sandbox.sh).
-DEFAULT_TMPFS = "/var/lib/hpcdl-sandbox/tmp"
+DEFAULT_TMPFS = f"{model.DEFAULT_DIR}/tmp"
 
 
 def cluster_binds(binds: list[str], folder: Path) -> list[str]:
@@ -129,19 +148,31 @@ def cluster_binds(binds: list[str], folder: Path) -> list[str]:
     return [str(folder / "tmp") if b == DEFAULT_TMPFS else b for b in binds]
 
 
+def cluster_profile(base: dict[str, Any], shape: model.Shape, folder: Path, name: str,
+                    description: str) -> dict[str, Any]:
+    """The profile of the cluster of ``shape`` in ``folder``: the bundled sandbox
+    profile ``base`` (its container, MPI, environment and example defaults) with the
+    shape's partitions (hpcdl.sandbox.cluster.profile_partitions) and the cluster's own
+    TmpFS bound into the container (Slurm's PMIx keeps each job's directory there)."""
+    return _profile(base, model.profile_partitions(shape), folder, name, description)
+
+
 def profile_data(base: dict[str, Any], nodes: int, folder: Path) -> dict[str, Any]:
-    """The profile of the cluster in ``folder``: the bundled sandbox profile ``base``
-    (its container, MPI, environment and example defaults) with one partition ``debug``
-    over the ``nodes`` nodes and the cluster's own TmpFS bound into the container
-    (Slurm's PMIx keeps each job's directory there)."""
+    """The profile of the ``nodes``-node cluster in ``folder`` (`--nodes N`): its one
+    partition over nodes like the default sandbox's. Any ``nodes`` (bench/bench_scale.py
+    plans for 4,096), no addresses needed."""
+    return _profile(base, [model.profile_partition(_partition(nodes, None), [_LIKE] * nodes)],
+                    folder, profile_name(nodes),
+                    f"Local {nodes}-node Slurm sandbox in {folder} "
+                    f"(hpcdl sandbox up --nodes {nodes})")
+
+
+def _profile(base: dict[str, Any], partitions: list[dict[str, Any]], folder: Path, name: str,
+             description: str) -> dict[str, Any]:
     data = dict(base)
-    data["name"] = profile_name(nodes)
-    data["description"] = (f"Local {nodes}-node Slurm sandbox in {folder} "
-                           f"(hpcdl sandbox up --nodes {nodes})")
-    data["partitions"] = [{"name": PARTITION, "nodes": nodes, "gpus_per_node": GPUS,
-                           "gpu_type": "fake", "cpus_per_node": CPUS,
-                           "mem_per_node_gb": MEM_MB // 1024, "max_time": MAX_TIME,
-                           "default": True}]
+    data["name"] = name
+    data["description"] = description
+    data["partitions"] = partitions
     container = dict(data.get("container") or {})
     container["binds"] = cluster_binds(list(container.get("binds") or []), folder)
     data["container"] = container
