@@ -846,9 +846,9 @@ def build_plan(profile: Profile, req: JobRequest,
     wrapper = rank_env_script(wrapper_mode, **wrapper_options)
     port_range = {"base": PORT_BASE, "span": PORT_SPAN, "tries": PORT_TRIES}
     # Under Slurm the wrapper and the port pick are files of the run (the PBS script,
-    # which hpcdl does not submit, carries them inline).
+    # which hpcdl does not submit, carries them inline: see _rank_tokens).
     job_scripts: tuple[tuple[str, str], ...] = ()
-    if profile.scheduler.type == "slurm":
+    if profile.scheduler.type != "pbs":
         job_scripts = ((RANK_ENV_FILE, rank_env_file(wrapper_mode, **wrapper_options)),)
         if master_port:
             job_scripts += ((PORT_PICK_FILE, port_pick_file(master_port, **port_range)),)
