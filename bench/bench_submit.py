@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import describe, one_line  # noqa: E402
+from hpcdl.jobside import stage  # noqa: E402
 from hpcdl.plan import JobRequest, build_plan  # noqa: E402
 from hpcdl.profiles import load_profile  # noqa: E402
 from hpcdl.slurm.scheduler import SlurmScheduler  # noqa: E402
@@ -82,6 +83,7 @@ def main() -> int:
     plan = build_plan(profile, req)  # the same script hpcdl submits (logs to work/plain)
     script = work / "plain" / "job.sbatch"
     script.write_text(plan.script)
+    stage(work / "plain", plan.job_files, plan.job_scripts)  # the files the script runs
     plain = plan.sbatch_argv(script)
     cli = [sys.executable, "-m", "hpcdl", "submit", "-p", "sandbox", "-N", str(NODES),
            "-G", str(GPUS), "-J", "bench", "--", *COMMAND]

@@ -4,7 +4,9 @@ Compute nodes see only what a cluster shares (home, the parallel filesystem), no
 venv or checkout hpcdl runs from on the login node. So the bundled examples, the probe
 worker and the hpcdl modules they import (standard library only) are copied into
 ``RUN_DIR/job`` when the run directory is made: the job reads them from there (bound
-read-only at /hpcdl in a container), and a run keeps the exact code it ran.
+read-only at /hpcdl in a container), and a run keeps the exact code it ran. The sh files
+rendered for the job (the rank wrapper and the MASTER_PORT pick: hpcdl.launch.rankenv)
+are written beside them, in ``job/bin``, executable.
 
 Which hpcdl modules: those the entry points import, found by reading their imports
 (transitively), so a new import in an example is staged without a list to keep.
@@ -20,6 +22,7 @@ import threading
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
+from hpcdl.atomic import write_atomic
 from hpcdl.resources import PACKAGE_DIR, examples_dir
 
 # RUN_DIR/<this>: examples/ and hpcdl/ below it, the layout the job's PYTHONPATH expects.
@@ -108,10 +111,13 @@ def source_of(rel: str) -> Path:
     raise ValueError(f"not a job-side path: {rel}")
 
 
-def stage(run_dir: Path, files: tuple[str, ...]) -> int:
-    """Copy ``files`` (job_side_files() names) into ``run_dir``/job, complete or not at
-    all: into a temporary directory beside it, renamed into place. Returns the bytes
-    copied. Raises FileExistsError when job/ exists, OSError."""
+def stage(run_dir: Path, files: tuple[str, ...],
+          scripts: tuple[tuple[str, str], ...] = ()) -> int:
+    """Copy ``files`` (job_side_files() names) into ``run_dir``/job and write ``scripts``
+    ((path relative to job/, text): the plan's job_scripts) there, executable; complete
+    or not at all: into a temporary directory beside it, renamed into place. Returns the
+    bytes written. Raises FileExistsError when job/ exists, ValueError for a script path
+    that leaves job/, OSError."""
     target = run_dir / JOB_DIR_NAME
     if target.exists():  # a run's code is staged once: the run keeps what it ran
         raise FileExistsError(f"{target} exists")
@@ -128,6 +134,14 @@ def stage(run_dir: Path, files: tuple[str, ...]) -> int:
             os.chmod(folder, 0o755)
             for name in names:
                 os.chmod(os.path.join(folder, name), 0o644)
+        for rel, text in scripts:
+            path = PurePosixPath(rel)
+            if path.is_absolute() or ".." in path.parts or rel in files:
+                raise ValueError(f"not a job-side script path: {rel}")
+            dest = tmp / rel
+            dest.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            write_atomic(dest, text, mode=0o755)
+            copied += dest.stat().st_size
         tmp.rename(target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

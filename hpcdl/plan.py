@@ -18,8 +18,18 @@ from hpcdl import __version__, pbs
 from hpcdl.errors import ValidationError
 from hpcdl.gpuarch import ImageArchFacts, check_partition
 from hpcdl.hang import DEFAULT_HANG_ACTION, HANG_ACTIONS
-from hpcdl.jobside import job_dir, job_side_files
-from hpcdl.launch.rankenv import PORT_LISTENED, SCRIPT_VARIABLE, WRAPPER_NAME, rank_env_script
+from hpcdl.jobside import JOB_DIR_NAME, job_dir, job_side_files
+from hpcdl.launch.rankenv import (
+    PORT_LISTENED,
+    PORT_PICK_FILE,
+    RANK_ENV_FILE,
+    SCRIPT_VARIABLE,
+    WRAPPER_NAME,
+    port_pick_file,
+    port_pick_lines,
+    rank_env_file,
+    rank_env_script,
+)
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.requeue import (
@@ -177,6 +187,9 @@ class JobPlan:
     hang_action: str | None = None  # cancel or leave
     # Files copied into RUN_DIR/job at submission (hpcdl.jobside), relative to it.
     job_files: tuple[str, ...] = ()
+    # Files rendered for this job and written into RUN_DIR/job at submission, executable:
+    # (path relative to job/, text). The script runs them (the rank wrapper, the port pick).
+    job_scripts: tuple[tuple[str, str], ...] = ()
     container_mode: str | None = None  # RuntimeMode of an image run, when it was known
     # The command creates $HPCDL_PROGRESS_FILE after its first step (the bundled example;
     # any command under --requeue/--chain, by the contract): no file means no step.
@@ -196,13 +209,25 @@ class JobPlan:
         data["example_defaults"] = list(self.example_defaults)
         data["probe"] = None if self.probe is None else list(self.probe)
         data["job_files"] = list(self.job_files)
+        data["job_scripts"] = dict(self.job_scripts)
         return data
+
+    def job_script_paths(self) -> list[tuple[str, str]]:
+        """(path as the script names it, text) of each of ``job_scripts``: in the run
+        directory's job/, or without one (a dry run's preview) in ./job/ beside the logs."""
+        return [(job_script_path(self.run_dir, rel), text) for rel, text in self.job_scripts]
 
     def sbatch_argv(self, script_path: str | Path, options: tuple[str, ...] = ()) -> list[str]:
         """argv that submits this plan; the exact job name travels here, not in the script,
         and so do ``options`` that are not part of the job itself (a sweep's dependency)."""
         return ["sbatch", "--parsable", f"--job-name={self.job_name}", *options,
                 str(script_path)]
+
+
+def job_script_path(run_dir: str | None, rel: str) -> str:
+    """Where the job finds its job-side file ``rel`` (relative to job/): in the run
+    directory, or relative to where sbatch runs the script when the plan has none."""
+    return f"{job_dir(run_dir) if run_dir else './' + JOB_DIR_NAME}/{rel}"
 
 
 def _fail(message: str) -> ValidationError:
@@ -523,7 +548,8 @@ def _launcher_tokens(profile: Profile, req: JobRequest, launcher: str,
 def _rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher: str,
                  image: str | None) -> list[str]:
     """What the launcher starts on every rank: the container (if any), the rank-env
-    wrapper, torchrun (if it is the launcher) and the command."""
+    wrapper (a file of the run under Slurm, inline in the PBS script), torchrun (if it is
+    the launcher) and the command."""
     tokens: list[str] = []
     if image:
         runtime = profile.container.binary or profile.container.runtime
@@ -535,10 +561,15 @@ def _rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher
         if not req.command:
             tokens += ["--env", f"PYTHONPATH={JOB_PROJECT_DIR}"]
         tokens.append(image)
-    # Every rank (or torchrun agent) starts through the rank-env wrapper (see the script).
+    # Every rank (or torchrun agent) starts through the rank-env wrapper. Under Slurm it is
+    # a file of the run, seen at the same path in a container (the run directory is bound)
+    # or read from ./job without a run directory. A PBS script carries it in a variable;
     # ${...:?}: a custom template that does not define it fails loudly instead of running
     # `sh -c ""` (nothing) successfully.
-    tokens += [Raw("/bin/sh"), Raw("-c"), Raw(f'"${{{SCRIPT_VARIABLE}:?}}"'), Raw(WRAPPER_NAME)]
+    if profile.scheduler.type == "pbs":
+        tokens += [Raw("/bin/sh"), Raw("-c"), Raw(f'"${{{SCRIPT_VARIABLE}:?}}"'), Raw(WRAPPER_NAME)]
+    else:
+        tokens += [Raw("/bin/sh"), job_script_path(req.run_dir, RANK_ENV_FILE)]
     if launcher == "torchrun":
         tokens += _torchrun_tokens(profile, req, command)
     return tokens + command
@@ -809,9 +840,18 @@ def build_plan(profile: Profile, req: JobRequest,
         warnings.append(arch.warning)
     time = job_time(profile, part, req)
     master_addr, master_port = master_values(env, profile.scheduler.type)
-    wrapper = rank_env_script("torchrun" if launcher == "torchrun" else "ranks",
-                              gpu_bind=gpu_bind == "local-rank" and req.gpus > 0,
-                              record_pid=req.hang_timeout is not None)
+    wrapper_mode: Literal["ranks", "torchrun"] = "torchrun" if launcher == "torchrun" else "ranks"
+    wrapper_options = {"gpu_bind": gpu_bind == "local-rank" and req.gpus > 0,
+                       "record_pid": req.hang_timeout is not None}
+    wrapper = rank_env_script(wrapper_mode, **wrapper_options)
+    port_range = {"base": PORT_BASE, "span": PORT_SPAN, "tries": PORT_TRIES}
+    # Under Slurm the wrapper and the port pick are files of the run (the PBS script,
+    # which hpcdl does not submit, carries them inline: see _rank_tokens).
+    job_scripts: tuple[tuple[str, str], ...] = ()
+    if profile.scheduler.type != "pbs":
+        job_scripts = ((RANK_ENV_FILE, rank_env_file(wrapper_mode, **wrapper_options)),)
+        if master_port:
+            job_scripts += ((PORT_PICK_FILE, port_pick_file(master_port, **port_range)),)
     hang_exports, hang_warnings = _hang_exports(req, env, time, log_dir)
     warnings += hang_warnings
     context = {
@@ -846,6 +886,8 @@ def build_plan(profile: Profile, req: JobRequest,
         "port_span": PORT_SPAN,
         "port_tries": PORT_TRIES,
         "port_listened": PORT_LISTENED,
+        "port_pick": port_pick_lines(master_port, **port_range).rstrip("\n") if master_port else "",
+        "port_pick_path": shell_join([job_script_path(req.run_dir, PORT_PICK_FILE)]),
         "rank_env_variable": SCRIPT_VARIABLE,
         "rank_env_q": shell_join([wrapper]),
         "launch_line": launch,
@@ -896,6 +938,7 @@ def build_plan(profile: Profile, req: JobRequest,
         hang_timeout=req.hang_timeout,
         hang_action=(req.hang_action or DEFAULT_HANG_ACTION) if req.hang_timeout is not None else None,
         job_files=job_side_files() if req.run_dir else (),
+        job_scripts=job_scripts,
         container_mode=mode,
         **_plan_requeue(profile, req),
         records_steps=_records_steps(profile, req),

@@ -340,9 +340,11 @@ class RunDir:
         """job/: the job-side files staged at submission (hpcdl.jobside)."""
         return self.path / JOB_DIR_NAME
 
-    def stage_job_files(self, files: tuple[str, ...]) -> int:
-        """Copy the job-side ``files`` into job/ (all or nothing); returns the bytes."""
-        return stage(self.path, files)
+    def stage_job_files(self, files: tuple[str, ...],
+                        scripts: tuple[tuple[str, str], ...] = ()) -> int:
+        """Copy the job-side ``files`` into job/ and write the plan's ``scripts`` there
+        (all or nothing); returns the bytes."""
+        return stage(self.path, files, scripts)
 
     def stage_tool(self, path: str) -> str:
         """A copy of the host executable ``path`` in job/bin/, where the nodes can run it

@@ -99,8 +99,8 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
                           hint="give a new --run-dir, or leave it out for a fresh one") from exc
     if plan.hang_timeout is not None:  # the rank wrapper records the ranks' pids here
         run.pids.mkdir()
-    if plan.job_files:  # the nodes need not see the hpcdl installation that submits
-        run.stage_job_files(plan.job_files)
+    if plan.job_files or plan.job_scripts:  # the nodes need not see the submitting hpcdl
+        run.stage_job_files(plan.job_files, plan.job_scripts)
     script = run.write_plan(plan.script, plan.to_dict())
     run.record_inputs(profile.model_dump(mode="json"), plan.image)
     argv = plan.sbatch_argv(script, sbatch_options)

@@ -145,7 +145,7 @@ def probe_exit(record: dict[str, Any], job_code: int) -> int:
               help="A node whose best link is below this share of the median node's best "
                    "link is slow (exit 1); with 2 nodes, the link against the profile's "
                    "expected bandwidth.")
-@click.option("--dry-run", is_flag=True, help="Print the job script (or with --json the plan).")
+@click.option("--dry-run", is_flag=True, help="Print the job script and the job-side files it runs (or with --json the plan).")
 @click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Run directory (must not exist yet; default: a new one under $HPCDL_RUNS).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from hpcdl.submit import Submitted
     from hpcdl.watchdog import HangWatchdog
 
+# Starts the line above each job-side file a dry run prints after the script (the
+# arrow of `head FILE...`): a reader or a test finds where each file begins.
+JOB_FILE_HEADER = "# ==>"
 
 @click.command(context_settings={"ignore_unknown_options": False})
 @request_options
@@ -39,11 +42,14 @@ if TYPE_CHECKING:
               help="Distributed backend of the bundled example.")
 @example_options
 @launch_options
-@click.option("--dry-run", is_flag=True, help="Print the script (or with --json the plan); write nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the script (stdout) and after it the job-side files it runs, each "
+                   "under a '# ==> PATH' header (stderr); or with --json the plan. Write nothing.")
 @click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Run directory for this job (must not exist yet; default: a new one under "
                    "$HPCDL_RUNS named after the job). With --dry-run, the script shown is "
-                   "byte for byte the job.sbatch a submission with the same --run-dir writes.")
+                   "byte for byte the job.sbatch a submission with the same --run-dir writes, "
+                   "and each file shown after it what that submission stages in job/.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--wait", "-w", is_flag=True,
               help="Follow the job to its end; exit with the job's exit code (124 when it hit "
@@ -154,7 +160,9 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
 
 
 def print_dry_run(plan: JobPlan, *, as_json: bool) -> None:
-    """What --dry-run prints: the plan as JSON, or the notes (stderr) and the script."""
+    """What --dry-run prints: the plan as JSON, or the notes (stderr), the script
+    (stdout: job.sbatch byte for byte) and after it each file of the run the script
+    runs (stderr, each under a header naming its path; byte for byte what is staged)."""
     if as_json:
         click.echo(json.dumps(plan.to_dict(), indent=2))
         return
@@ -174,6 +182,10 @@ def print_dry_run(plan: JobPlan, *, as_json: bool) -> None:
     if plan.example_defaults:
         click.echo(f"# {defaults_line(plan)}", err=True)
     click.echo(plan.script, nl=False)
+    for path, text in plan.job_script_paths():
+        click.echo(f"{JOB_FILE_HEADER} {path} (written with the run; the script runs it)",
+                   err=True)
+        click.echo(text, nl=False, err=True)
 
 
 def _hang_seconds(text: str | None, *, wait: bool, dry_run: bool) -> float | None:

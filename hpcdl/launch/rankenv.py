@@ -3,9 +3,9 @@
 Scripts written for ``torchrun`` read RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 NODE_RANK/GROUP_RANK, MASTER_ADDR and MASTER_PORT. Under ``srun`` (or ``mpirun``)
 nothing sets them. The job script therefore starts every rank through
-``/bin/sh -c "$HPCDL_RANK_ENV" hpcdl-rank-env COMMAND...``: the wrapper derives the
-variables from Slurm's (or Open MPI's, an MPICH-style mpiexec's, Horovod's) per-rank
-variables and then
+``/bin/sh RUN_DIR/job/bin/hpcdl-rank-env COMMAND...`` (a PBS script: ``/bin/sh -c
+"$HPCDL_RANK_ENV" hpcdl-rank-env COMMAND...``): the wrapper derives the variables from
+Slurm's (or Open MPI's, an MPICH-style mpiexec's, Horovod's) per-rank variables and then
 ``exec``s COMMAND. It is sh, not Python, so it works in any image (``apptainer exec``
 of a site's image that has no hpcdl, or a native run) and costs one fork.
 
@@ -20,8 +20,14 @@ Before ``exec`` the wrapper checks, each in one line on stderr:
   Another job on the same node holding the port would otherwise surface as a
   torch.distributed traceback (EADDRINUSE) after a minute of retries.
 
+A Slurm job runs it as a file of its run, ``RUN_DIR/job/bin/hpcdl-rank-env``
+(``rank_env_file``), beside the batch shell's MASTER_PORT pick
+(``RUN_DIR/job/bin/hpcdl-master-port``, ``port_pick_file``): both are staged with the
+run (hpcdl.jobside), so job.sbatch stays short and ``--dry-run`` prints them after it.
+A PBS script, which hpcdl renders but does not submit, carries both inline.
+
 This module is pure (text in, text out); the text must not contain a single quote,
-so the job script can carry it in one single-quoted variable readably.
+so a job script can carry it in one single-quoted variable readably.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_R
 # $0 of the wrapper: what `ps` shows and what sh names in its own messages.
 WRAPPER_NAME = "hpcdl-rank-env"
 SCRIPT_VARIABLE = "HPCDL_RANK_ENV"
+# The two job-side sh files of a Slurm job, relative to its job directory.
+RANK_ENV_FILE = f"bin/{WRAPPER_NAME}"
+PORT_PICK_FILE = "bin/hpcdl-master-port"
 
 Mode = Literal["ranks", "torchrun"]
 
@@ -206,3 +215,33 @@ def rank_env_script(mode: Mode = "ranks", *, gpu_bind: bool = False,
     if "'" in text:  # pragma: no cover - guarded by a unit test
         raise AssertionError("the rank-env script must not contain a single quote")
     return text
+
+
+def rank_env_file(mode: Mode = "ranks", *, gpu_bind: bool = False,
+                  record_pid: bool = False) -> str:
+    """The wrapper as the file ``RANK_ENV_FILE`` a job runs with ``/bin/sh FILE COMMAND...``
+    (sh, not exec: a run directory on a noexec mount still works)."""
+    return "#!/bin/sh\n" + rank_env_script(mode, gpu_bind=gpu_bind, record_pid=record_pid)
+
+
+def port_pick_lines(start: str, *, base: int, span: int, tries: int) -> str:
+    """sh lines that set MASTER_PORT (not exported) to ``start``, a shell arithmetic
+    expression in [base, base + span), or when something on this node listens on that
+    port, to the next free one in the range (wrapping; at most ``tries`` moves)."""
+    return (f"MASTER_PORT={start} hpcdl_tries=0\n"
+            f'while [ "$hpcdl_tries" -lt {tries} ] && hpcdl_hex=$(printf %04X "$MASTER_PORT") '
+            f"&& {PORT_LISTENED}; do\n"
+            f"  MASTER_PORT=$(({base} + (MASTER_PORT - {base} + 1) % {span})) "
+            "hpcdl_tries=$((hpcdl_tries + 1))\n"
+            "done\n")
+
+
+def port_pick_file(start: str, *, base: int, span: int, tries: int) -> str:
+    """The file ``PORT_PICK_FILE``: the batch shell runs it on the job's first node and
+    exports what it prints as MASTER_PORT (see port_pick_lines)."""
+    return ("#!/bin/sh\n"
+            "# hpcdl-master-port: prints the job's MASTER_PORT (POSIX sh). hpcdl picked the port,\n"
+            "# so one already taken on this node (the job's first, where rank 0 hosts the\n"
+            "# rendezvous) must not fail the job: the next free one is taken instead.\n"
+            + port_pick_lines(start, base=base, span=span, tries=tries)
+            + 'echo "$MASTER_PORT"\n')

@@ -57,6 +57,31 @@ def test_the_staged_modules_import_with_the_standard_library_alone(tmp_path: Pat
     assert [p.name for p in tmp_path.iterdir()] == ["job"]  # no temporary left behind
 
 
+def test_the_plans_sh_files_are_staged_executable_beside_the_copy(tmp_path: Path) -> None:
+    plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=4, run_dir=str(tmp_path)))
+    copied = stage(tmp_path, plan.job_files, plan.job_scripts)
+    for path, text in plan.job_script_paths():
+        assert Path(path).read_text() == text and Path(path).stat().st_mode & 0o777 == 0o755
+        assert path.startswith(f"{tmp_path}/job/bin/")
+    assert copied == sum(f.stat().st_size for f in (tmp_path / "job").rglob("*") if f.is_file())
+    # The rank wrapper runs from there as the script runs it: the variables, then COMMAND.
+    out = subprocess.run(["/bin/sh", f"{tmp_path}/job/bin/hpcdl-rank-env", "sh", "-c",
+                          'echo "$RANK/$WORLD_SIZE $LOCAL_RANK/$LOCAL_WORLD_SIZE $HPCDL_RANK_FROM"'],
+                         env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": "5", "SLURM_NTASKS": "8",
+                              "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_NNODES": "2",
+                              "SLURM_TASKS_PER_NODE": "4(x2)"},
+                         capture_output=True, text=True, timeout=30)
+    assert out.stdout == "5/8 1/4 slurm\n", out.stderr
+
+
+@pytest.mark.parametrize("rel", ["../x", "/bin/x", "bin/../../x"])
+def test_a_script_path_that_leaves_job_is_refused_and_nothing_staged(tmp_path: Path,
+                                                                    rel: str) -> None:
+    with pytest.raises(ValueError, match="not a job-side script path"):
+        stage(tmp_path, (), (("bin/ok", "#!/bin/sh\n"), (rel, "#!/bin/sh\n")))
+    assert list(tmp_path.iterdir()) == []  # all or nothing: no job/, no temporary
+
+
 def test_an_image_run_binds_the_run_directorys_copy_not_the_install() -> None:
     plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=4, image=IMAGE,
                                                           run_dir=RUN))

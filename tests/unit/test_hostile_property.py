@@ -26,6 +26,7 @@ field.
 from __future__ import annotations
 
 import copy
+import os
 import re
 import subprocess
 import types
@@ -50,6 +51,7 @@ from hpcdl.resources import REPO_ROOT, containers_dir
 from hpcdl.slurmtime import parse_time
 from hpcdl.tokens import CONTROL, KINDS, TEXT, Kind, check_token
 from hpcdl.yamlmodel import parse_yaml_model
+from tests.unit.jobfiles import stage_job_scripts
 
 MAX_EXAMPLES = 40
 MARK = "PWNED"
@@ -265,6 +267,23 @@ def stub_bin(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory) -> Path:
+    """Where the scripts' run directories go, with the job-side files they run (the
+    rank wrapper, the MASTER_PORT pick) staged in them: outside the folders searched for
+    PWNED (a staged run directory may be named after a hostile value), and deep enough
+    that a value with '..' stays inside the test's own folder."""
+    root = tmp_path_factory.mktemp("runs").joinpath(*["d"] * 12)
+    root.mkdir(parents=True)
+    return root
+
+
+def stage_in(plan, root: Path) -> None:
+    """The plan's job-side files, where its script runs them (under ``root``)."""
+    for path in stage_job_scripts(plan, root):
+        assert Path(os.path.normpath(path)).is_relative_to(root.parents[11]), path
+
+
 @dataclass
 class Ran:
     argv: dict[str, list[str]]
@@ -306,17 +325,19 @@ class Counter:
 # --- profiles ----------------------------------------------------------------------
 
 
-def _profile_outputs(profile: Profile, run_dir: str) -> tuple[str, str, list[str]]:
-    plan = build_plan(profile, JobRequest(nodes=1, gpus=1, image="/scratch/img/x.sif", run_dir=run_dir))
+def _profile_outputs(profile: Profile, run_dir: Path) -> tuple[str, str, list[str]]:
+    plan = build_plan(profile, JobRequest(nodes=1, gpus=1, image="/scratch/img/x.sif",
+                                          run_dir=str(run_dir)))
+    stage_in(plan, run_dir)
     alloc = build_alloc(profile, JobRequest(nodes=1, gpus=1, command=("true",)))
     return plan.script, alloc.script, list(alloc.argv)
 
 
 @pytest.mark.parametrize("slot", PROFILE_SLOTS, ids=lambda s: s.name)
-def test_profile_field_cannot_run_a_command(slot, stub_bin, tmp_path):
+def test_profile_field_cannot_run_a_command(slot, stub_bin, runs_root, tmp_path):
     good, key = benign(PROFILE_BASE, slot)
     reference = Profile.model_validate(with_value(PROFILE_BASE, slot, good, key))
-    ref_sbatch, ref_salloc, _ = _profile_outputs(reference, "/scratch/runs/r1")
+    ref_sbatch, ref_salloc, _ = _profile_outputs(reference, runs_root / "r1")
     cases = Counter(tmp_path)
 
     @PROPERTY
@@ -325,7 +346,7 @@ def test_profile_field_cannot_run_a_command(slot, stub_bin, tmp_path):
         text = yaml.safe_dump(with_value(PROFILE_BASE, slot, value, key))
         try:
             profile = parse_yaml_model(text, Profile, source="p.yaml", kind="profile")
-            sbatch, salloc, argv = _profile_outputs(profile, "/scratch/runs/r1")
+            sbatch, salloc, argv = _profile_outputs(profile, runs_root / "r1")
         except UserInputError as exc:
             assert_one_line_refusal(exc)
             return
@@ -435,17 +456,26 @@ REQUEST_FIELDS = [f.name for f in fields(JobRequest)
                                     "hang_timeout", "stage_image")]
 
 
-def _request_with(name: str, value: str) -> JobRequest:
+def _request_with(name: str, value: str, runs_root: Path) -> JobRequest:
+    # The run directory goes under runs_root, where the script's job-side files are
+    # staged; a hostile --run-dir is taken below it, whole.
+    base = replace(REQUEST_BASE, run_dir=f"{runs_root}/r1")
+    if name == "run_dir":
+        return replace(base, run_dir=f"{runs_root}/{value}")
+    return _request_from(base, name, value)
+
+
+def _request_from(base: JobRequest, name: str, value: str) -> JobRequest:
     if name == "env":
-        return replace(REQUEST_BASE, env=(("HPCDL_X", value),))
+        return replace(base, env=(("HPCDL_X", value),))
     if name == "env_key":
-        return replace(REQUEST_BASE, env=((value, "1"),))
+        return replace(base, env=((value, "1"),))
     if name == "probe":  # a probe job (2 nodes) whose worker gets the value as an argument
-        return replace(REQUEST_BASE, nodes=2, probe=("--sizes", value))
-    current = getattr(REQUEST_BASE, name)
+        return replace(base, nodes=2, probe=("--sizes", value))
+    current = getattr(base, name)
     if isinstance(current, tuple):
-        return replace(REQUEST_BASE, **{name: (*current, value)})
-    return replace(REQUEST_BASE, **{name: value})
+        return replace(base, **{name: (*current, value)})
+    return replace(base, **{name: value})
 
 
 def test_request_fields_are_all_covered():
@@ -455,19 +485,20 @@ def test_request_fields_are_all_covered():
 
 
 @pytest.mark.parametrize("name", [*REQUEST_FIELDS, "env_key"])
-def test_request_option_cannot_run_a_command(name, stub_bin, tmp_path):
+def test_request_option_cannot_run_a_command(name, stub_bin, runs_root, tmp_path):
     profile = Profile.model_validate(PROFILE_BASE)
     cases = Counter(tmp_path)
 
     @PROPERTY
     @given(value=hostile_strings)
     def check(value: str) -> None:
-        req = _request_with(name, value)
+        req = _request_with(name, value, runs_root)
         try:
             plan = build_plan(profile, req)
         except UserInputError as exc:
             assert_one_line_refusal(exc)
             return
+        stage_in(plan, runs_root)
         ran = run_bash(plan.script, stub_bin, cases.next())
         argv, env = ran.argv["srun"], ran.env["srun"]
         if name == "env":

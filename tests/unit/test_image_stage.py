@@ -20,6 +20,7 @@ from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
 from tests.integration.conftest_slurm import hpcdl
+from tests.unit.jobfiles import stage_job_scripts
 
 IMAGE = "/scratch/images/pytorch-horovod-cpu.sif"
 
@@ -50,7 +51,7 @@ def test_stage_image_copies_with_sbcast_and_the_ranks_run_the_copy() -> None:
     assert 'sbcast --compress --force "$hpcdl_image_src" "$HPCDL_IMAGE"' in script
     assert "trap hpcdl_unstage EXIT" in script
     # The ranks' image is the variable, set before the launch line, never the shared path.
-    assert ' "$HPCDL_IMAGE" /bin/sh -c' in plan.launch_line
+    assert ' "$HPCDL_IMAGE" /bin/sh ./job/bin/hpcdl-rank-env' in plan.launch_line
     assert IMAGE not in plan.launch_line
     assert script.index("sbcast --compress") < script.index(plan.launch_line)
 
@@ -58,7 +59,7 @@ def test_stage_image_copies_with_sbcast_and_the_ranks_run_the_copy() -> None:
 def test_the_probe_first_step_runs_the_copy_too() -> None:
     plan = staged(profile(), image=IMAGE, stage_image=True, probe=("--sizes", "64K"),
                   probe_first=True)
-    assert plan.probe_line and ' "$HPCDL_IMAGE" /bin/sh -c' in plan.probe_line
+    assert plan.probe_line and ' "$HPCDL_IMAGE" /bin/sh ./job/bin/hpcdl-rank-env' in plan.probe_line
     assert plan.script.index("sbcast --compress") < plan.script.index(plan.probe_line)
 
 
@@ -76,7 +77,7 @@ def test_the_profile_default_stages_and_the_flag_overrides_it() -> None:
 def test_without_staging_nothing_changes() -> None:
     plan = staged(profile(), image=IMAGE)
     assert plan.stage == "none" and "sbcast" not in plan.script
-    assert f" {IMAGE} /bin/sh -c" in plan.launch_line
+    assert f" {IMAGE} /bin/sh ./job/bin/hpcdl-rank-env" in plan.launch_line
 
 
 @pytest.mark.parametrize("prof, req, message", [
@@ -174,6 +175,7 @@ def run_script(tmp_path: Path, free_kib: dict[str, int], *, df: str | None = Non
     image = tmp_path / "img.sif"
     image.write_bytes(b"\0" * (3 << 20))  # 3 MiB
     plan = staged(profile(local=str(local)), image=str(image), stage_image=True)
+    stage_job_scripts(plan, tmp_path)  # the port pick and rank wrapper the script runs
     log = tmp_path / "log"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(log),
            "FAKE_NODES": " ".join(free_kib), "SLURM_JOB_ID": "77",

@@ -1,6 +1,6 @@
-"""The batch shell's MASTER_PORT pick, run for real: the block rendered into every job
-script is cut out of the script and run by sh against this machine's /proc/net/tcp,
-with ports held by real listening sockets.
+"""The batch shell's MASTER_PORT pick, run for real: the file a Slurm job stages
+(RUN_DIR/job/bin/hpcdl-master-port, from the plan) is run by sh against this machine's
+/proc/net/tcp, with ports held by real listening sockets.
 
 hpcdl derives MASTER_PORT from the job id; a port something else already listens on
 (the sandbox's own database sits at 15000 + 1306) must move the job to the next free
@@ -16,23 +16,21 @@ from contextlib import ExitStack, contextmanager
 
 import pytest
 
+from hpcdl.launch.rankenv import PORT_PICK_FILE
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.plan import PORT_TRIES, JobRequest, build_plan
 from hpcdl.profiles import load_profile
 
 
-def port_block(scheduler_profile: str = "sandbox") -> str:
-    """The lines of the rendered script that set MASTER_PORT."""
-    script = build_plan(load_profile(scheduler_profile),
-                        JobRequest(nodes=1, gpus=1, command=("true",))).script
-    lines = script.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("MASTER_PORT="))
-    end = lines.index("export MASTER_PORT")
-    return "\n".join(lines[start:end + 1])
+def port_file(scheduler_profile: str = "sandbox") -> str:
+    """The port pick the job's batch shell runs (and exports what it prints)."""
+    plan = build_plan(load_profile(scheduler_profile), JobRequest(nodes=1, gpus=1, command=("true",)))
+    assert "MASTER_PORT=$(/bin/sh ./job/bin/hpcdl-master-port)\nexport MASTER_PORT\n" in plan.script
+    return dict(plan.job_scripts)[PORT_PICK_FILE]
 
 
 def picked(job_id: int) -> int:
-    out = subprocess.run(["sh", "-c", port_block() + '\necho "$MASTER_PORT"'],
+    out = subprocess.run(["sh", "-c", port_file(), "hpcdl-master-port"],
                          env={"SLURM_JOB_ID": str(job_id), "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, timeout=30, check=True)
     return int(out.stdout.strip())
@@ -86,7 +84,18 @@ def test_the_search_wraps_inside_the_range() -> None:
     assert PORT_BASE <= got < PORT_BASE + PORT_TRIES and got != last
 
 
-def test_the_block_is_the_same_for_every_slurm_profile() -> None:
-    blocks = {port_block(name) for name in ("sandbox", "generic", "neuron", "karolina")}
-    assert len(blocks) == 1
-    assert f"-lt {PORT_TRIES} ]" in blocks.pop()
+def test_the_file_is_the_same_for_every_slurm_profile() -> None:
+    files = {port_file(name) for name in ("sandbox", "generic", "neuron", "karolina")}
+    assert len(files) == 1
+    assert f"-lt {PORT_TRIES} ]" in files.pop()
+
+
+def test_the_pbs_script_carries_the_same_pick_inline() -> None:
+    # hpcdl stages nothing for a PBS script (qsub'ed by hand): the same lines, inline,
+    # from PBS's job id.
+    slurm = port_file().splitlines()
+    loop = [line for line in slurm if not line.startswith(("#", "echo"))]
+    pbs = build_plan(load_profile("polaris"), JobRequest(nodes=1, gpus=1, command=("true",))).script
+    lines = pbs.splitlines()
+    start = lines.index("MASTER_PORT=$((15000 + ${PBS_JOBID%%.*} % 15000)) hpcdl_tries=0")
+    assert lines[start + 1:start + 4] == loop[1:] and lines[start + 4] == "export MASTER_PORT"

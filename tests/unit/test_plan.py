@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpcdl.errors import ValidationError
+from hpcdl.launch.rankenv import rank_env_script
 from hpcdl.plan import JobRequest, build_plan, choose_partition
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
@@ -193,9 +194,19 @@ def test_run_dir_holds_logs_and_checkpoints_and_is_bound(sandbox):
 
 def test_every_rank_starts_through_the_rank_env_wrapper(sandbox):
     plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, command=("python3", "t.py")))
-    assert plan.launch_line == ('srun --label --kill-on-bad-exit=1 --mpi=pmix /bin/sh -c '
-                                '"${HPCDL_RANK_ENV:?}" hpcdl-rank-env python3 t.py')
-    assert "\nHPCDL_RANK_ENV='# hpcdl-rank-env" in plan.script
+    assert plan.launch_line == ('srun --label --kill-on-bad-exit=1 --mpi=pmix /bin/sh '
+                                './job/bin/hpcdl-rank-env python3 t.py')
+    # The wrapper is a file of the run (./job without a run directory), not in the script.
+    assert "HPCDL_RANK_ENV" not in plan.script
+    assert dict(plan.job_scripts)["bin/hpcdl-rank-env"] == "#!/bin/sh\n" + rank_env_script()
+    in_run = build_plan(sandbox, JobRequest(nodes=2, gpus=2, command=("python3", "t.py"),
+                                            run_dir="/scratch/runs/a b"))
+    assert in_run.launch_line.endswith(" /bin/sh '/scratch/runs/a b/job/bin/hpcdl-rank-env' "
+                                       "python3 t.py")
+    assert ("MASTER_PORT=$(/bin/sh '/scratch/runs/a b/job/bin/hpcdl-master-port')"
+            in in_run.script.splitlines())
+    assert [p for p, _ in in_run.job_script_paths()] == [
+        "/scratch/runs/a b/job/bin/hpcdl-rank-env", "/scratch/runs/a b/job/bin/hpcdl-master-port"]
     assert (plan.launcher, plan.gpu_bind, plan.image) == ("srun", "none", None)
     # The sandbox's node names resolve (a network namespace each): MASTER_ADDR is the
     # allocation's first node, as on a real cluster; the port follows the job id.
@@ -219,12 +230,13 @@ def test_torchrun_is_one_per_node_with_c10d_on_the_first(sandbox):
                                           command=("python3", "-u", "ddp.py", "--lr", "0.1")))
     assert plan.launch_line == (
         'srun --label --kill-on-bad-exit=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 '
-        '--cpus-per-task=8 /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env python3 -m '
+        '--cpus-per-task=8 /bin/sh ./job/bin/hpcdl-rank-env python3 -m '
         'torch.distributed.run --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d '
         '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" --no-python '
         'python3 -u ddp.py --lr 0.1')
     assert "# - launcher torchrun: one torchrun per node" in plan.script
-    assert "PET_RDZV_CONF" in plan.script and "OMPI_COMM_WORLD_RANK" not in plan.script
+    wrapper = dict(plan.job_scripts)["bin/hpcdl-rank-env"]
+    assert "PET_RDZV_CONF" in wrapper and "OMPI_COMM_WORLD_RANK" not in wrapper
     other = build_plan(sandbox, JobRequest(nodes=1, gpus=1, launcher="torchrun",
                                            command=("./train.sh",)))
     assert "python3 -m torch.distributed.run" in other.launch_line  # the profile's python
@@ -239,14 +251,14 @@ def test_torchrun_refuses_the_bundled_example_on_horovod(sandbox):
 
 def test_mpirun_launcher_ignores_the_srun_profiles_arguments(sandbox):
     plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, launcher="mpirun", command=("x",)))
-    assert plan.launch_line.startswith('mpirun -np "$SLURM_NTASKS" /bin/sh -c')
+    assert plan.launch_line.startswith('mpirun -np "$SLURM_NTASKS" /bin/sh ./job/bin/hpcdl-rank-env')
 
 
 def test_default_image_and_no_image(neuron):
     plan = build_plan(neuron, JobRequest(nodes=1, gpus=2))
     image = neuron.container.default_image
     assert plan.image == image and plan.image_source == "profile default_image"
-    assert f" {image} /bin/sh -c" in plan.launch_line
+    assert f" {image} /bin/sh ./job/bin/hpcdl-rank-env" in plan.launch_line
     assert "the profile's container.default_image; --image overrides" in plan.script
     # The bundled example comes from the host, read-only, whatever the image holds.
     assert "/examples:/hpcdl/examples:ro -B " in plan.launch_line
@@ -269,10 +281,10 @@ def test_a_users_command_gets_no_project_binds(sandbox):
 def test_gpu_bind_is_documented_in_the_script(sandbox):
     narrow = build_plan(sandbox, JobRequest(nodes=1, gpus=4, gpu_bind="local-rank", command=("x",)))
     assert "# - GPUs: each rank sees one GPU, number LOCAL_RANK of its node's 4" in narrow.script
-    assert "HPCDL_NODE_GPUS" in narrow.script
+    assert "HPCDL_NODE_GPUS" in dict(narrow.job_scripts)["bin/hpcdl-rank-env"]
     keep = build_plan(sandbox, JobRequest(nodes=1, gpus=4, command=("x",)))
     assert "# - GPUs: every rank sees the 4 GPUs of its node and uses GPU LOCAL_RANK" in keep.script
-    assert "HPCDL_NODE_GPUS" not in keep.script
+    assert "HPCDL_NODE_GPUS" not in dict(keep.job_scripts)["bin/hpcdl-rank-env"]
 
 
 @pytest.mark.parametrize(("kw", "message"), [

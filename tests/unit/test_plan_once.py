@@ -1,19 +1,29 @@
 """Plan once, submit exactly that plan: what `--dry-run` prints is what `job.sbatch`
-holds, byte for byte (against the fake Slurm in tests/fakeslurm; the real sandbox's
+holds, byte for byte, and the job-side files it prints after the script are what the run
+directory's job/ holds (against the fake Slurm in tests/fakeslurm; the real sandbox's
 tests are in tests/integration)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
+from hpcdl.cli.submit import JOB_FILE_HEADER
 from tests.fakeslurm.fixture import FakeSlurm
 
 REQUEST = ["-p", "sandbox", "-N", "2", "-G", "2", "-J", "same job", "--synthetic",
            "--image", "/nonexistent/img.sif", "-X", "--epochs=1"]
+
+
+def shown_files(stderr: str) -> dict[str, str]:
+    """The job-side files a dry run prints after the script: {path: text}."""
+    parts = re.split(rf"^{re.escape(JOB_FILE_HEADER)} (.+) \(written with the run; the script "
+                     r"runs it\)\n", stderr, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
 def run_cli(*args: str):
@@ -39,6 +49,14 @@ def test_job_sbatch_is_byte_identical_to_the_dry_run(fake_slurm: FakeSlurm, tmp_
     info = json.loads(sub.stdout)
     assert info["run_dir"] == str(run_dir)
     assert (run_dir / "job.sbatch").read_bytes() == dry.stdout.encode()
+    # Everything the script runs of its own is shown after it, and staged as shown.
+    files = shown_files(dry.stderr)
+    assert sorted(files) == [f"{run_dir}/job/bin/hpcdl-master-port",
+                             f"{run_dir}/job/bin/hpcdl-rank-env"]
+    for path, text in files.items():
+        assert f" {path} " in dry.stdout or f"$(/bin/sh {path})" in dry.stdout
+        assert Path(path).read_bytes() == text.encode()
+        assert Path(path).stat().st_mode & 0o777 == 0o755
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["script"] == dry.stdout and plan["run_dir"] == str(run_dir)
     # sbatch got that file, and the job name on its command line.
@@ -67,3 +85,17 @@ def test_an_existing_run_dir_is_refused_and_nothing_submitted(fake_slurm: FakeSl
     assert res.exit_code == 1
     assert f"run directory {taken} already exists" in res.stderr
     assert fake_slurm.jobs() == {} and list(taken.iterdir()) == []
+
+
+def test_the_headline_dry_run_is_a_short_script_and_the_files_it_runs() -> None:
+    # Without a run directory the files' place is ./job beside ./slurm-%j.out, where
+    # sbatch runs the script; submit puts them in the run directory it picks.
+    dry = run_cli("submit", "-p", "sandbox", "-N", "2", "-G", "4", "--image",
+                  "/scratch/images/pytorch-horovod-cpu.sif", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert len(dry.stdout.splitlines()) <= 40, dry.stdout
+    files = shown_files(dry.stderr)
+    assert sorted(files) == ["./job/bin/hpcdl-master-port", "./job/bin/hpcdl-rank-env"]
+    assert "MASTER_PORT=$(/bin/sh ./job/bin/hpcdl-master-port)\n" in dry.stdout
+    assert " /bin/sh ./job/bin/hpcdl-rank-env python3 /hpcdl/examples/" in dry.stdout
+    assert all(text.startswith("#!/bin/sh\n") for text in files.values())

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.launch.rankenv import rank_env_script
-from hpcdl.plan import JobRequest, build_plan
+from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
+from tests.unit.jobfiles import stage_job_scripts
 
 
 def evil(marker: Path) -> list[str]:
@@ -34,14 +34,15 @@ env -0 > "$HPCDL_TEST_OUT/env"
 """
 
 
-def run_script(script: str, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+def run_script(plan: JobPlan, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    stage_job_scripts(plan, tmp_path)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("srun", "mpirun", "apptainer"):
         (bin_dir / tool).write_text(RECORDER)
         (bin_dir / tool).chmod(0o755)
     path = tmp_path / "job.sbatch"
-    path.write_text(script)
+    path.write_text(plan.script)
     subprocess.run(["bash", "-n", str(path)], check=True, timeout=30)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HPCDL_TEST_OUT": str(tmp_path),
            "SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_CPUS_PER_TASK": "2",
@@ -65,21 +66,22 @@ def test_values_arrive_verbatim_and_never_execute(tmp_path, index):
             command=("python3", "-c", "pass", value),
         ),
     )
-    argv, env = run_script(plan.script, tmp_path)
+    argv, env = run_script(plan, tmp_path)
     assert not marker.exists(), "a user value was executed"
     assert env["HPCDL_EVIL"] == value
     assert env["HPCDL_JOB_NAME"] == name
     assert env["HPCDL_IMAGE"] == f"/scratch/img/{name}.sif"
     # srun's argv: --label --mpi=pmix apptainer exec --nv -B BIND IMAGE
-    #   /bin/sh -c WRAPPER hpcdl-rank-env python3 -c pass VALUE
+    #   /bin/sh ./job/bin/hpcdl-rank-env python3 -c pass VALUE
     assert argv == ["--label", "--kill-on-bad-exit=1", "--mpi=pmix", "apptainer", "exec", "--nv",
                     "-B", "/var/lib/hpcdl-sandbox/tmp", "-B", "/scratch", "-B", "/local",
                     "-B", f"/scratch/data/{name}",
-                    f"/scratch/img/{name}.sif", "/bin/sh", "-c", rank_env_script(), "hpcdl-rank-env",
+                    f"/scratch/img/{name}.sif", "/bin/sh", "./job/bin/hpcdl-rank-env",
                     "python3", "-c", "pass", value]
-    # The wrapper hands its arguments on verbatim too.
-    out = subprocess.run([*argv[15:19], "printf", "%s", value], capture_output=True, timeout=30,
-                         env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": "1", "SLURM_NTASKS": "2"})
+    # The wrapper (the staged file) hands its arguments on verbatim too.
+    out = subprocess.run([*argv[15:17], "printf", "%s", value], capture_output=True, timeout=30,
+                         env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": "1", "SLURM_NTASKS": "2"},
+                         cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.decode() == value
     assert not marker.exists(), "a user value was executed by the wrapper"
 

@@ -1,4 +1,6 @@
 """Golden files: every bundled profile x a few requests, rendered to sbatch/salloc text.
+A Slurm case's job-side files (the rank wrapper and the port pick the script runs) are
+in a second golden beside its script, ``.files``, as --dry-run prints them.
 
 Regenerate after an intended change with:  HPCDL_REGEN_GOLDEN=1 pytest tests/unit/test_render_golden.py
 then read the diff before committing it.
@@ -15,6 +17,7 @@ from click.testing import CliRunner
 
 from hpcdl.alloc import build_alloc
 from hpcdl.cli import cli
+from hpcdl.cli.submit import JOB_FILE_HEADER
 from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
@@ -52,11 +55,18 @@ def check_golden(path: Path, text: str) -> None:
     assert text == path.read_text(), f"{path.name} drifted; HPCDL_REGEN_GOLDEN=1 regenerates"
 
 
+def job_files_text(plan) -> str:
+    """The plan's job-side files under their headers, as a dry run prints them."""
+    return "".join(f"{JOB_FILE_HEADER} {path} (written with the run; the script runs it)\n{text}"
+                   for path, text in plan.job_script_paths())
+
+
 @pytest.mark.parametrize("profile", SLURM_PROFILES)
 @pytest.mark.parametrize("case", sorted(REQUESTS))
 def test_sbatch_golden(profile, case):
     plan = build_plan(load_profile(profile), REQUESTS[case])
     check_golden(GOLDEN / "sbatch" / f"{profile}-{case}.sh", plan.script)
+    check_golden(GOLDEN / "sbatch" / f"{profile}-{case}.files", job_files_text(plan))
 
 
 @pytest.mark.parametrize("profile", PBS_PROFILES)
@@ -64,6 +74,7 @@ def test_sbatch_golden(profile, case):
 def test_pbs_golden(profile, case):
     plan = build_plan(load_profile(profile), REQUESTS[case])
     check_golden(GOLDEN / "pbs" / f"{profile}-{case}.sh", plan.script)
+    assert plan.job_scripts == ()  # qsub'ed by hand: nothing staged, the script has it all
 
 
 def test_polaris_pbs_lines_that_matter():
@@ -158,12 +169,12 @@ def test_neuron_script_lines_that_matter():
     assert normalise(lines[-1]) == (
         "srun --label --kill-on-bad-exit=1 singularity exec --nv -B /scratch -B /apps -B /scratch/data/imagenet:/imagenet "
         "-B <repo>/examples:/hpcdl/examples:ro -B <repo>/hpcdl:/hpcdl/hpcdl:ro --env PYTHONPATH=/hpcdl "
-        '/scratch/images/pytorch-horovod.sif /bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env '
+        '/scratch/images/pytorch-horovod.sif /bin/sh ./job/bin/hpcdl-rank-env '
         "python3 /hpcdl/examples/resnet50_imagenet.py --backend ddp --data /imagenet"
     )
     # The first node is the rendezvous host; the port follows the job id.
     assert 'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"' in lines
-    assert "MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000)) hpcdl_tries=0" in lines
+    assert "MASTER_PORT=$(/bin/sh ./job/bin/hpcdl-master-port)" in lines
     assert "export MASTER_PORT" in lines
 
 
@@ -171,16 +182,33 @@ def test_karolina_uses_gpus_per_node_and_account():
     script = build_plan(load_profile("karolina"), REQUESTS["2x4-default"]).script
     assert "#SBATCH --gpus-per-node=4" in script
     assert "#SBATCH --account=OPEN-00-00" in script
-    assert "srun --label --kill-on-bad-exit=1 --mpi=pmix /bin/sh -c" in script
+    assert "srun --label --kill-on-bad-exit=1 --mpi=pmix /bin/sh ./job/bin/hpcdl-rank-env" in script
 
 
 def test_template_override(tmp_path):
     custom = tmp_path / "my.sh.j2"
     custom.write_text("#!/bin/sh\n# {{ profile.name }} {{ ntasks }}\n{{ launch_line }}\n")
     plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=4, template=str(custom),
-                                                          command=("hostname",)))
+                                                          command=("hostname",),
+                                                          run_dir="/scratch/runs/t2"))
     assert plan.script == ("#!/bin/sh\n# sandbox 8\nsrun --label --kill-on-bad-exit=1 --mpi=pmix "
-                           '/bin/sh -c "${HPCDL_RANK_ENV:?}" hpcdl-rank-env hostname\n')
+                           "/bin/sh /scratch/runs/t2/job/bin/hpcdl-rank-env hostname\n")
+    # The wrapper is a file of the run whatever the template: staged all the same.
+    assert [rel for rel, _ in plan.job_scripts] == ["bin/hpcdl-rank-env", "bin/hpcdl-master-port"]
+
+
+def test_a_site_template_that_includes_the_inline_block_still_renders(tmp_path):
+    # Written for the inline wrapper (before it became a file): the block still renders
+    # the same port pick, and the launch line runs the staged file.
+    custom = tmp_path / "old.sh.j2"
+    custom.write_text('#!/bin/bash\n{% include "rank-env.sh.j2" %}\n{{ launch_line }}\n')
+    plan = build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1, template=str(custom),
+                                                          command=("hostname",)))
+    picked = dict(plan.job_scripts)["bin/hpcdl-master-port"]
+    block = picked.split("rendezvous) must not fail the job: the next free one is taken instead.\n")[1]
+    assert block.removesuffix('echo "$MASTER_PORT"\n') + "export MASTER_PORT\n" in plan.script
+    assert "\nHPCDL_RANK_ENV='# hpcdl-rank-env" in plan.script
+    assert plan.script.endswith("/bin/sh ./job/bin/hpcdl-rank-env hostname\n")
 
 
 def test_pbs_refuses_torchrun_as_launcher():

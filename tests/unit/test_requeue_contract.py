@@ -15,6 +15,7 @@ from hpcdl import requeue
 from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
+from tests.unit.jobfiles import stage_job_scripts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,6 +77,7 @@ def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
     p = build_plan(load_profile("sandbox"), JobRequest(
         nodes=1, gpus=1, run_dir=str(run), requeue=True, max_restarts=max_restarts,
         signal="USR2@20", command=("python3", "-c", step)))
+    stage_job_scripts(p, tmp_path)  # the rank wrapper and port pick, as submit stages them
     stub = tmp_path / "bin"
     stub.mkdir(exist_ok=True)
     (stub / "srun").write_text('#!/bin/bash\nwhile [[ $1 == -* ]]; do shift; done\nexec "$@"\n')
