@@ -16,8 +16,8 @@ from hpcdl.cli.submit import print_dry_run, submit_and_show
 from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.probe.request import (
-    BACKENDS,
     DEFAULT_SIZES,
+    DIST_BACKENDS,
     MPI_MODES,
     ProbeOptions,
     check_nodes,
@@ -46,7 +46,7 @@ from hpcdl.submit import plan_run
                    "pairs are tested with the largest.")
 @click.option("--iters", type=int, default=5, show_default=True, help="Timed calls per size.")
 @click.option("--warmup", type=int, default=2, show_default=True, help="Untimed calls first.")
-@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+@click.option("--backend", type=click.Choice(DIST_BACKENDS), default="auto", show_default=True,
               help="torch.distributed backend: auto is NCCL when the ranks see a GPU, else Gloo.")
 @click.option("--mpi", type=click.Choice(MPI_MODES), default="auto", show_default=True,
               help="Also MPI_Allreduce (mpi4py) over the allocation; auto: when mpi4py is in "

@@ -1,5 +1,5 @@
-"""`hpcdl report`: a run's or a sweep's story as one self-contained HTML file (the module is
-not `report`: that name on hpcdl.cli is the error printer)."""
+"""`hpcdl report`: a run's or a sweep's story as one self-contained HTML file (written by
+hpcdl.report; this module parses the command and prints where it went)."""
 
 from __future__ import annotations
 
