@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 import click
 
-from hpcdl.attempts import Attempt
+from hpcdl import rundir
+from hpcdl.attempts import NO_STEP, Attempt, from_script, join, no_step_message
+from hpcdl.cli.display import attempt_lines
+from hpcdl.cli.scheduler import scheduler_for
+from hpcdl.follow import log_chunks
+from hpcdl.rundir import RunDir
 from hpcdl.scheduler import JobStatus, Scheduler
+from hpcdl.submit import cancel as cancel_job
+from hpcdl.submit import log_files
 from hpcdl.timelimit import clock_text, timeout_message
-
-if TYPE_CHECKING:
-    from hpcdl.rundir import RunDir
 
 
 def _row(s: JobStatus) -> str:
@@ -46,13 +49,10 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
       hpcdl status 1234
       hpcdl status --json
     """
-    from hpcdl.cli.scheduler import scheduler_for
-    from hpcdl.rundir import find_run
-
     scheduler = scheduler_for()
     if job_id:
         row = scheduler.status(job_id, settle_s=3)
-        run = find_run(job_id)
+        run = rundir.find_run(job_id)  # on the module, so a test can stand in for it
         tried = _attempts(job_id, run, scheduler)
         if as_json:
             data = row.to_dict()
@@ -67,8 +67,6 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
             for line in _verdicts(job_id, row, run, tried):
                 click.echo(line)
             if len(tried) > 1:
-                from hpcdl.cli.display import attempt_lines
-
                 click.echo(f"{len(tried)} attempts (requeued):")
                 for line in attempt_lines(tried):
                     click.echo(line)
@@ -87,8 +85,6 @@ def _verdicts(job_id: str, row: JobStatus, run: RunDir | None,
     """The lines below the table: the time-limit line (that the job looks hung when its
     run directory shows no step), and the one for a last attempt that failed before its
     first step."""
-    from hpcdl.attempts import NO_STEP, no_step_message
-
     steps, nodes, stderr = None, 1, ""
     if run is not None:
         steps = run.steps_seen()
@@ -108,8 +104,6 @@ def _verdicts(job_id: str, row: JobStatus, run: RunDir | None,
 
 def _attempts(job_id: str, run: RunDir | None, scheduler: Scheduler) -> list[Attempt]:
     """A requeued job's attempts (sacct -D + its run directory's attempts.tsv)."""
-    from hpcdl.attempts import from_script, join
-
     script = [s for s in run.read_script_attempts() if s.job_id == job_id] if run else []
     history = scheduler.history(job_id)
     return join(history, script) if history else from_script(script)
@@ -123,10 +117,6 @@ def logs(job_id: str, follow: bool) -> None:
 
     With -f, follows the files while the job runs and stops when it has ended.
     """
-    from hpcdl.cli.scheduler import scheduler_for
-    from hpcdl.follow import log_chunks
-    from hpcdl.submit import log_files
-
     scheduler = scheduler_for()
     out, err = log_files(job_id, scheduler)
     for chunk in log_chunks(job_id, out, err, scheduler=scheduler, follow_job=follow):
@@ -139,8 +129,5 @@ def logs(job_id: str, follow: bool) -> None:
 @click.argument("job_id")
 def cancel(job_id: str) -> None:
     """Cancel a pending or running job (scancel) and report its final state."""
-    from hpcdl.cli.scheduler import scheduler_for
-    from hpcdl.submit import cancel as cancel_job
-
     final = cancel_job(job_id, scheduler_for())
     click.echo(f"job {job_id}: {final.state} (Slurm {final.slurm_state})")
