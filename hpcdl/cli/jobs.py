@@ -6,13 +6,12 @@ import json
 
 import click
 
-from hpcdl import rundir
-from hpcdl.attempts import NO_STEP, Attempt, from_script, join, no_step_message
+from hpcdl.attempts import no_step_message
 from hpcdl.cli.display import attempt_lines
 from hpcdl.cli.scheduler import scheduler_for
 from hpcdl.follow import log_chunks
-from hpcdl.rundir import RunDir
-from hpcdl.scheduler import JobStatus, Scheduler
+from hpcdl.jobs.status import JobState, job_state
+from hpcdl.scheduler import JobStatus
 from hpcdl.submit import cancel as cancel_job
 from hpcdl.submit import log_files
 from hpcdl.timelimit import clock_text, timeout_message
@@ -51,20 +50,19 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
     """
     scheduler = scheduler_for()
     if job_id:
-        row = scheduler.status(job_id, settle_s=3)
-        run = rundir.find_run(job_id)  # on the module, so a test can stand in for it
-        tried = _attempts(job_id, run, scheduler)
+        state = job_state(job_id, scheduler)
+        row, tried = state.status, state.attempts
         if as_json:
             data = row.to_dict()
             if len(tried) > 1:
                 data["attempts"] = [a.to_dict() for a in tried]
-            if run is not None:  # False: no training step completed (null: cannot tell)
-                data["steps_completed"] = run.steps_seen()
+            if state.run is not None:  # False: no training step completed (null: cannot tell)
+                data["steps_completed"] = state.steps
             click.echo(json.dumps(data))
         else:
             click.echo(_HEADER)
             click.echo(_row(row))
-            for line in _verdicts(job_id, row, run, tried):
+            for line in _verdicts(state):
                 click.echo(line)
             if len(tried) > 1:
                 click.echo(f"{len(tried)} attempts (requeued):")
@@ -80,33 +78,13 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
         click.echo(_row(r))
 
 
-def _verdicts(job_id: str, row: JobStatus, run: RunDir | None,
-              tried: list[Attempt]) -> list[str]:
+def _verdicts(state: JobState) -> list[str]:
     """The lines below the table: the time-limit line (that the job looks hung when its
     run directory shows no step), and the one for a last attempt that failed before its
     first step."""
-    steps, nodes, stderr = None, 1, ""
-    if run is not None:
-        steps = run.steps_seen()
-        try:
-            nodes = run.read_plan().nodes
-        except (OSError, ValueError):
-            pass
-        if tried and tried[-1].reason in NO_STEP:  # its cause is the stderr's last word
-            try:
-                stderr = run.logs(job_id)[1].read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                pass
-    lines = [timeout_message(row, steps=steps, nodes=nodes),
-             no_step_message(tried, stderr, nodes=nodes)]
+    lines = [timeout_message(state.status, steps=state.steps, nodes=state.nodes),
+             no_step_message(state.attempts, state.stderr, nodes=state.nodes)]
     return [line for line in lines if line]
-
-
-def _attempts(job_id: str, run: RunDir | None, scheduler: Scheduler) -> list[Attempt]:
-    """A requeued job's attempts (sacct -D + its run directory's attempts.tsv)."""
-    script = [s for s in run.read_script_attempts() if s.job_id == job_id] if run else []
-    history = scheduler.history(job_id)
-    return join(history, script) if history else from_script(script)
 
 
 @click.command()
