@@ -10,7 +10,7 @@ from hpcdl.attempts import no_step_message
 from hpcdl.cli.display import attempt_lines
 from hpcdl.cli.scheduler import scheduler_for
 from hpcdl.follow import log_chunks
-from hpcdl.jobs.status import JobState, job_state
+from hpcdl.jobs.status import JobSnapshot, job_snapshot
 from hpcdl.scheduler import JobStatus
 from hpcdl.submit import cancel as cancel_job
 from hpcdl.submit import log_files
@@ -50,19 +50,19 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
     """
     scheduler = scheduler_for()
     if job_id:
-        state = job_state(job_id, scheduler)
-        row, tried = state.status, state.attempts
+        snap = job_snapshot(job_id, scheduler)
+        row, tried = snap.status, snap.attempts
         if as_json:
             data = row.to_dict()
             if len(tried) > 1:
                 data["attempts"] = [a.to_dict() for a in tried]
-            if state.run is not None:  # False: no training step completed (null: cannot tell)
-                data["steps_completed"] = state.steps
+            if snap.run is not None:  # False: no training step completed (null: cannot tell)
+                data["steps_completed"] = snap.steps
             click.echo(json.dumps(data))
         else:
             click.echo(_HEADER)
             click.echo(_row(row))
-            for line in _verdicts(state):
+            for line in _verdicts(snap):
                 click.echo(line)
             if len(tried) > 1:
                 click.echo(f"{len(tried)} attempts (requeued):")
@@ -78,12 +78,12 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
         click.echo(_row(r))
 
 
-def _verdicts(state: JobState) -> list[str]:
+def _verdicts(snap: JobSnapshot) -> list[str]:
     """The lines below the table: the time-limit line (that the job looks hung when its
     run directory shows no step), and the one for a last attempt that failed before its
     first step."""
-    lines = [timeout_message(state.status, steps=state.steps, nodes=state.nodes),
-             no_step_message(state.attempts, state.stderr, nodes=state.nodes)]
+    lines = [timeout_message(snap.status, steps=snap.steps, nodes=snap.nodes),
+             no_step_message(snap.attempts, snap.stderr, nodes=snap.nodes)]
     return [line for line in lines if line]
 
 

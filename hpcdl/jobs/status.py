@@ -1,7 +1,7 @@
 """What `hpcdl status JOBID` shows beside the scheduler's row, read from the job's run
 directory: a requeued job's attempts, whether it completed a training step, its node
 count and, for a last attempt that failed before its first step, its stderr (whose
-last words are the cause). No terminal output: a JobState comes back.
+last words are the cause). No terminal output: a JobSnapshot comes back.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hpcdl.scheduler import JobStatus, Scheduler
 
 
 @dataclass(frozen=True)
-class JobState:
+class JobSnapshot:
     """A job as the scheduler and its run directory (None: not found) see it.
     ``steps``: a training step completed (None: cannot tell, or no run directory);
     ``stderr``: the last attempt's stderr when it failed before its first step, else
@@ -29,7 +29,7 @@ class JobState:
     stderr: str
 
 
-def job_state(job_id: str, scheduler: Scheduler) -> JobState:
+def job_snapshot(job_id: str, scheduler: Scheduler) -> JobSnapshot:
     """The scheduler's status of ``job_id`` (settled for a job that just ended) and what
     its run directory adds. Raises ToolError when the scheduler cannot be asked."""
     status = scheduler.status(job_id, settle_s=3)
@@ -47,7 +47,7 @@ def job_state(job_id: str, scheduler: Scheduler) -> JobState:
                 stderr = run.logs(job_id)[1].read_text(encoding="utf-8", errors="replace")
             except OSError:
                 pass
-    return JobState(status, run, tried, steps, nodes, stderr)
+    return JobSnapshot(status, run, tried, steps, nodes, stderr)
 
 
 def attempts(job_id: str, run: RunDir | None, scheduler: Scheduler) -> list[Attempt]:
