@@ -44,7 +44,7 @@
 #                gpu                 MaxNodes=2  MaxTime=02:00:00  DefaultTime=00:10:00
 #                short               MaxNodes=1  MaxTime=00:05:00  DefaultTime=00:05:00
 #                lowprio             MaxNodes=2  MaxTime=00:10:00  PriorityTier=1, PreemptMode=REQUEUE,
-#                                    GraceTime=60: what urgent preempts (the requeue tests)
+#                                    GraceTime=60: what urgent preempts (issue 15's requeue tests)
 #                urgent              MaxNodes=2  MaxTime=00:05:00  PriorityTier=10
 #                (debug, gpu, short: PreemptMode=OFF, so urgent never preempts their jobs)
 #   preemption   PreemptType=preempt/partition_prio, PreemptMode=REQUEUE, JobRequeue=1,
@@ -310,7 +310,7 @@ SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,bf_interval=1
 MinJobAge=300
 KillWait=5
-# Preemption and requeue: urgent's jobs requeue lowprio's; the preempted
+# Preemption and requeue (issue 15): urgent's jobs requeue lowprio's; the preempted
 # job's batch shell gets its --signal at once (not SIGTERM to the ranks) and the
 # partition's GraceTime to write a checkpoint.
 PreemptType=preempt/partition_prio
