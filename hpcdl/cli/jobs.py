@@ -12,8 +12,6 @@ from hpcdl.cli.scheduler import scheduler_for
 from hpcdl.follow import log_chunks
 from hpcdl.jobs.status import JobSnapshot, job_snapshot
 from hpcdl.scheduler import JobStatus
-from hpcdl.submit import cancel as cancel_job
-from hpcdl.submit import log_files
 from hpcdl.timelimit import clock_text, timeout_message
 
 
@@ -95,6 +93,10 @@ def logs(job_id: str, follow: bool) -> None:
 
     With -f, follows the files while the job runs and stops when it has ended.
     """
+    # Lazy: hpcdl.submit brings the planner (pydantic, jinja2: some 150 ms here) with it,
+    # which `hpcdl status`, in this module too, does not need.
+    from hpcdl.submit import log_files
+
     scheduler = scheduler_for()
     out, err = log_files(job_id, scheduler)
     for chunk in log_chunks(job_id, out, err, scheduler=scheduler, follow_job=follow):
@@ -107,5 +109,8 @@ def logs(job_id: str, follow: bool) -> None:
 @click.argument("job_id")
 def cancel(job_id: str) -> None:
     """Cancel a pending or running job (scancel) and report its final state."""
+    # Lazy, as in logs: the planner is not the status command's.
+    from hpcdl.submit import cancel as cancel_job
+
     final = cancel_job(job_id, scheduler_for())
     click.echo(f"job {job_id}: {final.state} (Slurm {final.slurm_state})")
