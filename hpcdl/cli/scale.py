@@ -117,6 +117,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     sweep_dir = sweep_path(sweep_id)
     plans = plan_points(prof, base, points, sweep_dir, facts, mode)  # raises before writing
     check_inputs(base, image=plans[0][1].image)
+
     def submitted(point: SweepPoint, sub: Submitted) -> None:
         click.echo(f"submitted {point.label}: job {sub.job_id} ({count(point.ranks, 'rank')} on "
                    f"{count(point.nodes, 'node')})", err=True)
