@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl.jobside import _job_side_files, job_side_files, stage  # noqa: E402
 from tests.integration.conftest_user import VENV, ClusterUser, ensure_user  # noqa: E402
 
@@ -84,7 +84,7 @@ def main() -> None:
     args = ap.parse_args()
     machine = describe(packages=("hpcdl", "torch"), tools=("apptainer", "sbatch"))
     out: dict[str, object] = {"machine": machine, "staging": staging(args.repeats)}
-    print(f"machine: {one_line(machine)}")
+    print(f"machine: {facts_line(machine)}")
     s = out["staging"]
     print(f"staging the job-side files: {s['files']} files, {s['bytes']} bytes; finding them "  # type: ignore[index]
           f"{s['find_ms']} ms (cold), copying median {s['stage_ms_median']} ms, "  # type: ignore[index]

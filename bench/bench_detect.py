@@ -31,7 +31,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl.profiles.detect import describe as describe_profile  # noqa: E402
 from hpcdl.slurm.detect import capture_all, facts_from  # noqa: E402
 from tests.own_cluster import cluster_env, free_port  # noqa: E402
@@ -117,7 +117,7 @@ def main() -> None:
     rows = [measure(n, args.repeats) for n in counts]
     machine = describe(tools=("sinfo",))
     print(f"hpcdl profiles detect: time to detect a cluster of N nodes (median of {args.repeats})")
-    print(f"machine: {one_line(machine)}")
+    print(f"machine: {facts_line(machine)}")
     print(f"{'nodes':>6} {'in scontrol':>11} {'cli s':>7} {'commands s':>10} {'parse s':>8} "
           f"{'start s':>8}")
     for r in rows:

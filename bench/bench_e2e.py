@@ -35,7 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 
 DEFAULT_IMAGE = Path(os.environ.get("HPCDL_CACHE") or "/var/cache/hpcdl") / "images" / \
     "pytorch-horovod-cpu.sif"
@@ -123,7 +123,7 @@ def main() -> int:
         print(f"{label:<24}" + fmt.format(a) + fmt.format(b) + f"{b / a:>14.3f}")
     print(f"throughput ratio per pair (image/native): {', '.join(f'{r:.3f}' for r in ratios)}; "
           f"median {statistics.median(ratios):.3f} (goal >= 0.98)")
-    print("machine: " + one_line(describe(packages=("torch", "horovod"),
+    print("machine: " + facts_line(describe(packages=("torch", "horovod"),
                                            tools=("sbatch", "apptainer"))))
     print(f"reproduce: python3 bench/bench_e2e.py --pairs {args.pairs} --steps {args.steps} "
           f"--backend {args.backend} --arch {args.arch} --batch-size {args.batch_size}")

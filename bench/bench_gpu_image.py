@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 
 IMPORTS = {
     "torch+horovod": "import torch, horovod.torch as hvd; hvd.init()",
@@ -120,7 +120,7 @@ def main() -> None:
                     figures[name][f"cold_startup_{label}_s"] = round(dt, 2)
 
     machine = describe(tools=("apptainer",))
-    print(f"# {one_line(machine)}")
+    print(f"# {facts_line(machine)}")
     print(f"# command: python3 bench/bench_gpu_image.py --runs {args.runs}"
           + (" --cold" if args.cold else ""))
     for name, f in figures.items():

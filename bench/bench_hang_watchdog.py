@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 
 SCRIPT = REPO / "tests" / "integration" / "hang" / "gloo_hang.py"
 
@@ -89,7 +89,7 @@ def main() -> None:
           f"{max(args.gpus, 1)} ranks = {ranks}, --hang-timeout {args.timeout:g}): "
           f"{med['total_s']:.1f} s: silent {med['silent_s']:.1f} s + {med['collect_s']:.1f} s "
           f"collecting {ranks} stacks + {med['rest_s']:.1f} s polls, scancel, files")
-    print(f"machine: {one_line(describe(packages=('py-spy',), tools=('apptainer', 'srun')))}")
+    print(f"machine: {facts_line(describe(packages=('py-spy',), tools=('apptainer', 'srun')))}")
     print("rerun: python3 bench/bench_hang_watchdog.py " + " ".join(sys.argv[1:]))
     if args.json_out:
         args.json_out.write_text(json.dumps({"runs": rows, "median": med,

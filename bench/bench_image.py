@@ -5,7 +5,7 @@ overhead of a short training step (native vs inside the image, paired).
     python3 bench/bench_image.py                 # full build (--force) + everything else
     python3 bench/bench_image.py --no-full-build # reuse the image, measure the rest
 
-Goals (issue 4): no-op rebuild < 1 s; container/native throughput ratio >= 0.98.
+Goals: no-op rebuild < 1 s; container/native throughput ratio >= 0.98.
 Needs Apptainer, the wheelhouse (scripts/build-image.sh --prepare-only) and torch on the
 host. Prints measured figures only, with the machine and the command.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 
 SPEC = "pytorch-horovod-cpu"
 
@@ -104,7 +104,7 @@ def main() -> None:
     if not runtime:
         sys.exit("no apptainer/singularity on PATH (scripts/install-apptainer.sh)")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    figures: dict = {"machine": one_line(describe()), "runtime": runtime}
+    figures: dict = {"machine": facts_line(describe()), "runtime": runtime}
 
     # 1. Full build (forced: the content hash would otherwise make it a no-op).
     if args.no_full_build:

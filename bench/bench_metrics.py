@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl.proc import run  # noqa: E402
 from hpcdl.results.protocol import parse_result  # noqa: E402
 from hpcdl.results.steps import StepWriter, read_metrics  # noqa: E402
@@ -92,7 +92,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3, help="example runs each way")
     p.add_argument("--json", metavar="PATH", help="also write the figures here")
     args = p.parse_args()
-    print("machine: " + one_line(describe(packages=("torch",))))
+    print("machine: " + facts_line(describe(packages=("torch",))))
     print(f"command: python3 bench/bench_metrics.py --calls {args.calls} --steps {args.steps} "
           f"--repeats {args.repeats}")
     per_call = writer_cost(args.calls)

@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl import proc  # noqa: E402
 from hpcdl.follow import Watcher  # noqa: E402
 from hpcdl.plan import JobRequest  # noqa: E402
@@ -196,7 +196,7 @@ def main() -> int:
     print(f"goal: batched <= 2 commands per cycle whatever the number of jobs; worst seen: {worst}")
     print("fake rows: simulated clock (the back-off schedule; the fake jobs progress on it); "
           "sandbox row: real clock")
-    print("machine: " + one_line(info))
+    print("machine: " + facts_line(info))
     print(f"reproduce: scripts/sandbox.sh up && python3 bench/bench_polling.py --jobs {args.jobs} "
           f"--real-jobs {args.real_jobs} --real-seconds {args.real_seconds} "
           f"--baseline-cycles {args.baseline_cycles} --baseline-max-jobs {args.baseline_max_jobs}")

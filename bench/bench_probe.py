@@ -30,7 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 from tests.own_cluster import (  # noqa: E402
     cluster_env,
     cluster_profile,
@@ -114,7 +114,7 @@ def main() -> int:
     machine = describe(packages=("torch",), tools=("slurmctld", "apptainer"))
     print(f"hpcdl probe: 3 nodes (a network namespace each), one rank per node, sizes "
           f"{args.sizes}; {slow} limited to {args.rate:g} Mbit/s ({limit_gbs:.4g} GB/s) in 'shaped'")
-    print(f"machine: {one_line(machine)}")
+    print(f"machine: {facts_line(machine)}")
     print(f"{'probe':<8} {'exit':>4} {'wall s':>7}  {'named':<8} {'slow pairs GB/s (vs limit)':<32} "
           f"other pair GB/s")
     for r in runs:

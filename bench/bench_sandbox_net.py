@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 from tests.own_cluster import (  # noqa: E402
     cluster_env,
     free_port,
@@ -103,7 +103,7 @@ def main() -> int:
         results[mode]["runs"] = runs
     print(f"scripts/sandbox.sh: cost of a network namespace per node (2 nodes, no slurmdbd; "
           f"median of {args.repeats})")
-    print(f"machine: {one_line(machine)}")
+    print(f"machine: {facts_line(machine)}")
     print(f"{'mode':<9} {'up s':>6} {'job s':>6} {'mpi s':>6} {'down s':>7}")
     for mode, r in results.items():
         print(f"{mode:<9} {r['up_s']:>6.2f} {r['job_s']:>6.2f} {r['mpi_s']:>6.2f} {r['down_s']:>7.2f}")

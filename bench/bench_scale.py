@@ -41,7 +41,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 
 DEFAULT_IMAGE = Path(os.environ.get("HPCDL_CACHE") or "/var/cache/hpcdl") / "images" / \
     "pytorch-horovod-cpu.sif"
@@ -116,7 +116,7 @@ def planning(args: argparse.Namespace) -> int:
                 raise SystemExit(f"hpcdl scale --dry-run failed ({res.returncode}):\n"
                                  f"{res.stdout[-2000:]}{res.stderr[-2000:]}")
             jobs = [line for line in res.stdout.splitlines() if " jobs; each runs" in line]
-    print("machine: " + one_line(describe(packages=("pydantic", "jinja2", "PyYAML"))))
+    print("machine: " + facts_line(describe(packages=("pydantic", "jinja2", "PyYAML"))))
     print(f"hpcdl planning cost at scale, median (min-max) of {args.repeats} repeats, seconds")
     print(f"{'what':<62} {'seconds':>20}")
     print(f"{f'render + validate a profile of {args.profile_nodes} nodes':<62} "
@@ -161,7 +161,7 @@ def main() -> int:
     if not args.image.exists():
         raise SystemExit(f"no image at {args.image}: run scripts/build-image.sh")
     argv = sweep_argv(args)
-    print("machine: " + one_line(describe(packages=("torch", "horovod"),
+    print("machine: " + facts_line(describe(packages=("torch", "horovod"),
                                           tools=("apptainer", "sinfo", "mpirun"))))
     print("command: " + " ".join(argv))
     sweeps = []

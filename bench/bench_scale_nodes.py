@@ -47,7 +47,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl import sandbox  # noqa: E402
 
 SANDBOX = REPO / "scripts" / "sandbox.sh"
@@ -276,7 +276,7 @@ def main() -> int:
                   f"{p['probe_elapsed_s'] or 0:>8.1f}  {p['pair_mode']}")
             if p["failed_output"]:
                 print(f"  the job's output (exit {p['exit']}):\n{p['failed_output']}")
-    print(f"machine: {one_line(info)}")
+    print(f"machine: {facts_line(info)}")
     print(f"reproduce: sudo python3 bench/bench_scale_nodes.py --nodes {args.nodes} --repeats "
           f"{args.repeats} --probe-nodes '{args.probe_nodes}' --rate {args.rate:g} --probe-sizes "
           f"{args.probe_sizes} --probe-mpi {args.probe_mpi}" + (" --no-image-runs" if args.no_image_runs else "")

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl.jobside import stage  # noqa: E402
 from hpcdl.plan import JobRequest, build_plan  # noqa: E402
 from hpcdl.profiles import load_profile  # noqa: E402
@@ -116,7 +116,7 @@ def main() -> int:
         out.append({"comparison": name, "n": len(ta), "hpcdl_median_s": ma,
                     "sbatch_median_s": mb, "ratio": ma / mb, "hpcdl_s": ta, "sbatch_s": tb})
     print("goal: ratio <= 1.5")
-    print("machine: " + one_line(info))
+    print("machine: " + facts_line(info))
     print(f"reproduce: scripts/sandbox.sh up && python3 bench/bench_submit.py --pairs {args.pairs} "
           f"--wait-pairs {args.wait_pairs}")
     if args.json_out:

@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 from tests.integration.conftest_user import ensure_user  # noqa: E402
 
 IMAGE = "/var/cache/hpcdl/images/pytorch-horovod-cpu.sif"
@@ -113,7 +113,7 @@ def main() -> None:
     if not shutil.which("apptainer"):
         sys.exit("no apptainer (scripts/install-apptainer.sh)")
     ensure_user(USER)
-    figures: dict = {"machine": one_line(describe(tools=("apptainer",))), "image": args.image,
+    figures: dict = {"machine": facts_line(describe(tools=("apptainer",))), "image": args.image,
                      "image_bytes": os.stat(args.image).st_size, "user": USER}
     fuse = os.stat("/dev/fuse")
     figures["dev_fuse_mode"] = f"{fuse.st_mode & 0o777:04o}"

@@ -50,5 +50,6 @@ def describe(*, packages: tuple[str, ...] = (), tools: tuple[str, ...] = ()) -> 
     return info
 
 
-def one_line(info: dict[str, Any]) -> str:
+def facts_line(info: dict[str, Any]) -> str:
+    """The machine's facts (``describe``) as ``key=value; ...`` for a benchmark's header."""
     return "; ".join(f"{k}={v}" for k, v in info.items())

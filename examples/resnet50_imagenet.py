@@ -579,7 +579,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"rank": rank, "result": result}
 
 
-def one_line(message: str) -> str:
+def last_line(message: str) -> str:
     # Errors re-raised from a data-loader worker carry the worker's traceback in the
     # message; the user needs only its last line.
     lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
@@ -595,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = run(args)
     except HpcdlError as err:
-        say(f"error: {one_line(err.message)}", sys.stderr)
+        say(f"error: {last_line(err.message)}", sys.stderr)
         if err.hint:
             say(f"hint: {err.hint}", sys.stderr)
         return err.exit_code

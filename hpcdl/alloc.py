@@ -1,8 +1,8 @@
 """`hpcdl alloc`: an interactive allocation (salloc), checked like a batch job.
 
 Users on Neuron type `salloc --partition=amd_a100nv_8 -J debug --nodes=2
---time=2:00:00 --gres=gpu:4 --comment=horovod` by hand (seed 004); this builds
-the same command from the profile after the same limit checks as `submit`.
+--time=2:00:00 --gres=gpu:4 --comment=horovod` by hand (KISTI's Neuron guide);
+this builds the same command from the profile after the same limit checks as `submit`.
 """
 
 from __future__ import annotations

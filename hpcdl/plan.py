@@ -174,7 +174,7 @@ class JobPlan:
     image_source: str | None = None  # "--image" or "profile default_image"
     master_addr: str = ""  # as the script sets it (a shell expression when derived)
     master_port: str = ""
-    # Requeue (issue 15): the job checkpoints on ``signal`` (SIG@LEAD) and requeues itself
+    # Requeue: the job checkpoints on ``signal`` (SIG@LEAD) and requeues itself
     # up to ``max_restarts`` times; ``chain`` > 1: that many jobs resume one another.
     requeue: bool = False
     max_restarts: int = 0
@@ -688,7 +688,7 @@ def scheduler_options(
     return options
 
 
-# ---- requeue (issue 15) --------------------------------------------------------
+# ---- requeue -------------------------------------------------------------------
 def _requeue_mode(profile: Profile, req: JobRequest) -> bool:
     """True when the job checkpoints on a signal: --requeue (or the profile's default)
     or a --chain of jobs."""

@@ -1,6 +1,6 @@
 """The scaling figure: speedup, parallel efficiency and synchronisation share against
 the number of ranks, one line per backend / batch size / GPUs per node, with the
-ideal lines, like the figures of the ZIH Taurus study (seed 002).
+ideal lines, like the figures of ZIH's Horovod scaling study on Taurus.
 
 matplotlib is imported here only (``hpcdl results --plot``), with the Agg backend:
 no display is needed on a login node.

@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("hpcdl.cli.probe:probe", "Allreduce bandwidth across an allocation; names slow nodes."),
     "scale": ("hpcdl.cli.scale:scale", "Submit a scaling sweep (nodes x GPUs x backend x batch)."),
     "results": ("hpcdl.cli.scale:results", "Scaling table, CSV/JSON and plot of a sweep or run."),
-    "report": ("hpcdl.cli.runreport:report", "One self-contained HTML report of a run or sweep."),
+    "report": ("hpcdl.cli.report:report", "One self-contained HTML report of a run or sweep."),
     "sandbox": ("hpcdl.cli.sandbox:sandbox", "Start/stop/check the local Slurm sandbox (two nodes, or --nodes N)."),
 }
 
@@ -79,7 +79,7 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except HpcdlError as err:
-            report(err)
+            print_error(err)
             ctx.exit(err.exit_code)
         except OneLineUsageError:
             raise
@@ -121,7 +121,7 @@ def one_line(text: str) -> str:
     return _LINE_BREAKING.sub(lambda m: repr(m.group())[1:-1], text)
 
 
-def report(err: HpcdlError) -> None:
+def print_error(err: HpcdlError) -> None:
     """Print an hpcdl error as the user should see it: one line, then the hint."""
     click.echo(f"error: {one_line(err.message)}", err=True)
     if err.hint:

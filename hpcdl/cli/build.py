@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
 
 import click
 
+from hpcdl.container.build import execute, plan_build, unprivileged_build
+from hpcdl.container.spec import bundled_spec_names
 from hpcdl.errors import UserInputError
+from hpcdl.profiles import load_profile
 
 
 def _default_ref() -> str:
     if Path("Singularity.def").is_file():
         return "Singularity.def"
-    from hpcdl.container.spec import bundled_spec_names
-
     raise UserInputError(
         "build: no SPEC or DEF given and no ./Singularity.def "
         f"(bundled specs: {', '.join(bundled_spec_names())})"
@@ -30,8 +32,6 @@ def _terminate(signum: int, frame: object) -> None:
 def _profile_binary(profile: str | None) -> str | None:
     if not profile:
         return None
-    from hpcdl.profiles import load_profile
-
     container = load_profile(profile).container
     return container.binary or container.runtime
 
@@ -82,8 +82,6 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
       hpcdl build my.def -o my.sif --dry-run
       hpcdl build ./Dockerfile --base-image base.sif --dry-run
     """
-    from hpcdl.container.build import execute, plan_build
-
     plan = plan_build(ref or _default_ref(), output=output, sandbox=sandbox, fakeroot=fakeroot,
                       remote=remote, force=force, base_image=base_image)
     if dry_run:
@@ -106,11 +104,7 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
             click.echo(f"[{time.monotonic() - start:6.0f}s] {text}", err=True)
 
     if not plan.up_to_date or force:
-        import os
-
         if os.geteuid() != 0 and not remote:
-            from hpcdl.container.build import unprivileged_build
-
             click.echo(f"as an ordinary user: {unprivileged_build(binary)}", err=True)
         click.echo(f"building {plan.name} -> {plan.output} (log: {plan.log_path})", err=True)
         why = ["--force"] if plan.up_to_date else list(plan.reasons)

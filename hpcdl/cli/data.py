@@ -7,6 +7,9 @@ import time
 
 import click
 
+from hpcdl.data.imagefolder import scan_imagefolder
+from hpcdl.data.tiny import TinySpec, make_tiny
+
 
 @click.group()
 def data() -> None:
@@ -46,8 +49,6 @@ def make_tiny_cmd(
       hpcdl data make-tiny /tmp/tiny --classes 10 --per-class 20
       python3 examples/resnet50_imagenet.py --data /tmp/tiny --arch resnet18 --image-size 32
     """
-    from hpcdl.data.tiny import TinySpec, make_tiny
-
     if val_per_class is None:
         val_per_class = max(1, per_class // 4)
     spec = TinySpec(classes, per_class, val_per_class, size, seed)
@@ -68,8 +69,6 @@ def make_tiny_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def check_cmd(directory: str, as_json: bool) -> None:
     """Check that DIRECTORY is a usable ImageFolder dataset (exit 2 with the reason if not)."""
-    from hpcdl.data.imagefolder import scan_imagefolder
-
     folder = scan_imagefolder(directory)
     summary = {"path": str(folder.root), "classes": len(folder.classes), **folder.counts()}
     if as_json:

@@ -1,11 +1,15 @@
-"""What the job commands print: the live status line while a job is followed, the
-report once it ended, and a sweep's progress bar. The application layer
-(hpcdl.submit, hpcdl.follow, hpcdl.sweep.run) reports through callbacks; this is
-the one place that turns them into terminal output.
+"""What the job commands print: the live status line while a job is followed, how it
+ended, a probe's tables, and a sweep's progress bar. The job flows (hpcdl.jobs) report
+through callbacks while they run and return outcome values; this is the one place that
+turns them into terminal output.
+
+rich is imported only where a table or a live bar is drawn: it would add tens of
+milliseconds to the start of every job command, for output most runs never show.
 """
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +18,7 @@ import click
 
 from hpcdl.attempts import Attempt, no_step_message
 from hpcdl.hang import Diagnosis
+from hpcdl.probe.worker import format_size
 from hpcdl.results.logs import describe_failures, format_result_table
 from hpcdl.results.protocol import without_probe
 from hpcdl.results.record import JobLogs, ResultRecord
@@ -66,7 +71,7 @@ def attempt_lines(attempts: list[Attempt]) -> list[str]:
     return lines
 
 
-def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord,
+def print_job_end(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord,
            tail_lines: int = 20, max_time: str | None = None,
            attempts: list[Attempt] | None = None, hang: Diagnosis | None = None,
            html: Path | None = None, straggler: dict[str, Any] | None = None,
@@ -111,8 +116,6 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord
         echo(f"--- result ({RunDir(run_dir).result_file}) ---")
         echo(format_result_table(result, record.get("ranks")))
     if probe:
-        from hpcdl.cli.probe import probe_view
-
         echo(f"--- probe ({RunDir(run_dir).result_file}: probe) ---")
         echo(probe_view(probe))
         if stopped_by_probe:
@@ -138,6 +141,93 @@ def report(status: JobStatus, run_dir: Path, logs: JobLogs, record: ResultRecord
     if html is not None:
         echo(f"report: {html}")
     echo(f"run directory: {run_dir}")
+
+
+def _seconds(value: float) -> str:
+    """A time in the unit that reads best, 3 digits: 35.2 us, 1.43 ms, 144 ms, 2.10 s."""
+    for unit, factor in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if value >= factor or unit == "us":
+            scaled = value / factor
+            digits = 0 if scaled >= 100 else 1 if scaled >= 10 else 2
+            return f"{scaled:.{digits}f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _gbs(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}"
+
+
+def _share(value: float | None, of: float | None) -> str:
+    return "" if value is None or not of else f"{value / of:.0%}"
+
+
+def probe_view(report: dict[str, Any], *, width: int = 110) -> str:
+    """The probe's report as text: the allreduce table (torch.distributed and MPI rows),
+    the node-pair table, the transport facts and the verdict. A report that holds an
+    error renders as that one line. Pure (rich renders into a string)."""
+    # Lazy: rich only when the tables are drawn (see the module's docstring).
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    if "error" in report:
+        return f"probe error on node {report.get('node', '?')}: {report['error']}"
+    out = io.StringIO()
+    console = Console(file=out, width=width, force_terminal=False, color_system=None,
+                      highlight=False)
+    expected = report.get("expected_gbs")
+    nodes = report.get("nodes", [])
+    table = Table(title=(f"allreduce over {len(nodes)} nodes x {report.get('ranks_per_node')} "
+                         f"ranks = {report.get('world_size')} ranks; median of "
+                         f"{report.get('iters')} timed calls (slowest rank each)"),
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    for name, justify in (("size", "right"), ("algorithm/backend", "left"), ("ranks", "right"),
+                          ("time", "right"), ("algbw GB/s", "right"), ("busbw GB/s", "right"),
+                          ("vs expected", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    mpi = report.get("mpi") or {}
+    for row in [*report.get("allreduce", []), *mpi.get("allreduce", [])]:
+        table.add_row(format_size(row["size"]), row["algorithm"], str(row["ranks"]),
+                      _seconds(row["time_s"]), _gbs(row["algbw_gbs"]), _gbs(row["busbw_gbs"]),
+                      _share(row["busbw_gbs"], expected))
+    console.print(table)
+    lines = []
+    if expected:
+        lines.append(f"expected (profile interconnect.expected_busbw_gbs): {expected:g} GB/s bus "
+                     "bandwidth between nodes")
+    if mpi.get("skipped"):
+        lines.append(f"MPI: not measured ({mpi['skipped']})")
+    elif mpi.get("library"):
+        lines.append(f"MPI: {mpi['library']}")
+    judged = report.get("verdict", {})
+    reference = judged.get("reference_gbs")
+    pairs = Table(title=(f"node pairs: allreduce of {format_size(report.get('pair_size', 0))} "
+                         f"between the first ranks of two nodes ({report.get('pair_mode')})"),
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("pair", "time", "algbw GB/s", "busbw GB/s",
+                 "vs " + ("median node" if judged.get("reference") == "median node"
+                          else "expected"), "slow"):
+        pairs.add_column(name, justify="left" if name == "pair" else "right")
+    slow_links = {tuple(link) for link in judged.get("slow_links", [])}
+    for row in report.get("pairs", []):
+        pairs.add_row("-".join(row["nodes"]), _seconds(row["time_s"]), _gbs(row["algbw_gbs"]),
+                      _gbs(row["busbw_gbs"]), _share(row["busbw_gbs"], reference),
+                      "yes" if tuple(row["nodes"]) in slow_links else "")
+    console.print(pairs)
+    transport = report.get("transport", {})
+    facts = [f"transport: {transport.get('backend')}"
+             + (f" over {transport['transport']}" if transport.get("transport") else "")
+             + (f" on {transport['devices']}" if transport.get("devices") else "")
+             + f" (torch {transport.get('torch')}"
+             + (f", NCCL {transport['nccl']}" if transport.get("nccl") else "") + ")"]
+    for node in transport.get("nodes", []):
+        env = " ".join(f"{k}={v}" for k, v in sorted(node.get("env", {}).items()))
+        facts.append(f"  {node['node']}: interface {node.get('interface') or '?'} "
+                     f"({node.get('address') or 'no address'}) toward MASTER_ADDR"
+                     f"{'; ' + env if env else '; NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME unset'}")
+    verdict_line = f"verdict: {judged.get('message', 'none')}"
+    tables = [line.rstrip() for line in out.getvalue().splitlines()]
+    return "\n".join([*tables, *lines, *facts, verdict_line])
 
 
 def hang_lines(diagnosis: Diagnosis, run: RunDir) -> list[str]:
@@ -166,6 +256,7 @@ class SweepBar:
         self.done, self.total = 0, total
         self.progress: Any = None
         if sys.stderr.isatty() if live is None else live:
+            # Lazy: rich only on a terminal (see the module's docstring).
             from rich.console import Console
             from rich.progress import (
                 BarColumn,

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import click
+
+from hpcdl.container.build import _is_definition
+from hpcdl.container.recipes import inspect_definition
+from hpcdl.container.runtime import runtime_mode
+from hpcdl.doctor.host import host_facts
+from hpcdl.doctor.image import ImageFacts, image_facts, require_image, unreadable_reason
+from hpcdl.doctor.profile import profile_facts
+from hpcdl.doctor.verdicts import report, verdicts
+from hpcdl.profiles import load_profile
 
 
 def _print_host(host) -> None:  # type: ignore[no-untyped-def]
@@ -13,8 +23,6 @@ def _print_host(host) -> None:  # type: ignore[no-untyped-def]
     rt = f"{host.runtime} {host.runtime_version} ({host.runtime_path})" if host.runtime else "none"
     click.echo(f"  container runtime : {rt}")
     if host.access is not None and host.runtime:
-        from hpcdl.container.runtime import runtime_mode
-
         click.echo(f"  container access  : {runtime_mode(host.access)} (uid {host.access.euid})")
     tools = ", ".join(t for t, ok in host.slurm_tools.items() if ok) or "none"
     click.echo(f"  slurm             : {host.slurm_version or '-'} (tools: {tools})")
@@ -28,8 +36,6 @@ def _print_host(host) -> None:  # type: ignore[no-untyped-def]
 def _print_image(image) -> None:  # type: ignore[no-untyped-def]
     click.echo(f"image: {image.path}")
     if image.exists and not image.readable:
-        from hpcdl.doctor.image import unreadable_reason
-
         click.echo(f"  error             : {unreadable_reason(image)}")
         return
     if not image.exists or image.error:
@@ -72,16 +78,9 @@ def doctor(image: str | None, profile: str | None, as_json: bool) -> None:
       hpcdl doctor
       hpcdl doctor --image /var/cache/hpcdl/images/pytorch-horovod-cpu.sif -p sandbox
     """
-    from hpcdl.doctor.host import host_facts
-    from hpcdl.doctor.image import ImageFacts, image_facts
-    from hpcdl.doctor.profile import profile_facts
-    from hpcdl.doctor.verdicts import report, verdicts
-
     prof = profile_facts(profile) if profile else None
     binary = None
     if profile:
-        from hpcdl.profiles import load_profile
-
         container = load_profile(profile).container
         binary = container.binary
     host = host_facts(binary)
@@ -103,8 +102,6 @@ def doctor(image: str | None, profile: str | None, as_json: bool) -> None:
 
 
 def _inspect_definition(path: str, as_json: bool) -> None:
-    from hpcdl.container.recipes import inspect_definition
-
     info = inspect_definition(Path(path))
     if as_json:
         click.echo(json.dumps(info.to_dict(), indent=2))
@@ -132,15 +129,9 @@ def inspect(image: str, as_json: bool) -> None:
     Given a definition file (.def, or a file starting with Bootstrap:), show what it
     holds instead, parsed with spython: bootstrap, base, sections, files, labels.
     """
-    from dataclasses import asdict
-
-    from hpcdl.container.build import _is_definition
-
     if Path(image).is_file() and _is_definition(Path(image)):
         _inspect_definition(image, as_json)
         return
-
-    from hpcdl.doctor.image import image_facts, require_image
 
     facts = image_facts(require_image(image))
     if as_json:

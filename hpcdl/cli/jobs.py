@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 import click
 
-from hpcdl.attempts import Attempt
-from hpcdl.scheduler import JobStatus, Scheduler
+from hpcdl.attempts import no_step_message
+from hpcdl.cli.display import attempt_lines
+from hpcdl.cli.scheduler import scheduler_for
+from hpcdl.follow import log_chunks
+from hpcdl.jobs.status import JobSnapshot, job_snapshot
+from hpcdl.scheduler import JobStatus
 from hpcdl.timelimit import clock_text, timeout_message
-
-if TYPE_CHECKING:
-    from hpcdl.rundir import RunDir
 
 
 def _row(s: JobStatus) -> str:
@@ -46,29 +46,23 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
       hpcdl status 1234
       hpcdl status --json
     """
-    from hpcdl.cli.scheduler import scheduler_for
-    from hpcdl.rundir import find_run
-
     scheduler = scheduler_for()
     if job_id:
-        row = scheduler.status(job_id, settle_s=3)
-        run = find_run(job_id)
-        tried = _attempts(job_id, run, scheduler)
+        snap = job_snapshot(job_id, scheduler)
+        row, tried = snap.status, snap.attempts
         if as_json:
             data = row.to_dict()
             if len(tried) > 1:
                 data["attempts"] = [a.to_dict() for a in tried]
-            if run is not None:  # False: no training step completed (null: cannot tell)
-                data["steps_completed"] = run.steps_seen()
+            if snap.run is not None:  # False: no training step completed (null: cannot tell)
+                data["steps_completed"] = snap.steps
             click.echo(json.dumps(data))
         else:
             click.echo(_HEADER)
             click.echo(_row(row))
-            for line in _verdicts(job_id, row, run, tried):
+            for line in _verdicts(snap):
                 click.echo(line)
             if len(tried) > 1:
-                from hpcdl.cli.display import attempt_lines
-
                 click.echo(f"{len(tried)} attempts (requeued):")
                 for line in attempt_lines(tried):
                     click.echo(line)
@@ -82,37 +76,13 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
         click.echo(_row(r))
 
 
-def _verdicts(job_id: str, row: JobStatus, run: RunDir | None,
-              tried: list[Attempt]) -> list[str]:
+def _verdicts(snap: JobSnapshot) -> list[str]:
     """The lines below the table: the time-limit line (that the job looks hung when its
     run directory shows no step), and the one for a last attempt that failed before its
     first step."""
-    from hpcdl.attempts import NO_STEP, no_step_message
-
-    steps, nodes, stderr = None, 1, ""
-    if run is not None:
-        steps = run.steps_seen()
-        try:
-            nodes = run.read_plan().nodes
-        except (OSError, ValueError):
-            pass
-        if tried and tried[-1].reason in NO_STEP:  # its cause is the stderr's last word
-            try:
-                stderr = run.logs(job_id)[1].read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                pass
-    lines = [timeout_message(row, steps=steps, nodes=nodes),
-             no_step_message(tried, stderr, nodes=nodes)]
+    lines = [timeout_message(snap.status, steps=snap.steps, nodes=snap.nodes),
+             no_step_message(snap.attempts, snap.stderr, nodes=snap.nodes)]
     return [line for line in lines if line]
-
-
-def _attempts(job_id: str, run: RunDir | None, scheduler: Scheduler) -> list[Attempt]:
-    """A requeued job's attempts (sacct -D + its run directory's attempts.tsv)."""
-    from hpcdl.attempts import from_script, join
-
-    script = [s for s in run.read_script_attempts() if s.job_id == job_id] if run else []
-    history = scheduler.history(job_id)
-    return join(history, script) if history else from_script(script)
 
 
 @click.command()
@@ -123,8 +93,8 @@ def logs(job_id: str, follow: bool) -> None:
 
     With -f, follows the files while the job runs and stops when it has ended.
     """
-    from hpcdl.cli.scheduler import scheduler_for
-    from hpcdl.follow import log_chunks
+    # Lazy: hpcdl.submit brings the planner (pydantic, jinja2: some 150 ms here) with it,
+    # which `hpcdl status`, in this module too, does not need.
     from hpcdl.submit import log_files
 
     scheduler = scheduler_for()
@@ -139,7 +109,7 @@ def logs(job_id: str, follow: bool) -> None:
 @click.argument("job_id")
 def cancel(job_id: str) -> None:
     """Cancel a pending or running job (scancel) and report its final state."""
-    from hpcdl.cli.scheduler import scheduler_for
+    # Lazy, as in logs: the planner is not the status command's.
     from hpcdl.submit import cancel as cancel_job
 
     final = cancel_job(job_id, scheduler_for())

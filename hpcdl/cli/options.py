@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hpcdl.errors import ValidationError
-from hpcdl.plan import JobRequest, RuntimeMode, job_image
+from hpcdl.plan import GPU_BINDS, LAUNCHERS, JobRequest, RuntimeMode, job_image
 from hpcdl.preflight import runtime_mode
 from hpcdl.profiles.schema import Profile
 
@@ -55,8 +55,6 @@ def request_options(func):  # type: ignore[no-untyped-def]
 
 def launch_options(func):  # type: ignore[no-untyped-def]
     """How ranks start and where they run (submit, scale); defaults come from the profile."""
-    from hpcdl.plan import GPU_BINDS, LAUNCHERS
-
     options = [
         click.option("--no-image", is_flag=True,
                      help="Run natively, even when the profile names a container.default_image."),

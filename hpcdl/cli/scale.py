@@ -9,21 +9,22 @@ from typing import Any
 
 import click
 
+from hpcdl import pbs
+from hpcdl.cli.display import SweepBar, done_line, probe_view
 from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
+from hpcdl.cli.scheduler import scheduler_for
+from hpcdl.cli.submit import defaults_line
 from hpcdl.errors import ValidationError
+from hpcdl.jobs.results import load_rows, probe_report, stragglers
+from hpcdl.jobs.sweep import finish_sweep, start_sweep
 from hpcdl.plan import JobRequest, job_image
+from hpcdl.plot import build_figure, write_png
 from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.profiles import load_profile
-from hpcdl.results.table import (
-    Row,
-    count,
-    format_table,
-    rows_from_csv,
-    rows_from_json,
-    to_csv,
-    to_json,
-)
+from hpcdl.results.table import count, format_table, to_csv, to_json
+from hpcdl.submit import Submitted
 from hpcdl.sweep.grid import (
+    SweepPoint,
     check_base,
     default_job_name,
     expand,
@@ -33,12 +34,8 @@ from hpcdl.sweep.grid import (
     pin_partition,
     plan_points,
     point_entry,
-    read_sweep,
     sweep_path,
 )
-
-# Files `hpcdl scale --wait` leaves in the sweep directory beside sweep.json.
-RESULT_FILES = ("results.json", "results.csv", "scaling.png")
 
 
 @click.command()
@@ -98,8 +95,6 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     batches = parse_int_list("batch-size", batch_text) if batch_text else None
     prof = load_profile(profile)
     if not dry_run:
-        from hpcdl import pbs
-
         pbs.refuse(prof, "scale")  # a PBS profile's scripts are for reading (exit 2)
     sweep_id = new_sweep_id()
     base = JobRequest(partition=partition, time=time, cpus_per_task=cpus_per_task,
@@ -122,19 +117,15 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     sweep_dir = sweep_path(sweep_id)
     plans = plan_points(prof, base, points, sweep_dir, facts, mode)  # raises before writing
     check_inputs(base, image=plans[0][1].image)
-    from hpcdl.cli.display import SweepBar, done_line
-    from hpcdl.cli.scheduler import scheduler_for
-    from hpcdl.sweep.run import follow_sweep, row_of, submit_sweep
 
-    def submitted(point: Any, sub: Any) -> None:
+    def submitted(point: SweepPoint, sub: Submitted) -> None:
         click.echo(f"submitted {point.label}: job {sub.job_id} ({count(point.ranks, 'rank')} on "
                    f"{count(point.nodes, 'node')})", err=True)
 
     scheduler = scheduler_for(prof.name)
-    submit_sweep(prof, base, plans, sweep_dir=sweep_dir, concurrent=concurrent,
-                 scheduler=scheduler, on_submitted=submitted)
+    record = start_sweep(prof, base, plans, sweep_dir=sweep_dir, concurrent=concurrent,
+                         scheduler=scheduler, on_submitted=submitted)
     if not wait:
-        record = read_sweep(sweep_dir) or {}
         if as_json:
             click.echo(json.dumps({"sweep_dir": str(sweep_dir), **record}))
         else:
@@ -142,14 +133,10 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
                        f"`hpcdl results {sweep_dir}`")
         return
     bar = SweepBar(len(plans))
-
-    def progress(running: list[Any]) -> None:
-        now = next((p for p in running if p.state == "RUNNING"), running[0])
-        bar.status(now.entry["label"], now.state)
-
     try:
-        rows = follow_sweep(sweep_dir, scheduler=scheduler, on_done=lambda p, t: bar.finished(done_line(row_of(p), t)),
-                            on_progress=progress)
+        outcome = finish_sweep(sweep_dir, sweep_id, scheduler=scheduler,
+                               on_done=lambda row, t: bar.finished(done_line(row, t)),
+                               on_progress=bar.status)
     except KeyboardInterrupt:
         bar.close()
         # Only the following stops; the jobs are Slurm's and go on.
@@ -158,13 +145,13 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
         raise SystemExit(130) from None
     finally:
         bar.close()
-    written = write_sweep_results(sweep_dir, rows, {"sweep_id": sweep_id})
+    rows = outcome.rows
     if as_json:
         click.echo(to_json(rows, {"sweep_id": sweep_id, "sweep_dir": str(sweep_dir)}))
     else:
         click.echo(format_table(rows))
-        click.echo("wrote " + ", ".join(str(p) for p in written))
-    if not all(r.ok for r in rows):
+        click.echo("wrote " + ", ".join(str(p) for p in outcome.written))
+    if not outcome.ok:
         raise SystemExit(1)
 
 
@@ -177,25 +164,11 @@ def _show_plans(plans: list[Any], why: str, as_json: bool) -> None:
     first = plans[0][1]
     click.echo(f"partition {first.partition} for every point ({why})")
     if first.example_defaults:
-        from hpcdl.cli.submit import defaults_line
-
         click.echo(defaults_line(first))
     for point, plan in plans:
         click.echo(f"{point.label:<24} {count(point.ranks, 'rank'):>9}  {plan.cpus_per_task} CPUs/rank  "
                    f"time {plan.time}")
     click.echo(f"{len(plans)} jobs; each runs: {first.launch_line}")
-
-
-def write_sweep_results(sweep_dir: Path, rows: list[Row], meta: dict[str, Any]) -> list[Path]:
-    """results.json, results.csv and scaling.png in the sweep directory (atomically)."""
-    from hpcdl.atomic import write_atomic
-    from hpcdl.plot import build_figure, write_png
-
-    json_path, csv_path, png_path = (sweep_dir / name for name in RESULT_FILES)
-    write_atomic(json_path, to_json(rows, meta) + "\n")
-    write_atomic(csv_path, to_csv(rows))
-    write_png(build_figure(rows, title=str(meta.get("sweep_id", ""))), png_path)
-    return [json_path, csv_path, png_path]
 
 
 @click.command()
@@ -223,11 +196,9 @@ def results(path: Path, as_json: bool, as_csv: bool, plot_path: Path | None,
     """
     if as_json and as_csv:
         raise ValidationError("--json and --csv: choose one output form")
-    rows, meta = load_rows(path, refresh=not no_refresh)
-    probe = _probe_report(path)
+    rows, meta = load_rows(path, scheduler=scheduler_for(), refresh=not no_refresh)
+    probe = probe_report(path)
     if probe is not None:  # an `hpcdl probe` run: its tables instead of a scaling row
-        from hpcdl.cli.probe import probe_view
-
         if as_csv or plot_path is not None:
             raise ValidationError(f"{path}: a probe run has no scaling table (--csv, --plot); "
                                   f"use --json or the default tables")
@@ -246,55 +217,7 @@ def results(path: Path, as_json: bool, as_csv: bool, plot_path: Path | None,
             if verdict and verdict["found"]:
                 click.echo(f"{label + ': ' if label else ''}{verdict['message']}")
     if plot_path is not None:
-        from hpcdl.plot import build_figure, write_png
-
         if not plot_path.parent.is_dir():
             raise ValidationError(f"--plot {plot_path}: directory {plot_path.parent} does not exist")
         write_png(build_figure(rows, title=str(meta.get("sweep_id", path.name))), plot_path)
         click.echo(f"wrote {plot_path}", err=True)
-
-
-def stragglers(path: Path, rows: list[Row], meta: dict[str, Any]) -> dict[str, Any]:
-    """The straggler verdict of a run directory ({"straggler": verdict or None}) or of
-    every point of a sweep ({"stragglers": {label: verdict or None}}), from their
-    per-step metrics; {} for a saved table. It informs: the exit code stays the table's."""
-    if not path.is_dir():
-        return {}
-    from hpcdl.report.gather import straggler_of
-
-    if "sweep_id" not in meta:
-        return {"straggler": straggler_of(path)}
-    return {"stragglers": {r.label: straggler_of(path / r.run_dir) if r.run_dir else None
-                           for r in rows}}
-
-
-def _probe_report(path: Path) -> dict[str, Any] | None:
-    """The probe report in a run directory's result.json, if it is a probe run (a
-    --probe-first job whose training printed a result keeps its scaling row)."""
-    if not path.is_dir():
-        return None
-    from hpcdl.rundir import RunDir
-
-    try:
-        record = RunDir(path).read_result()
-    except (OSError, ValueError):
-        return None
-    if not record or record.get("hpcdl_result"):
-        return None
-    probe = record.get("probe")
-    return probe if isinstance(probe, dict) else None
-
-
-def load_rows(path: Path, *, refresh: bool) -> tuple[list[Row], dict[str, Any]]:
-    """Rows and meta from a sweep dir, a run dir, or a saved .json/.csv table."""
-    if path.is_file():
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".csv":
-            return rows_from_csv(text, str(path)), {"source": str(path)}
-        if path.suffix == ".json":
-            return rows_from_json(text, str(path)), {"source": str(path)}
-        raise ValidationError(f"{path}: expected a sweep or run directory, or a .json/.csv table")
-    from hpcdl.cli.scheduler import scheduler_for
-    from hpcdl.sweep.run import collect
-
-    return collect(path, refresh_from_scheduler=refresh, scheduler=scheduler_for())

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from hpcdl import pbs
+from hpcdl.alloc import build_alloc, run_alloc
+from hpcdl.cli import one_line
+from hpcdl.cli.display import StatusLine, hang_lines, print_job_end
 from hpcdl.cli.options import (
     example_options,
     launch_options,
@@ -16,21 +18,16 @@ from hpcdl.cli.options import (
     request_options,
     runtime_mode_for,
 )
+from hpcdl.cli.scheduler import scheduler_for
 from hpcdl.errors import ValidationError
-from hpcdl.hang import DEFAULT_HANG_ACTION, HANG_ACTIONS, parse_seconds
+from hpcdl.hang import HANG_ACTIONS, Diagnosis, parse_seconds
+from hpcdl.jobs.flow import follow_job, submit_job
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan, job_image
 from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
-
-if TYPE_CHECKING:
-    from hpcdl.cli.display import StatusLine
-    from hpcdl.follow import OnPoll, Watcher
-    from hpcdl.hang import Diagnosis
-    from hpcdl.scheduler import JobStatus, Scheduler
-    from hpcdl.submit import Submitted
-    from hpcdl.watchdog import HangWatchdog
+from hpcdl.submit import plan_run
 
 # Starts the line above each job-side file a dry run prints after the script (the
 # arrow of `head FILE...`): a reader or a test finds where each file begins.
@@ -149,12 +146,10 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         # validates: raises before anything is written
         print_dry_run(build_plan(prof, request, facts, mode), as_json=as_json)
         return
-    from hpcdl.submit import plan_run
-
     # Planned once, with the run directory it will use; that plan is what gets submitted.
     plan = plan_run(prof, request, image_facts=facts, runtime_mode=mode)  # raises before writing
     check_inputs(request, image=plan.image)
-    code = submit_and_report(prof, plan, wait=wait, as_json=as_json)
+    code = submit_and_show(prof, plan, wait=wait, as_json=as_json)
     if code:
         raise SystemExit(code)
 
@@ -209,29 +204,18 @@ def defaults_line(plan: JobPlan) -> str:
             f"(a -X for the same option replaces one)")
 
 
-def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
-                      timeout: float | None = None, probe_report: bool = False) -> int:
-    """Submit ``plan``, print the job id, optionally follow the job and report.
+def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
+                    timeout: float | None = None, probe: bool = False) -> int:
+    """Submit ``plan`` and print the job id; with ``wait`` follow the job, showing its
+    status line and what the hang watchdog finds, and print how it ended.
 
     Returns the process exit code (0 once submitted; with ``wait`` the job's; for a
-    probe job, ``probe_report``, 2 when a node refused the probe's input).
-    Raises ValidationError, SubmitError, ToolError (see hpcdl.submit, hpcdl.follow).
+    probe job, ``probe``, 2 when a node refused the probe's input).
+    Raises ValidationError, SubmitError, ToolError (see hpcdl.jobs.flow).
     """
-    from hpcdl.cli.display import StatusLine, report
-    from hpcdl.cli.scheduler import scheduler_for
-    from hpcdl.follow import follow
-    from hpcdl.results.record import record_result
-    from hpcdl.submit import attempts_of, exit_status, submit
-
     scheduler = scheduler_for(prof.name)
-    py_spy = None
-    if plan.hang_timeout is not None and wait:
-        from hpcdl.watchdog import find_py_spy
-
-        py_spy = find_py_spy()  # before submitting: a watchdog that cannot look is none
-    sub = submit(prof, plan, scheduler=scheduler)
-    if py_spy is not None:  # the nodes run it: from the run directory, not this venv
-        py_spy = sub.run.stage_tool(py_spy)
+    job = submit_job(prof, plan, scheduler=scheduler, watch=wait)
+    sub = job.submitted
     for warning in (*plan.warnings, *sub.warnings):
         click.echo(f"warning: {warning}", err=True)
     info: dict[str, object] = {
@@ -249,102 +233,46 @@ def submit_and_report(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool
         if as_json:
             click.echo(json.dumps(info))
         return 0
-    # A requeued job keeps its id: following it follows every attempt; a chain is
-    # followed to its last job (the earlier ones end as it starts).
-    watched = sub.last_job_id
-    line = StatusLine(watched, quiet=as_json)
-    on_poll, watcher, dog = hang_watch(prof, plan, sub, scheduler, watched, py_spy, line,
-                                       as_json=as_json)
-    try:
-        final = follow(watched, scheduler=scheduler, on_poll=on_poll, timeout=timeout,
-                       watcher=watcher)
-    finally:
-        line.close()
-    record, logs = record_result(sub.run, final)
-    code = exit_status(final)
-    if probe_report:
-        from hpcdl.cli.probe import probe_exit
-
-        code = probe_exit(dict(record), code)
-    tried = (attempts_of(sub.run, list(sub.chain or (sub.job_id,)), scheduler)
-             if plan.requeue or plan.chain > 1 else [])
-    diagnosis = dog.diagnosis if dog is not None else None
-    hang = diagnosis.to_dict() if diagnosis is not None else None
-    html, straggler = write_report(sub.run_dir)
-    steps = sub.run.steps_seen()  # False: no training step completed (null: cannot tell)
-    if as_json:
-        click.echo(json.dumps({**info, **record, "exit_status": code, "steps_completed": steps,
-                               **({"attempts": [a.to_dict() for a in tried]} if tried else {}),
-                               **({"hang": hang} if hang else {}),
-                               "report": str(html) if html else None,
-                               "straggler": straggler}))
-        return code
-    probe = record.get("probe") or {}
-    if "error" in probe:  # a node refused the probe's input: the one line that says why
-        from hpcdl.cli import one_line
-
-        click.echo(f"job {final.job_id}: {final.state}, exit code {final.exit_code}; "
-                   f"run directory {sub.run_dir}")
-        click.echo(f"error: probe: {one_line(str(probe['error']))}", err=True)
-        return code
-    part = prof.partition(plan.partition)
-    report(final, sub.run_dir, logs, record, max_time=part.max_time if part else None,
-           attempts=tried, hang=diagnosis, html=html, straggler=straggler, steps=steps,
-           nodes=plan.nodes)
-    return code
-
-
-def write_report(run_dir: Path) -> tuple[Path | None, dict[str, object] | None]:
-    """The run's report.html (hpcdl report, written at the end of --wait: no browser,
-    a second or two of matplotlib) and its straggler verdict; (None, None) with a
-    warning when it cannot be written (the job's outcome stands either way)."""
-    from hpcdl.report import write_run_report
-
-    try:
-        html, facts = write_run_report(run_dir)
-    except (OSError, ValueError) as exc:
-        click.echo(f"warning: report: not written ({exc}); try `hpcdl report {run_dir}`",
-                   err=True)
-        return None, None
-    return html, facts["straggler"]
-
-
-def hang_watch(prof: Profile, plan: JobPlan, sub: Submitted, scheduler: Scheduler, job_id: str,
-               py_spy: str | None, line: StatusLine, *, as_json: bool,
-               ) -> tuple[OnPoll, Watcher | None, HangWatchdog | None]:
-    """The follow loop's callback, watcher and watchdog for ``submit --wait``: the status
-    line alone, or (with --hang-timeout) the status line and the hang watchdog, whose
-    diagnosis is printed in a few lines when it fires (not with --json: it is in the
-    JSON), and a watcher that polls at least every tenth of the timeout."""
-    from hpcdl.cli.display import hang_lines
-    from hpcdl.follow import MAX_INTERVAL_S, Backoff, Watcher
-    from hpcdl.watchdog import HangWatchdog, collect
-
-    if py_spy is None or plan.hang_timeout is None:
-        return line, None, None
+    line = StatusLine(sub.last_job_id, quiet=as_json)
 
     def shown(diagnosis: Diagnosis) -> None:
+        # The diagnosis in a few lines when the watchdog fires (with --json it is in the
+        # JSON at the end).
         line.close()
         if not as_json:
             for text in hang_lines(diagnosis, sub.run):
                 click.echo(text, err=True)
 
-    dog = HangWatchdog(
-        sub.run, job_id, timeout=plan.hang_timeout, action=plan.hang_action or DEFAULT_HANG_ACTION,
-        scheduler=scheduler, on_hang=shown,
-        collector=lambda job, pids: collect(
-            scheduler, job, pids, py_spy=py_spy, image=plan.image,
-            runtime=prof.container.binary or prof.container.runtime))
-
-    def both(pending: dict[str, JobStatus], elapsed: float) -> None:
-        line(pending, elapsed)
-        dog(pending, elapsed)
-
-    # A hang is seen soon after S: the files are read locally at every poll, and the
-    # scheduler is asked at most once a second.
-    watcher = Watcher(scheduler, backoff=Backoff(
-        maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang_timeout / 10))))
-    return both, watcher, dog
+    try:
+        outcome = follow_job(prof, job, scheduler=scheduler, on_poll=line, on_hang=shown,
+                             timeout=timeout, probe=probe)
+    finally:
+        line.close()
+    if outcome.report_error is not None:
+        click.echo(f"warning: report: not written ({outcome.report_error}); try "
+                   f"`hpcdl report {sub.run_dir}`", err=True)
+    final, code = outcome.final, outcome.exit_status
+    if as_json:
+        hang = outcome.hang.to_dict() if outcome.hang is not None else None
+        tried = outcome.attempts
+        click.echo(json.dumps({**info, **outcome.record, "exit_status": code,
+                               "steps_completed": outcome.steps,
+                               **({"attempts": [a.to_dict() for a in tried]} if tried else {}),
+                               **({"hang": hang} if hang else {}),
+                               "report": str(outcome.report) if outcome.report else None,
+                               "straggler": outcome.straggler}))
+        return code
+    if outcome.probe_error is not None:  # a node refused the probe's input: the one line that says why
+        click.echo(f"job {final.job_id}: {final.state}, exit code {final.exit_code}; "
+                   f"run directory {sub.run_dir}")
+        click.echo(f"error: probe: {one_line(outcome.probe_error)}", err=True)
+        return code
+    part = prof.partition(plan.partition)
+    print_job_end(final, sub.run_dir, outcome.logs, outcome.record,
+                  max_time=part.max_time if part else None, attempts=outcome.attempts,
+                  hang=outcome.hang, html=outcome.report, straggler=outcome.straggler,
+                  steps=outcome.steps, nodes=plan.nodes)
+    return code
 
 
 @click.command()
@@ -364,8 +292,6 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
       hpcdl alloc -p neuron -N 2 -G 4 -t 2:00:00 --dry-run
       hpcdl alloc -p sandbox -N 2 -G 4 -- srun hostname
     """
-    from hpcdl.alloc import build_alloc, run_alloc
-
     prof = load_profile(profile)
     pbs.refuse(prof, "alloc", dry_run_helps=False)  # salloc means Slurm
     request = JobRequest(nodes=nodes, gpus=gpus, partition=partition, time=time,

@@ -1,4 +1,4 @@
-"""`hpcdl probe` (issue 18): an allreduce sweep over the allocation and between node
+"""`hpcdl probe`: an allreduce sweep over the allocation and between node
 pairs that names slow nodes.
 
 ``worker`` is the script every rank runs inside the job (stdlib at import, torch

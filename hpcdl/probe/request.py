@@ -16,7 +16,9 @@ from hpcdl.profiles.schema import Profile
 # Small enough for a 2-core sandbox in seconds, large enough that the last size is
 # bandwidth-bound on a real interconnect (nccl-tests' curves flatten from ~64 MB).
 DEFAULT_SIZES = "64K,1M,16M,128M"
-BACKENDS = ("auto", "gloo", "nccl")
+# torch.distributed backends the probe can measure (the training example's horovod/ddp
+# are hpcdl.plan.BACKENDS).
+DIST_BACKENDS = ("auto", "gloo", "nccl")
 MPI_MODES = ("auto", "on", "off")
 # Above 8 nodes the probe measures about N pairs (ring, then suspects), each a process
 # group that every rank creates: 4,096 nodes are ~4,100 groups, fewer than every pair of
@@ -59,8 +61,8 @@ def worker_args(opts: ProbeOptions, profile: Profile) -> tuple[str, ...]:
         raise ValidationError(f"iters: {opts.iters} is not 1 to {worker.MAX_ITERS}")
     if not 0 <= opts.warmup <= worker.MAX_ITERS:
         raise ValidationError(f"warmup: {opts.warmup} is not 0 to {worker.MAX_ITERS}")
-    if opts.backend not in BACKENDS:
-        raise ValidationError(f"backend: {opts.backend!r} is not one of {', '.join(BACKENDS)}")
+    if opts.backend not in DIST_BACKENDS:
+        raise ValidationError(f"backend: {opts.backend!r} is not one of {', '.join(DIST_BACKENDS)}")
     if opts.mpi not in MPI_MODES:
         raise ValidationError(f"mpi: {opts.mpi!r} is not one of {', '.join(MPI_MODES)}")
     if not 0 < opts.slow_ratio < 1:

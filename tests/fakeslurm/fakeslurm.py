@@ -31,7 +31,7 @@ PENDING under the same id; ``sacct -D`` then lists one row per ended attempt fir
 A job's stdout/stderr (with %j replaced) are written where its #SBATCH --output/--error
 lines say, when it reaches its final state.
 
-The hang watchdog's side (issue 18): a job spec's ``pids`` ({"rank-0": "n1 100", ...})
+The hang watchdog's side: a job spec's ``pids`` ({"rank-0": "n1 100", ...})
 are written at submission into the script's $HPCDL_PID_DIR, as the rank wrapper would;
 ``srun --overlap`` prints the spec's ``srun`` ({"n1": "output", ...}) for the node it
 names (--nodelist=), exit 0, and fails like Slurm for a job that is not running.

@@ -1,4 +1,4 @@
-"""Training that outlives its job, on the real sandbox (issue 15).
+"""Training that outlives its job, on the real sandbox.
 
 A 2-node DDP run of the bundled example (ResNet-18, 32 px, synthetic data, slowed
 down with --step-sleep so it can be interrupted) is (a) preempted twice by a job in

@@ -90,7 +90,7 @@ def test_submit_wait_report_carries_the_line(tmp_path, monkeypatch):
                       "debug", "", "sacct")
     lines: list[str] = []
     monkeypatch.setattr(display, "echo", lambda m="", **_: lines.append(m))
-    display.report(final, tmp_path, JobLogs(tmp_path / "o", tmp_path / "e", "", STDERR),
+    display.print_job_end(final, tmp_path, JobLogs(tmp_path / "o", tmp_path / "e", "", STDERR),
                    {"hpcdl_result": None}, attempts=[attempt("STARTUP")])
     said = [ln for ln in lines if "failed before its first step (exit 255): not requeued" in ln]
     assert len(said) == 1 and said[0].endswith("no such file or directory")

@@ -1,7 +1,8 @@
 """Bad input from files, templates and the command line: one line, exit 2, no traceback.
 
 Example-based companions of test_hostile_property.py (which generates the values):
-the cases of issue 12, each as the user meets it through the CLI.
+hostile values in profiles, specs, templates and options, each as the user
+meets it through the CLI.
 """
 
 from __future__ import annotations

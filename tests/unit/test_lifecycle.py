@@ -240,7 +240,7 @@ def test_results_refresh_asks_once_for_all_points(fake: FakeSlurm) -> None:
     assert states == ["RUNNING", "RUNNING"]  # the fake: pending for one poll
 
 
-# --- requeue (issue 15): attempts, following through requeues, chains --------------
+# --- requeue: attempts, following through requeues, chains -------------------------
 
 def requeue_scenario(fake: FakeSlurm, states: list[list[object]], **job: object) -> None:
     fake.scenario(default={"states": states, "stdout": GOOD_OUT, **job}, sacct_lag=1)

@@ -190,7 +190,7 @@ def test_run_dir_holds_logs_and_checkpoints_and_is_bound(sandbox):
     assert "-B /var/lib/hpcdl-sandbox/tmp -B /scratch -B /local -B /scratch/r/run1 -B " in plan.launch_line
 
 
-# --- bring your own workload (issue 14): launchers, images, rendezvous variables ---
+# --- bring your own workload: launchers, images, rendezvous variables ---------------
 
 def test_every_rank_starts_through_the_rank_env_wrapper(sandbox):
     plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, command=("python3", "t.py")))

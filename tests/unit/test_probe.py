@@ -13,8 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
-from hpcdl.cli.probe import probe_exit, probe_view
+from hpcdl.cli.display import probe_view
 from hpcdl.errors import ValidationError
+from hpcdl.jobs.flow import probe_exit
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.probe import worker
 from hpcdl.probe.request import ProbeOptions, worker_args

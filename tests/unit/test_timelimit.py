@@ -104,7 +104,7 @@ def test_submit_wait_report_ends_with_the_timeout_line(tmp_path, monkeypatch):
     logs = JobLogs(tmp_path / "o", tmp_path / "e", " 0: epoch 1/90 ...\n", err)
     lines: list[str] = []
     monkeypatch.setattr(display, "echo", lambda m="", **_: lines.append(m))
-    display.report(status(), tmp_path, logs, {"hpcdl_result": None}, max_time="00:30:00")
+    display.print_job_end(status(), tmp_path, logs, {"hpcdl_result": None}, max_time="00:30:00")
     assert lines[0].startswith("job 42: TIMEOUT (Slurm TIMEOUT)")
     assert lines[-2].startswith("job 42 hit its time limit of 00:01:00 after 00:01:27")
     assert "partition debug allows up to 00:30:00" in lines[-2]
@@ -115,7 +115,7 @@ def test_submit_wait_report_ends_with_the_timeout_line(tmp_path, monkeypatch):
     assert sum("hit its time limit" in line for line in lines) == 1
     done: list[str] = []
     monkeypatch.setattr(display, "echo", lambda m="", **_: done.append(m))
-    display.report(status(state="COMPLETED", slurm="COMPLETED", sig=0), tmp_path, logs,
+    display.print_job_end(status(state="COMPLETED", slurm="COMPLETED", sig=0), tmp_path, logs,
                    {"hpcdl_result": None})
     assert not any("time limit" in line for line in done)
 
@@ -207,7 +207,7 @@ def test_submit_wait_report_says_hung_when_no_step(tmp_path, monkeypatch):
     logs = JobLogs(tmp_path / "o", tmp_path / "e", "", STDERR_TIMEOUT)
     lines: list[str] = []
     monkeypatch.setattr(display, "echo", lambda m="", **_: lines.append(m))
-    display.report(status(), tmp_path, logs, {"hpcdl_result": None}, max_time="00:30:00",
+    display.print_job_end(status(), tmp_path, logs, {"hpcdl_result": None}, max_time="00:30:00",
                    steps=False, nodes=2)
     assert lines[-2].startswith("job 42 hit its time limit of 00:01:00 after 00:01:27 "
                                 "(Slurm TIMEOUT) without completing a single training step")

@@ -1,5 +1,5 @@
-"""`hpcdl report`: a run's or a sweep's story as one self-contained HTML file (the module is
-not `report`: that name on hpcdl.cli is the error printer)."""
+"""`hpcdl report`: a run's or a sweep's story as one self-contained HTML file (written by
+hpcdl.report; this module parses the command and prints where it went)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ from pathlib import Path
 
 import click
 
+from hpcdl.cli.scheduler import scheduler_for
 from hpcdl.errors import ValidationError
+from hpcdl.jobs.results import load_rows
+from hpcdl.report import write_run_report, write_sweep_report
 from hpcdl.results.straggler import DEFAULT_THRESHOLD
+from hpcdl.sweep.grid import read_sweep
 
 
 @click.command()
@@ -51,13 +55,8 @@ def report(path: Path, output: Path | None, straggler_threshold: float, no_refre
                               f"(a ratio to the other ranks' median)")
     if output is not None and not output.parent.is_dir():
         raise ValidationError(f"output {output}: directory {output.parent} does not exist")
-    from hpcdl.report import write_run_report, write_sweep_report
-    from hpcdl.sweep.grid import read_sweep
-
     if read_sweep(path) is not None:
-        from hpcdl.cli.scale import load_rows
-
-        rows, meta = load_rows(path, refresh=not no_refresh)
+        rows, meta = load_rows(path, scheduler=scheduler_for(), refresh=not no_refresh)
         written, stragglers = write_sweep_report(path, rows, meta, output,
                                                  threshold=straggler_threshold)
         if as_json:

@@ -1,0 +1,157 @@
+"""One job from its plan to its outcome: submit it, follow it to its end (with the
+hang watchdog when the plan asks for one), then record its result, its attempts, its
+report.html and its exit status. No terminal output: the caller's ``on_poll`` and
+``on_hang`` callbacks see the job while it runs, and a JobOutcome says how it ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcdl.attempts import Attempt
+from hpcdl.follow import MAX_INTERVAL_S, Backoff, OnPoll, Watcher, follow
+from hpcdl.hang import DEFAULT_HANG_ACTION, Diagnosis
+from hpcdl.plan import JobPlan
+from hpcdl.probe.worker import EXIT_BAD_INPUT
+from hpcdl.profiles.schema import Profile
+from hpcdl.report import write_run_report
+from hpcdl.results.record import JobLogs, ResultRecord, record_result
+from hpcdl.scheduler import JobStatus, Scheduler
+from hpcdl.submit import Submitted, attempts_of, exit_status, submit
+from hpcdl.watchdog import HangWatchdog, collect, find_py_spy
+
+OnHang = Callable[[Diagnosis], None]
+
+
+@dataclass(frozen=True)
+class SubmittedJob:
+    """A submitted job and what following it needs: the py-spy the hang watchdog runs on
+    the nodes (its copy in the run directory), or None when no watchdog will run."""
+
+    submitted: Submitted
+    py_spy: str | None = None
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a followed job ended: its final status, its result record and logs, the
+    process exit status that reflects it, a requeued or chained job's attempts, what
+    the hang watchdog found, the HTML report (or why it was not written), the straggler
+    verdict and whether a training step completed (None: cannot tell)."""
+
+    final: JobStatus
+    record: ResultRecord
+    logs: JobLogs
+    exit_status: int
+    attempts: list[Attempt]
+    hang: Diagnosis | None
+    report: Path | None
+    report_error: str | None
+    straggler: dict[str, Any] | None
+    steps: bool | None
+
+    @property
+    def probe_error(self) -> str | None:
+        """Why a node refused the probe's input, when one did."""
+        probe = self.record.get("probe") or {}
+        return str(probe["error"]) if "error" in probe else None
+
+
+def submit_job(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
+               watch: bool) -> SubmittedJob:
+    """Submit ``plan`` (planned with its run directory, see hpcdl.submit.plan_run).
+
+    ``watch``: the job will be followed, so the hang watchdog the plan asks for
+    (``plan.hang_timeout``) is readied: py-spy is found before submitting (a watchdog
+    that cannot look is none: ToolError) and copied into the run directory, since the
+    nodes run it from there and not from this venv. Raises ValidationError,
+    SubmitError, ToolError (see hpcdl.submit.submit, hpcdl.watchdog.find_py_spy).
+    """
+    py_spy = find_py_spy() if plan.hang_timeout is not None and watch else None
+    sub = submit(profile, plan, scheduler=scheduler)
+    if py_spy is not None:
+        py_spy = sub.run.stage_tool(py_spy)
+    return SubmittedJob(sub, py_spy)
+
+
+def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
+               on_poll: OnPoll | None = None, on_hang: OnHang | None = None,
+               timeout: float | None = None, probe: bool = False) -> JobOutcome:
+    """Follow ``job`` to its end and gather its outcome.
+
+    A requeued job keeps its id: following it follows every attempt; a chain is
+    followed to its last job (the earlier ones end as it starts). ``on_poll`` runs
+    after each poll, ``on_hang(diagnosis)`` when the hang watchdog fires. The result
+    record (result.json), attempts.json and report.html are written to the run
+    directory. ``probe``: a probe job, whose exit status is 2 when a node refused its
+    input. Raises ToolError, FollowTimeout (see hpcdl.follow.follow).
+    """
+    sub = job.submitted
+    plan = sub.plan
+    watched = sub.last_job_id
+    polled, watcher, dog = _hang_watch(profile, plan, sub, scheduler, watched, job.py_spy,
+                                       on_poll, on_hang)
+    final = follow(watched, scheduler=scheduler, on_poll=polled, timeout=timeout,
+                   watcher=watcher)
+    record, logs = record_result(sub.run, final)
+    code = exit_status(final)
+    if probe:
+        code = probe_exit(record, code)
+    tried = (attempts_of(sub.run, list(sub.chain or (sub.job_id,)), scheduler)
+             if plan.requeue or plan.chain > 1 else [])
+    html, straggler, why = _write_report(sub.run_dir)
+    return JobOutcome(final=final, record=record, logs=logs, exit_status=code,
+                      attempts=tried, hang=dog.diagnosis if dog is not None else None,
+                      report=html, report_error=why, straggler=straggler,
+                      steps=sub.run.steps_seen())
+
+
+def probe_exit(record: ResultRecord, job_code: int) -> int:
+    """The exit status of a probe job: 2 when a rank refused its input (its line says
+    why), else the job's (0 healthy, 1 a slow node or link)."""
+    report = record.get("probe") or {}
+    if "error" in report:
+        return EXIT_BAD_INPUT
+    return job_code
+
+
+def _write_report(run_dir: Path) -> tuple[Path | None, dict[str, Any] | None, str | None]:
+    """The run's report.html (as `hpcdl report` writes it: no browser, a second or two
+    of matplotlib) and its straggler verdict, or why it could not be written (the job's
+    outcome stands either way)."""
+    try:
+        html, facts = write_run_report(run_dir)
+    except (OSError, ValueError) as exc:
+        return None, None, str(exc)
+    return html, facts["straggler"], None
+
+
+def _hang_watch(profile: Profile, plan: JobPlan, sub: Submitted, scheduler: Scheduler,
+                job_id: str, py_spy: str | None, on_poll: OnPoll | None,
+                on_hang: OnHang | None) -> tuple[OnPoll | None, Watcher | None,
+                                                 HangWatchdog | None]:
+    """The follow loop's callback, watcher and watchdog: ``on_poll`` alone, or (with a
+    hang timeout and py-spy) ``on_poll`` and the hang watchdog, with a watcher that
+    polls at least every tenth of the timeout."""
+    if py_spy is None or plan.hang_timeout is None:
+        return on_poll, None, None
+    dog = HangWatchdog(
+        sub.run, job_id, timeout=plan.hang_timeout, action=plan.hang_action or DEFAULT_HANG_ACTION,
+        scheduler=scheduler, on_hang=on_hang,
+        collector=lambda job, pids: collect(
+            scheduler, job, pids, py_spy=py_spy, image=plan.image,
+            runtime=profile.container.binary or profile.container.runtime))
+
+    def both(pending: dict[str, JobStatus], elapsed: float) -> None:
+        if on_poll is not None:
+            on_poll(pending, elapsed)
+        dog(pending, elapsed)
+
+    # A hang is seen soon after its timeout: the files are read locally at every poll,
+    # and the scheduler is asked at most once a second.
+    watcher = Watcher(scheduler, backoff=Backoff(
+        maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang_timeout / 10))))
+    return both, watcher, dog
