@@ -655,6 +655,10 @@ cmd_down() {
   stop_pid slurmdbd "$D/run/slurmdbd.pid" slurmdbd
   stop_pid mariadbd "$D/run/mysqld.pid" mariadbd
   stop_pid munged "$D/run/munged.pid" munged
+  # A login node (scripts/sandbox-login.sh) sits on this cluster's bridge: it goes too.
+  if [[ -e /run/netns/hpcdl-$TAG-login ]]; then
+    HPCDL_SANDBOX_DIR=$D "$HERE/sandbox-login.sh" down
+  fi
   net_down
   log "down in $((SECONDS - t0)) s"
 }
