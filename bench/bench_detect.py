@@ -7,7 +7,7 @@ configured DOWN without one (Slurm still reports every one of them in scontrol, 
 is what detection reads). Partitions: all (every node), gpu (the 2 live nodes), big
 (the DOWN ones). Measured per N, median of --repeats:
   cli       `python -m hpcdl profiles detect` (what a user types; includes Python start-up)
-  commands  the Slurm commands alone (hpcdl.slurm.detect.capture_all)
+  commands  the Slurm commands alone (hpcdl.schedulers.slurm.detect.capture_all)
   parse     parsing + writing + validating the profile (facts_from + describe)
 Each cluster is stopped (sandbox.sh down) before the next starts, whatever happens.
 
@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl.profiles.detect import describe as describe_profile  # noqa: E402
-from hpcdl.slurm.detect import capture_all, facts_from  # noqa: E402
+from hpcdl.schedulers.slurm.detect import capture_all, facts_from  # noqa: E402
 from tests.own_cluster import cluster_env, free_port  # noqa: E402
 
 SANDBOX = REPO / "scripts" / "sandbox.sh"

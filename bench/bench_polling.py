@@ -37,9 +37,9 @@ from hpcdl import proc  # noqa: E402
 from hpcdl.follow import Watcher  # noqa: E402
 from hpcdl.plan import JobRequest  # noqa: E402
 from hpcdl.profiles import load_profile  # noqa: E402
-from hpcdl.scheduler import is_final  # noqa: E402
-from hpcdl.slurm import query  # noqa: E402
-from hpcdl.slurm.scheduler import SlurmScheduler  # noqa: E402
+from hpcdl.schedulers.base import is_final  # noqa: E402
+from hpcdl.schedulers.slurm import query  # noqa: E402
+from hpcdl.schedulers.slurm.adapter import SlurmScheduler  # noqa: E402
 from hpcdl.submit import plan_run, submit  # noqa: E402
 
 SLURM_TOOLS = ("squeue", "sacct", "scontrol", "sbatch", "scancel", "sinfo")

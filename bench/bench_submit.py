@@ -33,7 +33,7 @@ from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl.jobside import stage  # noqa: E402
 from hpcdl.plan import JobRequest, build_plan  # noqa: E402
 from hpcdl.profiles import load_profile  # noqa: E402
-from hpcdl.slurm.scheduler import SlurmScheduler  # noqa: E402
+from hpcdl.schedulers.slurm.adapter import SlurmScheduler  # noqa: E402
 from hpcdl.submit import plan_run, submit  # noqa: E402
 
 NODES, GPUS = 2, 4
@@ -84,7 +84,7 @@ def main() -> int:
     script = work / "plain" / "job.sbatch"
     script.write_text(plan.script)
     stage(work / "plain", plan.job_files, plan.job_scripts)  # the files the script runs
-    plain = plan.sbatch_argv(script)
+    plain = SlurmScheduler().submit_argv(script, plan.job_name)
     cli = [sys.executable, "-m", "hpcdl", "submit", "-p", "sandbox", "-N", str(NODES),
            "-G", str(GPUS), "-J", "bench", "--", *COMMAND]
     lib_req = JobRequest(nodes=NODES, gpus=GPUS, command=COMMAND, job_name="bench")

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hpcdl.results.protocol import unlabel
-from hpcdl.scheduler import JobStatus
+from hpcdl.schedulers.base import NATIVE_STATE_KEY, JobStatus
 from hpcdl.timelimit import hang_advice
 
 # Causes the batch script gives an attempt that completed no training step (the run
@@ -59,14 +59,16 @@ class Attempt:
 
     number: int
     job_id: str
-    slurm_state: str
+    native_state: str  # the scheduler's word for how it ended
     reason: str
     start: str
     end: str
     exit_code: int | None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """attempts.json's keys (``native_state`` under NATIVE_STATE_KEY, as written so far)."""
+        return {(NATIVE_STATE_KEY if k == "native_state" else k): v
+                for k, v in asdict(self).items()}
 
 
 # Slurm's state of an ended attempt -> the reason, where Slurm's word is enough.
@@ -82,7 +84,7 @@ def join(history: list[JobStatus], script: list[ScriptAttempt]) -> list[Attempt]
     out = []
     for number, row in enumerate(history):
         mine = [s for s in script if s.job_id == row.job_id and s.restart == number]
-        state = row.slurm_state.split(" ", 1)[0]
+        state = row.native_state.split(" ", 1)[0]
         if mine:
             reason = mine[-1].cause
         elif state in _BY_STATE:

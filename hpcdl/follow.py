@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hpcdl.errors import ToolError
-from hpcdl.scheduler import UNKNOWN, JobStatus, Scheduler, is_final
+from hpcdl.schedulers.base import JobState, JobStatus, Scheduler, is_final
 
 # Back-off: the first polls are quick (short jobs end within seconds), then the
 # interval grows by FACTOR per quiet cycle up to MAX_INTERVAL_S, and drops back to
@@ -28,9 +28,8 @@ FACTOR = 1.5
 SETTLE_S = 15.0
 # Cycles in which neither squeue nor sacct knew a job before it counts as unknown.
 MISSING_CYCLES = 3
-# Scheduler states after which a requeueable job may come back (PENDING again, same
-# id): such an end is accepted only after REQUEUE_SETTLE_S without the job returning.
-REQUEUE_STATES = frozenset({"PREEMPTED", "NODE_FAIL", "REQUEUED", "REQUEUE_HOLD"})
+# A job that ended in a state after which the scheduler may requeue it (PENDING again,
+# same id; Scheduler.may_come_back) is taken as ended only after this long away.
 REQUEUE_SETTLE_S = 20.0
 # How often `logs -f` reads the log files (cheap, local) between scheduler polls.
 LOG_READ_S = 0.5
@@ -97,7 +96,7 @@ class Watcher:
         """
         start = self.clock()
         deadline = None if timeout is None else start + timeout
-        pending = {job_id: JobStatus(job_id, "", UNKNOWN, "") for job_id in dict.fromkeys(job_ids)}
+        pending = {job_id: JobStatus(job_id, "", JobState.UNKNOWN, "") for job_id in dict.fromkeys(job_ids)}
         done: dict[str, JobStatus] = {}
         ended_at: dict[str, float] = {}
         missing: dict[str, int] = {}
@@ -111,7 +110,7 @@ class Watcher:
                 if new is None:
                     missing[job_id] = missing.get(job_id, 0) + 1
                     if missing[job_id] >= MISSING_CYCLES:
-                        gone = replace(old, state=UNKNOWN, source="missing")
+                        gone = replace(old, state=JobState.UNKNOWN, source="missing")
                         done[job_id] = gone
                         del pending[job_id]
                         changed = True
@@ -119,8 +118,8 @@ class Watcher:
                             on_done(gone)
                     continue
                 missing.pop(job_id, None)
-                if (new.state, new.slurm_state, new.exit_code) != (
-                        old.state, old.slurm_state, old.exit_code):
+                if (new.state, new.native_state, new.exit_code) != (
+                        old.state, old.native_state, old.exit_code):
                     changed = True
                     if on_change:
                         on_change(new)
@@ -129,9 +128,9 @@ class Watcher:
                     ended_at.pop(job_id, None)  # requeued: it runs again
                 if is_final(new.state):
                     ended_at.setdefault(job_id, now)
-                    # A preempted job that Slurm requeues shows PREEMPTED for a moment.
-                    maybe_back = new.slurm_state.split(" ", 1)[0] in REQUEUE_STATES
-                    if maybe_back and now - ended_at[job_id] < REQUEUE_SETTLE_S:
+                    # A preempted job that is requeued looks ended for a moment.
+                    if (self.scheduler.may_come_back(new)
+                            and now - ended_at[job_id] < REQUEUE_SETTLE_S):
                         continue
                     if new.exit_code is not None or now - ended_at[job_id] >= self.settle_s:
                         done[job_id] = new
@@ -216,7 +215,7 @@ def log_chunks(job_id: str, out: Path, err: Path, *, scheduler: Scheduler, follo
     deadline = None if timeout is None else time.monotonic() + timeout
     backoff = Backoff()
     next_poll = 0.0
-    state = UNKNOWN
+    state = JobState.UNKNOWN
     missing = 0
     while True:
         now = time.monotonic()

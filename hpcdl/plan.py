@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from hpcdl import __version__, pbs
+from hpcdl import __version__
 from hpcdl.errors import ValidationError
 from hpcdl.gpuarch import ImageArchFacts, check_partition
 from hpcdl.hang import DEFAULT_HANG_ACTION, HANG_ACTIONS
@@ -42,6 +42,7 @@ from hpcdl.requeue import (
     wait_seconds,
 )
 from hpcdl.resources import PACKAGE_DIR, examples_dir
+from hpcdl.schedulers.pbs import script as pbs
 from hpcdl.slurmtime import format_time, parse_time
 from hpcdl.templating import Raw, render_template, shell_join
 from hpcdl.tokens import (
@@ -805,7 +806,7 @@ def build_plan(profile: Profile, req: JobRequest,
         command = _probe_command(profile, req, image)
     else:
         command = list(req.command) or _default_command(profile, req)
-    if profile.scheduler.type == "pbs":  # PBS Pro: #PBS lines and mpiexec (hpcdl.pbs)
+    if profile.scheduler.type == "pbs":  # PBS Pro: #PBS lines and mpiexec (hpcdl.schedulers.pbs)
         if launcher == "torchrun":
             raise _fail("launcher: torchrun starts one agent per node through srun; a PBS "
                         "profile launches every rank with mpiexec (use --launcher mpirun)")

@@ -23,7 +23,7 @@ from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Profile
 from hpcdl.results.record import refused_record
 from hpcdl.rundir import JobRecord, RunDir
-from hpcdl.scheduler import COMPLETED, TIMEOUT, JobStatus, Scheduler, is_final
+from hpcdl.schedulers.base import JobState, JobStatus, Scheduler, SubmitOptions, is_final
 from hpcdl.timelimit import EXIT_TIMEOUT
 
 SKIP_LIVE_CHECK_ENV = "HPCDL_SKIP_LIVE_CHECK"
@@ -76,20 +76,18 @@ def live_check_wanted(live_check: bool | None) -> bool:
 
 
 def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
-           live_check: bool | None = None, sbatch_options: tuple[str, ...] = ()) -> Submitted:
+           live_check: bool | None = None, one_at_a_time: bool = False) -> Submitted:
     """Live check, run directory, submission: submits ``plan`` exactly as planned.
 
     ``plan.run_dir`` (see plan_run) is created here and must not exist yet;
-    job.sbatch is ``plan.script`` byte for byte. ``sbatch_options`` go on the
-    submission command line (a sweep's --dependency=singleton). Raises
+    job.sbatch is ``plan.script`` byte for byte. ``one_at_a_time``: no job of the
+    same name runs beside it (a serial sweep's points). Raises
     ValidationError (live check), SubmitError (no run directory in the plan, it
     exists already, or the scheduler refused), ToolError (scheduler unreachable).
     """
     if plan.run_dir is None:
         raise SubmitError("the plan has no run directory: plan it with plan_run()")
-    if not scheduler.available():
-        raise ToolError("sbatch: Slurm's commands are not on PATH",
-                        hint="run on a login node, or start the local sandbox: hpcdl sandbox up")
+    scheduler.require()
     warnings = (scheduler.check(profile, {plan.job_name: plan})
                 if live_check_wanted(live_check) else [])
     try:
@@ -103,7 +101,7 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
         run.stage_job_files(plan.job_files, plan.job_scripts)
     script = run.write_plan(plan.script, plan.to_dict())
     run.record_inputs(profile.model_dump(mode="json"), plan.image)
-    argv = plan.sbatch_argv(script, sbatch_options)
+    argv = scheduler.submit_argv(script, plan.job_name, SubmitOptions(one_at_a_time))
     try:
         job_id = scheduler.submit(argv)
     except ToolError as err:  # refused, or the controller went away: say so in the run dir
@@ -111,7 +109,8 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
         raise
     chain = [job_id]
     for _ in range(plan.chain - 1):  # each resumes from the one before (afterany: any end)
-        link = plan.sbatch_argv(script, (*sbatch_options, f"--dependency=afterany:{chain[-1]}"))
+        link = scheduler.submit_argv(script, plan.job_name,
+                                     SubmitOptions(one_at_a_time, after=chain[-1]))
         try:
             chain.append(scheduler.submit(link))
         except ToolError:  # what is queued stays queued; the record says which jobs exist
@@ -122,7 +121,7 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
 
 
 def attempts_of(sub_or_run: RunDir, job_ids: list[str], scheduler: Scheduler) -> list[Attempt]:
-    """Every attempt of the run's job(s): Slurm's accounting (sacct -D) joined with the
+    """Every attempt of the run's job(s): the scheduler's accounting joined with the
     batch script's own record (attempts.tsv); from the script's record alone when the
     scheduler has no history. Written to the run directory's attempts.json."""
     script = sub_or_run.read_script_attempts()
@@ -140,13 +139,13 @@ def attempts_of(sub_or_run: RunDir, job_ids: list[str], scheduler: Scheduler) ->
 def exit_status(status: JobStatus) -> int:
     """The process exit code that reflects a finished job: EXIT_TIMEOUT (124, as
     timeout(1)) when it hit its time limit, else its own (shell convention for signals)."""
-    if status.state == TIMEOUT:
+    if status.state == JobState.TIMEOUT:
         return EXIT_TIMEOUT
     if status.exit_code:
         return status.exit_code
     if status.signal:
         return 128 + status.signal
-    return 0 if status.state == COMPLETED else 1
+    return 0 if status.state == JobState.COMPLETED else 1
 
 
 def log_files(job_id: str, scheduler: Scheduler) -> tuple[Path, Path]:
@@ -160,8 +159,8 @@ def log_files(job_id: str, scheduler: Scheduler) -> tuple[Path, Path]:
     paths = scheduler.log_paths(job_id)
     if paths is not None:
         return paths
-    raise ToolError(f"job {job_id}: no run directory under {rundir.runs_root()} and Slurm "
-                    f"no longer knows its log paths",
+    raise ToolError(f"job {job_id}: no run directory under {rundir.runs_root()} and "
+                    f"{scheduler.label} no longer knows its log paths",
                     hint="run from the directory you submitted from, or set HPCDL_RUNS")
 
 
@@ -181,4 +180,4 @@ def cancel(job_id: str, scheduler: Scheduler) -> JobStatus:
         status = scheduler.status(job_id)
     if is_final(status.state):
         return scheduler.status(job_id, settle_s=10)
-    return status  # still ending (COMPLETING): the caller reports what Slurm says
+    return status  # still ending: the caller reports what the scheduler says

@@ -13,7 +13,7 @@ tell: no run directory, or a custom command that may never write the file).
 
 from __future__ import annotations
 
-from hpcdl.scheduler import CANCELLED, TIMEOUT, JobStatus
+from hpcdl.schedulers.base import JobState, JobStatus
 from hpcdl.slurmtime import format_time, parse_time
 
 # `hpcdl submit --wait` exits with this when the job hit its time limit, as timeout(1)
@@ -39,7 +39,7 @@ def ran_out_of_time(status: JobStatus, stderr: str = "") -> bool:
     """True when Slurm ended the job at its time limit (state TIMEOUT, or DEADLINE,
     which hpcdl also calls TIMEOUT), or it is CANCELLED and its stderr says slurmstepd
     cancelled it "DUE TO TIME LIMIT" (a state read while the job ended)."""
-    return status.state == TIMEOUT or (status.state == CANCELLED and _TIME_LIMIT_MARK in stderr)
+    return status.state == JobState.TIMEOUT or (status.state == JobState.CANCELLED and _TIME_LIMIT_MARK in stderr)
 
 
 def _headroom(limit: str, max_time: str | None, partition: str) -> str:
@@ -87,18 +87,18 @@ def timeout_message(status: JobStatus, stderr: str = "", *,
     after = f" after {clock_text(status.elapsed)}" if status.elapsed else ""
     if steps is False:
         limit = clock_text(status.time_limit)
-        what = ("its deadline" if status.slurm_state.upper().startswith("DEADLINE")
+        what = ("its deadline" if status.native_state.upper().startswith("DEADLINE")
                 else f"its time limit of {limit}" if limit else "its time limit")
-        return (f"job {status.job_id} hit {what}{after} (Slurm {status.slurm_state or TIMEOUT}) "
+        return (f"job {status.job_id} hit {what}{after} (Slurm {status.native_state or JobState.TIMEOUT}) "
                 f"without completing a single training step: it looks hung, not short of "
                 f"time; {hang_advice(nodes)}")
     shorter = "make it shorter (fewer steps: -X --max-steps=N, -X --epochs=N)"
-    if status.slurm_state.upper().startswith("DEADLINE"):
+    if status.native_state.upper().startswith("DEADLINE"):
         return (f"job {status.job_id} reached its deadline{after} (Slurm DEADLINE): "
                 f"set a later one, or {shorter}")
     limit = clock_text(status.time_limit)
     what = f"its time limit of {limit}" if limit else "its time limit"
     room = _headroom(limit, max_time, status.partition) if limit else ""
-    return (f"job {status.job_id} hit {what}{after} (Slurm {status.slurm_state or TIMEOUT}): "
+    return (f"job {status.job_id} hit {what}{after} (Slurm {status.native_state or JobState.TIMEOUT}): "
             f"give it more with --time{room}, or {shorter}, or let it continue: "
             f"--requeue (checkpoint, requeue, resume) or --chain N where requeue is off")

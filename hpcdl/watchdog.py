@@ -36,7 +36,7 @@ from hpcdl.hang import (
     split_node_output,
 )
 from hpcdl.rundir import RunDir
-from hpcdl.scheduler import RUNNING, JobStatus, Scheduler
+from hpcdl.schedulers.base import JobState, JobStatus, Scheduler
 
 PY_SPY_ENV = "HPCDL_PY_SPY"
 # Files looked at per poll at most (a run directory with a huge checkpoint tree still
@@ -182,7 +182,7 @@ class HangWatchdog:
 
     def __call__(self, pending: dict[str, JobStatus], elapsed: float) -> None:
         status = pending.get(self.job_id)
-        running = status is not None and status.state == RUNNING
+        running = status is not None and status.state == JobState.RUNNING
         fp = fingerprint(self.run) if running else frozenset()
         silent = self.silence.observe(self.clock(), running, fp)
         if silent < self.timeout or (self.fired_at is not None and fp == self.fired_at):

@@ -24,7 +24,7 @@ from hpcdl.results.protocol import without_probe
 from hpcdl.results.record import JobLogs, ResultRecord
 from hpcdl.results.table import Row
 from hpcdl.rundir import RunDir
-from hpcdl.scheduler import COMPLETED, TIMEOUT, JobStatus
+from hpcdl.schedulers.base import JobState, JobStatus
 from hpcdl.timelimit import timeout_message
 
 
@@ -66,7 +66,7 @@ def attempt_lines(attempts: list[Attempt]) -> list[str]:
              f"{'END':<20} EXIT"]
     for a in attempts:
         code = "" if a.exit_code is None else str(a.exit_code)
-        lines.append(f"{a.number:<8} {a.job_id:<10} {a.reason:<10} {a.slurm_state:<10} "
+        lines.append(f"{a.number:<8} {a.job_id:<10} {a.reason:<10} {a.native_state:<10} "
                      f"{a.start:<20} {a.end:<20} {code}")
     return lines
 
@@ -84,7 +84,7 @@ def print_job_end(status: JobStatus, run_dir: Path, logs: JobLogs, record: Resul
     failed before its first step, what the hang watchdog found (``hang``), the
     straggler verdict when it names one, and where the HTML report is (``html``).
     """
-    echo(f"job {status.job_id}: {status.state} (Slurm {status.slurm_state}), "
+    echo(f"job {status.job_id}: {status.state} (Slurm {status.native_state}), "
          f"exit code {status.exit_code if status.exit_code is not None else '?'}"
          f"{', signal ' + str(status.signal) if status.signal else ''}, elapsed {status.elapsed}")
     # At a time limit Slurm terminates every rank: srun's "Terminated" lines are not a
@@ -95,14 +95,14 @@ def print_job_end(status: JobStatus, run_dir: Path, logs: JobLogs, record: Resul
     stopped_by_probe = bool(probe and probe.get("verdict", {}).get("bad"))
     # A job the hang watchdog cancelled did not crash either: its diagnosis says why.
     stopped = hang is not None and hang.cancelled
-    crashed = ([] if status.state in (COMPLETED, TIMEOUT) or stopped_by_probe or stopped
+    crashed = ([] if status.state in (JobState.COMPLETED, JobState.TIMEOUT) or stopped_by_probe or stopped
                else describe_failures(logs.out, logs.err))
     # The probe's report is shown as tables below, not as its (long) JSON line.
     out_text = without_probe(logs.out) if probe else logs.out
     for label, path, text in (("stdout", logs.out_path, out_text),
                               ("stderr", logs.err_path, logs.err)):
         lines = text.splitlines()[-tail_lines:]
-        if lines and (label == "stdout" or (status.state != COMPLETED and not crashed)):
+        if lines and (label == "stdout" or (status.state != JobState.COMPLETED and not crashed)):
             echo(f"--- last {len(lines)} lines of {label} ({path}) ---")
             for line in lines:
                 echo(line)

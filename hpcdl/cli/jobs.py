@@ -8,16 +8,16 @@ import click
 
 from hpcdl.attempts import no_step_message
 from hpcdl.cli.display import attempt_lines
-from hpcdl.cli.scheduler import scheduler_for
 from hpcdl.follow import log_chunks
 from hpcdl.jobs.status import JobSnapshot, job_snapshot
-from hpcdl.scheduler import JobStatus
+from hpcdl.schedulers.base import JobStatus
+from hpcdl.schedulers.registry import scheduler_for
 from hpcdl.timelimit import clock_text, timeout_message
 
 
 def _row(s: JobStatus) -> str:
     code = "" if s.exit_code is None else f"{s.exit_code}" + (f"/sig{s.signal}" if s.signal else "")
-    return (f"{s.job_id:<10} {s.state:<10} {s.slurm_state:<12} {code:<8} {s.partition:<10} "
+    return (f"{s.job_id:<10} {s.state:<10} {s.native_state:<12} {code:<8} {s.partition:<10} "
             f"{s.nodes:<12} {s.elapsed:<10} {clock_text(s.time_limit):<10} {s.name}")
 
 
@@ -113,4 +113,4 @@ def cancel(job_id: str) -> None:
     from hpcdl.submit import cancel as cancel_job
 
     final = cancel_job(job_id, scheduler_for())
-    click.echo(f"job {job_id}: {final.state} (Slurm {final.slurm_state})")
+    click.echo(f"job {job_id}: {final.state} (Slurm {final.native_state})")

@@ -105,7 +105,7 @@ def detect(name: str | None, output: str | None, force: bool) -> None:
     from hpcdl.atomic import write_atomic
     from hpcdl.errors import UserInputError
     from hpcdl.profiles.detect import describe
-    from hpcdl.slurm.detect import gather
+    from hpcdl.schedulers.slurm.detect import gather
 
     if name is not None:
         _check_name(name)
@@ -147,8 +147,8 @@ def diff(profile: str, as_json: bool) -> None:
     the container runtime. Exit 0 when they agree, 1 when they differ.
     """
     from hpcdl.profiles.detect import describe
-    from hpcdl.slurm.detect import gather
-    from hpcdl.slurm.livecheck import differences
+    from hpcdl.schedulers.slurm.detect import gather
+    from hpcdl.schedulers.slurm.livecheck import differences
 
     prof = load_profile(profile)
     facts = gather()

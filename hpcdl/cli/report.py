@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from hpcdl.cli.scheduler import scheduler_for
 from hpcdl.errors import ValidationError
 from hpcdl.jobs.results import load_rows
 from hpcdl.report import write_run_report, write_sweep_report
 from hpcdl.results.straggler import DEFAULT_THRESHOLD
+from hpcdl.schedulers.registry import scheduler_for
 from hpcdl.sweep.grid import read_sweep
 
 

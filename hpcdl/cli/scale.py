@@ -9,10 +9,8 @@ from typing import Any
 
 import click
 
-from hpcdl import pbs
 from hpcdl.cli.display import SweepBar, done_line, probe_view
 from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
-from hpcdl.cli.scheduler import scheduler_for
 from hpcdl.cli.submit import defaults_line
 from hpcdl.errors import ValidationError
 from hpcdl.jobs.results import load_rows, probe_report, stragglers
@@ -22,6 +20,8 @@ from hpcdl.plot import build_figure, write_png
 from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.profiles import load_profile
 from hpcdl.results.table import count, format_table, to_csv, to_json
+from hpcdl.schedulers.pbs import script as pbs
+from hpcdl.schedulers.registry import scheduler_for
 from hpcdl.submit import Submitted
 from hpcdl.sweep.grid import (
     SweepPoint,
@@ -122,7 +122,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
         click.echo(f"submitted {point.label}: job {sub.job_id} ({count(point.ranks, 'rank')} on "
                    f"{count(point.nodes, 'node')})", err=True)
 
-    scheduler = scheduler_for(prof.name)
+    scheduler = scheduler_for(prof.name, prof.scheduler.type)
     record = start_sweep(prof, base, plans, sweep_dir=sweep_dir, concurrent=concurrent,
                          scheduler=scheduler, on_submitted=submitted)
     if not wait:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from hpcdl import pbs
 from hpcdl.alloc import build_alloc, run_alloc
 from hpcdl.cli import one_line
 from hpcdl.cli.display import StatusLine, hang_lines, print_job_end
@@ -18,7 +17,6 @@ from hpcdl.cli.options import (
     request_options,
     runtime_mode_for,
 )
-from hpcdl.cli.scheduler import scheduler_for
 from hpcdl.errors import ValidationError
 from hpcdl.hang import HANG_ACTIONS, Diagnosis, parse_seconds
 from hpcdl.jobs.flow import follow_job, submit_job
@@ -27,6 +25,8 @@ from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
+from hpcdl.schedulers.pbs import script as pbs
+from hpcdl.schedulers.registry import scheduler_for
 from hpcdl.submit import plan_run
 
 # Starts the line above each job-side file a dry run prints after the script (the
@@ -213,7 +213,7 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
     probe job, ``probe``, 2 when a node refused the probe's input).
     Raises ValidationError, SubmitError, ToolError (see hpcdl.jobs.flow).
     """
-    scheduler = scheduler_for(prof.name)
+    scheduler = scheduler_for(prof.name, prof.scheduler.type)
     job = submit_job(prof, plan, scheduler=scheduler, watch=wait)
     sub = job.submitted
     for warning in (*plan.warnings, *sub.warnings):

@@ -19,7 +19,7 @@ from hpcdl.probe.worker import EXIT_BAD_INPUT
 from hpcdl.profiles.schema import Profile
 from hpcdl.report import write_run_report
 from hpcdl.results.record import JobLogs, ResultRecord, record_result
-from hpcdl.scheduler import JobStatus, Scheduler
+from hpcdl.schedulers.base import JobStatus, Scheduler
 from hpcdl.submit import Submitted, attempts_of, exit_status, submit
 from hpcdl.watchdog import HangWatchdog, collect, find_py_spy
 

@@ -13,7 +13,7 @@ from hpcdl.errors import ValidationError
 from hpcdl.report.gather import straggler_of
 from hpcdl.results.table import Row, rows_from_csv, rows_from_json
 from hpcdl.rundir import RunDir
-from hpcdl.scheduler import Scheduler
+from hpcdl.schedulers.base import Scheduler
 from hpcdl.sweep.run import collect
 
 

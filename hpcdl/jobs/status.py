@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from hpcdl import rundir
 from hpcdl.attempts import NO_STEP, Attempt, from_script, join
 from hpcdl.rundir import RunDir
-from hpcdl.scheduler import JobStatus, Scheduler
+from hpcdl.schedulers.base import JobStatus, Scheduler
 
 
 @dataclass(frozen=True)

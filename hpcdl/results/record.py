@@ -13,7 +13,7 @@ from typing import Any, TypedDict
 from hpcdl.results.logs import failed_ranks
 from hpcdl.results.protocol import parse_probe, parse_rank_table, parse_result
 from hpcdl.rundir import RunDir
-from hpcdl.scheduler import JobStatus
+from hpcdl.schedulers.base import JobStatus
 
 
 class RankRow(TypedDict):
@@ -23,8 +23,10 @@ class RankRow(TypedDict):
 
 
 class ResultRecord(TypedDict, total=False):
-    """result.json: JobStatus's fields, the log paths and what the logs said. A job
-    the scheduler refused has only ``state`` ("REFUSED"), ``message`` and ``argv``."""
+    """result.json: JobStatus.to_dict()'s keys (the scheduler's own state word under
+    ``slurm_state``, hpcdl.schedulers.base.NATIVE_STATE_KEY), the log paths and what
+    the logs said. A job the scheduler refused has only ``state`` ("REFUSED"),
+    ``message`` and ``argv``."""
 
     job_id: str
     name: str

@@ -23,7 +23,7 @@ from hpcdl.profiles.schema import Profile
 from hpcdl.results.record import ResultRecord, record_result
 from hpcdl.results.table import Row, row_from, with_scaling
 from hpcdl.rundir import RunDir
-from hpcdl.scheduler import JobStatus, Scheduler, is_final
+from hpcdl.schedulers.base import JobStatus, Scheduler, is_final
 from hpcdl.submit import Submitted, submit
 from hpcdl.sweep.grid import (
     PointEntry,
@@ -51,7 +51,6 @@ def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoin
         scheduler.check(profile, {f"point {point.label}": plan for point, plan in plans})
     sweep_id = sweep_dir.name
     sweep_dir.mkdir(parents=True)
-    options = () if concurrent else ("--dependency=singleton",)
     entries = [point_entry(point) for point, _ in plans]
     # record["points"] is `entries`: filling in an entry and rewriting sweep.json keeps
     # the record true after every submission, so a crash mid-way leaves the job ids known.
@@ -60,7 +59,7 @@ def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoin
     for i, (point, plan) in enumerate(plans):
         try:
             sub = submit(profile, plan, scheduler=scheduler, live_check=False,
-                         sbatch_options=options)
+                         one_at_a_time=not concurrent)
         except HpcdlError as err:
             submitted = [e["job_id"] for e in entries if e["job_id"]]
             try:
@@ -142,11 +141,11 @@ def refresh(base: Path, points: list[PointState], *, query: bool = True,
         return points
     if not query:
         return [p if p.final else dataclasses.replace(
-            p, state="UNKNOWN", note="no result.json yet; Slurm not asked (--no-refresh)")
+            p, state="UNKNOWN", note=f"no result.json yet; {scheduler.label} not asked (--no-refresh)")
             for p in points]
     if not scheduler.available():
         return [p if p.final else dataclasses.replace(
-            p, state="UNKNOWN", note="no result.json yet and Slurm is not reachable here")
+            p, state="UNKNOWN", note=f"no result.json yet and {scheduler.label} is not reachable here")
             for p in points]
     known = scheduler.statuses([p.job_id for p in waiting if p.job_id])
     return [p if p.final else _with_status(base, p, known.get(p.job_id or ""), scheduler)

@@ -36,6 +36,7 @@ from hpcdl.plan import (
 )
 from hpcdl.profiles import load_profile, load_profile_file
 from hpcdl.profiles.schema import Profile
+from hpcdl.schedulers.slurm.commands import sbatch_argv
 from hpcdl.slurmtime import parse_time
 from tests.conftest import require
 from tests.integration.conftest_slurm import SANDBOX, hpcdl, processes_of
@@ -344,7 +345,7 @@ def judge(cluster: Cluster, prof: Profile, row: tuple[str | None, int, int, str 
     # hpcdl accepts: Slurm judges the very script hpcdl rendered.
     script = work / f"job-{len(jobs)}-{time.monotonic_ns()}.sbatch"
     script.write_text(plan.script)
-    argv = plan.sbatch_argv(script)[2:]  # drop "sbatch --parsable": _sbatch adds them
+    argv = sbatch_argv(script, plan.job_name)[2:]  # drop "sbatch --parsable": _sbatch adds them
     ok, msg = _sbatch(cluster, argv, work, jobs)
     slurm_says = f"accept ({plan.partition}, job {msg})" if ok else f"refuse: {msg}"
     return Verdict(label, f"accept ({plan.partition})", slurm_says, kind)

@@ -13,7 +13,7 @@ from hpcdl.attempts import (
     no_step_message,
     stderr_cause,
 )
-from hpcdl.scheduler import JobStatus
+from hpcdl.schedulers.base import JobStatus
 
 # What a job whose container could not start leaves in its stderr (srun --label).
 STDERR = ("0: FATAL:   could not open image /images/gone.sif: failed to retrieve path for "

@@ -36,8 +36,8 @@ from hpcdl.launch.rankenv import WRAPPER_NAME, rank_env_script
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.rundir import RunDir
-from hpcdl.scheduler import RUNNING, JobStatus
-from hpcdl.slurm.commands import overlap_argv
+from hpcdl.schedulers.base import JobState, JobStatus
+from hpcdl.schedulers.slurm.commands import overlap_argv
 from hpcdl.watchdog import HangWatchdog, find_py_spy, fingerprint
 
 TORCH = "/usr/local/lib/python3.11/dist-packages/torch/distributed"
@@ -353,7 +353,7 @@ def make_dog(tmp_path: Path, action: str, clock: list[float]) -> tuple[HangWatch
 
 
 def running() -> dict[str, JobStatus]:
-    return {"9": JobStatus("9", "x", RUNNING, "RUNNING")}
+    return {"9": JobStatus("9", "x", JobState.RUNNING, "RUNNING")}
 
 
 def test_the_watchdog_diagnoses_writes_and_cancels_once(tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ import pytest
 from hpcdl.jobs.flow import follow_job, probe_exit, submit_job
 from hpcdl.plan import JobRequest
 from hpcdl.profiles import load_profile
-from hpcdl.scheduler import COMPLETED, FAILED, JobStatus
-from hpcdl.slurm.scheduler import SlurmScheduler
+from hpcdl.schedulers.base import JobState, JobStatus
+from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 from hpcdl.submit import plan_run
 from tests.fakeslurm.fixture import FakeSlurm
 from tests.unit.test_lifecycle import CRASH_ERR, GOOD_OUT, RESULT
@@ -56,7 +56,7 @@ def test_a_followed_job_comes_back_as_an_outcome_and_nothing_is_printed(
     job, outcome = _run("good", polls)
     assert capsys.readouterr() == ("", "")
     assert "RUNNING" in polls  # progress went to the caller's callback
-    assert outcome.final.state == COMPLETED and outcome.exit_status == 0
+    assert outcome.final.state == JobState.COMPLETED and outcome.exit_status == 0
     assert outcome.record["hpcdl_result"] == RESULT
     assert outcome.attempts == [] and outcome.hang is None and outcome.probe_error is None
     assert outcome.report == job.submitted.run.report and outcome.report.is_file()
@@ -68,7 +68,7 @@ def test_a_crashed_job_has_its_exit_status_and_logs_in_the_outcome(
         fake: FakeSlurm, capsys: pytest.CaptureFixture[str]) -> None:
     _, outcome = _run("crash", [])
     assert capsys.readouterr() == ("", "")
-    assert outcome.final.state == FAILED and outcome.exit_status == 1
+    assert outcome.final.state == JobState.FAILED and outcome.exit_status == 1
     assert "CUDA error: an illegal memory access" in outcome.logs.err
 
 

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from hpcdl.cli import cli
 from hpcdl.errors import ToolError
 from hpcdl.follow import Backoff, FollowTimeout, Watcher, follow
-from hpcdl.scheduler import JobStatus
-from hpcdl.slurm.scheduler import SlurmScheduler
+from hpcdl.schedulers.base import JobStatus
+from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 from tests.fakeslurm.fixture import FakeSlurm
 
 RESULT = {"world_size": 4, "nodes": 2, "backend": "horovod", "images_per_sec": 123.5,
@@ -193,6 +193,9 @@ def test_watcher_reports_changes_and_waits_for_the_exit_code() -> None:
     class Scripted:
         def statuses(self, ids: list[str]) -> dict[str, JobStatus]:
             return answers.pop(0)
+
+        def may_come_back(self, status: JobStatus) -> bool:
+            return False
 
     sleeps: list[float] = []
     seen: list[tuple[str, int | None]] = []

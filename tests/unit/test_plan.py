@@ -9,6 +9,8 @@ from hpcdl.launch.rankenv import rank_env_script
 from hpcdl.plan import JobRequest, build_plan, choose_partition
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
+from hpcdl.schedulers.base import SubmitOptions
+from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 
 
 @pytest.fixture(scope="module")
@@ -168,9 +170,13 @@ def test_plan_json_roundtrip(sandbox):
     plan = build_plan(sandbox, JobRequest(nodes=2, gpus=4, env=(("A", "1"),)))
     data = plan.to_dict()
     assert data["ntasks"] == 8 and data["env"]["A"] == "1" and data["script"] == plan.script
-    assert plan.sbatch_argv("/scratch/r/job.sbatch")[-2:] == [f"--job-name={plan.job_name}", "/scratch/r/job.sbatch"]
-    assert plan.sbatch_argv("/scratch/r/job.sbatch", ("--dependency=singleton",))[-3:] == [
-        f"--job-name={plan.job_name}", "--dependency=singleton", "/scratch/r/job.sbatch"]
+    slurm = SlurmScheduler()
+    assert slurm.submit_argv("/scratch/r/job.sbatch", plan.job_name) == [
+        "sbatch", "--parsable", f"--job-name={plan.job_name}", "/scratch/r/job.sbatch"]
+    assert slurm.submit_argv("/scratch/r/job.sbatch", plan.job_name,
+                             SubmitOptions(one_at_a_time=True, after="41"))[-4:] == [
+        f"--job-name={plan.job_name}", "--dependency=singleton", "--dependency=afterany:41",
+        "/scratch/r/job.sbatch"]
 
 
 def test_example_args_follow_the_bundled_example(sandbox):

@@ -24,7 +24,7 @@ from hpcdl.profiles.schema import Profile
 from hpcdl.results import protocol
 from hpcdl.results.record import JobLogs, result_record
 from hpcdl.rundir import RunDir
-from hpcdl.scheduler import JobStatus
+from hpcdl.schedulers.base import JobState, JobStatus
 
 # ---- sizes ------------------------------------------------------------------------
 
@@ -317,7 +317,7 @@ def test_a_refusal_reaches_result_json_when_srun_drops_the_ranks_stdout(
     assert worker.main(["--ifname", "eth9"]) == 2
     capsys.readouterr()
     assert [p.name for p in tmp_path.iterdir()] == ["probe-error.1"]
-    status = JobStatus(job_id="7", name="hpcdl-probe", state="FAILED", slurm_state="FAILED",
+    status = JobStatus(job_id="7", name="hpcdl-probe", state=JobState.FAILED, native_state="FAILED",
                        exit_code=143)
     empty = JobLogs(tmp_path / "o", tmp_path / "e", "", "srun: error: n2: task 1: Exited\n")
     record = result_record(status, empty, RunDir(tmp_path).probe_errors())

@@ -18,8 +18,8 @@ import yaml
 from hpcdl.errors import ConfigError, ToolError
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.detect import Leaf, Map, Seq, describe, to_yaml
-from hpcdl.slurm import detect as sd
-from hpcdl.slurm.livecheck import differences
+from hpcdl.schedulers.slurm import detect as sd
+from hpcdl.schedulers.slurm.livecheck import differences
 from hpcdl.slurmtime import parse_time
 
 OUT = Path(__file__).resolve().parent / "slurm_outputs"

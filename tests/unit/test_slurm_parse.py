@@ -17,9 +17,11 @@ from hpcdl import rundir
 from hpcdl.errors import SubmitError, ValidationError
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
-from hpcdl.slurm import livecheck
-from hpcdl.slurm.commands import refusal_hint, sbatch
-from hpcdl.slurm.parse import (
+from hpcdl.schedulers.base import FINAL_STATES, JobState, is_final
+from hpcdl.schedulers.slurm import livecheck
+from hpcdl.schedulers.slurm.adapter import SlurmScheduler
+from hpcdl.schedulers.slurm.commands import refusal_hint, sbatch
+from hpcdl.schedulers.slurm.parse import (
     JobStatus,
     gpus_in_gres,
     is_sacct_placeholder,
@@ -32,11 +34,9 @@ from hpcdl.slurm.parse import (
     parse_squeue_status,
     wait_status,
 )
-from hpcdl.slurm.states import (
-    FINAL_STATES,
-    HPCDL_STATES,
+from hpcdl.schedulers.slurm.states import (
     SLURM_TO_HPCDL,
-    is_final,
+    may_come_back,
     normalize_slurm_state,
     to_hpcdl,
 )
@@ -59,8 +59,28 @@ def test_state_table(raw: str, state: str) -> None:
     assert to_hpcdl(raw) == state
 
 
+def test_a_preempted_or_requeued_job_may_come_back() -> None:
+    assert may_come_back("PREEMPTED") and may_come_back("REQUEUED") and may_come_back("NODE_FAIL")
+    assert not may_come_back("CANCELLED by 0") and not may_come_back("COMPLETED")
+    preempted = parse_sacct("9|PREEMPTED|0:15|n1|00:00:05|00:10:00|debug|x\n")[0]
+    assert SlurmScheduler().may_come_back(preempted)
+
+
+def test_job_status_records_keep_their_key() -> None:
+    # result.json has always carried the scheduler's word as slurm_state: a record
+    # written before the field was renamed still loads, and new ones read the same.
+    old = {"job_id": "3", "name": "n", "state": "TIMEOUT", "slurm_state": "DEADLINE",
+           "exit_code": 0, "signal": 15}
+    status = JobStatus.from_dict(old)
+    assert (status.state, status.native_state) == (JobState.TIMEOUT, "DEADLINE")
+    assert status.to_dict()["slurm_state"] == "DEADLINE" and "native_state" not in status.to_dict()
+    assert JobStatus.from_dict(status.to_dict()) == status
+    assert JobStatus.from_dict({"job_id": "4", "name": "", "state": "ODD"}).state == "UNKNOWN"
+
+
+
 def test_state_table_targets_are_hpcdl_states() -> None:
-    assert set(SLURM_TO_HPCDL.values()) <= set(HPCDL_STATES)
+    assert set(SLURM_TO_HPCDL.values()) <= set(JobState)
     assert FINAL_STATES == {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
     assert not is_final("UNKNOWN") and not is_final("RUNNING") and is_final("TIMEOUT")
     assert normalize_slurm_state("CANCELLED by 12345") == "CANCELLED"
@@ -104,7 +124,7 @@ def test_sacct_rows() -> None:
 
 
 def _st(state: str, name: str = "job") -> JobStatus:
-    return JobStatus(job_id="1", name=name, state=state, slurm_state=state)
+    return JobStatus(job_id="1", name=name, state=JobState(state), native_state=state)
 
 
 def test_sacct_placeholder_detection() -> None:

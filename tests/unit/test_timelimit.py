@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from hpcdl.cli import cli, display
 from hpcdl.results.record import JobLogs
-from hpcdl.scheduler import JobStatus
-from hpcdl.slurm.parse import parse_sacct, parse_squeue
+from hpcdl.schedulers.base import JobStatus
+from hpcdl.schedulers.slurm.parse import parse_sacct, parse_squeue
 from hpcdl.submit import exit_status
 from hpcdl.timelimit import (
     EXIT_TIMEOUT,
@@ -121,10 +121,10 @@ def test_submit_wait_report_ends_with_the_timeout_line(tmp_path, monkeypatch):
 
 
 def test_status_table_shows_the_limit_and_the_timeout_line(monkeypatch):
-    from hpcdl.slurm import query
+    from hpcdl.schedulers.slurm import query
 
     row = parse_sacct("42|TIMEOUT|0:15|n[1-2]|00:01:27|00:01:00|debug|hpcdl-horovod\n")[0]
-    monkeypatch.setattr(query, "job_status", lambda job_id, settle_s=0: row)
+    monkeypatch.setattr(query, "job_status", lambda job_id, settle_s=0, ex=None: row)
     res = CliRunner().invoke(cli, ["status", "42"])
     assert res.exit_code == 0, res.output
     header, line, hint = res.output.splitlines()
@@ -135,11 +135,11 @@ def test_status_table_shows_the_limit_and_the_timeout_line(monkeypatch):
 
 
 def test_status_list_shows_each_jobs_limit(monkeypatch):
-    from hpcdl.slurm import query
+    from hpcdl.schedulers.slurm import query
 
     rows = parse_squeue("7|RUNNING|None|n1|0:05|10:00|debug|a\n"
                         "8|PENDING|Priority||0:00|1-00:00:00|gpu|b\n")
-    monkeypatch.setattr(query, "list_jobs", lambda since, all_users: rows)
+    monkeypatch.setattr(query, "list_jobs", lambda since, all_users, ex=None: rows)
     res = CliRunner().invoke(cli, ["status"])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
@@ -216,11 +216,11 @@ def test_submit_wait_report_says_hung_when_no_step(tmp_path, monkeypatch):
 
 def test_status_says_hung_from_the_run_directory(tmp_path, monkeypatch):
     from hpcdl import rundir
-    from hpcdl.slurm import query
+    from hpcdl.schedulers.slurm import query
 
     row = parse_sacct("42|TIMEOUT|0:15|n[1-2]|00:01:27|00:01:00|debug|hpcdl-horovod\n")[0]
-    monkeypatch.setattr(query, "job_status", lambda job_id, settle_s=0: row)
-    monkeypatch.setattr(query, "history", lambda job_id: [])
+    monkeypatch.setattr(query, "job_status", lambda job_id, settle_s=0, ex=None: row)
+    monkeypatch.setattr(query, "history", lambda job_id, ex=None: [])
     run = _run_dir(tmp_path, True, False)
     monkeypatch.setattr(rundir, "find_run", lambda job_id, root=None: run)
     res = CliRunner().invoke(cli, ["status", "42"])

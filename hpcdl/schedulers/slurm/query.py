@@ -7,10 +7,12 @@ from __future__ import annotations
 import getpass
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
-from hpcdl import proc
 from hpcdl.errors import ToolError
-from hpcdl.slurm.parse import (
+from hpcdl.schedulers.base import is_final
+from hpcdl.schedulers.executor import LOCAL, Executor
+from hpcdl.schedulers.slurm.parse import (
     HISTORY_FIELDS,
     SACCT_FIELDS,
     SQUEUE_FORMAT,
@@ -23,28 +25,27 @@ from hpcdl.slurm.parse import (
     parse_squeue,
     parse_squeue_status,
 )
-from hpcdl.slurm.states import is_final
 
 QUERY_TIMEOUT = 30
 
 
-def slurm_available() -> bool:
+def slurm_available(ex: Executor = LOCAL) -> bool:
     """True when Slurm's client tools are on PATH."""
-    return all(proc.which(tool) for tool in ("sbatch", "squeue", "sacct", "scontrol"))
+    return all(ex.which(tool) for tool in ("sbatch", "squeue", "sacct", "scontrol"))
 
 
-def squeue_job(job_id: str) -> JobStatus | None:
+def squeue_job(job_id: str, ex: Executor = LOCAL) -> JobStatus | None:
     """The job as squeue sees it (live, or ended less than MinJobAge ago), or None."""
-    res = proc.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", SQUEUE_FORMAT],
+    res = ex.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", SQUEUE_FORMAT],
                    timeout=QUERY_TIMEOUT, check=False)
     # squeue exits 1 with "Invalid job id specified" once the job left its memory.
     rows = [r for r in parse_squeue(res.stdout) if r.job_id == job_id] if res.ok else []
     return rows[0] if rows else None
 
 
-def sacct_job(job_id: str) -> JobStatus | None:
+def sacct_job(job_id: str, ex: Executor = LOCAL) -> JobStatus | None:
     """The job's accounting row, or None when the database has none (yet)."""
-    res = proc.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", SACCT_FIELDS],
+    res = ex.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", SACCT_FIELDS],
                    timeout=QUERY_TIMEOUT, check=False)
     if not res.ok:
         return None
@@ -52,15 +53,16 @@ def sacct_job(job_id: str) -> JobStatus | None:
     return rows[-1] if rows else None
 
 
-def scontrol_exit(job_id: str, slurm_state: str) -> tuple[int | None, int | None]:
+def scontrol_exit(job_id: str, slurm_state: str,
+                  ex: Executor = LOCAL) -> tuple[int | None, int | None]:
     """(exit, signal) from ``scontrol show job`` while slurmctld still holds the job."""
-    res = proc.run(["scontrol", "-o", "show", "job", job_id], timeout=QUERY_TIMEOUT, check=False)
+    res = ex.run(["scontrol", "-o", "show", "job", job_id], timeout=QUERY_TIMEOUT, check=False)
     if not res.ok:
         return None, None
     return parse_scontrol_exit(res.stdout, slurm_state)
 
 
-def job_status(job_id: str, *, settle_s: float = 0.0) -> JobStatus:
+def job_status(job_id: str, *, settle_s: float = 0.0, ex: Executor = LOCAL) -> JobStatus:
     """The job's status: squeue while slurmctld holds the job, sacct after.
 
     For a job that just ended, slurmctld (squeue + ``scontrol show job``) already
@@ -69,16 +71,16 @@ def job_status(job_id: str, *, settle_s: float = 0.0) -> JobStatus:
     keep polling sacct while its row is a placeholder. Raises ToolError when Slurm
     knows nothing about ``job_id``.
     """
-    live = squeue_job(job_id)
+    live = squeue_job(job_id, ex)
     if live is not None:
         if not is_final(live.state):
             return live
-        code, sig = scontrol_exit(job_id, live.slurm_state)
+        code, sig = scontrol_exit(job_id, live.native_state, ex)
         if code is not None:
             return _with_exit(live, code, sig, source="squeue+scontrol")
     deadline = time.monotonic() + settle_s
     while True:
-        row = sacct_job(job_id)
+        row = sacct_job(job_id, ex)
         if row is not None and not is_sacct_placeholder(row, live):
             return row
         if time.monotonic() >= deadline:
@@ -94,7 +96,7 @@ def job_status(job_id: str, *, settle_s: float = 0.0) -> JobStatus:
     )
 
 
-def statuses(job_ids: Sequence[str]) -> dict[str, JobStatus]:
+def statuses(job_ids: Sequence[str], ex: Executor = LOCAL) -> dict[str, JobStatus]:
     """The status of many jobs from at most two commands: one squeue for all of them
     (for a job that ended less than MinJobAge ago it has the exit code too), and one
     sacct for those squeue no longer lists or lists without an exit code.
@@ -106,7 +108,7 @@ def statuses(job_ids: Sequence[str]) -> dict[str, JobStatus]:
     wanted = list(dict.fromkeys(job_ids))
     if not wanted:
         return {}
-    res = proc.run(["squeue", "-h", "-t", "all", "-j", ",".join(wanted),
+    res = ex.run(["squeue", "-h", "-t", "all", "-j", ",".join(wanted),
                     "-O", SQUEUE_STATUS_FIELDS], timeout=QUERY_TIMEOUT, check=False)
     # squeue exits 1 ("Invalid job id specified") when it has forgotten a lone job id.
     live = ({r.job_id: r for r in parse_squeue_status(res.stdout) if r.job_id in wanted}
@@ -116,7 +118,7 @@ def statuses(job_ids: Sequence[str]) -> dict[str, JobStatus]:
     ended = [job_id for job_id in wanted if job_id not in out]
     if not ended:
         return out
-    sa = proc.run(["sacct", "-n", "-P", "-X", "-j", ",".join(ended), "-o", SACCT_FIELDS],
+    sa = ex.run(["sacct", "-n", "-P", "-X", "-j", ",".join(ended), "-o", SACCT_FIELDS],
                   timeout=QUERY_TIMEOUT, check=False)
     rows = {r.job_id: r for r in parse_sacct(sa.stdout)} if sa.ok else {}
     for job_id in ended:
@@ -130,38 +132,37 @@ def statuses(job_ids: Sequence[str]) -> dict[str, JobStatus]:
     return out
 
 
-def history(job_id: str) -> list[JobStatus]:
+def history(job_id: str, ex: Executor = LOCAL) -> list[JobStatus]:
     """Every attempt of ``job_id`` (sacct -D: a requeued job's earlier runs too), oldest
     first; empty when the accounting database has none."""
-    res = proc.run(["sacct", "-n", "-P", "-X", "-D", "-j", job_id, "-o", HISTORY_FIELDS],
+    res = ex.run(["sacct", "-n", "-P", "-X", "-D", "-j", job_id, "-o", HISTORY_FIELDS],
                    timeout=QUERY_TIMEOUT, check=False)
     if not res.ok:
         return []
     return [r for r in parse_sacct_history(res.stdout) if r.job_id == job_id]
 
 
-def settled(status: JobStatus) -> JobStatus:
+def settled(status: JobStatus, ex: Executor = LOCAL) -> JobStatus:
     """A finished job's status with its exit code: when neither slurmctld nor (yet)
     the accounting database had it, keep asking sacct for a few seconds."""
     if status.exit_code is not None:
         return status
-    return job_status(status.job_id, settle_s=15)
+    return job_status(status.job_id, settle_s=15, ex=ex)
 
 
 def _with_exit(row: JobStatus, code: int | None, sig: int | None,
                source: str | None = None) -> JobStatus:
-    from dataclasses import replace
-
     return replace(row, exit_code=code, signal=sig, source=source or row.source)
 
 
-def list_jobs(*, since: str = "now-1days", all_users: bool = False) -> list[JobStatus]:
+def list_jobs(*, since: str = "now-1days", all_users: bool = False,
+              ex: Executor = LOCAL) -> list[JobStatus]:
     """The user's jobs: live ones from squeue, finished ones (since ``since``) from sacct."""
     user = [] if all_users else ["-u", getpass.getuser()]
-    sq = proc.run(["squeue", "-h", "-t", "all", *user, "-o", SQUEUE_FORMAT],
+    sq = ex.run(["squeue", "-h", "-t", "all", *user, "-o", SQUEUE_FORMAT],
                   timeout=QUERY_TIMEOUT, check=False, error_cls=ToolError)
     live = {r.job_id: r for r in parse_squeue(sq.stdout)} if sq.ok else {}
-    sa = proc.run(["sacct", "-n", "-P", "-X", "-S", since, *(["-a"] if all_users else user),
+    sa = ex.run(["sacct", "-n", "-P", "-X", "-S", since, *(["-a"] if all_users else user),
                    "-o", SACCT_FIELDS], timeout=QUERY_TIMEOUT, check=False)
     merged = {r.job_id: r for r in parse_sacct(sa.stdout)} if sa.ok else {}
     for job_id, row in live.items():

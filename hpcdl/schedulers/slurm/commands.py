@@ -1,4 +1,4 @@
-"""Slurm's commands that change something or locate a job: sbatch, scancel,
+"""Slurm's commands that change something or locate a job: sbatch (its argv too), scancel,
 ``scontrol show job`` for log paths and ``srun --overlap`` into a running job, with
 Slurm's refusals turned into one-line errors with a hint. Returns values and raises hpcdl errors; never prints.
 """
@@ -11,7 +11,9 @@ from pathlib import Path
 
 from hpcdl import proc
 from hpcdl.errors import SubmitError, ToolError
-from hpcdl.slurm.parse import parse_job_id
+from hpcdl.schedulers.base import SubmitOptions
+from hpcdl.schedulers.executor import LOCAL, Executor
+from hpcdl.schedulers.slurm.parse import parse_job_id
 
 SBATCH_TIMEOUT = 60
 COMMAND_TIMEOUT = 30
@@ -59,12 +61,30 @@ def unreachable(err: ToolError, profile_name: str | None) -> ToolError:
                      output=err.output, hint=hint)
 
 
-def sbatch(argv: list[str]) -> str:
+def sbatch_argv(script: str | Path, job_name: str,
+                options: SubmitOptions | None = None) -> list[str]:
+    """argv that submits ``script``. The exact job name travels here, not in the
+    script (#SBATCH cannot carry every name), and so do the options that are not part
+    of the job itself (a serial sweep's singleton, a chain's dependency). Pure."""
+    options = options or SubmitOptions()
+    extra = ["--dependency=singleton"] if options.one_at_a_time else []
+    if options.after is not None:
+        extra.append(f"--dependency=afterany:{options.after}")
+    return ["sbatch", "--parsable", f"--job-name={job_name}", *extra, str(script)]
+
+
+def not_on_path() -> ToolError:
+    """The error for a machine without Slurm's client tools."""
+    return ToolError("sbatch: Slurm's commands are not on PATH",
+                     hint="run on a login node, or start the local sandbox: hpcdl sandbox up")
+
+
+def sbatch(argv: list[str], ex: Executor = LOCAL) -> str:
     """Run sbatch (``--parsable``); return the job id.
 
     Raises SubmitError with Slurm's message verbatim and a hint when it refuses.
     """
-    res = proc.run(argv, timeout=SBATCH_TIMEOUT, check=False, error_cls=SubmitError)
+    res = ex.run(argv, timeout=SBATCH_TIMEOUT, check=False, error_cls=SubmitError)
     if not res.ok:
         message = (res.stderr or res.stdout).strip() or f"exit code {res.returncode}"
         raise SubmitError(f"sbatch refused the job: {message}", argv=argv,
@@ -73,16 +93,16 @@ def sbatch(argv: list[str]) -> str:
     return parse_job_id(res.stdout)
 
 
-def scancel(job_ids: Sequence[str], *, check: bool = True) -> None:
+def scancel(job_ids: Sequence[str], *, check: bool = True, ex: Executor = LOCAL) -> None:
     """scancel the jobs (one command for all). Raises ToolError when ``check`` and
     scancel fails."""
     if job_ids:
-        proc.run(["scancel", *job_ids], timeout=COMMAND_TIMEOUT, check=check)
+        ex.run(["scancel", *job_ids], timeout=COMMAND_TIMEOUT, check=check)
 
 
-def scontrol_log_paths(job_id: str) -> tuple[Path, Path] | None:
+def scontrol_log_paths(job_id: str, ex: Executor = LOCAL) -> tuple[Path, Path] | None:
     """(stdout, stderr) from ``scontrol show job`` while slurmctld holds the job."""
-    res = proc.run(["scontrol", "-o", "show", "job", job_id], timeout=COMMAND_TIMEOUT,
+    res = ex.run(["scontrol", "-o", "show", "job", job_id], timeout=COMMAND_TIMEOUT,
                    check=False)
     if not res.ok:
         return None
@@ -117,8 +137,8 @@ def overlap_argv(job_id: str, node: str, command: Sequence[str]) -> list[str]:
 
 
 def run_in_job(job_id: str, node: str, command: Sequence[str], *,
-               timeout: float = OVERLAP_TIMEOUT) -> proc.Result:
+               timeout: float = OVERLAP_TIMEOUT, ex: Executor = LOCAL) -> proc.Result:
     """Run ``command`` on ``node`` of the running job (overlap_argv) and return what it
     printed and its exit code, whatever the code. Raises ToolError when srun is missing
     or the step does not end within ``timeout`` seconds."""
-    return proc.run(overlap_argv(job_id, node, command), timeout=timeout, check=False)
+    return ex.run(overlap_argv(job_id, node, command), timeout=timeout, check=False)

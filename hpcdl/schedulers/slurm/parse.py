@@ -11,8 +11,8 @@ import re
 from collections.abc import Iterator
 
 from hpcdl.errors import SubmitError
-from hpcdl.scheduler import JobStatus
-from hpcdl.slurm.states import UNKNOWN, is_final, to_hpcdl
+from hpcdl.schedulers.base import JobState, JobStatus, is_final
+from hpcdl.schedulers.slurm.states import to_hpcdl
 
 # squeue -o: job id, state, reason, nodes, elapsed, time limit, partition, name (last).
 SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%l|%P|%j"
@@ -65,7 +65,7 @@ def parse_squeue(stdout: str) -> list[JobStatus]:
     for parts in _rows(stdout):
         job_id, raw, reason, nodes, elapsed, limit, partition, name = parts
         out.append(JobStatus(
-            job_id=job_id.strip(), name=name, state=to_hpcdl(raw), slurm_state=raw.strip(),
+            job_id=job_id.strip(), name=name, state=to_hpcdl(raw), native_state=raw.strip(),
             nodes=nodes.strip(), elapsed=elapsed.strip(), time_limit=limit.strip(),
             partition=partition.strip(), reason="" if reason.strip() == "None" else reason.strip(),
             source="squeue",
@@ -92,7 +92,7 @@ def parse_squeue_status(stdout: str) -> list[JobStatus]:
         state = to_hpcdl(raw)
         code, sig = wait_status(code_text) if is_final(state) else (None, None)
         out.append(JobStatus(
-            job_id=job_id.strip(), name=name, state=state, slurm_state=raw.strip(),
+            job_id=job_id.strip(), name=name, state=state, native_state=raw.strip(),
             exit_code=code, signal=sig, nodes=nodes.strip(), elapsed=elapsed.strip(),
             time_limit=limit.strip(), partition=partition.strip(),
             reason="" if reason.strip() == "None" else reason.strip(), source="squeue",
@@ -114,7 +114,7 @@ def parse_sacct_history(stdout: str) -> list[JobStatus]:
             continue
         code, sig = parse_exit_code(exit_text)
         out.append(JobStatus(
-            job_id=job_id.strip(), name=name, state=to_hpcdl(raw), slurm_state=raw.strip(),
+            job_id=job_id.strip(), name=name, state=to_hpcdl(raw), native_state=raw.strip(),
             exit_code=code, signal=sig, nodes=nodes.strip(), elapsed=elapsed.strip(),
             time_limit=limit.strip(), partition=partition.strip(),
             reason="" if reason.strip() in ("", "None") else reason.strip(),
@@ -132,7 +132,7 @@ def parse_sacct(stdout: str) -> list[JobStatus]:
             continue
         code, sig = parse_exit_code(exit_text)
         out.append(JobStatus(
-            job_id=job_id.strip(), name=name, state=to_hpcdl(raw), slurm_state=raw.strip(),
+            job_id=job_id.strip(), name=name, state=to_hpcdl(raw), native_state=raw.strip(),
             exit_code=code, signal=sig, nodes=nodes.strip(), elapsed=elapsed.strip(),
             time_limit=limit.strip(), partition=partition.strip(), source="sacct",
         ))
@@ -147,7 +147,7 @@ def is_sacct_placeholder(row: JobStatus, live: JobStatus | None) -> bool:
     final. ``live`` is what squeue says about the same job (None: squeue has
     forgotten it, and then the database is all there is).
     """
-    if row.state == UNKNOWN:
+    if row.state == JobState.UNKNOWN:
         return True
     if live is None:
         return False

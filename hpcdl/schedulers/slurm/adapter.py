@@ -1,5 +1,6 @@
-"""SlurmScheduler: hpcdl.scheduler.Scheduler for Slurm, built from the adapter's
-parts (commands, query, livecheck). Talks to Slurm only; never prints."""
+"""SlurmScheduler: hpcdl.schedulers.base.Scheduler for Slurm, built from the adapter's
+parts (commands, query, livecheck, states). Talks to Slurm only, through the Executor
+it is given; never prints."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcdl.errors import ToolError, ValidationError
-from hpcdl.scheduler import JobStatus
-from hpcdl.slurm import commands, livecheck, query
+from hpcdl.schedulers.base import JobStatus, SubmitOptions
+from hpcdl.schedulers.executor import LOCAL, Executor
+from hpcdl.schedulers.slurm import commands, livecheck, query, states
 
 if TYPE_CHECKING:
     from hpcdl.plan import JobPlan
@@ -18,25 +20,31 @@ if TYPE_CHECKING:
 
 
 class SlurmScheduler:
-    """Slurm through its command-line tools (every call through hpcdl.proc).
+    """Slurm through its command-line tools, run by ``executor`` (default: here).
 
     ``profile_name`` only words the hint when slurmctld cannot be reached.
     """
 
     name = "slurm"
+    label = "Slurm"
 
-    def __init__(self, profile_name: str | None = None) -> None:
+    def __init__(self, profile_name: str | None = None, executor: Executor = LOCAL) -> None:
         self.profile_name = profile_name
+        self.executor = executor
 
     def available(self) -> bool:
-        return query.slurm_available()
+        return query.slurm_available(self.executor)
+
+    def require(self) -> None:
+        if not self.available():
+            raise commands.not_on_path()
 
     def check(self, profile: Profile, plans: Mapping[str, JobPlan]) -> list[str]:
         """The live check of every plan against one read of the cluster; returns the
         warnings. Raises ValidationError (prefixed with the plan's label when there
         are several) or ToolError (slurmctld unreachable)."""
         try:
-            cluster = livecheck.read_cluster()
+            cluster = livecheck.read_cluster(ex=self.executor)
         except ToolError as err:
             raise commands.unreachable(err, self.profile_name) from err
         warnings: list[str] = []
@@ -49,30 +57,37 @@ class SlurmScheduler:
                 raise
         return warnings
 
+    def submit_argv(self, script: str | Path, job_name: str,
+                    options: SubmitOptions | None = None) -> list[str]:
+        return commands.sbatch_argv(script, job_name, options)
+
     def submit(self, argv: list[str]) -> str:
         try:
-            return commands.sbatch(argv)
+            return commands.sbatch(argv, self.executor)
         except ToolError as err:
             raise commands.unreachable(err, self.profile_name) from err
 
     def statuses(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        return query.statuses(job_ids)
+        return query.statuses(job_ids, self.executor)
 
     def status(self, job_id: str, *, settle_s: float = 0.0) -> JobStatus:
-        return query.job_status(job_id, settle_s=settle_s)
+        return query.job_status(job_id, settle_s=settle_s, ex=self.executor)
+
+    def may_come_back(self, status: JobStatus) -> bool:
+        return states.may_come_back(status.native_state)
 
     def cancel(self, job_ids: Sequence[str]) -> None:
-        commands.scancel(job_ids)
+        commands.scancel(job_ids, ex=self.executor)
 
     def log_paths(self, job_id: str) -> tuple[Path, Path] | None:
-        return commands.scontrol_log_paths(job_id)
+        return commands.scontrol_log_paths(job_id, self.executor)
 
     def list_jobs(self, *, since: str, all_users: bool) -> list[JobStatus]:
-        return query.list_jobs(since=since, all_users=all_users)
+        return query.list_jobs(since=since, all_users=all_users, ex=self.executor)
 
     def history(self, job_id: str) -> list[JobStatus]:
-        return query.history(job_id)
+        return query.history(job_id, self.executor)
 
     def run_in_job(self, job_id: str, node: str, argv: Sequence[str], *,
                    timeout: float) -> Result:
-        return commands.run_in_job(job_id, node, argv, timeout=timeout)
+        return commands.run_in_job(job_id, node, argv, timeout=timeout, ex=self.executor)

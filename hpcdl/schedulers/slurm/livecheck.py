@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hpcdl import proc
 from hpcdl.errors import ValidationError
-from hpcdl.plan import JobPlan
 from hpcdl.profiles.schema import Partition, Profile
-from hpcdl.slurm.parse import gpus_in_gres, parse_key_values
+from hpcdl.schedulers.executor import LOCAL, Executor
+from hpcdl.schedulers.slurm.parse import gpus_in_gres, parse_key_values
 from hpcdl.slurmtime import format_time, parse_time
+
+if TYPE_CHECKING:
+    from hpcdl.plan import JobPlan
 
 SINFO_FORMAT = "%R|%G|%c|%D"
 
@@ -70,10 +73,10 @@ def _int(text: str) -> int | None:
     return int(text) if text.strip().isdigit() else None
 
 
-def read_cluster(timeout: float = 30) -> dict[str, ClusterPartition]:
+def read_cluster(timeout: float = 30, ex: Executor = LOCAL) -> dict[str, ClusterPartition]:
     """Query the cluster. Raises ToolError when scontrol or sinfo fails."""
-    sc = proc.run(["scontrol", "-o", "show", "partition"], timeout=timeout)
-    si = proc.run(["sinfo", "-h", "-o", SINFO_FORMAT], timeout=timeout)
+    sc = ex.run(["scontrol", "-o", "show", "partition"], timeout=timeout)
+    si = ex.run(["sinfo", "-h", "-o", SINFO_FORMAT], timeout=timeout)
     return parse_partitions(sc.stdout, si.stdout)
 
 

@@ -1,0 +1,188 @@
+"""The seam between hpcdl's job lifecycle and a batch scheduler.
+
+The job lifecycle (hpcdl.submit, hpcdl.follow, hpcdl.sweep.run) is handed a
+``Scheduler`` and talks to nothing else; each adapter (hpcdl.schedulers.slurm,
+hpcdl.schedulers.pbs) owns everything its scheduler spells its own way: the
+submission command, the state table, the words of its refusals. The adapter runs its
+commands through the ``Executor`` it is given (hpcdl.schedulers.executor), so the
+same adapter can later run through another connection without changing.
+
+Nothing here imports an adapter or names a scheduler. Also here: hpcdl's own job
+states (``JobState``), which every adapter maps its scheduler's states onto (with an
+UNKNOWN fallback), and the JobStatus value they all return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from hpcdl.plan import JobPlan
+    from hpcdl.proc import Result
+    from hpcdl.profiles.schema import Profile
+
+
+class JobState(StrEnum):
+    """hpcdl's job states; a scheduler's own states map onto these. A StrEnum: a state
+    prints, compares and serialises as its name, as the records have always held it."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    UNKNOWN = "UNKNOWN"
+
+
+FINAL_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED,
+                          JobState.TIMEOUT})
+
+
+def is_final(state: str) -> bool:
+    """True for hpcdl states after which a job never changes again."""
+    return state in FINAL_STATES
+
+
+# The key under which records (result.json) and `--json` output carry the scheduler's
+# own state word: the name they were first written with, kept so every record already
+# written, and every script reading them, stays valid.
+NATIVE_STATE_KEY = "slurm_state"
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job as hpcdl reports it: ``state`` is hpcdl's, ``native_state`` the
+    scheduler's own word for it (with its decorations, e.g. "CANCELLED by 0")."""
+
+    job_id: str
+    name: str
+    state: JobState
+    native_state: str
+    exit_code: int | None = None
+    signal: int | None = None
+    nodes: str = ""
+    elapsed: str = ""
+    time_limit: str = ""
+    partition: str = ""
+    reason: str = ""
+    source: str = ""
+    # When this attempt started and ended (filled by Scheduler.history()).
+    start: str = ""
+    end: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record's keys, in field order (``native_state`` as NATIVE_STATE_KEY)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[NATIVE_STATE_KEY if f.name == "native_state" else f.name] = (
+                str(value) if isinstance(value, JobState) else value)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobStatus:
+        """A status from a record (to_dict's keys; ``native_state`` is read too)."""
+        names = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
+        values.setdefault("native_state", str(data.get(NATIVE_STATE_KEY, "")))
+        state = str(values.get("state", JobState.UNKNOWN))
+        values["state"] = JobState(state) if state in JobState.__members__ else JobState.UNKNOWN
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    """What a submission asks of the scheduler beyond the job itself, in hpcdl's words;
+    each adapter spells them on its submission command."""
+
+    # Start no job of this name while another runs (a serial sweep's points).
+    one_at_a_time: bool = False
+    # Start once this job has ended, however it ended (a chain's next link).
+    after: str | None = None
+
+
+class Scheduler(Protocol):
+    """What the job lifecycle needs from a batch scheduler. Implementations talk to
+    the scheduler only: they return values and raise hpcdl errors, never print."""
+
+    name: str  # the profile's scheduler.type
+    label: str  # how messages name it
+
+    def available(self) -> bool:
+        """True when the scheduler's client tools can be used from here."""
+        ...
+
+    def require(self) -> None:
+        """Raise ToolError, in the scheduler's words, when ``available()`` is False."""
+        ...
+
+    def check(self, profile: Profile, plans: Mapping[str, JobPlan]) -> list[str]:
+        """Compare the plans (by a label that names them in errors) with the live
+        cluster, one read for all; return warnings.
+
+        Raises ValidationError when the cluster cannot run a plan the profile allows,
+        ToolError when the cluster cannot be asked.
+        """
+        ...
+
+    def submit_argv(self, script: str | Path, job_name: str,
+                    options: SubmitOptions | None = None) -> list[str]:
+        """The command that submits ``script`` as ``job_name``; pure (what a dry run
+        shows and the run directory records is what ``submit`` runs)."""
+        ...
+
+    def submit(self, argv: list[str]) -> str:
+        """Run the submission command ``argv`` (from submit_argv); return the job id.
+
+        Raises SubmitError (refused, with the scheduler's message) or ToolError.
+        """
+        ...
+
+    def statuses(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """The status of every job in ``job_ids`` it knows, from as few queries as it
+        can (a watcher calls this once per poll for all the jobs it follows). A
+        finished job may come without its exit code while the scheduler settles;
+        ``status(job_id, settle_s=...)`` then waits for it."""
+        ...
+
+    def status(self, job_id: str, *, settle_s: float = 0.0) -> JobStatus:
+        """One job's status; a finished one's exit code is waited for up to
+        ``settle_s`` seconds. Raises ToolError when the job is unknown."""
+        ...
+
+    def may_come_back(self, status: JobStatus) -> bool:
+        """True when a job that looks ended may still return to the queue under the
+        same id (a requeue on preemption or a node failure): its end is accepted only
+        once it stayed away a while."""
+        ...
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """Ask the scheduler to cancel the jobs. Raises ToolError when it refuses."""
+        ...
+
+    def log_paths(self, job_id: str) -> tuple[Path, Path] | None:
+        """(stdout, stderr) as the scheduler knows them, or None once it forgot."""
+        ...
+
+    def list_jobs(self, *, since: str, all_users: bool) -> list[JobStatus]:
+        """The user's (or everyone's) live jobs and those finished since ``since``."""
+        ...
+
+    def history(self, job_id: str) -> list[JobStatus]:
+        """Every attempt of a job, oldest first: a requeued job's earlier runs (their
+        state, start, end, reason) and the current one. Empty when unknown."""
+        ...
+
+    def run_in_job(self, job_id: str, node: str, argv: Sequence[str], *,
+                   timeout: float) -> Result:
+        """Run ``argv`` once on ``node`` inside the running job, beside its own steps
+        (the hang watchdog's stack collection); return its output and exit code,
+        whatever the code. Raises ToolError when it cannot be started or outlives
+        ``timeout`` seconds."""
+        ...
