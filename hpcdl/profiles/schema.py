@@ -41,6 +41,14 @@ EXAMPLE_OPTIONS_SET_BY_HPCDL = ("--backend", "--data", "--synthetic", "--checkpo
                                 "--resume")
 
 
+# The words a profile and a request share (hpcdl.plan types its fields with these).
+SchedulerType = Literal["slurm", "pbs"]
+Launcher = Literal["srun", "mpirun", "horovodrun", "torchrun"]
+GpuBind = Literal["none", "local-rank"]
+# The bundled example's distributed backends (submit --backend).
+Backend = Literal["horovod", "ddp"]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -102,7 +110,7 @@ class Partition(_Strict):
 class Scheduler(_Strict):
     """Scheduler defaults. ``extra_options`` become ``#SBATCH --key=value`` lines."""
 
-    type: Literal["slurm", "pbs"] = Field(
+    type: SchedulerType = Field(
         default="slurm", description="pbs: hpcdl renders a PBS Pro script for --dry-run only"
     )
     account: SlurmValue | None = Field(
@@ -167,14 +175,14 @@ class Mpi(_Strict):
     """How ranks start. ``launcher``: srun (one task per rank), mpirun, horovodrun, or
     torchrun (one torchrun per node via srun, c10d rendezvous on the first node)."""
 
-    launcher: Literal["srun", "mpirun", "horovodrun", "torchrun"] = Field(
+    launcher: Launcher = Field(
         default="srun", description="the default of submit --launcher")
     srun_mpi: Literal["pmix", "pmi2", "none"] | None = Field(
         default="pmix", description="srun --mpi=...; null leaves the site's MpiDefault"
     )
     launcher_args: list[Text] = Field(
         default_factory=list, description="extra arguments after the launcher's own")
-    gpu_bind: Literal["none", "local-rank"] = Field(
+    gpu_bind: GpuBind = Field(
         default="none",
         description="local-rank: narrow CUDA_VISIBLE_DEVICES to the rank's GPU; none: every "
         "rank sees all GPUs of its node and picks GPU LOCAL_RANK (torch.cuda.set_device)",
