@@ -1,6 +1,6 @@
 """Following jobs to their end: one Watcher polls the scheduler for *all* the jobs
-being followed with one batched query per cycle (squeue, plus sacct only for jobs
-that ended), backing off while nothing changes, as submitit's InfoWatcher does.
+being followed with one batched query per cycle (Scheduler.statuses: for Slurm one
+squeue, plus sacct only for jobs that ended), backing off while nothing changes, as submitit's InfoWatcher does.
 No terminal output: progress goes to callbacks, results are returned.
 
 Polling cost is constant in the number of jobs: a 200-point sweep costs the
@@ -23,10 +23,10 @@ from hpcdl.schedulers.base import JobState, JobStatus, Scheduler, is_final
 MIN_INTERVAL_S = 0.25
 MAX_INTERVAL_S = 15.0
 FACTOR = 1.5
-# A job that ended but whose exit code the scheduler does not have yet (sacct lags
-# behind slurmctld for a few seconds) is asked about again for this long.
+# A job that ended but whose exit code the scheduler does not have yet (its accounting
+# lags behind its controller for a few seconds) is asked about again for this long.
 SETTLE_S = 15.0
-# Cycles in which neither squeue nor sacct knew a job before it counts as unknown.
+# Cycles in which the scheduler did not know a job before it counts as unknown.
 MISSING_CYCLES = 3
 # A job that ended in a state after which the scheduler may requeue it (PENDING again,
 # same id; Scheduler.may_come_back) is taken as ended only after this long away.

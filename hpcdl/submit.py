@@ -56,7 +56,7 @@ def plan_run(profile: Profile, request: JobRequest, *, runs_under: Path | None =
 
     Unless ``request.run_dir`` is set, the run directory's path is chosen (not
     created) under ``runs_under`` (default: runs_root()), named after ``run_name``
-    (default: the job name), so #SBATCH --output/--error, the checkpoint directory
+    (default: the job name), so the script's log paths, the checkpoint directory
     and the container's binds point into it; ``submit`` then writes exactly
     ``plan.script``. ``image_facts``, ``runtime_mode``: as for build_plan. Raises ValidationError,
     RenderError (see build_plan).

@@ -3,8 +3,8 @@ all (one batched scheduler query per poll for every point), and collect each
 point's result.json. No terminal output: progress goes to callbacks (the CLI draws
 the progress bar), results are returned.
 
-By default the points run one at a time (``sbatch --dependency=singleton`` on a job
-name the sweep's jobs share): points sharing nodes, or one point's start-up
+By default the points run one at a time (SubmitOptions.one_at_a_time on a job name
+the sweep's jobs share; Slurm's singleton dependency): points sharing nodes, or one point's start-up
 overlapping another's steps, would measure each other. ``concurrent=True`` drops it.
 """
 
@@ -209,7 +209,8 @@ def follow_sweep(sweep_dir: Path, *, scheduler: Scheduler,
         ids = " ".join(err.pending)
         raise ToolError(f"sweep {sweep_dir.name}: {len(err.pending)} points still queued "
                         f"or running after {timeout:g} s",
-                        hint=f"hpcdl results {sweep_dir} (later); scancel {ids}") from None
+                        hint=f"hpcdl results {sweep_dir} (later); hpcdl cancel JOB_ID "
+                             f"stops one (still going: {ids})") from None
     return rows_of(points)
 
 
