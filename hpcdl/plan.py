@@ -11,7 +11,7 @@ import math
 import os
 import re
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from hpcdl import __version__
@@ -217,12 +217,6 @@ class JobPlan:
         """(path as the script names it, text) of each of ``job_scripts``: in the run
         directory's job/, or without one (a dry run's preview) in ./job/ beside the logs."""
         return [(job_script_path(self.run_dir, rel), text) for rel, text in self.job_scripts]
-
-    def sbatch_argv(self, script_path: str | Path, options: tuple[str, ...] = ()) -> list[str]:
-        """argv that submits this plan; the exact job name travels here, not in the script,
-        and so do ``options`` that are not part of the job itself (a sweep's dependency)."""
-        return ["sbatch", "--parsable", f"--job-name={self.job_name}", *options,
-                str(script_path)]
 
 
 def job_script_path(run_dir: str | None, rel: str) -> str:
