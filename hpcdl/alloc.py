@@ -1,8 +1,9 @@
 """`hpcdl alloc`: an interactive allocation (salloc), checked like a batch job.
 
 Users on Neuron type `salloc --partition=amd_a100nv_8 -J debug --nodes=2
---time=2:00:00 --gres=gpu:4 --comment=horovod` by hand (KISTI's Neuron guide);
-this builds the same command from the profile after the same limit checks as `submit`.
+--time=2:00:00 --gres=gpu:4 --comment=horovod` by hand (KISTI's Neuron guide); this
+builds the same command from the profile after the same limit checks as `submit`,
+with the Slurm dialect's options (salloc is Slurm's).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from hpcdl.plan import (
     choose_partition,
     default_cpus_per_task,
     job_time,
-    scheduler_options,
+    tasks_per_node,
 )
 from hpcdl.profiles.schema import Profile
+from hpcdl.schedulers.slurm.script import scheduler_options
 from hpcdl.templating import render_template, shell_join
 
 
@@ -39,7 +41,9 @@ def build_alloc(profile: Profile, req: JobRequest) -> AllocPlan:
     argv = [
         "salloc",
         f"--job-name={req.job_name or 'interactive'}",
-        *scheduler_options(profile, part, req, cpus, job_time(profile, part, req)),
+        *scheduler_options(profile, part, nodes=req.nodes, gpus=req.gpus,
+                           tasks_per_node=tasks_per_node(req.gpus), cpus_per_task=cpus,
+                           time=job_time(profile, part, req)),
         *req.command,
     ]
     script = render_template(

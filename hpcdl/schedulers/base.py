@@ -7,6 +7,12 @@ submission command, the state table, the words of its refusals. The adapter runs
 commands through the ``Executor`` it is given (hpcdl.schedulers.executor), so the
 same adapter can later run through another connection without changing.
 
+The job script has the same seam: the planning layer (hpcdl.plan) decides the job in
+hpcdl's words, a ``JobSpec``, and the scheduler's ``ScriptDialect`` spells it: the
+header (#SBATCH / #PBS lines, the job name), the launcher that starts the ranks, the
+log paths, the shell expressions for the job id and the first node, the template that
+holds the requeue block.
+
 Nothing here imports an adapter or names a scheduler. Also here: hpcdl's own job
 states (``JobState``), which every adapter maps its scheduler's states onto (with an
 UNKNOWN fallback), and the JobStatus value they all return.
@@ -18,12 +24,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from hpcdl.profiles.schema import Launcher, Partition, Profile
 
 if TYPE_CHECKING:
     from hpcdl.plan import JobPlan
     from hpcdl.proc import Result
-    from hpcdl.profiles.schema import Profile
 
 
 class JobState(StrEnum):
@@ -185,4 +192,85 @@ class Scheduler(Protocol):
         (the hang watchdog's stack collection); return its output and exit code,
         whatever the code. Raises ToolError when it cannot be started or outlives
         ``timeout`` seconds."""
+        ...
+
+
+@dataclass(frozen=True)
+class RequeueSpec:
+    """A job that checkpoints on a signal: requeued by its own script (``chain`` 1, up
+    to ``max_restarts`` times), or one of a chain of ``chain`` jobs that resume one
+    another."""
+
+    signal: str  # the signal's name (USR2)
+    lead: int  # seconds before the time limit it comes
+    max_restarts: int
+    chain: int = 1
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job in hpcdl's words, decided and checked: what a ScriptDialect spells."""
+
+    profile: Profile
+    partition: Partition
+    nodes: int
+    gpus_per_node: int
+    tasks_per_node: int
+    cpus_per_task: int
+    time: str
+    job_name: str
+    run_dir: str | None
+    requeue: RequeueSpec | None = None
+
+    @property
+    def ntasks(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+
+# What a scheduler may not do for a job: start the probe's ranks, copy an image to the
+# nodes before they start, start one torchrun agent per node.
+Feature = Literal["probe", "stage", "torchrun"]
+
+
+class ScriptDialect(Protocol):
+    """How one scheduler's job script spells a JobSpec. Pure: values in, text out."""
+
+    name: str  # the profile's scheduler.type
+    template: str  # the script's template (templates/)
+    # Whether hpcdl submits and follows these jobs (a requeue's script, the progress
+    # file, attempt records only make sense then).
+    submits: bool
+    # Shell expressions the script evaluates: the job's id, as a quoted word and bare in
+    # $((arithmetic)); the allocation's first node; where the job was submitted from.
+    job_id_word: str
+    job_id_arith: str
+    first_node: str
+    submit_dir: str
+
+    def unsupported(self, profile: Profile, feature: Feature) -> str | None:
+        """The one-line refusal when this scheduler cannot do ``feature``, else None."""
+        ...
+
+    def log_paths(self, spec: JobSpec) -> tuple[str, str]:
+        """(stdout, stderr) of the job as the scheduler names them (with its job-id
+        placeholder)."""
+        ...
+
+    def launcher_tokens(self, spec: JobSpec, launcher: Launcher) -> list[str]:
+        """The command that starts every rank (or one torchrun agent per node), up to
+        the container and the rank-env wrapper. Raises ValidationError."""
+        ...
+
+    def header(self, spec: JobSpec) -> dict[str, Any]:
+        """The template's header values: the job name and the directive lines.
+        Raises ValidationError for a value the directives cannot carry."""
+        ...
+
+    def stage_image(self, spec: JobSpec, local: str, image: str) -> dict[str, str]:
+        """How the script copies ``image`` into the nodes' ``local`` scratch (the
+        template's ``stage``: local_q, dest, shown)."""
+        ...
+
+    def warnings(self, profile: Profile) -> list[str]:
+        """What a script of ``profile`` leaves out."""
         ...

@@ -31,12 +31,12 @@ from hpcdl.plan import (
     build_plan,
     default_cpus_per_task,
     job_time,
-    scheduler_options,
     tasks_per_node,
 )
 from hpcdl.profiles import load_profile, load_profile_file
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.slurm.commands import sbatch_argv
+from hpcdl.schedulers.slurm.script import scheduler_options
 from hpcdl.slurmtime import parse_time
 from tests.conftest import require
 from tests.integration.conftest_slurm import SANDBOX, hpcdl, processes_of
@@ -319,7 +319,9 @@ def _equivalent(prof: Profile, part_name: str, req: JobRequest) -> list[str]:
                 f"--cpus-per-task={req.cpus_per_task or 1}", f"--time={req.time or '00:05:00'}"]
         return opts + ([f"--gres=gpu:{req.gpus}"] if req.gpus else [])
     cpus = req.cpus_per_task or default_cpus_per_task(part, req.gpus)
-    return scheduler_options(prof, part, req, cpus, job_time(prof, part, req))
+    return scheduler_options(prof, part, nodes=req.nodes, gpus=req.gpus,
+                             tasks_per_node=tasks_per_node(req.gpus), cpus_per_task=cpus,
+                             time=job_time(prof, part, req))
 
 
 def judge(cluster: Cluster, prof: Profile, row: tuple[str | None, int, int, str | None, int | None, str],

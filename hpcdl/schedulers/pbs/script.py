@@ -1,7 +1,8 @@
 """PBS Pro job scripts for profiles with ``scheduler.type: pbs`` (ALCF Polaris).
 
-Pure functions: the ``#PBS`` directives and the ``mpiexec`` launcher that
-templates/pbs.sh.j2 renders. hpcdl has no PBS adapter: these scripts are for
+Pure functions: the ``#PBS`` directives, the ``mpiexec`` launcher, the log paths and
+the shell expressions that templates/pbs.sh.j2 renders (``PbsDialect``, the
+hpcdl.schedulers.base.ScriptDialect for PBS). hpcdl has no PBS adapter: these scripts are for
 ``--dry-run`` (read, then ``qsub`` them yourself) and are untested against a live PBS
 server; submitting through hpcdl is refused with one line (``refuse``).
 
@@ -12,9 +13,11 @@ plain-token pattern (re.fullmatch) instead of being quoted: PBS would keep the q
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from hpcdl.errors import UserInputError, ValidationError
-from hpcdl.profiles.schema import Partition, Profile
+from hpcdl.profiles.schema import Launcher, Partition, Profile
+from hpcdl.schedulers.base import Feature, JobSpec
 from hpcdl.slurmtime import parse_time
 from hpcdl.templating import Raw
 
@@ -97,3 +100,49 @@ def refuse(profile: Profile, command: str, dry_run_helps: bool = True) -> None:
     raise UserInputError(
         f"scheduler: profile {profile.name} uses {profile.scheduler.type}; hpcdl {command} "
         f"works with Slurm only ({hint})")
+
+
+class PbsDialect:
+    """hpcdl.schedulers.base.ScriptDialect for PBS Pro: scripts for reading, not submitted."""
+
+    name = "pbs"
+    template = "pbs.sh.j2"
+    submits = False
+    # PBS names the job with its server ("123.server"); the number alone in arithmetic.
+    job_id_word = '"${PBS_JOBID%%.*}"'
+    job_id_arith = "${PBS_JOBID%%.*}"
+    first_node = '"$(head -n 1 "$PBS_NODEFILE")"'
+    submit_dir = '"$PBS_O_WORKDIR"'
+
+    def unsupported(self, profile: Profile, feature: Feature) -> str | None:
+        if feature == "probe":
+            return (f"probe: the probe starts its ranks with srun; profile {profile.name} is "
+                    f"{profile.scheduler.type}")
+        if feature == "stage":
+            return (f"stage-image: staging uses Slurm's sbcast; profile {profile.name} is "
+                    f"{profile.scheduler.type}")
+        return ("launcher: torchrun starts one agent per node through srun; a PBS "
+                "profile launches every rank with mpiexec (use --launcher mpirun)")
+
+    def log_paths(self, spec: JobSpec) -> tuple[str, str]:
+        """PBS's own names: ``-o``/``-e`` name the run directory (else the directory
+        qsub ran in), where PBS writes JOBNAME.o<sequence number> and .e<...>."""
+        folder, name = spec.run_dir or ".", job_name(spec.job_name)
+        return f"{folder}/{name}.o<sequence number>", f"{folder}/{name}.e<sequence number>"
+
+    def launcher_tokens(self, spec: JobSpec, launcher: Launcher) -> list[str]:
+        return mpiexec_tokens(ntasks=spec.ntasks, tasks_per_node=spec.tasks_per_node,
+                              cpus_per_task=spec.cpus_per_task)
+
+    def header(self, spec: JobSpec) -> dict[str, Any]:
+        return {"pbs_job_name": job_name(spec.job_name),
+                "pbs_directives": directives(
+                    spec.profile, spec.partition, nodes=spec.nodes, gpus=spec.gpus_per_node,
+                    tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
+                    time=spec.time, run_dir=spec.run_dir)}
+
+    def stage_image(self, spec: JobSpec, local: str, image: str) -> dict[str, str]:
+        raise ValidationError(self.unsupported(spec.profile, "stage") or "stage-image")
+
+    def warnings(self, profile: Profile) -> list[str]:
+        return warnings(profile)

@@ -1,0 +1,42 @@
+"""Planning: a user's request, checked against a cluster profile, becomes a frozen
+JobPlan whose script is exactly what gets submitted. Pure: nothing here runs a tool.
+
+Modules, in the order a plan is made: ``request`` (JobRequest and the checks that need
+no profile), ``partition`` (which partition, tasks, CPUs, time), ``command`` (what every
+rank runs: the command, the image and its binds, the rank-env wrapper, torchrun, the
+master address and port), ``build`` (build_plan: every derived value once, the
+scheduler's dialect for the script's header, launcher and log paths) and ``jobplan``
+(the JobPlan it returns). The names callers use are re-exported here.
+"""
+
+from hpcdl.plan.build import UNPRIVILEGED_MPI_ENV, build_plan, image_stage, requeue_spec
+from hpcdl.plan.command import (
+    DEFAULT_EXAMPLE,
+    JOB_PROJECT_DIR,
+    PORT_TRIES,
+    check_shared_paths,
+    container_binds,
+    example_defaults,
+    job_image,
+    launch_notes,
+    master_values,
+    on_shared_path,
+)
+from hpcdl.plan.jobplan import JobPlan, job_script_path
+from hpcdl.plan.partition import choose_partition, default_cpus_per_task, job_time, tasks_per_node
+from hpcdl.plan.request import (
+    BACKENDS,
+    GPU_BINDS,
+    LAUNCHERS,
+    JobRequest,
+    RuntimeMode,
+    check_request,
+)
+
+__all__ = [
+    "BACKENDS", "DEFAULT_EXAMPLE", "GPU_BINDS", "JOB_PROJECT_DIR", "LAUNCHERS", "PORT_TRIES",
+    "UNPRIVILEGED_MPI_ENV", "JobPlan", "JobRequest", "RuntimeMode", "build_plan",
+    "check_request", "check_shared_paths", "choose_partition", "container_binds",
+    "default_cpus_per_task", "example_defaults", "image_stage", "job_image", "job_script_path", "job_time",
+    "launch_notes", "master_values", "on_shared_path", "requeue_spec", "tasks_per_node",
+]

@@ -1,0 +1,371 @@
+"""``build_plan``: a request, checked against a profile, becomes a frozen JobPlan.
+
+Pure: it decides everything (partition, tasks, CPUs, time, the launch line and the
+rendered script) and raises ValidationError naming the field, the value and the limit
+before anything is written or submitted. Every derived value (the job's time, its
+requeue settings, the example's defaults, the container's binds) is computed once
+here and handed on; the scheduler's dialect (hpcdl.schedulers.dialects) spells the
+script's header, launcher and log paths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Literal, cast
+
+from hpcdl.errors import ValidationError
+from hpcdl.gpuarch import ImageArchFacts, check_partition
+from hpcdl.hang import DEFAULT_HANG_ACTION
+from hpcdl.jobside import job_dir, job_side_files
+from hpcdl.launch.rankenv import (
+    PORT_LISTENED,
+    PORT_PICK_FILE,
+    RANK_ENV_FILE,
+    SCRIPT_VARIABLE,
+    port_pick_file,
+    port_pick_lines,
+    rank_env_file,
+    rank_env_script,
+)
+from hpcdl.launch.world import PORT_BASE, PORT_SPAN
+from hpcdl.plan.command import (
+    PORT_TRIES,
+    check_shared_paths,
+    container_binds,
+    default_command,
+    example_defaults,
+    job_image,
+    launch_notes,
+    master_values,
+    probe_command,
+    rank_tokens,
+)
+from hpcdl.plan.jobplan import JobPlan, job_script_path
+from hpcdl.plan.partition import choose_partition, default_cpus_per_task, job_time, tasks_per_node
+from hpcdl.plan.request import JobRequest, RuntimeMode, _fail, check_request
+from hpcdl.profiles.schema import Backend, GpuBind, Launcher, Profile
+from hpcdl.requeue import (
+    CHECKPOINT_ENV,
+    EXIT_REQUEUE,
+    FLAG_ENV,
+    FLAG_NAME,
+    PROGRESS_ENV,
+    PROGRESS_NAME,
+    wait_seconds,
+)
+from hpcdl.schedulers.base import JobSpec, RequeueSpec, ScriptDialect
+from hpcdl.schedulers.dialects import dialect_for
+from hpcdl.slurmtime import parse_time
+from hpcdl.templating import Raw, render_template, shell_join
+
+# Unprivileged Apptainer puts each rank in its own user namespace. There Open MPI's
+# single-copy transfer between ranks of a node (CMA, process_vm_readv) fails, and Horovod
+# hangs in its first broadcast: ranks copy through shared memory instead. And PMIx's
+# shared-memory datastore (gds ds12, locks made by slurmstepd) fails on every rank with
+# "PMIX ERROR ... gds_ds12_lock_pthread.c": its hash datastore needs no shared lock.
+UNPRIVILEGED_MPI_ENV: tuple[tuple[str, str], ...] = (
+    ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
+    ("PMIX_MCA_gds", "hash"),
+)
+
+
+def build_plan(profile: Profile, req: JobRequest,
+               image_facts: ImageArchFacts | None = None,
+               runtime_mode: RuntimeMode | None = None) -> JobPlan:
+    """Validate ``req`` against ``profile`` and render its job script.
+
+    ``image_facts`` (from hpcdl.preflight.image_arch_facts, which reads the image's
+    build record) lets the plan refuse a partition whose GPU type the image's torch has
+    no kernels for; without it that check is not made. ``runtime_mode``: how the
+    container runtime runs on the cluster (the profile's container.mode, or detected on
+    this host); "unprivileged" adds what MPI needs across per-rank user namespaces.
+
+    Raises ValidationError (bad value, over a limit, a GPU the image cannot run on) or
+    RenderError (template).
+    """
+    check_request(req)
+    dialect = dialect_for(profile.scheduler.type)
+    part, reason = choose_partition(profile, req)
+    arch = check_partition(part.name, part.gpu_type, req.gpus, image_facts)
+    if arch.error:
+        raise ValidationError(
+            arch.error,
+            hint="pick a partition with a GPU type in that list (--partition), or an image "
+            "whose torch was built for it (older GPUs need a CUDA 12 build, e.g. the NGC "
+            "spec pytorch-horovod-gpu)",
+        )
+    tasks = tasks_per_node(req.gpus)
+    cpus = req.cpus_per_task or default_cpus_per_task(part, req.gpus)
+    job_name = req.job_name or f"hpcdl-{req.backend}"
+    # check_request accepted these: they are the schema's words now.
+    backend = cast(Backend, req.backend)
+    launcher = cast(Launcher, req.launcher or profile.mpi.launcher)
+    gpu_bind = cast(GpuBind, req.gpu_bind or profile.mpi.gpu_bind)
+    if req.probe is not None and (refused := dialect.unsupported(profile, "probe")):
+        raise _fail(refused)
+    if req.probe_only and launcher != "srun":
+        raise _fail(f"launcher: the probe starts one rank per task with srun (got {launcher})")
+    if launcher == "torchrun" and req.runs_example and req.backend == "horovod":
+        raise _fail("launcher: torchrun starts ranks without MPI, which the bundled example's "
+                    "--backend horovod needs: use --backend ddp, or --launcher srun")
+    image, image_source = job_image(profile, req)
+    check_shared_paths(profile, req, image)
+    time = job_time(profile, part, req)
+    requeue = requeue_spec(profile, req, dialect)
+    spec = JobSpec(profile=profile, partition=part, nodes=req.nodes, gpus_per_node=req.gpus,
+                   tasks_per_node=tasks, cpus_per_task=cpus, time=time, job_name=job_name,
+                   run_dir=req.run_dir, requeue=requeue)
+    stage = image_stage(profile, req, image, spec, dialect)
+    # What the ranks run: the image where it is, or the node's copy, whose path holds
+    # the job id and so is only known to the script ($HPCDL_IMAGE, set by it).
+    rank_image = Raw('"$HPCDL_IMAGE"') if stage else image
+    defaults = example_defaults(profile, req)
+    if req.probe_only:
+        command = probe_command(profile, req, image)
+    else:
+        command = list(req.command) or default_command(profile, req, image, defaults,
+                                                       resume=requeue is not None)
+    if launcher == "torchrun" and (refused := dialect.unsupported(profile, "torchrun")):
+        raise _fail(refused)
+    # One list of binds: the one the plan records is the one the ranks get.
+    binds = tuple(container_binds(profile, req)) if image else req.binds
+    prefix = dialect.launcher_tokens(spec, launcher)
+    if launcher == profile.mpi.launcher:  # the profile's arguments are for its launcher
+        prefix += list(profile.mpi.launcher_args)
+    # The rank wrapper and the port pick: files of the run for a job hpcdl submits (it
+    # stages them), inline in a script it does not (PBS, qsub'ed by hand).
+    wrapper_file = job_script_path(req.run_dir, RANK_ENV_FILE) if dialect.submits else None
+    launch = shell_join(prefix + rank_tokens(profile, req, command, launcher, rank_image,
+                                             binds, dialect.job_id_word, wrapper_file))
+    probe_line = None
+    if req.probe is not None and req.probe_first:
+        # Its own srun step with the worker bound in, whatever COMMAND's launcher is (a
+        # COMMAND has no bind of the bundled files: the worker's are added).
+        probe_binds = (tuple(container_binds(profile, _without_command(req)))
+                       if image else req.binds)
+        probe_line = shell_join(dialect.launcher_tokens(spec, "srun") + rank_tokens(
+            profile, _without_command(req), probe_command(profile, req, image), "srun",
+            rank_image, probe_binds, dialect.job_id_word, wrapper_file))
+    output, error = dialect.log_paths(spec)
+    log_dir = req.run_dir or "."
+    omp = cpus if profile.env.omp_num_threads == "cpus-per-task" else profile.env.omp_num_threads
+    env = tuple(profile.env.vars.items()) + tuple(req.env)
+    mode = (runtime_mode if profile.container.mode == "auto" else profile.container.mode) \
+        if image else None
+    if mode == "unprivileged":  # what the user or profile sets wins
+        env += tuple((k, v) for k, v in UNPRIVILEGED_MPI_ENV if k not in dict(env))
+    warnings = dialect.warnings(profile)
+    if arch.warning:
+        warnings.append(arch.warning)
+    master_addr, master_port = master_values(env, dialect)
+    wrapper_mode: Literal["ranks", "torchrun"] = "torchrun" if launcher == "torchrun" else "ranks"
+    wrapper_options = {"gpu_bind": gpu_bind == "local-rank" and req.gpus > 0,
+                       "record_pid": req.hang_timeout is not None}
+    wrapper = rank_env_script(wrapper_mode, **wrapper_options)
+    port_range = {"base": PORT_BASE, "span": PORT_SPAN, "tries": PORT_TRIES}
+    job_scripts: tuple[tuple[str, str], ...] = ()
+    if wrapper_file is not None:
+        job_scripts = ((RANK_ENV_FILE, rank_env_file(wrapper_mode, **wrapper_options)),)
+        if master_port:
+            job_scripts += ((PORT_PICK_FILE, port_pick_file(master_port, **port_range)),)
+    hang_exports, hang_warnings = _hang_exports(req, env, time, log_dir)
+    warnings += hang_warnings
+    context = {
+        "profile": profile,
+        "job_name_q": shell_join([job_name]),
+        **dialect.header(spec),
+        "nodes": req.nodes,
+        "tasks_per_node": tasks,
+        "ntasks": spec.ntasks,
+        "modules": profile.modules,
+        "cpus_per_task": cpus,
+        "omp_num_threads": omp,
+        "exports": [(k, shell_join([v])) for k, v in (*env, *hang_exports)]
+                   + _run_dir_exports(req, image),
+        "backend": req.backend,
+        "image_q": shell_join([image]) if image else None,
+        "launcher": launcher,
+        "launch_notes": launch_notes(req, launcher, gpu_bind, image, image_source,
+                                     master_addr, master_port)
+                        + ([f"image staged: each node's copy {stage['shown']} (sbcast, "
+                            "below), removed at the end."] if stage else []),
+        "stage": stage,
+        "master_addr": master_addr,
+        "master_port": master_port,
+        "port_base": PORT_BASE,
+        "port_span": PORT_SPAN,
+        "port_tries": PORT_TRIES,
+        "port_listened": PORT_LISTENED,
+        "port_pick": port_pick_lines(master_port, **port_range).rstrip("\n") if master_port else "",
+        "port_pick_path": shell_join([job_script_path(req.run_dir, PORT_PICK_FILE)]),
+        "rank_env_variable": SCRIPT_VARIABLE,
+        "rank_env_q": shell_join([wrapper]),
+        "launch_line": launch,
+        "probe_line": probe_line,
+        "requeue": _requeue_block(requeue, req, dialect),
+        "progress": _progress(req, requeue, dialect),
+    }
+    script = render_template(
+        dialect.template,
+        context,
+        template_file=req.template,
+        template_dirs=[profile.template_dir] if profile.template_dir else (),
+    )
+    return JobPlan(
+        profile=profile.name,
+        cluster_type=profile.scheduler.type,
+        partition=part.name,
+        partition_reason=reason,
+        nodes=req.nodes,
+        gpus_per_node=req.gpus,
+        tasks_per_node=tasks,
+        ntasks=spec.ntasks,
+        cpus_per_task=cpus,
+        time=time,
+        job_name=job_name,
+        backend=backend,
+        image=image,
+        env=env,
+        binds=binds,
+        command=tuple(command),
+        launch_line=launch,
+        output=output,
+        error=error,
+        run_dir=req.run_dir,
+        script=script,
+        warnings=tuple(warnings),
+        example_defaults=defaults,
+        launcher=launcher,
+        gpu_bind=gpu_bind,
+        image_source=image_source,
+        master_addr=master_addr or dict(env)["MASTER_ADDR"],
+        master_port=master_port or dict(env)["MASTER_PORT"],
+        probe=req.probe,
+        probe_first=req.probe_first,
+        probe_line=probe_line,
+        hang_timeout=req.hang_timeout,
+        hang_action=(req.hang_action or DEFAULT_HANG_ACTION) if req.hang_timeout is not None else None,
+        job_files=job_side_files() if req.run_dir else (),
+        job_scripts=job_scripts,
+        container_mode=mode,
+        **_plan_requeue(requeue),
+        records_steps=bool(req.run_dir) and dialect.submits
+                      and (req.runs_example or requeue is not None),
+        stage="sbcast" if stage else "none",
+        staged_image=stage["shown"] if stage else None,
+    )
+
+
+def _without_command(req: JobRequest) -> JobRequest:
+    return replace(req, command=())
+
+
+def requeue_spec(profile: Profile, req: JobRequest, dialect: ScriptDialect) -> RequeueSpec | None:
+    """How the job checkpoints on a signal: --requeue (or the profile's default, where
+    hpcdl submits the job) or a --chain of jobs; None when it does not."""
+    wanted = profile.scheduler.requeue if req.requeue is None else req.requeue
+    if not (req.chain > 1 or (wanted and dialect.submits)):
+        return None
+    name, lead = (req.signal or profile.scheduler.requeue_signal).split("@")
+    max_restarts = (profile.scheduler.max_restarts if req.max_restarts is None
+                    else req.max_restarts)
+    return RequeueSpec(signal=name, lead=int(lead), chain=req.chain,
+                       max_restarts=max_restarts if req.chain == 1 else 0)
+
+
+def _requeue_block(requeue: RequeueSpec | None, req: JobRequest,
+                   dialect: ScriptDialect) -> dict[str, Any] | None:
+    """What the template's requeue block needs (None when the job does not requeue)."""
+    if requeue is None:
+        return None
+    return {
+        "signal": requeue.signal, "lead": requeue.lead, "wait_s": wait_seconds(requeue.lead),
+        "run_dir": shell_join([req.run_dir]) if req.run_dir else dialect.submit_dir,
+        "flag_env": FLAG_ENV, "flag_name": FLAG_NAME,
+        "checkpoint_env": CHECKPOINT_ENV, "exit_requeue": EXIT_REQUEUE,
+        "progress_env": PROGRESS_ENV,
+        "max_restarts": requeue.max_restarts, "chain": requeue.chain,
+    }
+
+
+def _plan_requeue(requeue: RequeueSpec | None) -> dict[str, Any]:
+    if requeue is None:
+        return {}
+    return {"requeue": requeue.chain == 1, "max_restarts": requeue.max_restarts,
+            "signal": f"{requeue.signal}@{requeue.lead}", "chain": requeue.chain}
+
+
+def _progress(req: JobRequest, requeue: RequeueSpec | None,
+              dialect: ScriptDialect) -> dict[str, str] | None:
+    """Where the job records that an attempt completed its first step
+    ($HPCDL_PROGRESS_FILE, hpcdl/requeue.py): in the run directory (beside attempts.tsv
+    when a requeued job has none). Only for jobs hpcdl submits (not a PBS script)."""
+    if not dialect.submits:
+        return None
+    if req.run_dir:
+        path = shell_join([f"{req.run_dir}/{PROGRESS_NAME}"])
+    elif requeue is not None:
+        path = f"{dialect.submit_dir}/{PROGRESS_NAME}"
+    else:
+        return None
+    return {"env": PROGRESS_ENV, "path": path}
+
+
+def image_stage(profile: Profile, req: JobRequest, image: str | None, spec: JobSpec,
+                dialect: ScriptDialect) -> dict[str, str] | None:
+    """How the script copies the image to every node before the ranks start (the
+    template's ``stage``, spelled by the dialect), or None.
+
+    --stage-image, else the profile's container.stage. Staging needs an image and the
+    profile's node-local scratch; asked for explicitly without them it is refused (a
+    profile default simply does not apply to a native run). Raises ValidationError.
+    """
+    wanted = profile.container.stage == "sbcast" if req.stage_image is None else req.stage_image
+    if not wanted:
+        return None
+    source = "--stage-image" if req.stage_image else "container.stage: sbcast"
+    if not image:
+        if req.stage_image is None:
+            return None
+        raise _fail("stage-image: no image to stage (give --image, or a profile with "
+                    "container.default_image; --no-image runs natively)")
+    local = profile.paths.local_scratch
+    if not local:
+        raise _fail(f"stage-image: profile {profile.name} has no paths.local_scratch (the "
+                    f"node-local directory {source} copies the image to)")
+    if refused := dialect.unsupported(profile, "stage"):
+        raise _fail(refused)
+    return dialect.stage_image(spec, local, image)
+
+
+def _run_dir_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]]:
+    """What the job is told of its run directory, rendered: HPCDL_RUN_DIR for any script
+    (per-step metrics go there, hpcdl.results.steps; the staged job-side files are in its
+    job/); and for the bundled example or the probe run natively, those staged files on
+    PYTHONPATH ahead of whatever the job has (the nodes need not see the hpcdl that
+    submitted)."""
+    if not req.run_dir:
+        return []
+    exports = [("HPCDL_RUN_DIR", shell_join([req.run_dir]))]
+    if not image and not req.command:
+        exports.append(("PYTHONPATH",
+                        shell_join([job_dir(req.run_dir)]) + "${PYTHONPATH:+:$PYTHONPATH}"))
+    return exports
+
+
+def _hang_exports(req: JobRequest, env: tuple[tuple[str, str], ...], time: str,
+                  log_dir: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """With --hang-timeout: where the rank wrapper records the ranks' pids, and
+    PYTHONUNBUFFERED (a Python rank's prints must reach the log as they happen: the
+    log growing is progress); a warning when the job's time limit comes first."""
+    if req.hang_timeout is None:
+        return [], []
+    exports = [("HPCDL_PID_DIR", f"{log_dir}/pids")]
+    if "PYTHONUNBUFFERED" not in dict(env):
+        exports.append(("PYTHONUNBUFFERED", "1"))
+    limit = parse_time(time)
+    warnings = []
+    if limit is not None and req.hang_timeout >= limit:
+        warnings.append(f"hang-timeout: {req.hang_timeout:g} s is not shorter than the job's "
+                        f"time limit {time}: the watchdog cannot fire before it")
+    return exports, warnings

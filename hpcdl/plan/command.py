@@ -1,0 +1,252 @@
+"""What every rank runs and how it is started, in hpcdl's words: the command (a user's
+COMMAND, the bundled example with the profile's defaults, or the probe worker), the
+image and its binds, the rank-env wrapper, torchrun, the master address and port, and
+the notes that explain the launch line. The scheduler's own launcher (srun, mpiexec)
+comes from its dialect (hpcdl.schedulers.*.script). Pure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import PurePosixPath
+
+from hpcdl.jobside import job_dir
+from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME
+from hpcdl.launch.world import PORT_BASE, PORT_SPAN
+from hpcdl.plan.partition import tasks_per_node
+from hpcdl.plan.request import JobRequest, _fail
+from hpcdl.probe.request import worker_path
+from hpcdl.profiles.schema import Profile
+from hpcdl.resources import PACKAGE_DIR, examples_dir
+from hpcdl.schedulers.base import ScriptDialect
+from hpcdl.templating import Raw
+
+# Where a job sees the bundled examples and the stdlib-only hpcdl modules they import
+# (hpcdl.errors, hpcdl.launch.world, hpcdl.data.imagefolder): staged into the run
+# directory (hpcdl.jobside) and bound read-only from there at job time (from the
+# installed hpcdl when the plan has no run directory), so the examples run in any image
+# (a site's NGC image has no copy
+# of hpcdl; images built from containers/*.yaml carry one in /opt/hpcdl) and always
+# match the hpcdl that rendered the job.
+JOB_PROJECT_DIR = PurePosixPath("/hpcdl")
+DEFAULT_EXAMPLE = "resnet50_imagenet.py"
+
+
+def _option_name(arg: str) -> str | None:
+    """``--lr`` for "--lr" and "--lr=0.1"; None for a value ("0.1")."""
+    return arg.split("=", 1)[0] if arg.startswith("--") else None
+
+
+def example_defaults(profile: Profile, req: JobRequest,
+                     example: str = DEFAULT_EXAMPLE) -> tuple[str, ...]:
+    """The profile's default arguments for the bundled ``example`` that stay on its
+    command line: ``examples.args``, then ``examples.per_example[example]`` (which
+    replaces an option args also sets), minus every option the user's -X sets again.
+
+    Dropping them, rather than relying on argparse's "the last one wins", keeps the
+    launch line honest and also lets -X replace a flag default. Empty for a COMMAND
+    and for a probe job.
+    """
+    if not req.runs_example:
+        return ()
+    per_example = tuple(profile.examples.per_example.get(example, ()))
+    specific = {_option_name(a) for a in per_example}
+    shared = tuple(a for a in profile.examples.args if _option_name(a) not in specific)
+    user = {_option_name(a) for a in req.example_args}
+    return tuple(a for a in shared + per_example if _option_name(a) not in user)
+
+
+def default_command(profile: Profile, req: JobRequest, image: str | None,
+                    defaults: tuple[str, ...], resume: bool) -> list[str]:
+    """The bundled example's command line: hpcdl's options, the profile's ``defaults``
+    (example_defaults), the user's -X; ``resume``: every attempt of a requeued or
+    chained job continues where the last one stopped."""
+    base = (JOB_PROJECT_DIR / "examples" if image else
+            PurePosixPath(job_dir(req.run_dir)) / "examples" if req.run_dir else examples_dir())
+    cmd = [profile.python, str(base / DEFAULT_EXAMPLE), "--backend", req.backend]
+    data = None if req.synthetic else req.data or profile.paths.imagenet
+    cmd += ["--data", data] if data else ["--synthetic"]
+    if req.run_dir:  # checkpoints belong with the run that wrote them
+        cmd += ["--checkpoint-dir", f"{req.run_dir}/checkpoints"]
+    if resume:
+        cmd += ["--resume"]
+    # The user's -X last: after the profile's defaults, so argparse's "last one wins"
+    # agrees with example_defaults() having dropped the defaults they replace.
+    return cmd + list(defaults) + list(req.example_args)
+
+
+def probe_command(profile: Profile, req: JobRequest, image: str | None) -> list[str]:
+    """The probe worker with its arguments (``req.probe``), where the job sees it."""
+    package = job_dir(req.run_dir) + "/hpcdl" if req.run_dir else str(PACKAGE_DIR)
+    return [profile.python, worker_path(bool(image), package, JOB_PROJECT_DIR),
+            *(req.probe or ())]
+
+
+def job_image(profile: Profile, req: JobRequest) -> tuple[str | None, str | None]:
+    """The image the ranks run in and where it came from (``--image`` or the profile's
+    ``container.default_image``); (None, None) for a native run."""
+    if req.image:
+        return req.image, "--image"
+    if req.no_image or not profile.container.default_image:
+        return None, None
+    return profile.container.default_image, "profile default_image"
+
+
+_PYTHON = re.compile(r"python[0-9.]*")
+
+
+def _torchrun_tokens(profile: Profile, req: JobRequest, command: list[str],
+                     job_id_word: str) -> list[str]:
+    """``python -m torch.distributed.run`` (= torchrun, without relying on its entry point
+    being on PATH) for one node; ``--no-python`` runs COMMAND as given in each worker.
+    ``job_id_word``: the dialect's shell word for the job id (the rendezvous id)."""
+    python = command[0] if _PYTHON.fullmatch(PurePosixPath(command[0]).name) else profile.python
+    return [python, "-m", "torch.distributed.run", f"--nnodes={req.nodes}",
+            f"--nproc-per-node={tasks_per_node(req.gpus)}", "--rdzv-backend=c10d",
+            Raw('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'), Raw(f"--rdzv-id={job_id_word}"),
+            "--no-python"]
+
+
+def rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher: str,
+                image: str | None, binds: tuple[str, ...], job_id_word: str,
+                wrapper_file: str | None) -> list[str]:
+    """What the launcher starts on every rank: the container (if any) with ``binds``
+    (container_binds, the same the plan records), the rank-env wrapper (``wrapper_file``,
+    a file of the run; None: inline in the script), torchrun (if it is the launcher) and
+    the command."""
+    tokens: list[str] = []
+    if image:
+        runtime = profile.container.binary or profile.container.runtime
+        tokens += [runtime, "exec"]
+        if profile.container.nv:
+            tokens.append("--nv")
+        for bind in binds:
+            tokens += ["-B", bind]
+        if not req.command:
+            tokens += ["--env", f"PYTHONPATH={JOB_PROJECT_DIR}"]
+        tokens.append(image)
+    # Every rank (or torchrun agent) starts through the rank-env wrapper. A file of the run
+    # is seen at the same path in a container (the run directory is bound) or read from
+    # ./job without a run directory. A script hpcdl does not submit (PBS) carries it in a
+    # variable; ${...:?}: a custom template that does not define it fails loudly instead
+    # of running `sh -c ""` (nothing) successfully.
+    if wrapper_file is None:
+        tokens += [Raw("/bin/sh"), Raw("-c"), Raw(f'"${{{SCRIPT_VARIABLE}:?}}"'), Raw(WRAPPER_NAME)]
+    else:
+        tokens += [Raw("/bin/sh"), wrapper_file]
+    if launcher == "torchrun":
+        tokens += _torchrun_tokens(profile, req, command, job_id_word)
+    return tokens + command
+
+
+def container_binds(profile: Profile, req: JobRequest) -> list[str]:
+    """Every -B of an image run, in order: the site's, node-local scratch (where
+    --stage-to copies), the user's, the run directory (logs and checkpoints: the ranks
+    must see it) and the job-side files."""
+    scratch = profile.paths.local_scratch
+    site = [*profile.container.binds,
+            *([scratch] if scratch and scratch not in profile.container.binds else [])]
+    return [*site, *req.binds, *([req.run_dir] if req.run_dir else []), *_project_binds(req)]
+
+
+def _project_binds(req: JobRequest) -> list[str]:
+    """The read-only bind that brings the bundled examples (and the hpcdl modules they
+    import, or the probe worker) into the container: the run directory's staged copy, or
+    without a run directory the installed hpcdl's files; none for a user's COMMAND."""
+    if req.command:
+        return []
+    if req.run_dir:
+        return [f"{job_dir(req.run_dir)}:{JOB_PROJECT_DIR}:ro"]
+    return [f"{examples_dir()}:{JOB_PROJECT_DIR}/examples:ro",
+            f"{PACKAGE_DIR}:{JOB_PROJECT_DIR}/hpcdl:ro"]
+
+
+# How many ports after the derived MASTER_PORT the batch shell tries when that one is
+# taken on the first node (a service, another job): enough for any real node.
+PORT_TRIES = 64
+
+
+def master_values(env: tuple[tuple[str, str], ...],
+                  dialect: ScriptDialect) -> tuple[str | None, str | None]:
+    """Shell expressions for MASTER_ADDR and MASTER_PORT, None where the profile or
+    --env sets the variable (an explicit value wins).
+
+    MASTER_ADDR: the first node of the allocation (the batch shell runs there; the name
+    resolves on real clusters). MASTER_PORT: PORT_BASE + job id % PORT_SPAN, so jobs
+    sharing a node use different ports (the same rule as hpcdl.launch.world). The
+    ``dialect`` says how its scheduler names the first node and the job id.
+    """
+    names = {k for k, _ in env}
+    addr = None if "MASTER_ADDR" in names else dialect.first_node
+    port = (None if "MASTER_PORT" in names
+            else f"$(({PORT_BASE} + {dialect.job_id_arith} % {PORT_SPAN}))")
+    return addr, port
+
+
+def launch_notes(req: JobRequest, launcher: str, gpu_bind: str, image: str | None,
+                 image_source: str | None, addr: str | None, port: str | None) -> list[str]:
+    """What the launch line does, for the comment above it (shown by --dry-run).
+    ``addr``/``port``: master_values() (None where the profile or --env sets them)."""
+    tasks = tasks_per_node(req.gpus)
+    notes = []
+    if launcher == "torchrun":
+        notes.append(f"launcher torchrun: one torchrun per node (srun --ntasks-per-node=1), each "
+                     f"starting {tasks} ranks; c10d rendezvous at $MASTER_ADDR:$MASTER_PORT.")
+    else:
+        notes.append(f"launcher {launcher}: one process per rank; the wrapper derives the "
+                     "variables from its per-rank variables.")
+    notes.append("MASTER_ADDR: " + ("the first node of the allocation." if addr else
+                                    "set by the profile or --env (it wins)."))
+    notes.append("MASTER_PORT: " + (f"{PORT_BASE} + job id % {PORT_SPAN}, so jobs sharing a "
+                                    "node do not collide (below the ephemeral port range); "
+                                    "the next free one if something on the first node "
+                                    "listens on it."
+                                    if port else "set by the profile or --env (it wins)."))
+    if not req.gpus:
+        notes.append("GPUs: none requested.")
+    elif launcher == "torchrun" or gpu_bind == "none":
+        notes.append(f"GPUs: every rank sees the {req.gpus} GPUs of its node and uses GPU "
+                     "LOCAL_RANK (torch.cuda.set_device(LOCAL_RANK), as torchrun and Horovod "
+                     "scripts do).")
+    else:
+        notes.append(f"GPUs: each rank sees one GPU, number LOCAL_RANK of its node's {req.gpus} "
+                     "(CUDA_VISIBLE_DEVICES narrowed by the wrapper; --gpu-bind none keeps all).")
+    if image:
+        origin = ("the profile's container.default_image; --image overrides, --no-image "
+                  "runs natively" if image_source == "profile default_image" else "--image")
+        notes.append(f"image: {image} ({origin}).")
+        origin = "the run directory's copy (job/)" if req.run_dir else "the host"
+        if req.probe_only:
+            notes.append(f"the probe worker (hpcdl/probe/worker.py: stdlib + torch) comes from "
+                         f"{origin}, bound read-only at {JOB_PROJECT_DIR} (the image needs no "
+                         f"copy of hpcdl).")
+        elif not req.command:
+            notes.append(f"the bundled example comes from {origin}, bound read-only at "
+                         f"{JOB_PROJECT_DIR} (the image needs no copy of hpcdl).")
+    return notes
+
+
+def check_shared_paths(profile: Profile, req: JobRequest, image: str | None) -> None:
+    """Refuse what the compute nodes cannot see: a run directory, image, dataset or
+    --bind source outside the profile's paths.shared (no check when it lists none)."""
+    shared = profile.paths.shared
+    if not shared:
+        return
+    # In a container --data is the container's path (a --bind makes it); natively the host's.
+    data = (None if req.synthetic or not req.runs_example or image
+            else req.data or profile.paths.imagenet)
+    checks = [("--run-dir", req.run_dir), ("--image", image), ("--data", data),
+              *(("--bind", b.split(":", 1)[0]) for b in req.binds)]
+    for name, path in checks:
+        if path and not on_shared_path(path, shared):
+            raise _fail(f"{name}: {path} is not on a path the compute nodes share (profile "
+                        f"{profile.name}: paths.shared = {', '.join(shared)}): the nodes "
+                        f"cannot see it")
+
+
+def on_shared_path(path: str, shared: list[str]) -> bool:
+    """``path`` (made absolute against the current directory) is one of ``shared`` or
+    below one of them."""
+    where = PurePosixPath(os.path.normpath(os.path.abspath(path)))
+    return any(where == PurePosixPath(s) or PurePosixPath(s) in where.parents for s in shared)

@@ -1,0 +1,122 @@
+"""Which partition a request runs on, and the sizes derived from it: tasks per node,
+CPUs per task, the job's time. Pure; raises ValidationError naming the limit broken.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hpcdl.plan.request import JobRequest, _fail
+from hpcdl.profiles.schema import Partition, Profile
+from hpcdl.slurmtime import format_time, parse_time
+
+
+def _requested_seconds(req: JobRequest) -> float | None:
+    """The requested time in seconds: None when none was asked for, ``math.inf`` for
+    'infinite'/'UNLIMITED' (which a partition with a time limit cannot take)."""
+    if not req.time:
+        return None
+    seconds = parse_time(req.time)
+    return math.inf if seconds is None else seconds
+
+
+def _problems(part: Partition, req: JobRequest, cpus_per_task: int, seconds: float | None) -> list[str]:
+    """Every limit of ``part`` the request breaks, as 'field: value vs limit' lines."""
+    out = []
+    if req.gpus > part.gpus_per_node:
+        out.append(
+            f"gpus: {req.gpus} GPUs per node exceeds partition {part.name}'s "
+            f"{part.gpus_per_node} GPUs per node"
+        )
+    if req.nodes > part.node_limit:
+        out.append(
+            f"nodes: {req.nodes} exceeds partition {part.name}'s limit of "
+            f"{part.node_limit} nodes per job"
+        )
+    limit = part.max_seconds
+    if seconds is not None and limit is not None and seconds > limit:
+        shown = "infinite" if math.isinf(seconds) else format_time(int(seconds))
+        out.append(f"time: {shown} exceeds partition {part.name}'s max time {part.max_time}")
+    tasks = tasks_per_node(req.gpus)
+    if cpus_per_task * tasks > part.cpus_per_node:
+        out.append(
+            f"cpus-per-task: {cpus_per_task} x {tasks} tasks per node = {cpus_per_task * tasks} "
+            f"exceeds partition {part.name}'s {part.cpus_per_node} CPUs per node"
+        )
+    total_gpus = req.nodes * req.gpus
+    if part.max_gpus_per_user is not None and total_gpus > part.max_gpus_per_user:
+        out.append(
+            f"gpus: {req.nodes} nodes x {req.gpus} GPUs = {total_gpus} exceeds partition "
+            f"{part.name}'s per-user limit of {part.max_gpus_per_user} GPUs"
+        )
+    return out
+
+
+def tasks_per_node(gpus: int) -> int:
+    """One rank per GPU; a CPU-only job runs one rank per node."""
+    return max(gpus, 1)
+
+
+def default_cpus_per_task(part: Partition, gpus: int) -> int:
+    """The node's CPUs shared evenly between its GPUs (ZIH's rule: maxCPUs / #GPUs)."""
+    share = part.cpus_per_node // max(part.gpus_per_node, 1)
+    return max(1, min(share, part.cpus_per_node // tasks_per_node(gpus)))
+
+
+def _size_key(part: Partition, order: int) -> tuple[int, int, int, int, int]:
+    return (part.gpus_per_node, part.cpus_per_node, part.nodes, 0 if part.default else 1, order)
+
+
+def choose_partition(profile: Profile, req: JobRequest) -> tuple[Partition, str]:
+    """The requested partition, or the smallest that fits. Raises ValidationError."""
+    seconds = _requested_seconds(req)
+
+    def cpt(part: Partition) -> int:
+        return req.cpus_per_task or default_cpus_per_task(part, req.gpus)
+
+    fits = [
+        p for p in profile.partitions if not _problems(p, req, cpt(p), seconds)
+    ]
+    fit_names = ", ".join(p.name for p in fits) or "none"
+    if req.partition is not None:
+        part = profile.partition(req.partition)
+        if part is None:
+            names = ", ".join(p.name for p in profile.partitions)
+            raise _fail(
+                f"partition: {req.partition!r} is not a partition of profile {profile.name} "
+                f"(partitions: {names})"
+            )
+        problems = _problems(part, req, cpt(part), seconds)
+        if problems:
+            raise _fail(f"{problems[0]} (partitions that fit: {fit_names})")
+        return part, "requested"
+    if not fits:
+        most = max(p.gpus_per_node for p in profile.partitions)
+        if req.gpus > most:
+            largest = [p.name for p in profile.partitions if p.gpus_per_node == most]
+            where = f"partition{'s' if len(largest) > 1 else ''} {', '.join(largest)}"
+            raise _fail(
+                f"gpus: {req.gpus} GPUs per node exceeds the largest nodes of profile "
+                f"{profile.name}, {most} GPUs per node ({where})"
+            )
+        ranked = sorted(
+            enumerate(profile.partitions),
+            key=lambda ip: (len(_problems(ip[1], req, cpt(ip[1]), seconds)),
+                        -ip[1].node_limit, -ip[1].gpus_per_node),
+        )
+        closest = ranked[0][1]
+        first = _problems(closest, req, cpt(closest), seconds)[0]
+        raise _fail(f"{first} (no partition of profile {profile.name} fits; partitions that fit: none)")
+    order = {p.name: i for i, p in enumerate(profile.partitions)}
+    best = min(fits, key=lambda p: _size_key(p, order[p.name]))
+    return best, f"smallest partition that fits (candidates: {fit_names})"
+
+
+def job_time(profile: Profile, part: Partition, req: JobRequest) -> str:
+    if req.time:
+        return format_time(parse_time(req.time))
+    default = parse_time(profile.scheduler.default_time)
+    limit = part.max_seconds
+    if default is not None and limit is not None and default > limit:
+        default = limit
+    return format_time(default)

@@ -1,0 +1,148 @@
+"""The Slurm dialect of a job script: #SBATCH lines, the srun (or mpirun, horovodrun)
+launcher, slurm-%j.out logs, the requeue block's options, image staging with sbcast,
+and the shell expressions for the job id and the first node. templates/sbatch.sh.j2
+renders it (the requeue block lives there). Pure: values in, text out; raises
+ValidationError for a value an #SBATCH line cannot carry.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Any
+
+from hpcdl.errors import ValidationError
+from hpcdl.profiles.schema import Launcher, Partition, Profile
+from hpcdl.schedulers.base import Feature, JobSpec
+from hpcdl.templating import Raw, shell_join
+from hpcdl.tokens import CONTROL
+
+# Values Slurm's #SBATCH parser takes as they are; others go in double quotes.
+_PLAIN_SBATCH = re.compile(r"[A-Za-z0-9_.,:@%+=/\-]+")
+
+
+def scheduler_options(profile: Profile, part: Partition, *, nodes: int, gpus: int,
+                      tasks_per_node: int, cpus_per_task: int, time: str) -> list[str]:
+    """The Slurm options shared by sbatch (#SBATCH lines) and salloc (argv), in order."""
+    options = [
+        f"--partition={part.name}",
+        f"--nodes={nodes}",
+        f"--ntasks-per-node={tasks_per_node}",
+    ]
+    if gpus:
+        options.append(
+            f"--gres=gpu:{gpus}" if profile.scheduler.gpu_request == "gres"
+            else f"--gpus-per-node={gpus}"
+        )
+    options += [f"--cpus-per-task={cpus_per_task}", f"--time={time}"]
+    if profile.scheduler.account:
+        options.append(f"--account={profile.scheduler.account}")
+    if profile.scheduler.qos:
+        options.append(f"--qos={profile.scheduler.qos}")
+    options += [f"--{k}={v}" for k, v in profile.scheduler.extra_options.items()]
+    return options
+
+
+def requeue_options(spec: JobSpec) -> list[str]:
+    """The sbatch options of a requeueable job: the signal goes to the batch shell
+    (B:), which forwards it to the ranks and requeues; --open-mode=append keeps every
+    attempt's output in one log (Slurm truncates it on a requeue otherwise). A chain's
+    jobs are separate jobs with their own logs and are not requeued."""
+    if spec.requeue is None:
+        return []
+    options = [f"--signal=B:{spec.requeue.signal}@{spec.requeue.lead}"]
+    if spec.requeue.chain == 1:
+        options += ["--requeue", "--open-mode=append"]
+    return options
+
+
+def sbatch_job_name(name: str) -> str:
+    """The job name as #SBATCH can carry it (the exact one goes on sbatch's argv)."""
+    return sbatch_value(name.replace('"', "'"))
+
+
+def sbatch_value(value: str) -> str:
+    """``value`` as one argument of an ``#SBATCH`` line.
+
+    sbatch's #SBATCH parser splits at whitespace and understands double quotes (no
+    escapes), not shell quoting; a value with a double quote or a control character
+    cannot be carried (the profile schema and check_request refuse them first).
+    Raises ValidationError.
+    """
+    if '"' in value or CONTROL.search(value):
+        raise ValidationError(f"#SBATCH value {value!r}: a double quote or control character "
+                              f"cannot be carried in an #SBATCH line")
+    return value if _PLAIN_SBATCH.fullmatch(value) else f'"{value}"'
+
+
+def sbatch_option(option: str) -> str:
+    """``--key=value`` for an ``#SBATCH`` line: the value quoted as sbatch parses it."""
+    key, sep, value = option.partition("=")
+    return f"{key}{sep}{sbatch_value(value)}" if sep else option
+
+
+class SlurmDialect:
+    """hpcdl.schedulers.base.ScriptDialect for Slurm."""
+
+    name = "slurm"
+    template = "sbatch.sh.j2"
+    submits = True
+    job_id_word = '"$SLURM_JOB_ID"'
+    job_id_arith = "SLURM_JOB_ID"
+    first_node = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"'
+    submit_dir = '"$SLURM_SUBMIT_DIR"'
+
+    def unsupported(self, profile: Profile, feature: Feature) -> str | None:
+        return None
+
+    def log_paths(self, spec: JobSpec) -> tuple[str, str]:
+        log_dir = spec.run_dir or "."
+        return f"{log_dir}/slurm-%j.out", f"{log_dir}/slurm-%j.err"
+
+    def launcher_tokens(self, spec: JobSpec, launcher: Launcher) -> list[str]:
+        """srun (or one torchrun agent per node through srun), mpirun, horovodrun."""
+        if launcher in ("srun", "torchrun"):
+            # --label prefixes every output line with its task id, so a crash can be
+            # traced to the rank that printed it (see hpcdl.results).
+            tokens: list[str] = [Raw("srun"), Raw("--label")]
+            # One crashed rank ends the step: without this the other ranks wait in their
+            # next collective until the time limit (the classic "my job hangs").
+            tokens.append(Raw("--kill-on-bad-exit=1"))
+            if launcher == "torchrun":
+                # One torchrun per node, with the CPUs of all the ranks it starts.
+                tokens += [Raw(f"--nodes={spec.nodes}"), Raw(f"--ntasks={spec.nodes}"),
+                           Raw("--ntasks-per-node=1"),
+                           Raw(f"--cpus-per-task={spec.cpus_per_task * spec.tasks_per_node}")]
+            elif spec.profile.mpi.srun_mpi:
+                tokens.append(Raw(f"--mpi={spec.profile.mpi.srun_mpi}"))
+            return tokens
+        if launcher == "mpirun":
+            return [Raw("mpirun"), Raw("-np"), Raw('"$SLURM_NTASKS"')]
+        # horovodrun: needs the host list, written by the script into $HPCDL_HOSTFILE
+        return [Raw("horovodrun"), Raw("-np"), Raw('"$SLURM_NTASKS"'),
+                Raw("--hostfile"), Raw('"$HPCDL_HOSTFILE"')]
+
+    def header(self, spec: JobSpec) -> dict[str, Any]:
+        output, error = self.log_paths(spec)
+        options = scheduler_options(
+            spec.profile, spec.partition, nodes=spec.nodes, gpus=spec.gpus_per_node,
+            tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
+            time=spec.time)
+        return {
+            "job_name": sbatch_job_name(spec.job_name),
+            "options": [*(sbatch_option(o) for o in options),
+                        *(sbatch_option(o) for o in requeue_options(spec)),
+                        f"--output={sbatch_value(output)}",
+                        f"--error={sbatch_value(error)}"],
+        }
+
+    def stage_image(self, spec: JobSpec, local: str, image: str) -> dict[str, str]:
+        """sbcast's copy on every node: its name holds the job id, so two jobs on one
+        node never share, overwrite or remove each other's copy."""
+        head, tail = f"{local.rstrip('/')}/hpcdl-", f"-{PurePosixPath(image).name}"
+        return {"local_q": shell_join([local]),
+                "dest": shell_join([head]) + self.job_id_word + shell_join([tail]),
+                "shown": f"{head}$SLURM_JOB_ID{tail}"}
+
+    def warnings(self, profile: Profile) -> list[str]:
+        return []
