@@ -32,12 +32,11 @@ class Recording:
         self.tools = tools
         self.argvs: list[list[str]] = []
 
-    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
-            error_cls: type[ToolError] = ToolError) -> proc.Result:
+    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True) -> proc.Result:
         self.argvs.append(list(argv))
         rc, out, err = self.answers.get(argv[0], (127, "", f"{argv[0]}: not found"))
         if check and rc:
-            raise error_cls(f"{argv[0]} failed (exit {rc}): {err}", argv=list(argv),
+            raise ToolError(f"{argv[0]} failed (exit {rc}): {err}", argv=list(argv),
                             returncode=rc)
         return proc.Result(tuple(argv), rc, out, err)
 

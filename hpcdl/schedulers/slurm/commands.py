@@ -84,7 +84,13 @@ def sbatch(argv: list[str], ex: Executor = LOCAL) -> str:
 
     Raises SubmitError with Slurm's message verbatim and a hint when it refuses.
     """
-    res = ex.run(argv, timeout=SBATCH_TIMEOUT, check=False, error_cls=SubmitError)
+    try:
+        res = ex.run(argv, timeout=SBATCH_TIMEOUT, check=False)
+    except SubmitError:
+        raise
+    except ToolError as err:  # missing or timed out: the submission failed
+        raise SubmitError(err.message, argv=err.argv, returncode=err.returncode,
+                          output=err.output, hint=err.hint) from err
     if not res.ok:
         message = (res.stderr or res.stdout).strip() or f"exit code {res.returncode}"
         raise SubmitError(f"sbatch refused the job: {message}", argv=argv,

@@ -160,7 +160,7 @@ def list_jobs(*, since: str = "now-1days", all_users: bool = False,
     """The user's jobs: live ones from squeue, finished ones (since ``since``) from sacct."""
     user = [] if all_users else ["-u", getpass.getuser()]
     sq = ex.run(["squeue", "-h", "-t", "all", *user, "-o", SQUEUE_FORMAT],
-                  timeout=QUERY_TIMEOUT, check=False, error_cls=ToolError)
+                  timeout=QUERY_TIMEOUT, check=False)
     live = {r.job_id: r for r in parse_squeue(sq.stdout)} if sq.ok else {}
     sa = ex.run(["sacct", "-n", "-P", "-X", "-S", since, *(["-a"] if all_users else user),
                    "-o", SACCT_FIELDS], timeout=QUERY_TIMEOUT, check=False)
