@@ -187,8 +187,7 @@ def build_plan(profile: Profile, req: JobRequest,
         "launcher": launcher,
         "launch_notes": launch_notes(req, launcher, gpu_bind, image, image_source,
                                      master_addr, master_port)
-                        + ([f"image staged: each node's copy {stage['shown']} (sbcast, "
-                            "below), removed at the end."] if stage else []),
+                        + ([stage["note"]] if stage else []),
         "stage": stage,
         "master_addr": master_addr,
         "master_port": master_port,

@@ -268,7 +268,7 @@ class ScriptDialect(Protocol):
 
     def stage_image(self, spec: JobSpec, local: str, image: str) -> dict[str, str]:
         """How the script copies ``image`` into the nodes' ``local`` scratch (the
-        template's ``stage``: local_q, dest, shown)."""
+        template's ``stage``: local_q, dest, shown, and the launch note that says so)."""
         ...
 
     def warnings(self, profile: Profile) -> list[str]:

@@ -140,9 +140,12 @@ class SlurmDialect:
         """sbcast's copy on every node: its name holds the job id, so two jobs on one
         node never share, overwrite or remove each other's copy."""
         head, tail = f"{local.rstrip('/')}/hpcdl-", f"-{PurePosixPath(image).name}"
+        shown = f"{head}$SLURM_JOB_ID{tail}"
         return {"local_q": shell_join([local]),
                 "dest": shell_join([head]) + self.job_id_word + shell_join([tail]),
-                "shown": f"{head}$SLURM_JOB_ID{tail}"}
+                "shown": shown,
+                "note": f"image staged: each node's copy {shown} (sbcast, below), removed at "
+                        f"the end."}
 
     def warnings(self, profile: Profile) -> list[str]:
         return []
