@@ -122,8 +122,13 @@ def _code_words(source: str) -> list[str]:
     return words
 
 
-@pytest.mark.parametrize("module", ["follow.py", "submit.py", "sweep/run.py", "watchdog.py",
-                                    "schedulers/base.py", "schedulers/executor.py"])
+# The job lifecycle: hpcdl's flows (and the jobs layer, where there is one) over the seam.
+LIFECYCLE = ["follow.py", "submit.py", "sweep/run.py", "watchdog.py", "schedulers/base.py",
+             "schedulers/executor.py",
+             *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "jobs").glob("*.py"))]
+
+
+@pytest.mark.parametrize("module", LIFECYCLE)
 def test_the_lifecycle_code_names_no_scheduler(module: str) -> None:
     # Code, not prose: a docstring or comment may explain with Slurm as the example; the
     # code may not spell a scheduler's commands or import an adapter. (The record key
