@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import describe, facts_line  # noqa: E402
-from hpcdl.jobside import _job_side_files, job_side_files, stage  # noqa: E402
+from hpcdl.launch.staging import _job_side_files, job_side_files, stage  # noqa: E402
 from tests.integration.conftest_user import VENV, ClusterUser, ensure_user  # noqa: E402
 
 IMAGE = "/scratch/images/pytorch-horovod-cpu.sif"

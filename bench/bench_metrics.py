@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import describe, facts_line  # noqa: E402
-from hpcdl.proc import run  # noqa: E402
+from hpcdl.core.proc import run  # noqa: E402
 from hpcdl.results.protocol import parse_result  # noqa: E402
 from hpcdl.results.steps import StepWriter, read_metrics  # noqa: E402
 

@@ -1,5 +1,5 @@
 """How many Slurm commands hpcdl runs while it follows jobs: per poll cycle and per
-minute, for 1, 50, 200 and 1,000 jobs, with the batched Watcher (hpcdl.follow) against
+minute, for 1, 50, 200 and 1,000 jobs, with the batched Watcher (hpcdl.jobs.follow) against
 per-job polling (what follow_sweep did before: squeue + scontrol/sacct for every
 unfinished point every second).
 
@@ -33,14 +33,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import describe, facts_line  # noqa: E402
-from hpcdl import proc  # noqa: E402
-from hpcdl.follow import Watcher  # noqa: E402
+from hpcdl.core import proc  # noqa: E402
+from hpcdl.jobs.follow import Watcher  # noqa: E402
+from hpcdl.jobs.submit import plan_run, submit  # noqa: E402
 from hpcdl.plan import JobRequest  # noqa: E402
 from hpcdl.profiles import load_profile  # noqa: E402
 from hpcdl.schedulers.base import is_final  # noqa: E402
 from hpcdl.schedulers.slurm import query  # noqa: E402
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler  # noqa: E402
-from hpcdl.submit import plan_run, submit  # noqa: E402
 
 SLURM_TOOLS = ("squeue", "sacct", "scontrol", "sbatch", "scancel", "sinfo")
 FAKE_BIN = REPO / "tests" / "fakeslurm" / "bin"
@@ -48,7 +48,7 @@ FAKE_BIN = REPO / "tests" / "fakeslurm" / "bin"
 
 @contextmanager
 def counting() -> Iterator[Counter[str]]:
-    """Count every Slurm command hpcdl runs (all go through hpcdl.proc.run)."""
+    """Count every Slurm command hpcdl runs (all go through hpcdl.core.proc.run)."""
     counts: Counter[str] = Counter()
     real = proc.run
 
@@ -185,7 +185,7 @@ def main() -> int:
                                                 ("sleep", str(args.real_seconds))),
                             "batched", None))
     info = describe(tools=("squeue",))
-    print("Slurm commands while following jobs (hpcdl.follow.Watcher vs per-job polling)")
+    print("Slurm commands while following jobs (hpcdl.jobs.follow.Watcher vs per-job polling)")
     print(f"{'case':<36} {'how':<8} {'cycles':>6} {'time s':>7} {'commands':>9} "
           f"{'per cycle':>9} {'per min':>8}  by tool")
     for r in rows:

@@ -5,7 +5,7 @@ against plain `sbatch` of the same rendered script, on the sandbox cluster.
 Paired runs, order alternating inside each pair so drift hits both sides alike.
 Three comparisons, each against plain `sbatch --parsable SCRIPT` measured in the same pair:
   cli      `python -m hpcdl submit -p sandbox ...`: what a user types (includes Python start-up)
-  library  hpcdl.submit.submit() in this process: hpcdl's own work + sbatch
+  library  hpcdl.jobs.submit.submit() in this process: hpcdl's own work + sbatch
   wait     `hpcdl submit --wait` vs `sbatch --wait`: submit and follow the job to its end
 Prints medians side by side with ratios, the machine, and the command to reproduce.
 
@@ -30,11 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import describe, facts_line  # noqa: E402
-from hpcdl.jobside import stage  # noqa: E402
+from hpcdl.jobs.submit import plan_run, submit  # noqa: E402
+from hpcdl.launch.staging import stage  # noqa: E402
 from hpcdl.plan import JobRequest, build_plan  # noqa: E402
 from hpcdl.profiles import load_profile  # noqa: E402
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler  # noqa: E402
-from hpcdl.submit import plan_run, submit  # noqa: E402
 
 NODES, GPUS = 2, 4
 COMMAND = ("true",)

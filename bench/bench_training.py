@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import describe  # noqa: E402
-from hpcdl.proc import run  # noqa: E402
+from hpcdl.core.proc import run  # noqa: E402
 
 BENCH = ROOT / "examples" / "synthetic_benchmark.py"
 

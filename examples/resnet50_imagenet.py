@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import trainkit  # noqa: F401  (puts hpcdl on sys.path when run from a checkout)
 from trainkit.say import say
 
-from hpcdl.errors import HpcdlError, UserInputError
+from hpcdl.core.errors import HpcdlError, UserInputError
 from hpcdl.launch.world import World, detect_world
 from hpcdl.results.protocol import rank_line, result_line
 from hpcdl.results.steps import StepWriter, default_dir
@@ -584,7 +584,7 @@ def last_line(message: str) -> str:
     # message; the user needs only its last line.
     lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
     last = lines[-1] if lines else message
-    prefix = "hpcdl.errors."
+    prefix = "hpcdl.core.errors."
     if last.startswith(prefix) and ": " in last:
         last = last.split(": ", 1)[1]
     return last

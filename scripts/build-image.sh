@@ -3,7 +3,7 @@
 #
 # 1. Fill the wheelhouse the spec copies in (<cache>/wheelhouse; the cache is
 #    ${HPCDL_CACHE:-/var/cache/hpcdl}, or ~/.cache/hpcdl for a user who may not write it,
-#    who then reuses the site's wheelhouse when it has one: see hpcdl/cache.py):
+#    who then reuses the site's wheelhouse when it has one: see hpcdl/container/cache.py):
 #    - the pinned torch CPU wheel: pip download torch==2.13.0 --no-deps (pip's configuration
 #      on these machines resolves that to the local CPU wheel);
 #    - the Horovod 0.28.1 wheel with the C++17 fix, from scripts/build-horovod.sh (cached
@@ -22,9 +22,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-# hpcdl's cache rule (hpcdl/cache.py): ${HPCDL_CACHE:-/var/cache/hpcdl} where this user
+# hpcdl's cache rule (hpcdl/container/cache.py): ${HPCDL_CACHE:-/var/cache/hpcdl} where this user
 # may write it, else ~/.cache/hpcdl, reading a site cache they can only read as well.
-mapfile -t CACHES < <("$PY" -c 'from hpcdl.cache import cache_dirs
+mapfile -t CACHES < <("$PY" -c 'from hpcdl.container.cache import cache_dirs
 d = cache_dirs(); print(d.write); print("\n".join(d.read))')
 CACHE=${CACHES[0]}
 WHEELHOUSE=$CACHE/wheelhouse

@@ -47,7 +47,7 @@ def anchor(path: str) -> str:
 
 
 def _kind(metadata: typing.Iterable[Any]) -> Any:
-    # hpcdl.tokens.Kind, found by its shape so this module does not import hpcdl's internals.
+    # hpcdl.core.tokens.Kind, found by its shape so this module does not import hpcdl's internals.
     return next((m for m in metadata if hasattr(m, "pattern") and hasattr(m, "example")), None)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch.utils.data import Dataset, DistributedSampler
 
-from hpcdl.errors import UserInputError
+from hpcdl.core.errors import UserInputError
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpcdl.errors import ConfigError
+from hpcdl.core.errors import ConfigError
 from hpcdl.launch.world import World, detect_world, export_torch_env
 
 

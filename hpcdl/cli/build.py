@@ -12,7 +12,7 @@ import click
 
 from hpcdl.container.build import execute, plan_build, unprivileged_build
 from hpcdl.container.spec import bundled_spec_names
-from hpcdl.errors import UserInputError
+from hpcdl.core.errors import UserInputError
 from hpcdl.profiles import load_profile
 
 

@@ -16,16 +16,16 @@ from typing import Any
 
 import click
 
-from hpcdl.attempts import Attempt, no_step_message
-from hpcdl.hang import Diagnosis
+from hpcdl.hang.diagnosis import Diagnosis
+from hpcdl.jobs.attempts import Attempt, no_step_message
+from hpcdl.jobs.rundir import RunDir
+from hpcdl.jobs.timelimit import timeout_message
 from hpcdl.probe.worker import format_size
 from hpcdl.results.logs import describe_failures, format_result_table
 from hpcdl.results.protocol import without_probe
 from hpcdl.results.record import JobLogs, ResultRecord
 from hpcdl.results.table import Row
-from hpcdl.rundir import RunDir
 from hpcdl.schedulers.base import JobState, JobStatus
-from hpcdl.timelimit import timeout_message
 
 
 def echo(message: str = "", err: bool = False, nl: bool = True) -> None:

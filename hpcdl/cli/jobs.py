@@ -6,13 +6,13 @@ import json
 
 import click
 
-from hpcdl.attempts import no_step_message
 from hpcdl.cli.display import attempt_lines
-from hpcdl.follow import log_chunks
+from hpcdl.jobs.attempts import no_step_message
+from hpcdl.jobs.follow import log_chunks
 from hpcdl.jobs.status import JobSnapshot, job_snapshot
+from hpcdl.jobs.timelimit import clock_text, timeout_message
 from hpcdl.schedulers.base import JobStatus
 from hpcdl.schedulers.registry import scheduler_for
-from hpcdl.timelimit import clock_text, timeout_message
 
 
 def _row(s: JobStatus) -> str:
@@ -93,9 +93,9 @@ def logs(job_id: str, follow: bool) -> None:
 
     With -f, follows the files while the job runs and stops when it has ended.
     """
-    # Lazy: hpcdl.submit brings the planner (pydantic, jinja2: some 150 ms here) with it,
+    # Lazy: hpcdl.jobs.submit brings the planner (pydantic, jinja2: some 150 ms here) with it,
     # which `hpcdl status`, in this module too, does not need.
-    from hpcdl.submit import log_files
+    from hpcdl.jobs.submit import log_files
 
     scheduler = scheduler_for()
     out, err = log_files(job_id, scheduler)
@@ -110,7 +110,7 @@ def logs(job_id: str, follow: bool) -> None:
 def cancel(job_id: str) -> None:
     """Cancel a pending or running job (scancel) and report its final state."""
     # Lazy, as in logs: the planner is not the status command's.
-    from hpcdl.submit import cancel as cancel_job
+    from hpcdl.jobs.submit import cancel as cancel_job
 
     final = cancel_job(job_id, scheduler_for())
     click.echo(f"job {job_id}: {final.state} (Slurm {final.native_state})")

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from hpcdl.errors import ValidationError
+from hpcdl.core.errors import ValidationError
+from hpcdl.jobs.preflight import runtime_mode
 from hpcdl.plan import GPU_BINDS, LAUNCHERS, JobRequest, RuntimeMode, job_image
-from hpcdl.preflight import runtime_mode
 from hpcdl.profiles.schema import Profile
 
 
 def runtime_mode_for(profile: Profile, request: JobRequest) -> RuntimeMode | None:
-    """How the request's container runtime will run its ranks (hpcdl.preflight's
+    """How the request's container runtime will run its ranks (hpcdl.jobs.preflight's
     runtime_mode), printing its warning when this host cannot run images as this user."""
     mode, warning = runtime_mode(job_image(profile, request)[0], profile.container.binary)
     if warning:

@@ -13,7 +13,8 @@ import click
 
 from hpcdl.cli.options import example_options, parse_env, runtime_mode_for
 from hpcdl.cli.submit import print_dry_run, submit_and_show
-from hpcdl.errors import ValidationError
+from hpcdl.core.errors import ValidationError
+from hpcdl.jobs.submit import plan_run
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.probe.request import (
     DEFAULT_SIZES,
@@ -25,7 +26,6 @@ from hpcdl.probe.request import (
 )
 from hpcdl.probe.worker import DEFAULT_SLOW_RATIO
 from hpcdl.profiles import load_profile
-from hpcdl.submit import plan_run
 
 
 @click.command()

@@ -102,8 +102,8 @@ def detect(name: str | None, output: str | None, force: bool) -> None:
       hpcdl profiles detect --name mycluster -o ~/.config/hpcdl/profiles/mycluster.yaml
       hpcdl profiles diff mycluster
     """
-    from hpcdl.atomic import write_atomic
-    from hpcdl.errors import UserInputError
+    from hpcdl.core.atomic import write_atomic
+    from hpcdl.core.errors import UserInputError
     from hpcdl.profiles.detect import describe
     from hpcdl.schedulers.slurm.detect import gather
 
@@ -128,7 +128,7 @@ def detect(name: str | None, output: str | None, force: bool) -> None:
 
 
 def _check_name(name: str) -> None:
-    from hpcdl.errors import UserInputError
+    from hpcdl.core.errors import UserInputError
 
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
         raise UserInputError(f"name: {name!r} is not a profile name (letters, digits, '_', '.', '-')")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from hpcdl.errors import ValidationError
+from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.results import load_rows
 from hpcdl.report import write_run_report, write_sweep_report
 from hpcdl.results.straggler import DEFAULT_THRESHOLD

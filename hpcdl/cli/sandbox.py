@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from hpcdl.errors import ToolError, ValidationError
+from hpcdl.core.errors import ToolError, ValidationError
 
 NODES_HELP = ("A cluster of N nodes (1 to 200) in its own directory "
               "(/var/lib/hpcdl-sandbox-Nn), beside the two-node sandbox; without it, "
@@ -21,7 +21,7 @@ NODES_HELP = ("A cluster of N nodes (1 to 200) in its own directory "
 
 def _script() -> str:
     """scripts/sandbox.sh: in the checkout, or under hpcdl/_data in the wheel."""
-    from hpcdl.resources import data_dir
+    from hpcdl.core.resources import data_dir
 
     path = data_dir("scripts") / "sandbox.sh"
     if not path.is_file():
@@ -36,7 +36,7 @@ def _script_env(env: dict[str, str] | None) -> dict[str, str]:
 
 
 def _run(action: str, env: dict[str, str] | None = None) -> None:
-    from hpcdl import proc
+    from hpcdl.core import proc
 
     try:
         proc.stream(["bash", _script(), action], on_line=lambda line: click.echo(line, nl=False),
@@ -49,7 +49,7 @@ def _run(action: str, env: dict[str, str] | None = None) -> None:
 
 
 def _free_subnet() -> str:
-    from hpcdl import proc
+    from hpcdl.core import proc
     from hpcdl.sandbox import pick_subnet
 
     return pick_subnet(proc.run(["ip", "-o", "-4", "addr", "show"], timeout=30).stdout)
@@ -84,7 +84,7 @@ def _prepare(nodes: int, folder: Path) -> tuple[dict[str, str], Path]:
     import yaml
 
     from hpcdl import sandbox as shape
-    from hpcdl.atomic import write_atomic
+    from hpcdl.core.atomic import write_atomic
     from hpcdl.profiles.loader import load_profile_file, user_profiles_dir
     from hpcdl.sandbox.cluster import parse_shape
 
@@ -190,7 +190,7 @@ def down(nodes: int | None, folder: Path | None) -> None:
 def status_cmd(nodes: int | None, folder: Path | None) -> None:
     """Show the daemons, each node's address and link, and the nodes as Slurm sees
     them; exit 3 when the cluster is not up."""
-    from hpcdl import proc
+    from hpcdl.core import proc
 
     _no_dir_without_nodes(nodes, folder)
     env = None if nodes is None else _need_env(nodes, folder)
@@ -215,7 +215,7 @@ def render(out: Path | None, bundled_profile: bool) -> None:
     _DBD_PORT, _DB_PORT, _ACCOUNTING. A bad shape or value is one line on stderr
     ("sandbox: ..."), exit 2, and nothing is written.
     """
-    from hpcdl.atomic import write_atomic
+    from hpcdl.core.atomic import write_atomic
     from hpcdl.sandbox.cluster import Cluster
     from hpcdl.sandbox.render import bundled_profile as profile_text
     from hpcdl.sandbox.render import render_files

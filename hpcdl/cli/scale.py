@@ -12,17 +12,17 @@ import click
 from hpcdl.cli.display import SweepBar, done_line, probe_view
 from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
 from hpcdl.cli.submit import defaults_line
-from hpcdl.errors import ValidationError
+from hpcdl.core.errors import ValidationError
+from hpcdl.jobs.preflight import check_inputs, image_arch_facts
 from hpcdl.jobs.results import load_rows, probe_report, stragglers
+from hpcdl.jobs.submit import Submitted
 from hpcdl.jobs.sweep import finish_sweep, start_sweep
 from hpcdl.plan import JobRequest, job_image
-from hpcdl.plot import build_figure, write_png
-from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.profiles import load_profile
+from hpcdl.results.plot import build_figure, write_png
 from hpcdl.results.table import count, format_table, to_csv, to_json
 from hpcdl.schedulers.pbs import script as pbs
 from hpcdl.schedulers.registry import scheduler_for
-from hpcdl.submit import Submitted
 from hpcdl.sweep.grid import (
     SweepPoint,
     check_base,

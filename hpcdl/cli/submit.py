@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from hpcdl.alloc import build_alloc, run_alloc
 from hpcdl.cli import one_line
 from hpcdl.cli.display import StatusLine, hang_lines, print_job_end
 from hpcdl.cli.options import (
@@ -17,17 +16,18 @@ from hpcdl.cli.options import (
     request_options,
     runtime_mode_for,
 )
-from hpcdl.errors import ValidationError
-from hpcdl.hang import HANG_ACTIONS, Diagnosis, parse_seconds
+from hpcdl.core.errors import ValidationError
+from hpcdl.hang.diagnosis import HANG_ACTIONS, Diagnosis, parse_seconds
+from hpcdl.jobs.alloc import build_alloc, run_alloc
 from hpcdl.jobs.flow import follow_job, submit_job
+from hpcdl.jobs.preflight import check_inputs, image_arch_facts
+from hpcdl.jobs.submit import plan_run
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan, job_image
-from hpcdl.preflight import check_inputs, image_arch_facts
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.pbs import script as pbs
 from hpcdl.schedulers.registry import scheduler_for
-from hpcdl.submit import plan_run
 
 # Starts the line above each job-side file a dry run prints after the script (the
 # arrow of `head FILE...`): a reader or a test finds where each file begins.

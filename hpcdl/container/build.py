@@ -14,7 +14,7 @@ reaches the caller's log and a build that writes more than a pipe buffer (64 KiB
 stderr blocks forever; it always runs ``singularity`` (never ``apptainer`` or a
 profile's binary) and leaves the child running when the caller is interrupted. Its
 non-streaming form returns None or an older image on failure. So the build runs
-through ``hpcdl.proc.stream`` (stdout+stderr merged, exit code checked, child killed
+through ``hpcdl.core.proc.stream`` (stdout+stderr merged, exit code checked, child killed
 on interrupt), with the same argv spython would compose.
 """
 
@@ -34,9 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hpcdl import proc
-from hpcdl.atomic import write_json_atomic
-from hpcdl.cache import cache_dirs
+from hpcdl.container.cache import cache_dirs
 from hpcdl.container.definition import RenderContext, cache_dir, render_definition
 from hpcdl.container.hashing import (
     content_hash,
@@ -47,8 +45,10 @@ from hpcdl.container.hashing import (
 from hpcdl.container.recipes import convert_dockerfile, dockerfile_name, is_dockerfile
 from hpcdl.container.runtime import Runtime, find_runtime, runtime_env
 from hpcdl.container.spec import ImageSpec, find_spec, load_spec
-from hpcdl.errors import BuildError, ToolError, UserInputError
-from hpcdl.yamlmodel import read_text
+from hpcdl.core import proc
+from hpcdl.core.atomic import write_json_atomic
+from hpcdl.core.errors import BuildError, ToolError, UserInputError
+from hpcdl.core.yamlmodel import read_text
 
 # Placeholders for machine paths when hashing a rendered spec: a fresh clone in another
 # folder, with the same content, hashes the same and reuses the cached image.
@@ -119,7 +119,7 @@ class BuildResult:
 
 def default_output(name: str, sandbox: bool) -> Path:
     """``<cache>/images/<name>.sif`` (a folder for --sandbox): ${HPCDL_CACHE:-/var/cache/hpcdl}
-    where this user may write there, else ~/.cache/hpcdl (hpcdl.cache)."""
+    where this user may write there, else ~/.cache/hpcdl (hpcdl.container.cache)."""
     return Path(cache_dir()) / "images" / (name if sandbox else f"{name}.sif")
 
 
@@ -234,7 +234,7 @@ def _recipe_from_spec(ref: str) -> _Recipe:
     spec_path = find_spec(ref)
     spec = load_spec(spec_path)
     # A ${HPCDL_CACHE} path (the wheelhouse) is read from the first cache that has it:
-    # the user's own, then a site cache they may read but not write (hpcdl.cache).
+    # the user's own, then a site cache they may read but not write (hpcdl.container.cache).
     dirs = cache_dirs()
     ctx = RenderContext(spec_dir=str(spec_path.resolve().parent), cache_dir=dirs.write,
                         cache_read=dirs.read)

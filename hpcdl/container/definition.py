@@ -10,11 +10,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcdl.cache import SYSTEM_CACHE, cache_dirs
+from hpcdl.container.cache import SYSTEM_CACHE, cache_dirs
 from hpcdl.container.spec import ImageSpec, _req_name, expand_path
-from hpcdl.errors import ConfigError
-from hpcdl.resources import PACKAGE_DIR, REPO_ROOT, containers_dir, examples_dir
-from hpcdl.templating import render_template
+from hpcdl.core.errors import ConfigError
+from hpcdl.core.resources import PACKAGE_DIR, REPO_ROOT, containers_dir, examples_dir
+from hpcdl.core.templating import render_template
 
 TEMPLATE = "singularity.def.j2"
 DEFAULT_CACHE = SYSTEM_CACHE
@@ -24,7 +24,7 @@ PROJECT_DIRS = ("hpcdl", "examples")
 
 def cache_dir() -> str:
     """Where this user's builds write: ``$HPCDL_CACHE`` or /var/cache/hpcdl when
-    writable, else ~/.cache/hpcdl (hpcdl.cache has the rules)."""
+    writable, else ~/.cache/hpcdl (hpcdl.container.cache has the rules)."""
     return cache_dirs().write
 
 

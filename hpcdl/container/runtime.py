@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from hpcdl import proc
-from hpcdl.errors import ToolError
+from hpcdl.core import proc
+from hpcdl.core.errors import ToolError
 
 RUNTIMES = ("apptainer", "singularity")
 INSTALL_HINT = (

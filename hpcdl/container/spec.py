@@ -16,9 +16,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hpcdl.errors import ConfigError, UserInputError
-from hpcdl.resources import containers_dir
-from hpcdl.tokens import (
+from hpcdl.core.errors import ConfigError, UserInputError
+from hpcdl.core.resources import containers_dir
+from hpcdl.core.tokens import (
     REQUIREMENT,
     DebPackage,
     DefText,
@@ -35,7 +35,7 @@ from hpcdl.tokens import (
     Url,
     Version,
 )
-from hpcdl.yamlmodel import load_yaml_model, parse_yaml_model
+from hpcdl.core.yamlmodel import load_yaml_model, parse_yaml_model
 
 _FRAMEWORKS: tuple[Literal["pytorch"], ...] = ("pytorch",)
 _CONTROLLERS: tuple[Literal["mpi", "gloo"], ...] = ("mpi", "gloo")

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcdl.errors import UserInputError
+from hpcdl.core.errors import UserInputError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".webp")
 LAYOUT = "expected ImageFolder layout DIR/train/<class>/<image> and DIR/val/<class>/<image>"

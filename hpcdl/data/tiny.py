@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdl.errors import UserInputError
+from hpcdl.core.errors import UserInputError
 
 MARKER = ".hpcdl-tiny"
 

@@ -2,7 +2,7 @@
 
 Facts are gathered apart from the rules that judge them:
 
-- host.py: HostFacts, gathered by running tools through hpcdl.proc (runtime, Slurm,
+- host.py: HostFacts, gathered by running tools through hpcdl.core.proc (runtime, Slurm,
   nvidia-smi, mpirun). A missing tool is itself a fact, never an exception.
 - image.py: ImageFacts, from the image's labels and probe.py run inside it.
 - probe.py: the script that runs inside the image with its python (package data, read

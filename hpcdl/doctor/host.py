@@ -1,7 +1,7 @@
 """Host facts: container runtime (and how this user may run it), Slurm tools, GPUs and
 driver, host MPI.
 
-Every tool runs through hpcdl.proc; a missing or failing tool is itself a fact (the
+Every tool runs through hpcdl.core.proc; a missing or failing tool is itself a fact (the
 field stays empty), so ``host_facts`` never raises.
 """
 
@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcdl import proc
 from hpcdl.container.runtime import RuntimeFacts, find_runtime, gather_runtime_facts
+from hpcdl.core import proc
+from hpcdl.core.errors import ToolError
 from hpcdl.doctor.parse import parse_mpi_version, parse_shared_loop_devices, parse_srun_mpi_list
-from hpcdl.errors import ToolError
 
 
 @dataclass

@@ -13,10 +13,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hpcdl import proc
 from hpcdl.container.runtime import find_runtime, runtime_env
+from hpcdl.core import proc
+from hpcdl.core.errors import ToolError, UserInputError
 from hpcdl.doctor.parse import parse_cuda_archs, parse_horovod_cb, parse_mpi_version
-from hpcdl.errors import ToolError, UserInputError
 
 
 @dataclass

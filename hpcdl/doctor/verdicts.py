@@ -20,10 +20,10 @@ from hpcdl.container.runtime import (
     setuid_problem,
     unprivileged_missing,
 )
+from hpcdl.core.gpuarch import runs_on
 from hpcdl.doctor.host import HostFacts
 from hpcdl.doctor.image import ImageFacts, unreadable_reason
 from hpcdl.doctor.profile import ProfileFacts
-from hpcdl.gpuarch import runs_on
 
 Level = Literal["ok", "warning", "problem"]
 

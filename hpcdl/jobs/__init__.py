@@ -4,6 +4,6 @@ finished run or sweep holds (``results``) and what a job's run directory adds to
 scheduler status (``status``).
 
 These modules never print: progress goes to callbacks the caller passes (as
-hpcdl.follow's ``on_poll``), and what happened comes back as values that hpcdl.cli
+hpcdl.jobs.follow's ``on_poll``), and what happened comes back as values that hpcdl.cli
 displays. They are handed the scheduler and never pick one.
 """

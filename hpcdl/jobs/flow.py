@@ -11,17 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdl.attempts import Attempt
-from hpcdl.follow import MAX_INTERVAL_S, Backoff, OnPoll, Watcher, follow
-from hpcdl.hang import DEFAULT_HANG_ACTION, Diagnosis
+from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION, Diagnosis
+from hpcdl.hang.watchdog import HangWatchdog, collect, find_py_spy
+from hpcdl.jobs.attempts import Attempt
+from hpcdl.jobs.follow import MAX_INTERVAL_S, Backoff, OnPoll, Watcher, follow
+from hpcdl.jobs.submit import Submitted, attempts_of, exit_status, submit
 from hpcdl.plan import JobPlan
 from hpcdl.probe.worker import EXIT_BAD_INPUT
 from hpcdl.profiles.schema import Profile
 from hpcdl.report import write_run_report
 from hpcdl.results.record import JobLogs, ResultRecord, record_result
 from hpcdl.schedulers.base import JobStatus, Scheduler
-from hpcdl.submit import Submitted, attempts_of, exit_status, submit
-from hpcdl.watchdog import HangWatchdog, collect, find_py_spy
 
 OnHang = Callable[[Diagnosis], None]
 
@@ -62,13 +62,13 @@ class JobOutcome:
 
 def submit_job(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
                watch: bool) -> SubmittedJob:
-    """Submit ``plan`` (planned with its run directory, see hpcdl.submit.plan_run).
+    """Submit ``plan`` (planned with its run directory, see hpcdl.jobs.submit.plan_run).
 
     ``watch``: the job will be followed, so the hang watchdog the plan asks for
     (``plan.hang_timeout``) is readied: py-spy is found before submitting (a watchdog
     that cannot look is none: ToolError) and copied into the run directory, since the
     nodes run it from there and not from this venv. Raises ValidationError,
-    SubmitError, ToolError (see hpcdl.submit.submit, hpcdl.watchdog.find_py_spy).
+    SubmitError, ToolError (see hpcdl.jobs.submit.submit, hpcdl.hang.watchdog.find_py_spy).
     """
     py_spy = find_py_spy() if plan.hang_timeout is not None and watch else None
     sub = submit(profile, plan, scheduler=scheduler)
@@ -87,7 +87,7 @@ def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
     after each poll, ``on_hang(diagnosis)`` when the hang watchdog fires. The result
     record (result.json), attempts.json and report.html are written to the run
     directory. ``probe``: a probe job, whose exit status is 2 when a node refused its
-    input. Raises ToolError, FollowTimeout (see hpcdl.follow.follow).
+    input. Raises ToolError, FollowTimeout (see hpcdl.jobs.follow.follow).
     """
     sub = job.submitted
     plan = sub.plan

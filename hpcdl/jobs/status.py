@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcdl import rundir
-from hpcdl.attempts import NO_STEP, Attempt, from_script, join
-from hpcdl.rundir import RunDir
+from hpcdl.jobs import rundir
+from hpcdl.jobs.attempts import NO_STEP, Attempt, from_script, join
+from hpcdl.jobs.rundir import RunDir
 from hpcdl.schedulers.base import JobStatus, Scheduler
 
 

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdl.atomic import write_atomic
+from hpcdl.core.atomic import write_atomic
+from hpcdl.jobs.submit import Submitted
 from hpcdl.plan import JobPlan, JobRequest
-from hpcdl.plot import build_figure, write_png
 from hpcdl.profiles.schema import Profile
+from hpcdl.results.plot import build_figure, write_png
 from hpcdl.results.table import Row, to_csv, to_json
 from hpcdl.schedulers.base import Scheduler
-from hpcdl.submit import Submitted
 from hpcdl.sweep.grid import SweepPoint, SweepRecord, read_sweep
 from hpcdl.sweep.run import PointState, follow_sweep, row_of, submit_sweep
 

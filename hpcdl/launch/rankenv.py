@@ -23,7 +23,7 @@ Before ``exec`` the wrapper checks, each in one line on stderr:
 A Slurm job runs it as a file of its run, ``RUN_DIR/job/bin/hpcdl-rank-env``
 (``rank_env_file``), beside the batch shell's MASTER_PORT pick
 (``RUN_DIR/job/bin/hpcdl-master-port``, ``port_pick_file``): both are staged with the
-run (hpcdl.jobside), so job.sbatch stays short and ``--dry-run`` prints them after it.
+run (hpcdl.launch.staging), so job.sbatch stays short and ``--dry-run`` prints them after it.
 A PBS script, which hpcdl renders but does not submit, carries both inline.
 
 This module is pure (text in, text out); the text must not contain a single quote,
@@ -198,7 +198,7 @@ def rank_env_script(mode: Mode = "ranks", *, gpu_bind: bool = False,
     ``torchrun``: one task per node runs torchrun, which sets its workers' variables
     itself; only the checks run (node 0 hosts the c10d rendezvous on MASTER_PORT).
     ``record_pid``: write "NODE PID" to $HPCDL_PID_DIR/rank-RANK (torchrun: node-N)
-    before exec, for the hang watchdog (hpcdl.watchdog).
+    before exec, for the hang watchdog (hpcdl.hang.watchdog).
     """
     parts = [f"# {WRAPPER_NAME}: the torchrun variables for every rank (POSIX sh; any image)\n"]
     if mode == "ranks":

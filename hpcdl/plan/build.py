@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Literal, cast
 
-from hpcdl.errors import ValidationError
-from hpcdl.gpuarch import ImageArchFacts, check_partition
-from hpcdl.hang import DEFAULT_HANG_ACTION
-from hpcdl.jobside import job_dir, job_side_files
+from hpcdl.core.errors import ValidationError
+from hpcdl.core.gpuarch import ImageArchFacts, check_partition
+from hpcdl.core.slurmtime import parse_time
+from hpcdl.core.templating import Raw, render_template, shell_join
+from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION
 from hpcdl.launch.rankenv import (
     PORT_LISTENED,
     PORT_PICK_FILE,
@@ -27,6 +28,7 @@ from hpcdl.launch.rankenv import (
     rank_env_file,
     rank_env_script,
 )
+from hpcdl.launch.staging import job_dir, job_side_files
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.plan.command import (
     PORT_TRIES,
@@ -55,8 +57,6 @@ from hpcdl.requeue import (
 )
 from hpcdl.schedulers.base import JobSpec, RequeueSpec, ScriptDialect
 from hpcdl.schedulers.dialects import dialect_for
-from hpcdl.slurmtime import parse_time
-from hpcdl.templating import Raw, render_template, shell_join
 
 # Unprivileged Apptainer puts each rank in its own user namespace. There Open MPI's
 # single-copy transfer between ranks of a node (CMA, process_vm_readv) fails, and Horovod
@@ -74,7 +74,7 @@ def build_plan(profile: Profile, req: JobRequest,
                runtime_mode: RuntimeMode | None = None) -> JobPlan:
     """Validate ``req`` against ``profile`` and render its job script.
 
-    ``image_facts`` (from hpcdl.preflight.image_arch_facts, which reads the image's
+    ``image_facts`` (from hpcdl.jobs.preflight.image_arch_facts, which reads the image's
     build record) lets the plan refuse a partition whose GPU type the image's torch has
     no kernels for; without it that check is not made. ``runtime_mode``: how the
     container runtime runs on the cluster (the profile's container.mode, or detected on

@@ -11,20 +11,20 @@ import os
 import re
 from pathlib import PurePosixPath
 
-from hpcdl.jobside import job_dir
+from hpcdl.core.resources import PACKAGE_DIR, examples_dir
+from hpcdl.core.templating import Raw
 from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME
+from hpcdl.launch.staging import job_dir
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.plan.partition import tasks_per_node
 from hpcdl.plan.request import JobRequest, _fail
 from hpcdl.probe.request import worker_path
 from hpcdl.profiles.schema import Profile
-from hpcdl.resources import PACKAGE_DIR, examples_dir
 from hpcdl.schedulers.base import ScriptDialect
-from hpcdl.templating import Raw
 
 # Where a job sees the bundled examples and the stdlib-only hpcdl modules they import
-# (hpcdl.errors, hpcdl.launch.world, hpcdl.data.imagefolder): staged into the run
-# directory (hpcdl.jobside) and bound read-only from there at job time (from the
+# (hpcdl.core.errors, hpcdl.launch.world, hpcdl.data.imagefolder): staged into the run
+# directory (hpcdl.launch.staging) and bound read-only from there at job time (from the
 # installed hpcdl when the plan has no run directory), so the examples run in any image
 # (a site's NGC image has no copy
 # of hpcdl; images built from containers/*.yaml carry one in /opt/hpcdl) and always

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hpcdl import __version__
-from hpcdl.jobside import JOB_DIR_NAME, job_dir
+from hpcdl.launch.staging import JOB_DIR_NAME, job_dir
 from hpcdl.profiles.schema import Backend, GpuBind, Launcher, SchedulerType
 
 
@@ -57,7 +57,7 @@ class JobPlan:
     probe_line: str | None = None  # the --probe-first step, as the script runs it
     hang_timeout: float | None = None  # the watchdog's silence limit (s); None: no watchdog
     hang_action: str | None = None  # cancel or leave
-    # Files copied into RUN_DIR/job at submission (hpcdl.jobside), relative to it.
+    # Files copied into RUN_DIR/job at submission (hpcdl.launch.staging), relative to it.
     job_files: tuple[str, ...] = ()
     # Files rendered for this job and written into RUN_DIR/job at submission, executable:
     # (path relative to job/, text). The script runs them (the rank wrapper, the port pick).

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 
+from hpcdl.core.slurmtime import format_time, parse_time
 from hpcdl.plan.request import JobRequest, _fail
 from hpcdl.profiles.schema import Partition, Profile
-from hpcdl.slurmtime import format_time, parse_time
 
 
 def _requested_seconds(req: JobRequest) -> float | None:

@@ -11,12 +11,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from hpcdl.errors import ValidationError
-from hpcdl.hang import HANG_ACTIONS
-from hpcdl.probe.request import check_nodes
-from hpcdl.profiles.schema import Backend, GpuBind, Launcher
-from hpcdl.slurmtime import parse_time
-from hpcdl.tokens import (
+from hpcdl.core.errors import ValidationError
+from hpcdl.core.slurmtime import parse_time
+from hpcdl.core.tokens import (
     BIND,
     BIND_SOURCE,
     CONTROL,
@@ -27,6 +24,9 @@ from hpcdl.tokens import (
     Kind,
     check_token,
 )
+from hpcdl.hang.diagnosis import HANG_ACTIONS
+from hpcdl.probe.request import check_nodes
+from hpcdl.profiles.schema import Backend, GpuBind, Launcher
 
 # How the container runtime runs here (hpcdl.container.runtime detects it on the host).
 RuntimeMode = Literal["setuid", "unprivileged", "root"]
@@ -71,7 +71,7 @@ class JobRequest:
     probe: tuple[str, ...] | None = None
     probe_first: bool = False
 
-    # The hang watchdog of `submit --wait` (hpcdl.watchdog): seconds without
+    # The hang watchdog of `submit --wait` (hpcdl.hang.watchdog): seconds without
     # progress before it collects stacks, and what it does then (cancel, leave).
     hang_timeout: float | None = None
     hang_action: str | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from hpcdl.errors import ValidationError
+from hpcdl.core.errors import ValidationError
 from hpcdl.probe import worker
 from hpcdl.profiles.schema import Profile
 

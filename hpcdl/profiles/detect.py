@@ -23,11 +23,11 @@ from typing import Any, Union
 
 import pydantic
 
-from hpcdl.errors import ConfigError, ToolError
+from hpcdl.core.errors import ConfigError, ToolError
+from hpcdl.core.slurmtime import format_time, parse_time
+from hpcdl.core.yamlmodel import describe_validation_error, parse_yaml_model
 from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.schedulers.slurm.detect import ClusterFacts, Node, PartitionInfo
-from hpcdl.slurmtime import format_time, parse_time
-from hpcdl.yamlmodel import describe_validation_error, parse_yaml_model
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.\-]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

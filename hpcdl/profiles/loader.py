@@ -12,10 +12,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcdl.errors import UserInputError
+from hpcdl.core.errors import UserInputError
+from hpcdl.core.resources import bundled_profiles_dir
+from hpcdl.core.yamlmodel import load_yaml_model
 from hpcdl.profiles.schema import Profile
-from hpcdl.resources import bundled_profiles_dir
-from hpcdl.yamlmodel import load_yaml_model
 
 ENV_VAR = "HPCDL_PROFILE"
 

@@ -12,9 +12,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hpcdl.resources import examples_dir
-from hpcdl.slurmtime import parse_time
-from hpcdl.tokens import (
+from hpcdl.core.resources import examples_dir
+from hpcdl.core.slurmtime import parse_time
+from hpcdl.core.tokens import (
     Bind,
     BindSource,
     EnvName,

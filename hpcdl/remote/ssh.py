@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcdl import proc
-from hpcdl.errors import ToolError, UserInputError
-from hpcdl.tokens import SSH_HOST, SSH_JUMP, SSH_USER, check_token
+from hpcdl.core import proc
+from hpcdl.core.errors import ToolError, UserInputError
+from hpcdl.core.tokens import SSH_HOST, SSH_JUMP, SSH_USER, check_token
 
 # ssh's own exit status for "could not connect or authenticate" (a remote command's
 # status otherwise comes back unchanged).
@@ -137,7 +137,7 @@ def connection_error(login: LoginNode, stderr: str) -> UserInputError | RemoteEr
 
 @dataclass(frozen=True)
 class SshExecutor:
-    """Runs argv lists on the login node (through hpcdl.proc, the one place hpcdl runs
+    """Runs argv lists on the login node (through hpcdl.core.proc, the one place hpcdl runs
     programs) and moves directories there and back with rsync, all over one master
     connection."""
 
@@ -172,6 +172,13 @@ class SshExecutor:
                               argv=list(remote.argv), returncode=res.returncode,
                               output=res.stdout + res.stderr)
         return remote
+
+    def which(self, name: str) -> str | None:
+        """Where the login node finds the command ``name`` (its shell's ``command -v``),
+        or None: the Executor protocol's question, asked remotely."""
+        res = self.run(["command", "-v", name], check=False)
+        found = res.stdout.strip()
+        return found if res.ok and found else None
 
     def connect(self, *, timeout: float = 120) -> None:
         """Open the master connection now, prompts allowed (a key's passphrase, 2FA):

@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hpcdl.atomic import write_atomic
+from hpcdl.core.atomic import write_atomic
+from hpcdl.jobs.rundir import REPORT_NAME, RunDir
 from hpcdl.results.straggler import DEFAULT_THRESHOLD
-from hpcdl.rundir import REPORT_NAME, RunDir
 
 
 def write_run_report(path: Path, out: Path | None = None, *,

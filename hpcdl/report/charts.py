@@ -232,9 +232,9 @@ def probe_matrix(probe: dict[str, Any]) -> str | None:
 
 
 def scaling_chart(rows: list[Any], title: str) -> str | None:
-    """A sweep's speedup, efficiency and sync share (hpcdl.plot's figure) as SVG."""
+    """A sweep's speedup, efficiency and sync share (hpcdl.results.plot's figure) as SVG."""
     if not rows:
         return None
-    from hpcdl.plot import build_figure
+    from hpcdl.results.plot import build_figure
 
     return to_svg(build_figure(rows, title=title), "scaling")

@@ -12,9 +12,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from hpcdl.jobs.rundir import RunDir
 from hpcdl.results import steps as step_metrics
 from hpcdl.results.straggler import DEFAULT_THRESHOLD, verdict
-from hpcdl.rundir import RunDir
 
 
 def _json(path: Path) -> Any:

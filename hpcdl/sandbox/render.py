@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpcdl.core.templating import render_template
 from hpcdl.sandbox.cluster import (
     DEFAULT_DIR,
     DEFAULT_SHAPE,
@@ -16,7 +17,6 @@ from hpcdl.sandbox.cluster import (
     check_host,
     profile_partitions,
 )
-from hpcdl.templating import render_template
 
 # A local-only database bound to 127.0.0.1 and a root-only config file: not a secret.
 DB_PASSWORD = "hpcdl-sandbox"

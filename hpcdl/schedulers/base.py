@@ -1,6 +1,6 @@
 """The seam between hpcdl's job lifecycle and a batch scheduler.
 
-The job lifecycle (hpcdl.submit, hpcdl.follow, hpcdl.sweep.run) is handed a
+The job lifecycle (hpcdl.jobs.submit, hpcdl.jobs.follow, hpcdl.sweep.run) is handed a
 ``Scheduler`` and talks to nothing else; each adapter (hpcdl.schedulers.slurm,
 hpcdl.schedulers.pbs) owns everything its scheduler spells its own way: the
 submission command, the state table, the words of its refusals. The adapter runs its
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from hpcdl.profiles.schema import Launcher, Partition, Profile
 
 if TYPE_CHECKING:
+    from hpcdl.core.proc import Result
     from hpcdl.plan import JobPlan
-    from hpcdl.proc import Result
 
 
 class JobState(StrEnum):

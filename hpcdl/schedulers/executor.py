@@ -1,6 +1,6 @@
 """Where a scheduler adapter's commands run. An adapter is given an ``Executor`` and
 runs every command (sbatch, squeue, qsub, ...) through it; ``LocalExecutor`` runs
-them here, through hpcdl.proc (the one subprocess gateway). Running the same adapter
+them here, through hpcdl.core.proc (the one subprocess gateway). Running the same adapter
 against a remote login node is another Executor (one that carries the argv over a
 connection: hpcdl.remote.ssh.SshExecutor's run, with a ``which``), not another adapter.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from hpcdl import proc
+from hpcdl.core import proc
 
 
 class Executor(Protocol):
@@ -28,7 +28,7 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Commands run on this machine, through hpcdl.proc."""
+    """Commands run on this machine, through hpcdl.core.proc."""
 
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True) -> proc.Result:
         return proc.run(argv, timeout=timeout, check=check)

@@ -3,7 +3,7 @@ lifecycle is handed the Scheduler this returns and never imports an adapter."""
 
 from __future__ import annotations
 
-from hpcdl.errors import UserInputError
+from hpcdl.core.errors import UserInputError
 from hpcdl.schedulers.base import Scheduler
 from hpcdl.schedulers.executor import LOCAL, Executor
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-from hpcdl.atomic import write_json_atomic
-from hpcdl.errors import ValidationError
-from hpcdl.gpuarch import ImageArchFacts
+from hpcdl.core.atomic import write_json_atomic
+from hpcdl.core.errors import ValidationError
+from hpcdl.core.gpuarch import ImageArchFacts
+from hpcdl.jobs.rundir import new_run_path, runs_root
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Profile
-from hpcdl.rundir import new_run_path, runs_root
 
 SWEEP_FILE = "sweep.json"
 # The example's batch-size flag: the sweep sets it per point, so -X may not.
@@ -151,7 +151,7 @@ def plan_points(profile: Profile, base: JobRequest, points: list[SweepPoint],
     point's run directory (under it, named after the point) is decided here, so
     these plans are the ones submitted; without, they are for showing (--dry-run).
     ``image_facts``, ``runtime_mode``: as for build_plan (the image's GPU architectures, read by
-    hpcdl.preflight)."""
+    hpcdl.jobs.preflight)."""
     plans = []
     for point in points:
         request = point_request(base, point)

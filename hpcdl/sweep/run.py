@@ -16,15 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hpcdl.errors import HpcdlError, ToolError, ValidationError
-from hpcdl.follow import FollowTimeout, Watcher
+from hpcdl.core.errors import HpcdlError, ToolError, ValidationError
+from hpcdl.jobs.follow import FollowTimeout, Watcher
+from hpcdl.jobs.rundir import RunDir
+from hpcdl.jobs.submit import Submitted, submit
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles.schema import Profile
 from hpcdl.results.record import ResultRecord, record_result
 from hpcdl.results.table import Row, row_from, with_scaling
-from hpcdl.rundir import RunDir
 from hpcdl.schedulers.base import JobStatus, Scheduler, is_final
-from hpcdl.submit import Submitted, submit
 from hpcdl.sweep.grid import (
     PointEntry,
     SweepPoint,

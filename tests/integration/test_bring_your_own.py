@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.resources import REPO_ROOT
+from hpcdl.core.resources import REPO_ROOT
 from tests.integration.conftest_apptainer import HOST_BINDS
 from tests.integration.conftest_slurm import hpcdl, node_netns, shared_copy, submit_json, wait_final
 

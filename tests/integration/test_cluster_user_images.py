@@ -77,7 +77,7 @@ def test_caches_as_the_user(cluster_user: ClusterUser, site_image: Path,
                             tmp_path: Path) -> None:
     """The real rule for a real user: the site cache is read-only to them (reused for
     reading), a closed one is ignored, an XDG_CACHE_HOME is followed."""
-    code = ("import json; from hpcdl.cache import cache_dirs; d = cache_dirs(); "
+    code = ("import json; from hpcdl.container.cache import cache_dirs; d = cache_dirs(); "
             "print(json.dumps([d.write, list(d.read)]))")
     py = str(cluster_user.venv / "bin" / "python")
     r = as_user(cluster_user, [py, "-c", code])

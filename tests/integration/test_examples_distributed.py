@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from hpcdl.jobside import JOB_DIR_NAME, job_side_files, stage
+from hpcdl.launch.staging import JOB_DIR_NAME, job_side_files, stage
 from hpcdl.results import protocol
 from tests.conftest import require
 

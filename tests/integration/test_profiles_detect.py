@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.errors import ValidationError
+from hpcdl.core.errors import ValidationError
+from hpcdl.core.slurmtime import parse_time
 from hpcdl.plan import (
     JobRequest,
     build_plan,
@@ -37,7 +38,6 @@ from hpcdl.profiles import load_profile, load_profile_file
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.slurm.commands import sbatch_argv
 from hpcdl.schedulers.slurm.script import scheduler_options
-from hpcdl.slurmtime import parse_time
 from tests.conftest import require
 from tests.integration.conftest_slurm import SANDBOX, hpcdl, processes_of
 from tests.own_cluster import cluster_env, free_port

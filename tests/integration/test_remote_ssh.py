@@ -110,7 +110,7 @@ def client(user: ClusterUser, login: Login, code: str, **login_kw: object) -> di
           "identity": str(login.key), **login_kw}
     program = textwrap.dedent("""\
         import json, sys
-        from hpcdl.errors import HpcdlError
+        from hpcdl.core.errors import HpcdlError
         from hpcdl.remote.ssh import LoginNode, SshExecutor
         ex = SshExecutor.for_login(LoginNode(**json.loads(sys.argv[1])))
         out = {}
@@ -137,6 +137,7 @@ def test_commands_reach_the_login_node_quoted_over_one_connection(
             ex.run(["true"])
         missing = ex.run(["hpcdl-no-such-tool", "--version"], check=False)
         out["missing"] = [missing.returncode, missing.stderr.strip(), list(missing.argv)]
+        out["which"] = [ex.which("sh"), ex.which("hpcdl-no-such-tool")]
         out["master"] = ex.master_running()
         ex.close()
         out["after_close"] = ex.master_running()
@@ -146,6 +147,7 @@ def test_commands_reach_the_login_node_quoted_over_one_connection(
     assert out["who"] == cluster_user.name
     assert out["missing"][0] == 127 and "hpcdl-no-such-tool" in out["missing"][1]
     assert out["missing"][2] == ["hpcdl-no-such-tool", "--version"]  # the remote argv, not ssh's
+    assert out["which"] == ["/usr/bin/sh", None] or out["which"] == ["/bin/sh", None]
     assert out["master"] is True and out["after_close"] is False
     # Eight commands, one connection: sshd accepted the key once.
     assert login.log.read_text().count("Accepted publickey") == 1, login.log.read_text()

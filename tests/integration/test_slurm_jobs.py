@@ -233,10 +233,10 @@ def test_quoting_cases_run_by_slurm_arrive_verbatim(tmp_path: Path, runs_dir: Pa
 
 
 def test_one_hundred_concurrent_submissions_all_complete(runs_dir: Path) -> None:
+    from hpcdl.jobs.submit import plan_run, submit
     from hpcdl.plan import JobRequest
     from hpcdl.schedulers.slurm.adapter import SlurmScheduler
     from hpcdl.schedulers.slurm.parse import SACCT_FIELDS, parse_sacct
-    from hpcdl.submit import plan_run, submit
 
     profile = load_profile("sandbox")
 

@@ -1,6 +1,6 @@
 """For tests that run a rendered job script outside Slurm: the job-side files the script
 runs (the rank wrapper, the MASTER_PORT pick: the plan's job_scripts), written where the
-script names them, as hpcdl.submit stages them into the run directory."""
+script names them, as hpcdl.jobs.submit stages them into the run directory."""
 
 from __future__ import annotations
 

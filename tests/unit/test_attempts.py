@@ -1,11 +1,11 @@
 """A requeued job's attempts as the batch script records them (attempts.tsv) and the
-one line for a last attempt that completed no training step (hpcdl/attempts.py)."""
+one line for a last attempt that completed no training step (hpcdl/jobs/attempts.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from hpcdl.attempts import (
+from hpcdl.jobs.attempts import (
     Attempt,
     ScriptAttempt,
     from_script,

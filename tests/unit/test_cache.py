@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.cache import CacheDirs, cache_dirs, choose_cache, dir_state, user_cache
 from hpcdl.container.build import plan_build
+from hpcdl.container.cache import CacheDirs, cache_dirs, choose_cache, dir_state, user_cache
 from tests.unit.fake_wheels import fill_wheelhouse
 
 SYS, USER = "/var/cache/hpcdl", "/home/u/.cache/hpcdl"
@@ -62,7 +62,7 @@ def test_a_build_reads_the_site_wheelhouse_and_writes_the_users_cache(
     monkeypatch.setenv("HPCDL_CACHE", str(site))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    monkeypatch.setattr("hpcdl.cache.dir_state", lambda path: "readable")
+    monkeypatch.setattr("hpcdl.container.cache.dir_state", lambda path: "readable")
     plan = plan_build("pytorch-horovod-cpu")
     assert plan.output == home / ".cache" / "hpcdl" / "images" / "pytorch-horovod-cpu.sif"
     assert (str(site / "wheelhouse"), "/opt/wheelhouse") in plan.files

@@ -141,7 +141,7 @@ def test_missing_image_and_dataset_are_refused_before_submission(tmp_path, monke
     ((), None),
 ])
 def test_command_script(command, script):
-    from hpcdl.preflight import command_script
+    from hpcdl.jobs.preflight import command_script
 
     assert command_script(command) == script
 

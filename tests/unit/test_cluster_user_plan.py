@@ -13,13 +13,13 @@ import pydantic
 import pytest
 
 from hpcdl.container.runtime import RuntimeFacts
-from hpcdl.errors import ValidationError
-from hpcdl.jobside import job_side_files, source_of, stage
+from hpcdl.core.errors import ValidationError
+from hpcdl.core.resources import PACKAGE_DIR
+from hpcdl.jobs.preflight import runtime_mode
+from hpcdl.launch.staging import job_side_files, source_of, stage
 from hpcdl.plan import JobRequest, build_plan, on_shared_path
-from hpcdl.preflight import runtime_mode
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
-from hpcdl.resources import PACKAGE_DIR
 
 IMAGE = "/scratch/images/cpu.sif"
 RUN = "/scratch/runs/r1"
@@ -32,7 +32,7 @@ def test_the_job_side_files_are_the_examples_and_the_stdlib_modules_they_import(
     assert "hpcdl/results/protocol.py" in files and "hpcdl/__init__.py" in files
     # Packages come with their __init__; nothing of the planning side travels.
     assert "hpcdl/launch/__init__.py" in files and "hpcdl/results/__init__.py" in files
-    assert not {"hpcdl/plan.py", "hpcdl/cli/__init__.py", "hpcdl/profiles/schema.py"} & set(files)
+    assert not {"hpcdl/plan/build.py", "hpcdl/cli/__init__.py", "hpcdl/profiles/schema.py"} & set(files)
     assert all(source_of(f).is_file() for f in files)
 
 
@@ -51,7 +51,7 @@ def test_the_staged_modules_import_with_the_standard_library_alone(tmp_path: Pat
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
                          timeout=60, cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
-    assert (job / "hpcdl" / "errors.py").stat().st_mode & 0o777 == 0o644
+    assert (job / "hpcdl" / "core" / "errors.py").stat().st_mode & 0o777 == 0o644
     with pytest.raises(FileExistsError):  # a run directory is staged once
         stage(tmp_path, job_side_files())
     assert [p.name for p in tmp_path.iterdir()] == ["job"]  # no temporary left behind

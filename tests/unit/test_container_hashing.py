@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.atomic import write_json_atomic
 from hpcdl.container.build import files_of_definition, rebuild_reasons
 from hpcdl.container.hashing import (
     FileDigest,
@@ -15,6 +14,7 @@ from hpcdl.container.hashing import (
     previous_digests,
     read_record,
 )
+from hpcdl.core.atomic import write_json_atomic
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
-from hpcdl.errors import ConfigError
+from hpcdl.core.errors import ConfigError
 from hpcdl.plan import DEFAULT_EXAMPLE, JobRequest, build_plan, example_defaults
 from hpcdl.profiles import load_profile, load_profile_file
 from hpcdl.profiles.schema import Examples, Profile
@@ -139,7 +139,7 @@ def test_the_example_really_takes_the_users_value(sandbox, monkeypatch):
     """The command line as the example's own parser reads it."""
     import sys
 
-    from hpcdl.resources import examples_dir
+    from hpcdl.core.resources import examples_dir
 
     monkeypatch.syspath_prepend(str(examples_dir()))
     sys.modules.pop("resnet50_imagenet", None)

@@ -1,4 +1,4 @@
-"""The GPU architecture table and the plan-time check (hpcdl/gpuarch.py), the build
+"""The GPU architecture table and the plan-time check (hpcdl/core/gpuarch.py), the build
 record's image facts (the %test line hpcdl build keeps), and how the plan and the
 preflight step use them. Pure functions on crafted facts; the real image's record is
 checked in tests/integration/test_gpu_image.py."""
@@ -12,20 +12,20 @@ from pathlib import Path
 import pytest
 
 from hpcdl.container.build import parse_image_facts_line
-from hpcdl.doctor.host import HostFacts
-from hpcdl.doctor.image import ImageFacts
-from hpcdl.doctor.parse import parse_cuda_archs
-from hpcdl.doctor.verdicts import verdicts
-from hpcdl.errors import ValidationError
-from hpcdl.gpuarch import (
+from hpcdl.core.errors import ValidationError
+from hpcdl.core.gpuarch import (
     ImageArchFacts,
     check_partition,
     compute_capability,
     facts_from_record,
     runs_on,
 )
+from hpcdl.doctor.host import HostFacts
+from hpcdl.doctor.image import ImageFacts
+from hpcdl.doctor.parse import parse_cuda_archs
+from hpcdl.doctor.verdicts import verdicts
+from hpcdl.jobs.preflight import image_arch_facts
 from hpcdl.plan import JobRequest, build_plan
-from hpcdl.preflight import image_arch_facts
 from hpcdl.profiles import load_profile
 
 # torch 2.14.1+cu130 from PyPI (torch._C._cuda_getArchFlags(), read on this machine)

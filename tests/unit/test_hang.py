@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl import hang
-from hpcdl.errors import ToolError
-from hpcdl.hang import (
+from hpcdl.core.errors import ToolError
+from hpcdl.hang import diagnosis as hang
+from hpcdl.hang.diagnosis import (
     CONTAINER_PY_SPY,
     Frame,
     NodeDump,
@@ -32,13 +32,13 @@ from hpcdl.hang import (
     rank_stacks,
     split_node_output,
 )
+from hpcdl.hang.watchdog import HangWatchdog, find_py_spy, fingerprint
+from hpcdl.jobs.rundir import RunDir
 from hpcdl.launch.rankenv import WRAPPER_NAME, rank_env_script
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
-from hpcdl.rundir import RunDir
 from hpcdl.schedulers.base import JobState, JobStatus
 from hpcdl.schedulers.slurm.commands import overlap_argv
-from hpcdl.watchdog import HangWatchdog, find_py_spy, fingerprint
 
 TORCH = "/usr/local/lib/python3.11/dist-packages/torch/distributed"
 # Real py-spy 0.4.3 output (a 2-node gloo job, rank 1 asleep before its all_reduce).
@@ -489,7 +489,7 @@ def test_submit_wait_with_the_watchdog_against_fake_slurm(fake_slurm, monkeypatc
     from hpcdl.cli import cli
 
     monkeypatch.setenv("HPCDL_SKIP_LIVE_CHECK", "1")
-    monkeypatch.setattr("hpcdl.follow.MIN_INTERVAL_S", 0.01)
+    monkeypatch.setattr("hpcdl.jobs.follow.MIN_INTERVAL_S", 0.01)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('never run: the fake Slurm runs nothing')\n")
     fake_slurm.scenario(jobs={"hung": {
@@ -523,11 +523,11 @@ def test_a_job_that_writes_is_left_alone(fake_slurm, monkeypatch: pytest.MonkeyP
     no srun, no cancel, the job completes."""
     from click.testing import CliRunner
 
-    import hpcdl.watchdog as watchdog
+    import hpcdl.hang.watchdog as watchdog
     from hpcdl.cli import cli
 
     monkeypatch.setenv("HPCDL_SKIP_LIVE_CHECK", "1")
-    monkeypatch.setattr("hpcdl.follow.MIN_INTERVAL_S", 0.01)
+    monkeypatch.setattr("hpcdl.jobs.follow.MIN_INTERVAL_S", 0.01)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('never run: the fake Slurm runs nothing')\n")
     fake_slurm.scenario(jobs={"busy": {"states": [["RUNNING", 8], ["COMPLETED", 0]],

@@ -41,16 +41,16 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpcdl.alloc import build_alloc
 from hpcdl.container.definition import RenderContext, render_definition
 from hpcdl.container.spec import ImageSpec, parse_spec
-from hpcdl.errors import UserInputError
+from hpcdl.core.errors import UserInputError
+from hpcdl.core.resources import REPO_ROOT, containers_dir
+from hpcdl.core.slurmtime import parse_time
+from hpcdl.core.tokens import CONTROL, KINDS, TEXT, Kind, check_token
+from hpcdl.core.yamlmodel import parse_yaml_model
+from hpcdl.jobs.alloc import build_alloc
 from hpcdl.plan import DEFAULT_EXAMPLE, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
-from hpcdl.resources import REPO_ROOT, containers_dir
-from hpcdl.slurmtime import parse_time
-from hpcdl.tokens import CONTROL, KINDS, TEXT, Kind, check_token
-from hpcdl.yamlmodel import parse_yaml_model
 from tests.unit.jobfiles import stage_job_scripts
 
 MAX_EXAMPLES = 40
@@ -570,8 +570,8 @@ file_bytes = st.one_of(
 
 @pytest.mark.parametrize("model", [Profile, ImageSpec], ids=["profile", "spec"])
 def test_any_file_content_is_a_model_or_one_error_line(model, tmp_path):
-    from hpcdl.errors import ConfigError
-    from hpcdl.yamlmodel import load_yaml_model
+    from hpcdl.core.errors import ConfigError
+    from hpcdl.core.yamlmodel import load_yaml_model
 
     path = tmp_path / "f.yaml"
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from hpcdl.jobs.flow import follow_job, probe_exit, submit_job
+from hpcdl.jobs.submit import plan_run
 from hpcdl.plan import JobRequest
 from hpcdl.profiles import load_profile
 from hpcdl.schedulers.base import JobState, JobStatus
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
-from hpcdl.submit import plan_run
 from tests.fakeslurm.fixture import FakeSlurm
 from tests.unit.test_lifecycle import CRASH_ERR, GOOD_OUT, RESULT
 
@@ -27,7 +27,7 @@ def fake(fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     monkeypatch.setenv("HPCDL_SKIP_LIVE_CHECK", "1")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('never run: the fake Slurm runs nothing')\n")
-    monkeypatch.setattr("hpcdl.follow.MIN_INTERVAL_S", 0.01)
+    monkeypatch.setattr("hpcdl.jobs.follow.MIN_INTERVAL_S", 0.01)
     fake_slurm.scenario(
         default={"states": [["PENDING", 1], ["RUNNING", 2], ["COMPLETED", 0]],
                  "stdout": GOOD_OUT},

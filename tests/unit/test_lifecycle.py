@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
-from hpcdl.errors import ToolError
-from hpcdl.follow import Backoff, FollowTimeout, Watcher, follow
+from hpcdl.core.errors import ToolError
+from hpcdl.jobs.follow import Backoff, FollowTimeout, Watcher, follow
 from hpcdl.schedulers.base import JobStatus
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 from tests.fakeslurm.fixture import FakeSlurm
@@ -43,8 +43,8 @@ def fake(fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('never run: the fake Slurm runs nothing')\n")
     # Fast polling: the fake's clock is its squeue calls, not seconds.
-    monkeypatch.setattr("hpcdl.follow.MIN_INTERVAL_S", 0.01)
-    monkeypatch.setattr("hpcdl.follow.LOG_READ_S", 0.0)
+    monkeypatch.setattr("hpcdl.jobs.follow.MIN_INTERVAL_S", 0.01)
+    monkeypatch.setattr("hpcdl.jobs.follow.LOG_READ_S", 0.0)
     fake_slurm.scenario(
         default={"states": [["PENDING", 1], ["RUNNING", 2], ["COMPLETED", 0]],
                  "stdout": GOOD_OUT},
@@ -312,5 +312,5 @@ def test_chain_submits_linked_jobs_into_one_run_dir(fake: FakeSlurm, tmp_path: P
     assert "#SBATCH --signal=B:USR2@120" in script and "#SBATCH --requeue" not in script
     assert "scontrol requeue" not in script
     # `hpcdl results` counts the run once, whichever job of the chain it is asked about.
-    from hpcdl.rundir import find_run
+    from hpcdl.jobs.rundir import find_run
     assert find_run(third) == find_run(first)

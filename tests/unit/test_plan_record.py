@@ -1,4 +1,4 @@
-"""plan.json read back as a typed PlanRecord (hpcdl.rundir owns the file): what
+"""plan.json read back as a typed PlanRecord (hpcdl.jobs.rundir owns the file): what
 submit writes reads back; a broken file is a ValueError naming the file and the key."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl import rundir
+from hpcdl.jobs import rundir
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 

@@ -14,8 +14,9 @@ from click.testing import CliRunner
 
 from hpcdl.cli import cli
 from hpcdl.cli.display import probe_view
-from hpcdl.errors import ValidationError
+from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.flow import probe_exit
+from hpcdl.jobs.rundir import RunDir
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.probe import worker
 from hpcdl.probe.request import ProbeOptions, worker_args
@@ -23,7 +24,6 @@ from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
 from hpcdl.results import protocol
 from hpcdl.results.record import JobLogs, result_record
-from hpcdl.rundir import RunDir
 from hpcdl.schedulers.base import JobState, JobStatus
 
 # ---- sizes ------------------------------------------------------------------------

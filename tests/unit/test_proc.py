@@ -1,4 +1,4 @@
-"""hpcdl.proc.stream with real processes: lines arrive as printed, failures carry the
+"""hpcdl.core.proc.stream with real processes: lines arrive as printed, failures carry the
 tail, and an interrupted run leaves nothing behind, not even the child's own children.
 """
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl import proc
-from hpcdl.errors import ToolError
+from hpcdl.core import proc
+from hpcdl.core.errors import ToolError
 
 
 def test_stream_hands_over_lines_and_raises_with_the_tail() -> None:

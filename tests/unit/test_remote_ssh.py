@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.errors import UserInputError
+from hpcdl.core.errors import UserInputError
 from hpcdl.remote.ssh import (
     LoginNode,
     RemoteError,
@@ -17,6 +17,7 @@ from hpcdl.remote.ssh import (
     remote_command,
     rsync_bytes,
 )
+from hpcdl.schedulers.executor import Executor
 
 SOCKETS = Path("/run/user/1000/hpcdl/ssh")
 
@@ -78,3 +79,8 @@ def test_rsync_bytes_reads_the_stats():
     assert rsync_bytes(stats) == 1234567
     assert rsync_bytes(stats, received=True) == 89
     assert rsync_bytes("nothing") == 0
+
+
+def test_the_ssh_executor_is_an_executor_the_adapters_take():
+    ex: Executor = SshExecutor(LoginNode("login"), SOCKETS)  # mypy checks the protocol
+    assert callable(ex.run) and callable(ex.which)

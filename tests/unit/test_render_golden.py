@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hpcdl.alloc import build_alloc
 from hpcdl.cli import cli
 from hpcdl.cli.submit import JOB_FILE_HEADER
-from hpcdl.errors import ValidationError
+from hpcdl.core.errors import ValidationError
+from hpcdl.core.resources import REPO_ROOT
+from hpcdl.jobs.alloc import build_alloc
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
-from hpcdl.resources import REPO_ROOT
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 REGEN = os.environ.get("HPCDL_REGEN_GOLDEN") == "1"

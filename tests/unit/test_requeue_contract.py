@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl import requeue
-from hpcdl.errors import ValidationError
+from hpcdl.core.errors import ValidationError
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from tests.unit.jobfiles import stage_job_scripts

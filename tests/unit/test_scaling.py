@@ -1,5 +1,5 @@
 """The scaling table (hpcdl.results.table), the sweep grid (hpcdl.sweep.grid), the figure
-(hpcdl.plot) and `hpcdl scale --dry-run` / `hpcdl results` on sweep directories
+(hpcdl.results.plot) and `hpcdl scale --dry-run` / `hpcdl results` on sweep directories
 written as the real submission writes them (no Slurm needed: --no-refresh)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
-from hpcdl.errors import ValidationError
+from hpcdl.core.errors import ValidationError
 from hpcdl.plan import JobRequest
-from hpcdl.plot import X_LABEL, Y_LABELS, build_figure, write_png
 from hpcdl.profiles import load_profile
+from hpcdl.results.plot import X_LABEL, Y_LABELS, build_figure, write_png
 from hpcdl.results.table import (
     NO_RESULT,
     Row,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl import proc
-from hpcdl.errors import SubmitError, ToolError, UserInputError
-from hpcdl.follow import Watcher
+from hpcdl.core import proc
+from hpcdl.core.errors import SubmitError, ToolError, UserInputError
+from hpcdl.jobs.follow import Watcher
 from hpcdl.schedulers.base import JobState, SubmitOptions
 from hpcdl.schedulers.registry import scheduler_for
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
@@ -123,9 +123,14 @@ def _code_words(source: str) -> list[str]:
 
 
 # The job lifecycle: hpcdl's flows (and the jobs layer, where there is one) over the seam.
-LIFECYCLE = ["follow.py", "submit.py", "sweep/run.py", "watchdog.py", "schedulers/base.py",
+# Not neutral yet, and so not checked: salloc is Slurm's alone (alloc.py); the attempt
+# table reads Slurm's accounting words (attempts.py) and the time-limit verdict its
+# messages (timelimit.py); the run directory names its script job.sbatch (rundir.py).
+NOT_YET_NEUTRAL = {"jobs/alloc.py", "jobs/attempts.py", "jobs/timelimit.py", "jobs/rundir.py"}
+LIFECYCLE = ["sweep/run.py", "hang/watchdog.py", "schedulers/base.py",
              "schedulers/executor.py",
-             *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "jobs").glob("*.py"))]
+             *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "jobs").glob("*.py")
+                     if str(p.relative_to(ROOT)) not in NOT_YET_NEUTRAL)]
 
 
 @pytest.mark.parametrize("module", LIFECYCLE)

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcdl.errors import ConfigError, ToolError
+from hpcdl.core.errors import ConfigError, ToolError
+from hpcdl.core.slurmtime import parse_time
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.detect import Leaf, Map, Seq, describe, to_yaml
 from hpcdl.schedulers.slurm import detect as sd
 from hpcdl.schedulers.slurm.livecheck import differences
-from hpcdl.slurmtime import parse_time
 
 OUT = Path(__file__).resolve().parent / "slurm_outputs"
 QOS_DOWN = "sacctmgr failed (exit 1): You are not running a supported accounting_storage plugin"

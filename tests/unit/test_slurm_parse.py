@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl import rundir
-from hpcdl.errors import SubmitError, ValidationError
+from hpcdl.core.errors import SubmitError, ValidationError
+from hpcdl.jobs import rundir
+from hpcdl.jobs.submit import exit_status
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.schedulers.base import FINAL_STATES, JobState, is_final
@@ -40,7 +41,6 @@ from hpcdl.schedulers.slurm.states import (
     normalize_slurm_state,
     to_hpcdl,
 )
-from hpcdl.submit import exit_status
 
 
 @pytest.mark.parametrize("raw, state", [
@@ -221,7 +221,7 @@ def test_exit_status() -> None:
     assert exit_status(JobStatus("1", "j", "COMPLETED", "COMPLETED", 0, 0)) == 0
     assert exit_status(JobStatus("1", "j", "FAILED", "FAILED", 3, 0)) == 3
     assert exit_status(JobStatus("1", "j", "CANCELLED", "CANCELLED", 0, 15)) == 143
-    # A time-out exits 124 like timeout(1), whatever signal ended the job (hpcdl.timelimit).
+    # A time-out exits 124 like timeout(1), whatever signal ended the job (hpcdl.jobs.timelimit).
     assert exit_status(JobStatus("1", "j", "TIMEOUT", "TIMEOUT", 0, 0)) == 124
 
 

@@ -9,17 +9,17 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli, display
-from hpcdl.results.record import JobLogs
-from hpcdl.schedulers.base import JobStatus
-from hpcdl.schedulers.slurm.parse import parse_sacct, parse_squeue
-from hpcdl.submit import exit_status
-from hpcdl.timelimit import (
+from hpcdl.jobs.submit import exit_status
+from hpcdl.jobs.timelimit import (
     EXIT_TIMEOUT,
     clock_text,
     ran_out_of_time,
     steps_seen,
     timeout_message,
 )
+from hpcdl.results.record import JobLogs
+from hpcdl.schedulers.base import JobStatus
+from hpcdl.schedulers.slurm.parse import parse_sacct, parse_squeue
 
 STDERR_TIMEOUT = ("slurmstepd: error: *** JOB 42 ON n1 CANCELLED AT 2026-11-23T18:01:07 "
                   "DUE TO TIME LIMIT ***\n")
@@ -181,7 +181,7 @@ def test_steps_seen_claims_no_step_only_for_a_command_that_records_them():
 def _run_dir(tmp_path, records_steps, progress):
     import json
 
-    from hpcdl.rundir import RunDir
+    from hpcdl.jobs.rundir import RunDir
 
     run = RunDir(tmp_path)
     (tmp_path / "plan.json").write_text(json.dumps(
@@ -198,7 +198,7 @@ def test_run_dir_reads_steps_from_plan_and_progress(tmp_path, records, progress,
 
 
 def test_run_dir_without_a_plan_cannot_tell(tmp_path):
-    from hpcdl.rundir import RunDir
+    from hpcdl.jobs.rundir import RunDir
 
     assert RunDir(tmp_path).steps_seen() is None
 
@@ -215,7 +215,7 @@ def test_submit_wait_report_says_hung_when_no_step(tmp_path, monkeypatch):
 
 
 def test_status_says_hung_from_the_run_directory(tmp_path, monkeypatch):
-    from hpcdl import rundir
+    from hpcdl.jobs import rundir
     from hpcdl.schedulers.slurm import query
 
     row = parse_sacct("42|TIMEOUT|0:15|n[1-2]|00:01:27|00:01:00|debug|hpcdl-horovod\n")[0]

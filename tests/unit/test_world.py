@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hpcdl.errors import ConfigError
+from hpcdl.core.errors import ConfigError
 from hpcdl.launch.world import (
     DEFAULT_PORT,
     PORT_BASE,

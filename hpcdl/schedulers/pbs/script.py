@@ -15,11 +15,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hpcdl.errors import UserInputError, ValidationError
+from hpcdl.core.errors import UserInputError, ValidationError
+from hpcdl.core.slurmtime import parse_time
+from hpcdl.core.templating import Raw
 from hpcdl.profiles.schema import Launcher, Partition, Profile
 from hpcdl.schedulers.base import Feature, JobSpec
-from hpcdl.slurmtime import parse_time
-from hpcdl.templating import Raw
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.+\-]+")
 _PATH = re.compile(r"/?[A-Za-z0-9_.+\-]+(?:/[A-Za-z0-9_.+\-]+)*/?")

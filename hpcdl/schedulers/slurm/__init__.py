@@ -1,6 +1,6 @@
 """hpcdl's Slurm adapter: it talks to Slurm and nothing else. Every Slurm command
 runs through the Executor the adapter is given (hpcdl.schedulers.executor; here:
-hpcdl.proc); functions return values and raise hpcdl errors, never print.
+hpcdl.core.proc); functions return values and raise hpcdl errors, never print.
 
 Modules: ``states`` (Slurm -> hpcdl state table), ``parse`` (pure parsers of
 Slurm's output), ``query`` (squeue/sacct/scontrol: one job, many jobs in one

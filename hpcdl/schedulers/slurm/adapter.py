@@ -8,14 +8,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcdl.errors import ToolError, ValidationError
+from hpcdl.core.errors import ToolError, ValidationError
 from hpcdl.schedulers.base import JobStatus, SubmitOptions
 from hpcdl.schedulers.executor import LOCAL, Executor
 from hpcdl.schedulers.slurm import commands, livecheck, query, states
 
 if TYPE_CHECKING:
+    from hpcdl.core.proc import Result
     from hpcdl.plan import JobPlan
-    from hpcdl.proc import Result
     from hpcdl.profiles.schema import Profile
 
 

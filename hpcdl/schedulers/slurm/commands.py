@@ -9,8 +9,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpcdl import proc
-from hpcdl.errors import SubmitError, ToolError
+from hpcdl.core import proc
+from hpcdl.core.errors import SubmitError, ToolError
 from hpcdl.schedulers.base import SubmitOptions
 from hpcdl.schedulers.executor import LOCAL, Executor
 from hpcdl.schedulers.slurm.parse import parse_job_id

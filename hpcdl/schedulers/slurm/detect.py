@@ -3,7 +3,7 @@
 Two halves: pure parsers of ``scontrol -o show partition/node``, ``scontrol show
 config``, ``srun --mpi=list``, ``sacctmgr -P show qos`` and a runtime's
 ``--version`` (tested on outputs captured from a real cluster), and ``gather()``,
-which runs those commands through hpcdl.proc and keeps each command's failure as a
+which runs those commands through hpcdl.core.proc and keeps each command's failure as a
 *gap* instead of raising, so a partial cluster still gives a partial answer.
 Nothing here prints; the profile writer lives in hpcdl.profiles.detect.
 """
@@ -15,8 +15,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from hpcdl import proc
-from hpcdl.errors import ToolError
+from hpcdl.core import proc
+from hpcdl.core.errors import ToolError
 
 # "Key=" at the start of a token: Slurm's keys are CamelCase (gres/gpu=... inside a TRES
 # value follows a comma, not a blank, so it is not a key here).

@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hpcdl.errors import ValidationError
+from hpcdl.core.errors import ValidationError
+from hpcdl.core.slurmtime import format_time, parse_time
 from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.schedulers.executor import LOCAL, Executor
 from hpcdl.schedulers.slurm.parse import gpus_in_gres, parse_key_values
-from hpcdl.slurmtime import format_time, parse_time
 
 if TYPE_CHECKING:
     from hpcdl.plan import JobPlan

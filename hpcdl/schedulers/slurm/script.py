@@ -11,11 +11,11 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
-from hpcdl.errors import ValidationError
+from hpcdl.core.errors import ValidationError
+from hpcdl.core.templating import Raw, shell_join
+from hpcdl.core.tokens import CONTROL
 from hpcdl.profiles.schema import Launcher, Partition, Profile
 from hpcdl.schedulers.base import Feature, JobSpec
-from hpcdl.templating import Raw, shell_join
-from hpcdl.tokens import CONTROL
 
 # Values Slurm's #SBATCH parser takes as they are; others go in double quotes.
 _PLAIN_SBATCH = re.compile(r"[A-Za-z0-9_.,:@%+=/\-]+")

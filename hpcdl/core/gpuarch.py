@@ -1,6 +1,6 @@
 """GPU architectures: which compute capability a profile's GPU type has, and whether
 an image's torch was compiled for it. Pure functions; the facts about an image are
-read by hpcdl.preflight (from the record ``hpcdl build`` writes beside the image).
+read by hpcdl.jobs.preflight (from the record ``hpcdl build`` writes beside the image).
 
 Why at plan time: PyPI's CUDA 13 build of torch carries kernels for sm_75 and newer
 only, so on a V100 (sm_70) it starts, finds no kernel image for the device and dies
@@ -89,7 +89,7 @@ def runs_on(cc: tuple[int, int], archs: list[str] | tuple[str, ...]) -> bool:
 
 @dataclass(frozen=True)
 class ImageArchFacts:
-    """What hpcdl knows about an image's GPU code, gathered by hpcdl.preflight.
+    """What hpcdl knows about an image's GPU code, gathered by hpcdl.jobs.preflight.
 
     ``archs`` is None when it could not be read (``unknown`` says why); () with
     ``torch_cuda`` None is a CPU build of torch.
@@ -135,7 +135,7 @@ def check_partition(partition: str, gpu_type: str | None, gpus: int,
     if cc is None:
         return ArchVerdict(warning=(
             f"GPU architecture not checked: GPU type {gpu_type!r} of partition {partition} is "
-            "not in hpcdl's table (hpcdl/gpuarch.py)"))
+            "not in hpcdl's table (hpcdl/core/gpuarch.py)"))
     if runs_on(cc, facts.archs):
         return ArchVerdict()
     return ArchVerdict(error=(

@@ -21,8 +21,8 @@ import jinja2
 import jinja2.sandbox
 
 from hpcdl import __version__
-from hpcdl.errors import RenderError
-from hpcdl.resources import templates_dir
+from hpcdl.core.errors import RenderError
+from hpcdl.core.resources import templates_dir
 
 
 class Raw(str):

@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from hpcdl.atomic import write_atomic
+from hpcdl.core.atomic import write_atomic
 from hpcdl.results.table import Row
 
 X_LABEL = "ranks (GPUs)"

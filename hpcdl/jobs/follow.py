@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hpcdl.errors import ToolError
+from hpcdl.core.errors import ToolError
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler, is_final
 
 # Back-off: the first polls are quick (short jobs end within seconds), then the

@@ -1,11 +1,11 @@
 """The hang watchdog of ``hpcdl submit --wait --hang-timeout S``: it rides along the
-follow loop (an ``on_poll`` callback of hpcdl.follow's Watcher) and, once the job has
+follow loop (an ``on_poll`` callback of hpcdl.jobs.follow's Watcher) and, once the job has
 shown no progress for S seconds, collects a Python stack of every rank with py-spy
 (``srun --overlap`` into the job, in its image), writes the dumps and a diagnosis to
 the run directory's hang/, and cancels the job (``--hang-action leave``: leaves it
 running, and watches again once progress resumes).
 
-The decisions are hpcdl.hang's (pure); this module does the I/O around them and
+The decisions are hpcdl.hang.diagnosis's (pure); this module does the I/O around them and
 reports through ``on_hang``. It never prints.
 """
 
@@ -22,8 +22,8 @@ from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
-from hpcdl.errors import ToolError
-from hpcdl.hang import (
+from hpcdl.core.errors import ToolError
+from hpcdl.hang.diagnosis import (
     Diagnosis,
     Fingerprint,
     NodeDump,
@@ -35,7 +35,7 @@ from hpcdl.hang import (
     rank_stacks,
     split_node_output,
 )
-from hpcdl.rundir import RunDir
+from hpcdl.jobs.rundir import RunDir
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler
 
 PY_SPY_ENV = "HPCDL_PY_SPY"
@@ -156,7 +156,7 @@ def _spec_label(spec: str) -> str:
 
 
 class HangWatchdog:
-    """An ``on_poll`` callback for hpcdl.follow: watches one job's run directory and
+    """An ``on_poll`` callback for hpcdl.jobs.follow: watches one job's run directory and
     acts once it has been silent for ``timeout`` seconds.
 
     ``on_hang(diagnosis)`` is called once per hang (after the files are written and,

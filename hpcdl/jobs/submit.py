@@ -5,7 +5,7 @@ hpcdl errors raised; hpcdl.cli prints.
 
 The job path reads one way: request -> ``plan_run`` (plan.py's build_plan, once,
 with the run directory decided) -> ``submit`` (writes exactly ``plan.script``) ->
-hpcdl.follow -> hpcdl.results.record.record_result (result.json).
+hpcdl.jobs.follow -> hpcdl.results.record.record_result (result.json).
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import os
 import time
 from pathlib import Path
 
-from hpcdl import rundir
-from hpcdl.attempts import Attempt, from_script, join
-from hpcdl.errors import SubmitError, ToolError
-from hpcdl.gpuarch import ImageArchFacts
+from hpcdl.core.errors import SubmitError, ToolError
+from hpcdl.core.gpuarch import ImageArchFacts
+from hpcdl.jobs import rundir
+from hpcdl.jobs.attempts import Attempt, from_script, join
+from hpcdl.jobs.rundir import JobRecord, RunDir
+from hpcdl.jobs.timelimit import EXIT_TIMEOUT
 from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Profile
 from hpcdl.results.record import refused_record
-from hpcdl.rundir import JobRecord, RunDir
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler, SubmitOptions, is_final
-from hpcdl.timelimit import EXIT_TIMEOUT
 
 SKIP_LIVE_CHECK_ENV = "HPCDL_SKIP_LIVE_CHECK"
 CANCEL_WAIT_S = 30.0

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hpcdl.jobs.timelimit import hang_advice
 from hpcdl.results.protocol import unlabel
 from hpcdl.schedulers.base import NATIVE_STATE_KEY, JobStatus
-from hpcdl.timelimit import hang_advice
 
 # Causes the batch script gives an attempt that completed no training step (the run
 # directory's progress file was not there when it ended; hpcdl/requeue.py).

@@ -14,8 +14,8 @@ from pathlib import Path, PurePosixPath
 from hpcdl.container.hashing import read_record, sidecar
 from hpcdl.container.runtime import RuntimeFacts, gather_runtime_facts, runtime_mode_reason
 from hpcdl.container.runtime import runtime_mode as container_runtime_mode
-from hpcdl.errors import ValidationError
-from hpcdl.gpuarch import ImageArchFacts, facts_from_record
+from hpcdl.core.errors import ValidationError
+from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
 from hpcdl.plan import JobRequest, RuntimeMode
 
 # Images that live elsewhere: nothing on this host to read.

@@ -13,8 +13,8 @@ tell: no run directory, or a custom command that may never write the file).
 
 from __future__ import annotations
 
+from hpcdl.core.slurmtime import format_time, parse_time
 from hpcdl.schedulers.base import JobState, JobStatus
-from hpcdl.slurmtime import format_time, parse_time
 
 # `hpcdl submit --wait` exits with this when the job hit its time limit, as timeout(1)
 # does: a script can tell "give it more time" from a crash (the job's own exit code

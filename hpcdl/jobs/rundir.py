@@ -48,15 +48,15 @@ from typing import Any
 
 import yaml
 
-from hpcdl.atomic import write_atomic, write_json_atomic
-from hpcdl.attempts import Attempt, ScriptAttempt
 from hpcdl.container.hashing import read_record, sidecar
-from hpcdl.hang import RankPid, parse_pid_file
-from hpcdl.jobside import JOB_DIR_NAME, stage
+from hpcdl.core.atomic import write_atomic, write_json_atomic
+from hpcdl.hang.diagnosis import RankPid, parse_pid_file
+from hpcdl.jobs.attempts import Attempt, ScriptAttempt
+from hpcdl.jobs.timelimit import steps_seen
+from hpcdl.launch.staging import JOB_DIR_NAME, stage
 from hpcdl.requeue import PROGRESS_NAME
 from hpcdl.results.protocol import PROBE_ERROR_PREFIX
 from hpcdl.results.steps import metrics_dir
-from hpcdl.timelimit import steps_seen
 
 REPORT_NAME = "report.html"
 
@@ -245,7 +245,7 @@ class RunDir:
     def steps_seen(self) -> bool | None:
         """Whether the job (its last attempt) completed a training step: True, False, or
         None when it cannot be told (the command may never write the progress file, or
-        plan.json is unreadable). See hpcdl.timelimit.steps_seen."""
+        plan.json is unreadable). See hpcdl.jobs.timelimit.steps_seen."""
         try:
             records = self.read_plan().data.get("records_steps") is True
         except (OSError, ValueError):
@@ -337,7 +337,7 @@ class RunDir:
 
     @property
     def job_dir(self) -> Path:
-        """job/: the job-side files staged at submission (hpcdl.jobside)."""
+        """job/: the job-side files staged at submission (hpcdl.launch.staging)."""
         return self.path / JOB_DIR_NAME
 
     def stage_job_files(self, files: tuple[str, ...],

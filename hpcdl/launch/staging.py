@@ -22,8 +22,8 @@ import threading
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
-from hpcdl.atomic import write_atomic
-from hpcdl.resources import PACKAGE_DIR, examples_dir
+from hpcdl.core.atomic import write_atomic
+from hpcdl.core.resources import PACKAGE_DIR, examples_dir
 
 # RUN_DIR/<this>: examples/ and hpcdl/ below it, the layout the job's PYTHONPATH expects.
 JOB_DIR_NAME = "job"

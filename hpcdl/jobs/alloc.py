@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcdl import proc
+from hpcdl.core import proc
+from hpcdl.core.templating import render_template, shell_join
 from hpcdl.plan import (
     JobRequest,
     check_request,
@@ -21,7 +22,6 @@ from hpcdl.plan import (
 )
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.slurm.script import scheduler_options
-from hpcdl.templating import render_template, shell_join
 
 
 @dataclass(frozen=True)
