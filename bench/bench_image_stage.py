@@ -40,7 +40,6 @@ import os
 import shutil
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -51,7 +50,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.common import run, spread, stamps  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 from tests.own_cluster import (  # noqa: E402
     cluster_env,
     cluster_profile,
@@ -69,15 +69,6 @@ WORK = {"date": "date +%s.%N; sleep 1",
         "torch": 'date +%s.%N; python3 -c "import torch"; sleep 1'}
 IN_OPEN = 0x20
 
-
-def run(argv: list[str], env: dict[str, str], timeout: float = 600,
-        check: bool = True) -> subprocess.CompletedProcess[str]:
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                         env={**os.environ, **env}, cwd=REPO)
-    if check and res.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({res.returncode}):\n"
-                           f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
-    return res
 
 
 class Watch:
@@ -167,16 +158,6 @@ class Watch:
                 "loop_attaches": dict(self.attaches)}
 
 
-def stamps(text: str) -> list[float]:
-    out = []
-    for line in text.splitlines():
-        word = line.split(":", 1)[-1].strip()
-        try:
-            out.append(float(word))
-        except ValueError:
-            continue
-    return out
-
 
 def launch(method: str, n: int, env: dict[str, str], profile: Path, image: Path,
            local_dirs: list[Path], work: str) -> dict[str, Any]:
@@ -200,12 +181,6 @@ def launch(method: str, n: int, env: dict[str, str], profile: Path, image: Path,
         raise RuntimeError(f"{method} on {n} nodes: staged copies left behind: {left}")
     return {"started_s": max(ranks) - t0, "end_s": end, **seen}
 
-
-def spread(values: list[float], fmt: str = "{:.2f}") -> str:
-    med = statistics.median(values)
-    if len(values) == 1 or min(values) == max(values):
-        return fmt.format(med)
-    return f"{fmt.format(med)} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
 def main() -> int:
@@ -289,7 +264,7 @@ def main() -> int:
               f"{med(st, 'read_bytes', 'shared') / 2**20:.1f} + sbcast {size / 2**20:.0f} "
               f"| {med(st, 'read_bytes', 'local') / 2**20:>10.1f} ({med(st, 'opens', 'local'):.0f} "
               f"opens)")
-    print(f"machine: {one_line(info)}")
+    print(f"machine: {facts_line(info)}")
     print(f"reproduce: sudo python3 bench/bench_image_stage.py --nodes {args.nodes} --repeats "
           f"{args.repeats} --image {args.image} --work {args.work}")
     return 0

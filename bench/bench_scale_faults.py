@@ -33,7 +33,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +42,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.machine import describe, one_line  # noqa: E402
+from bench.common import run  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
 from tests.own_cluster import (  # noqa: E402
     cluster_env,
     cluster_profile,
@@ -57,15 +57,6 @@ SANDBOX = REPO / "scripts" / "sandbox.sh"
 HANG_SCRIPT = REPO / "tests" / "integration" / "hang" / "gloo_hang.py"
 EXAMPLE = REPO / "examples" / "resnet50_imagenet.py"
 
-
-def run(argv: list[str], env: dict[str, str], timeout: float = 600,
-        check: bool = True) -> subprocess.CompletedProcess[str]:
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                         env={**os.environ, **env}, cwd=REPO)
-    if check and res.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({res.returncode}):\n"
-                           f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
-    return res
 
 
 def hang_run(env: dict[str, str], profile: Path, nodes: list[str], image: Path,
@@ -248,7 +239,7 @@ def main() -> int:
         ok = r["state"] == "COMPLETED" and reasons[-1:] == ["COMPLETED"] and len(reasons) >= 2 \
             and bool(r["resumed"])
         print(f"  verdict: {'requeued and resumed to completion' if ok else 'WRONG'}")
-    print(f"machine: {one_line(info)}")
+    print(f"machine: {facts_line(info)}")
     print("reproduce: sudo python3 bench/bench_scale_faults.py " + " ".join(sys.argv[1:]))
     return 0
 

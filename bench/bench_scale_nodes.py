@@ -37,7 +37,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +46,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import run, spread, stamps  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl import sandbox  # noqa: E402
 
@@ -54,27 +54,6 @@ SANDBOX = REPO / "scripts" / "sandbox.sh"
 STAMP = ("date", "+%s.%N")
 METHODS = ("srun", "sbatch", "hpcdl", "hpcdl-image")
 
-
-def run(argv: list[str], env: dict[str, str], timeout: float = 600,
-        check: bool = True) -> subprocess.CompletedProcess[str]:
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                         env={**os.environ, **env}, cwd=REPO)
-    if check and res.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({res.returncode}):\n"
-                           f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
-    return res
-
-
-def stamps(text: str) -> list[float]:
-    """The ranks' clocks from their output (``3: 1795498920.606`` with srun --label)."""
-    out = []
-    for line in text.splitlines():
-        word = line.split(":", 1)[-1].strip()
-        try:
-            out.append(float(word))
-        except ValueError:
-            continue
-    return out
 
 
 def launch(method: str, n: int, env: dict[str, str], profile: str, image: str,
@@ -126,12 +105,6 @@ def probe(n: int, env: dict[str, str], profile: str, image: str, sizes: str,
             "pairs": len(report.get("pairs", [])), "pair_mode": report.get("pair_mode"),
             "probe_elapsed_s": report.get("elapsed_s"), "run_dir": record.get("run_dir")}
 
-
-def spread(values: list[float]) -> str:
-    if not values:
-        return "-"
-    med = statistics.median(values)
-    return f"{med:.2f}" if len(values) == 1 else f"{med:.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def _axes(ax: Any, title: str, xlabel: str, ylabel: str) -> None:

@@ -1,0 +1,45 @@
+"""What the cluster benchmarks share: running a command against a cluster of their own,
+reading the ranks' clocks, and printing a spread of repeats."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(argv: list[str], env: dict[str, str], timeout: float = 600,
+        check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``argv`` from the checkout with ``env`` over this environment; with ``check`` a
+    failure raises with the tail of its output."""
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                         env={**os.environ, **env}, cwd=REPO)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({res.returncode}):\n"
+                           f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
+    return res
+
+
+def stamps(text: str) -> list[float]:
+    """The ranks' clocks from their output (``3: 1795498920.606`` with srun --label)."""
+    out = []
+    for line in text.splitlines():
+        word = line.split(":", 1)[-1].strip()
+        try:
+            out.append(float(word))
+        except ValueError:
+            continue
+    return out
+
+
+def spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    """The median, and the range when the repeats differ; '-' for none."""
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    if len(values) == 1 or min(values) == max(values):
+        return fmt.format(med)
+    return f"{fmt.format(med)} ({fmt.format(min(values))}-{fmt.format(max(values))})"
