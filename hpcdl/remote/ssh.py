@@ -191,13 +191,16 @@ class SshExecutor:
 
     def master_running(self) -> bool:
         """Whether this login node's master connection is up (``ssh -O check``)."""
-        return proc.run(["ssh", *ssh_options(self.login, self.sockets), "-O", "check",
-                         self.login.host], timeout=30, check=False, error_cls=RemoteError).ok
+        return self._control("check").ok
 
     def close(self) -> None:
         """Stop the master connection (``ssh -O exit``); nothing to stop is fine."""
-        proc.run(["ssh", *ssh_options(self.login, self.sockets), "-O", "exit",
-                  self.login.host], timeout=30, check=False, error_cls=RemoteError)
+        self._control("exit")
+
+    def _control(self, command: str) -> proc.Result:
+        """``ssh -O COMMAND``: a request to this login node's master connection."""
+        return proc.run(["ssh", *ssh_options(self.login, self.sockets), "-O", command,
+                         self.login.host], timeout=30, check=False, error_cls=RemoteError)
 
     def rsync_argv(self, source: str, dest: str, *, delete: bool = False) -> list[str]:
         """rsync over this connection; a remote side is written ``:PATH``. Paths are
