@@ -30,6 +30,11 @@ SSHD=/usr/sbin/sshd
 log() { printf 'sandbox-login: %s\n' "$*"; }
 die() { printf 'sandbox-login: %s\n' "$1" >&2; exit "${2:-1}"; }
 
+# D goes into sshd_config unquoted: the sandbox model's directory rule
+# (hpcdl.sandbox.cluster.DIRECTORY), so it can never start another line or word.
+[[ $D =~ ^/[A-Za-z0-9._+/-]*$ ]] \
+  || die "HPCDL_SANDBOX_DIR: '$D' is not an absolute directory (letters, digits, . _ - + /)" 2
+
 address() {  # the login node's address: the bridge's /24, host part .250
   local cidr
   cidr=$(ip -o -4 addr show dev "$BRIDGE" 2>/dev/null | awk '{print $4; exit}')
