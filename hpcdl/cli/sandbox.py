@@ -207,7 +207,10 @@ def status_cmd(nodes: int | None, folder: Path | None) -> None:
 @click.option("--bundled-profile", is_flag=True,
               help="Print the bundled `sandbox` profile generated from the default "
                    "cluster (hpcdl/profiles/bundled/sandbox.yaml) instead.")
-def render(out: Path | None, bundled_profile: bool) -> None:
+@click.option("--remote", is_flag=True,
+              help="With --bundled-profile: the `sandbox-remote` profile (the same cluster "
+                   "through its SSH login node; hpcdl/profiles/bundled/sandbox-remote.yaml).")
+def render(out: Path | None, bundled_profile: bool, remote: bool) -> None:
     """The cluster's files from its model (hpcdl.sandbox.cluster), for scripts/sandbox.sh.
 
     The cluster is the one sandbox.sh's environment names: HPCDL_SANDBOX_SHAPE (a shape
@@ -221,7 +224,7 @@ def render(out: Path | None, bundled_profile: bool) -> None:
     from hpcdl.sandbox.render import render_files
 
     if bundled_profile:
-        click.echo(profile_text(), nl=False)
+        click.echo(profile_text(remote=remote), nl=False)
         return
     if out is None:
         raise click.UsageError("give --out DIR or --bundled-profile")

@@ -32,6 +32,9 @@ from hpcdl.core.tokens import (
     SharedDir,
     SlurmTime,
     SlurmValue,
+    SshHost,
+    SshJump,
+    SshUser,
     Text,
 )
 
@@ -292,6 +295,28 @@ class Examples(_Strict):
         return v
 
 
+class Login(_Strict):
+    """The cluster's login node, when hpcdl runs elsewhere (a laptop): every scheduler
+    command runs there over one SSH connection and run directories are copied there
+    with rsync. Values left out come from the user's ~/.ssh/config for ``host``."""
+
+    host: SshHost = Field(description="host name, address or ~/.ssh/config alias")
+    user: SshUser | None = Field(default=None, description="remote user (default: ssh's)")
+    port: int | None = Field(default=None, ge=1, le=65535, description="SSH port")
+    identity: SharedDir | None = Field(
+        default=None, description="private key file (absolute path on this machine)")
+    jump: SshJump | None = Field(default=None, description="ProxyJump host(s): [USER@]HOST[:PORT]")
+    runs: SharedDir | None = Field(
+        default=None, description="run directories on the cluster (absolute; default: "
+                                  "hpcdl-runs in the remote home); the nodes must see it")
+    images: SharedDir | None = Field(
+        default=None, description="where `hpcdl push` puts images on the cluster (absolute; "
+                                  "default: hpcdl-images in the remote home)")
+    code_limit_mb: PositiveInt = Field(
+        default=200, description="the most a --code directory may hold (MB) before submit "
+                                 "refuses to copy it")
+
+
 class Profile(_Strict):
     """A cluster profile; see hpcdl/profiles/bundled/*.yaml for examples."""
 
@@ -315,6 +340,9 @@ class Profile(_Strict):
     template_dir: HostPath | None = Field(
         default=None, description="a folder whose templates override the bundled ones"
     )
+    login: Login | None = Field(
+        default=None, description="the login node to reach the cluster through over SSH, "
+                                  "when hpcdl runs off the cluster (a laptop)")
 
     @model_validator(mode="after")
     def _unique(self) -> Profile:

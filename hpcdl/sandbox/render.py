@@ -65,8 +65,13 @@ def _flow(entry: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k}: {value(k, v)}" for k, v in entry.items()) + "}"
 
 
-def bundled_profile(shape: Shape = DEFAULT_SHAPE) -> str:
-    """hpcdl/profiles/bundled/sandbox.yaml: the profile of the default sandbox."""
+# The default sandbox's login node (scripts/sandbox-login.sh: the bridge's .250).
+LOGIN_HOST = "10.77.0.250"
+
+
+def bundled_profile(shape: Shape = DEFAULT_SHAPE, *, remote: bool = False) -> str:
+    """hpcdl/profiles/bundled/sandbox.yaml: the profile of the default sandbox; with
+    ``remote``, sandbox-remote.yaml: the same cluster through its SSH login node."""
     parts = profile_partitions(shape)
     default = next(p for p in shape.partitions if p.default)
     tier = {p.name: 1 if p.priority_tier is None else p.priority_tier for p in shape.partitions}
@@ -78,4 +83,5 @@ def bundled_profile(shape: Shape = DEFAULT_SHAPE) -> str:
         "default_time": default.default_time, "preempted": preempted,
         # Slurm's PriorityTier is 1 where a partition sets none.
         "preemptors": {name: [p for p in tier if tier[p] > tier[name]] for name in preempted},
-        "grace": {p.name: p.grace_time for p in shape.partitions}})
+        "grace": {p.name: p.grace_time for p in shape.partitions},
+        "login": {"host": LOGIN_HOST} if remote else None})

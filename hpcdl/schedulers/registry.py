@@ -3,10 +3,16 @@ lifecycle is handed the Scheduler this returns and never imports an adapter."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hpcdl.core.errors import UserInputError
+from hpcdl.remote.ssh import LoginNode, SshExecutor
 from hpcdl.schedulers.base import Scheduler
 from hpcdl.schedulers.executor import LOCAL, Executor
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
+
+if TYPE_CHECKING:
+    from hpcdl.profiles.schema import Login, Profile
 
 # scheduler.type -> the adapter that submits to it. PBS scripts are rendered for
 # reading only (hpcdl.schedulers.pbs): no adapter submits them.
@@ -23,3 +29,22 @@ def scheduler_for(profile_name: str | None = None, kind: str = "slurm",
         raise UserInputError(f"scheduler: hpcdl submits to {', '.join(ADAPTERS)} only "
                              f"(profile {profile_name}: {kind})")
     return adapter(profile_name, executor)
+
+
+def login_node(login: Login) -> LoginNode:
+    """The profile's ``login:`` block as the SSH transport's LoginNode."""
+    return LoginNode(host=login.host, user=login.user, port=login.port,
+                     identity=login.identity, jump=login.jump)
+
+
+def executor_for(profile: Profile) -> Executor:
+    """Where the profile's scheduler commands run: its login node over SSH when it names
+    one, else this machine."""
+    if profile.login is None:
+        return LOCAL
+    return SshExecutor.for_login(login_node(profile.login))
+
+
+def scheduler_of(profile: Profile) -> Scheduler:
+    """The profile's scheduler, its commands run where executor_for says."""
+    return scheduler_for(profile.name, profile.scheduler.type, executor_for(profile))
