@@ -10,7 +10,7 @@ from hpcdl.core.errors import ConfigError, UserInputError
 from hpcdl.profiles import list_profiles, load_profile, load_profile_file
 from hpcdl.profiles.loader import resolve_profile
 
-BUNDLED = ["generic", "karolina", "neuron", "polaris", "sandbox", "taurus"]
+BUNDLED = ["generic", "karolina", "neuron", "polaris", "sandbox", "sandbox-remote", "taurus"]
 
 MINIMAL = """\
 name: mini
