@@ -8,6 +8,7 @@ import pytest
 
 pytest_plugins: list[str] = ["tests.unit.conftest_examples", "tests.integration.conftest_apptainer",
                              "tests.integration.conftest_slurm", "tests.integration.conftest_user",
+                             "tests.integration.conftest_remote",
                              "tests.fakeslurm.fixture"]
 
 IN_CI = os.environ.get("CI") == "true"

@@ -28,7 +28,8 @@ from tests.integration.conftest_slurm import DEFAULT_DIR, redirected_sandbox_pro
 
 REPO = Path(__file__).resolve().parents[2]
 USER = "hpcuser"
-VENV = Path("/opt/hpcdl-user/venv")
+# $HPCDL_TEST_USER_VENV: another venv for a second checkout's tests on the same machine.
+VENV = Path(os.environ.get("HPCDL_TEST_USER_VENV") or "/opt/hpcdl-user/venv")
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
