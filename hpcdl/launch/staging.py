@@ -127,7 +127,7 @@ def stage(run_dir: Path, files: tuple[str, ...],
         for rel in files:
             dest = tmp / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source_of(rel), dest)
+            shutil.copy2(source_of(rel), dest)  # its mtime too: rsync links it
             copied += dest.stat().st_size
         # Readable by every rank (the job may run under another uid's group policy).
         for folder, _, names in os.walk(tmp):

@@ -28,6 +28,7 @@ from hpcdl.launch.rankenv import (
     rank_env_file,
     rank_env_script,
 )
+from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.staging import job_dir, job_side_files
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.plan.command import (
@@ -168,6 +169,7 @@ def build_plan(profile: Profile, req: JobRequest,
         job_scripts = ((RANK_ENV_FILE, rank_env_file(wrapper_mode, **wrapper_options)),)
         if master_port:
             job_scripts += ((PORT_PICK_FILE, port_pick_file(master_port, **port_range)),)
+    workdir = f"{req.run_dir}/{CODE_DIR_NAME}" if req.code_dir and req.run_dir else None
     hang_exports, hang_warnings = _hang_exports(req, env, time, log_dir)
     warnings += hang_warnings
     context = {
@@ -203,6 +205,7 @@ def build_plan(profile: Profile, req: JobRequest,
         "probe_line": probe_line,
         "requeue": _requeue_block(requeue, req, dialect),
         "progress": _progress(req, requeue, dialect),
+        "workdir_q": shell_join([workdir]) if workdir else None,
     }
     script = render_template(
         dialect.template,
@@ -252,6 +255,8 @@ def build_plan(profile: Profile, req: JobRequest,
                       and (req.runs_example or requeue is not None),
         stage="sbcast" if stage else "none",
         staged_image=stage["shown"] if stage else None,
+        code_dir=req.code_dir,
+        workdir=workdir,
     )
 
 

@@ -70,6 +70,10 @@ class JobPlan:
     # staged_image is the copy's path as the script names it (holds $SLURM_JOB_ID).
     stage: str = "none"
     staged_image: str | None = None
+    # --code: the local directory copied into RUN_DIR/code, and the directory the job
+    # starts in (that copy, as the cluster sees it); None: where sbatch was run.
+    code_dir: str | None = None
+    workdir: str | None = None
     hpcdl_version: str = __version__
 
     def to_dict(self) -> dict[str, Any]:

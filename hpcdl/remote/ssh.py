@@ -39,6 +39,11 @@ class RemoteError(ToolError):
     """The login node could not be reached or a command on it failed (exit 1)."""
 
 
+class ConnectionLost(RemoteError):
+    """The login node could not be reached (refused, timed out, connection dropped): it
+    may well be back in a moment, so a follow loop tries again."""
+
+
 class RemoteInputError(UserInputError):
     """The login node named in the profile cannot be used as given (exit 2): unknown
     host, refused key."""
@@ -131,7 +136,7 @@ def connection_error(login: LoginNode, stderr: str) -> UserInputError | RemoteEr
                                 f"key (login.identity) and that it is in the remote "
                                 f"~/.ssh/authorized_keys")
     if _UNREACHABLE.search(stderr):
-        return RemoteError(f"{where}: unreachable ({said})")
+        return ConnectionLost(f"{where}: unreachable ({said})")
     return RemoteError(f"{where}: ssh failed ({said})")
 
 
@@ -202,36 +207,44 @@ class SshExecutor:
         return proc.run(["ssh", *ssh_options(self.login, self.sockets), "-O", command,
                          self.login.host], timeout=30, check=False, error_cls=RemoteError)
 
-    def rsync_argv(self, source: str, dest: str, *, delete: bool = False) -> list[str]:
+    def rsync_argv(self, source: str, dest: str, *, delete: bool = False,
+                   link_dest: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[str]:
         """rsync over this connection; a remote side is written ``:PATH``. Paths are
-        passed with --protect-args, so the remote shell never splits or expands them."""
+        passed with --protect-args, so the remote shell never splits or expands them.
+        ``link_dest``: directories (relative to the destination) whose identical files
+        are hard-linked instead of sent; ``exclude``: rsync patterns left out."""
         shell = shlex.join(["ssh", *ssh_options(self.login, self.sockets)])
         argv = ["rsync", "--archive", "--compress", "--stats", "--protect-args",
                 "--rsh", shell]
         if delete:
             argv.append("--delete")
+        argv += [f"--link-dest={d}" for d in link_dest]
+        argv += [f"--exclude={p}" for p in exclude]
         return [*argv, *(self._side(p) for p in (source, dest))]
 
     def _side(self, path: str) -> str:
         return f"{self.login.host}{path}" if path.startswith(":") else path
 
     def push(self, local_dir: str | os.PathLike[str], remote_dir: str, *,
-             timeout: float = 600) -> int:
-        """Copy ``local_dir``'s content into ``remote_dir`` on the login node (only
-        what differs moves); returns the bytes sent."""
+             timeout: float = 600, link_dest: Sequence[str] = ()) -> int:
+        """Copy ``local_dir``'s content into ``remote_dir`` on the login node (made with
+        its parents; only what differs moves); returns the bytes sent."""
         return self._rsync(f"{os.fspath(local_dir).rstrip('/')}/", f":{remote_dir}/",
-                           timeout)
+                           timeout, link_dest=link_dest, mkpath=True)
 
     def pull(self, remote_dir: str, local_dir: str | os.PathLike[str], *,
-             timeout: float = 600) -> int:
+             timeout: float = 600, exclude: Sequence[str] = ()) -> int:
         """Copy ``remote_dir``'s content into ``local_dir``; returns the bytes received."""
         return self._rsync(f":{remote_dir.rstrip('/')}/", f"{os.fspath(local_dir)}/", timeout,
-                           received=True)
+                           received=True, exclude=exclude)
 
-    def _rsync(self, source: str, dest: str, timeout: float, *,
-               received: bool = False) -> int:
-        res = proc.run(self.rsync_argv(source, dest), timeout=timeout, check=False,
-                       error_cls=RemoteError)
+    def _rsync(self, source: str, dest: str, timeout: float, *, received: bool = False,
+               link_dest: Sequence[str] = (), exclude: Sequence[str] = (),
+               mkpath: bool = False) -> int:
+        if mkpath:  # rsync's own --mkpath needs 3.2.3 on the cluster's side too
+            self.run(["mkdir", "-p", "--", dest[1:]], timeout=60)
+        res = proc.run(self.rsync_argv(source, dest, link_dest=link_dest, exclude=exclude),
+                       timeout=timeout, check=False, error_cls=RemoteError)
         if res.returncode and _ssh_said(res.stderr):
             raise connection_error(self.login, res.stderr)
         if not res.ok:

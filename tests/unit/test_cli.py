@@ -87,7 +87,7 @@ def test_malformed_profile_file(tmp_path):
 def test_profiles_list_show_validate(tmp_path):
     result = invoke("profiles", "list", "--json")
     names = [row["name"] for row in json.loads(result.stdout)]
-    assert names == ["generic", "karolina", "neuron", "polaris", "sandbox", "taurus"]
+    assert names == ["generic", "karolina", "neuron", "polaris", "sandbox", "sandbox-remote", "taurus"]
     shown = invoke("profiles", "show", "neuron").stdout
     assert "amd_a100nv_8" in shown and "14" in shown
     good = invoke("profiles", "validate", "hpcdl/profiles/bundled/sandbox.yaml")

@@ -226,6 +226,8 @@ PROFILE_BASE: dict[str, Any] = {
     "env": {"vars": {"NCCL_DEBUG": "WARN"}, "omp_num_threads": 1},
     "paths": {"scratch": "/scratch/$USER", "datasets": "/data", "imagenet": "/scratch/data/imagenet"},
     "python": "python3",
+    "login": {"host": "login.example.org", "user": "jdoe", "runs": "/scratch/runs",
+              "images": "/scratch/images", "jump": "jdoe@gw.example.org"},
 }
 
 
@@ -453,7 +455,9 @@ REQUEST_BASE = JobRequest(nodes=1, gpus=1, image="/scratch/img/x.sif", env=(("HP
 REQUEST_FIELDS = [f.name for f in fields(JobRequest)
                   if f.name not in ("nodes", "gpus", "cpus_per_task", "synthetic", "no_image",
                                     "requeue", "max_restarts", "chain", "probe_first",
-                                    "hang_timeout", "stage_image")]
+                                    "hang_timeout", "stage_image",
+                                    # a local directory: the script names RUN_DIR/code
+                                    "code_dir")]
 
 
 def _request_with(name: str, value: str, runs_root: Path) -> JobRequest:

@@ -39,6 +39,11 @@ REQUESTS = {
         nodes=1, gpus=1, command=("python3", "train.py", "--lr", "0.1"), job_name="t1",
         run_dir="/scratch/runs/t1",
     ),
+    # submit --code (a cluster reached over SSH): the job starts in the run's code/.
+    "command-code": JobRequest(
+        nodes=1, gpus=1, command=("python3", "train.py"), job_name="t2",
+        run_dir="/scratch/runs/t2", code_dir="/home/jdoe/project",
+    ),
 }
 
 

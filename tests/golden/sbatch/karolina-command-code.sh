@@ -1,0 +1,46 @@
+#!/bin/bash -l
+# Rendered by hpcdl 0.1.0 for profile karolina: edit the profile or
+# the request and render again rather than editing this file.
+#SBATCH --job-name=t2
+#SBATCH --partition=qgpu
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=1
+#SBATCH --cpus-per-task=16
+#SBATCH --time=01:00:00
+#SBATCH --account=OPEN-00-00
+#SBATCH --output=/scratch/runs/t2/slurm-%j.out
+#SBATCH --error=/scratch/runs/t2/slurm-%j.err
+
+module load OpenMPI/4.1.4-GCC-11.3.0 apptainer
+
+set -euo pipefail
+
+# The code directory submit copied into the run directory (--code): the job starts in
+# that copy, as it would have started in the directory on the submitting machine.
+cd /scratch/runs/t2/code
+
+# Slurm >= 22.05: srun no longer inherits --cpus-per-task from the batch job;
+# without this the ranks' data loaders starve on one CPU each.
+export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-16}"
+export OMP_NUM_THREADS=16
+export NCCL_DEBUG=WARN
+export HPCDL_RUN_DIR=/scratch/runs/t2
+export HPCDL_JOB_NAME=t2
+export HPCDL_BACKEND=horovod
+# The training script creates this file once it completed its first step (the
+# bundled examples do; hpcdl/requeue.py): no file, no step.
+export HPCDL_PROGRESS_FILE=/scratch/runs/t2/progress
+
+# Every rank starts through the run's job/bin/hpcdl-rank-env (--dry-run prints it): it
+# sets torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, ...), then runs the command.
+# - launcher srun: one process per rank; the wrapper derives the variables from its per-rank variables.
+# - MASTER_ADDR: the first node of the allocation.
+# - MASTER_PORT: 15000 + job id % 15000, so jobs sharing a node do not collide (below the ephemeral port range); the next free one if something on the first node listens on it.
+# - GPUs: every rank sees the 1 GPUs of its node and uses GPU LOCAL_RANK (torch.cuda.set_device(LOCAL_RANK), as torchrun and Horovod scripts do).
+export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"
+MASTER_PORT=$(/bin/sh /scratch/runs/t2/job/bin/hpcdl-master-port)
+export MASTER_PORT
+
+echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 1 ranks (1 nodes x 1)"
+srun --label --kill-on-bad-exit=1 --mpi=pmix /bin/sh /scratch/runs/t2/job/bin/hpcdl-rank-env python3 train.py
