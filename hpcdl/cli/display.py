@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,11 @@ import click
 
 from hpcdl.hang.diagnosis import Diagnosis
 from hpcdl.jobs.attempts import Attempt, no_step_message
+from hpcdl.jobs.follow import RETRY_S
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.timelimit import timeout_message
 from hpcdl.probe.worker import format_size
+from hpcdl.remote.ssh import ConnectionLost
 from hpcdl.results.logs import describe_failures, format_result_table
 from hpcdl.results.protocol import without_probe
 from hpcdl.results.record import JobLogs, ResultRecord
@@ -58,6 +61,33 @@ class StatusLine:
     def close(self) -> None:
         if self.live and self.last and not self.quiet:
             echo("", err=True)
+
+
+def lost_line(line: StatusLine | None = None) -> Callable[[ConnectionLost, float], None]:
+    """What the user sees while the login node is out of reach: one line when it goes
+    (then one a minute), saying the job goes on and hpcdl tries again."""
+    shown = {"at": -60.0}
+
+    def lost(err: ConnectionLost, away: float) -> None:
+        if away and away - shown["at"] < 60:
+            return
+        shown["at"] = away
+        if line is not None:
+            line.close()
+        echo(f"warning: {err.message} [{away:.0f} s]; the job goes on on the cluster, "
+             f"trying again every {RETRY_S:g} s", err=True)
+
+    return lost
+
+
+def size_text(size: int) -> str:
+    """A byte count as people read it: 512 B, 38.2 kB, 1.4 MB, 2.1 GB."""
+    value = float(size)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{size} B"
 
 
 def attempt_lines(attempts: list[Attempt]) -> list[str]:

@@ -6,13 +6,20 @@ import json
 
 import click
 
-from hpcdl.cli.display import attempt_lines
+from hpcdl.cli.display import attempt_lines, lost_line
 from hpcdl.jobs.attempts import no_step_message
 from hpcdl.jobs.follow import log_chunks
+from hpcdl.jobs.place import Connection, connect, reconnect
+from hpcdl.jobs.rundir import find_run
 from hpcdl.jobs.status import JobSnapshot, job_snapshot
 from hpcdl.jobs.timelimit import clock_text, timeout_message
 from hpcdl.schedulers.base import JobStatus
-from hpcdl.schedulers.registry import scheduler_for
+
+
+def connection_of(job_id: str) -> Connection:
+    """How to reach job ``job_id``: through the login node its run directory's profile
+    names (a job submitted from this laptop), else this machine's Slurm."""
+    return reconnect(find_run(job_id))
 
 
 def _row(s: JobStatus) -> str:
@@ -31,7 +38,11 @@ _HEADER = (f"{'JOBID':<10} {'STATE':<10} {'SLURM':<12} {'EXIT':<8} {'PARTITION':
 @click.option("--since", default="now-1days", show_default=True,
               help="Without JOBID: list finished jobs since this time (sacct -S syntax).")
 @click.option("--all-users", is_flag=True, help="Without JOBID: every user's jobs.")
-def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> None:
+@click.option("--profile", "-p", "profile", metavar="NAME|PATH",
+              help="Without JOBID: the cluster of this profile (through its login node when "
+                   "it names one); default: this machine's Slurm.")
+def status(job_id: str | None, as_json: bool, since: str, all_users: bool,
+           profile: str | None) -> None:
     """Show a job's state (or your recent jobs): squeue while it runs, sacct after.
 
     STATE is hpcdl's (PENDING, RUNNING, SUSPENDED, COMPLETED, FAILED, CANCELLED,
@@ -41,14 +52,21 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
     completed no training step, that it looks hung). A requeued job whose last
     attempt failed before its first step (not requeued) gets a line saying why.
 
+    A job submitted from this machine to a cluster reached over SSH is found
+    again through its run directory (a laptop closed mid-run included).
+
     \b
     Examples:
       hpcdl status 1234
       hpcdl status --json
+      hpcdl status -p sandbox-remote
     """
-    scheduler = scheduler_for()
     if job_id:
-        snap = job_snapshot(job_id, scheduler)
+        conn = connection_of(job_id)
+        run = find_run(job_id)
+        if run is not None:
+            conn.place.fetch(run)
+        snap = job_snapshot(job_id, conn.scheduler)
         row, tried = snap.status, snap.attempts
         if as_json:
             data = row.to_dict()
@@ -67,6 +85,9 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool) -> No
                 for line in attempt_lines(tried):
                     click.echo(line)
         return
+    from hpcdl.profiles import load_profile  # pydantic: only for a profile named
+
+    scheduler = connect(load_profile(profile)).scheduler if profile else reconnect(None).scheduler
     rows = scheduler.list_jobs(since=since, all_users=all_users)
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows]))
@@ -97,9 +118,12 @@ def logs(job_id: str, follow: bool) -> None:
     # which `hpcdl status`, in this module too, does not need.
     from hpcdl.jobs.submit import log_files
 
-    scheduler = scheduler_for()
-    out, err = log_files(job_id, scheduler)
-    for chunk in log_chunks(job_id, out, err, scheduler=scheduler, follow_job=follow):
+    conn = connection_of(job_id)
+    out, err = log_files(job_id, conn.scheduler)
+    run = find_run(job_id)
+    sync = (lambda: conn.place.fetch(run)) if run is not None and conn.place.remote else None
+    for chunk in log_chunks(job_id, out, err, scheduler=conn.scheduler, follow_job=follow,
+                            sync=sync, on_lost=lost_line()):
         click.echo(chunk.text, err=chunk.stderr, nl=False)
     if not follow and not out.exists() and not err.exists():
         click.echo(f"(job {job_id} has written no output yet: {out})", err=True)
@@ -112,5 +136,5 @@ def cancel(job_id: str) -> None:
     # Lazy, as in logs: the planner is not the status command's.
     from hpcdl.jobs.submit import cancel as cancel_job
 
-    final = cancel_job(job_id, scheduler_for())
+    final = cancel_job(job_id, connection_of(job_id).scheduler)
     click.echo(f"job {job_id}: {final.state} (Slurm {final.native_state})")

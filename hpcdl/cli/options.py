@@ -12,7 +12,11 @@ from hpcdl.profiles.schema import Profile
 
 def runtime_mode_for(profile: Profile, request: JobRequest) -> RuntimeMode | None:
     """How the request's container runtime will run its ranks (hpcdl.jobs.preflight's
-    runtime_mode), printing its warning when this host cannot run images as this user."""
+    runtime_mode), printing its warning when this host cannot run images as this user.
+    None for a cluster reached over SSH: this machine is not its nodes (the profile's
+    container.mode says)."""
+    if profile.login is not None:
+        return None
     mode, warning = runtime_mode(job_image(profile, request)[0], profile.container.binary)
     if warning:
         click.echo(f"warning: {warning}", err=True)

@@ -14,6 +14,8 @@ import click
 from hpcdl.cli.options import example_options, parse_env, runtime_mode_for
 from hpcdl.cli.submit import print_dry_run, submit_and_show
 from hpcdl.core.errors import ValidationError
+from hpcdl.jobs.place import connect
+from hpcdl.jobs.preflight import over_ssh
 from hpcdl.jobs.submit import plan_run
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.probe.request import (
@@ -110,7 +112,10 @@ def probe(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
     if dry_run:
         print_dry_run(build_plan(prof, request, runtime_mode=mode), as_json=as_json)
         return
-    plan = plan_run(prof, request, run_name="probe", runtime_mode=mode)
-    code = submit_and_show(prof, plan, wait=wait, as_json=as_json, probe=True)
+    conn = connect(prof, local_root=run_dir.resolve().parent if run_dir is not None else None)
+    if conn.ssh is not None:  # the image as the cluster will see it
+        request = over_ssh(prof, request, conn.ssh)
+    plan = plan_run(prof, request, run_name="probe", runtime_mode=mode, place=conn.place)
+    code = submit_and_show(prof, plan, wait=wait, as_json=as_json, probe=True, conn=conn)
     if code:
         raise SystemExit(code)

@@ -9,10 +9,9 @@ from pathlib import Path
 import click
 
 from hpcdl.core.errors import ValidationError
-from hpcdl.jobs.results import load_rows
+from hpcdl.jobs.results import connection_for, load_rows
 from hpcdl.report import write_run_report, write_sweep_report
 from hpcdl.results.straggler import DEFAULT_THRESHOLD
-from hpcdl.schedulers.registry import scheduler_for
 from hpcdl.sweep.grid import read_sweep
 
 
@@ -56,7 +55,9 @@ def report(path: Path, output: Path | None, straggler_threshold: float, no_refre
     if output is not None and not output.parent.is_dir():
         raise ValidationError(f"output {output}: directory {output.parent} does not exist")
     if read_sweep(path) is not None:
-        rows, meta = load_rows(path, scheduler=scheduler_for(), refresh=not no_refresh)
+        conn = connection_for(path)
+        rows, meta = load_rows(path, scheduler=conn.scheduler, place=conn.place,
+                               refresh=not no_refresh)
         written, stragglers = write_sweep_report(path, rows, meta, output,
                                                  threshold=straggler_threshold)
         if as_json:

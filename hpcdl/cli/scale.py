@@ -13,8 +13,9 @@ from hpcdl.cli.display import SweepBar, done_line, probe_view
 from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
 from hpcdl.cli.submit import defaults_line
 from hpcdl.core.errors import ValidationError
-from hpcdl.jobs.preflight import check_inputs, image_arch_facts
-from hpcdl.jobs.results import load_rows, probe_report, stragglers
+from hpcdl.jobs.place import connect
+from hpcdl.jobs.preflight import check_inputs, image_arch_facts, over_ssh
+from hpcdl.jobs.results import connection_for, load_rows, probe_report, stragglers
 from hpcdl.jobs.submit import Submitted
 from hpcdl.jobs.sweep import finish_sweep, start_sweep
 from hpcdl.plan import JobRequest, job_image
@@ -22,7 +23,6 @@ from hpcdl.profiles import load_profile
 from hpcdl.results.plot import build_figure, write_png
 from hpcdl.results.table import count, format_table, to_csv, to_json
 from hpcdl.schedulers.pbs import script as pbs
-from hpcdl.schedulers.registry import scheduler_for
 from hpcdl.sweep.grid import (
     SweepPoint,
     check_base,
@@ -106,7 +106,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     points = expand(backends, nodes, gpus, batches)
     base, why = pin_partition(prof, base, points)  # one partition: comparable speedups
     # The image's build record (its GPU architectures), read once for every point's check.
-    facts = image_arch_facts(job_image(prof, base)[0])
+    facts = image_arch_facts(job_image(prof, base)[0]) if prof.login is None else None
     mode = runtime_mode_for(prof, base)
     if dry_run:
         _show_plans(plan_points(prof, base, points, image_facts=facts, runtime_mode=mode), why,
@@ -115,16 +115,21 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     # Each point planned once, with its run directory in the sweep directory: those
     # plans are what gets submitted.
     sweep_dir = sweep_path(sweep_id)
-    plans = plan_points(prof, base, points, sweep_dir, facts, mode)  # raises before writing
-    check_inputs(base, image=plans[0][1].image)
+    conn = connect(prof)
+    if conn.ssh is not None:  # the image and the code as the cluster will see them
+        base = over_ssh(prof, base, conn.ssh)
+    plans = plan_points(prof, base, points, sweep_dir, facts, mode,
+                        place=conn.place)  # raises before writing
+    if conn.ssh is None:
+        check_inputs(base, image=plans[0][1].image)
 
     def submitted(point: SweepPoint, sub: Submitted) -> None:
         click.echo(f"submitted {point.label}: job {sub.job_id} ({count(point.ranks, 'rank')} on "
                    f"{count(point.nodes, 'node')})", err=True)
 
-    scheduler = scheduler_for(prof.name, prof.scheduler.type)
+    scheduler = conn.scheduler
     record = start_sweep(prof, base, plans, sweep_dir=sweep_dir, concurrent=concurrent,
-                         scheduler=scheduler, on_submitted=submitted)
+                         scheduler=scheduler, on_submitted=submitted, place=conn.place)
     if not wait:
         if as_json:
             click.echo(json.dumps({"sweep_dir": str(sweep_dir), **record}))
@@ -134,7 +139,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
         return
     bar = SweepBar(len(plans))
     try:
-        outcome = finish_sweep(sweep_dir, sweep_id, scheduler=scheduler,
+        outcome = finish_sweep(sweep_dir, sweep_id, scheduler=scheduler, place=conn.place,
                                on_done=lambda row, t: bar.finished(done_line(row, t)),
                                on_progress=bar.status)
     except KeyboardInterrupt:
@@ -196,7 +201,9 @@ def results(path: Path, as_json: bool, as_csv: bool, plot_path: Path | None,
     """
     if as_json and as_csv:
         raise ValidationError("--json and --csv: choose one output form")
-    rows, meta = load_rows(path, scheduler=scheduler_for(), refresh=not no_refresh)
+    conn = connection_for(path)
+    rows, meta = load_rows(path, scheduler=conn.scheduler, place=conn.place,
+                           refresh=not no_refresh)
     probe = probe_report(path)
     if probe is not None:  # an `hpcdl probe` run: its tables instead of a scaling row
         if as_csv or plot_path is not None:

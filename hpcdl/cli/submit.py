@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from hpcdl.cli import one_line
-from hpcdl.cli.display import StatusLine, hang_lines, print_job_end
+from hpcdl.cli.display import StatusLine, hang_lines, lost_line, print_job_end, size_text
 from hpcdl.cli.options import (
     example_options,
     launch_options,
@@ -20,14 +20,14 @@ from hpcdl.core.errors import ValidationError
 from hpcdl.hang.diagnosis import HANG_ACTIONS, Diagnosis, parse_seconds
 from hpcdl.jobs.alloc import build_alloc, run_alloc
 from hpcdl.jobs.flow import follow_job, submit_job
-from hpcdl.jobs.preflight import check_inputs, image_arch_facts
+from hpcdl.jobs.place import Connection, connect
+from hpcdl.jobs.preflight import check_inputs, image_arch_facts, over_ssh
 from hpcdl.jobs.submit import plan_run
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan, job_image
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.pbs import script as pbs
-from hpcdl.schedulers.registry import scheduler_for
 
 # Starts the line above each job-side file a dry run prints after the script (the
 # arrow of `head FILE...`): a reader or a test finds where each file begins.
@@ -88,6 +88,12 @@ JOB_FILE_HEADER = "# ==>"
                    "before the first rank starts, run the ranks from there and remove it at "
                    "the end; a node without room stops the job, naming the node and its free "
                    "space. Default: the profile's container.stage.")
+@click.option("--code", "code", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="For a cluster reached over SSH (the profile's login:): the directory "
+                   "copied with the run (RUN_DIR/code) where the job starts; default: the "
+                   "current directory when COMMAND's script is in it. Leaves out .git, "
+                   "caches, venvs and what DIR/.hpcdlignore lists (one pattern a line); "
+                   "more than the profile's login.code_limit_mb (200 MB) is refused.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
 def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
            cpus_per_task: int | None, job_name: str | None, template: str | None,
@@ -97,7 +103,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
            as_json: bool, wait: bool, requeue: bool | None, max_restarts: int | None,
            signal: str | None, probe_first: bool, probe_sizes: str | None, chain: int,
            hang_timeout: str | None, hang_action: str | None, stage_image: bool | None,
-           command: tuple[str, ...]) -> None:
+           code: Path | None, command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
     Without COMMAND the job runs the bundled ResNet-50 example with --backend,
@@ -109,6 +115,11 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     is --image, else the profile's container.default_image (--no-image: native).
     For a PBS profile (polaris) --dry-run prints a PBS Pro script; hpcdl does not
     submit to PBS.
+
+    From a laptop: a profile with a login: node (e.g. sandbox-remote) runs every
+    Slurm command there over one SSH connection, copies the run directory (and
+    --code) to the cluster with rsync, and pulls results back into the local one;
+    --image names an image copied there with `hpcdl push` or a path on the cluster.
 
     Every request is checked before anything is written: GPUs per node, nodes,
     wall time and CPUs against the partition's limits (exit 2 with the field,
@@ -138,20 +149,30 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
         requeue=requeue, max_restarts=max_restarts, signal=signal, chain=chain,
         hang_timeout=hang_s, hang_action=hang_action, stage_image=stage_image,
+        code_dir=str(code) if code is not None else None,
     )
+    if code is not None and prof.login is None:
+        raise ValidationError(f"code: --code copies your code to a cluster reached over SSH; "
+                              f"profile {prof.name} has no login: (the job starts where you "
+                              f"submit)")
     # Reads the image's build record (its GPU architectures) for the plan's check.
-    facts = image_arch_facts(job_image(prof, request)[0])
+    facts = image_arch_facts(job_image(prof, request)[0]) if prof.login is None else None
     mode = runtime_mode_for(prof, request)
     if dry_run:
         # validates: raises before anything is written
         print_dry_run(build_plan(prof, request, facts, mode), as_json=as_json)
         return
+    conn = connect(prof, local_root=run_dir.resolve().parent if run_dir is not None else None)
+    if conn.ssh is not None:  # the image and the code as the cluster will see them
+        request = over_ssh(prof, request, conn.ssh)
     # Planned once, with the run directory it will use; that plan is what gets submitted.
-    plan = plan_run(prof, request, image_facts=facts, runtime_mode=mode)  # raises before writing
-    check_inputs(request, image=plan.image)
-    code = submit_and_show(prof, plan, wait=wait, as_json=as_json)
-    if code:
-        raise SystemExit(code)
+    plan = plan_run(prof, request, image_facts=facts, runtime_mode=mode,
+                    place=conn.place)  # raises before writing
+    if conn.ssh is None:
+        check_inputs(request, image=plan.image)
+    status = submit_and_show(prof, plan, wait=wait, as_json=as_json, conn=conn)
+    if status:
+        raise SystemExit(status)
 
 
 def print_dry_run(plan: JobPlan, *, as_json: bool) -> None:
@@ -205,16 +226,19 @@ def defaults_line(plan: JobPlan) -> str:
 
 
 def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
-                    timeout: float | None = None, probe: bool = False) -> int:
+                    timeout: float | None = None, probe: bool = False,
+                    conn: Connection | None = None) -> int:
     """Submit ``plan`` and print the job id; with ``wait`` follow the job, showing its
     status line and what the hang watchdog finds, and print how it ended.
 
     Returns the process exit code (0 once submitted; with ``wait`` the job's; for a
     probe job, ``probe``, 2 when a node refused the probe's input).
+    ``conn``: the profile's scheduler and run place (default: connect(prof)).
     Raises ValidationError, SubmitError, ToolError (see hpcdl.jobs.flow).
     """
-    scheduler = scheduler_for(prof.name, prof.scheduler.type)
-    job = submit_job(prof, plan, scheduler=scheduler, watch=wait)
+    conn = conn or connect(prof)
+    scheduler = conn.scheduler
+    job = submit_job(prof, plan, scheduler=scheduler, watch=wait, place=conn.place)
     sub = job.submitted
     for warning in (*plan.warnings, *sub.warnings):
         click.echo(f"warning: {warning}", err=True)
@@ -229,6 +253,12 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
         if sub.chain:
             click.echo(f"chain of {len(sub.chain)} jobs (--dependency=afterany): "
                        f"{' -> '.join(sub.chain)}")
+    if sub.place.remote:
+        info["cluster_run_dir"] = plan.run_dir
+        info["bytes_moved"] = sub.moved
+        if not as_json:
+            click.echo(f"copied the run directory to {sub.place.describe()} "
+                       f"({size_text(sub.moved)} moved)", err=True)
     if not wait:
         if as_json:
             click.echo(json.dumps(info))
@@ -245,7 +275,7 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
 
     try:
         outcome = follow_job(prof, job, scheduler=scheduler, on_poll=line, on_hang=shown,
-                             timeout=timeout, probe=probe)
+                             timeout=timeout, probe=probe, on_lost=lost_line(line))
     finally:
         line.close()
     if outcome.report_error is not None:

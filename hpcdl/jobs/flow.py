@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcdl.core.errors import ValidationError
 from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION, Diagnosis
 from hpcdl.hang.watchdog import HangWatchdog, collect, find_py_spy
 from hpcdl.jobs.attempts import Attempt
-from hpcdl.jobs.follow import MAX_INTERVAL_S, Backoff, OnPoll, Watcher, follow
+from hpcdl.jobs.follow import MAX_INTERVAL_S, Backoff, OnLost, OnPoll, Reconnecting, Watcher, follow
+from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.submit import Submitted, attempts_of, exit_status, submit
 from hpcdl.plan import JobPlan
 from hpcdl.probe.worker import EXIT_BAD_INPUT
@@ -61,17 +63,22 @@ class JobOutcome:
 
 
 def submit_job(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
-               watch: bool) -> SubmittedJob:
+               watch: bool, place: RunPlace = HERE) -> SubmittedJob:
     """Submit ``plan`` (planned with its run directory, see hpcdl.jobs.submit.plan_run).
 
     ``watch``: the job will be followed, so the hang watchdog the plan asks for
     (``plan.hang_timeout``) is readied: py-spy is found before submitting (a watchdog
     that cannot look is none: ToolError) and copied into the run directory, since the
-    nodes run it from there and not from this venv. Raises ValidationError,
+    nodes run it from there and not from this venv. ``place``: where the cluster reads
+    the run directory (hpcdl.jobs.place). Raises ValidationError,
     SubmitError, ToolError (see hpcdl.jobs.submit.submit, hpcdl.hang.watchdog.find_py_spy).
     """
+    if plan.hang_timeout is not None and place.remote:
+        raise ValidationError(f"hang-timeout: not yet for a cluster reached over SSH (profile "
+                              f"{profile.name} has login: {place.describe()})",
+                              hint="run hpcdl on the login node for --hang-timeout")
     py_spy = find_py_spy() if plan.hang_timeout is not None and watch else None
-    sub = submit(profile, plan, scheduler=scheduler)
+    sub = submit(profile, plan, scheduler=scheduler, place=place)
     if py_spy is not None:
         py_spy = sub.run.stage_tool(py_spy)
     return SubmittedJob(sub, py_spy)
@@ -79,7 +86,8 @@ def submit_job(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
 
 def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
                on_poll: OnPoll | None = None, on_hang: OnHang | None = None,
-               timeout: float | None = None, probe: bool = False) -> JobOutcome:
+               timeout: float | None = None, probe: bool = False,
+               on_lost: OnLost | None = None) -> JobOutcome:
     """Follow ``job`` to its end and gather its outcome.
 
     A requeued job keeps its id: following it follows every attempt; a chain is
@@ -87,15 +95,21 @@ def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
     after each poll, ``on_hang(diagnosis)`` when the hang watchdog fires. The result
     record (result.json), attempts.json and report.html are written to the run
     directory. ``probe``: a probe job, whose exit status is 2 when a node refused its
-    input. Raises ToolError, FollowTimeout (see hpcdl.jobs.follow.follow).
+    input. For a cluster elsewhere the run directory is pulled back first, and a login
+    node out of reach is tried again (``on_lost`` hears of it) until RECONNECT_S.
+    Raises ToolError, FollowTimeout (see hpcdl.jobs.follow.follow).
     """
     sub = job.submitted
     plan = sub.plan
     watched = sub.last_job_id
+    link = Reconnecting(on_lost=on_lost, hint=(
+        f"the job goes on: `hpcdl status {watched}` or `hpcdl logs -f {watched}` find it "
+        f"again from {sub.run_dir}"))
     polled, watcher, dog = _hang_watch(profile, plan, sub, scheduler, watched, job.py_spy,
-                                       on_poll, on_hang)
+                                       on_poll, on_hang, link)
     final = follow(watched, scheduler=scheduler, on_poll=polled, timeout=timeout,
                    watcher=watcher)
+    link.call(lambda: sub.place.fetch(sub.run))
     record, logs = record_result(sub.run, final)
     code = exit_status(final)
     if probe:
@@ -131,13 +145,13 @@ def _write_report(run_dir: Path) -> tuple[Path | None, dict[str, Any] | None, st
 
 def _hang_watch(profile: Profile, plan: JobPlan, sub: Submitted, scheduler: Scheduler,
                 job_id: str, py_spy: str | None, on_poll: OnPoll | None,
-                on_hang: OnHang | None) -> tuple[OnPoll | None, Watcher | None,
-                                                 HangWatchdog | None]:
+                on_hang: OnHang | None, link: Reconnecting) -> tuple[OnPoll | None, Watcher,
+                                                                     HangWatchdog | None]:
     """The follow loop's callback, watcher and watchdog: ``on_poll`` alone, or (with a
     hang timeout and py-spy) ``on_poll`` and the hang watchdog, with a watcher that
     polls at least every tenth of the timeout."""
     if py_spy is None or plan.hang_timeout is None:
-        return on_poll, None, None
+        return on_poll, Watcher(scheduler, link=link), None
     dog = HangWatchdog(
         sub.run, job_id, timeout=plan.hang_timeout, action=plan.hang_action or DEFAULT_HANG_ACTION,
         scheduler=scheduler, on_hang=on_hang,
@@ -152,6 +166,6 @@ def _hang_watch(profile: Profile, plan: JobPlan, sub: Submitted, scheduler: Sche
 
     # A hang is seen soon after its timeout: the files are read locally at every poll,
     # and the scheduler is asked at most once a second.
-    watcher = Watcher(scheduler, backoff=Backoff(
+    watcher = Watcher(scheduler, link=link, backoff=Backoff(
         maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang_timeout / 10))))
     return both, watcher, dog

@@ -13,9 +13,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from hpcdl.core.errors import ToolError
+from hpcdl.remote.ssh import ConnectionLost
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler, is_final
+
+T = TypeVar("T")
 
 # Back-off: the first polls are quick (short jobs end within seconds), then the
 # interval grows by FACTOR per quiet cycle up to MAX_INTERVAL_S, and drops back to
@@ -33,6 +37,11 @@ MISSING_CYCLES = 3
 REQUEUE_SETTLE_S = 20.0
 # How often `logs -f` reads the log files (cheap, local) between scheduler polls.
 LOG_READ_S = 0.5
+# A login node that cannot be reached (a dropped SSH connection, a laptop's network
+# going away) is tried again every RETRY_S for up to RECONNECT_S before following
+# stops; the job itself goes on on the cluster either way.
+RETRY_S = 5.0
+RECONNECT_S = 600.0
 
 
 class Backoff:
@@ -63,6 +72,43 @@ class FollowTimeout(ToolError):
 
 OnChange = Callable[[JobStatus], None]
 OnPoll = Callable[[dict[str, JobStatus], float], None]
+# The login node could not be reached: the error and the seconds it has been away.
+OnLost = Callable[[ConnectionLost, float], None]
+
+
+class Reconnecting:
+    """Calls that go through a login node, tried again while it is out of reach:
+    ``call(fn)`` returns fn's value, retrying ConnectionLost every RETRY_S for up to
+    ``limit_s`` (then raises it with how long it tried and how to reattach)."""
+
+    def __init__(self, *, on_lost: OnLost | None = None, limit_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep, hint: str | None = None) -> None:
+        self.on_lost = on_lost
+        self.limit_s = RECONNECT_S if limit_s is None else limit_s
+        self.clock = clock
+        self.sleep = sleep
+        self.hint = hint
+        self.lost = 0  # connections lost and found again
+
+    def call(self, fn: Callable[[], T]) -> T:
+        since: float | None = None
+        while True:
+            try:
+                value = fn()
+            except ConnectionLost as err:
+                now = self.clock()
+                since = now if since is None else since
+                if now - since >= self.limit_s:
+                    raise ConnectionLost(f"{err.message}; gave up after {now - since:.0f} s",
+                                         hint=self.hint) from err
+                if self.on_lost is not None:
+                    self.on_lost(err, now - since)
+                self.sleep(RETRY_S)
+                continue
+            if since is not None:
+                self.lost += 1
+            return value
 
 
 class Watcher:
@@ -74,13 +120,16 @@ class Watcher:
 
     def __init__(self, scheduler: Scheduler, *, backoff: Backoff | None = None,
                  settle_s: float = SETTLE_S, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 link: Reconnecting | None = None) -> None:
         self.scheduler = scheduler
         self.backoff = backoff or Backoff()
         self.settle_s = settle_s
         self.clock = clock
         self.sleep = sleep
         self.cycles = 0
+        # Each poll goes through it: a login node out of reach is tried again.
+        self.link = link or Reconnecting(clock=clock, sleep=sleep)
 
     def watch(self, job_ids: Sequence[str], *, on_change: OnChange | None = None,
               on_done: OnChange | None = None, on_poll: OnPoll | None = None,
@@ -101,7 +150,7 @@ class Watcher:
         ended_at: dict[str, float] = {}
         missing: dict[str, int] = {}
         while pending:
-            now_status = self.scheduler.statuses(list(pending))
+            now_status = self.link.call(lambda: self.scheduler.statuses(list(pending)))
             self.cycles += 1
             now = self.clock()
             changed = False
@@ -186,13 +235,20 @@ class LogChunk:
 
 def log_chunks(job_id: str, out: Path, err: Path, *, scheduler: Scheduler, follow_job: bool,
                timeout: float | None = None,
-               sleep: Callable[[float], None] = time.sleep) -> Iterator[LogChunk]:
+               sleep: Callable[[float], None] = time.sleep,
+               sync: Callable[[], object] | None = None,
+               on_lost: OnLost | None = None) -> Iterator[LogChunk]:
     """The job's stdout and stderr as they grow: what is there now, and with
     ``follow_job`` new output until the job has ended and its files stop growing.
-    The files are read every LOG_READ_S; the scheduler is asked with back-off.
+    The files are read every LOG_READ_S; the scheduler is asked with back-off, and
+    ``sync`` (bringing the files from a cluster elsewhere) runs after each ask. A login
+    node out of reach is tried again (``on_lost`` hears of it; see Reconnecting).
     Raises ToolError when ``timeout`` seconds pass first.
     """
     offsets = {out: 0, err: 0}
+    link = Reconnecting(on_lost=on_lost, sleep=sleep)
+    if sync is not None:
+        link.call(sync)
 
     def pump() -> list[LogChunk]:
         chunks = []
@@ -220,7 +276,9 @@ def log_chunks(job_id: str, out: Path, err: Path, *, scheduler: Scheduler, follo
     while True:
         now = time.monotonic()
         if now >= next_poll:
-            status = scheduler.statuses([job_id]).get(job_id)
+            status = link.call(lambda: scheduler.statuses([job_id])).get(job_id)
+            if sync is not None:
+                link.call(sync)
             missing = 0 if status else missing + 1
             if missing >= MISSING_CYCLES:
                 raise ToolError(f"job {job_id}: unknown to the scheduler",
@@ -230,6 +288,8 @@ def log_chunks(job_id: str, out: Path, err: Path, *, scheduler: Scheduler, follo
         yield from pump()
         if is_final(state):
             sleep(LOG_READ_S)
+            if sync is not None:
+                link.call(sync)
             while chunks := pump():
                 yield from chunks
                 sleep(LOG_READ_S)

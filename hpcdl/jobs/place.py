@@ -16,11 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import yaml
+
 from hpcdl.jobs.rundir import JOB_DIR_NAME, RunDir, runs_root
 from hpcdl.profiles.schema import Profile
 from hpcdl.remote.dirs import DEFAULT_RUNS, ensure_writable, remote_dir
 from hpcdl.remote.ssh import RemoteError, SshExecutor
-from hpcdl.schedulers.executor import Executor
+from hpcdl.schedulers.base import Scheduler
+from hpcdl.schedulers.executor import LOCAL, Executor
+from hpcdl.schedulers.registry import executor_for, scheduler_for
 
 # What a pull leaves on the cluster: checkpoints (large; the job resumes from them
 # there) and what submit copied there (the local copy is the original).
@@ -167,3 +171,50 @@ def place_for(profile: Profile, executor: Executor, *,
     if profile.login is None or not isinstance(executor, SshExecutor):
         return HERE
     return OverSsh(executor, profile.login.runs, local_root or runs_root())
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A profile's scheduler and where its run directories live, both through the same
+    executor (its login node's SSH connection, or this machine)."""
+
+    scheduler: Scheduler
+    place: RunPlace
+    executor: Executor
+
+    @property
+    def ssh(self) -> SshExecutor | None:
+        return self.executor if isinstance(self.executor, SshExecutor) else None
+
+
+def connect(profile: Profile, *, local_root: Path | None = None) -> Connection:
+    """The profile's Connection; ``local_root``: where local run directories go."""
+    executor = executor_for(profile)
+    return Connection(scheduler_for(profile.name, profile.scheduler.type, executor),
+                      place_for(profile, executor, local_root=local_root), executor)
+
+
+def reconnect(run: RunDir | None) -> Connection:
+    """The scheduler and place of a run directory written by submit, from its own
+    records (profile.yaml, plan.json): a laptop closed mid-run finds its job again. A
+    run without them, or none, is this machine's."""
+    profile = _recorded_profile(run) if run is not None else None
+    if run is None or profile is None or profile.login is None:
+        return Connection(scheduler_for(), HERE, LOCAL)
+    executor = executor_for(profile)
+    try:
+        cluster = run.read_plan().run_dir
+    except (OSError, ValueError):
+        cluster = ""
+    root = posixpath.dirname(cluster) if cluster else profile.login.runs
+    place = place_for(profile.model_copy(update={"login": profile.login.model_copy(
+        update={"runs": root})}), executor, local_root=run.path.parent)
+    return Connection(scheduler_for(profile.name, profile.scheduler.type, executor), place,
+                      executor)
+
+
+def _recorded_profile(run: RunDir) -> Profile | None:
+    try:
+        return Profile.model_validate(yaml.safe_load(run.profile_file.read_text(encoding="utf-8")))
+    except (OSError, ValueError, yaml.YAMLError):
+        return None

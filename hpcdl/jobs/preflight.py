@@ -8,6 +8,7 @@ missing here is missing in the job too.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path, PurePosixPath
 
@@ -17,6 +18,8 @@ from hpcdl.container.runtime import runtime_mode as container_runtime_mode
 from hpcdl.core.errors import ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
 from hpcdl.plan import JobRequest, RuntimeMode
+from hpcdl.profiles.schema import Profile
+from hpcdl.remote.ssh import SshExecutor
 
 # Images that live elsewhere: nothing on this host to read.
 _REMOTE_IMAGE = re.compile(r"[a-z][a-z0-9+.-]*://.*")
@@ -117,3 +120,38 @@ def runtime_mode(image: str | None, binary: str | None = None,
                                 f"set up the same way the ranks will fail to start: see "
                                 f"hpcdl doctor")
     return mode, None
+
+
+def over_ssh(profile: Profile, req: JobRequest, ex: SshExecutor) -> JobRequest:
+    """``req`` for a cluster reached through the profile's login node, checked there
+    before anything is written: a local ``--image`` becomes its pushed copy on the
+    cluster (`hpcdl push`; refused when it was not pushed), any other image path must
+    be readable on the cluster, and a COMMAND whose script lies in the current
+    directory gets that directory as its code (``--code``), which submit copies along.
+    Raises ValidationError (exit 2)."""
+    from hpcdl.remote.images import remote_image  # the push helper's; lazy like its hashing
+
+    login = profile.login
+    assert login is not None
+    image = req.image
+    if image and Path(image).expanduser().is_file():
+        pushed = remote_image(ex, login, Path(image).expanduser().resolve())
+        if pushed is None:
+            raise ValidationError(
+                f"image: {image} is not on the cluster yet (profile {profile.name} reaches "
+                f"it through {ex.login.target})",
+                hint=f"copy it there once: hpcdl push {image} -p {profile.name}")
+        req = dataclasses.replace(req, image=pushed)
+    elif image and not _REMOTE_IMAGE.fullmatch(image):
+        if not ex.run(["test", "-r", image], timeout=60, check=False).ok:
+            raise ValidationError(f"image: {image} is neither a file here nor readable on "
+                                  f"the cluster ({ex.login.target})",
+                                  hint=f"push a local image first: hpcdl push IMAGE -p "
+                                       f"{profile.name}")
+    if req.code_dir is None and req.command:
+        script = command_script(req.command)
+        if script and not Path(script).is_absolute() and Path(script).is_file():
+            req = dataclasses.replace(req, code_dir=str(Path.cwd()))
+    if req.code_dir is not None:
+        req = dataclasses.replace(req, code_dir=str(Path(req.code_dir).resolve()))
+    return req

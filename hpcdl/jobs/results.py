@@ -10,18 +10,34 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.core.errors import ValidationError
+from hpcdl.jobs.place import HERE, Connection, RunPlace, reconnect
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.report.gather import straggler_of
 from hpcdl.results.table import Row, rows_from_csv, rows_from_json
 from hpcdl.schedulers.base import Scheduler
+from hpcdl.sweep.grid import read_sweep
 from hpcdl.sweep.run import collect
 
 
-def load_rows(path: Path, *, scheduler: Scheduler,
-              refresh: bool) -> tuple[list[Row], dict[str, Any]]:
+def connection_for(path: Path) -> Connection:
+    """How to reach the cluster of a run or sweep directory: through the login node its
+    runs' recorded profile names (pulled back from there), else this machine."""
+    run = None
+    if path.is_dir():
+        sweep = read_sweep(path)
+        if sweep is None:
+            run = RunDir(path)
+        else:
+            dirs = [p["run_dir"] for p in sweep["points"] if p.get("run_dir")]
+            run = RunDir(path / str(dirs[0])) if dirs else None
+    return reconnect(run)
+
+
+def load_rows(path: Path, *, scheduler: Scheduler, refresh: bool,
+              place: RunPlace = HERE) -> tuple[list[Row], dict[str, Any]]:
     """Rows and meta from a sweep dir, a run dir, or a saved .json/.csv table; with
-    ``refresh``, unfinished points are asked about in ``scheduler``. Raises
-    ValidationError for anything else."""
+    ``refresh``, unfinished points are asked about in ``scheduler`` (and what ended is
+    pulled back from ``place``). Raises ValidationError for anything else."""
     if path.is_file():
         text = path.read_text(encoding="utf-8")
         if path.suffix == ".csv":
@@ -29,7 +45,7 @@ def load_rows(path: Path, *, scheduler: Scheduler,
         if path.suffix == ".json":
             return rows_from_json(text, str(path)), {"source": str(path)}
         raise ValidationError(f"{path}: expected a sweep or run directory, or a .json/.csv table")
-    return collect(path, refresh_from_scheduler=refresh, scheduler=scheduler)
+    return collect(path, refresh_from_scheduler=refresh, scheduler=scheduler, place=place)
 
 
 def stragglers(path: Path, rows: list[Row], meta: dict[str, Any]) -> dict[str, Any]:

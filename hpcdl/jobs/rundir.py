@@ -26,6 +26,12 @@
         probe-error.R  `hpcdl probe`: rank R's report that it refused its input (written by
                        the job; hpcdl.results.protocol owns the line)
         report.html    `hpcdl report` (and the end of `submit --wait`): hpcdl.report
+        job/           the job-side files the script runs (hpcdl.launch.staging)
+        code/          submit --code: the user's code directory, where the job starts
+
+For a cluster reached over SSH (a profile's login:) this directory is written on the
+submitting machine and copied to the same name under login.runs on the cluster, which
+the plan's paths name; what the job writes is pulled back (hpcdl.jobs.place).
 
 ``RunDir`` owns these paths and reads and writes the records (plan.json read as a
 PlanRecord, job.json as a JobRecord, result.json as hpcdl.results.record.ResultRecord). The job script names
@@ -41,6 +47,7 @@ import os
 import re
 import secrets
 import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -53,6 +60,7 @@ from hpcdl.core.atomic import write_atomic, write_json_atomic
 from hpcdl.hang.diagnosis import RankPid, parse_pid_file
 from hpcdl.jobs.attempts import Attempt, ScriptAttempt
 from hpcdl.jobs.timelimit import steps_seen
+from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.staging import JOB_DIR_NAME, stage
 from hpcdl.requeue import PROGRESS_NAME
 from hpcdl.results.protocol import PROBE_ERROR_PREFIX
@@ -124,6 +132,9 @@ class PlanRecord:
     profile: str = ""
     partition: str = ""
     image: str | None = None
+    # The run directory as the cluster sees it (another path than this one's when the
+    # cluster was reached over SSH).
+    run_dir: str = ""
     data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -150,6 +161,7 @@ class PlanRecord:
         return cls(nodes=count("nodes"), gpus_per_node=count("gpus_per_node"),
                    ntasks=count("ntasks"), job_name=text("job_name"), backend=text("backend"),
                    profile=text("profile"), partition=text("partition"), image=image,
+                   run_dir=text("run_dir") if data.get("run_dir") is not None else "",
                    data=dict(data))
 
 
@@ -345,6 +357,30 @@ class RunDir:
         """Copy the job-side ``files`` into job/ and write the plan's ``scripts`` there
         (all or nothing); returns the bytes."""
         return stage(self.path, files, scripts)
+
+    @property
+    def code_dir(self) -> Path:
+        """code/: the copy of the user's --code directory the job starts in."""
+        return self.path / CODE_DIR_NAME
+
+    def stage_code(self, root: Path, files: tuple[str, ...]) -> int:
+        """Copy ``files`` (relative to ``root``; hpcdl.launch.code.scan_code) into code/,
+        with their times (rsync then links what an earlier run sent), all or nothing;
+        returns the bytes."""
+        tmp = Path(tempfile.mkdtemp(prefix=f".{CODE_DIR_NAME}.", dir=self.path))
+        copied = 0
+        try:
+            for rel in files:
+                dest = tmp / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(root / rel, dest)
+                copied += dest.stat().st_size
+            os.chmod(tmp, 0o755)
+            tmp.rename(self.code_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return copied
 
     def stage_tool(self, path: str) -> str:
         """A copy of the host executable ``path`` in job/bin/, where the nodes can run it

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import time
 from pathlib import Path
 
-from hpcdl.core.errors import SubmitError, ToolError
+from hpcdl.core.errors import HpcdlError, SubmitError, ToolError
 from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.jobs import rundir
 from hpcdl.jobs.attempts import Attempt, from_script, join
+from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import JobRecord, RunDir
 from hpcdl.jobs.timelimit import EXIT_TIMEOUT
+from hpcdl.launch.code import scan_code
 from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan
-from hpcdl.profiles.schema import Profile
+from hpcdl.profiles.schema import Login, Profile
 from hpcdl.results.record import refused_record
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler, SubmitOptions, is_final
 
@@ -38,6 +41,10 @@ class Submitted:
     warnings: tuple[str, ...] = ()
     # --chain N: every job id, first to last (job_id is the first); else empty.
     chain: tuple[str, ...] = ()
+    # Where the cluster reads the run directory (run is the local copy when it is
+    # elsewhere), and the bytes its copy there moved.
+    place: RunPlace = HERE
+    moved: int = 0
 
     @property
     def last_job_id(self) -> str:
@@ -51,20 +58,24 @@ class Submitted:
 
 def plan_run(profile: Profile, request: JobRequest, *, runs_under: Path | None = None,
              run_name: str | None = None, image_facts: ImageArchFacts | None = None,
-             runtime_mode: RuntimeMode | None = None) -> JobPlan:
+             runtime_mode: RuntimeMode | None = None, place: RunPlace = HERE) -> JobPlan:
     """The plan that gets submitted: ``request`` with its run directory decided first.
 
     Unless ``request.run_dir`` is set, the run directory's path is chosen (not
     created) under ``runs_under`` (default: runs_root()), named after ``run_name``
     (default: the job name), so the script's log paths, the checkpoint directory
     and the container's binds point into it; ``submit`` then writes exactly
-    ``plan.script``. ``image_facts``, ``runtime_mode``: as for build_plan. Raises ValidationError,
-    RenderError (see build_plan).
+    ``plan.script``. The plan names the directory as the cluster sees it (``place``: a
+    copy on a login node's side for a cluster reached over SSH). ``image_facts``,
+    ``runtime_mode``: as for build_plan. Raises ValidationError, RenderError (see
+    build_plan).
     """
     if request.run_dir is None:
         name = run_name or request.job_name or f"hpcdl-{request.backend}"
-        request = dataclasses.replace(request,
-                                      run_dir=str(rundir.new_run_path(name, runs_under)))
+        local = rundir.new_run_path(name, runs_under)
+    else:
+        local = Path(request.run_dir)
+    request = dataclasses.replace(request, run_dir=place.cluster_path(local))
     return build_plan(profile, request, image_facts, runtime_mode)
 
 
@@ -76,31 +87,48 @@ def live_check_wanted(live_check: bool | None) -> bool:
 
 
 def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
-           live_check: bool | None = None, one_at_a_time: bool = False) -> Submitted:
+           live_check: bool | None = None, one_at_a_time: bool = False,
+           place: RunPlace = HERE) -> Submitted:
     """Live check, run directory, submission: submits ``plan`` exactly as planned.
 
     ``plan.run_dir`` (see plan_run) is created here and must not exist yet;
-    job.sbatch is ``plan.script`` byte for byte. ``one_at_a_time``: no job of the
+    job.sbatch is ``plan.script`` byte for byte. For a cluster elsewhere (``place``)
+    the directory is written here, then copied there whole before sbatch sees it; a
+    copy that fails leaves neither side behind. ``one_at_a_time``: no job of the
     same name runs beside it (a serial sweep's points). Raises
-    ValidationError (live check), SubmitError (no run directory in the plan, it
-    exists already, or the scheduler refused), ToolError (scheduler unreachable).
+    ValidationError (live check, a --code directory over its limit), SubmitError (no
+    run directory in the plan, it exists already, or the scheduler refused),
+    ToolError (scheduler or login node unreachable).
     """
     if plan.run_dir is None:
         raise SubmitError("the plan has no run directory: plan it with plan_run()")
     scheduler.require()
     warnings = (scheduler.check(profile, {plan.job_name: plan})
                 if live_check_wanted(live_check) else [])
+    local = place.local_path(plan.run_dir)
+    code = (scan_code(Path(plan.code_dir), limit_bytes=_code_limit(profile),
+                      skip=(rundir.runs_root(), local.parent)) if plan.code_dir else None)
+    place.prepare()
     try:
-        run = rundir.make_run_dir(Path(plan.run_dir))
+        run = rundir.make_run_dir(local)
     except FileExistsError as exc:
-        raise SubmitError(f"run directory {plan.run_dir} already exists",
+        raise SubmitError(f"run directory {local} already exists",
                           hint="give a new --run-dir, or leave it out for a fresh one") from exc
     if plan.hang_timeout is not None:  # the rank wrapper records the ranks' pids here
         run.pids.mkdir()
     if plan.job_files or plan.job_scripts:  # the nodes need not see the submitting hpcdl
         run.stage_job_files(plan.job_files, plan.job_scripts)
-    script = run.write_plan(plan.script, plan.to_dict())
+    if code is not None:
+        run.stage_code(code.root, code.files)
+    run.write_plan(plan.script, plan.to_dict())
     run.record_inputs(profile.model_dump(mode="json"), plan.image)
+    try:
+        moved = place.ship(run)
+    except HpcdlError:
+        place.discard(run)
+        shutil.rmtree(run.path, ignore_errors=True)
+        raise
+    script = place.cluster_path(run.script)
     argv = scheduler.submit_argv(script, plan.job_name, SubmitOptions(one_at_a_time))
     try:
         job_id = scheduler.submit(argv)
@@ -117,7 +145,16 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
             run.write_job(JobRecord.now(job_id, argv, tuple(chain)))
             raise
     run.write_job(JobRecord.now(job_id, argv, tuple(chain) if plan.chain > 1 else ()))
-    return Submitted(job_id, run, plan, tuple(warnings), tuple(chain) if plan.chain > 1 else ())
+    return Submitted(job_id, run, plan, tuple(warnings), tuple(chain) if plan.chain > 1 else (),
+                     place, moved)
+
+
+# A --code directory's limit without a login node: the profile field's default.
+CODE_LIMIT_MB: int = Login.model_fields["code_limit_mb"].default
+
+
+def _code_limit(profile: Profile) -> int:
+    return (profile.login.code_limit_mb if profile.login else CODE_LIMIT_MB) * 1_000_000
 
 
 def attempts_of(sub_or_run: RunDir, job_ids: list[str], scheduler: Scheduler) -> list[Attempt]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.core.atomic import write_atomic
+from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.submit import Submitted
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles.schema import Profile
@@ -49,15 +50,17 @@ class SweepOutcome:
 
 def start_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoint, JobPlan]],
                 *, sweep_dir: Path, concurrent: bool, scheduler: Scheduler,
-                on_submitted: OnSubmitted | None = None) -> SweepRecord:
+                on_submitted: OnSubmitted | None = None,
+                place: RunPlace = HERE) -> SweepRecord:
     """Submit every point (see hpcdl.sweep.run.submit_sweep); returns sweep.json as it
     stands once all are queued. Raises ValidationError, SubmitError, ToolError."""
     submit_sweep(profile, base, plans, sweep_dir=sweep_dir, concurrent=concurrent,
-                 scheduler=scheduler, on_submitted=on_submitted)
+                 scheduler=scheduler, on_submitted=on_submitted, place=place)
     return read_sweep(sweep_dir) or SweepRecord()
 
 
 def finish_sweep(sweep_dir: Path, sweep_id: str, *, scheduler: Scheduler,
+                 place: RunPlace = HERE,
                  on_done: OnPointDone | None = None,
                  on_progress: OnSweepProgress | None = None) -> SweepOutcome:
     """Follow every point of ``sweep_dir`` to its end, then write the table and its plot
@@ -72,7 +75,8 @@ def finish_sweep(sweep_dir: Path, sweep_id: str, *, scheduler: Scheduler,
             now = next((p for p in running if p.state == "RUNNING"), running[0])
             on_progress(str(now.entry["label"]), now.state)
 
-    rows = follow_sweep(sweep_dir, scheduler=scheduler, on_done=done, on_progress=progress)
+    rows = follow_sweep(sweep_dir, scheduler=scheduler, place=place, on_done=done,
+                        on_progress=progress)
     return SweepOutcome(rows, write_sweep_results(sweep_dir, rows, {"sweep_id": sweep_id}))
 
 

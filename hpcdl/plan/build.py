@@ -18,6 +18,7 @@ from hpcdl.core.gpuarch import ImageArchFacts, check_partition
 from hpcdl.core.slurmtime import parse_time
 from hpcdl.core.templating import Raw, render_template, shell_join
 from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION
+from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.rankenv import (
     PORT_LISTENED,
     PORT_PICK_FILE,
@@ -28,7 +29,6 @@ from hpcdl.launch.rankenv import (
     rank_env_file,
     rank_env_script,
 )
-from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.staging import job_dir, job_side_files
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.plan.command import (

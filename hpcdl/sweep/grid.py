@@ -24,6 +24,7 @@ from typing import TypedDict
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.core.errors import ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts
+from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import new_run_path, runs_root
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Profile
@@ -145,19 +146,21 @@ def sweep_path(sweep_id: str) -> Path:
 def plan_points(profile: Profile, base: JobRequest, points: list[SweepPoint],
                 sweep_dir: Path | None = None,
                 image_facts: ImageArchFacts | None = None,
-                runtime_mode: RuntimeMode | None = None) -> list[tuple[SweepPoint, JobPlan]]:
+                runtime_mode: RuntimeMode | None = None,
+                place: RunPlace = HERE) -> list[tuple[SweepPoint, JobPlan]]:
     """A validated plan for every point, or ValidationError naming the first point
     that cannot run (and why) before anything is written. With ``sweep_dir`` each
     point's run directory (under it, named after the point) is decided here, so
     these plans are the ones submitted; without, they are for showing (--dry-run).
     ``image_facts``, ``runtime_mode``: as for build_plan (the image's GPU architectures, read by
-    hpcdl.jobs.preflight)."""
+    hpcdl.jobs.preflight). ``place``: where the cluster reads the run directories (their
+    paths in the plans are the cluster's)."""
     plans = []
     for point in points:
         request = point_request(base, point)
         if sweep_dir is not None:
             request = dataclasses.replace(
-                request, run_dir=str(new_run_path(point.label, sweep_dir)))
+                request, run_dir=place.cluster_path(new_run_path(point.label, sweep_dir)))
         try:
             plans.append((point, build_plan(profile, request, image_facts, runtime_mode)))
         except ValidationError as err:

@@ -18,6 +18,7 @@ from typing import Any
 
 from hpcdl.core.errors import HpcdlError, ToolError, ValidationError
 from hpcdl.jobs.follow import FollowTimeout, Watcher
+from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.submit import Submitted, submit
 from hpcdl.plan import JobPlan, JobRequest
@@ -38,7 +39,8 @@ from hpcdl.sweep.grid import (
 
 def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoint, JobPlan]],
                  *, sweep_dir: Path, concurrent: bool, scheduler: Scheduler,
-                 on_submitted: Callable[[SweepPoint, Submitted], None] | None = None) -> Path:
+                 on_submitted: Callable[[SweepPoint, Submitted], None] | None = None,
+                 place: RunPlace = HERE) -> Path:
     """Check every point against the live cluster, then submit them all; returns
     ``sweep_dir`` (created here, with sweep.json). Each plan already names its run
     directory under ``sweep_dir`` (plan_points) and is submitted as it is. The
@@ -59,7 +61,7 @@ def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoin
     for i, (point, plan) in enumerate(plans):
         try:
             sub = submit(profile, plan, scheduler=scheduler, live_check=False,
-                         one_at_a_time=not concurrent)
+                         one_at_a_time=not concurrent, place=place)
         except HpcdlError as err:
             submitted = [e["job_id"] for e in entries if e["job_id"]]
             try:
@@ -115,10 +117,11 @@ def _from_disk(base: Path, point: PointState) -> PointState:
 
 
 def _with_status(base: Path, point: PointState, status: JobStatus | None,
-                 scheduler: Scheduler | None = None) -> PointState:
+                 scheduler: Scheduler | None = None, place: RunPlace = HERE) -> PointState:
     """``point`` brought up to date with the scheduler's ``status``; an ended job's
-    result.json is written from its logs (as ``submit --wait`` does). With a
-    ``scheduler``, an ended job still without its exit code is waited for."""
+    result.json is written from its logs (as ``submit --wait`` does), pulled back first
+    from a cluster elsewhere (``place``). With a ``scheduler``, an ended job still
+    without its exit code is waited for."""
     if status is None or status.source == "missing":
         return dataclasses.replace(point, state="UNKNOWN_JOB",
                                    note=f"job {point.job_id}: unknown to the scheduler")
@@ -127,12 +130,13 @@ def _with_status(base: Path, point: PointState, status: JobStatus | None,
         return dataclasses.replace(point, state=status.state, note=f"job {point.job_id}{reason}")
     if status.exit_code is None and scheduler is not None:  # ended moments ago: settle
         status = scheduler.status(status.job_id, settle_s=15)
+    place.fetch(point.run_dir(base))
     record, _ = record_result(point.run_dir(base), status)
     return dataclasses.replace(point, record=record)
 
 
 def refresh(base: Path, points: list[PointState], *, query: bool = True,
-            scheduler: Scheduler) -> list[PointState]:
+            scheduler: Scheduler, place: RunPlace = HERE) -> list[PointState]:
     """Every point up to date: from result.json where it exists, else (one batched
     query for all) from the scheduler, unless ``query`` is False."""
     points = [_from_disk(base, p) for p in points]
@@ -148,7 +152,7 @@ def refresh(base: Path, points: list[PointState], *, query: bool = True,
             p, state="UNKNOWN", note=f"no result.json yet and {scheduler.label} is not reachable here")
             for p in points]
     known = scheduler.statuses([p.job_id for p in waiting if p.job_id])
-    return [p if p.final else _with_status(base, p, known.get(p.job_id or ""), scheduler)
+    return [p if p.final else _with_status(base, p, known.get(p.job_id or ""), scheduler, place)
             for p in points]
 
 
@@ -168,7 +172,7 @@ def row_of(point: PointState) -> Row:
     return row_from(point.entry, point.record, point.state, point.note)
 
 
-def follow_sweep(sweep_dir: Path, *, scheduler: Scheduler,
+def follow_sweep(sweep_dir: Path, *, scheduler: Scheduler, place: RunPlace = HERE,
                  timeout: float | None = None, watcher: Watcher | None = None,
                  on_done: Callable[[PointState, float], None] | None = None,
                  on_progress: Callable[[list[PointState]], None] | None = None) -> list[Row]:
@@ -193,7 +197,7 @@ def follow_sweep(sweep_dir: Path, *, scheduler: Scheduler,
     def done(status: JobStatus) -> None:
         # The watcher has the final status (with the exit code, or it waited SETTLE_S).
         i = index[status.job_id]
-        points[i] = _with_status(sweep_dir, points[i], status)
+        points[i] = _with_status(sweep_dir, points[i], status, place=place)
         if on_done:
             on_done(points[i], time.monotonic() - start)
 
@@ -229,7 +233,7 @@ def run_dir_entry(path: Path) -> PointEntry:
 
 
 def collect(path: Path, *, refresh_from_scheduler: bool = True,
-            scheduler: Scheduler) -> tuple[list[Row], dict[str, Any]]:
+            scheduler: Scheduler, place: RunPlace = HERE) -> tuple[list[Row], dict[str, Any]]:
     """The table rows of a sweep directory or a single run directory, bringing
     unfinished points up to date from the scheduler unless told not to."""
     if read_sweep(path) is not None:
@@ -240,5 +244,6 @@ def collect(path: Path, *, refresh_from_scheduler: bool = True,
         points = [PointState(run_dir_entry(path))]
         meta = {"run_dir": str(path.resolve())}
         base = path.parent
-    points = refresh(base, points, query=refresh_from_scheduler, scheduler=scheduler)
+    points = refresh(base, points, query=refresh_from_scheduler, scheduler=scheduler,
+                     place=place)
     return rows_of(points), meta
