@@ -129,12 +129,12 @@ def over_ssh(profile: Profile, req: JobRequest, ex: SshExecutor) -> JobRequest:
     be readable on the cluster, and a COMMAND whose script lies in the current
     directory gets that directory as its code (``--code``), which submit copies along.
     Raises ValidationError (exit 2)."""
-    from hpcdl.remote.images import remote_image  # the push helper's; lazy like its hashing
-
     login = profile.login
     assert login is not None
     image = req.image
     if image and Path(image).expanduser().is_file():
+        from hpcdl.remote.images import remote_image  # hashing: only for a local image
+
         pushed = remote_image(ex, login, Path(image).expanduser().resolve())
         if pushed is None:
             raise ValidationError(

@@ -1,0 +1,78 @@
+"""hpcdl from a laptop: the ordinary test user off the cluster (no Slurm command on PATH,
+no Slurm configuration, the remote runs directory out of sight: conftest_remote.py)
+reaches the sandbox only through its SSH login node, with the bundled sandbox-remote
+profile. The user's project and local runs live under /opt, which the compute nodes do
+not see: a job that read them instead of the copies on the cluster would fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest_remote import Laptop
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
+
+JOB_TIMEOUT = 420
+
+
+@pytest.fixture
+def project(laptop: Laptop) -> Iterator[Path]:
+    """A directory of the user's on the laptop (the nodes cannot see /opt), with runs/."""
+    path = laptop.user.own(Path("/opt/hpcdl-laptop") / f"proj-{os.getpid()}-{time.time_ns()}")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _json_line(stdout: str) -> dict:
+    return dict(json.loads(stdout.strip().splitlines()[-1]))
+
+
+def _write(laptop: Laptop, path: Path, text: str) -> Path:
+    laptop.user.own(path.parent)
+    path.write_text(text)
+    shutil.chown(path, laptop.user.uid, laptop.user.gid)
+    return path
+
+
+def test_status_logs_and_cancel_from_the_laptop(laptop: Laptop, project: Path) -> None:
+    env = {"HPCDL_RUNS": str(project / "runs")}
+    res = laptop.cli("submit", "-p", "sandbox-remote", "-N", "1", "-G", "0", "--no-image",
+                     "--json", "--job-name", "laptop-sleeper", "--",
+                     "sh", "-c", "echo started-$SLURM_JOB_ID; exec sleep 300",
+                     cwd=project, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    info = _json_line(res.stdout)
+    job, local = info["job_id"], Path(info["run_dir"])
+    assert local.is_relative_to(project / "runs")
+    cluster = Path(info["cluster_run_dir"])
+    assert cluster.parent == laptop.remote_runs and cluster.name == local.name
+    assert (cluster / "job.sbatch").read_bytes() == (local / "job.sbatch").read_bytes()
+    assert info["bytes_moved"] > 0
+    deadline = time.monotonic() + 120
+    while True:  # each call a new process: found again from the local run directory
+        status = laptop.cli("status", job, "--json", cwd=project, env=env)
+        assert status.returncode == 0, status.stderr
+        if _json_line(status.stdout)["state"] == "RUNNING":
+            break
+        assert time.monotonic() < deadline, status.stdout
+        time.sleep(1)
+    deadline = time.monotonic() + 60
+    while f"started-{job}" not in (log := laptop.cli("logs", job, cwd=project, env=env)).stdout:
+        assert time.monotonic() < deadline, log.stdout + log.stderr
+        time.sleep(1)
+    cancel = laptop.cli("cancel", job, cwd=project, env=env)
+    assert cancel.returncode == 0, cancel.stderr
+    assert "CANCELLED" in cancel.stdout
+    follow = laptop.cli("logs", "-f", job, cwd=project, env=env, timeout=120)
+    assert follow.returncode == 0 and f"started-{job}" in follow.stdout, follow.stderr
+    listed = laptop.cli("status", "-p", "sandbox-remote", "--json", cwd=project, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert job in {row["job_id"] for row in json.loads(listed.stdout)}
