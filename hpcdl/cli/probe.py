@@ -15,7 +15,7 @@ from hpcdl.cli.options import example_options, parse_env, runtime_mode_for
 from hpcdl.cli.submit import print_dry_run, submit_and_show
 from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.place import connect
-from hpcdl.jobs.preflight import over_ssh
+from hpcdl.jobs.preflight import for_cluster
 from hpcdl.jobs.submit import plan_run
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.probe.request import (
@@ -113,8 +113,7 @@ def probe(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
         print_dry_run(build_plan(prof, request, runtime_mode=mode), as_json=as_json)
         return
     conn = connect(prof, local_root=run_dir.resolve().parent if run_dir is not None else None)
-    if conn.ssh is not None:  # the image as the cluster will see it
-        request = over_ssh(prof, request, conn.ssh)
+    request = for_cluster(prof, request, conn)  # the image as the nodes see it
     plan = plan_run(prof, request, run_name="probe", runtime_mode=mode, place=conn.place)
     code = submit_and_show(prof, plan, wait=wait, as_json=as_json, probe=True, conn=conn)
     if code:

@@ -14,7 +14,7 @@ from hpcdl.cli.options import example_options, launch_options, parse_env, runtim
 from hpcdl.cli.submit import defaults_line
 from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.place import connect
-from hpcdl.jobs.preflight import check_inputs, image_arch_facts, over_ssh
+from hpcdl.jobs.preflight import check_inputs, for_cluster, image_arch_facts
 from hpcdl.jobs.results import connection_for, load_rows, probe_report, stragglers
 from hpcdl.jobs.submit import Submitted
 from hpcdl.jobs.sweep import finish_sweep, start_sweep
@@ -116,8 +116,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     # plans are what gets submitted.
     sweep_dir = sweep_path(sweep_id)
     conn = connect(prof)
-    if conn.ssh is not None:  # the image and the code as the cluster will see them
-        base = over_ssh(prof, base, conn.ssh)
+    base = for_cluster(prof, base, conn)  # the image and code as the nodes see them
     plans = plan_points(prof, base, points, sweep_dir, facts, mode,
                         place=conn.place)  # raises before writing
     if conn.ssh is None:

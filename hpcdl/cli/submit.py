@@ -21,7 +21,7 @@ from hpcdl.hang.diagnosis import HANG_ACTIONS, Diagnosis, parse_seconds
 from hpcdl.jobs.alloc import build_alloc, run_alloc
 from hpcdl.jobs.flow import follow_job, submit_job
 from hpcdl.jobs.place import Connection, connect
-from hpcdl.jobs.preflight import check_inputs, image_arch_facts, over_ssh
+from hpcdl.jobs.preflight import check_inputs, for_cluster, image_arch_facts
 from hpcdl.jobs.submit import plan_run
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan, job_image
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
@@ -163,8 +163,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         print_dry_run(build_plan(prof, request, facts, mode), as_json=as_json)
         return
     conn = connect(prof, local_root=run_dir.resolve().parent if run_dir is not None else None)
-    if conn.ssh is not None:  # the image and the code as the cluster will see them
-        request = over_ssh(prof, request, conn.ssh)
+    request = for_cluster(prof, request, conn)  # the image and code as the nodes see them
     # Planned once, with the run directory it will use; that plan is what gets submitted.
     plan = plan_run(prof, request, image_facts=facts, runtime_mode=mode,
                     place=conn.place)  # raises before writing

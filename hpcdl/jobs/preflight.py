@@ -17,9 +17,9 @@ from hpcdl.container.runtime import RuntimeFacts, gather_runtime_facts, runtime_
 from hpcdl.container.runtime import runtime_mode as container_runtime_mode
 from hpcdl.core.errors import ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
+from hpcdl.jobs.place import Connection
 from hpcdl.plan import JobRequest, RuntimeMode
 from hpcdl.profiles.schema import Profile
-from hpcdl.remote.ssh import SshExecutor
 
 # Images that live elsewhere: nothing on this host to read.
 _REMOTE_IMAGE = re.compile(r"[a-z][a-z0-9+.-]*://.*")
@@ -122,15 +122,18 @@ def runtime_mode(image: str | None, binary: str | None = None,
     return mode, None
 
 
-def over_ssh(profile: Profile, req: JobRequest, ex: SshExecutor) -> JobRequest:
-    """``req`` for a cluster reached through the profile's login node, checked there
-    before anything is written: a local ``--image`` becomes its pushed copy on the
+def for_cluster(profile: Profile, req: JobRequest, conn: Connection) -> JobRequest:
+    """``req`` as the cluster will see it: unchanged on a login node; for a cluster
+    reached through the profile's login node (``conn.ssh``), checked there before
+    anything is written: Slurm is there (RemoteInputError), a local ``--image`` becomes its pushed copy on the
     cluster (`hpcdl push`; refused when it was not pushed), any other image path must
     be readable on the cluster, and a COMMAND whose script lies in the current
     directory gets that directory as its code (``--code``), which submit copies along.
     Raises ValidationError (exit 2)."""
-    login = profile.login
-    assert login is not None
+    ex, login = conn.ssh, profile.login
+    if ex is None or login is None:
+        return req
+    conn.scheduler.require()  # first: a login node without Slurm is said as such
     image = req.image
     if image and Path(image).expanduser().is_file():
         from hpcdl.remote.images import remote_image  # hashing: only for a local image

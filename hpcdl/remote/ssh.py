@@ -15,6 +15,7 @@ needs only sh, Slurm's commands and rsync: no hpcdl.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -93,7 +94,7 @@ def ssh_options(login: LoginNode, sockets: Path, *, batch: bool = True) -> list[
     connection, timeouts, and the profile's user, port, key and jump host. ``batch``
     refuses password and 2FA prompts (a command run from a poll loop must fail, not
     wait on a terminal); the first connection may allow them."""
-    opts = ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockets}/%C",
+    opts = ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockets}/{_master_tag(login)}-%C",
             "-o", f"ControlPersist={PERSIST_S}", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
             "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3",
             "-o", f"BatchMode={'yes' if batch else 'no'}"]
@@ -106,6 +107,13 @@ def ssh_options(login: LoginNode, sockets: Path, *, batch: bool = True) -> list[
     if login.jump:
         opts += ["-J", login.jump]
     return opts
+
+
+def _master_tag(login: LoginNode) -> str:
+    """What tells masters apart beyond ssh's %C (local host, host, port, user): the key
+    and the jump host, so a profile with another key never rides on a connection that
+    was authenticated with a different one."""
+    return hashlib.sha1(f"{login.identity}|{login.jump}".encode()).hexdigest()[:8]
 
 
 def remote_command(argv: Sequence[str]) -> str:

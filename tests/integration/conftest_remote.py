@@ -29,7 +29,7 @@ from tests.integration.conftest_user import REPO, ClusterUser
 LOGIN_HOST = "10.77.0.250"
 LOGIN_SCRIPT = REPO / "scripts" / "sandbox-login.sh"
 # What a laptop has on PATH besides hpcdl: no sbatch, squeue, scontrol, srun.
-LAPTOP_TOOLS = ("ssh", "rsync", "sh", "bash", "env", "cat", "ls", "mkdir", "rm", "cp", "mv",
+LAPTOP_TOOLS = ("ssh", "ssh-keygen", "rsync", "sh", "bash", "env", "cat", "ls", "mkdir", "rm", "cp", "mv",
                 "python3", "id", "true", "false", "sleep", "kill", "ps", "pkill")
 LAPTOP_BIN = Path("/opt/hpcdl-laptop/bin")
 # The shell script that runs as root in the laptop's mount namespace: hide each path

@@ -15,8 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.integration.conftest_remote import Laptop
+from tests.integration.conftest_remote import LOGIN_HOST, Laptop
+from tests.integration.conftest_user import REPO
+from tests.integration.test_remote_ssh import sshd
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 
@@ -76,3 +79,61 @@ def test_status_logs_and_cancel_from_the_laptop(laptop: Laptop, project: Path) -
     listed = laptop.cli("status", "-p", "sandbox-remote", "--json", cwd=project, env=env)
     assert listed.returncode == 0, listed.stderr
     assert job in {row["job_id"] for row in json.loads(listed.stdout)}
+
+
+def _variant(laptop: Laptop, project: Path, **login: object) -> Path:
+    """The bundled sandbox-remote profile with ``login`` changed, in the project."""
+    doc = yaml.safe_load((REPO / "hpcdl" / "profiles" / "bundled" /
+                          "sandbox-remote.yaml").read_text())
+    doc["name"] = "laptop-variant"
+    doc["login"].update(login)
+    return _write(laptop, project / "variant.yaml", yaml.safe_dump(doc))
+
+
+def _refused(laptop: Laptop, project: Path, profile: Path) -> tuple[int, list[str]]:
+    """Submit with ``profile``; the exit code and the stderr lines. Nothing may be
+    written locally (no runs/) or on the cluster (no new directory in its runs)."""
+    before = set(os.listdir(laptop.remote_runs))
+    res = laptop.cli("submit", "-p", str(profile), "-N", "1", "-G", "0", "--no-image", "--",
+                     "sh", "-c", "echo never", cwd=project,
+                     env={"HPCDL_RUNS": str(project / "runs")}, timeout=120)
+    said = res.stdout + res.stderr
+    assert not (project / "runs").exists() or not os.listdir(project / "runs"), said
+    assert set(os.listdir(laptop.remote_runs)) == before, said
+    return res.returncode, res.stderr.splitlines()
+
+
+def test_an_unknown_login_host_is_one_line(laptop: Laptop, project: Path) -> None:
+    code, err = _refused(laptop, project, _variant(laptop, project, host="nosuchhost.invalid"))
+    assert code == 2, err
+    assert err[0].startswith("error: login node nosuchhost.invalid: unknown host"), err
+    assert len(err) <= 2, err
+
+
+def test_a_refused_key_is_one_line(laptop: Laptop, project: Path) -> None:
+    key = project / "not-authorized"
+    made = laptop.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)])
+    assert made.returncode == 0, made.stderr
+    code, err = _refused(laptop, project, _variant(laptop, project, identity=str(key)))
+    assert code == 2, err
+    assert err[0].startswith(f"error: login node {LOGIN_HOST}: authentication refused"), err
+    assert len(err) <= 2, err
+
+
+def test_a_runs_directory_the_user_cannot_write_is_one_line(laptop: Laptop,
+                                                           project: Path) -> None:
+    code, err = _refused(laptop, project, _variant(laptop, project, runs="/home/hpcdl-not-yours/runs"))
+    assert code == 2, err
+    assert err[0].startswith("error: login.runs: /home/hpcdl-not-yours/runs is not writable on "), err
+    assert len(err) <= 2, err
+
+
+def test_a_login_node_without_slurm_is_one_line(laptop: Laptop, project: Path) -> None:
+    # An SSH server whose sessions find no Slurm on PATH: not the cluster's login node.
+    with sshd(laptop.user, "SetEnv PATH=/nonexistent\n") as other:
+        profile = _variant(laptop, project, host="127.0.0.1", port=other.port,
+                           identity=str(other.key))
+        code, err = _refused(laptop, project, profile)
+    assert code == 2, err
+    assert err[0].startswith("error: login node 127.0.0.1: Slurm's commands (sbatch"), err
+    assert "not on its PATH" in err[0] and len(err) <= 2, err

@@ -9,6 +9,7 @@ the user's known_hosts, as after a first ``ssh`` by hand.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -43,8 +44,10 @@ def _as_root(argv: list[str]) -> None:
     subprocess.run(argv, check=True, timeout=60, capture_output=True)
 
 
-@pytest.fixture(scope="module")
-def login(cluster_user: ClusterUser) -> Iterator[Login]:
+@contextlib.contextmanager
+def sshd(user: ClusterUser, extra_config: str = "") -> Iterator[Login]:
+    """A key-only sshd on 127.0.0.1 at a free port, accepting only ``user`` with a key
+    made here; ``extra_config``: more sshd_config lines (e.g. SetEnv)."""
     require(Path(SSHD).exists(), "openssh-server is not installed (scripts/setup.sh installs it)")
     require(shutil.which("rsync") is not None, "rsync is missing")
     # sshd reads the key list as the user and (StrictModes) wants every directory above
@@ -52,18 +55,18 @@ def login(cluster_user: ClusterUser) -> Iterator[Login]:
     etc = Path(tempfile.mkdtemp(prefix="hpcdl-test-sshd-", dir="/run"))
     os.chmod(etc, 0o755)
     _as_root(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(etc / "host_key")])
-    work = cluster_user.own(Path("/scratch") / "tmp" / f"hpcdl-ssh-{os.getpid()}")
+    work = user.own(Path("/scratch") / "tmp" / f"hpcdl-ssh-{os.getpid()}-{etc.name}")
     os.chmod(work, 0o700)
     key = work / "id_ed25519"
-    done = cluster_user.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)])
+    done = user.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)])
     assert done.returncode == 0, done.stderr
     keys = etc / "authorized"
     keys.mkdir(mode=0o755)
-    shutil.copy(f"{key}.pub", keys / cluster_user.name)
-    os.chmod(keys / cluster_user.name, 0o644)
+    shutil.copy(f"{key}.pub", keys / user.name)
+    os.chmod(keys / user.name, 0o644)
     # useradd leaves the account locked ('!'), which sshd refuses even for a key: a
     # cluster account has no usable password, not a locked one.
-    _as_root(["usermod", "-p", "*", cluster_user.name])
+    _as_root(["usermod", "-p", "*", user.name])
     port = free_port()
     (etc / "sshd_config").write_text(textwrap.dedent(f"""\
         ListenAddress 127.0.0.1
@@ -75,21 +78,21 @@ def login(cluster_user: ClusterUser) -> Iterator[Login]:
         PasswordAuthentication no
         KbdInteractiveAuthentication no
         UsePAM no
-        AllowUsers {cluster_user.name}
+        AllowUsers {user.name}
         LogLevel VERBOSE
-        """))
+        """) + extra_config)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
     log = etc / "sshd.log"
     server = subprocess.Popen([SSHD, "-D", "-f", str(etc / "sshd_config"), "-E", str(log)])
     try:
-        known = cluster_user.home / ".ssh"
-        cluster_user.own(known)
+        known = user.home / ".ssh"
+        user.own(known)
         os.chmod(known, 0o700)
         host_key = (etc / "host_key.pub").read_text().split()
         entry = f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}\n"
         with open(known / "known_hosts", "a", encoding="utf-8") as fh:
             fh.write(entry)
-        os.chown(known / "known_hosts", cluster_user.uid, cluster_user.gid)
+        os.chown(known / "known_hosts", user.uid, user.gid)
         for _ in range(100):  # sshd listens within a second or so
             if log.exists() and "Server listening" in log.read_text():
                 break
@@ -100,6 +103,12 @@ def login(cluster_user: ClusterUser) -> Iterator[Login]:
         server.wait(timeout=30)
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(etc, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def login(cluster_user: ClusterUser) -> Iterator[Login]:
+    with sshd(cluster_user) as server:
+        yield server
 
 
 def client(user: ClusterUser, login: Login, code: str, **login_kw: object) -> dict:
@@ -188,7 +197,7 @@ def test_connection_failures_are_one_line_each(
     refused = client(cluster_user, login, "ex.close()\nex.run(['true'])", identity=str(stranger))
     assert refused["exit_code"] == 2 and ": authentication refused (" in refused["error"], refused
     closed = client(cluster_user, login, "ex.run(['true'])", port=free_port())
-    assert closed["type"] == "RemoteError" and closed["exit_code"] == 1
+    assert closed["type"] == "ConnectionLost" and closed["exit_code"] == 1
     assert ": unreachable (" in closed["error"] and "Connection refused" in closed["error"]
     for err in (unknown, refused, closed):
         assert "\n" not in err["error"]

@@ -28,9 +28,16 @@ def test_the_argv_rides_the_master_connection_and_names_the_profiles_values():
     argv = SshExecutor(login, SOCKETS).ssh_argv(["squeue", "--me", "-h"])
     assert argv[0] == "ssh" and argv[-3:] == ["login.example.org", "--", "squeue --me -h"]
     joined = " ".join(argv)
-    for part in ("-o ControlMaster=auto", f"-o ControlPath={SOCKETS}/%C", "-o BatchMode=yes",
+    for part in ("-o ControlMaster=auto", "-o BatchMode=yes",
                  "-l jdoe", "-p 2222", "-i /home/jdoe/.ssh/k", "-J gw.example.org"):
         assert part in joined
+    # One master per login node and key: another key never rides on this connection.
+    path = next(a for a in argv if a.startswith("ControlPath="))
+    other = SshExecutor(LoginNode("login.example.org", user="jdoe", port=2222,
+                                  identity="/home/jdoe/.ssh/other", jump="gw.example.org"),
+                        SOCKETS).ssh_argv(["true"])
+    assert path.startswith(f"ControlPath={SOCKETS}/") and path.endswith("-%C")
+    assert path not in other
     # An alias alone: ~/.ssh/config supplies the rest.
     bare = SshExecutor(LoginNode("mycluster"), SOCKETS).ssh_argv(["true"])
     assert not {"-l", "-p", "-i", "-J"} & set(bare)

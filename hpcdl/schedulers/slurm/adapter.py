@@ -37,7 +37,7 @@ class SlurmScheduler:
 
     def require(self) -> None:
         if not self.available():
-            raise commands.not_on_path()
+            raise commands.not_on_path(self.executor)
 
     def check(self, profile: Profile, plans: Mapping[str, JobPlan]) -> list[str]:
         """The live check of every plan against one read of the cluster; returns the

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hpcdl.core import proc
-from hpcdl.core.errors import SubmitError, ToolError
+from hpcdl.core.errors import HpcdlError, SubmitError, ToolError
+from hpcdl.remote.ssh import RemoteInputError, SshExecutor
 from hpcdl.schedulers.base import SubmitOptions
 from hpcdl.schedulers.executor import LOCAL, Executor
 from hpcdl.schedulers.slurm.parse import parse_job_id
@@ -73,8 +74,15 @@ def sbatch_argv(script: str | Path, job_name: str,
     return ["sbatch", "--parsable", f"--job-name={job_name}", *extra, str(script)]
 
 
-def not_on_path() -> ToolError:
-    """The error for a machine without Slurm's client tools."""
+def not_on_path(ex: Executor = LOCAL) -> HpcdlError:
+    """The error for a machine without Slurm's client tools: this one (exit 1), or the
+    profile's login node, which then is not the cluster's (exit 2: the profile's to fix)."""
+    if isinstance(ex, SshExecutor):
+        return RemoteInputError(
+            f"login node {ex.login.target}: Slurm's commands (sbatch, squeue, sacct, "
+            f"scontrol) are not on its PATH; is it the cluster's login node? (profile "
+            f"login.host)", hint="ssh there and run `command -v sbatch`; a site that needs "
+                                 "`module load slurm` wants it in the remote ~/.bashrc")
     return ToolError("sbatch: Slurm's commands are not on PATH",
                      hint="run on a login node, or start the local sandbox: hpcdl sandbox up")
 
