@@ -13,6 +13,7 @@ host's mount namespace, sees them). Whatever reaches the cluster goes over SSH.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -27,6 +28,8 @@ from tests.integration.conftest_slurm import DEFAULT_DIR, sandbox_dir
 from tests.integration.conftest_user import REPO, ClusterUser
 
 LOGIN_HOST = "10.77.0.250"
+# scripts/sandbox-login.sh's network namespace of the default sandbox's login node.
+LOGIN_NETNS = f"hpcdl-{hashlib.sha1(DEFAULT_DIR.encode()).hexdigest()[:6]}-login"
 LOGIN_SCRIPT = REPO / "scripts" / "sandbox-login.sh"
 # What a laptop has on PATH besides hpcdl: no sbatch, squeue, scontrol, srun.
 LAPTOP_TOOLS = ("ssh", "ssh-keygen", "rsync", "sh", "bash", "env", "cat", "ls", "mkdir", "rm", "cp", "mv",
@@ -54,15 +57,23 @@ class Laptop:
     def run(self, argv: Sequence[str], *, cwd: Path | None = None, timeout: float = 300,
             env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """``argv`` as the user on the laptop, from ``cwd`` (default: their home)."""
-        command = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _HIDE,
-                   "sh", *self.hidden, "--", "runuser", "-u", self.user.name, "--", "env",
-                   "-i", *(f"{k}={v}" for k, v in self.env(env).items()), *argv]
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+        return subprocess.run(self._argv(argv, env), capture_output=True, text=True, timeout=timeout,
                               cwd=str(cwd or self.user.home), check=False)
 
     def cli(self, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
         """The installed ``hpcdl`` as the user on the laptop."""
         return self.run([self.user.hpcdl, *args], **kw)  # type: ignore[arg-type]
+
+    def start(self, *args: str, cwd: Path, env: Mapping[str, str] | None = None,
+              ) -> subprocess.Popen[str]:
+        """``hpcdl ARGS`` as run() runs it, without waiting (pipes for its output)."""
+        return subprocess.Popen(self._argv([self.user.hpcdl, *args], env), cwd=str(cwd),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def _argv(self, argv: Sequence[str], env: Mapping[str, str] | None) -> list[str]:
+        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _HIDE,
+                "sh", *self.hidden, "--", "runuser", "-u", self.user.name, "--", "env",
+                "-i", *(f"{k}={v}" for k, v in self.env(env).items()), *argv]
 
 
 def _as_user(user: ClusterUser, argv: list[str]) -> str:

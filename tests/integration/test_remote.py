@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest_remote import LOGIN_HOST, Laptop
+from tests.integration.conftest_remote import LOGIN_HOST, LOGIN_NETNS, LOGIN_SCRIPT, Laptop
+from tests.integration.conftest_slurm import sandbox_dir
 from tests.integration.conftest_user import REPO
 from tests.integration.test_remote_ssh import sshd
 
@@ -137,3 +140,51 @@ def test_a_login_node_without_slurm_is_one_line(laptop: Laptop, project: Path) -
     assert code == 2, err
     assert err[0].startswith("error: login node 127.0.0.1: Slurm's commands (sbatch"), err
     assert "not on its PATH" in err[0] and len(err) <= 2, err
+
+
+def _running(name: str, timeout: float = 120) -> str:
+    """The id of the user's job ``name`` once Slurm runs it (asked here, as root)."""
+    deadline = time.monotonic() + timeout
+    env = {**os.environ, "SLURM_CONF": str(sandbox_dir() / "etc" / "slurm.conf")}
+    while time.monotonic() < deadline:
+        res = subprocess.run(["squeue", "-h", "-n", name, "-t", "RUNNING", "-o", "%i"],
+                             capture_output=True, text=True, timeout=30, env=env, check=False)
+        if res.stdout.strip():
+            return res.stdout.split()[0]
+        time.sleep(1)
+    raise AssertionError(f"job {name} did not start within {timeout} s")
+
+
+def test_a_login_node_that_goes_away_mid_wait_is_reconnected(laptop: Laptop,
+                                                             project: Path) -> None:
+    """The login node dies while `submit --wait` follows the job (every process in its
+    namespace killed: the master connection drops, new ones are refused) and comes back
+    15 s later: the user sees one warning line, the job goes on on the cluster, and the
+    wait ends with its result as if nothing happened."""
+    env = {"HPCDL_RUNS": str(project / "runs")}
+    wait = laptop.start("submit", "-p", "sandbox-remote", "-N", "1", "-G", "0", "--no-image",
+                        "--wait", "--job-name", "laptop-outage", "--", "sh", "-c",
+                        "echo before; sleep 40; echo after", cwd=project, env=env)
+    try:
+        job = _running("laptop-outage")
+        pids = subprocess.run(["ip", "netns", "pids", LOGIN_NETNS], capture_output=True,
+                              text=True, timeout=30, check=True).stdout.split()
+        subprocess.run(["kill", *pids], check=True, timeout=30)
+        time.sleep(15)
+        up = subprocess.run(["bash", str(LOGIN_SCRIPT), "up"], capture_output=True, text=True,
+                            timeout=120, check=False)
+        assert up.returncode == 0, up.stdout + up.stderr
+        out, err = wait.communicate(timeout=JOB_TIMEOUT)
+    finally:
+        if wait.poll() is None:
+            wait.kill()
+    assert wait.returncode == 0, out + err
+    assert re.search(rf"^job {job}: COMPLETED", out, re.M), out
+    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert warnings and "unreachable" in warnings[0], err
+    assert "the job goes on on the cluster" in warnings[0], err
+    run = next((project / "runs").iterdir())
+    record = json.loads((run / "result.json").read_text())
+    assert record["state"] == "COMPLETED", record
+    assert "after" in (run / f"slurm-{job}.out").read_text()
+    print(err)  # what the user saw (pytest -s shows it)
