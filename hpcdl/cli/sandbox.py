@@ -19,11 +19,12 @@ NODES_HELP = ("A cluster of N nodes (1 to 200) in its own directory "
               "the two-node sandbox.")
 
 
-def _script() -> str:
-    """scripts/sandbox.sh: in the checkout, or under hpcdl/_data in the wheel."""
+def _script(name: str = "sandbox.sh") -> str:
+    """scripts/NAME (sandbox.sh, sandbox-login.sh): in the checkout, or under hpcdl/_data
+    in the wheel."""
     from hpcdl.core.resources import data_dir
 
-    path = data_dir("scripts") / "sandbox.sh"
+    path = data_dir("scripts") / name
     if not path.is_file():
         raise ToolError(f"sandbox: {path} is missing from this installation",
                         hint="run from a checkout of hpcdl: scripts/sandbox.sh up")
@@ -35,11 +36,12 @@ def _script_env(env: dict[str, str] | None) -> dict[str, str]:
     return {"HPCDL_SANDBOX_PYTHON": sys.executable, **(env or {})}
 
 
-def _run(action: str, env: dict[str, str] | None = None) -> None:
+def _run(action: str, env: dict[str, str] | None = None, script: str = "sandbox.sh") -> None:
     from hpcdl.core import proc
 
     try:
-        proc.stream(["bash", _script(), action], on_line=lambda line: click.echo(line, nl=False),
+        proc.stream(["bash", _script(script), action],
+                    on_line=lambda line: click.echo(line, nl=False),
                     timeout=900, env=_script_env(env))
     except ToolError as err:
         # The script already printed the log lines that explain the failure.
@@ -154,11 +156,21 @@ def _no_dir_without_nodes(nodes: int | None, folder: Path | None) -> None:
 @sandbox.command()
 @click.option("--nodes", "-N", type=int, metavar="N", help=NODES_HELP)
 @DIR_OPTION
-def up(nodes: int | None, folder: Path | None) -> None:
+@click.option("--login", is_flag=True,
+              help="Also start the two-node sandbox's login node: an OpenSSH server (key-only, "
+                   "your own ~/.ssh/authorized_keys) in its own network namespace at "
+                   "10.77.0.250, with Slurm's commands, which the `sandbox-remote` profile "
+                   "reaches the way a laptop reaches a cluster.")
+def up(nodes: int | None, folder: Path | None, login: bool) -> None:
     """Start the cluster (idempotent: a no-op when it is already up)."""
     _no_dir_without_nodes(nodes, folder)
+    if login and nodes is not None:
+        raise ValidationError("login: --login starts the two-node sandbox's login node (the "
+                              "sandbox-remote profile's); not with --nodes")
     if nodes is None:
         _run("up")
+        if login:
+            _run("up", script="sandbox-login.sh")
         return
     from hpcdl import sandbox as shape
 
