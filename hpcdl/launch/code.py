@@ -95,4 +95,4 @@ def scan_code(root: Path, *, limit_bytes: int, skip: tuple[Path, ...] = ()) -> C
             f"{limit_bytes / 1e6:.0f} MB (profile login.code_limit_mb); largest: {largest}",
             hint=f"list what the job does not need in {root / IGNORE_FILE} (one pattern a "
                  f"line, e.g. data/), or give --code a smaller directory")
-    return CodeDir(root, tuple(files), total)
+    return CodeDir(root, tuple(sorted(files)), total)
