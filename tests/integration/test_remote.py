@@ -188,3 +188,46 @@ def test_a_login_node_that_goes_away_mid_wait_is_reconnected(laptop: Laptop,
     assert record["state"] == "COMPLETED", record
     assert "after" in (run / f"slurm-{job}.out").read_text()
     print(err)  # what the user saw (pytest -s shows it)
+
+
+TRAIN = """\
+import os, socket
+with open("data/labels.txt") as fh:  # relative: the job starts in its copy of the project
+    labels = fh.read().split()
+print(f"LAPTOP rank={os.environ['RANK']} world={os.environ['WORLD_SIZE']} "
+      f"host={socket.gethostname()} cwd={os.getcwd()} labels={len(labels)}", flush=True)
+"""
+
+
+def test_a_script_from_a_laptop_directory_runs_in_its_copy_and_unchanged_code_moves_once(
+        laptop: Laptop, project: Path) -> None:
+    env = {"HPCDL_RUNS": str(project / "runs")}
+    _write(laptop, project / "train.py", TRAIN)
+    _write(laptop, project / "data" / "labels.txt", "cat dog\n" * 20_000)  # 160 kB
+    _write(laptop, project / "notes" / "draft.txt", "not for the cluster\n")
+    _write(laptop, project / ".hpcdlignore", "notes/\n")
+    first = laptop.cli("submit", "-p", "sandbox-remote", "-N", "2", "-G", "1", "--no-image",
+                       "--json", "--wait", "--job-name", "laptop-script", "--",
+                       "python3", "train.py", cwd=project, env=env, timeout=JOB_TIMEOUT)
+    assert first.returncode == 0, first.stdout + first.stderr
+    info = _json_line(first.stdout)
+    cluster = Path(info["cluster_run_dir"])
+    assert info["state"] == "COMPLETED", info
+    local = Path(info["run_dir"])
+    out = (local / f"slurm-{info['job_id']}.out").read_text()  # pulled back
+    lines = re.findall(r"LAPTOP rank=(\d) world=2 host=(\S+) cwd=(\S+) labels=40000", out)
+    assert sorted(r for r, _, _ in lines) == ["0", "1"], out
+    assert {h for _, h, _ in lines} == {"n1", "n2"}, out
+    assert {c for _, _, c in lines} == {f"{cluster}/code"}, out
+    assert (cluster / "code" / "train.py").is_file() and not (cluster / "code" / "notes").exists()
+    assert not (cluster / "code" / "runs").exists()  # the local runs stay out of the code
+    # The same code again: only the new run's own files cross (the code is linked there).
+    second = laptop.cli("submit", "-p", "sandbox-remote", "-N", "1", "-G", "1", "--no-image",
+                        "--json", "--job-name", "laptop-script", "--", "python3", "train.py",
+                        cwd=project, env=env)
+    assert second.returncode == 0, second.stderr
+    again = _json_line(second.stdout)
+    assert again["bytes_moved"] < info["bytes_moved"] / 2, (info["bytes_moved"], again)
+    code_again = Path(again["cluster_run_dir"]) / "code" / "data" / "labels.txt"
+    assert code_again.stat().st_ino == (cluster / "code" / "data" / "labels.txt").stat().st_ino
+    laptop.cli("cancel", again["job_id"], cwd=project, env=env)
