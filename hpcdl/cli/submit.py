@@ -134,6 +134,11 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     """
     hang_s = _hang_seconds(hang_timeout, wait=wait, dry_run=dry_run)
     prof = load_profile(profile)
+    if hang_s is not None and prof.login is not None and not dry_run:
+        # The watchdog reads the run directory as the job writes it: on the cluster.
+        raise ValidationError(f"hang-timeout: not yet for a cluster reached over SSH "
+                              f"(profile {prof.name} has login: {prof.login.host})",
+                              hint="run hpcdl on the cluster's login node for --hang-timeout")
     if not dry_run:
         pbs.refuse(prof, "submit")  # a PBS profile's script is for reading (exit 2)
     if probe_sizes is not None and not probe_first:

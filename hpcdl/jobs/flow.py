@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdl.core.errors import ValidationError
 from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION, Diagnosis
 from hpcdl.hang.watchdog import HangWatchdog, collect, find_py_spy
 from hpcdl.jobs.attempts import Attempt
@@ -73,10 +72,6 @@ def submit_job(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     the run directory (hpcdl.jobs.place). Raises ValidationError,
     SubmitError, ToolError (see hpcdl.jobs.submit.submit, hpcdl.hang.watchdog.find_py_spy).
     """
-    if plan.hang_timeout is not None and place.remote:
-        raise ValidationError(f"hang-timeout: not yet for a cluster reached over SSH (profile "
-                              f"{profile.name} has login: {place.describe()})",
-                              hint="run hpcdl on the login node for --hang-timeout")
     py_spy = find_py_spy() if plan.hang_timeout is not None and watch else None
     sub = submit(profile, plan, scheduler=scheduler, place=place)
     if py_spy is not None:

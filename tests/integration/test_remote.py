@@ -231,3 +231,15 @@ def test_a_script_from_a_laptop_directory_runs_in_its_copy_and_unchanged_code_mo
     code_again = Path(again["cluster_run_dir"]) / "code" / "data" / "labels.txt"
     assert code_again.stat().st_ino == (cluster / "code" / "data" / "labels.txt").stat().st_ino
     laptop.cli("cancel", again["job_id"], cwd=project, env=env)
+
+
+def test_logs_follow_a_running_job_from_the_laptop(laptop: Laptop, project: Path) -> None:
+    env = {"HPCDL_RUNS": str(project / "runs")}
+    res = laptop.cli("submit", "-p", "sandbox-remote", "-N", "1", "-G", "0", "--no-image",
+                     "--json", "--job-name", "laptop-follow", "--", "sh", "-c",
+                     "echo first; sleep 10; echo last", cwd=project, env=env)
+    assert res.returncode == 0, res.stderr
+    job = _json_line(res.stdout)["job_id"]
+    follow = laptop.cli("logs", "-f", job, cwd=project, env=env, timeout=JOB_TIMEOUT)
+    assert follow.returncode == 0, follow.stderr
+    assert follow.stdout.splitlines()[:2] == ["first", "last"], follow.stdout

@@ -8,7 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from hpcdl.cli import cli
 from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.follow import Reconnecting
 from hpcdl.jobs.place import HERE, OverSsh, _siblings, connect, reconnect
@@ -132,3 +134,20 @@ def test_a_login_node_away_too_long_stops_following_with_how_to_reattach() -> No
     with pytest.raises(ConnectionLost) as err:
         link.call(down)
     assert "gave up after 30 s" in err.value.message and err.value.hint == "hpcdl status 42"
+
+
+def test_what_a_laptop_cannot_do_yet_is_refused_before_any_connection(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ssh: a connection attempt would fail
+    hang = CliRunner().invoke(cli, ["submit", "-p", "sandbox-remote", "-N", "1", "-G", "1",
+                                    "--wait", "--hang-timeout", "60"])
+    assert hang.exit_code == 2
+    assert hang.stderr.startswith("error: hang-timeout: not yet for a cluster reached over "
+                                  "SSH (profile sandbox-remote has login: 10.77.0.250)\n")
+    code = CliRunner().invoke(cli, ["submit", "-p", "sandbox", "-N", "1", "-G", "1",
+                                    "--code", str(tmp_path), "--", "python3", "t.py"])
+    assert code.exit_code == 2
+    assert code.stderr.startswith("error: code: --code copies your code to a cluster reached "
+                                  "over SSH; profile sandbox has no login:")
+    assert list(tmp_path.iterdir()) == []

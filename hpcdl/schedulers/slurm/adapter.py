@@ -31,9 +31,11 @@ class SlurmScheduler:
     def __init__(self, profile_name: str | None = None, executor: Executor = LOCAL) -> None:
         self.profile_name = profile_name
         self.executor = executor
+        self._found = False  # Slurm's tools were found once: over SSH each look is a trip
 
     def available(self) -> bool:
-        return query.slurm_available(self.executor)
+        self._found = self._found or query.slurm_available(self.executor)
+        return self._found
 
     def require(self) -> None:
         if not self.available():
