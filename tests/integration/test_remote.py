@@ -242,4 +242,5 @@ def test_logs_follow_a_running_job_from_the_laptop(laptop: Laptop, project: Path
     job = _json_line(res.stdout)["job_id"]
     follow = laptop.cli("logs", "-f", job, cwd=project, env=env, timeout=JOB_TIMEOUT)
     assert follow.returncode == 0, follow.stderr
-    assert follow.stdout.splitlines()[:2] == ["first", "last"], follow.stdout
+    lines = follow.stdout.splitlines()
+    assert lines[0].startswith(f"hpcdl: job {job} on n1") and lines[1:3] == ["0: first", "0: last"]
