@@ -244,3 +244,72 @@ def test_logs_follow_a_running_job_from_the_laptop(laptop: Laptop, project: Path
     assert follow.returncode == 0, follow.stderr
     lines = follow.stdout.splitlines()
     assert lines[0].startswith(f"hpcdl: job {job} on n1") and lines[1:3] == ["0: first", "0: last"]
+
+
+# s: 8 ranks of ResNet-50 in the image on 2 shared cores (test_headline.py's figure).
+HEADLINE_TIMEOUT = 600
+
+
+@pytest.fixture(scope="module")
+def pushed(laptop: Laptop, cpu_image: Path) -> Path:
+    """The CPU image, pushed to the cluster from the laptop (by content: once)."""
+    res = laptop.cli("push", str(cpu_image), "-p", "sandbox-remote", timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return cpu_image
+
+
+@pytest.mark.apptainer
+@pytest.mark.horovod
+def test_the_headline_command_from_the_laptop_ends_with_the_table(
+        laptop: Laptop, project: Path, pushed: Path) -> None:
+    env = {"HPCDL_RUNS": str(project / "runs")}
+    res = laptop.cli("submit", "-p", "sandbox-remote", "--nodes", "2", "--gpus", "4",
+                     "--image", str(pushed), "--wait", cwd=project, env=env,
+                     timeout=HEADLINE_TIMEOUT)
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    out = res.stdout
+    assert re.search(r"^job \d+: COMPLETED \(Slurm COMPLETED\), exit code 0", out, re.M), out
+    assert re.search(r"^world size\s+8$", out, re.M), out
+    assert re.search(r"^images/sec\s+\d", out, re.M), out
+    assert "parameters identical on every rank" in out
+    run = next((project / "runs").iterdir())
+    record = json.loads((run / "result.json").read_text())  # written here, from pulled logs
+    assert record["hpcdl_result"]["world_size"] == 8
+    assert len({r["host"] for r in record["ranks"]}) == 2
+    assert (run / "report.html").is_file() and list((run / "metrics").glob("rank-*.jsonl"))
+    plan = json.loads((run / "plan.json").read_text())
+    # The image the nodes ran is the pushed copy, named by its content.
+    assert plan["image"].startswith(f"{laptop.remote_images}/pytorch-horovod-cpu-")
+    assert plan["run_dir"] == f"{laptop.remote_runs}/{run.name}"
+    assert plan["container_mode"] == "unprivileged"
+    assert not (run / "checkpoints").exists()  # they stay on the cluster
+
+
+@pytest.mark.apptainer
+@pytest.mark.horovod
+def test_a_sweep_from_the_laptop_and_its_table_and_plot_pulled_back(
+        laptop: Laptop, project: Path, pushed: Path) -> None:
+    env = {"HPCDL_RUNS": str(project / "runs")}
+    res = laptop.cli("scale", "-p", "sandbox-remote", "-N", "1", "-G", "1,2",
+                     "--backend", "horovod,ddp", "--synthetic", "--image", str(pushed),
+                     "--json", cwd=project, env=env, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    sweep = Path(_json_line(res.stdout)["sweep_dir"])
+    assert sweep.is_relative_to(project / "runs")
+    deadline = time.monotonic() + 4 * JOB_TIMEOUT
+    while True:  # each call a new process, as after closing the laptop
+        table = laptop.cli("results", str(sweep), "--json", cwd=project, env=env)
+        assert table.returncode in (0, 1), table.stderr
+        rows = json.loads(table.stdout)["rows"]
+        if all(r["state"] not in ("PENDING", "RUNNING") for r in rows):
+            break
+        assert time.monotonic() < deadline, table.stdout
+        time.sleep(10)
+    assert len(rows) == 4 and all(r["state"] == "COMPLETED" for r in rows), rows
+    assert all(r["images_per_sec"] for r in rows), rows
+    plot = laptop.cli("results", str(sweep), "--plot", str(project / "scaling.png"),
+                      cwd=project, env=env)
+    assert plot.returncode == 0, plot.stderr
+    assert (project / "scaling.png").stat().st_size > 1000
+    for point in (p for p in sweep.iterdir() if p.is_dir()):
+        assert (point / "result.json").is_file() and list(point.glob("slurm-*.out"))
