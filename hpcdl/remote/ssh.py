@@ -94,7 +94,7 @@ def ssh_options(login: LoginNode, sockets: Path, *, batch: bool = True) -> list[
     connection, timeouts, and the profile's user, port, key and jump host. ``batch``
     refuses password and 2FA prompts (a command run from a poll loop must fail, not
     wait on a terminal); the first connection may allow them."""
-    opts = ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockets}/{_master_tag(login)}-%C",
+    opts = ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockets}/{_master_tag(login)}",
             "-o", f"ControlPersist={PERSIST_S}", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
             "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3",
             "-o", f"BatchMode={'yes' if batch else 'no'}"]
@@ -110,10 +110,13 @@ def ssh_options(login: LoginNode, sockets: Path, *, batch: bool = True) -> list[
 
 
 def _master_tag(login: LoginNode) -> str:
-    """What tells masters apart beyond ssh's %C (local host, host, port, user): the key
-    and the jump host, so a profile with another key never rides on a connection that
-    was authenticated with a different one."""
-    return hashlib.sha1(f"{login.identity}|{login.jump}".encode()).hexdigest()[:8]
+    """The master connection's name: one per host, user, port, key and jump host, so a
+    profile with another key never rides on a connection authenticated with a different
+    one. Short, since a Unix socket path (with ssh's 17-character temporary suffix) must
+    fit 107 bytes under the user's home."""
+    key = "|".join(str(v) for v in (login.host, login.user, login.port, login.identity,
+                                    login.jump))
+    return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
 def remote_command(argv: Sequence[str]) -> str:
