@@ -447,9 +447,12 @@ def gather_remote(ex: SshExecutor, timeout: float = 20) -> ClusterFacts:
     """
     ex.connect()
     if ex.which(REQUIRED) is None:
+        where = f"login node {ex.login.target}" + (f" port {ex.login.port}" if ex.login.port
+                                                   else "")
         raise UserInputError(
-            f"login node {ex.login.target}: Slurm's {REQUIRED} is not on the remote PATH "
+            f"{where}: Slurm's {REQUIRED} is not on the remote PATH "
             f"(of a non-interactive ssh shell there); is it the cluster's login node?",
             hint="a Slurm loaded by a module or a login profile is not seen by "
-                 "`ssh HOST COMMAND`: put it on the PATH in the remote ~/.bashrc")
+                 "`ssh HOST COMMAND`: put it on the PATH at the top of the remote "
+                 "~/.bashrc (before its return for non-interactive shells)")
     return facts_from(capture_all(timeout, executor=ex))
