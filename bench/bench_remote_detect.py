@@ -61,8 +61,8 @@ def sockets_dir(user: str) -> Path:
 
 
 def stop_master(user: str, sockets: Path) -> None:
-    as_user(user, ["ssh", "-o", f"ControlPath={sockets}/hpcdl/ssh/%C", "-O", "exit",
-                   "-l", user, HOST], timeout=30)
+    for socket in (sockets / "hpcdl" / "ssh").glob("*"):
+        as_user(user, ["ssh", "-o", f"ControlPath={socket}", "-O", "exit", HOST], timeout=30)
     shutil.rmtree(sockets, ignore_errors=True)
 
 

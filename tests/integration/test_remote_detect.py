@@ -33,6 +33,22 @@ from tests.own_cluster import free_port
 
 SSHD = "/usr/sbin/sshd"
 
+
+def sockets_dir(laptop: Laptop) -> Path:
+    """A directory of the user's for hpcdl's master sockets (XDG_RUNTIME_DIR): none of
+    another test's masters there, and a short path (a socket's path has at most 107
+    bytes, and ssh's names take 75 of them)."""
+    return laptop.user.own(Path(tempfile.mkdtemp(prefix="hd-", dir="/tmp")))
+
+
+def stop_masters(laptop: Laptop, sockets: Path, *ssh_args: str) -> None:
+    """Stop the master connections hpcdl left under ``sockets`` (ControlPersist would
+    keep each up for minutes after the test)."""
+    for socket in (sockets / "hpcdl" / "ssh").glob("*"):
+        laptop.user.run(["ssh", "-o", f"ControlPath={socket}", "-O", "exit", *ssh_args],
+                        timeout=30)
+    shutil.rmtree(sockets, ignore_errors=True)
+
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
 
@@ -62,12 +78,11 @@ def own_key(laptop: Laptop, folder: Path) -> Iterator[tuple[Path, str, Path]]:
     authorized = laptop.user.home / ".ssh" / "authorized_keys"
     with authorized.open("a") as keys:
         keys.write(public + "\n")
-    sockets = laptop.user.own(folder / "run")
+    sockets = sockets_dir(laptop)
     try:
         yield key, printed[1], sockets
     finally:
-        laptop.user.run(["ssh", "-o", f"ControlPath={sockets}/hpcdl/ssh/%C", "-O", "exit",
-                         "-l", laptop.user.name, LOGIN_HOST], timeout=30)
+        stop_masters(laptop, sockets, LOGIN_HOST)
         kept = [line for line in authorized.read_text().splitlines() if line != public]
         authorized.write_text("".join(f"{line}\n" for line in kept))
 
@@ -133,12 +148,10 @@ def test_refused_key_is_one_line_exit_2(laptop: Laptop, folder: Path) -> None:
     made = laptop.user.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)])
     assert made.returncode == 0, made.stderr
     out = folder / "refused.yaml"
-    # A master connection the first test left up would carry this call whatever key it
-    # names (ssh's ControlPath is per user, host and port): sockets of its own.
-    sockets = laptop.user.own(folder / "run")
+    # A master of the user's good key (another test's) does not carry this key's
+    # commands: it gets one of its own, which the login node refuses.
     res = laptop.cli("profiles", "detect", "--login", f"{laptop.user.name}@{LOGIN_HOST}",
-                     "--identity", str(key), "-o", str(out), timeout=120,
-                     env={"XDG_RUNTIME_DIR": str(sockets)})
+                     "--identity", str(key), "-o", str(out), timeout=120)
     assert res.returncode == 2, res.stdout + res.stderr
     first = res.stderr.splitlines()[0]
     assert first.startswith(f"error: login node {laptop.user.name}@{LOGIN_HOST}: "
@@ -197,8 +210,6 @@ def slurmless_login(laptop: Laptop) -> Iterator[int]:
 def test_login_node_without_slurm_is_one_line_exit_2(laptop: Laptop, folder: Path,
                                                      slurmless_login: int) -> None:
     port = slurmless_login
-    sockets = laptop.user.own(folder / "run")
-    env = {"XDG_RUNTIME_DIR": str(sockets)}
     target = f"{laptop.user.name}@127.0.0.1"
     # The login node answers (the connection is fine): only Slurm is missing there.
     shell = laptop.run(["ssh", "-o", "BatchMode=yes", "-p", str(port), target,
@@ -206,8 +217,12 @@ def test_login_node_without_slurm_is_one_line_exit_2(laptop: Laptop, folder: Pat
     assert shell.returncode == 0, shell.stderr
     assert shell.stdout.split() == [str(LAPTOP_BIN), "none"]
     out = folder / "none.yaml"
-    res = laptop.cli("profiles", "detect", "--login", target, "--port", str(port), "-o",
-                     str(out), timeout=120, env=env)
+    sockets = sockets_dir(laptop)
+    try:
+        res = laptop.cli("profiles", "detect", "--login", target, "--port", str(port), "-o",
+                         str(out), timeout=120, env={"XDG_RUNTIME_DIR": str(sockets)})
+    finally:
+        stop_masters(laptop, sockets, "-p", str(port), target)
     assert res.returncode == 2, res.stdout + res.stderr
     lines = res.stderr.splitlines()
     assert lines[0] == (f"error: login node {target} port {port}: Slurm's scontrol is not on "
@@ -215,5 +230,3 @@ def test_login_node_without_slurm_is_one_line_exit_2(laptop: Laptop, folder: Pat
                         "cluster's login node?"), res.stderr
     assert all(line.startswith("hint: ") for line in lines[1:]), res.stderr
     assert res.stdout == "" and not out.exists()
-    laptop.user.run(["ssh", "-o", f"ControlPath={sockets}/hpcdl/ssh/%C", "-O", "exit",
-                     "-p", str(port), target], timeout=30)

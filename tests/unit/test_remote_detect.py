@@ -20,7 +20,13 @@ from hpcdl.core.errors import ToolError, UserInputError
 from hpcdl.profiles import load_profile_file
 from hpcdl.profiles.detect import MODE_NOTE, describe
 from hpcdl.profiles.schema import Login
-from hpcdl.remote.ssh import LoginNode, RemoteError, SshExecutor, connection_error
+from hpcdl.remote.ssh import (
+    LoginNode,
+    RemoteError,
+    RemoteInputError,
+    SshExecutor,
+    connection_error,
+)
 from hpcdl.schedulers.slurm import detect as sd
 
 OUT = Path(__file__).resolve().parent / "slurm_outputs" / "sandbox"
@@ -86,7 +92,7 @@ def test_every_command_goes_through_the_login_node(no_local_commands: None) -> N
 
 def test_a_login_node_without_slurm_is_one_line_naming_it(no_local_commands: None) -> None:
     ex = FakeLogin(on_path={})
-    with pytest.raises(UserInputError) as err:
+    with pytest.raises(RemoteInputError) as err:
         sd.gather_remote(ex)  # type: ignore[arg-type]
     assert err.value.exit_code == 2
     assert err.value.message == (

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hpcdl.core.errors import ToolError, UserInputError
+from hpcdl.core.errors import ToolError
+from hpcdl.remote.ssh import RemoteInputError
 from hpcdl.schedulers.executor import LOCAL, Executor
 
 if TYPE_CHECKING:
@@ -441,15 +442,16 @@ def gather_remote(ex: SshExecutor, timeout: float = 20) -> ClusterFacts:
     multiplexed connection, opened first with prompts allowed (a key's passphrase,
     2FA are asked once, not per command).
 
-    Raises RemoteInputError (exit 2) for an unknown host or a refused key, RemoteError
-    for an unreachable one, UserInputError when the login node's non-interactive shell
-    has no Slurm on its PATH, ToolError when the partitions cannot be read.
+    Raises RemoteInputError (exit 2) for an unknown host, a refused key, or a login
+    node whose non-interactive shell has no scontrol on its PATH (not the cluster's
+    login node); RemoteError for an unreachable one; ToolError when the partitions
+    cannot be read.
     """
     ex.connect()
     if ex.which(REQUIRED) is None:
         where = f"login node {ex.login.target}" + (f" port {ex.login.port}" if ex.login.port
                                                    else "")
-        raise UserInputError(
+        raise RemoteInputError(
             f"{where}: Slurm's {REQUIRED} is not on the remote PATH "
             f"(of a non-interactive ssh shell there); is it the cluster's login node?",
             hint="a Slurm loaded by a module or a login profile is not seen by "
