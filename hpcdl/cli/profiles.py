@@ -105,8 +105,8 @@ def detect(name: str | None, output: str | None, force: bool, login_at: str | No
     of the one behind a login node reached over SSH.
 
     Reads scontrol show partition/node/config, srun --mpi=list, sacctmgr show qos
-    (when accounting answers) and the container runtime on this node; every value
-    in the output has a comment saying where it came from. A heterogeneous
+    (when accounting answers) and the container runtime on this node (the login
+    node, with --login); every value in the output has a comment saying where it came from. A heterogeneous
     partition is described by its smallest node. What Slurm does not know (modules,
     env vars, binds, paths, account) is left for you to add. Commands that fail
     leave a GAP line in the header instead of stopping detection; a cluster whose
