@@ -6,10 +6,15 @@ import json
 import re
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from hpcdl.profiles import list_profiles, load_profile, load_profile_file
+
+if TYPE_CHECKING:
+    from hpcdl.profiles.schema import Login
+    from hpcdl.schedulers.slurm.detect import ClusterFacts
 
 
 @click.group()
@@ -86,29 +91,48 @@ def validate(file: str) -> None:
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
               help="Write the profile to FILE (atomically) instead of printing it.")
 @click.option("--force", is_flag=True, help="Overwrite FILE when it exists.")
-def detect(name: str | None, output: str | None, force: bool) -> None:
-    """Write a profile of the Slurm cluster this machine talks to.
+@click.option("--login", "login_at", metavar="[USER@]HOST",
+              help="Detect the cluster behind this login node over SSH (a host name, an "
+                   "address or an ~/.ssh/config alias); the profile gets a login: block.")
+@click.option("--port", type=click.IntRange(1, 65535), help="SSH port (with --login).")
+@click.option("--identity", metavar="KEY",
+              help="Private key file, an absolute path (with --login).")
+@click.option("--jump", metavar="[USER@]HOST[:PORT]",
+              help="ProxyJump host(s), comma-separated (with --login).")
+def detect(name: str | None, output: str | None, force: bool, login_at: str | None,
+           port: int | None, identity: str | None, jump: str | None) -> None:
+    """Write a profile of the Slurm cluster this machine talks to, or, with --login,
+    of the one behind a login node reached over SSH.
 
     Reads scontrol show partition/node/config, srun --mpi=list, sacctmgr show qos
-    (when accounting answers) and the container runtime on this node; every value
-    in the output has a comment saying where it came from. A heterogeneous
+    (when accounting answers) and the container runtime on this node (the login
+    node, with --login); every value in the output has a comment saying where it came from. A heterogeneous
     partition is described by its smallest node. What Slurm does not know (modules,
     env vars, binds, paths, account) is left for you to add. Commands that fail
     leave a GAP line in the header instead of stopping detection; a cluster whose
     partitions cannot be read is one error line (exit 1). SLURM_CONF picks the cluster.
 
+    With --login every command runs on the login node over one SSH connection
+    (your ~/.ssh/config applies; a passphrase or 2FA prompt comes once, first),
+    and the profile's login: block names the node, so hpcdl submit from here runs
+    there. An unknown host, a refused key or a login node without Slurm on its
+    PATH is one error line (exit 2). How the compute nodes run the container
+    runtime cannot be seen from here: set container.mode by hand.
+
     \b
     Examples:
       hpcdl profiles detect --name mycluster -o ~/.config/hpcdl/profiles/mycluster.yaml
+      hpcdl profiles detect --login jdoe@login.cluster.example.org --name mycluster \\
+          -o ~/.config/hpcdl/profiles/mycluster.yaml
       hpcdl profiles diff mycluster
     """
     from hpcdl.core.atomic import write_atomic
     from hpcdl.core.errors import UserInputError
     from hpcdl.profiles.detect import describe
-    from hpcdl.schedulers.slurm.detect import gather
 
     if name is not None:
         _check_name(name)
+    login = _login_of(login_at, port, identity, jump)
     target = Path(output).expanduser() if output else None
     if target is not None:
         if target.exists() and not force:
@@ -116,7 +140,7 @@ def detect(name: str | None, output: str | None, force: bool) -> None:
         if not target.parent.is_dir():
             raise UserInputError(f"output: folder {target.parent} does not exist")
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    found = describe(gather(), name=name, when=when)
+    found = describe(_gather(login), name=name, when=when, login=login)
     for note in found.notes:
         click.echo(f"note: {note}", err=True)
     if target is None:
@@ -125,6 +149,52 @@ def detect(name: str | None, output: str | None, force: bool) -> None:
     write_atomic(target, found.text)
     click.echo(f"wrote {target} (profile {found.profile.name}, "
                f"{len(found.profile.partitions)} partitions)", err=True)
+
+
+def _login_of(login_at: str | None, port: int | None, identity: str | None,
+              jump: str | None) -> Login | None:
+    """The profile's login: block from --login [USER@]HOST and its companions, each
+    value checked as a token of its kind (exit 2 naming the option)."""
+    from hpcdl.core.errors import UserInputError
+    from hpcdl.core.tokens import SSH_HOST, SSH_JUMP, SSH_USER, check_token
+    from hpcdl.profiles.schema import Login
+
+    if login_at is None:
+        given = [flag for flag, value in (("--port", port), ("--identity", identity),
+                                          ("--jump", jump)) if value is not None]
+        if given:
+            raise UserInputError(f"{', '.join(given)}: only with --login [USER@]HOST")
+        return None
+    user, at, host = login_at.rpartition("@")
+    checks = [("--login", host, SSH_HOST), ("--jump", jump, SSH_JUMP)]
+    if at:
+        checks.append(("--login", user, SSH_USER))
+    for flag, value, kind in checks:
+        if value is None:
+            continue
+        try:
+            check_token(value, kind)
+        except ValueError as exc:
+            raise UserInputError(f"{flag}: {exc}") from None
+    if identity is not None:
+        if not Path(identity).is_absolute():
+            raise UserInputError(f"--identity: {identity!r} is not an absolute path")
+        if not Path(identity).is_file():
+            raise UserInputError(f"--identity: {identity} is not a file")
+    return Login(host=host, user=user if at else None, port=port, identity=identity,
+                 jump=jump)
+
+
+def _gather(login: Login | None) -> ClusterFacts:
+    """The live cluster's facts: this machine's Slurm, or the login node's over SSH."""
+    from hpcdl.schedulers.slurm.detect import gather, gather_remote
+
+    if login is None:
+        return gather()
+    from hpcdl.remote.ssh import SshExecutor
+    from hpcdl.schedulers.registry import login_node
+
+    return gather_remote(SshExecutor.for_login(login_node(login)))
 
 
 def _check_name(name: str) -> None:
@@ -144,15 +214,16 @@ def diff(profile: str, as_json: bool) -> None:
     partition: where the profile claims more than the cluster has (jobs Slurm
     refuses), where it claims less (requests hpcdl refuses although Slurm would run
     them), GPU type, default partition, partitions missing, srun's MPI plugin and
-    the container runtime. Exit 0 when they agree, 1 when they differ.
+    the container runtime. Exit 0 when they agree, 1 when they differ. A profile
+    with a login: block is compared with the cluster behind that login node (over
+    SSH, as `profiles detect --login` reads it).
     """
     from hpcdl.profiles.detect import describe
-    from hpcdl.schedulers.slurm.detect import gather
     from hpcdl.schedulers.slurm.livecheck import differences
 
     prof = load_profile(profile)
-    facts = gather()
-    found = describe(facts, name=prof.name)
+    facts = _gather(prof.login)
+    found = describe(facts, name=prof.name, login=prof.login)
     lines = differences(prof, found.profile,
                         mpi_offered=facts.mpi.types if facts.mpi is not None else None,
                         runtime_found=facts.runtime.name is not None)

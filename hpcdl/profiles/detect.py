@@ -11,6 +11,10 @@ Rules for what a request may ask (the profile holds one number per partition):
 a heterogeneous partition is described by its smallest node (fewest GPUs, CPUs,
 memory), because hpcdl cannot know which node Slurm will pick, and the comment says
 so. Nodes that are down still count: Slurm accepts (and queues) jobs that need them.
+
+Detected through a login node (``--login``), the profile gets a ``login:`` block, so it
+works from where it was detected; the container runtime found is the login node's, and
+how the compute nodes run it (``container.mode``) is left for the user to say.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import pydantic
 from hpcdl.core.errors import ConfigError, ToolError
 from hpcdl.core.slurmtime import format_time, parse_time
 from hpcdl.core.yamlmodel import describe_validation_error, parse_yaml_model
-from hpcdl.profiles.schema import Partition, Profile
+from hpcdl.profiles.schema import Login, Partition, Profile
 from hpcdl.schedulers.slurm.detect import ClusterFacts, Node, PartitionInfo
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.\-]+")
@@ -307,23 +311,44 @@ def _mpi(facts: ClusterFacts) -> Map:
     ))
 
 
-def _container(facts: ClusterFacts, any_gpus: bool) -> Map:
+def _container(facts: ClusterFacts, any_gpus: bool, login: Login | None) -> Map:
     rt = facts.runtime
+    where = f"on the login node {_target(login)}" if login else "on this node"
     if rt.name is None:
         runtime = Leaf("apptainer", f"GAP: {facts.gaps.get('runtime', 'no runtime found')} "
-                                    "on this node: the schema default")
+                                    f"{where}: the schema default")
     else:
         version = rt.version or f"version unknown ({facts.gaps.get('runtime', '?')})"
-        runtime = Leaf(rt.name, f"{rt.path} --version: {version} (on this node)")
+        runtime = Leaf(rt.name, f"{rt.path} --version: {version} ({where})")
     return Map((
         ("runtime", runtime),
         ("binds", Seq((), "not detectable: the site's shared filesystems")),
         ("nv", Leaf(any_gpus, "some partition has GPUs" if any_gpus else "no partition has GPUs")),
-    ))
+    ), MODE_NOTE if login else "")
 
 
-def describe(facts: ClusterFacts, name: str | None = None, when: str | None = None) -> Detected:
+# container.mode "auto" means "as on the host hpcdl runs on": from a laptop, not the nodes.
+MODE_NOTE = ("container.mode not detected: auto would follow the machine hpcdl runs on, "
+             "not the compute nodes; set it to setuid or unprivileged as they run the runtime")
+
+
+def _target(login: Login) -> str:
+    return f"{login.user}@{login.host}" if login.user else login.host
+
+
+def _login(login: Login) -> Map:
+    """The ``login:`` block: only what was given (ssh takes the rest from ~/.ssh/config)."""
+    given = (("host", login.host, "--login"), ("user", login.user, "--login USER@HOST"),
+             ("port", login.port, "--port"), ("identity", login.identity, "--identity"),
+             ("jump", login.jump, "--jump"))
+    return Map(tuple((key, Leaf(value, why)) for key, value, why in given if value is not None),
+               "detected over SSH through this login node: hpcdl runs Slurm's commands there")
+
+
+def describe(facts: ClusterFacts, name: str | None = None, when: str | None = None,
+             login: Login | None = None) -> Detected:
     """The profile for ``facts``: validated model, commented YAML, caveats. Pure.
+    ``login``: the login node the facts were read through, written as the profile's.
 
     Raises ConfigError when no partition can be described (the schema needs one).
     """
@@ -341,14 +366,18 @@ def describe(facts: ClusterFacts, name: str | None = None, when: str | None = No
                           f"{'; '.join(notes) or 'no notes'})")
     if not any(p.default for p in facts.partitions):
         notes.append("no default partition (Default=YES on none): hpcdl picks the smallest that fits")
+    if login is not None:
+        notes.append(MODE_NOTE)
     pname = profile_name(facts, name)
     cluster = facts.cluster_name or "unknown"
     version = facts.slurm_version or "unknown version"
     any_gpus = any(_data(p)["gpus_per_node"] > 0 for p in parts)
+    where = f" through {_target(login)}" if login else ""
     doc = Map((
         ("name", Leaf(pname, "--name" if name else f"ClusterName={cluster} ({SCONTROL_CONFIG})")),
-        ("description", Leaf(f"Slurm cluster {cluster} (detected from Slurm {version})",
+        ("description", Leaf(f"Slurm cluster {cluster} (detected from Slurm {version}{where})",
                              "written by hpcdl profiles detect")),
+        *((("login", _login(login)),) if login else ()),
         ("scheduler", Map((
             ("type", Leaf("slurm", "the commands answered: Slurm")),
             ("gpu_request", Leaf("gres", f"GresTypes={facts.config.get('GresTypes', 'unknown')} "
@@ -357,7 +386,7 @@ def describe(facts: ClusterFacts, name: str | None = None, when: str | None = No
         ))),
         ("partitions", Seq(tuple(parts), f"{len(parts)} of {len(facts.partitions)} partitions "
                                          f"({SCONTROL_PART} -a)")),
-        ("container", _container(facts, any_gpus)),
+        ("container", _container(facts, any_gpus, login)),
         ("mpi", _mpi(facts)),
     ))
     header = [

@@ -53,7 +53,10 @@ EXCLUDED = {"name", "description", "modules", "env", "paths", "python", "templat
             "scheduler.requeue", "scheduler.max_restarts", "scheduler.requeue_signal",
             # What the site says its network should give (hpcdl probe compares): Slurm
             # does not know it.
-            "interconnect"}
+            "interconnect",
+            # Where hpcdl reaches the cluster from, not a Slurm fact: detect --login
+            # writes what it was given (test_remote_detect checks it).
+            "login"}
 PARTITION_FIELDS = ["name", "nodes", "gpus_per_node", "gpu_type", "cpus_per_node",
                     "mem_per_node_gb", "node_limit", "max_seconds", "default",
                     "max_jobs_per_user", "max_gpus_per_user"]

@@ -3,9 +3,10 @@
 Two halves: pure parsers of ``scontrol -o show partition/node``, ``scontrol show
 config``, ``srun --mpi=list``, ``sacctmgr -P show qos`` and a runtime's
 ``--version`` (tested on outputs captured from a real cluster), and ``gather()``,
-which runs those commands through hpcdl.core.proc and keeps each command's failure as a
-*gap* instead of raising, so a partial cluster still gives a partial answer.
-Nothing here prints; the profile writer lives in hpcdl.profiles.detect.
+which runs those commands through an Executor (this machine, or a login node over SSH:
+``gather_remote``) and keeps each command's failure as a *gap* instead of raising, so a
+partial cluster still gives a partial answer. Nothing here prints; the profile writer
+lives in hpcdl.profiles.detect.
 """
 
 from __future__ import annotations
@@ -14,9 +15,14 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from hpcdl.core import proc
 from hpcdl.core.errors import ToolError
+from hpcdl.remote.ssh import RemoteInputError
+from hpcdl.schedulers.executor import LOCAL, Executor
+
+if TYPE_CHECKING:
+    from hpcdl.remote.ssh import SshExecutor
 
 # "Key=" at the start of a token: Slurm's keys are CamelCase (gres/gpu=... inside a TRES
 # value follows a comma, not a blank, so it is not a key here).
@@ -322,22 +328,35 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 Runner = Callable[[tuple[str, ...], float], Capture]
 
 
-def _run(argv: tuple[str, ...], timeout: float) -> Capture:
-    try:
-        res = proc.run(list(argv), timeout=timeout)
-    except ToolError as exc:
-        first = next((ln for ln in exc.message.splitlines() if ln.strip()), exc.message)
-        return Capture(argv, error=first.strip())
-    return Capture(argv, stdout=res.stdout)
+def runner(executor: Executor) -> Runner:
+    """A Runner whose commands run through ``executor``; a failing command (missing,
+    timed out, non-zero exit, a lost connection) becomes a Capture with its first
+    line as the error. A login node that refuses the user (RemoteInputError, a
+    UserInputError) is not a gap: it propagates."""
+
+    def run(argv: tuple[str, ...], timeout: float) -> Capture:
+        try:
+            res = executor.run(list(argv), timeout=timeout)
+        except ToolError as exc:
+            first = next((ln for ln in exc.message.splitlines() if ln.strip()), exc.message)
+            return Capture(argv, error=first.strip())
+        return Capture(argv, stdout=res.stdout)
+
+    return run
 
 
-def capture_all(timeout: float = 20, run: Runner = _run,
-                env_path: Callable[[str], str | None] = proc.which) -> dict[str, Capture]:
-    """Run every command of ``COMMANDS`` plus the runtime's ``--version``; never raises.
+def capture_all(timeout: float = 20, run: Runner | None = None,
+                env_path: Callable[[str], str | None] | None = None, *,
+                executor: Executor = LOCAL) -> dict[str, Capture]:
+    """Run every command of ``COMMANDS`` plus the runtime's ``--version``, all through
+    ``executor`` (``run`` and ``env_path`` replace its run and which); never raises
+    but for a login node that refuses the user.
 
     When the partitions cannot be read the rest is not asked: an unreachable
     controller would make each command wait out its own connect timeout (~9 s).
     """
+    run = run or runner(executor)
+    env_path = env_path or executor.which
     out: dict[str, Capture] = {}
     for key, argv in COMMANDS.items():
         out[key] = run(argv, timeout)
@@ -412,3 +431,30 @@ def gather(timeout: float = 20) -> ClusterFacts:
         raise ToolError(f"cannot read the cluster: SLURM_CONF={conf} does not exist",
                         hint="point SLURM_CONF at the cluster's slurm.conf, or unset it")
     return facts_from(capture_all(timeout))
+
+
+# The command detection cannot do without (the partitions); the others leave gaps.
+REQUIRED = COMMANDS["partitions"][0]
+
+
+def gather_remote(ex: SshExecutor, timeout: float = 20) -> ClusterFacts:
+    """Read the cluster behind a login node: every command over ``ex``'s one
+    multiplexed connection, opened first with prompts allowed (a key's passphrase,
+    2FA are asked once, not per command).
+
+    Raises RemoteInputError (exit 2) for an unknown host, a refused key, or a login
+    node whose non-interactive shell has no scontrol on its PATH (not the cluster's
+    login node); RemoteError for an unreachable one; ToolError when the partitions
+    cannot be read.
+    """
+    ex.connect()
+    if ex.which(REQUIRED) is None:
+        where = f"login node {ex.login.target}" + (f" port {ex.login.port}" if ex.login.port
+                                                   else "")
+        raise RemoteInputError(
+            f"{where}: Slurm's {REQUIRED} is not on the remote PATH "
+            f"(of a non-interactive ssh shell there); is it the cluster's login node?",
+            hint="a Slurm loaded by a module or a login profile is not seen by "
+                 "`ssh HOST COMMAND`: put it on the PATH at the top of the remote "
+                 "~/.bashrc (before its return for non-interactive shells)")
+    return facts_from(capture_all(timeout, executor=ex))
