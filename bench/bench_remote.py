@@ -473,7 +473,8 @@ def main() -> int:
             laptop_row = r["where"] != "local (login node)"
             rows.append([r["what"], r["where"], spread(r["seconds"]),
                          spread([float(s) for s in r["ssh"]], "{:.0f}") if laptop_row else "-",
-                         " ".join(f"{k}={v / r['n']:g}" for k, v in sorted(r["by_kind"].items()))])
+                         " ".join(f"{k}={round(v / r['n'], 1):g}"
+                                  for k, v in sorted(r["by_kind"].items()))])
         print(table(rows))
     if "polling" in result:
         print(f"\n2. hpcdl's Watcher following held jobs through the login node, "
