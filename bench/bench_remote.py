@@ -368,9 +368,12 @@ def measure_bytes(laptop: Person, tag: str, work: Path, megabytes: float,
 # -- the run ---------------------------------------------------------------------------------
 
 def cleanup(laptop: Person, tag: str, jobs: list[str], work: Path, remote_work: Path) -> None:
-    if jobs:
-        laptop.run(["/usr/bin/ssh", "-o", "BatchMode=yes", LOGIN_HOST,
-                    shlex.join(["scancel", *sorted(set(jobs))])], check=False, timeout=120)
+    # By id, and by name for any a failure left unrecorded (a loop of sbatch cut short).
+    names = ",".join(f"bench-remote-{tag}-{k}" for k in ("id", "wait", "held", "code"))
+    cancel = [["scancel", *sorted(set(jobs))]] if jobs else []
+    cancel.append(["scancel", "-u", laptop.name, "-n", names])
+    laptop.run(["/usr/bin/ssh", "-o", "BatchMode=yes", LOGIN_HOST,
+                "; ".join(shlex.join(c) for c in cancel)], check=False, timeout=120)
     close_master(laptop)
     # The cluster's copies: the profile's runs directory on the shared /home.
     remote_runs = laptop.home / REMOTE_RUNS
