@@ -187,11 +187,12 @@ def master_dir(laptop: Person) -> Path:
 
 
 def close_master(laptop: Person) -> None:
-    """Stop the laptop's master connection to the login node (none running is fine)."""
-    from hpcdl.remote.ssh import LoginNode, ssh_options
-
-    opts = ssh_options(LoginNode(LOGIN_HOST), master_dir(laptop))
-    laptop.run(["/usr/bin/ssh", *opts, "-O", "exit", LOGIN_HOST], check=False, timeout=60)
+    """Stop every master connection the laptop has open (the sockets directory is the
+    bench's own; none running is fine)."""
+    for sock in master_dir(laptop).iterdir():
+        if sock.is_socket():
+            laptop.run(["/usr/bin/ssh", "-o", f"ControlPath={sock}", "-O", "exit", LOGIN_HOST],
+                       check=False, timeout=60)
 
 
 # -- 1. submit -> job id, submit --wait -> result --------------------------------------------
@@ -244,12 +245,13 @@ def measure_submit(local: Person, laptop: Person, tag: str, work: Path, remote_w
 
 
 def warm_master(laptop: Person) -> None:
-    """Open the master the way hpcdl does, so the warm case finds one."""
-    from hpcdl.remote.ssh import LoginNode, ssh_options
+    """Open the master connection as hpcdl does (its own code, in the user's venv), so
+    the warm case finds one."""
+    laptop.run([str(VENV / "bin" / "python"), "-c", WARM], timeout=120)
 
-    opts = ssh_options(LoginNode(LOGIN_HOST), master_dir(laptop))
-    laptop.run(["/usr/bin/ssh", *opts, LOGIN_HOST, "--", "true"], timeout=60)
 
+WARM = ("from hpcdl.jobs.place import connect; from hpcdl.profiles import load_profile; "
+        "connect(load_profile('sandbox-remote')).executor.run(['true'], timeout=60)")
 
 # -- 2. SSH commands per polling cycle -------------------------------------------------------
 
