@@ -27,6 +27,9 @@ from hpcdl.core import proc
 from hpcdl.core.errors import ToolError, UserInputError
 from hpcdl.core.tokens import SSH_HOST, SSH_JUMP, SSH_USER, check_token
 
+# The names reach the script as "$@", never as shell text.
+_WHICH_ALL = ["sh", "-c", 'for c do printf "%s\\n" "$(command -v "$c")"; done', "sh"]
+
 # ssh's own exit status for "could not connect or authenticate" (a remote command's
 # status otherwise comes back unchanged).
 SSH_FAILED = 255
@@ -192,9 +195,15 @@ class SshExecutor:
     def which(self, name: str) -> str | None:
         """Where the login node finds the command ``name`` (its shell's ``command -v``),
         or None: the Executor protocol's question, asked remotely."""
-        res = self.run(["command", "-v", name], check=False)
-        found = res.stdout.strip()
-        return found if res.ok and found else None
+        return self.which_all([name])[name]
+
+    def which_all(self, names: Sequence[str]) -> dict[str, str | None]:
+        """``which`` of each name in one remote command: a line per name, empty when
+        the login node's shell does not find it."""
+        res = self.run([*_WHICH_ALL, *names], check=False)
+        lines = res.stdout.split("\n") if res.ok else []
+        return {name: (lines[i].strip() or None) if i < len(lines) else None
+                for i, name in enumerate(names)}
 
     def connect(self, *, timeout: float = 120) -> None:
         """Open the master connection now, prompts allowed (a key's passphrase, 2FA):

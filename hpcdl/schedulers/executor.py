@@ -26,6 +26,10 @@ class Executor(Protocol):
         """Where the command ``name`` is found, or None."""
         ...
 
+    def which_all(self, names: Sequence[str]) -> dict[str, str | None]:
+        """``which`` of each name, in one go (one round trip for a remote executor)."""
+        ...
+
 
 class LocalExecutor:
     """Commands run on this machine, through hpcdl.core.proc."""
@@ -35,6 +39,9 @@ class LocalExecutor:
 
     def which(self, name: str) -> str | None:
         return proc.which(name)
+
+    def which_all(self, names: Sequence[str]) -> dict[str, str | None]:
+        return {name: proc.which(name) for name in names}
 
 
 LOCAL = LocalExecutor()

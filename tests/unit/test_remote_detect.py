@@ -66,6 +66,9 @@ class FakeLogin:
         self.asked.append(("which", name))
         return self.on_path.get(name)
 
+    def which_all(self, names: Sequence[str]) -> dict[str, str | None]:
+        return {name: self.which(name) for name in names}
+
 
 @pytest.fixture
 def no_local_commands(monkeypatch: pytest.MonkeyPatch) -> None:

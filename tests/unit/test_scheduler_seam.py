@@ -43,6 +43,9 @@ class Recording:
     def which(self, name: str) -> str | None:
         return f"/remote/bin/{name}" if name in self.tools else None
 
+    def which_all(self, names: Sequence[str]) -> dict[str, str | None]:
+        return {name: self.which(name) for name in names}
+
 
 @pytest.fixture
 def no_local_commands(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,7 +31,7 @@ QUERY_TIMEOUT = 30
 
 def slurm_available(ex: Executor = LOCAL) -> bool:
     """True when Slurm's client tools are on PATH."""
-    return all(ex.which(tool) for tool in ("sbatch", "squeue", "sacct", "scontrol"))
+    return all(ex.which_all(("sbatch", "squeue", "sacct", "scontrol")).values())
 
 
 def squeue_job(job_id: str, ex: Executor = LOCAL) -> JobStatus | None:
