@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profiles": ("hpcdl.cli.profiles:profiles", "List, show and validate cluster profiles."),
     "data": ("hpcdl.cli.data:data", "Make and check ImageFolder datasets (make-tiny, check)."),
     "build": ("hpcdl.cli.build:build", "Build an Apptainer/Singularity image from a spec or .def."),
+    "push": ("hpcdl.cli.push:push", "Copy an image to a cluster reached over SSH (once per content)."),
     "doctor": ("hpcdl.cli.doctor:doctor", "Check host and image: runtime, Slurm, GPUs, MPI, Horovod."),
     "inspect": ("hpcdl.cli.doctor:inspect", "Show what is inside an image (torch, MPI, horovodrun -cb)."),
     "status": ("hpcdl.cli.jobs:status", "Show a job's state (squeue/sacct) or your recent jobs."),

@@ -258,6 +258,12 @@ class SshExecutor:
         return self._rsync(f":{remote_dir.rstrip('/')}/", f"{os.fspath(local_dir)}/", timeout,
                            received=True, exclude=exclude)
 
+    def send_file(self, local_file: str | os.PathLike[str], remote_path: str, *,
+                  timeout: float = 600) -> int:
+        """Copy one file to ``remote_path`` on the login node (its directory must
+        exist); returns the bytes sent."""
+        return self._rsync(os.fspath(local_file), f":{remote_path}", timeout)
+
     def _rsync(self, source: str, dest: str, timeout: float, *, received: bool = False,
                link_dest: Sequence[str] = (), exclude: Sequence[str] = (),
                mkpath: bool = False) -> int:
