@@ -3,7 +3,9 @@ over SSH (hpcdl.remote.images does the work; this prints)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shlex
 from pathlib import Path
 
 import click
@@ -16,7 +18,10 @@ import click
 @click.option("--json", "as_json", is_flag=True,
               help="Print what was done as one JSON object (image, host, remote_path, "
                    "sha256, size, bytes_moved, already_there, seconds).")
-def push(image: Path, profile: str | None, as_json: bool) -> None:
+@click.option("--dry-run", is_flag=True,
+              help="Hash the image and ask the login node whether it is there; print what "
+                   "would run (rsync, then mv) and copy nothing.")
+def push(image: Path, profile: str | None, as_json: bool, dry_run: bool) -> None:
     """Copy IMAGE (a SIF) into the cluster's images directory over SSH.
 
     For a profile with a login: node (a cluster reached from a laptop). The copy
@@ -35,12 +40,13 @@ def push(image: Path, profile: str | None, as_json: bool) -> None:
 
     \b
     Example:
+      hpcdl push ~/images/pytorch-horovod-cpu.sif -p sandbox-remote --dry-run
       hpcdl push ~/images/pytorch-horovod-cpu.sif -p sandbox-remote
       hpcdl submit -p sandbox-remote -N 2 -G 4 --image ~/images/pytorch-horovod-cpu.sif
     """
     from hpcdl.core.errors import UserInputError
     from hpcdl.profiles import load_profile
-    from hpcdl.remote.images import check_image, human_mb, push_image
+    from hpcdl.remote.images import check_image, human_mb, plan_push, push_image
     from hpcdl.remote.ssh import SshExecutor
     from hpcdl.schedulers.registry import executor_for
 
@@ -54,7 +60,26 @@ def push(image: Path, profile: str | None, as_json: bool) -> None:
     check_image(local)  # a missing image is refused before any connection
     ex = executor_for(prof)
     assert isinstance(ex, SshExecutor)
-    done = push_image(ex, prof.login, local, note=lambda line: click.echo(line, err=True))
+
+    def note(line: str) -> None:
+        click.echo(line, err=True)
+
+    if dry_run:
+        plan = plan_push(ex, prof.login, local, note=note)
+        if as_json:
+            click.echo(json.dumps({**dataclasses.asdict(plan), "local": str(local)}))
+        elif plan.already_there:
+            click.echo(f"{image} already on {plan.host}:{plan.remote_path} (sha256 "
+                       f"{plan.sha256}; nothing would move)")
+        else:
+            tmp = plan.temp_path("RANDOM")
+            click.echo(f"would push {image} ({human_mb(plan.size)}, sha256 {plan.sha256}) "
+                       f"-> {plan.host}:{plan.remote_path}")
+            click.echo(f"  {shlex.join(ex.rsync_argv(str(local), ':' + tmp))}")
+            mv = shlex.join(["mv", "-f", "--", tmp, plan.remote_path])
+            click.echo(f"  then on {plan.host}: {mv}")
+        return
+    done = push_image(ex, prof.login, local, note=note)
     if as_json:
         click.echo(json.dumps(done.record()))
     elif done.already_there:

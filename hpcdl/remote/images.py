@@ -218,6 +218,47 @@ def remote_image(ex: SshExecutor, login: Login, local: Path) -> str | None:
     return path if remote_size(ex, path) == digest.size else None
 
 
+@dataclass(frozen=True)
+class PushPlan:
+    """What a push will do (``hpcdl push --dry-run`` shows it): where the image goes and
+    whether it is there already."""
+
+    local: Path
+    host: str
+    folder: str  # the images directory
+    remote_path: str
+    sha256: str
+    size: int
+    mtime_ns: int
+    already_there: bool
+
+    def temp_path(self, token: str) -> str:
+        """The name the copy is written under before ``mv -f``: hidden, in the same
+        directory (so the rename is atomic), this push's alone."""
+        return posixpath.join(self.folder, f".{posixpath.basename(self.remote_path)}"
+                                           f".tmp-{token}")
+
+
+def plan_push(ex: SshExecutor, login: Login, local: Path, *,
+              note: Note | None = None) -> PushPlan:
+    """Check ``local``, hash it (or recall its hash) and ask the login node whether its
+    copy is there. Writes nothing on the cluster. Raises UserInputError (exit 2) for a
+    file that is not an image."""
+    st = check_image(local)
+    digest = image_sha256(local, note=note)
+    folder = images_dir(ex, login)
+    path = posixpath.join(folder, remote_name(local, digest.sha256))
+    return PushPlan(local, ex.login.target, folder, path, digest.sha256, st.st_size,
+                    st.st_mtime_ns, remote_size(ex, path) == st.st_size)
+
+
+def transfer_timeout(size: int) -> float:
+    """How long a copy of ``size`` bytes may take: at least 1 MB/s, so a slow link gets
+    time and a stalled one (ssh's keepalives end a dead connection) does not hang for
+    ever. Pure."""
+    return 600 + size / 1e6
+
+
 def push_image(ex: SshExecutor, login: Login, local: Path, *, note: Note | None = None,
                timeout: float | None = None) -> Pushed:
     """Copy ``local`` into the profile's images directory under its content name, unless
@@ -225,33 +266,25 @@ def push_image(ex: SshExecutor, login: Login, local: Path, *, note: Note | None 
     pushed or an images directory this user cannot write, RemoteError (exit 1) for a
     failed transfer; a failed copy leaves no file behind on the cluster."""
     start = time.monotonic()
-    st = check_image(local)
-    digest = image_sha256(local, note=note)
-    folder = images_dir(ex, login)
-    name = remote_name(local, digest.sha256)
-    path = posixpath.join(folder, name)
-    host = ex.login.target
+    plan = plan_push(ex, login, local, note=note)
 
     def done(moved: int, there: bool) -> Pushed:
-        return Pushed(str(local), host, path, digest.sha256, st.st_size, moved, there,
-                      round(time.monotonic() - start, 2))
+        return Pushed(str(local), plan.host, plan.remote_path, plan.sha256, plan.size, moved,
+                      there, round(time.monotonic() - start, 2))
 
-    if remote_size(ex, path) == st.st_size:
+    if plan.already_there:
         return done(0, True)
-    ensure_writable(ex, folder, "login.images")
-    tmp = posixpath.join(folder, f".{name}.tmp-{secrets.token_hex(6)}")
+    ensure_writable(ex, plan.folder, "login.images")
+    tmp = plan.temp_path(secrets.token_hex(6))
     if note:
-        note(f"sending {local} ({human_mb(st.st_size)}) to {host}:{path}")
-    # At least 1 MB/s: a slow link gets time, a stalled one (ssh's keepalives end a
-    # dead connection) does not hang for ever.
-    limit = timeout if timeout is not None else 600 + st.st_size / 1e6
+        note(f"sending {local} ({human_mb(plan.size)}) to {plan.host}:{plan.remote_path}")
     try:
-        moved = ex.send_file(local, tmp, timeout=limit)
+        moved = ex.send_file(local, tmp, timeout=timeout or transfer_timeout(plan.size))
         now = local.stat()
-        if (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+        if (now.st_size, now.st_mtime_ns) != (plan.size, plan.mtime_ns):
             raise HpcdlError(f"image: {local} changed while it was sent (is it still being "
                              f"written?)", hint="push it again once it is complete")
-        ex.run(["mv", "-f", "--", tmp, path], timeout=60)
+        ex.run(["mv", "-f", "--", tmp, plan.remote_path], timeout=60)
     except BaseException:
         # The temp name is this push's alone; a dropped connection may leave it (the
         # next push of the image writes its own).

@@ -57,6 +57,14 @@ def test_a_long_stem_is_cut_and_a_bad_digest_refused():
         remote_name(Path("a.sif"), "abc")
 
 
+def test_the_copy_is_written_beside_its_final_name_and_gets_time_by_size():
+    plan = images.PushPlan(Path("/i/a.sif"), "login", "/home/u/hpcdl-images",
+                           f"/home/u/hpcdl-images/a-{SHA[:16]}.sif", SHA, 10, 0, False)
+    assert plan.temp_path("ab12") == f"/home/u/hpcdl-images/.a-{SHA[:16]}.sif.tmp-ab12"
+    assert images.transfer_timeout(0) == 600
+    assert images.transfer_timeout(4 * 10**9) == 4600  # 4 GB: at least 1 MB/s
+
+
 def test_image_formats_are_told_by_their_magic():
     assert image_kind(SIF_HEAD) == "sif"
     assert image_kind(b"hsqs" + bytes(100)) == "squashfs"

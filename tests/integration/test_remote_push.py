@@ -1,0 +1,117 @@
+"""`hpcdl push` from a laptop: the test user, off the cluster (the ``laptop`` fixture:
+no Slurm, the remote images directory hidden), copies the CPU image to the sandbox
+through its SSH login node with the bundled ``sandbox-remote`` profile. The pushed copy
+is read back from the host's side, where the login node put it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest_remote import LOGIN_HOST, Laptop
+
+pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.timeout(600)]
+
+PROFILE = "sandbox-remote"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def cache_env(laptop: Laptop) -> dict[str, str]:
+    """A hash cache of the module's own (so the first push hashes), in the user's home."""
+    cache = laptop.user.home / ".cache-hpcdl-push-test"
+    if cache.exists():
+        shutil.rmtree(cache)
+    return {"XDG_CACHE_HOME": str(laptop.user.own(cache))}
+
+
+def test_an_image_is_pushed_once_whole_and_then_found(laptop: Laptop, cpu_image: Path,
+                                                      cache_env: dict[str, str]) -> None:
+    size = cpu_image.stat().st_size
+    for old in laptop.remote_images.glob(f"{cpu_image.stem}-*.sif"):
+        old.unlink()  # an earlier run's copy: this one must move the image
+
+    dry = laptop.cli("push", str(cpu_image), "-p", PROFILE, "--dry-run", env=cache_env)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert dry.stdout.startswith(f"would push {cpu_image} (") and "  rsync " in dry.stdout
+    assert list(laptop.remote_images.glob(f"{cpu_image.stem}-*")) == []  # nothing copied
+
+    first = laptop.cli("push", str(cpu_image), "-p", PROFILE, "--json", env=cache_env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    done = json.loads(first.stdout)
+    local_sha = _sha256(cpu_image)
+    name = f"{cpu_image.stem}-{local_sha[:16]}.sif"
+    assert done["remote_path"] == f"{laptop.user.home}/hpcdl-images/{name}"
+    assert done["host"] == LOGIN_HOST and done["sha256"] == local_sha and done["size"] == size
+    assert done["already_there"] is False and done["bytes_moved"] > 0.5 * size, done
+    # Progress on stderr before the long parts: the hash, then the transfer with its size.
+    mb = f"({size / 1e6:,.0f} MB)"
+    assert f"hashing {cpu_image} {mb}" in dry.stderr, dry.stderr  # remembered since
+    assert "hashing" not in first.stderr, first.stderr
+    assert f"sending {cpu_image} {mb} to {LOGIN_HOST}:{done['remote_path']}" in first.stderr
+
+    # The copy, as the cluster sees it: whole, with no temporary file left beside it.
+    copy = laptop.remote_images / name
+    assert _sha256(copy) == local_sha
+    assert [p.name for p in laptop.remote_images.iterdir() if ".tmp-" in p.name] == []
+
+    before = copy.stat()
+    again = laptop.cli("push", str(cpu_image), "-p", PROFILE, env=cache_env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.strip() == (f"{cpu_image} already on {LOGIN_HOST}:{done['remote_path']} "
+                                    f"(sha256 {local_sha}; nothing moved)")
+    assert "hashing" not in again.stderr and "sending" not in again.stderr, again.stderr
+    after = copy.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+    dry = laptop.cli("push", str(cpu_image), "-p", PROFILE, "--dry-run", env=cache_env)
+    assert dry.returncode == 0 and "nothing would move" in dry.stdout, dry.stdout + dry.stderr
+
+    # What submit asks (hpcdl.remote.images.remote_image), as the laptop user.
+    script = ("import sys; from pathlib import Path; from hpcdl.profiles import load_profile; "
+              "from hpcdl.remote.images import remote_image; "
+              "from hpcdl.schedulers.registry import executor_for; "
+              "p = load_profile(sys.argv[1]); "
+              "print(remote_image(executor_for(p), p.login, Path(sys.argv[2])))")
+    found = laptop.run([str(laptop.user.venv / "bin" / "python"), "-c", script, PROFILE,
+                        str(cpu_image)], env=cache_env)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == done["remote_path"]
+
+
+def test_push_refuses_in_one_line(laptop: Laptop, cpu_image: Path,
+                                  cache_env: dict[str, str]) -> None:
+    def refused(*args: str) -> str:
+        res = laptop.cli("push", *args, env=cache_env)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and res.stdout == "", res.stdout + res.stderr
+        assert lines[0].startswith("error: ") and all(
+            line.startswith("hint: ") for line in lines[1:]), res.stderr
+        return lines[0]
+
+    assert refused(str(cpu_image), "-p", "sandbox") == (
+        "error: profile sandbox has no login: node; push is for a cluster reached over SSH")
+    missing = laptop.user.home / "no-such-image.sif"
+    assert refused(str(missing), "-p", PROFILE) == f"error: image: {missing} does not exist"
+    # An images directory the user cannot write (root's home, through the login node).
+    profile = laptop.user.home / "push-readonly.yaml"
+    source = (Path(__file__).resolve().parents[2] / "hpcdl" / "profiles" / "bundled"
+              / f"{PROFILE}.yaml").read_text()
+    profile.write_text(re.sub(r"(?m)^name: .*$", "name: push-readonly", source).replace(
+        f"  host: {LOGIN_HOST}\n", f"  host: {LOGIN_HOST}\n  images: /root/hpcdl-images\n"))
+    shutil.chown(profile, laptop.user.uid, laptop.user.gid)
+    line = refused(str(cpu_image), "-p", str(profile))
+    assert line.startswith(f"error: login.images: /root/hpcdl-images is not writable on "
+                           f"{LOGIN_HOST}"), line
