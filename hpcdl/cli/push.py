@@ -46,7 +46,7 @@ def push(image: Path, profile: str | None, as_json: bool, dry_run: bool) -> None
     """
     from hpcdl.core.errors import UserInputError
     from hpcdl.profiles import load_profile
-    from hpcdl.remote.images import check_image, human_mb, plan_push, push_image
+    from hpcdl.remote.images import check_image, human_mb, plan_push, push_image, rename_argv
     from hpcdl.remote.ssh import SshExecutor
     from hpcdl.schedulers.registry import executor_for
 
@@ -76,7 +76,7 @@ def push(image: Path, profile: str | None, as_json: bool, dry_run: bool) -> None
             click.echo(f"would push {image} ({human_mb(plan.size)}, sha256 {plan.sha256}) "
                        f"-> {plan.host}:{plan.remote_path}")
             click.echo(f"  {shlex.join(ex.rsync_argv(str(local), ':' + tmp))}")
-            mv = shlex.join(["mv", "-f", "--", tmp, plan.remote_path])
+            mv = shlex.join(rename_argv(tmp, plan.remote_path))
             click.echo(f"  then on {plan.host}: {mv}")
         return
     done = push_image(ex, prof.login, local, note=note)

@@ -252,6 +252,13 @@ def plan_push(ex: SshExecutor, login: Login, local: Path, *,
                     st.st_mtime_ns, remote_size(ex, path) == st.st_size)
 
 
+def rename_argv(tmp: str, path: str) -> list[str]:
+    """The remote command that puts the copy in place: ``mv -f`` (a rename within one
+    directory, atomic), with ``-T`` so that a directory of that name is an error
+    rather than a place to move the copy into. Pure."""
+    return ["mv", "-f", "-T", "--", tmp, path]
+
+
 def transfer_timeout(size: int) -> float:
     """How long a copy of ``size`` bytes may take: at least 1 MB/s, so a slow link gets
     time and a stalled one (ssh's keepalives end a dead connection) does not hang for
@@ -284,7 +291,7 @@ def push_image(ex: SshExecutor, login: Login, local: Path, *, note: Note | None 
         if (now.st_size, now.st_mtime_ns) != (plan.size, plan.mtime_ns):
             raise HpcdlError(f"image: {local} changed while it was sent (is it still being "
                              f"written?)", hint="push it again once it is complete")
-        ex.run(["mv", "-f", "--", tmp, plan.remote_path], timeout=60)
+        ex.run(rename_argv(tmp, plan.remote_path), timeout=60)
     except BaseException:
         # The temp name is this push's alone; a dropped connection may leave it (the
         # next push of the image writes its own).

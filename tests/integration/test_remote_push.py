@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -18,6 +19,7 @@ from tests.integration.conftest_remote import LOGIN_HOST, Laptop
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.timeout(600)]
 
 PROFILE = "sandbox-remote"
+SIF_HEAD = b"#!/usr/bin/env run-singularity\n\x00SIF_MAGIC\x0001\x0002\x00"
 
 
 def _sha256(path: Path) -> str:
@@ -65,7 +67,7 @@ def test_an_image_is_pushed_once_whole_and_then_found(laptop: Laptop, cpu_image:
     # The copy, as the cluster sees it: whole, with no temporary file left beside it.
     copy = laptop.remote_images / name
     assert _sha256(copy) == local_sha
-    assert [p.name for p in laptop.remote_images.iterdir() if ".tmp-" in p.name] == []
+    assert list(laptop.remote_images.glob(f".{name}.tmp-*")) == []
 
     before = copy.stat()
     again = laptop.cli("push", str(cpu_image), "-p", PROFILE, env=cache_env)
@@ -115,3 +117,27 @@ def test_push_refuses_in_one_line(laptop: Laptop, cpu_image: Path,
     line = refused(str(cpu_image), "-p", str(profile))
     assert line.startswith(f"error: login.images: /root/hpcdl-images is not writable on "
                            f"{LOGIN_HOST}"), line
+
+
+def test_a_failed_push_exits_1_in_one_line_and_leaves_nothing(laptop: Laptop,
+                                                             cache_env: dict[str, str]) -> None:
+    # A small file with a SIF's header is enough here: push reads it, never runs it.
+    image = laptop.user.home / "push-fails.sif"
+    image.write_bytes(SIF_HEAD + os.urandom(1 << 20))
+    shutil.chown(image, laptop.user.uid, laptop.user.gid)
+    name = f"push-fails-{_sha256(image)[:16]}.sif"
+    # A directory where the copy should go: the final rename fails on the cluster.
+    blocker = laptop.user.own(laptop.remote_images / name)
+    try:
+        res = laptop.cli("push", str(image), "-p", PROFILE, env=cache_env)
+        assert res.returncode == 1, res.stdout + res.stderr
+        error = res.stderr.strip().splitlines()[-1]
+        assert error.startswith(f"error: mv on {LOGIN_HOST} failed (exit 1): "), res.stderr
+        assert "cannot overwrite directory" in error
+        # The copy was sent under its temporary name and removed again.
+        assert "sending" in res.stderr
+        assert list(laptop.remote_images.glob(f".{name}.tmp-*")) == []
+        assert list(blocker.iterdir()) == []
+    finally:
+        shutil.rmtree(blocker)
+        image.unlink()
