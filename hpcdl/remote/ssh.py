@@ -19,7 +19,8 @@ import hashlib
 import os
 import re
 import shlex
-from collections.abc import Sequence
+import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -259,10 +260,35 @@ class SshExecutor:
                            received=True, exclude=exclude)
 
     def send_file(self, local_file: str | os.PathLike[str], remote_path: str, *,
-                  timeout: float = 600) -> int:
+                  timeout: float = 600, progress: Callable[[str], None] | None = None) -> int:
         """Copy one file to ``remote_path`` on the login node (its directory must
-        exist); returns the bytes sent."""
-        return self._rsync(os.fspath(local_file), f":{remote_path}", timeout)
+        exist); returns the bytes sent. ``progress`` is handed each line of rsync's
+        ``--progress`` as it comes (a multi-GB image takes minutes over a laptop's
+        link); ``timeout`` then bounds the wait once rsync's output ends, and a
+        connection that dies mid-copy is ended by ssh's keepalives."""
+        source, dest = os.fspath(local_file), f":{remote_path}"
+        if progress is None:
+            return self._rsync(source, dest, timeout)
+        argv = self.rsync_argv(source, dest)
+        argv.insert(1, "--progress")
+        try:
+            res = proc.stream(argv, on_line=progress, timeout=timeout, error_cls=RemoteError)
+        except subprocess.TimeoutExpired:
+            raise RemoteError(f"rsync to {self.login.target} did not finish within "
+                              f"{timeout:g} s of its last output", argv=argv,
+                              returncode=124) from None
+        except RemoteError as err:
+            if err.returncode == 127:
+                raise  # rsync is missing: proc's own line says so
+            if _ssh_said(err.output):
+                raise connection_error(self.login, err.output) from None
+            said = [line for line in err.output.splitlines()
+                    if line.strip() and not _PROGRESS.match(line)
+                    and line != "sending incremental file list"]
+            raise RemoteError(f"rsync to {self.login.target} failed (exit {err.returncode}): "
+                              f"{' '.join(' '.join(said[-10:]).split())[:500]}",
+                              argv=argv, returncode=err.returncode, output=err.output) from None
+        return rsync_bytes(res.stdout)
 
     def _rsync(self, source: str, dest: str, timeout: float, *, received: bool = False,
                link_dest: Sequence[str] = (), exclude: Sequence[str] = (),
@@ -290,6 +316,17 @@ def _ssh_said(stderr: str) -> bool:
 
 
 _STAT = re.compile(r"^Total bytes (sent|received): ([\d,.]+)", re.M)
+# One line of ``rsync --progress``: bytes so far, percent, rate, time left.
+_PROGRESS = re.compile(r"\s*([\d,.]+)\s+(\d{1,3})%\s+(\S+/s)\s+(\d+:\d\d:\d\d)")
+
+
+def rsync_progress(line: str) -> tuple[int, int, str, str] | None:
+    """``(bytes, percent, rate, time left)`` from a line of ``rsync --progress``, or
+    None for any other line. Pure."""
+    m = _PROGRESS.match(line)
+    if not m:
+        return None
+    return int(re.sub(r"[,.]", "", m.group(1))), int(m.group(2)), m.group(3), m.group(4)
 
 
 def rsync_bytes(stats: str, *, received: bool = False) -> int:

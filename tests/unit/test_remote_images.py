@@ -18,6 +18,7 @@ from hpcdl.core.errors import UserInputError
 from hpcdl.remote import images
 from hpcdl.remote.images import (
     CACHE_ENTRIES,
+    Progress,
     check_image,
     image_kind,
     image_sha256,
@@ -25,6 +26,7 @@ from hpcdl.remote.images import (
     remember,
     remote_name,
 )
+from hpcdl.remote.ssh import rsync_progress
 
 SHA = hashlib.sha256(b"x").hexdigest()
 # A SIF's first bytes: the launch line, then SIF_MAGIC at byte 32.
@@ -189,3 +191,31 @@ def test_push_help_explains_with_an_example():
     for needle in ("login.images", "img-0123456789abcdef.sif", "first 16 hex digits", "moves nothing", "Example:",
                    "hpcdl push ~/images/pytorch-horovod-cpu.sif -p sandbox-remote", "--json"):
         assert needle in text
+
+
+# rsync 3.x's --progress as it prints it (each update ends in '\r'), then its last line.
+PROGRESS = ("\r         32,768   0%    0.00kB/s    0:00:00  "
+            "\r    229,081,088  40%   45.22MB/s    0:00:07  "
+            "\r    565,022,720 100%   48.01MB/s    0:00:11 (xfr#1, to-chk=0/1)\n")
+
+
+def test_rsyncs_progress_lines_are_read():
+    lines = [line for line in PROGRESS.replace("\r", "\n").splitlines() if line]
+    assert [rsync_progress(line) for line in lines] == [
+        (32768, 0, "0.00kB/s", "0:00:00"), (229081088, 40, "45.22MB/s", "0:00:07"),
+        (565022720, 100, "48.01MB/s", "0:00:11")]
+    for other in ("sending incremental file list", "pytorch-horovod-cpu.sif",
+                  "Total bytes sent: 427,000,000", ""):
+        assert rsync_progress(other) is None
+
+
+def test_a_long_copy_says_how_far_it_got_every_ten_seconds():
+    said: list[str] = []
+    clock = iter([0.0, 1.0, 10.5, 12.0, 25.0, 40.0])
+    progress = Progress(565_022_720, said.append, clock=lambda: next(clock))
+    progress("         32,768   0%    0.00kB/s    0:00:00")  # t=1: too soon
+    progress("    229,081,088  40%   45.22MB/s    0:00:07")  # t=10.5: said
+    progress("    300,000,000  53%   45.00MB/s    0:00:06")  # t=12: too soon
+    progress("sending incremental file list")  # t=25: not progress
+    progress("    565,022,720 100%   48.01MB/s    0:00:11 (xfr#1, to-chk=0/1)")  # done: the
+    assert said == ["sent 229 MB of 565 MB (40%, 45.22MB/s, 0:00:07 left)"]  # result says
