@@ -247,12 +247,12 @@ def plan_push(ex: SshExecutor, login: Login, local: Path, *,
     copy is there. Writes nothing on the cluster. Raises UserInputError (exit 2) for a
     file that is not an image."""
     local = local.absolute()  # rsync reads a relative "-x.sif" or "a:b.sif" otherwise
-    st = check_image(local)
-    digest = image_sha256(local, note=note)
+    check_image(local)
+    digest = image_sha256(local, note=note)  # its size and mtime: those it hashed
     folder = images_dir(ex, login)
     path = posixpath.join(folder, remote_name(local, digest.sha256))
-    return PushPlan(local, ex.login.target, folder, path, digest.sha256, st.st_size,
-                    st.st_mtime_ns, remote_size(ex, path) == st.st_size)
+    return PushPlan(local, ex.login.target, folder, path, digest.sha256, digest.size,
+                    digest.mtime_ns, remote_size(ex, path) == digest.size)
 
 
 class Progress:
@@ -297,6 +297,7 @@ def push_image(ex: SshExecutor, login: Login, local: Path, *, note: Note | None 
     failed transfer; a failed copy leaves no file behind on the cluster."""
     start = time.monotonic()
     plan = plan_push(ex, login, local, note=note)
+    local = plan.local
 
     def done(moved: int, there: bool) -> Pushed:
         return Pushed(str(local), plan.host, plan.remote_path, plan.sha256, plan.size, moved,
