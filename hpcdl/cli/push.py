@@ -17,7 +17,7 @@ import click
               help="Cluster profile with a login: node (default: $HPCDL_PROFILE).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print what was done as one JSON object (image, host, remote_path, "
-                   "sha256, size, bytes_moved, already_there, seconds).")
+                   "sha256, size, bytes_moved, already_there, seconds, linked_from).")
 @click.option("--dry-run", is_flag=True,
               help="Hash the image and ask the login node whether it is there; print what "
                    "would run (rsync, then mv) and copy nothing.")
@@ -28,7 +28,8 @@ def push(image: Path, profile: str | None, as_json: bool, dry_run: bool) -> None
     goes to login.images (default: hpcdl-images in the remote home), named by
     the image's stem and the first 16 hex digits of its sha256
     (img.sif -> img-0123456789abcdef.sif): a rebuilt image is a new file, and
-    pushing the same image again moves nothing. The copy is written under a
+    pushing the same image again moves nothing (nor does the same content under
+    another file name: the copy there is hard-linked). The copy is written under a
     temporary name and renamed into place, so the cluster never sees half an
     image under its final name. The sha256 is remembered (in ~/.cache/hpcdl)
     until the file's size or mtime changes.
@@ -71,6 +72,9 @@ def push(image: Path, profile: str | None, as_json: bool, dry_run: bool) -> None
         elif plan.already_there:
             click.echo(f"{image} already on {plan.host}:{plan.remote_path} (sha256 "
                        f"{plan.sha256}; nothing would move)")
+        elif plan.twin:
+            click.echo(f"would link {plan.host}:{plan.remote_path} to {plan.twin} there "
+                       f"(the same content; nothing would move)")
         else:
             tmp = plan.temp_path("RANDOM")
             click.echo(f"would push {image} ({human_mb(plan.size)}, sha256 {plan.sha256}) "
@@ -82,6 +86,9 @@ def push(image: Path, profile: str | None, as_json: bool, dry_run: bool) -> None
     done = push_image(ex, prof.login, local, note=note)
     if as_json:
         click.echo(json.dumps(done.record()))
+    elif done.linked_from:
+        click.echo(f"pushed {image} -> {done.host}:{done.remote_path} (the same content as "
+                   f"{done.linked_from} there, linked; nothing moved)")
     elif done.already_there:
         click.echo(f"{image} already on {done.host}:{done.remote_path} (sha256 {done.sha256}; "
                    f"nothing moved)")

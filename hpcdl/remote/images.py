@@ -69,6 +69,9 @@ class Pushed:
     bytes_moved: int  # what crossed the wire (rsync's figure; 0 when already there)
     already_there: bool
     seconds: float
+    # Another name of the same content there (the image pushed under another file
+    # name), hard-linked instead of sent.
+    linked_from: str | None = None
 
     def record(self) -> dict[str, Any]:
         return asdict(self)
@@ -212,6 +215,23 @@ def remote_size(ex: SshExecutor, path: str) -> int | None:
     return int(size)
 
 
+# Copies of one content under other names: every STEM-HASH.sif of the directory (the
+# glob, not find: POSIX sh alone), with its size. Paths reach the script as "$1", "$2".
+_TWINS = ["sh", "-c", 'for f in "$1"/*-"$2".sif; do if [ -f "$f" ] && [ ! -L "$f" ]; then '
+                      'stat -c "%s %n" -- "$f"; fi; done', "sh"]
+
+
+def remote_twin(ex: SshExecutor, folder: str, sha256: str, size: int) -> str | None:
+    """A file of ``folder`` on the login node named for the same content (another stem,
+    the same hash and size), or None."""
+    res = ex.run([*_TWINS, folder, sha256[:HASH_HEX]], timeout=60, check=False)
+    for line in res.stdout.splitlines() if res.ok else ():
+        found, _, path = line.partition(" ")
+        if found == str(size) and posixpath.dirname(path) == folder:
+            return path
+    return None
+
+
 def remote_image(ex: SshExecutor, login: Login, local: Path) -> str | None:
     """Where ``hpcdl push`` put ``local`` on the cluster, when it is there (same content
     name, same size), else None. Hashes ``local`` unless the cache knows it."""
@@ -233,6 +253,7 @@ class PushPlan:
     size: int
     mtime_ns: int
     already_there: bool
+    twin: str | None = None  # the same content under another name there, when not itself
 
     def temp_path(self, token: str) -> str:
         """The name the copy is written under before ``mv -f``: hidden, in the same
@@ -251,8 +272,10 @@ def plan_push(ex: SshExecutor, login: Login, local: Path, *,
     digest = image_sha256(local, note=note)  # its size and mtime: those it hashed
     folder = images_dir(ex, login)
     path = posixpath.join(folder, remote_name(local, digest.sha256))
+    there = remote_size(ex, path) == digest.size
+    twin = None if there else remote_twin(ex, folder, digest.sha256, digest.size)
     return PushPlan(local, ex.login.target, folder, path, digest.sha256, digest.size,
-                    digest.mtime_ns, remote_size(ex, path) == digest.size)
+                    digest.mtime_ns, there, twin)
 
 
 class Progress:
@@ -299,14 +322,16 @@ def push_image(ex: SshExecutor, login: Login, local: Path, *, note: Note | None 
     plan = plan_push(ex, login, local, note=note)
     local = plan.local
 
-    def done(moved: int, there: bool) -> Pushed:
+    def done(moved: int, there: bool, twin: str | None = None) -> Pushed:
         return Pushed(str(local), plan.host, plan.remote_path, plan.sha256, plan.size, moved,
-                      there, round(time.monotonic() - start, 2))
+                      there, round(time.monotonic() - start, 2), twin)
 
     if plan.already_there:
         return done(0, True)
     ensure_writable(ex, plan.folder, "login.images")
     tmp = plan.temp_path(secrets.token_hex(6))
+    if plan.twin and _link(ex, plan.twin, tmp, plan.remote_path):
+        return done(0, False, plan.twin)
     if note:
         note(f"sending {local} ({human_mb(plan.size)}) to {plan.host}:{plan.remote_path}")
     try:
@@ -324,3 +349,18 @@ def push_image(ex: SshExecutor, login: Login, local: Path, *, note: Note | None 
             ex.run(["rm", "-f", "--", tmp], timeout=60, check=False)
         raise
     return done(moved, False)
+
+
+def _link(ex: SshExecutor, twin: str, tmp: str, path: str) -> bool:
+    """Give ``twin``'s content the name ``path`` too: a hard link under the temporary
+    name, then the rename. False when the filesystem refuses the link (the image is
+    then sent)."""
+    if not ex.run(["ln", "--", twin, tmp], timeout=60, check=False).ok:
+        return False
+    try:
+        ex.run(rename_argv(tmp, path), timeout=60)
+    except BaseException:
+        with contextlib.suppress(HpcdlError):
+            ex.run(["rm", "-f", "--", tmp], timeout=60, check=False)
+        raise
+    return True

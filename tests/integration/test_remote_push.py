@@ -141,3 +141,28 @@ def test_a_failed_push_exits_1_in_one_line_and_leaves_nothing(laptop: Laptop,
     finally:
         shutil.rmtree(blocker)
         image.unlink()
+
+
+def test_the_same_content_under_another_name_is_linked_not_sent(
+        laptop: Laptop, cache_env: dict[str, str]) -> None:
+    first, renamed = laptop.user.home / "push-twin-a.sif", laptop.user.home / "push-twin-b.sif"
+    first.write_bytes(SIF_HEAD + os.urandom(1 << 20))
+    shutil.copy2(first, renamed)
+    for path in (first, renamed):
+        shutil.chown(path, laptop.user.uid, laptop.user.gid)
+    digest = _sha256(first)[:16]
+    remote = [laptop.remote_images / f"{p.stem}-{digest}.sif" for p in (first, renamed)]
+    try:
+        sent = laptop.cli("push", str(first), "-p", PROFILE, "--json", env=cache_env)
+        assert sent.returncode == 0 and json.loads(sent.stdout)["bytes_moved"] > 1 << 19
+        res = laptop.cli("push", str(renamed), "-p", PROFILE, "--json", env=cache_env)
+        assert res.returncode == 0, res.stdout + res.stderr
+        done = json.loads(res.stdout)
+        assert done["bytes_moved"] == 0 and done["already_there"] is False
+        assert done["linked_from"] == str(remote[0]) and done["remote_path"] == str(remote[1])
+        assert "sending" not in res.stderr
+        assert remote[0].stat().st_ino == remote[1].stat().st_ino  # one file, two names
+        assert remote[1].read_bytes() == renamed.read_bytes()
+    finally:
+        for path in (first, renamed, *remote):
+            path.unlink(missing_ok=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ from hpcdl.remote.ssh import rsync_progress
 SHA = hashlib.sha256(b"x").hexdigest()
 # A SIF's first bytes: the launch line, then SIF_MAGIC at byte 32.
 SIF_HEAD = b"#!/usr/bin/env run-singularity\n\x00SIF_MAGIC\x0001\x0002\x00"
-HOUR_AGO_NS = (int(os.path.getmtime("/")) - 3600) * 10**9
+HOUR_AGO_NS = (int(time.time()) - 3600) * 10**9
 
 
 def _sif(path: Path, body: bytes = b"payload") -> Path:
