@@ -137,7 +137,8 @@ class OverSsh:
         target = self.cluster_path(run.path)
         # Unchanged files (the job-side files, the code) are hard-linked on the cluster
         # from the newest sibling run shipped before, so only what is new crosses.
-        return self.ex.push(run.path, target, link_dest=_siblings(run.path))
+        return self.ex.push(run.path, target, link_dest=_siblings(run.path),
+                            parents=posixpath.dirname(target) != self.root)  # prepare made it
 
     def fetch(self, run: RunDir) -> int:
         return self.ex.pull(self.cluster_path(run.path), run.path, exclude=PULL_EXCLUDES)

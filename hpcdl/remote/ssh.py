@@ -247,11 +247,13 @@ class SshExecutor:
         return f"{self.login.host}{path}" if path.startswith(":") else path
 
     def push(self, local_dir: str | os.PathLike[str], remote_dir: str, *,
-             timeout: float = 600, link_dest: Sequence[str] = ()) -> int:
+             timeout: float = 600, link_dest: Sequence[str] = (),
+             parents: bool = True) -> int:
         """Copy ``local_dir``'s content into ``remote_dir`` on the login node (made with
-        its parents; only what differs moves); returns the bytes sent."""
+        its parents unless ``parents`` says they exist: rsync makes the last one; only
+        what differs moves); returns the bytes sent."""
         return self._rsync(f"{os.fspath(local_dir).rstrip('/')}/", f":{remote_dir}/",
-                           timeout, link_dest=link_dest, mkpath=True)
+                           timeout, link_dest=link_dest, mkpath=parents)
 
     def pull(self, remote_dir: str, local_dir: str | os.PathLike[str], *,
              timeout: float = 600, exclude: Sequence[str] = ()) -> int:
