@@ -239,6 +239,10 @@ class SshExecutor:
                 "--rsh", shell]
         if delete:
             argv.append("--delete")
+        if link_dest:
+            # rsync's quick check (size and mtime to the second) would link a sibling's
+            # job.sbatch of the same length written in the same second: compare contents.
+            argv.append("--checksum")
         argv += [f"--link-dest={d}" for d in link_dest]
         argv += [f"--exclude={p}" for p in exclude]
         return [*argv, *(self._side(p) for p in (source, dest))]

@@ -305,11 +305,15 @@ def test_a_sweep_from_the_laptop_and_its_table_and_plot_pulled_back(
             break
         assert time.monotonic() < deadline, table.stdout
         time.sleep(10)
-    assert len(rows) == 4 and all(r["state"] == "COMPLETED" for r in rows), rows
+    states = [(r["label"], r["state"], r["note"]) for r in rows]
+    assert len(rows) == 4 and all(r["state"] == "COMPLETED" for r in rows), states
     assert all(r["images_per_sec"] for r in rows), rows
     plot = laptop.cli("results", str(sweep), "--plot", str(project / "scaling.png"),
                       cwd=project, env=env)
     assert plot.returncode == 0, plot.stderr
     assert (project / "scaling.png").stat().st_size > 1000
     for point in (p for p in sweep.iterdir() if p.is_dir()):
-        assert (point / "result.json").is_file() and list(point.glob("slurm-*.out"))
+        assert (point / "result.json").is_file() and len(list(point.glob("slurm-*.out"))) == 1
+        # Each point ran its own script (sent in the same second as its siblings').
+        cluster = laptop.remote_runs / sweep.name / point.name
+        assert (cluster / "job.sbatch").read_bytes() == (point / "job.sbatch").read_bytes()

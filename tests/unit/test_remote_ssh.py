@@ -92,3 +92,10 @@ def test_rsync_bytes_reads_the_stats():
 def test_the_ssh_executor_is_an_executor_the_adapters_take():
     ex: Executor = SshExecutor(LoginNode("login"), SOCKETS)  # mypy checks the protocol
     assert callable(ex.run) and callable(ex.which)
+
+
+def test_linking_from_a_sibling_compares_contents_not_size_and_time():
+    ex = SshExecutor(LoginNode("login.example.org"), SOCKETS)
+    linked = ex.rsync_argv("/l/run/", ":/r/run/", link_dest=["../older"])
+    assert "--checksum" in linked and "--link-dest=../older" in linked
+    assert "--checksum" not in ex.rsync_argv("/l/run/", ":/r/run/")
