@@ -162,8 +162,11 @@ def test_slow_link_names_that_node_healthy_names_none(
     cluster = netns_cluster(nodes=3)
     profile = probe_profile(cluster)
     # 5 timed calls after 2 untimed per size: the pairs' new groups connect during the
-    # warm-up, and the median of 5 holds against the 2 cores' scheduling noise.
-    args = ("-p", str(profile), "-N", "3", "--image", str(cpu_image), "--sizes", "4K,64K,1M")
+    # warm-up. Even so, 3 nodes' ranks on 2 shared cores measured one healthy node's
+    # links at 39% of the others' (0.30 against 0.77 GB/s, a CI run): the threshold here
+    # is 25%, still far above the slowed link's ~3% (0.025 against ~0.8 GB/s).
+    args = ("-p", str(profile), "-N", "3", "--image", str(cpu_image), "--sizes", "4K,64K,1M",
+            "--slow-ratio", "0.25")
     env = {**cluster.env, "HPCDL_RUNS": str(runs_dir)}
 
     code, healthy, err = probe_json(*args, env=env)
@@ -196,5 +199,5 @@ def test_slow_link_names_that_node_healthy_names_none(
     healthy_pair = pairs[(cluster.nodes[0], cluster.nodes[1])]
     assert verdict["node_ratio"][slow] == pytest.approx(max(
         bw for (a, b), bw in pairs.items() if slow in (a, b)) / healthy_pair, rel=1e-3)
-    assert verdict["node_ratio"][slow] < 0.5
+    assert verdict["node_ratio"][slow] < 0.25
     assert slow in verdict["message"]
