@@ -9,13 +9,9 @@ the test's own on loopback whose sessions' PATH has none) are one line each, exi
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
 import tempfile
-import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,11 +21,11 @@ from hpcdl.profiles import load_profile, load_profile_file
 from hpcdl.profiles.detect import MODE_NOTE
 from hpcdl.profiles.schema import Login
 from hpcdl.schedulers.slurm.detect import COMMANDS
-from tests.conftest import require
 from tests.integration.conftest_remote import LAPTOP_BIN, LOGIN_HOST, Laptop
 from tests.integration.conftest_slurm import sandbox_dir
 from tests.integration.test_profiles_detect import compared_fields
-from tests.own_cluster import free_port
+from tests.integration.test_remote_ssh import Login as Sshd
+from tests.integration.test_remote_ssh import sshd
 
 SSHD = "/usr/sbin/sshd"
 
@@ -48,6 +44,7 @@ def stop_masters(laptop: Laptop, sockets: Path, *ssh_args: str) -> None:
         laptop.user.run(["ssh", "-o", f"ControlPath={socket}", "-O", "exit", *ssh_args],
                         timeout=30)
     shutil.rmtree(sockets, ignore_errors=True)
+
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
@@ -161,66 +158,29 @@ def test_refused_key_is_one_line_exit_2(laptop: Laptop, folder: Path) -> None:
 
 
 @pytest.fixture
-def slurmless_login(laptop: Laptop) -> Iterator[int]:
-    """A login node without Slurm: an sshd of this test's own on 127.0.0.1 (a free port),
-    key-only, for the test user only, whose sessions get the laptop's PATH (a shell's
-    basics, no Slurm command); its host key in the user's known_hosts for the time of
-    the test. Yields the port."""
-    require(Path(SSHD).exists(), "openssh-server is not installed (scripts/setup.sh)")
-    # sshd wants the directories above its files root-owned and not world-writable.
-    etc = Path(tempfile.mkdtemp(prefix="hpcdl-test-nosl-", dir="/run"))
-    os.chmod(etc, 0o755)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(etc / "host_key")],
-                   check=True, timeout=60, capture_output=True)
-    port = free_port()
-    (etc / "sshd_config").write_text(textwrap.dedent(f"""\
-        ListenAddress 127.0.0.1
-        Port {port}
-        HostKey {etc}/host_key
-        PidFile {etc}/sshd.pid
-        AuthenticationMethods publickey
-        PasswordAuthentication no
-        KbdInteractiveAuthentication no
-        UsePAM no
-        AllowUsers {laptop.user.name}
-        SetEnv PATH={LAPTOP_BIN}
-        """))
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation
-    log = etc / "sshd.log"
-    known = laptop.user.home / ".ssh" / "known_hosts"
-    host_key = (etc / "host_key.pub").read_text().split()
-    entry = f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}"
-    server = subprocess.Popen([SSHD, "-D", "-f", str(etc / "sshd_config"), "-E", str(log)])
-    try:
-        with known.open("a") as hosts:
-            hosts.write(entry + "\n")
-        for _ in range(100):  # sshd listens within a second or so
-            if log.exists() and "Server listening" in log.read_text():
-                break
-            time.sleep(0.1)
-        yield port
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        kept = [line for line in known.read_text().splitlines() if line != entry]
-        known.write_text("".join(f"{line}\n" for line in kept))
-        shutil.rmtree(etc, ignore_errors=True)
+def slurmless_login(laptop: Laptop) -> Iterator[Sshd]:
+    """A login node without Slurm: an sshd of this test's own on 127.0.0.1 (a free port,
+    key-only, a key of its own for the test user) whose sessions get the laptop's PATH
+    (a shell's basics, no Slurm command)."""
+    with sshd(laptop.user, f"SetEnv PATH={LAPTOP_BIN}\n") as server:
+        yield server
 
 
 def test_login_node_without_slurm_is_one_line_exit_2(laptop: Laptop, folder: Path,
-                                                     slurmless_login: int) -> None:
-    port = slurmless_login
+                                                     slurmless_login: Sshd) -> None:
+    port, key = slurmless_login.port, str(slurmless_login.key)
     target = f"{laptop.user.name}@127.0.0.1"
     # The login node answers (the connection is fine): only Slurm is missing there.
-    shell = laptop.run(["ssh", "-o", "BatchMode=yes", "-p", str(port), target,
+    shell = laptop.run(["ssh", "-o", "BatchMode=yes", "-i", key, "-p", str(port), target,
                         "echo $PATH; command -v scontrol || echo none"], timeout=60)
     assert shell.returncode == 0, shell.stderr
     assert shell.stdout.split() == [str(LAPTOP_BIN), "none"]
     out = folder / "none.yaml"
     sockets = sockets_dir(laptop)
     try:
-        res = laptop.cli("profiles", "detect", "--login", target, "--port", str(port), "-o",
-                         str(out), timeout=120, env={"XDG_RUNTIME_DIR": str(sockets)})
+        res = laptop.cli("profiles", "detect", "--login", target, "--port", str(port),
+                         "--identity", key, "-o", str(out), timeout=120,
+                         env={"XDG_RUNTIME_DIR": str(sockets)})
     finally:
         stop_masters(laptop, sockets, "-p", str(port), target)
     assert res.returncode == 2, res.stdout + res.stderr
