@@ -47,7 +47,6 @@ import os
 import re
 import secrets
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,7 +55,7 @@ from typing import Any
 import yaml
 
 from hpcdl.container.hashing import read_record, sidecar
-from hpcdl.core.atomic import write_atomic, write_json_atomic
+from hpcdl.core.atomic import atomic_dir, write_atomic, write_json_atomic
 from hpcdl.hang.diagnosis import RankPid, parse_pid_file
 from hpcdl.jobs.attempts import Attempt, ScriptAttempt
 from hpcdl.jobs.timelimit import steps_seen
@@ -367,19 +366,13 @@ class RunDir:
         """Copy ``files`` (relative to ``root``; hpcdl.launch.code.scan_code) into code/,
         with their times (rsync then links what an earlier run sent), all or nothing;
         returns the bytes."""
-        tmp = Path(tempfile.mkdtemp(prefix=f".{CODE_DIR_NAME}.", dir=self.path))
         copied = 0
-        try:
+        with atomic_dir(self.code_dir) as tmp:
             for rel in files:
                 dest = tmp / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(root / rel, dest)
                 copied += dest.stat().st_size
-            os.chmod(tmp, 0o755)
-            tmp.rename(self.code_dir)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return copied
 
     def stage_tool(self, path: str) -> str:

@@ -17,12 +17,11 @@ from __future__ import annotations
 import ast
 import os
 import shutil
-import tempfile
 import threading
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
-from hpcdl.core.atomic import write_atomic
+from hpcdl.core.atomic import atomic_dir, write_atomic
 from hpcdl.core.resources import PACKAGE_DIR, examples_dir
 
 # RUN_DIR/<this>: examples/ and hpcdl/ below it, the layout the job's PYTHONPATH expects.
@@ -118,12 +117,9 @@ def stage(run_dir: Path, files: tuple[str, ...],
     or not at all: into a temporary directory beside it, renamed into place. Returns the
     bytes written. Raises FileExistsError when job/ exists, ValueError for a script path
     that leaves job/, OSError."""
-    target = run_dir / JOB_DIR_NAME
-    if target.exists():  # a run's code is staged once: the run keeps what it ran
-        raise FileExistsError(f"{target} exists")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{JOB_DIR_NAME}.", dir=run_dir))
     copied = 0
-    try:
+    # A run's code is staged once (FileExistsError after): the run keeps what it ran.
+    with atomic_dir(run_dir / JOB_DIR_NAME) as tmp:
         for rel in files:
             dest = tmp / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -142,8 +138,4 @@ def stage(run_dir: Path, files: tuple[str, ...],
             dest.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
             write_atomic(dest, text, mode=0o755)
             copied += dest.stat().st_size
-        tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return copied
