@@ -9,17 +9,12 @@ import click
 from hpcdl.cli.display import attempt_lines, lost_line
 from hpcdl.jobs.attempts import no_step_message
 from hpcdl.jobs.follow import log_chunks
-from hpcdl.jobs.place import Connection, connect, reconnect
+from hpcdl.jobs.place import connect, reconnect
 from hpcdl.jobs.rundir import find_run
 from hpcdl.jobs.status import JobSnapshot, job_snapshot
 from hpcdl.jobs.timelimit import clock_text, timeout_message
 from hpcdl.schedulers.base import JobStatus
-
-
-def connection_of(job_id: str) -> Connection:
-    """How to reach job ``job_id``: through the login node its run directory's profile
-    names (a job submitted from this laptop), else this machine's Slurm."""
-    return reconnect(find_run(job_id))
+from hpcdl.schedulers.registry import scheduler_for
 
 
 def _row(s: JobStatus) -> str:
@@ -62,8 +57,8 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool,
       hpcdl status -p sandbox-remote
     """
     if job_id:
-        conn = connection_of(job_id)
         run = find_run(job_id)
+        conn = reconnect(run)  # through the login node the run's profile names, if any
         if run is not None:
             conn.place.fetch(run)
         snap = job_snapshot(job_id, conn.scheduler)
@@ -87,7 +82,7 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool,
         return
     from hpcdl.profiles import load_profile  # pydantic: only for a profile named
 
-    scheduler = connect(load_profile(profile)).scheduler if profile else reconnect(None).scheduler
+    scheduler = connect(load_profile(profile)).scheduler if profile else scheduler_for()
     rows = scheduler.list_jobs(since=since, all_users=all_users)
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows]))
@@ -118,9 +113,9 @@ def logs(job_id: str, follow: bool) -> None:
     # which `hpcdl status`, in this module too, does not need.
     from hpcdl.jobs.submit import log_files
 
-    conn = connection_of(job_id)
-    out, err = log_files(job_id, conn.scheduler)
     run = find_run(job_id)
+    conn = reconnect(run)
+    out, err = log_files(job_id, conn.scheduler)
     sync = (lambda: conn.place.fetch(run)) if run is not None and conn.place.remote else None
     for chunk in log_chunks(job_id, out, err, scheduler=conn.scheduler, follow_job=follow,
                             sync=sync, on_lost=lost_line()):
@@ -136,5 +131,5 @@ def cancel(job_id: str) -> None:
     # Lazy, as in logs: the planner is not the status command's.
     from hpcdl.jobs.submit import cancel as cancel_job
 
-    final = cancel_job(job_id, connection_of(job_id).scheduler)
+    final = cancel_job(job_id, reconnect(find_run(job_id)).scheduler)
     click.echo(f"job {job_id}: {final.state} (Slurm {final.native_state})")

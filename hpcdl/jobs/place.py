@@ -203,15 +203,15 @@ def reconnect(run: RunDir | None) -> Connection:
     if run is None or profile is None or profile.login is None:
         return Connection(scheduler_for(), HERE, LOCAL)
     executor = executor_for(profile)
+    assert isinstance(executor, SshExecutor)  # a login: block's
     try:
         cluster = run.read_plan().run_dir
     except (OSError, ValueError):
         cluster = ""
+    # The run's parent on both sides: a sweep's point maps into its sweep directory.
     root = posixpath.dirname(cluster) if cluster else profile.login.runs
-    place = place_for(profile.model_copy(update={"login": profile.login.model_copy(
-        update={"runs": root})}), executor, local_root=run.path.parent)
-    return Connection(scheduler_for(profile.name, profile.scheduler.type, executor), place,
-                      executor)
+    return Connection(scheduler_for(profile.name, profile.scheduler.type, executor),
+                      OverSsh(executor, root, run.path.parent), executor)
 
 
 def _recorded_profile(run: RunDir) -> Profile | None:
