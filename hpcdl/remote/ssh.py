@@ -291,9 +291,8 @@ class SshExecutor:
             said = [line for line in err.output.splitlines()
                     if line.strip() and not _PROGRESS.match(line)
                     and line != "sending incremental file list"]
-            raise RemoteError(f"rsync to {self.login.target} failed (exit {err.returncode}): "
-                              f"{' '.join(' '.join(said[-10:]).split())[:500]}",
-                              argv=argv, returncode=err.returncode, output=err.output) from None
+            raise self._rsync_failed(argv, err.returncode, " ".join(said[-10:]),
+                                     err.output) from None
         return rsync_bytes(res.stdout)
 
     def _rsync(self, source: str, dest: str, timeout: float, *, received: bool = False,
@@ -306,10 +305,16 @@ class SshExecutor:
         if res.returncode and _ssh_said(res.stderr):
             raise connection_error(self.login, res.stderr)
         if not res.ok:
-            raise RemoteError(f"rsync to {self.login.target} failed (exit {res.returncode}): "
-                              f"{' '.join(res.stderr.split())[:500]}", argv=list(res.argv),
-                              returncode=res.returncode, output=res.stdout + res.stderr)
+            raise self._rsync_failed(list(res.argv), res.returncode, res.stderr,
+                                     res.stdout + res.stderr)
         return rsync_bytes(res.stdout, received=received)
+
+    def _rsync_failed(self, argv: list[str], returncode: int | None, said: str,
+                      output: str) -> RemoteError:
+        """The one line for an rsync that failed on its own (not ssh's connection)."""
+        return RemoteError(f"rsync to {self.login.target} failed (exit {returncode}): "
+                           f"{' '.join(said.split())[:500]}", argv=argv,
+                           returncode=returncode, output=output)
 
 
 _SSH_SAID = re.compile(r"^ssh: |^kex_exchange_identification|^Connection closed by", re.M)
