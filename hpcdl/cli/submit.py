@@ -62,6 +62,14 @@ JOB_FILE_HEADER = "# ==>"
               help="Requeues after a time limit or a crash before the job is let end "
                    "(default: the profile's scheduler.max_restarts, 3). A preempted attempt is "
                    "always requeued and uses up none (SLURM_RESTART_COUNT counts them all).")
+@click.option("--spares", type=int, metavar="S",
+              help="Allocate S nodes more than --nodes; the training runs on --nodes healthy "
+                   "ones. A health gate checks every node before the first rank and before "
+                   "every relaunch; when a node dies, stops answering or reports a hardware "
+                   "error, it is excluded and given back and the training starts again on a "
+                   "spare from its newest checkpoint inside the same job (at most "
+                   "--max-restarts times), instead of going back to the queue. Default: the "
+                   "profile's scheduler.spares (0). Slurm's srun and torchrun launchers.")
 @click.option("--signal", "signal", metavar="SIG@LEAD",
               help="Signal and lead time in seconds before the time limit (default "
                    "USR2@120: #SBATCH --signal=B:USR2@120).")
@@ -101,7 +109,8 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
            data: str | None, synthetic: bool, example_args: tuple[str, ...], no_image: bool,
            launcher: str | None, gpu_bind: str | None, dry_run: bool, run_dir: Path | None,
            as_json: bool, wait: bool, requeue: bool | None, max_restarts: int | None,
-           signal: str | None, probe_first: bool, probe_sizes: str | None, chain: int,
+           spares: int | None, signal: str | None, probe_first: bool,
+           probe_sizes: str | None, chain: int,
            hang_timeout: str | None, hang_action: str | None, stage_image: bool | None,
            code: Path | None, command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
@@ -152,7 +161,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         command=command, data=data, synthetic=synthetic, example_args=example_args, template=template,
         no_image=no_image, launcher=launcher, gpu_bind=gpu_bind,
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
-        requeue=requeue, max_restarts=max_restarts, signal=signal, chain=chain,
+        requeue=requeue, max_restarts=max_restarts, signal=signal, chain=chain, spares=spares,
         hang_timeout=hang_s, hang_action=hang_action, stage_image=stage_image,
         code_dir=str(code) if code is not None else None,
     )
@@ -193,6 +202,10 @@ def print_dry_run(plan: JobPlan, *, as_json: bool) -> None:
         click.echo(f"# image {plan.image}: the profile's container.default_image "
                    "(--image overrides, --no-image runs natively)", err=True)
     click.echo(f"# launcher {plan.launcher}; GPU binding {plan.gpu_bind}", err=True)
+    if plan.spares:
+        click.echo(f"# nodes: {plan.nodes} for the training + {plan.spares} spare"
+                   f"{'s' if plan.spares > 1 else ''} = {plan.nodes + plan.spares} allocated "
+                   f"(--no-kill); a failed node is replaced inside the job", err=True)
     if plan.staged_image:
         click.echo(f"# image staged with sbcast to each node's {plan.staged_image}; the ranks "
                    "run that copy", err=True)

@@ -19,6 +19,7 @@ from hpcdl.core.slurmtime import parse_time
 from hpcdl.core.templating import Raw, render_template, shell_join
 from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION
 from hpcdl.launch.code import CODE_DIR_NAME
+from hpcdl.launch.nodes import NODES_FILE, guard_exports, nodes_file_text
 from hpcdl.launch.rankenv import (
     PORT_LISTENED,
     PORT_PICK_FILE,
@@ -44,7 +45,13 @@ from hpcdl.plan.command import (
     rank_tokens,
 )
 from hpcdl.plan.jobplan import JobPlan, job_script_path
-from hpcdl.plan.partition import choose_partition, default_cpus_per_task, job_time, tasks_per_node
+from hpcdl.plan.partition import (
+    choose_partition,
+    default_cpus_per_task,
+    job_spares,
+    job_time,
+    tasks_per_node,
+)
 from hpcdl.plan.request import JobRequest, RuntimeMode, _fail, check_request
 from hpcdl.profiles.schema import Backend, GpuBind, Launcher, Profile
 from hpcdl.requeue import (
@@ -113,9 +120,16 @@ def build_plan(profile: Profile, req: JobRequest,
     check_shared_paths(profile, req, image)
     time = job_time(profile, part, req)
     requeue = requeue_spec(profile, req, dialect)
+    spares = job_spares(profile, req)
+    if spares:
+        if refused := dialect.unsupported(profile, "spares"):
+            raise _fail(refused)
+        if launcher not in ("srun", "torchrun"):
+            raise _fail(f"spares: launcher {launcher} starts ranks on every node of the "
+                        f"allocation; spare nodes need srun or torchrun (--launcher srun)")
     spec = JobSpec(profile=profile, partition=part, nodes=req.nodes, gpus_per_node=req.gpus,
                    tasks_per_node=tasks, cpus_per_task=cpus, time=time, job_name=job_name,
-                   run_dir=req.run_dir, requeue=requeue)
+                   run_dir=req.run_dir, requeue=requeue, spares=spares)
     stage = image_stage(profile, req, image, spec, dialect)
     # What the ranks run: the image where it is, or the node's copy, whose path holds
     # the job id and so is only known to the script ($HPCDL_IMAGE, set by it).
@@ -124,8 +138,9 @@ def build_plan(profile: Profile, req: JobRequest,
     if req.probe_only:
         command = probe_command(profile, req, image)
     else:
-        command = list(req.command) or default_command(profile, req, image, defaults,
-                                                       resume=requeue is not None)
+        # A requeued attempt or a relaunch on other nodes continues from the checkpoint.
+        command = list(req.command) or default_command(
+            profile, req, image, defaults, resume=requeue is not None or spares > 0)
     if launcher == "torchrun" and (refused := dialect.unsupported(profile, "torchrun")):
         raise _fail(refused)
     # One list of binds: the one the plan records is the one the ranks get.
@@ -169,6 +184,8 @@ def build_plan(profile: Profile, req: JobRequest,
         job_scripts = ((RANK_ENV_FILE, rank_env_file(wrapper_mode, **wrapper_options)),)
         if master_port:
             job_scripts += ((PORT_PICK_FILE, port_pick_file(master_port, **port_range)),)
+        if spares:
+            job_scripts += ((NODES_FILE, nodes_file_text()),)
     workdir = f"{req.run_dir}/{CODE_DIR_NAME}" if req.code_dir and req.run_dir else None
     hang_exports, hang_warnings = _hang_exports(req, env, time, log_dir)
     warnings += hang_warnings
@@ -204,6 +221,7 @@ def build_plan(profile: Profile, req: JobRequest,
         "launch_line": launch,
         "probe_line": probe_line,
         "requeue": _requeue_block(requeue, req, dialect),
+        "guard": _guard_block(profile, spec, req, image, master_addr, requeue),
         "progress": _progress(req, requeue, dialect),
         "workdir_q": shell_join([workdir]) if workdir else None,
     }
@@ -251,6 +269,7 @@ def build_plan(profile: Profile, req: JobRequest,
         job_scripts=job_scripts,
         container_mode=mode,
         **_plan_requeue(requeue),
+        spares=spares,
         records_steps=bool(req.run_dir) and dialect.submits
                       and (req.runs_example or requeue is not None),
         stage="sbcast" if stage else "none",
@@ -289,6 +308,25 @@ def _requeue_block(requeue: RequeueSpec | None, req: JobRequest,
         "checkpoint_env": CHECKPOINT_ENV, "exit_requeue": EXIT_REQUEUE,
         "progress_env": PROGRESS_ENV,
         "max_restarts": requeue.max_restarts, "chain": requeue.chain,
+    }
+
+
+def _guard_block(profile: Profile, spec: JobSpec, req: JobRequest, image: str | None,
+                 master_addr: str | None, requeue: RequeueSpec | None) -> dict[str, Any] | None:
+    """What the template's node guard block needs (None without spares)."""
+    if not spec.spares:
+        return None
+    max_relaunches = (profile.scheduler.max_restarts if req.max_restarts is None
+                      else req.max_restarts)
+    nodes_file = job_script_path(req.run_dir, NODES_FILE)
+    return {
+        "nodes": spec.nodes, "spares": spec.spares, "allocated": spec.allocated_nodes,
+        "max_relaunches": max_relaunches, "requeue": requeue is not None,
+        "file_q": shell_join([nodes_file]),
+        "exports": guard_exports(profile, tasks_per_node=spec.tasks_per_node,
+                                 gpus=spec.gpus_per_node, max_relaunches=max_relaunches,
+                                 nodes_file=nodes_file, image=bool(image),
+                                 master_addr=master_addr is not None),
     }
 
 

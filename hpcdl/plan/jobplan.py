@@ -74,6 +74,9 @@ class JobPlan:
     # starts in (that copy, as the cluster sees it); None: where sbatch was run.
     code_dir: str | None = None
     workdir: str | None = None
+    # Spare nodes: the allocation has nodes + spares, the ranks run on ``nodes`` healthy
+    # ones, a failed node is replaced inside the job (hpcdl.launch.nodes).
+    spares: int = 0
     hpcdl_version: str = __version__
 
     def to_dict(self) -> dict[str, Any]:

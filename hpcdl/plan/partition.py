@@ -20,17 +20,29 @@ def _requested_seconds(req: JobRequest) -> float | None:
     return math.inf if seconds is None else seconds
 
 
-def _problems(part: Partition, req: JobRequest, cpus_per_task: int, seconds: float | None) -> list[str]:
-    """Every limit of ``part`` the request breaks, as 'field: value vs limit' lines."""
+def job_spares(profile: Profile, req: JobRequest) -> int:
+    """Spare nodes of the job: --spares, else the profile's scheduler.spares for a
+    training job (a probe measures the nodes it is given)."""
+    if req.spares is not None:
+        return req.spares
+    return 0 if req.probe_only else profile.scheduler.spares
+
+
+def _problems(part: Partition, req: JobRequest, cpus_per_task: int, seconds: float | None,
+              spares: int = 0) -> list[str]:
+    """Every limit of ``part`` the request breaks, as 'field: value vs limit' lines
+    (``spares`` more nodes are allocated than the training runs on)."""
     out = []
+    nodes = req.nodes + spares
+    asked = f"{req.nodes} + {spares} spares = {nodes}" if spares else str(nodes)
     if req.gpus > part.gpus_per_node:
         out.append(
             f"gpus: {req.gpus} GPUs per node exceeds partition {part.name}'s "
             f"{part.gpus_per_node} GPUs per node"
         )
-    if req.nodes > part.node_limit:
+    if nodes > part.node_limit:
         out.append(
-            f"nodes: {req.nodes} exceeds partition {part.name}'s limit of "
+            f"nodes: {asked} exceeds partition {part.name}'s limit of "
             f"{part.node_limit} nodes per job"
         )
     limit = part.max_seconds
@@ -43,10 +55,10 @@ def _problems(part: Partition, req: JobRequest, cpus_per_task: int, seconds: flo
             f"cpus-per-task: {cpus_per_task} x {tasks} tasks per node = {cpus_per_task * tasks} "
             f"exceeds partition {part.name}'s {part.cpus_per_node} CPUs per node"
         )
-    total_gpus = req.nodes * req.gpus
+    total_gpus = nodes * req.gpus
     if part.max_gpus_per_user is not None and total_gpus > part.max_gpus_per_user:
         out.append(
-            f"gpus: {req.nodes} nodes x {req.gpus} GPUs = {total_gpus} exceeds partition "
+            f"gpus: {asked} nodes x {req.gpus} GPUs = {total_gpus} exceeds partition "
             f"{part.name}'s per-user limit of {part.max_gpus_per_user} GPUs"
         )
     return out
@@ -70,12 +82,13 @@ def _size_key(part: Partition, order: int) -> tuple[int, int, int, int, int]:
 def choose_partition(profile: Profile, req: JobRequest) -> tuple[Partition, str]:
     """The requested partition, or the smallest that fits. Raises ValidationError."""
     seconds = _requested_seconds(req)
+    spares = job_spares(profile, req)
 
     def cpt(part: Partition) -> int:
         return req.cpus_per_task or default_cpus_per_task(part, req.gpus)
 
     fits = [
-        p for p in profile.partitions if not _problems(p, req, cpt(p), seconds)
+        p for p in profile.partitions if not _problems(p, req, cpt(p), seconds, spares)
     ]
     fit_names = ", ".join(p.name for p in fits) or "none"
     if req.partition is not None:
@@ -86,7 +99,7 @@ def choose_partition(profile: Profile, req: JobRequest) -> tuple[Partition, str]
                 f"partition: {req.partition!r} is not a partition of profile {profile.name} "
                 f"(partitions: {names})"
             )
-        problems = _problems(part, req, cpt(part), seconds)
+        problems = _problems(part, req, cpt(part), seconds, spares)
         if problems:
             raise _fail(f"{problems[0]} (partitions that fit: {fit_names})")
         return part, "requested"
@@ -101,11 +114,11 @@ def choose_partition(profile: Profile, req: JobRequest) -> tuple[Partition, str]
             )
         ranked = sorted(
             enumerate(profile.partitions),
-            key=lambda ip: (len(_problems(ip[1], req, cpt(ip[1]), seconds)),
+            key=lambda ip: (len(_problems(ip[1], req, cpt(ip[1]), seconds, spares)),
                         -ip[1].node_limit, -ip[1].gpus_per_node),
         )
         closest = ranked[0][1]
-        first = _problems(closest, req, cpt(closest), seconds)[0]
+        first = _problems(closest, req, cpt(closest), seconds, spares)[0]
         raise _fail(f"{first} (no partition of profile {profile.name} fits; partitions that fit: none)")
     order = {p.name: i for i, p in enumerate(profile.partitions)}
     best = min(fits, key=lambda p: _size_key(p, order[p.name]))

@@ -81,6 +81,9 @@ class JobRequest:
     # The user's code directory on this machine (submit --code), copied into the run
     # directory's code/ and the job started there: for a cluster reached over SSH.
     code_dir: str | None = None
+    # Spare nodes beyond ``nodes`` in the allocation (--spares; None: the profile's
+    # scheduler.spares): a failed node is replaced inside the job (hpcdl.launch.nodes).
+    spares: int | None = None
 
     @property
     def probe_only(self) -> bool:
@@ -170,6 +173,13 @@ def check_request(req: JobRequest) -> None:
         raise _fail(f"max-restarts: must be 0 or more (got {req.max_restarts})")
     if req.chain < 1:
         raise _fail(f"chain: must be at least 1 job (got {req.chain})")
+    if req.spares is not None and req.spares < 0:
+        raise _fail(f"spares: must be 0 or more spare nodes (got {req.spares})")
+    if req.spares and req.probe_only:
+        raise _fail("spares: the probe measures the nodes it is given; spares are for training")
+    if req.spares and req.chain > 1:
+        raise _fail(f"spares: --chain {req.chain} submits a new allocation per job; "
+                    f"use --requeue with --spares")
     if req.chain > 1 and req.requeue:
         raise _fail(f"chain: --chain {req.chain} is for clusters without requeue; "
                     f"it excludes --requeue")

@@ -141,6 +141,9 @@ class Scheduler(_Strict):
     requeue_signal: RequeueSignal = Field(
         default="USR2@120", description="--signal: SIG@SECONDS before the time limit"
     )
+    spares: NonNegativeInt = Field(
+        default=0, description="submit --spares by default: nodes allocated beyond --nodes that "
+        "replace a failed one inside the job (the training job's; not the probe's)")
 
     @field_validator("default_time")
     @classmethod

@@ -221,15 +221,23 @@ class JobSpec:
     job_name: str
     run_dir: str | None
     requeue: RequeueSpec | None = None
+    # Nodes allocated beyond ``nodes`` that replace a failed one inside the job; the
+    # ranks run on ``nodes`` of them, named in $HPCDL_NODELIST (hpcdl.launch.nodes).
+    spares: int = 0
 
     @property
     def ntasks(self) -> int:
         return self.nodes * self.tasks_per_node
 
+    @property
+    def allocated_nodes(self) -> int:
+        return self.nodes + self.spares
+
 
 # What a scheduler may not do for a job: start the probe's ranks, copy an image to the
-# nodes before they start, start one torchrun agent per node.
-Feature = Literal["probe", "stage", "torchrun"]
+# nodes before they start, start one torchrun agent per node, run on some nodes of its
+# allocation and replace a failed one.
+Feature = Literal["probe", "stage", "torchrun", "spares"]
 
 
 class ScriptDialect(Protocol):

@@ -113,8 +113,17 @@ class SlurmDialect:
                 tokens += [Raw(f"--nodes={spec.nodes}"), Raw(f"--ntasks={spec.nodes}"),
                            Raw("--ntasks-per-node=1"),
                            Raw(f"--cpus-per-task={spec.cpus_per_task * spec.tasks_per_node}")]
-            elif spec.profile.mpi.srun_mpi:
-                tokens.append(Raw(f"--mpi={spec.profile.mpi.srun_mpi}"))
+            else:
+                if spec.spares:  # N of the allocation's N+S nodes
+                    tokens += [Raw(f"--nodes={spec.nodes}"), Raw(f"--ntasks={spec.ntasks}")]
+                if spec.profile.mpi.srun_mpi:
+                    tokens.append(Raw(f"--mpi={spec.profile.mpi.srun_mpi}"))
+            if spec.spares:
+                # The healthy nodes the node guard chose for this launch (hpcdl-nodes);
+                # --overlap: a step a dead node took down stays on the survivors' CPUs
+                # until Slurm declares that node dead (minutes), and would block a
+                # relaunch without it.
+                tokens += [Raw('--nodelist="$HPCDL_NODELIST"'), Raw("--overlap")]
             return tokens
         if launcher == "mpirun":
             return [Raw("mpirun"), Raw("-np"), Raw('"$SLURM_NTASKS"')]
@@ -125,13 +134,15 @@ class SlurmDialect:
     def header(self, spec: JobSpec) -> dict[str, Any]:
         output, error = self.log_paths(spec)
         options = scheduler_options(
-            spec.profile, spec.partition, nodes=spec.nodes, gpus=spec.gpus_per_node,
+            spec.profile, spec.partition, nodes=spec.allocated_nodes, gpus=spec.gpus_per_node,
             tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
             time=spec.time)
         return {
             "job_name": sbatch_job_name(spec.job_name),
             "options": [*(sbatch_option(o) for o in options),
                         *(sbatch_option(o) for o in requeue_options(spec)),
+                        # A failed node does not end the job: the node guard replaces it.
+                        *(["--no-kill"] if spec.spares else []),
                         f"--output={sbatch_value(output)}",
                         f"--error={sbatch_value(error)}"],
         }

@@ -1,0 +1,96 @@
+"""The node guard of a job with spare nodes (``hpcdl submit --spares S``).
+
+The allocation has N+S nodes; the training runs on N. Before the first rank and before
+every relaunch, a health gate (one short step on every node that is not known bad)
+checks that the container starts, that the GPUs the job asked for are visible, that the
+shared paths are mounted and the run directory writable, and that node-local scratch
+has room. When the training step fails because a node died (it no longer answers, or
+Slurm marks it down), or a rank printed a hardware error, that node is excluded and
+given back to Slurm, and the training starts again on N healthy nodes from its newest
+checkpoint (the requeue contract's ``--resume``), without going back to the queue, at
+most ``--max-restarts`` times and while time is left. When too few healthy nodes remain,
+the job requeues itself with every bad node excluded (``--requeue``) or ends in one line
+naming them and the checkpoint to resume from.
+
+The logic is bash, staged with the run as ``job/bin/hpcdl-nodes`` (templates/
+hpcdl-nodes.sh: the batch shell sources it; the gate's step runs it on each node);
+this module owns what the job script tells it (``guard_exports``) and the words it
+looks for. Pure.
+"""
+
+from __future__ import annotations
+
+from hpcdl.core.resources import templates_dir
+from hpcdl.core.templating import shell_join
+from hpcdl.profiles.schema import Profile
+
+NODES_FILE = "bin/hpcdl-nodes"
+_SOURCE = "hpcdl-nodes.sh"
+# Where the job records what the guard found (hpcdl.jobs.recoveries reads both).
+BAD_NODES_NAME = "bad-nodes.tsv"
+RECOVERIES_NAME = "recoveries.tsv"
+
+# Seconds the gate's step may take on every node together (a dead node's launch fails
+# after Slurm's MessageTimeout, 10 s by default; a container start takes a few).
+GATE_TIMEOUT_S = 90
+# Free space node-local scratch must have for a node to pass the gate.
+GATE_MIN_LOCAL_MB = 256
+# After a rank ended, how long srun may go on before the guard asks the step's nodes
+# (srun waits for a dead node's tasks until Slurm declares the node down: minutes).
+STUCK_S = 10
+# Nothing in the run directory changed for this long: ask the step's nodes whether one
+# died (MPI ranks wait for a dead peer without end; a healthy node answering costs a
+# short step, nothing else).
+STALL_S = 30
+# No relaunch with less time than this left: the job would end before a step.
+MIN_LEFT_S = 60
+
+# srun's own line when a task of the step ended (Slurm's words, every version since 2.x).
+SRUN_TASK_ENDED = r"^srun: error: [^:]+: tasks? [0-9,-]+: (Exited|Killed|Terminated)"
+# What a rank prints when its node's hardware failed (the driver's and CUDA's words), or
+# a script's own verdict in hpcdl's words: the node is excluded, not the code blamed.
+HARDWARE_ERRORS = (
+    "fallen off the bus",
+    "uncorrectable ECC",
+    "ECC error",
+    "Xid [0-9]+",
+    "CUDA error: unspecified launch failure",
+    "hpcdl: this node is bad",
+)
+
+
+def nodes_file_text() -> str:
+    """The staged job/bin/hpcdl-nodes, as it is in the package."""
+    return (templates_dir() / _SOURCE).read_text()
+
+
+def guard_exports(profile: Profile, *, tasks_per_node: int, gpus: int, max_relaunches: int,
+                  nodes_file: str, image: bool, master_addr: bool) -> list[tuple[str, str]]:
+    """(name, rendered value) of what job.sbatch exports for hpcdl-nodes: sizes, the
+    gate's checks, the words to look for. Values are quoted here (shell_join)."""
+    local = profile.paths.local_scratch
+    exports = [
+        ("HPCDL_NODES_FILE", shell_join([nodes_file])),
+        ("HPCDL_TASKS_PER_NODE", str(tasks_per_node)),
+        ("HPCDL_MAX_RELAUNCHES", str(max_relaunches)),
+        ("HPCDL_GATE_TIMEOUT", str(GATE_TIMEOUT_S)),
+        ("HPCDL_GATE_GPUS", str(gpus)),
+        ("HPCDL_GATE_PATHS", shell_join(["\n".join(profile.paths.shared)])),
+        ("HPCDL_STUCK_S", str(STUCK_S)),
+        ("HPCDL_STALL_S", str(STALL_S)),
+        ("HPCDL_MIN_LEFT_S", str(MIN_LEFT_S)),
+        ("HPCDL_TASK_ENDED", shell_join([SRUN_TASK_ENDED])),
+        ("HPCDL_HW_PATTERN", shell_join(["|".join(HARDWARE_ERRORS)])),
+    ]
+    if local:
+        # (a staged image's own size is checked by the staging block)
+        exports += [("HPCDL_GATE_LOCAL", shell_join([local])),
+                    ("HPCDL_GATE_MIN_MB", str(GATE_MIN_LOCAL_MB))]
+    if image:
+        runtime = profile.container.binary or profile.container.runtime
+        exports.append(("HPCDL_GATE_RUNTIME", shell_join([runtime])))
+        if profile.container.nv:
+            exports.append(("HPCDL_GATE_NV", "1"))
+    if master_addr:
+        exports.append(("HPCDL_SET_MASTER_ADDR", "1"))
+    return exports

@@ -1,0 +1,298 @@
+#!/bin/bash
+# hpcdl-nodes: the node guard of a job with spare nodes (hpcdl submit --spares S;
+# hpcdl/launch/nodes.py says what the job script exports for it). Staged into the run's
+# job/bin and used two ways:
+#   . job/bin/hpcdl-nodes          job.sbatch sources it: hpcdl_supervise keeps the
+#                                  training on N healthy nodes of the N+S allocated
+#   bash job/bin/hpcdl-nodes check the health gate's step runs it on every node: one
+#                                  line, "hpcdl-gate NODE ok" or "hpcdl-gate NODE bad: WHY"
+# A node that fails the gate, does not answer it, is down for Slurm, or whose rank printed
+# a hardware error is excluded for the rest of the run (RUN_DIR/bad-nodes.tsv, carried
+# across requeues) and given back to Slurm; the training restarts from its newest
+# checkpoint on healthy nodes, without going back to the queue. No file here is written
+# but the run directory's records; every message is one line on stderr starting "hpcdl:".
+
+# ---- on each node: the gate's checks ---------------------------------------------------
+hpcdl_node_check() {
+  local node=${SLURMD_NODENAME:-$(hostname -s)} why="" seen smi path free out
+  if (( ${HPCDL_GATE_GPUS:-0} > 0 )); then
+    # The GPUs Slurm gave the job on this node, and those the driver lists, if it is here.
+    seen=0
+    [[ -n ${CUDA_VISIBLE_DEVICES:-} ]] && seen=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+    if command -v nvidia-smi >/dev/null 2>&1; then
+      smi=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+      (( smi < seen )) && seen=$smi
+    fi
+    (( seen >= HPCDL_GATE_GPUS )) || why+="; ${seen} of ${HPCDL_GATE_GPUS} GPUs visible"
+  fi
+  while IFS= read -r path; do
+    [[ -z $path || -d $path ]] || why+="; ${path} is not mounted"
+  done <<<"${HPCDL_GATE_PATHS:-}"
+  [[ -z ${HPCDL_RUN_DIR:-} || -w $HPCDL_RUN_DIR ]] || why+="; the run directory ${HPCDL_RUN_DIR} is not writable"
+  if [[ -n ${HPCDL_GATE_LOCAL:-} ]]; then
+    free=$(df -Pk "$HPCDL_GATE_LOCAL" 2>/dev/null | awk 'NR == 2 {print $4}')
+    if [[ -z $free ]]; then
+      why+="; ${HPCDL_GATE_LOCAL} cannot be read"
+    elif (( free < ${HPCDL_GATE_MIN_MB:-0} * 1024 )); then
+      why+="; ${HPCDL_GATE_LOCAL} has $((free / 1024)) MiB free (needs ${HPCDL_GATE_MIN_MB})"
+    fi
+  fi
+  if [[ -n ${HPCDL_GATE_RUNTIME:-} && -n ${HPCDL_IMAGE:-} ]]; then
+    # The container starts (the ranks' image, the node's staged copy when there is one).
+    if ! out=$("$HPCDL_GATE_RUNTIME" exec ${HPCDL_GATE_NV:+--nv} "$HPCDL_IMAGE" /bin/true 2>&1); then
+      why+="; the container does not start: $(tail -n 1 <<<"$out" | tr -d '\t')"
+    fi
+  fi
+  if [[ -z $why ]]; then echo "hpcdl-gate $node ok"; else echo "hpcdl-gate $node bad: ${why#; }"; fi
+}
+
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  [[ ${1:-} == check ]] || { echo "usage: $0 check (job.sbatch sources this file)" >&2; exit 2; }
+  hpcdl_node_check
+  exit 0
+fi
+
+# ---- in the batch shell: the supervisor ------------------------------------------------
+hpcdl_now() { date +%s; }
+hpcdl_join() { local IFS=,; echo "$*"; }
+
+# hpcdl_nodes_init N: the allocation's nodes, the bad ones known from earlier attempts.
+hpcdl_nodes_init() {
+  hpcdl_want=$1
+  hpcdl_cycle=0
+  hpcdl_host=${SLURMD_NODENAME:-$(hostname -s)}
+  hpcdl_dir=${HPCDL_RUN_DIR:-${SLURM_SUBMIT_DIR:-.}}
+  hpcdl_bad_file=$hpcdl_dir/bad-nodes.tsv
+  hpcdl_recoveries=$hpcdl_dir/recoveries.tsv
+  mapfile -t hpcdl_all < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+  declare -gA hpcdl_bad=()
+  local node why
+  if [[ -f $hpcdl_bad_file ]]; then
+    while IFS=$'\t' read -r node why; do [[ -n $node ]] && hpcdl_bad[$node]=$why; done <"$hpcdl_bad_file"
+  fi
+  echo "hpcdl: node guard: the training runs on ${hpcdl_want} of ${#hpcdl_all[@]} nodes ($(hpcdl_join "${hpcdl_all[@]}")); the others are spares" >&2
+}
+
+# hpcdl_mark_bad NODE WHY: excluded from now on (and in the run's record).
+hpcdl_mark_bad() {
+  [[ -n ${hpcdl_bad[$1]+x} ]] && return 0
+  hpcdl_bad[$1]=$2
+  printf '%s\t%s\n' "$1" "$2" >>"$hpcdl_bad_file"
+  echo "hpcdl: node $1 excluded: $2" >&2
+}
+
+hpcdl_bad_list() {
+  local node out=()
+  for node in "${!hpcdl_bad[@]}"; do out+=("$node (${hpcdl_bad[$node]})"); done
+  local IFS=';'; echo "${out[*]}"
+}
+
+# hpcdl_gate NODE...: the gate's step on every NODE at once (beside any step left by a
+# dead node: --overlap); sets hpcdl_healthy to those that answered ok, in order.
+hpcdl_gate() {
+  local nodes=("$@") t0 out node line
+  t0=$(hpcdl_now)
+  hpcdl_healthy=()
+  (( ${#nodes[@]} )) || return 0
+  out=$(timeout "$HPCDL_GATE_TIMEOUT" srun --overlap --nodes="${#nodes[@]}" --ntasks="${#nodes[@]}" \
+    --ntasks-per-node=1 --nodelist="$(hpcdl_join "${nodes[@]}")" --kill-on-bad-exit=0 --mpi=none \
+    bash "$HPCDL_NODES_FILE" check) || true
+  for node in "${nodes[@]}"; do
+    line=$(grep -m 1 -F "hpcdl-gate ${node} " <<<"$out" || true)
+    case $line in
+      "hpcdl-gate ${node} ok") hpcdl_healthy+=("$node") ;;
+      "hpcdl-gate ${node} bad: "*) hpcdl_mark_bad "$node" "gate: ${line#*bad: }" ;;
+      *) hpcdl_mark_bad "$node" "gate: no answer in $(( $(hpcdl_now) - t0 )) s" ;;
+    esac
+  done
+  echo "hpcdl: gate: ${#hpcdl_healthy[@]} of ${#nodes[@]} nodes healthy in $(( $(hpcdl_now) - t0 )) s" >&2
+}
+
+# Give the bad nodes back: the allocation shrinks to the others (the batch host stays: this
+# shell runs there). Slurm writes slurm_job_ID_resize.sh, which brings the SLURM_*
+# variables in line with the smaller allocation; it is written and read in a scratch dir.
+hpcdl_release() {
+  local keep=() gone=() node dir
+  for node in "${hpcdl_all[@]}"; do
+    if [[ -n ${hpcdl_bad[$node]+x} && $node != "$hpcdl_host" ]]; then gone+=("$node"); else keep+=("$node"); fi
+  done
+  (( ${#gone[@]} )) || return 0
+  hpcdl_all=("${keep[@]}")
+  dir=$(mktemp -d)
+  if (cd "$dir" && scontrol update JobId="$SLURM_JOB_ID" NodeList="$(hpcdl_join "${keep[@]}")" >/dev/null 2>&1); then
+    # shellcheck disable=SC1090
+    [[ -f $dir/slurm_job_${SLURM_JOB_ID}_resize.sh ]] && . "$dir/slurm_job_${SLURM_JOB_ID}_resize.sh"
+    echo "hpcdl: released $(hpcdl_join "${gone[@]}") (the job keeps $(hpcdl_join "${keep[@]}"))" >&2
+  elif [[ ,$(scontrol show hostnames "$(squeue -h -j "$SLURM_JOB_ID" -o %N)" | paste -sd, -), != *,"${gone[0]}",* ]]; then
+    echo "hpcdl: $(hpcdl_join "${gone[@]}") left the job (Slurm took the node back when it declared it down)" >&2
+  else
+    echo "hpcdl: could not release $(hpcdl_join "${gone[@]}") (scontrol update NodeList refused); the job keeps them, unused" >&2
+  fi
+  rm -rf "$dir"
+}
+
+# After a failed step: what Slurm and the ranks say about the nodes it ran on.
+hpcdl_judge_step() {
+  local node state line task
+  while read -r node state; do
+    # down, drained, failing, or not responding (Slurm's trailing "*")
+    [[ $state =~ down|drain|fail|\* ]] && hpcdl_mark_bad "$node" "Slurm: node state ${state}"
+  done < <(sinfo -h -N -n "$HPCDL_NODELIST" -o '%N %t' 2>/dev/null)
+  while IFS= read -r line; do
+    task=${line%%:*}
+    [[ $task =~ ^[0-9]+$ ]] || continue
+    node=${hpcdl_active[task / HPCDL_TASKS_PER_NODE]:-}
+    [[ -n $node ]] && hpcdl_mark_bad "$node" "rank ${task}: $(tr -d '\t' <<<"${line#*: }" | cut -c 1-200)"
+  done < <(grep -E "^[0-9]+: .*(${HPCDL_HW_PATTERN})" "$hpcdl_err" 2>/dev/null || true)
+}
+
+# Wait for the training step, and watch for a node that died under it. Two signs: a rank
+# ended while srun goes on (srun waits for a dead node's tasks until Slurm declares the
+# node down, minutes later), or nothing in the run directory changed for HPCDL_STALL_S
+# (MPI ranks wait for a dead peer without end). Either way the gate then asks the step's
+# nodes; one that does not answer is excluded and the step is ended here.
+hpcdl_wait_step() {
+  local since="" now mark tick=0
+  mark=$(mktemp)
+  hpcdl_quiet_since=$(hpcdl_now)
+  while kill -0 "$hpcdl_step" 2>/dev/null; do
+    sleep 1
+    now=$(hpcdl_now)
+    [[ -n $hpcdl_cause ]] && continue  # time limit or preemption: the job script's turn
+    [[ -z $since ]] && grep -qE "$HPCDL_TASK_ENDED" "$hpcdl_err" 2>/dev/null && since=$now
+    if (( ++tick % 5 == 0 )) && [[ -n $(find "$hpcdl_dir" -newer "$mark" -not -path '*/job/*' -print -quit 2>/dev/null) ]]; then
+      touch "$mark"
+      hpcdl_quiet_since=$now
+    fi
+    if [[ -n $since ]] && (( now - since >= HPCDL_STUCK_S )); then
+      echo "hpcdl: a rank ended ${HPCDL_STUCK_S} s ago and the step goes on: asking its nodes" >&2
+    elif (( now - hpcdl_quiet_since >= HPCDL_STALL_S )); then
+      echo "hpcdl: nothing in the run directory changed for ${HPCDL_STALL_S} s: asking the step's nodes" >&2
+    else
+      continue
+    fi
+    hpcdl_gate "${hpcdl_active[@]}"
+    if (( ${#hpcdl_healthy[@]} < ${#hpcdl_active[@]} )); then
+      kill -KILL "$hpcdl_step" 2>/dev/null
+      break
+    fi
+    [[ -n $since ]] && since=$now
+    hpcdl_quiet_since=$now
+  done
+  rm -f "$mark"
+  # (bash's own "Killed" line for a step ended here is not the job's news)
+  { wait "$hpcdl_step"; } 2>/dev/null
+}
+
+hpcdl_time_left() {
+  squeue -h -j "$SLURM_JOB_ID" -o %L 2>/dev/null | awk -F'[-:]' '{s = 0; for (i = 1; i <= NF; i++) s = s * 60 + $i; print s}'
+}
+
+hpcdl_newest_checkpoint() {
+  local newest
+  newest=$(ls -1 "$hpcdl_dir/checkpoints" 2>/dev/null | grep -E '^checkpoint-[0-9]+\.pt$' | sort -t- -k2 -n | tail -n 1)
+  echo "${newest:--}"
+}
+
+# hpcdl_supervise: the training (hpcdl_launch, defined by job.sbatch) on N healthy nodes;
+# after a node failure, again on healthy ones from the newest checkpoint, at most
+# HPCDL_MAX_RELAUNCHES times. Returns the last step's exit code; hpcdl_cause is NODES when
+# too few healthy nodes are left (the job script then requeues or ends, naming them).
+hpcdl_supervise() {
+  local rc=0 node failed_at="" left
+  local -a candidates how
+  hpcdl_err=$(mktemp)
+  while :; do
+    candidates=()
+    for node in "${hpcdl_all[@]}"; do [[ -z ${hpcdl_bad[$node]+x} ]] && candidates+=("$node"); done
+    hpcdl_gate "${candidates[@]}"
+    hpcdl_release
+    if [[ -n $failed_at ]]; then
+      # The failed step's nodes that are bad now: a node failure (anything else is the
+      # training's own failure, which the job script handles as before).
+      how=()
+      for node in "${hpcdl_active[@]}"; do [[ -n ${hpcdl_bad[$node]+x} ]] && how+=("$node"); done
+      if (( ${#how[@]} == 0 )); then
+        echo "hpcdl: the training step failed (exit ${rc}) and every node is healthy: not a node failure, no relaunch" >&2
+        rm -f "$hpcdl_err"
+        return "$rc"
+      fi
+    fi
+    if (( ${#hpcdl_healthy[@]} < hpcdl_want )); then
+      echo "hpcdl: ${#hpcdl_healthy[@]} healthy nodes left, the training needs ${hpcdl_want}; bad nodes: $(hpcdl_bad_list)" >&2
+      [[ -n $failed_at ]] && hpcdl_record "$failed_at" "-"
+      hpcdl_cause=NODES
+      rm -f "$hpcdl_err"
+      return $(( rc ? rc : 1 ))
+    fi
+    if [[ -n $failed_at ]]; then
+      if (( hpcdl_cycle >= HPCDL_MAX_RELAUNCHES )); then
+        echo "hpcdl: node failure after ${hpcdl_cycle} relaunches (--max-restarts ${HPCDL_MAX_RELAUNCHES}): no relaunch" >&2
+        hpcdl_record "$failed_at" "-"
+        rm -f "$hpcdl_err"
+        return "$rc"
+      fi
+      left=$(hpcdl_time_left)
+      if [[ -n $left ]] && (( left < HPCDL_MIN_LEFT_S )); then
+        echo "hpcdl: node failure with ${left} s left (under ${HPCDL_MIN_LEFT_S}): no relaunch" >&2
+        hpcdl_record "$failed_at" "-"
+        rm -f "$hpcdl_err"
+        return "$rc"
+      fi
+    fi
+    # (recorded while hpcdl_active still names the failed step's nodes)
+    [[ -n $failed_at ]] && hpcdl_record "$failed_at" "$(hpcdl_now)"
+    hpcdl_active=("${hpcdl_healthy[@]:0:hpcdl_want}")
+    HPCDL_NODELIST=$(hpcdl_join "${hpcdl_active[@]}")
+    export HPCDL_NODELIST HPCDL_CYCLE=$hpcdl_cycle
+    # Rank 0 runs on the first node of the list: the rendezvous is there, on a port of
+    # this cycle's own (the last one's may still be held by a dying rank).
+    [[ -n ${HPCDL_SET_MASTER_ADDR:-} ]] && export MASTER_ADDR=${hpcdl_active[0]}
+    [[ -n ${HPCDL_MASTER_PORT0:-} ]] && export MASTER_PORT=$(( HPCDL_MASTER_PORT0 + hpcdl_cycle ))
+    [[ -n $failed_at ]] && echo "hpcdl: relaunch ${hpcdl_cycle} on ${HPCDL_NODELIST} from $(hpcdl_newest_checkpoint)" >&2
+    echo "hpcdl: training on ${HPCDL_NODELIST}${MASTER_ADDR:+ (rendezvous ${MASTER_ADDR}:${MASTER_PORT:-})}" >&2
+    rm -f "${HPCDL_PROGRESS_FILE:-/nonexistent}"
+    : >"$hpcdl_err"
+    hpcdl_launch 2> >(tee -a "$hpcdl_err" >&2) &
+    hpcdl_step=$!
+    hpcdl_wait_step
+    rc=$?
+    if [[ $rc == 0 || -n $hpcdl_cause ]]; then
+      rm -f "$hpcdl_err"
+      return "$rc"
+    fi
+    failed_at=$(hpcdl_now)
+    hpcdl_judge_step
+    hpcdl_cycle=$(( hpcdl_cycle + 1 ))
+  done
+}
+
+# One line per node failure (hpcdl.jobs.recoveries reads it): job, attempt, relaunch,
+# when it was detected, the bad nodes among the step's, how each was found, when the
+# training was started again ("-": it was not), on which nodes, from which checkpoint.
+hpcdl_record() {
+  local node nodes=() why=()
+  for node in "${hpcdl_active[@]}"; do
+    [[ -n ${hpcdl_bad[$node]+x} ]] && { nodes+=("$node"); why+=("$node: ${hpcdl_bad[$node]}"); }
+  done
+  local IFS=';'
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$SLURM_JOB_ID" "${SLURM_RESTART_COUNT:-0}" \
+    "$hpcdl_cycle" "$1" "$(hpcdl_join "${nodes[@]}")" "${why[*]}" "$2" \
+    "$([[ $2 == - ]] && echo - || hpcdl_join "${hpcdl_healthy[@]:0:hpcdl_want}")" \
+    "$(hpcdl_newest_checkpoint)" >>"$hpcdl_recoveries"
+}
+
+# hpcdl_exclude_and_requeue: back to the queue with every bad node excluded
+# (scontrol cannot change ExcNodeList of a running job: hold it as it requeues, set it,
+# release; SIGTERM, which the requeue sends this shell, is ignored meanwhile).
+hpcdl_exclude_and_requeue() {
+  local bad
+  bad=$(hpcdl_join "${!hpcdl_bad[@]}")
+  if [[ -z $bad ]]; then scontrol requeue "$SLURM_JOB_ID"; return; fi
+  trap '' TERM
+  scontrol requeuehold "$SLURM_JOB_ID" || return 1
+  scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$bad" \
+    || echo "hpcdl: could not exclude ${bad} from the requeued job" >&2
+  echo "hpcdl: requeued with ExcNodeList=${bad}" >&2
+  scontrol release "$SLURM_JOB_ID"
+}
