@@ -111,8 +111,9 @@ def compare(profile: Profile, cluster: dict[str, ClusterPartition],
             (part.cpus_per_node, cp.cpus_per_node,
              plan.cpus_per_task * plan.tasks_per_node if in_plan and plan else None,
              "CPUs per node"),
-            (part.node_limit, _node_limit(cp), plan.nodes if in_plan and plan else None,
-             "nodes per job"),
+            # (the allocation's nodes: the training's and its spares)
+            (part.node_limit, _node_limit(cp),
+             plan.nodes + plan.spares if in_plan and plan else None, "nodes per job"),
         ]
         for claim, real, need, label in checks:
             if claim is None or real is None or real >= claim:
