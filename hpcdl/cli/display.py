@@ -20,8 +20,11 @@ import click
 from hpcdl.hang.diagnosis import Diagnosis
 from hpcdl.jobs.attempts import Attempt, no_step_message
 from hpcdl.jobs.follow import RETRY_S
+from hpcdl.jobs.recoveries import Recovery
+from hpcdl.jobs.recoveries import lines as recovery_lines
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.timelimit import timeout_message
+from hpcdl.launch.nodes import RECOVERIES_NAME
 from hpcdl.probe.worker import format_size
 from hpcdl.remote.ssh import ConnectionLost
 from hpcdl.results.logs import describe_failures, format_result_table
@@ -105,7 +108,8 @@ def print_job_end(status: JobStatus, run_dir: Path, logs: JobLogs, record: Resul
            tail_lines: int = 20, max_time: str | None = None,
            attempts: list[Attempt] | None = None, hang: Diagnosis | None = None,
            html: Path | None = None, straggler: dict[str, Any] | None = None,
-           steps: bool | None = None, nodes: int = 1) -> None:
+           steps: bool | None = None, nodes: int = 1,
+           recoveries: list[Recovery] | None = None) -> None:
     """What a user reads once the job ended: state and exit code, the log's tail, which
     rank crashed and its last lines (on failure), the result table (on success), and
     for a job that ran out of time the limit it hit and the fix (``max_time``: the
@@ -165,6 +169,11 @@ def print_job_end(status: JobStatus, run_dir: Path, logs: JobLogs, record: Resul
         echo(f"--- {len(attempts)} attempt{'s' if len(attempts) != 1 else ''} "
              f"({RunDir(run_dir).attempts_file}) ---")
         for line in attempt_lines(attempts):
+            echo(line)
+    if recoveries:
+        echo(f"--- {len(recoveries)} node failure{'s' if len(recoveries) != 1 else ''} "
+             f"inside the job ({RunDir(run_dir).path / RECOVERIES_NAME}) ---")
+        for line in recovery_lines(recoveries):
             echo(line)
     if straggler and straggler.get("found"):
         echo(str(straggler["message"]))

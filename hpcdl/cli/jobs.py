@@ -10,6 +10,7 @@ from hpcdl.cli.display import attempt_lines, lost_line
 from hpcdl.jobs.attempts import no_step_message
 from hpcdl.jobs.follow import log_chunks
 from hpcdl.jobs.place import connect, reconnect
+from hpcdl.jobs.recoveries import lines as recovery_lines
 from hpcdl.jobs.rundir import find_run
 from hpcdl.jobs.status import JobSnapshot, job_snapshot
 from hpcdl.jobs.timelimit import clock_text, timeout_message
@@ -69,6 +70,8 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool,
                 data["attempts"] = [a.to_dict() for a in tried]
             if snap.run is not None:  # False: no training step completed (null: cannot tell)
                 data["steps_completed"] = snap.steps
+            if snap.recoveries:
+                data["recoveries"] = [r.to_dict() for r in snap.recoveries]
             click.echo(json.dumps(data))
         else:
             click.echo(_HEADER)
@@ -78,6 +81,11 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool,
             if len(tried) > 1:
                 click.echo(f"{len(tried)} attempts (requeued):")
                 for line in attempt_lines(tried):
+                    click.echo(line)
+            if snap.recoveries:
+                click.echo(f"{len(snap.recoveries)} node failure"
+                           f"{'s' if len(snap.recoveries) != 1 else ''} inside the job:")
+                for line in recovery_lines(snap.recoveries):
                     click.echo(line)
         return
     from hpcdl.profiles import load_profile  # pydantic: only for a profile named

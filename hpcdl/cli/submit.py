@@ -305,6 +305,8 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
         click.echo(json.dumps({**info, **outcome.record, "exit_status": code,
                                "steps_completed": outcome.steps,
                                **({"attempts": [a.to_dict() for a in tried]} if tried else {}),
+                               **({"recoveries": [r.to_dict() for r in outcome.recoveries]}
+                                  if outcome.recoveries else {}),
                                **({"hang": hang} if hang else {}),
                                "report": str(outcome.report) if outcome.report else None,
                                "straggler": outcome.straggler}))
@@ -318,7 +320,7 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
     print_job_end(final, sub.run_dir, outcome.logs, outcome.record,
                   max_time=part.max_time if part else None, attempts=outcome.attempts,
                   hang=outcome.hang, html=outcome.report, straggler=outcome.straggler,
-                  steps=outcome.steps, nodes=plan.nodes)
+                  steps=outcome.steps, nodes=plan.nodes, recoveries=outcome.recoveries)
     return code
 
 

@@ -7,12 +7,13 @@ report.html and its exit status. No terminal output: the caller's ``on_poll`` an
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION, Diagnosis
 from hpcdl.hang.watchdog import HangWatchdog, collect, find_py_spy
+from hpcdl.jobs import recoveries
 from hpcdl.jobs.attempts import Attempt
 from hpcdl.jobs.follow import MAX_INTERVAL_S, Backoff, OnLost, OnPoll, Reconnecting, Watcher, follow
 from hpcdl.jobs.place import HERE, RunPlace
@@ -53,6 +54,8 @@ class JobOutcome:
     report_error: str | None
     straggler: dict[str, Any] | None
     steps: bool | None
+    # The node failures a job with spares survived, or that ended it (hpcdl --spares).
+    recoveries: list[recoveries.Recovery] = field(default_factory=list)
 
     @property
     def probe_error(self) -> str | None:
@@ -115,7 +118,8 @@ def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
     return JobOutcome(final=final, record=record, logs=logs, exit_status=code,
                       attempts=tried, hang=dog.diagnosis if dog is not None else None,
                       report=html, report_error=why, straggler=straggler,
-                      steps=sub.run.steps_seen())
+                      steps=sub.run.steps_seen(),
+                      recoveries=recoveries.read(sub.run_dir) if plan.spares else [])
 
 
 def probe_exit(record: ResultRecord, job_code: int) -> int:

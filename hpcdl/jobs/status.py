@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcdl.jobs import rundir
+from hpcdl.jobs import recoveries, rundir
 from hpcdl.jobs.attempts import NO_STEP, Attempt, from_script, join
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.schedulers.base import JobStatus, Scheduler
@@ -27,6 +27,7 @@ class JobSnapshot:
     steps: bool | None
     nodes: int
     stderr: str
+    recoveries: list[recoveries.Recovery]
 
 
 def job_snapshot(job_id: str, scheduler: Scheduler) -> JobSnapshot:
@@ -36,6 +37,7 @@ def job_snapshot(job_id: str, scheduler: Scheduler) -> JobSnapshot:
     run = rundir.find_run(job_id)  # on the module, so a test can stand in for it
     tried = attempts(job_id, run, scheduler)
     steps, nodes, stderr = None, 1, ""
+    found = recoveries.read(run.path, job_id) if run is not None else []
     if run is not None:
         steps = run.steps_seen()
         try:
@@ -47,7 +49,7 @@ def job_snapshot(job_id: str, scheduler: Scheduler) -> JobSnapshot:
                 stderr = run.logs(job_id)[1].read_text(encoding="utf-8", errors="replace")
             except OSError:
                 pass
-    return JobSnapshot(status, run, tried, steps, nodes, stderr)
+    return JobSnapshot(status, run, tried, steps, nodes, stderr, found)
 
 
 def attempts(job_id: str, run: RunDir | None, scheduler: Scheduler) -> list[Attempt]:
