@@ -4,8 +4,10 @@
 # job/bin and used two ways:
 #   . job/bin/hpcdl-nodes          job.sbatch sources it: hpcdl_supervise keeps the
 #                                  training on N healthy nodes of the N+S allocated
-#   bash job/bin/hpcdl-nodes check the health gate's step runs it on every node: one
-#                                  line, "hpcdl-gate NODE ok" or "hpcdl-gate NODE bad: WHY"
+#   bash job/bin/hpcdl-nodes check the health gate's check on this node: one line,
+#                                  "hpcdl-gate NODE ok" or "hpcdl-gate NODE bad: WHY" (the
+#                                  gate's step carries the function itself, so a node
+#                                  that lost the shared filesystem still says why)
 # A node that fails the gate, does not answer it, is down for Slurm, or whose rank printed
 # a hardware error is excluded for the rest of the run (RUN_DIR/bad-nodes.tsv, carried
 # across requeues) and given back to Slurm; the training restarts from its newest
@@ -96,7 +98,7 @@ hpcdl_gate() {
   (( ${#nodes[@]} )) || return 0
   out=$(timeout "$HPCDL_GATE_TIMEOUT" srun --overlap --nodes="${#nodes[@]}" --ntasks="${#nodes[@]}" \
     --ntasks-per-node=1 --nodelist="$(hpcdl_join "${nodes[@]}")" --kill-on-bad-exit=0 --mpi=none \
-    bash "$HPCDL_NODES_FILE" check) || true
+    bash -c "$(declare -f hpcdl_node_check); hpcdl_node_check") || true
   for node in "${nodes[@]}"; do
     line=$(grep -m 1 -F "hpcdl-gate ${node} " <<<"$out" || true)
     case $line in

@@ -1,0 +1,149 @@
+"""Spare nodes on a real cluster: nodes die for real and the job goes on inside its
+allocation (hpcdl submit --spares; hpcdl.launch.nodes).
+
+Each test starts a 3-node cluster of its own (``netns_cluster``: a network namespace
+per node). The bundled example (ResNet-18, 32 px, synthetic data, 30 steps, a checkpoint
+every 5, slowed with --step-sleep so it can be interrupted) runs in the CPU image on 2
+nodes with 1 spare. Once its checkpoint of step 10 exists, an active node dies: every
+process in its network namespace is killed (its slurmd, the slurmstepd, the ranks), as
+when a node loses power. The job finds it (DDP: the surviving rank ends and srun waits
+for the dead node; Horovod/MPI: the survivor waits for its peer, the run directory goes
+quiet), excludes and releases the node, and relaunches on the spare from the
+checkpoint: one job id, exit 0, and the same final parameter checksum as a run of the
+same steps that nothing interrupted. A node that lost its shared filesystem before the
+start fails the health gate and the job runs on the spare.
+
+Cost: about 1.5 minutes per node-death test (a reference run, the guarded run, the
+death); the gate test about 40 s.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest_slurm import NetnsCluster, hpcdl, node_netns, submit_json
+from tests.integration.test_probe import probe_profile
+
+pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.mpi, pytest.mark.torch,
+              pytest.mark.timeout(900)]
+
+STEPS = 30
+CHECKSUM = re.compile(r"hpcdl_rank_checksum rank=(\d+) host=(\S+) checksum=(\w+)")
+
+
+def example(backend: str) -> list[str]:
+    return ["-G", "1", "--backend", backend, "--synthetic", "-X", "--arch=resnet18",
+            "-X", f"--max-steps={STEPS}", "-X", "--epochs=1", "-X", "--checkpoint-every=5"]
+
+
+def kill_node(cluster: NetnsCluster, node: str) -> None:
+    """Every process in ``node``'s network namespace killed at once (slurmd included)."""
+    netns = node_netns(node, cluster.dir)
+    assert netns is not None, f"{node} has no namespace"
+    pids = subprocess.run(["ip", "netns", "pids", netns.name], capture_output=True, text=True,
+                          timeout=30, check=True).stdout.split()
+    assert pids, f"nothing runs in {netns.name}"
+    subprocess.run(["kill", "-KILL", *pids], check=False, timeout=30)
+
+
+def checksums(text: str) -> dict[str, str]:
+    return {m.group(1): m.group(3) for m in CHECKSUM.finditer(text)}
+
+
+def final_status(job: str, env: dict[str, str], timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        res = hpcdl("status", job, "--json", env=env)
+        assert res.returncode == 0, res.stderr
+        row = json.loads(res.stdout)
+        if row["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            return dict(row)
+        assert time.monotonic() < deadline, f"job {job} not done in {timeout} s: {row}"
+        time.sleep(2)
+
+
+@pytest.fixture
+def three_nodes(netns_cluster: Callable[..., NetnsCluster], runs_dir: Path
+                ) -> tuple[NetnsCluster, dict[str, str], Path]:
+    cluster = netns_cluster(nodes=3)
+    return cluster, {**cluster.env, "HPCDL_RUNS": str(runs_dir)}, probe_profile(cluster)
+
+
+@pytest.mark.parametrize("backend", ["ddp", "horovod"])
+def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
+        backend: str, three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
+        cpu_image: Path) -> None:
+    cluster, env, profile = three_nodes
+    common = ["-p", str(profile), "-N", "2", "--image", str(cpu_image), *example(backend)]
+    ref = hpcdl("submit", *common, "--wait", "--run-dir", str(runs_dir / "ref"), env=env,
+                timeout=400)
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    reference = set(checksums(ref.stdout).values())
+    assert len(reference) == 1, ref.stdout
+
+    run = runs_dir / "spare"
+    out = submit_json(*common, "--spares", "1", "-X", "--step-sleep=1", "--run-dir", str(run),
+                      env=env)
+    job = out["job_id"]
+    deadline = time.monotonic() + 300
+    while not (run / "checkpoints" / "checkpoint-00000010.pt").exists():
+        assert time.monotonic() < deadline, "no checkpoint of step 10 in 300 s"
+        time.sleep(0.5)
+    victim = cluster.nodes[1]  # active (the first two of the allocation), not the batch host
+    died = time.time()
+    kill_node(cluster, victim)
+
+    row = final_status(job, env, timeout=500)
+    assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), row
+    log = (run / f"slurm-{job}.out").read_text()
+    err = (run / f"slurm-{job}.err").read_text()
+    sums = checksums(log)
+    assert set(sums.values()) == reference, (sums, reference)
+    # The relaunch ran on the spare, from a checkpoint, and the record says so.
+    hosts = {m.group(2) for m in CHECKSUM.finditer(log)}
+    assert hosts == {cluster.nodes[0], cluster.nodes[2]}, hosts
+    assert f"hpcdl: node {victim} excluded: " in err, err
+    (rec,) = row["recoveries"]
+    assert rec["nodes"] == [victim] and rec["active"] == [cluster.nodes[0], cluster.nodes[2]]
+    assert rec["checkpoint"].startswith("checkpoint-") and rec["steps_lost"] is not None
+    assert rec["seconds_to_train"] is not None and rec["seconds_to_train"] > 0
+    result = json.loads(next(line for line in log.splitlines()
+                             if "hpcdl_result" in line).split(": ", 1)[1])["hpcdl_result"]
+    assert result["resumed_from"].endswith(rec["checkpoint"])
+    # Back to training within a minute of the death on this 2-core machine (the goal).
+    assert rec["first_step_at"] - died < 90, (rec, died)
+    bad = (run / "bad-nodes.tsv").read_text()
+    assert bad.startswith(f"{victim}\t"), bad
+    text = hpcdl("status", job, env=env)
+    assert "1 node failure inside the job:" in text.stdout, text.stdout
+
+
+def test_the_gate_replaces_a_node_that_lost_the_shared_filesystem(
+        three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
+        cpu_image: Path) -> None:
+    cluster, env, profile = three_nodes
+    victim = cluster.nodes[1]
+    slurmd = int((cluster.dir / "run" / f"slurmd-{victim}.pid").read_text())
+    # The node loses its /scratch (the run directory's and the image's filesystem): an
+    # empty tmpfs over it in the node's mount namespace, as a failed mount leaves the
+    # empty directory behind.
+    subprocess.run(["nsenter", "-t", str(slurmd), "-m", "mount", "-t", "tmpfs", "-o",
+                    "size=1m", "lost", "/scratch"], check=True, timeout=30)
+    run = runs_dir / "gate"
+    res = hpcdl("submit", "-p", str(profile), "-N", "2", "--spares", "1", "--image",
+                str(cpu_image), *example("ddp"), "--wait", "--run-dir", str(run), env=env,
+                timeout=400)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert {m.group(2) for m in CHECKSUM.finditer(res.stdout)} == {cluster.nodes[0],
+                                                                   cluster.nodes[2]}
+    bad = (run / "bad-nodes.tsv").read_text().splitlines()
+    assert len(bad) == 1 and bad[0].startswith(f"{victim}\tgate: "), bad
+    assert "is not writable" in bad[0] or "container does not start" in bad[0], bad
+    assert not (run / "recoveries.tsv").exists()  # no training step failed
