@@ -23,7 +23,7 @@ test: setup lint
 
 # The fast tier (docs/testing.md says what it leaves to `make test`).
 unit:
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS) tests/unit
+	$(PY) -m pytest -m "not slow" --hypothesis-profile=unit $(PYTEST_ARGS) tests/unit
 
 demo:
 	scripts/demo.sh

@@ -13,6 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# `make unit` runs pytest with --hypothesis-profile=unit: the property tests each try their
+# explicit examples and 8 generated values instead of their own count (40 or 150 in
+# tests/unit/test_hostile_property.py, most of them running a script in bash), which
+# `make test` runs. Registered here, before the hypothesis plugin loads it.
+settings.register_profile("unit", max_examples=8)
 
 # What hpcdl reads from the environment to find a user's files (grep hpcdl/ for
 # os.environ, expanduser and Path.home): each is set to a folder of the test's own.
