@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo   - the main job: sandbox cluster, image, a 2-node ResNet run"
 	@echo "make test   - install what the tests need, then run lint + all tests"
-	@echo "make unit   - unit tests only (no Slurm, Apptainer, MPI)"
+	@echo "make unit   - fast unit tests only (no Slurm, Apptainer, MPI; not the slow-marked)"
 	@echo "make docs   - the documentation site (mkdocs, strict) into site/"
 
 # Everything the tests need, idempotent: each script checks before it installs.
@@ -21,8 +21,9 @@ lint:
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS) tests
 
+# The fast tier (docs/testing.md says what it leaves to `make test`).
 unit:
-	$(PY) -m pytest $(PYTEST_ARGS) tests/unit
+	$(PY) -m pytest -m "not slow" --hypothesis-profile=unit $(PYTEST_ARGS) tests/unit
 
 demo:
 	scripts/demo.sh

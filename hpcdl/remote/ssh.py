@@ -51,7 +51,7 @@ class ConnectionLost(RemoteError):
 
 class RemoteInputError(UserInputError):
     """The login node named in the profile cannot be used as given (exit 2): unknown
-    host, refused key."""
+    host, host key not accepted yet or changed, refused key."""
 
 
 @dataclass(frozen=True)
@@ -132,20 +132,35 @@ def remote_command(argv: Sequence[str]) -> str:
 
 # What ssh says on stderr when it cannot get to a shell, and what hpcdl tells the user.
 _UNKNOWN_HOST = re.compile(r"Could not resolve hostname|Name or service not known")
-_AUTH = re.compile(r"Permission denied \(|Too many authentication failures|"
-                   r"Host key verification failed")
+_AUTH = re.compile(r"Permission denied \(|Too many authentication failures")
+# OpenSSH (9.2) prints the banner "WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!" and
+# "Host key for H has changed and you have requested strict checking." for a key that
+# differs from the one recorded; for a host not recorded at all it says only "Host key
+# verification failed." (after "No ED25519 host key is known for H and you have
+# requested strict checking." under StrictHostKeyChecking=yes), in batch mode or without
+# a terminal to ask on. Changed is tested first: its text ends with the same line.
+_HOST_KEY_CHANGED = re.compile(r"REMOTE HOST IDENTIFICATION HAS CHANGED|"
+                               r"Host key for \S+ has changed")
+_HOST_KEY_UNKNOWN = re.compile(r"Host key verification failed|No \S+ host key is known for")
+_FINGERPRINT = re.compile(r"\bSHA256:[A-Za-z0-9+/=]+")
+_OFFENDING = re.compile(r"Offending \S+ key in (\S+):(\d+)")
 _UNREACHABLE = re.compile(r"Connection refused|Connection timed out|No route to host|"
                           r"Network is unreachable|Connection closed|Connection reset|"
                           r"kex_exchange_identification|timed out")
 
 
 def connection_error(login: LoginNode, stderr: str) -> UserInputError | RemoteError:
-    """The one-line error for an ssh call that exited 255: an unknown host or a refused
-    key is the profile's to fix (exit 2); an unreachable host may be passing (exit 1)."""
+    """The one-line error for an ssh call that exited 255: an unknown host, a host key
+    not yet accepted or changed, or a refused key is the profile's (or the user's) to fix
+    (exit 2); an unreachable host may be passing (exit 1)."""
     said = " ".join(stderr.split())[:300] or "no message"
     where = f"login node {login.target}" + (f" port {login.port}" if login.port else "")
     if _UNKNOWN_HOST.search(stderr):
         return RemoteInputError(f"{where}: unknown host ({said})")
+    if _HOST_KEY_CHANGED.search(stderr):
+        return RemoteInputError(_host_key_changed(login, where, stderr))
+    if _HOST_KEY_UNKNOWN.search(stderr):
+        return RemoteInputError(_host_key_unknown(login, where, said))
     if _AUTH.search(stderr):
         return RemoteInputError(f"{where}: authentication refused ({said}); check the "
                                 f"key (login.identity) and that it is in the remote "
@@ -153,6 +168,48 @@ def connection_error(login: LoginNode, stderr: str) -> UserInputError | RemoteEr
     if _UNREACHABLE.search(stderr):
         return ConnectionLost(f"{where}: unreachable ({said})")
     return RemoteError(f"{where}: ssh failed ({said})")
+
+
+def _interactive_ssh(login: LoginNode) -> str:
+    """The plain ``ssh`` command that reaches ``login`` as hpcdl does (port, jump host),
+    for the user to run once in a terminal, where ssh can ask about a host key."""
+    argv = ["ssh"]
+    if login.port:
+        argv += ["-p", str(login.port)]
+    if login.jump:
+        argv += ["-J", login.jump]
+    return shlex.join([*argv, login.target])
+
+
+def _known_hosts_name(login: LoginNode) -> str:
+    """How known_hosts names the login node: ``[host]:port`` off port 22."""
+    return f"[{login.host}]:{login.port}" if login.port and login.port != 22 else login.host
+
+
+def _host_key_unknown(login: LoginNode, where: str, said: str) -> str:
+    # Not the key's fault (the text hpcdl used to give): ssh stopped before
+    # authenticating, since it had no terminal to ask whether to trust a new host.
+    scan = shlex.join(["ssh-keyscan", *(["-p", str(login.port)] if login.port else []),
+                       login.host])
+    how = (f"check its fingerprint with the site, then accept it once by connecting in a "
+           f"terminal: {_interactive_ssh(login)}")
+    if not login.jump:  # ssh-keyscan cannot go through a jump host
+        how += f" (or add it with: {scan} >> ~/.ssh/known_hosts)"
+    return f"{where}: its host key is not in ~/.ssh/known_hosts yet ({said}); {how}"
+
+
+def _host_key_changed(login: LoginNode, where: str, stderr: str) -> str:
+    found = _FINGERPRINT.search(stderr)
+    offending = _OFFENDING.search(stderr)
+    record = f"{offending[1]} line {offending[2]}" if offending else "~/.ssh/known_hosts"
+    sent = f"; it now sends {found[0]}" if found else ""
+    remove = shlex.join(["ssh-keygen", "-R", _known_hosts_name(login)]
+                        + (["-f", offending[1]] if offending else []))
+    return (f"{where}: its host key has CHANGED from the one recorded in {record} "
+            f"(ssh: REMOTE HOST IDENTIFICATION HAS CHANGED{sent}); this can be an attack: "
+            f"ask the site whether the key changed and what its fingerprint is, and only "
+            f"then remove the old one ({remove}) and accept the new one once in a "
+            f"terminal: {_interactive_ssh(login)}")
 
 
 @dataclass(frozen=True)
@@ -323,7 +380,8 @@ _SSH_SAID = re.compile(r"^ssh: |^kex_exchange_identification|^Connection closed 
 def _ssh_said(stderr: str) -> bool:
     """Whether a failure was ssh's own (it could not connect or authenticate) rather than
     the remote command's: a command may exit 255 too, but ssh then said nothing."""
-    return any(p.search(stderr) for p in (_SSH_SAID, _UNKNOWN_HOST, _AUTH, _UNREACHABLE))
+    return any(p.search(stderr) for p in (_SSH_SAID, _UNKNOWN_HOST, _HOST_KEY_CHANGED,
+                                           _HOST_KEY_UNKNOWN, _AUTH, _UNREACHABLE))
 
 
 _STAT = re.compile(r"^Total bytes (sent|received): ([\d,.]+)", re.M)

@@ -46,7 +46,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 DEFAULT: dict[str, Any] = {
     "states": [["PENDING", 1], ["RUNNING", 2], ["COMPLETED", 0]],
@@ -141,10 +141,10 @@ def opt(argv: list[str], flag: str) -> str | None:
     return None
 
 
-def sbatch(argv: list[str]) -> int:
+def sbatch(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
     scen = scenario()
     if scen.get("refuse"):
-        sys.stderr.write(f"sbatch: error: Batch job submission failed: {scen['refuse']}\n")
+        stderr.write(f"sbatch: error: Batch job submission failed: {scen['refuse']}\n")
         return 1
     script = Path(argv[-1])
     text = script.read_text()
@@ -174,22 +174,22 @@ def sbatch(argv: list[str]) -> int:
         folder = Path(shlex.split(pid_dir.group(1))[0])
         for name, line in spec["pids"].items():
             (folder / name).write_text(line + "\n")
-    print(f"{job_id};fake" if "--parsable" in argv else f"Submitted batch job {job_id}")
+    print(f"{job_id};fake" if "--parsable" in argv else f"Submitted batch job {job_id}", file=stdout)
     return 0
 
 
-def srun(argv: list[str]) -> int:
+def srun(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
     """Only ``srun --overlap --jobid=J --nodelist=N ...`` (the hang watchdog's step)."""
     job_id, node = opt(argv, "--jobid"), opt(argv, "--nodelist")
     with Store() as data:
         job = data["jobs"].get(job_id or "")
         state = where(job, data["tick"])[0] if job else None
     if job is None or state != "RUNNING":
-        sys.stderr.write(f"srun: error: Unable to create step for job {job_id}: "
+        stderr.write(f"srun: error: Unable to create step for job {job_id}: "
                          "Job/step already completing or completed\n")
         return 1
     spec = spec_for(job["name"], scenario())
-    sys.stdout.write(spec.get("srun", {}).get(node, ""))
+    stdout.write(spec.get("srun", {}).get(node, ""))
     return 0
 
 
@@ -205,7 +205,7 @@ def _rows(ids: list[str] | None, data: dict[str, Any]) -> list[tuple[dict[str, A
     return out
 
 
-def squeue(argv: list[str]) -> int:
+def squeue(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
     ids = opt(argv, "-j")
     age = scenario().get("min_job_age", 3)
     with Store() as data:
@@ -214,7 +214,7 @@ def squeue(argv: list[str]) -> int:
         rows = [(j, s, e) for j, s, e in _rows(ids.split(",") if ids else None, data)
                 if e is None or data["tick"] - e <= age]
     if ids and "," not in ids and not rows:
-        sys.stderr.write("slurm_load_jobs error: Invalid job id specified\n")
+        stderr.write("slurm_load_jobs error: Invalid job id specified\n")
         return 1
     for job, state, ended in rows:
         nodes = "" if state == "PENDING" else "n1"
@@ -222,10 +222,10 @@ def squeue(argv: list[str]) -> int:
         if "-O" in argv:  # hpcdl's batched query: exit_code is the raw wait status
             code, sig = exit_of(job, state) if ended is not None else (0, 0)
             print(f"{job['id']}|{state}|{reason}|{nodes}|0:01|30:00|{job['partition']}|"
-                  f"{(code << 8) | sig}|{job['name']}")
+                  f"{(code << 8) | sig}|{job['name']}", file=stdout)
         else:
             print(f"{job['id']}|{state}|{reason}|{nodes}|0:01|30:00|{job['partition']}|"
-                  f"{job['name']}")
+                  f"{job['name']}", file=stdout)
     return 0
 
 
@@ -252,7 +252,7 @@ def earlier_attempts(job: dict[str, Any], tick: int) -> list[str]:
     return out
 
 
-def sacct(argv: list[str]) -> int:
+def sacct(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
     ids = opt(argv, "-j")
     lag = scenario().get("sacct_lag", 1)
     with Store() as data:
@@ -262,53 +262,53 @@ def sacct(argv: list[str]) -> int:
         for job, state, ended in rows:
             for n, old in enumerate(earlier_attempts(job, tick)):
                 print(f"{job['id']}|{old}|0:0|n1|00:00:02|30:00|{job['partition']}|"
-                      f"2026-01-01T00:0{n}:00|2026-01-01T00:0{n}:30|None|{job['name']}")
+                      f"2026-01-01T00:0{n}:00|2026-01-01T00:0{n}:30|None|{job['name']}", file=stdout)
             code = "{}:{}".format(*exit_of(job, state)) if ended is not None else "0:0"
             print(f"{job['id']}|{state}|{code}|n1|00:00:03|30:00|{job['partition']}|"
                   f"2026-01-01T00:09:00|{'2026-01-01T00:09:30' if ended else 'Unknown'}|None|"
-                  f"{job['name']}")
+                  f"{job['name']}", file=stdout)
         return 0
     for job, state, ended in rows:
         if ended is not None and tick - ended < lag:
-            print(f"{job['id']}|PENDING|0:0||00:00:00|30:00|{job['partition']}|allocation")
+            print(f"{job['id']}|PENDING|0:0||00:00:00|30:00|{job['partition']}|allocation", file=stdout)
             continue
         code = "{}:{}".format(*exit_of(job, state)) if ended is not None else "0:0"
-        print(f"{job['id']}|{state}|{code}|n1|00:00:03|30:00|{job['partition']}|{job['name']}")
+        print(f"{job['id']}|{state}|{code}|n1|00:00:03|30:00|{job['partition']}|{job['name']}", file=stdout)
     return 0
 
 
-def scontrol(argv: list[str]) -> int:
+def scontrol(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
     if argv[-1] == "partition":
-        sys.stdout.write(PARTITIONS)
+        stdout.write(PARTITIONS)
         return 0
     job_id = argv[-1]
     with Store() as data:
         rows = _rows([job_id], data)
     if not rows:
-        sys.stderr.write("slurm_load_jobs error: Invalid job id specified\n")
+        stderr.write("slurm_load_jobs error: Invalid job id specified\n")
         return 1
     job, state, ended = rows[0]
     code = job["exit"] if ended is not None else "0:0"
     print(f"JobId={job_id} JobName={job['name']} JobState={state} Reason=None "
           f"ExitCode={code} StdErr={job['stderr_path']} StdIn=/dev/null "
-          f"StdOut={job['stdout_path']} Power=")
+          f"StdOut={job['stdout_path']} Power=", file=stdout)
     return 0
 
 
-def scancel(argv: list[str]) -> int:
+def scancel(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
     with Store() as data:
         for job_id in argv:
             job = data["jobs"].get(job_id)
             if job is None:
-                sys.stderr.write(f"scancel: error: Invalid job id {job_id}\n")
+                stderr.write(f"scancel: error: Invalid job id {job_id}\n")
                 continue
             if where(job, data["tick"])[1] is None:
                 job["cancelled_at"] = data["tick"]
     return 0
 
 
-def sinfo(argv: list[str]) -> int:
-    sys.stdout.write(SINFO)
+def sinfo(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
+    stdout.write(SINFO)
     return 0
 
 
@@ -316,11 +316,17 @@ TOOLS = {"sbatch": sbatch, "squeue": squeue, "sacct": sacct, "scontrol": scontro
          "scancel": scancel, "sinfo": sinfo, "srun": srun}
 
 
-def main() -> int:
-    tool, argv = sys.argv[1], sys.argv[2:]
+def call(tool: str, argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
+    """Run ``tool`` (a key of TOOLS) as its command would: its output goes to ``stdout``
+    and ``stderr``, its exit status is returned. The PATH wrappers (bin/) and the in-process
+    executor of tests/fakeslurm/fixture.py both come here."""
     with open(state_dir() / "calls.jsonl", "a") as fh:
         fh.write(json.dumps({"tool": tool, "argv": argv}) + "\n")
-    return TOOLS[tool](argv)
+    return TOOLS[tool](argv, stdout, stderr)
+
+
+def main() -> int:
+    return call(sys.argv[1], sys.argv[2:], sys.stdout, sys.stderr)
 
 
 if __name__ == "__main__":

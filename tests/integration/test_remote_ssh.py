@@ -199,5 +199,15 @@ def test_connection_failures_are_one_line_each(
     closed = client(cluster_user, login, "ex.run(['true'])", port=free_port())
     assert closed["type"] == "ConnectionLost" and closed["exit_code"] == 1
     assert ": unreachable (" in closed["error"] and "Connection refused" in closed["error"]
-    for err in (unknown, refused, closed):
+    # The same server by another name: known_hosts holds its key for [127.0.0.1]:PORT
+    # only, so ssh knows no key for [localhost]:PORT and, with no terminal to ask on,
+    # stops before authenticating. That is a host key to accept, not a refused key.
+    new_key = client(cluster_user, login, "ex.run(['true'])", host="localhost")
+    assert new_key["type"] == "RemoteInputError" and new_key["exit_code"] == 2, new_key
+    assert new_key["error"].startswith(f"login node {cluster_user.name}@localhost port "
+                                       f"{login.port}: its host key is not in "
+                                       f"~/.ssh/known_hosts yet ("), new_key
+    assert f"ssh -p {login.port} {cluster_user.name}@localhost" in new_key["error"], new_key
+    assert "authorized_keys" not in new_key["error"], new_key
+    for err in (unknown, refused, closed, new_key):
         assert "\n" not in err["error"]

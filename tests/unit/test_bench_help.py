@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+# A Python start and the bench's imports each (~0.25 s, 20 benches): `make test`, not
+# `make unit`.
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("bench_*.py")))

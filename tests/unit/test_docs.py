@@ -59,6 +59,7 @@ def test_readme_docs_links_resolve() -> None:
     assert not missing, f"README links to missing files: {missing}"
 
 
+@pytest.mark.slow  # a whole mkdocs build: `make test`, not `make unit`
 def test_site_builds_strictly_with_the_generated_reference(tmp_path: Path) -> None:
     out = _mkdocs_build(ROOT / "mkdocs.yml", tmp_path / "site")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -71,6 +72,7 @@ def test_site_builds_strictly_with_the_generated_reference(tmp_path: Path) -> No
     assert (tmp_path / "site" / "scale.png").is_file()
 
 
+@pytest.mark.slow  # a whole mkdocs build: `make test`, not `make unit`
 def test_a_broken_link_or_anchor_fails_the_build(tmp_path: Path) -> None:
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "docs", copy / "docs")

@@ -451,7 +451,13 @@ def test_the_plan_records_pids_only_with_the_watchdog() -> None:
 
 
 def test_submit_refuses_bad_watchdog_input_in_one_line() -> None:
-    base = ["python3", "-m", "hpcdl", "submit", "-p", "sandbox", "-N", "2", "-G", "0"]
+    # In process (click's runner): the CLI's own error handling, without a Python start
+    # per case.
+    from click.testing import CliRunner
+
+    from hpcdl.cli import cli
+
+    base = ["submit", "-p", "sandbox", "-N", "2", "-G", "0"]
     cases = {
         ("--hang-timeout", "soon", "--wait"): "error: hang-timeout: 'soon' is not a number of "
                                                "seconds (e.g. 600)",
@@ -465,14 +471,14 @@ def test_submit_refuses_bad_watchdog_input_in_one_line() -> None:
             "error: hang-timeout: the watchdog follows one job; --chain 2 submits 2",
     }
     for args, message in cases.items():
-        res = subprocess.run([*base, *args, "--", "python3", "t.py"], capture_output=True,
-                             text=True, timeout=60)
-        assert res.returncode == 2, (args, res.stderr)
+        res = CliRunner().invoke(cli, [*base, *args, "--", "python3", "t.py"],
+                                 catch_exceptions=False)
+        assert res.exit_code == 2, (args, res.stderr)
         assert res.stderr.splitlines()[0] == message, args
         assert len(res.stderr.splitlines()) <= 2 and not res.stdout
-    res = subprocess.run([*base, "--hang-timeout", "900", "-t", "10", "--dry-run", "--",
-                          "python3", "t.py"], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0
+    res = CliRunner().invoke(cli, [*base, "--hang-timeout", "900", "-t", "10", "--dry-run", "--",
+                                   "python3", "t.py"], catch_exceptions=False)
+    assert res.exit_code == 0
     assert ("warning: hang-timeout: 900 s is not shorter than the job's time limit 00:10:00: "
             "the watchdog cannot fire before it") in res.stderr
 

@@ -38,7 +38,7 @@ from typing import Any
 import pydantic
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hpcdl.container.definition import RenderContext, render_definition
@@ -53,7 +53,11 @@ from hpcdl.plan import DEFAULT_EXAMPLE, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
 from tests.unit.jobfiles import stage_job_scripts
 
-MAX_EXAMPLES = 40
+# Generated values per test. `make unit` loads the hypothesis profile "unit"
+# (tests/unit/conftest.py), whose smaller max_examples then wins; `make test` and a plain
+# pytest run use these counts.
+MAX_EXAMPLES = min(40, settings.default.max_examples)
+FILE_EXAMPLES = min(150, settings.default.max_examples)
 MARK = "PWNED"
 PROPERTY = settings(max_examples=MAX_EXAMPLES, derandomize=True, database=None, deadline=None,
                     suppress_health_check=list(HealthCheck))
@@ -68,6 +72,9 @@ INJECTIONS = [
     f"%post\ntouch {MARK}", f"\"\ntouch {MARK}\n\"", f"'\ntouch {MARK}\n'", f"\x1b[2J$(touch {MARK})",
     f"$'\\ntouch {MARK}'", f"<(touch {MARK})", f">{MARK}", f"\n>{MARK}",
 ]
+# Tried first in every field whatever the number of generated examples: a new line, a
+# command substitution, a command separator, backquotes.
+CLASSIC = [f"\ntouch {MARK}", f"$(touch {MARK})", f"; touch {MARK}", f"`touch {MARK}`"]
 PREFIXES = ["", "ok", "a b", "x.y-1", "/p/q", "%post", "#", "-x"]
 SUFFIXES = ["", "\n", "\r\n", " ", "\n ", "\u2028", "\x00", "\t"]
 DANGER = list("\n\r\x00\x0b\x1b\u2028\u2029\x85;&|$`'\"\\(){}<>#%*? \t=,:@/") + list("ab1.-")
@@ -78,6 +85,17 @@ hostile_strings = st.one_of(
     st.text(alphabet=st.sampled_from(DANGER), min_size=1, max_size=16),
     st.text(min_size=1, max_size=16),
 )
+
+
+def classics(**fixed: Any) -> Any:
+    """Decorator: CLASSIC as explicit examples (hypothesis runs those before any value it
+    generates, and max_examples does not count them); ``fixed``: the test's other
+    arguments."""
+    def add(test: Any) -> Any:
+        for value in CLASSIC:
+            test = example(value=value, **fixed)(test)
+        return test
+    return add
 
 
 # --- walking the schemas -------------------------------------------------------------
@@ -344,6 +362,7 @@ def test_profile_field_cannot_run_a_command(slot, stub_bin, runs_root, tmp_path)
 
     @PROPERTY
     @given(value=hostile_strings)
+    @classics()
     def check(value: str) -> None:
         text = yaml.safe_dump(with_value(PROFILE_BASE, slot, value, key))
         try:
@@ -412,6 +431,7 @@ def test_spec_field_cannot_add_a_line_or_section(slot, tmp_path):
 
     @PROPERTY
     @given(value=hostile_strings, base=st.sampled_from(sorted(refs)))
+    @classics(base=sorted(refs)[0])
     def check(value: str, base: str) -> None:
         (ref_header, ref_names, ref_body), key = refs[base]
         text = yaml.safe_dump(with_value(SPEC_BASES[base], slot, value, key))
@@ -495,6 +515,7 @@ def test_request_option_cannot_run_a_command(name, stub_bin, runs_root, tmp_path
 
     @PROPERTY
     @given(value=hostile_strings)
+    @classics()
     def check(value: str) -> None:
         req = _request_with(name, value, runs_root)
         try:
@@ -579,7 +600,7 @@ def test_any_file_content_is_a_model_or_one_error_line(model, tmp_path):
 
     path = tmp_path / "f.yaml"
 
-    @settings(max_examples=150, derandomize=True, database=None, deadline=None,
+    @settings(max_examples=FILE_EXAMPLES, derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
     @given(data=file_bytes)
     def check(data: bytes) -> None:

@@ -202,6 +202,20 @@ def test_template_override(tmp_path):
     assert [rel for rel, _ in plan.job_scripts] == ["bin/hpcdl-rank-env", "bin/hpcdl-master-port"]
 
 
+def test_an_edited_template_is_read_again_in_the_same_process(tmp_path):
+    # Compiled templates are kept per search path (hpcdl.core.templating): an edit must
+    # still show. Jinja compares mtimes, and two writes within one timestamp tick of the
+    # filesystem share one, so the edit here is dated a second later.
+    custom = tmp_path / "my.sh.j2"
+    req = JobRequest(nodes=1, gpus=1, template=str(custom), command=("hostname",))
+    custom.write_text("#!/bin/sh\n# first {{ ntasks }}\n")
+    assert build_plan(load_profile("sandbox"), req).script == "#!/bin/sh\n# first 1\n"
+    stat = custom.stat()
+    custom.write_text("#!/bin/sh\n# second {{ ntasks }}\n")
+    os.utime(custom, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert build_plan(load_profile("sandbox"), req).script == "#!/bin/sh\n# second 1\n"
+
+
 def test_a_site_template_that_includes_the_inline_block_still_renders(tmp_path):
     # Written for the inline wrapper (before it became a file): the block still renders
     # the same port pick, and the launch line runs the staged file.

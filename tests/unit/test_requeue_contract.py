@@ -71,7 +71,8 @@ def test_profile_default_turns_requeue_on(tmp_path: Path) -> None:
 def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
               signal_after: float | None = None, left: str = "0:30") -> tuple[int, str, str]:
     """Run the rendered script with stub srun (runs ``step``), scontrol and squeue (whose
-    time left, ``left``, tells a time limit from a preemption)."""
+    time left, ``left``, tells a time limit from a preemption); ``signal_after``: send
+    the job's signal that many seconds after the step started."""
     run = tmp_path / "run"
     run.mkdir(exist_ok=True)
     p = build_plan(load_profile("sandbox"), JobRequest(
@@ -80,17 +81,21 @@ def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
     stage_job_scripts(p, tmp_path)  # the rank wrapper and port pick, as submit stages them
     stub = tmp_path / "bin"
     stub.mkdir(exist_ok=True)
-    (stub / "srun").write_text('#!/bin/bash\nwhile [[ $1 == -* ]]; do shift; done\nexec "$@"\n')
+    # The step starts after the script has set its trap: the signal may come from then on.
+    started = tmp_path / "step-started"
+    (stub / "srun").write_text(f'#!/bin/bash\n: > {started}\nwhile [[ $1 == -* ]]; do shift; done\n'
+                               'exec "$@"\n')
     # `scontrol show hostnames` (MASTER_ADDR, the first node) answers; the rest is logged.
     (stub / "scontrol").write_text('#!/bin/bash\n[[ $1 == show ]] && { echo n1; exit 0; }\n'
                                    f'echo "$@" >> {tmp_path}/scontrol.log\n')
     (stub / "squeue").write_text(f"#!/bin/bash\n[[ $* == *%L* ]] && echo {left}\nexit 0\n")
-    # No 300 s wait after the requeue (Slurm would kill the script then), and the fallback
+    # No 300 s wait after the requeue (Slurm would kill the script then), no 2 s for a
+    # previous attempt's step to be cleaned up (there is none), and the fallback
     # SIGTERM after 1 s instead of wait_seconds(20) = 10 (the stepping ranks answer the
     # flag within 0.05 s; the shell's background sleep would hold its pipes open for the
     # full wait); other sleeps stay.
     (stub / "sleep").write_text(
-        '#!/bin/bash\n[[ $1 == 300 ]] && exit 0\n'
+        '#!/bin/bash\n[[ $1 == 300 || $1 == 2 ]] && exit 0\n'
         f'[[ $1 == {requeue.wait_seconds(20)} ]] && exec /bin/sleep 1\n'
         'exec /bin/sleep "$@"\n')
     for f in stub.iterdir():
@@ -106,6 +111,9 @@ def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
         flag = run / "requeue.flag"
         import signal as sig
         import time
+        deadline = time.monotonic() + 20
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
         time.sleep(signal_after)
         proc.send_signal(sig.SIGUSR2)
         deadline = time.monotonic() + 20
@@ -126,7 +134,7 @@ POLL = ("import os, sys, time, pathlib\n"
 
 
 def test_signal_reaches_the_step_through_the_flag_and_the_job_requeues(tmp_path: Path) -> None:
-    code, err, scontrol = run_block(tmp_path, POLL, restart=0, signal_after=1.0)
+    code, err, scontrol = run_block(tmp_path, POLL, restart=0, signal_after=0.1)
     assert "SIGUSR2" in err and "(attempt 0, TIMEOUT)" in err  # 30 s left: the time limit
     assert scontrol.strip() == "requeue 42"
     line = (tmp_path / "run" / "attempts.tsv").read_text().split("\t")
@@ -187,7 +195,7 @@ def test_an_attempt_that_fails_before_its_first_step_is_not_requeued(tmp_path: P
 def test_an_attempt_that_reaches_its_time_limit_without_a_step_is_not_requeued(
         tmp_path: Path) -> None:
     code, err, scontrol = run_block(tmp_path, STOP_WITHOUT_A_STEP, restart=0, max_restarts=3,
-                                    signal_after=1.0)
+                                    signal_after=0.1)
     assert "(attempt 0, TIMEOUT)" in err and scontrol == ""
     assert code == 143 and causes(tmp_path) == ["STALLED"]
     assert "completed no step before its time limit: exit 143 (STALLED); not requeued" in err
@@ -195,7 +203,7 @@ def test_an_attempt_that_reaches_its_time_limit_without_a_step_is_not_requeued(
 
 def test_a_preemption_before_the_first_step_is_requeued(tmp_path: Path) -> None:
     # 9 minutes left: the signal is a preemption, not the job's doing.
-    code, err, scontrol = run_block(tmp_path, STOP_WITHOUT_A_STEP, restart=0, signal_after=1.0,
+    code, err, scontrol = run_block(tmp_path, STOP_WITHOUT_A_STEP, restart=0, signal_after=0.1,
                                     left="9:00")
     assert "(attempt 0, PREEMPTED)" in err and scontrol.strip() == "requeue 42"
     assert causes(tmp_path) == ["PREEMPTED"]
