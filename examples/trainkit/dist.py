@@ -250,7 +250,16 @@ class DDPBackend(Backend):
         return self._broadcast_object(extra)
 
     def allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
-        self.dist.all_reduce(tensor, op=self.dist.ReduceOp.SUM)
+        if tensor.device == self.device:
+            self.dist.all_reduce(tensor, op=self.dist.ReduceOp.SUM)
+            return tensor
+        # A process group initialised with "nccl" has no backend for CPU tensors ("No
+        # backend type associated with device type cpu"), and the loop's sums and
+        # counts live on the CPU: reduce a copy on this rank's GPU, then copy it back
+        # in place, as the gloo path above does.
+        on_device = tensor.to(self.device)
+        self.dist.all_reduce(on_device, op=self.dist.ReduceOp.SUM)
+        tensor.copy_(on_device)
         return tensor
 
     def allgather_object(self, obj: Any, name: str) -> list[Any]:

@@ -16,7 +16,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("bench_*.py")))
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("bench_*.py"))
+                         + ["gpu_check.py"])
 def test_bench_help(script: str) -> None:
     res = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True,
                          text=True, timeout=120, check=False)

@@ -95,3 +95,30 @@ def test_sync_figures_are_means_per_step_and_a_share():
     figures = sync_figures(_OneRank(), steps=4, step_seconds=2.0, sync_seconds=0.5)
     assert figures == {"step_seconds": 0.5, "sync_seconds": 0.125, "sync_share": 0.25}
     assert sync_figures(_OneRank(), 0, 0.0, 0.0)["sync_share"] is None
+
+
+class _DoublingDist:
+    """torch.distributed's all_reduce as two ranks holding the same values would give."""
+
+    class ReduceOp:
+        SUM = "sum"
+
+    def __init__(self) -> None:
+        self.reduced: list = []
+
+    def all_reduce(self, tensor, op):
+        self.reduced.append(tensor)
+        tensor.mul_(2)
+
+
+def test_ddp_allreduce_sum_reduces_a_tensor_on_the_ranks_device_in_place():
+    # The gloo path (a CPU rank, CPU sums) reduces the caller's tensor itself, no copy;
+    # only a CUDA rank's CPU tensors go through a GPU copy (tests/unit/test_examples_gpu.py).
+    from trainkit.dist import DDPBackend
+
+    backend = object.__new__(DDPBackend)
+    backend.device = torch.device("cpu")
+    backend.dist = _DoublingDist()
+    sums = torch.tensor([1.0, 2.5], dtype=torch.float64)
+    assert backend.allreduce_sum(sums, name="sums") is sums
+    assert sums.tolist() == [2.0, 5.0] and backend.dist.reduced == [sums]

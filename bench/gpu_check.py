@@ -1,0 +1,1059 @@
+#!/usr/bin/env python3
+"""GPU check: one command that proves hpcdl's GPU paths on a lent GPU machine (one
+NVIDIA GPU, torch with CUDA and torchvision, no Slurm, Apptainer, Horovod or network)
+in under 8 minutes, and writes what it found as JSON and as a markdown table.
+
+Steps, each with its own time budget; a failed step is recorded with its error's last
+lines and the next one still runs (the report is rewritten after every step, so even a
+killed run leaves what it finished):
+
+  1. gpu_tests     the gpu-marked tests, natively: tests/unit/test_examples_gpu.py with
+                   pytest --noconftest (skipped, saying so, when pytest is missing); the
+                   other gpu-marked tests need Apptainer and the GPU image
+  2. example       examples/resnet50_imagenet.py (synthetic data, ResNet-50, AMP and
+                   channels_last, batch 256) under `python -m torch.distributed.run
+                   --nproc-per-node 1` (DDP over NCCL, world 1) and plain; images/s after
+                   warm-up against a minimal training loop of the same model and batch
+                   (the ceiling: the ratio is the example's own overhead) and against
+                   NVIDIA's published ResNet-50 v1.5 AMP figures
+  3. data          the example's JPEG loader on a generated ImageNet-sized set
+                   (hpcdl.data.tiny) with 4, 8 and 16 workers; decoding only (what any
+                   lighter PIL pipeline is bounded by); nvJPEG decode and augmentation on
+                   the GPU (torchvision.io.decode_jpeg(device='cuda')); whether each can
+                   feed the rate the example trains at in step 2
+  4. checkpoint    a checkpoint written from GPU tensors with the example's own code
+                   (trainkit.loop.Checkpoints), resumed into a fresh model: the same state
+  5. apptainer_nv  `apptainer exec --nv`: skipped where there is no apptainer
+
+--cpu runs the same steps small (ResNet-18, 32 px, a few steps, a few dozen images, 0-1
+workers) with CUDA hidden, every GPU part reported as skipped with the reason; it
+finishes in well under a minute on 2 cores. Exit status 1 if any step failed (skipped is
+not failed). Files go to $OUT if set (the device tool's output folder), else here.
+
+  python3 bench/gpu_check.py --json $OUT/gpu.json --md $OUT/gpu.md    # on the GPU machine
+  python3 bench/gpu_check.py --cpu --json /tmp/gpu.json --md /tmp/gpu.md
+
+Needs only the standard library, torch, torchvision (GPU decode and a second ceiling;
+optional) and this checkout; nothing is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = Path(__file__).resolve()
+EXAMPLE = ROOT / "examples" / "resnet50_imagenet.py"
+NATIVE_GPU_TESTS = ROOT / "tests" / "unit" / "test_examples_gpu.py"
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]  # hpcdl, bench and trainkit
+
+from bench.machine import describe, facts_line  # noqa: E402
+
+CHILD_TAG = "GPU_CHECK_CHILD "
+# NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5, AMP, batch 256, one GPU (DALI
+# loader, real ImageNet): training images/s as published, rounded.
+PUBLIC = {"A100": 2500, "H100": 3000}
+PUBLIC_SOURCE = ("NVIDIA DeepLearningExamples PyTorch ResNet-50 v1.5, AMP, batch 256, "
+                 "one GPU: ~2,500 img/s on an A100, ~3,000 on an H100")
+# The launch variables a surrounding job (Slurm, mpirun, torchrun, hpcdl) would leave:
+# the check's runs are single processes or torchrun's own world of one.
+_JOB_PREFIXES = ("SLURM_", "SRUN_", "OMPI_", "PMIX_", "PMI_", "HOROVOD_", "TORCHELASTIC_",
+                 "HPCDL_")
+_JOB_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+              "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each step runs: the real thing on a GPU, a token of it on the CPU."""
+
+    arch: str
+    image_size: int
+    batch: int
+    classes: int
+    example_steps: int  # steps of each example run
+    example_warmup: int  # of them, left out of images/s (cuDNN autotuning, allocator)
+    ceiling_steps: int
+    ceiling_warmup: int
+    tiny_classes: int  # the generated JPEG set
+    tiny_per_class: int
+    tiny_size: int
+    loader_batch: int
+    workers: tuple[int, ...]
+    gpu_decode_batches: int
+    threads: int  # torch threads per process, 0: the example's own default
+    budgets: dict[str, float] = field(default_factory=dict)  # seconds per step
+
+
+GPU_SIZES = Sizes(
+    arch="resnet50", image_size=224, batch=256, classes=1000,
+    example_steps=50, example_warmup=15, ceiling_steps=40, ceiling_warmup=15,
+    # 416 x 416 ~ the pixel count of an average ImageNet photo (~470 x 390); 520 files,
+    # read again and again (sampled with replacement) from the page cache.
+    tiny_classes=8, tiny_per_class=64, tiny_size=416,
+    loader_batch=64, workers=(4, 8, 16), gpu_decode_batches=8, threads=0,
+    budgets={"gpu_tests": 90, "example": 200, "data": 100, "checkpoint": 45,
+             "apptainer_nv": 15},
+)  # fmt: skip
+CPU_SIZES = Sizes(
+    arch="resnet18", image_size=32, batch=8, classes=10,
+    example_steps=8, example_warmup=2, ceiling_steps=5, ceiling_warmup=2,
+    tiny_classes=4, tiny_per_class=12, tiny_size=64,
+    # One thread: two processes on 2 shared cores would otherwise oversubscribe them.
+    loader_batch=8, workers=(0, 1), gpu_decode_batches=0, threads=1,
+    budgets={"gpu_tests": 60, "example": 90, "data": 45, "checkpoint": 30,
+             "apptainer_nv": 15},
+)  # fmt: skip
+
+STEPS = (
+    ("gpu_tests", "gpu-marked tests"),
+    ("example", "bundled example, synthetic"),
+    ("data", "JPEG data path"),
+    ("checkpoint", "checkpoint round trip"),
+    ("apptainer_nv", "apptainer --nv"),
+)
+
+
+# ---------------------------------------------------------------------------------------
+# Running things: every command in its own process group with a hard timeout
+
+
+class StepFailed(Exception):
+    """A step's failure; ``tail`` holds the last lines of the output that explain it."""
+
+    def __init__(self, message: str, tail: str = "",
+                 figures: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.tail = tail
+        self.figures = figures or {}
+
+
+@dataclass
+class Ran:
+    argv: list[str]
+    returncode: int
+    output: str
+    seconds: float
+    timed_out: bool
+
+
+def last_lines(text: str, n: int = 25) -> str:
+    return "\n".join(text.rstrip().splitlines()[-n:])
+
+
+def clean_env(cpu: bool, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(_JOB_PREFIXES) and k not in _JOB_NAMES}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["PYTHONUNBUFFERED"] = "1"
+    if cpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # --cpu means CPU even on a GPU machine
+    elif "CUDA_VISIBLE_DEVICES" in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    env.update(extra or {})
+    return env
+
+
+def run_logged(argv: list[str], *, timeout: float, env: dict[str, str], log: Path,
+               cwd: Path | None = None) -> Ran:
+    """Run ``argv`` with its output (stdout and stderr) into ``log``. On timeout the whole
+    process group is killed: torchrun's workers would otherwise outlive their launcher
+    and keep the GPU busy for the next step."""
+    start = time.monotonic()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as fh:
+        fh.write(f"$ {shlex.join(argv)}\n")
+        fh.flush()
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=cwd or ROOT, start_new_session=True)
+        timed_out = False
+        try:
+            rc = proc.wait(timeout=max(1.0, timeout))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            rc = 124
+        finally:
+            # Also after a normal exit: nothing the command started may outlive it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    output = log.read_text(errors="replace")
+    if timed_out:
+        with log.open("a") as fh:
+            fh.write(f"\n[gpu_check: killed after {timeout:.0f} s]\n")
+    return Ran(argv, rc, output, time.monotonic() - start, timed_out)
+
+
+class Check:
+    """Where the run stands: mode, sizes, budget, directories."""
+
+    def __init__(self, cpu: bool, sizes: Sizes, budget: float, work: Path, logs: Path,
+                 image: str | None) -> None:
+        self.cpu = cpu
+        self.sizes = sizes
+        self.deadline = time.monotonic() + budget
+        self.work = work
+        self.logs = logs
+        self.image = image
+        self.facts: dict[str, Any] = {}
+        self.results: dict[str, dict[str, Any]] = {}
+        self.step_deadline = self.deadline
+
+    def left(self) -> float:
+        return min(self.step_deadline, self.deadline) - time.monotonic()
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return clean_env(self.cpu, extra)
+
+    def command(self, argv: list[str], name: str, cap: float | None = None,
+                env: dict[str, str] | None = None, cwd: Path | None = None) -> Ran:
+        """Run ``argv`` within what is left of the step (and ``cap``); raises StepFailed
+        when nothing is left."""
+        left = self.left() if cap is None else min(cap, self.left())
+        if left < 3:
+            raise StepFailed(f"{name}: no time left in the step's budget")
+        return run_logged(argv, timeout=left, env=env or self.env(), log=self.logs / f"{name}.log",
+                          cwd=cwd)
+
+    def child(self, name: str, params: dict[str, Any], cap: float | None = None,
+              log: str | None = None) -> dict[str, Any]:
+        """Run one of this script's --child parts in a fresh interpreter (a crash, an
+        out-of-memory or a hang there costs that part, not the report) and return the
+        dict it printed. Raises StepFailed with the output's last lines otherwise."""
+        argv = [sys.executable, str(SCRIPT), "--child", name, "--params", json.dumps(params)]
+        ran = self.command(argv, f"child-{log or name}", cap)
+        for line in reversed(ran.output.splitlines()):
+            if line.startswith(CHILD_TAG):
+                result: dict[str, Any] = json.loads(line[len(CHILD_TAG):])
+                return result
+        why = "timed out" if ran.timed_out else f"exit {ran.returncode}"
+        raise StepFailed(f"{name} ({why}, {ran.seconds:.0f} s)", last_lines(ran.output))
+
+
+# ---------------------------------------------------------------------------------------
+# Step 1: the gpu-marked tests
+
+
+def gpu_marked_files() -> list[Path]:
+    marker = "pytest.mark." + "gpu"  # split: this file is no test and must not match itself
+    return sorted(p for p in (ROOT / "tests").rglob("test_*.py") if marker in p.read_text())
+
+
+def junit_cases(path: Path) -> list[dict[str, Any]]:
+    import xml.etree.ElementTree as ET  # our own pytest's report, not outside input
+
+    cases = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        outcome, message = "passed", ""
+        for part in case:
+            if part.tag in ("failure", "error"):
+                outcome, message = "failed", (part.get("message") or "")[:300]
+            elif part.tag == "skipped":
+                outcome, message = "skipped", (part.get("message") or "")[:300]
+        cases.append({"test": case.get("name"), "outcome": outcome,
+                      "seconds": round(float(case.get("time") or 0), 2), "message": message})
+    return cases
+
+
+def step_gpu_tests(c: Check) -> dict[str, Any]:
+    if not c.facts.get("pytest_importable"):
+        return skipped("pytest is not installed here (`import pytest` fails): the gpu-marked "
+                       "tests were not run")
+    junit = c.work / "gpu-tests.xml"
+    # --noconftest: tests/conftest.py's plugins import hpcdl's own dependencies (yaml,
+    # pydantic, ...), which a bare GPU machine lacks; the native module needs none.
+    argv = [sys.executable, "-m", "pytest", "-m", "gpu", "--noconftest", "-p", "no:cacheprovider",
+            "-q", "-rs", "--tb=short", f"--junitxml={junit}", str(NATIVE_GPU_TESTS)]
+    ran = c.command(argv, "pytest-gpu")
+    if ran.timed_out or not junit.is_file():
+        raise StepFailed(f"pytest ({'timed out' if ran.timed_out else f'exit {ran.returncode}'})",
+                         last_lines(ran.output))
+    cases = junit_cases(junit)
+    others = [str(p.relative_to(ROOT)) for p in gpu_marked_files() if p != NATIVE_GPU_TESTS]
+    # Those run the example under `apptainer exec --nv` from the GPU image, which their
+    # fixtures build first (minutes, and the wheels a lent machine does not have).
+    why_not = ("apptainer is not on PATH" if shutil.which("apptainer") is None
+               else "needs the GPU image (scripts/build-image.sh --gpu); run them with pytest")
+    counts = {k: sum(1 for t in cases if t["outcome"] == k) for k in ("passed", "failed", "skipped")}
+    figures: dict[str, Any] = {
+        "command": shlex.join(["python3", *argv[1:]]).replace(str(ROOT) + "/", ""),
+        **counts, "tests": cases,
+        "not_run": {f: f"runs under apptainer --nv: {why_not}" for f in others},
+    }
+    summary = f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+    if counts["failed"] or ran.returncode not in (0, 5):
+        raise StepFailed(f"{summary} (pytest exit {ran.returncode})", last_lines(ran.output),
+                         figures)
+    if not cases or counts["skipped"] == len(cases):
+        reasons = sorted({t["message"] for t in cases}) or ["no test collected"]
+        return skipped(f"all {len(cases)} gpu-marked tests skipped: {'; '.join(reasons)}", figures)
+    return passed(summary, figures)
+
+
+# ---------------------------------------------------------------------------------------
+# Step 2: the bundled example, under torchrun and plain, against the ceiling
+
+
+def example_args(s: Sizes, metrics: Path) -> list[str]:
+    return ["--backend", "ddp", "--synthetic", "--arch", s.arch,
+            "--image-size", str(s.image_size), "--batch-size", str(s.batch),
+            "--synthetic-size", str(s.batch * s.example_steps),
+            "--synthetic-val-size", str(s.batch * 2), "--val-batches", "1",
+            "--num-classes", str(s.classes), "--epochs", "1",
+            "--max-steps", str(s.example_steps), "--amp", "on", "--checkpoint-dir", "",
+            "--metrics-dir", str(metrics),
+            *(["--threads", str(s.threads)] if s.threads else [])]  # fmt: skip
+
+
+def steady_rate(metrics: Path, batch: int, warmup: int) -> dict[str, Any]:
+    """Images/s over the steps after ``warmup`` from the example's own per-step lines
+    (rank 0): the batch over the data wait plus the step, so a loader that cannot keep
+    up shows."""
+    lines = [json.loads(ln) for ln in (metrics / "rank-00000.jsonl").read_text().splitlines()
+             if ln.strip()]
+    steps = [ln for ln in lines if "step" in ln and ln.get("step_s") is not None]
+    timed = steps[warmup:]
+    if not timed:
+        raise StepFailed(f"only {len(steps)} steps in {metrics}: none after the {warmup} warm-up")
+    busy = sum(ln["step_s"] + (ln.get("data_s") or 0.0) for ln in timed)
+    data = sum(ln.get("data_s") or 0.0 for ln in timed)
+    return {"images_per_sec": round(len(timed) * batch / busy, 1), "timed_steps": len(timed),
+            "warmup_steps": warmup, "data_wait_share": round(data / busy, 3),
+            "mean_step_s": round(busy / len(timed), 4)}
+
+
+def run_example(c: Check, label: str, launcher: list[str], cap: float) -> dict[str, Any]:
+    s = c.sizes
+    metrics = c.work / f"metrics-{label}"
+    argv = [*launcher, str(EXAMPLE), *example_args(s, metrics)]
+    from hpcdl.results.protocol import parse_result
+
+    env = c.env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())) if label == "plain" \
+        else c.env()
+    ran = c.command(argv, f"example-{label}", cap, env=env, cwd=c.work)
+    result = parse_result(ran.output) if ran.returncode == 0 else None
+    if result is None:
+        why = "timed out" if ran.timed_out else f"exit {ran.returncode}"
+        raise StepFailed(f"example under {label} ({why}, {ran.seconds:.0f} s)",
+                         last_lines(ran.output))
+    expected = "cpu" if c.cpu else "cuda"
+    if result.get("device") != expected or result.get("amp") is not (not c.cpu):
+        raise StepFailed(f"example under {label} ran on {result.get('device')} with amp "
+                         f"{result.get('amp')}, not on {expected}", last_lines(ran.output))
+    header = re.search(r"workers (\d+), threads (\d+)", ran.output)
+    out = {**steady_rate(metrics, s.batch, s.example_warmup),
+           "example_images_per_sec": result.get("images_per_sec"),
+           "device": result.get("device"), "amp": result.get("amp"),
+           "launcher": result.get("launcher"), "world_size": result.get("world_size"),
+           "workers": int(header.group(1)) if header else None,
+           "wall_s": round(ran.seconds, 1),
+           "command": shlex.join(["python3", *argv[1:]]).replace(str(ROOT) + "/", "")}
+    return out
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def public_reference(gpu_name: str | None) -> tuple[str, int] | None:
+    """NVIDIA's figure for this GPU: an H200 is an H100's compute with more memory."""
+    name = (gpu_name or "").upper()
+    if "H100" in name or "H200" in name or "GH200" in name:
+        return "H100", PUBLIC["H100"]
+    if "A100" in name:
+        return "A100", PUBLIC["A100"]
+    return None
+
+
+def step_example(c: Check) -> dict[str, Any]:
+    s = c.sizes
+    py = sys.executable
+    figures: dict[str, Any] = {"model": s.arch, "image_size": s.image_size, "batch": s.batch,
+                               "steps": s.example_steps, "amp": not c.cpu,
+                               "channels_last": not c.cpu}
+    errors: list[str] = []
+    tails: list[str] = []
+    runs: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        # A static rendezvous on 127.0.0.1 rather than --standalone, whose MASTER_ADDR is
+        # this host's name: a lent machine without network may not resolve it.
+        ("torchrun", lambda: run_example(
+            c, "torchrun", [py, "-m", "torch.distributed.run", "--nnodes", "1",
+                            "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
+                            "--master-port", str(free_port())], cap=95)),
+        ("ceiling", lambda: c.child("ceiling", {"model": "trainkit", **ceiling_params(c)},
+                                    cap=50)),
+        ("plain", lambda: run_example(c, "plain", [py], cap=75)),
+    ]
+    if not c.cpu and c.facts.get("torchvision"):
+        runs.append(("ceiling_torchvision",
+                     lambda: c.child("ceiling", {"model": "torchvision", **ceiling_params(c)},
+                                     log="ceiling-torchvision")))
+    for label, fn in runs:
+        try:
+            figures[label] = fn()
+        except StepFailed as exc:
+            figures[label] = {"error": str(exc), "error_tail": exc.tail}
+            if label != "ceiling_torchvision":  # a second opinion only: not the step's failure
+                errors.append(f"{label}: {exc}")
+                tails.append(exc.tail)
+    ceiling = figures.get("ceiling", {}).get("images_per_sec")
+    for label in ("torchrun", "plain"):
+        rate = figures.get(label, {}).get("images_per_sec")
+        if rate and ceiling:
+            figures[f"{label}_of_ceiling"] = round(rate / ceiling, 3)
+    ref = None if c.cpu else public_reference(c.facts.get("gpu_name"))
+    best = figures.get("torchrun", {}).get("images_per_sec")
+    if c.cpu:
+        figures["public"] = {"skipped": "--cpu: NVIDIA's figures are GPU figures"}
+    elif ref is None:
+        figures["public"] = {"skipped": f"no published figure for {c.facts.get('gpu_name')}",
+                             "source": PUBLIC_SOURCE}
+    else:
+        figures["public"] = {"gpu": ref[0], "images_per_sec": ref[1], "source": PUBLIC_SOURCE,
+                             "torchrun_of_public": round(best / ref[1], 3) if best else None,
+                             "ceiling_of_public": round(ceiling / ref[1], 3) if ceiling else None}
+    parts = [f"{label} {figures[label]['images_per_sec']:,.0f}"
+             for label in ("torchrun", "plain", "ceiling", "ceiling_torchvision")
+             if figures.get(label, {}).get("images_per_sec")]
+    summary = "img/s: " + ", ".join(parts) if parts else "no figure"
+    if figures.get("torchrun_of_ceiling"):
+        summary += f"; torchrun/ceiling {figures['torchrun_of_ceiling']:.2f}"
+    if figures["public"].get("torchrun_of_public"):
+        summary += (f"; {figures['public']['torchrun_of_public']:.2f} of NVIDIA's "
+                    f"{figures['public']['images_per_sec']:,} ({figures['public']['gpu']})")
+    if errors:
+        raise StepFailed("; ".join(errors), "\n".join(tails), figures)
+    return passed(summary, figures)
+
+
+def ceiling_params(c: Check) -> dict[str, Any]:
+    s = c.sizes
+    return {"arch": s.arch, "image_size": s.image_size, "batch": s.batch, "classes": s.classes,
+            "steps": s.ceiling_steps, "warmup": s.ceiling_warmup, "threads": s.threads}
+
+
+# ---------------------------------------------------------------------------------------
+# Step 3: the data path
+
+
+def step_data(c: Check) -> dict[str, Any]:
+    s = c.sizes
+    example = c.results.get("example", {}).get("figures", {})
+    target, target_from = None, None
+    for label in ("torchrun", "plain", "ceiling"):
+        rate = example.get(label, {}).get("images_per_sec")
+        if rate:
+            target, target_from = rate, f"the example's training rate ({label})"
+            break
+    if target is None and not c.cpu:
+        ref = public_reference(c.facts.get("gpu_name")) or ("H100", PUBLIC["H100"])
+        target, target_from = float(ref[1]), f"NVIDIA's published figure ({ref[0]})"
+    params = {"dir": str(c.work / "tiny"), "classes": s.tiny_classes, "per_class": s.tiny_per_class,
+              "size": s.tiny_size, "image_size": s.image_size, "batch": s.loader_batch,
+              "workers": list(s.workers), "gpu_decode_batches": s.gpu_decode_batches,
+              "gpu_batch": s.batch, "target": target, "target_from": target_from}
+    figures = c.child("data", params)
+    rates = figures["loader"]
+    best = max(rates, key=lambda r: r["images_per_sec"])
+    summary = ("example loader img/s: "
+               + ", ".join(f"{r['workers']}w {r['images_per_sec']:,.0f}" for r in rates))
+    if figures.get("decode_only"):
+        summary += f"; decode only {figures['decode_only']['images_per_sec']:,.0f}"
+    if figures.get("gpu_decode", {}).get("images_per_sec"):
+        summary += f"; nvJPEG on GPU {figures['gpu_decode']['images_per_sec']:,.0f}"
+    figures["best_loader"] = best
+    if target:
+        summary += f"; feeds {target:,.0f} img/s: {'yes' if figures['feeds'] else 'no'}"
+    return passed(summary, figures)
+
+
+# ---------------------------------------------------------------------------------------
+# Step 4: checkpoint round trip; step 5: apptainer --nv
+
+
+def step_checkpoint(c: Check) -> dict[str, Any]:
+    s = c.sizes
+    figures = c.child("checkpoint", {"dir": str(c.work / "checkpoints"), "arch": s.arch,
+                                     "classes": s.classes, "image_size": min(s.image_size, 64),
+                                     "batch": min(s.batch, 32), "threads": s.threads})
+    summary = (f"{figures['device']} state {'equal' if figures['equal'] else 'DIFFERENT'} after "
+               f"resume ({figures['size_mib']:.0f} MiB, write {figures['write_s']:.2f} s, "
+               f"read {figures['read_s']:.2f} s)")
+    if not figures["equal"]:
+        raise StepFailed(summary + ": " + "; ".join(figures["differences"][:5]), figures=figures)
+    return passed(summary, figures)
+
+
+def step_apptainer(c: Check) -> dict[str, Any]:
+    if c.cpu:
+        return skipped("--cpu: `--nv` passes the host's NVIDIA GPU into the container; "
+                       "there is none in this mode")
+    apptainer = shutil.which("apptainer") or shutil.which("singularity")
+    if apptainer is None:
+        return skipped("apptainer is not on PATH (the lent GPU machines have none and "
+                       "cannot fetch it): `apptainer exec --nv` was not checked")
+    image = c.image or os.environ.get("HPCDL_GPU_IMAGE") or "/scratch/images/pytorch-horovod-gpu-pypi.sif"
+    if not Path(image).is_file():
+        return skipped(f"no GPU image at {image} (pass --image IMAGE.sif)")
+    probe = "import torch; print(torch.cuda.is_available(), torch.cuda.device_count())"
+    ran = c.command([apptainer, "exec", "--nv", image, "python3", "-c", probe], "apptainer-nv")
+    words = ran.output.strip().splitlines()[-1].split() if ran.output.strip() else []
+    if ran.returncode != 0 or not words or words[0] != "True":
+        raise StepFailed(f"apptainer exec --nv: no GPU in the container (exit {ran.returncode})",
+                         last_lines(ran.output))
+    return passed(f"torch in {Path(image).name} sees {words[1]} GPU(s)", {"image": image})
+
+
+# ---------------------------------------------------------------------------------------
+# Results
+
+
+def passed(summary: str, figures: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"status": "passed", "summary": summary, "figures": figures or {}}
+
+
+def skipped(reason: str, figures: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"status": "skipped", "reason": reason, "summary": reason, "figures": figures or {}}
+
+
+STEP_FUNCS: dict[str, Callable[[Check], dict[str, Any]]] = {
+    "gpu_tests": step_gpu_tests, "example": step_example, "data": step_data,
+    "checkpoint": step_checkpoint, "apptainer_nv": step_apptainer,
+}
+
+
+def run_step(c: Check, name: str, title: str) -> dict[str, Any]:
+    budget = c.sizes.budgets[name]
+    start = time.monotonic()
+    c.step_deadline = start + budget
+    record: dict[str, Any] = {"name": name, "title": title, "budget_s": budget}
+    try:
+        if c.deadline - start < 3:
+            raise StepFailed("the check's whole budget was spent before this step")
+        record.update(STEP_FUNCS[name](c))
+    except StepFailed as exc:
+        record.update({"status": "failed", "summary": str(exc), "error": str(exc),
+                       "error_tail": exc.tail, "figures": exc.figures})
+    except Exception as exc:  # the step's own bug: recorded, and the next step still runs
+        record.update({"status": "failed", "summary": f"{type(exc).__name__}: {exc}",
+                       "error": f"{type(exc).__name__}: {exc}",
+                       "error_tail": last_lines(traceback.format_exc()), "figures": {}})
+    record["seconds"] = round(time.monotonic() - start, 1)
+    return record
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    gpu = (f"{m.get('gpu_name')} ({m.get('gpu_memory_gib')} GiB), CUDA {m.get('torch_cuda')}, "
+           f"driver {m.get('driver')}" if m.get("gpu_name") else "no GPU in use")
+    lines = [
+        f"# hpcdl GPU check ({report['mode']} mode)",
+        "",
+        f"- machine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('os')}, python {m.get('python')}, "
+        f"torch {m.get('torch')}, torchvision {m.get('torchvision')}; {gpu}",
+        f"- command: `{report['command']}`",
+        f"- {report['seconds']:.0f} s of a {report['budget_s']:.0f} s budget: "
+        + ", ".join(f"{n} {k}" for k, n in report["counts"].items()),
+        "",
+        "| step | status | result | time (budget) |",
+        "|---|---|---|---|",
+    ]
+    for i, step in enumerate(report["steps"], 1):
+        text = str(step.get("summary", "")).replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {i}. `{step['name']}` {step['title']} | {step['status']} | {text} | "
+                     f"{step.get('seconds', 0):.0f} s ({step['budget_s']:.0f} s) |")
+    notes = [f"- `{s['name']}`: {s['error_tail'].strip().splitlines()[-1]}"
+             for s in report["steps"] if s.get("error_tail", "").strip()]
+    data = next((s for s in report["steps"] if s["name"] == "data"), {})
+    if data.get("figures", {}).get("verdict"):
+        notes.append(f"- data path: {data['figures']['verdict']}")
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def machine_facts(c: Check) -> dict[str, Any]:
+    info = describe(packages=("torch", "torchvision", "pillow", "pytest"))
+    try:
+        facts = c.child("facts", {}, cap=90)
+    except StepFailed as exc:
+        facts = {"error": f"{exc}: {exc.tail.strip().splitlines()[-1] if exc.tail.strip() else ''}"}
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30, check=False).stdout
+            facts["driver"] = out.strip().splitlines()[0] if out.strip() else None
+    return {**info, **facts}
+
+
+def write_report(report: dict[str, Any], json_path: Path, md_path: Path) -> None:
+    for path, text in ((json_path, json.dumps(report, indent=2) + "\n"), (md_path, markdown(report))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)  # a run killed mid-write still leaves the previous report whole
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cpu", action="store_true",
+                   help="hide CUDA and run every step small; GPU parts are skipped with the reason")
+    p.add_argument("--json", metavar="FILE", help="the report [default: $OUT or . /gpu_check.json]")
+    p.add_argument("--md", metavar="FILE", help="the markdown table [default: $OUT or . /gpu_check.md]")
+    p.add_argument("--budget", type=float, default=None, metavar="S",
+                   help="seconds for all steps together [default: 460 (GPU), 240 (--cpu)]")
+    p.add_argument("--image", metavar="SIF", help="GPU image for the apptainer --nv step")
+    p.add_argument("--only", metavar="STEP,...", type=lambda v: v.split(","),
+                   help=f"run only these steps ({', '.join(n for n, _ in STEPS)}); the others "
+                   "are reported as skipped")
+    p.add_argument("--keep", action="store_true", help="keep the working directory")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--params", default="{}", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    unknown = sorted(set(args.only or ()) - {n for n, _ in STEPS})
+    if unknown:
+        p.error(f"--only: no step {', '.join(unknown)}")
+    if args.child:
+        return child_main(args.child, json.loads(args.params))
+
+    out_dir = Path(os.environ.get("OUT") or ".")
+    json_path = Path(args.json) if args.json else out_dir / "gpu_check.json"
+    md_path = Path(args.md) if args.md else out_dir / "gpu_check.md"
+    logs = json_path.parent / f"{json_path.stem}-logs"
+    shutil.rmtree(logs, ignore_errors=True)
+    sizes = CPU_SIZES if args.cpu else GPU_SIZES
+    budget = args.budget or (240.0 if args.cpu else 460.0)
+    work = Path(tempfile.mkdtemp(prefix="hpcdl-gpu-check-"))
+    c = Check(args.cpu, sizes, budget, work, logs, args.image)
+    started = time.monotonic()
+    command = shlex.join([sys.executable, *sys.argv])
+    try:
+        c.step_deadline = c.deadline
+        c.facts = machine_facts(c)
+        print(f"machine: {facts_line(c.facts)}", flush=True)
+        print(f"command: {command}", flush=True)
+        report: dict[str, Any] = {"schema": 1, "mode": "cpu" if args.cpu else "gpu",
+                                  "command": command, "budget_s": budget, "machine": c.facts,
+                                  "public_reference": PUBLIC_SOURCE, "work_dir": str(work),
+                                  "logs": str(logs), "steps": []}
+        no_gpu = not args.cpu and not c.facts.get("cuda")
+        for name, title in STEPS:
+            if no_gpu:
+                why = c.facts.get("error") or "torch.cuda.is_available() is False"
+                record = {"name": name, "title": title, "budget_s": sizes.budgets[name],
+                          "status": "failed", "seconds": 0.0, "figures": {},
+                          "summary": f"no CUDA device ({why}); --cpu runs the CPU mode",
+                          "error": f"no CUDA device ({why})"}
+            elif args.only and name not in args.only:
+                record = {"name": name, "title": title, "budget_s": sizes.budgets[name],
+                          "seconds": 0.0, **skipped(f"not in --only {','.join(args.only)}")}
+            else:
+                record = run_step(c, name, title)
+            c.results[name] = record
+            report["steps"].append(record)
+            report["seconds"] = round(time.monotonic() - started, 1)
+            report["counts"] = {k: sum(1 for s in report["steps"] if s["status"] == k)
+                                for k in ("passed", "failed", "skipped")}
+            report["failed"] = [s["name"] for s in report["steps"] if s["status"] == "failed"]
+            write_report(report, json_path, md_path)
+            print(f"  {name:<13} {record['status']:<8} {record['seconds']:6.1f} s  "
+                  f"{record['summary']}", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print()
+    print(markdown(report), end="")
+    print(f"report: {json_path}  table: {md_path}  logs: {logs}")
+    return 1 if report["failed"] else 0
+
+
+# ---------------------------------------------------------------------------------------
+# Child parts: run in their own interpreter by Check.child; print CHILD_TAG + JSON last
+
+
+def child_main(name: str, params: dict[str, Any]) -> int:
+    funcs: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+        "facts": child_facts, "ceiling": child_ceiling, "data": child_data,
+        "checkpoint": child_checkpoint}
+    result = funcs[name](params)
+    print(CHILD_TAG + json.dumps(result), flush=True)
+    return 0
+
+
+def child_facts(_: dict[str, Any]) -> dict[str, Any]:
+    import importlib.util
+
+    import torch
+
+    facts: dict[str, Any] = {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
+                             "cuda": torch.cuda.is_available(),
+                             "pytest_importable": importlib.util.find_spec("pytest") is not None}
+    try:
+        import torchvision
+
+        facts["torchvision"] = torchvision.__version__
+    except Exception as exc:  # a CPU torch beside a CUDA torchvision fails in many ways
+        facts["torchvision"] = None
+        facts["torchvision_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    if facts["cuda"]:
+        props = torch.cuda.get_device_properties(0)
+        facts.update({
+            "gpu_count": torch.cuda.device_count(), "gpu_name": props.name,
+            "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+            "gpu_capability": f"{props.major}.{props.minor}",
+            "cudnn": torch.backends.cudnn.version(),
+            "nccl": _nccl_version(),
+            "cuda_archs": torch.cuda.get_arch_list(),
+        })
+    return facts
+
+
+def _nccl_version() -> str | None:
+    import torch
+
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception as exc:  # a build without NCCL: worth knowing, not worth failing
+        return f"unavailable ({type(exc).__name__})"
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def child_ceiling(p: dict[str, Any]) -> dict[str, Any]:
+    """The same model and batch in the shortest training loop there is: one fixed batch
+    already on the device, no loader, no per-step host sync, no metrics."""
+    import torch
+    from torch import nn
+
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    if p.get("threads"):
+        torch.set_num_threads(p["threads"])
+    if p["model"] == "torchvision":
+        import torchvision
+
+        model = getattr(torchvision.models, p["arch"])(num_classes=p["classes"])
+    else:
+        from trainkit.resnet import build_model
+
+        model = build_model(p["arch"], p["classes"])
+    if cuda:
+        torch.backends.cudnn.benchmark = True
+    fmt = torch.channels_last if cuda else torch.contiguous_format
+    model = model.to(device, memory_format=fmt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-5)
+    scaler = torch.amp.GradScaler("cuda") if cuda else None
+    criterion = nn.CrossEntropyLoss()
+    x = torch.randn(p["batch"], 3, p["image_size"], p["image_size"], device=device)
+    x = x.contiguous(memory_format=fmt)
+    y = torch.randint(0, p["classes"], (p["batch"],), device=device)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, enabled=cuda):
+            loss = criterion(model(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+
+    for _ in range(p["warmup"]):
+        step()
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(p["steps"]):
+        step()
+    _sync(device)
+    seconds = time.perf_counter() - start
+    out = {"model": f"{p['model']} {p['arch']}", "images_per_sec": round(p["steps"] * p["batch"] / seconds, 1),
+           "timed_steps": p["steps"], "warmup_steps": p["warmup"], "seconds": round(seconds, 3)}
+    if cuda:
+        out["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    return out
+
+
+def _loader_rate(dataset: Any, workers: int, batch: int, pin: bool) -> dict[str, Any]:
+    """Images/s the loader delivers once every worker is busy: the first 2 batches per
+    worker (started together, while the workers start up) are left out."""
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler
+
+    warm, timed = max(2, 2 * workers), max(6, 4 * workers)
+    sampler = RandomSampler(dataset, replacement=True, num_samples=(warm + timed) * batch,
+                            generator=torch.Generator().manual_seed(workers))
+    loader = DataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=workers,
+                        pin_memory=pin, drop_last=True)
+    start = time.perf_counter()
+    first = warm_at = None
+    count = 0
+    for i, _ in enumerate(loader):
+        now = time.perf_counter()
+        if i == 0:
+            first = now - start
+        if i == warm - 1:
+            warm_at = now
+        count = i + 1
+    end = time.perf_counter()
+    assert warm_at is not None and count == warm + timed, (count, warm, timed)
+    return {"workers": workers, "images_per_sec": round(timed * batch / (end - warm_at), 1),
+            "timed_images": timed * batch, "first_batch_s": round(first or 0.0, 3)}
+
+
+class DecodeOnly:
+    """Decode with PIL and cut the centre ``size`` x ``size``, as uint8: no random crop, no
+    resize, no flip, no float normalisation. Any PIL pipeline, however few augmentations
+    it keeps, is at most this fast."""
+
+    def __init__(self, samples: list[tuple[str, int]], size: int) -> None:
+        self.samples = samples
+        self.size = size
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        import torch
+        from PIL import Image
+
+        path, label = self.samples[index]
+        with Image.open(path) as im:
+            img = im.convert("RGB")
+        left, top = (img.width - self.size) // 2, (img.height - self.size) // 2
+        img = img.crop((left, top, left + self.size, top + self.size))
+        raw = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
+        return raw.view(self.size, self.size, 3).permute(2, 0, 1), label
+
+
+def _gpu_decode_rate(samples: list[tuple[str, int]], size: int, batch: int,
+                     batches: int) -> dict[str, Any]:
+    """nvJPEG through torchvision.io.decode_jpeg(device='cuda'), then the example's
+    augmentation on the GPU (random-resized crop, flip, normalise): files read on the
+    host in the main process, everything else on the GPU."""
+    import torch
+    import torch.nn.functional as F
+    from torchvision.io import decode_jpeg, read_file
+    from trainkit.data import MEAN, STD, random_resized_crop_box
+
+    device = torch.device("cuda")
+    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
+    rng = random.Random(0)
+    paths = [path for path, _ in samples]
+
+    def one_batch() -> Any:
+        data = [read_file(paths[rng.randrange(len(paths))]) for _ in range(batch)]
+        images = decode_jpeg(data, device=device)
+        out = torch.empty(batch, 3, size, size, device=device)
+        for k, img in enumerate(images):
+            _, h, w = img.shape
+            left, top, right, bottom = random_resized_crop_box(w, h, rng)
+            crop = img[:, top:bottom, left:right].unsqueeze(0).float()
+            resized = F.interpolate(crop, size=(size, size), mode="bilinear", align_corners=False)
+            out[k] = resized[0].flip(-1) if rng.random() < 0.5 else resized[0]
+        return out.div_(255).sub_(mean).div_(std).contiguous(memory_format=torch.channels_last)
+
+    one_batch()  # nvJPEG's and the kernels' start-up
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(batches):
+        one_batch()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    return {"images_per_sec": round(batches * batch / seconds, 1), "timed_images": batches * batch,
+            "batch": batch, "note": "alone on the GPU; while training it shares the GPU"}
+
+
+def child_data(p: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from trainkit.data import ImageFolderDataset
+
+    from hpcdl.data.imagefolder import scan_imagefolder
+    from hpcdl.data.tiny import TinySpec, make_tiny
+
+    cuda = torch.cuda.is_available()
+    start = time.perf_counter()
+    made = make_tiny(p["dir"], TinySpec(classes=p["classes"], per_class=p["per_class"],
+                                        val_per_class=1, size=p["size"]), force=True)
+    generate_s = time.perf_counter() - start
+    samples = scan_imagefolder(p["dir"]).samples["train"]
+    mean_kib = sum(os.path.getsize(path) for path, _ in samples) / len(samples) / 1024
+    out: dict[str, Any] = {
+        "images": made["train_images"], "jpeg_size": f"{p['size']}x{p['size']}",
+        "mean_jpeg_kib": round(mean_kib, 1), "generate_s": round(generate_s, 1),
+        "train_image_size": p["image_size"], "batch": p["batch"],
+        "note": ("files sampled with replacement from the page cache (decode and augmentation "
+                 "cost, not disk); the generated stripes compress far better than photos "
+                 f"({mean_kib:.0f} KiB vs ImageNet's ~110 KiB), so real JPEGs decode slower: "
+                 "these rates are upper bounds"),
+    }
+    dataset = ImageFolderDataset(samples, p["image_size"], train=True, seed=0)
+    out["loader"] = [_loader_rate(dataset, w, p["batch"], pin=cuda) for w in p["workers"]]
+    most = max(p["workers"])
+    size = min(p["image_size"], p["size"])
+    out["decode_only"] = _loader_rate(DecodeOnly(samples, size), most, p["batch"], pin=cuda)
+    if not cuda:
+        out["gpu_decode"] = {"skipped": "no CUDA device (--cpu): nvJPEG needs a GPU"}
+    else:
+        try:
+            out["gpu_decode"] = _gpu_decode_rate(samples, p["image_size"], p["gpu_batch"],
+                                                 p["gpu_decode_batches"])
+        except Exception as exc:  # torchvision missing or without nvJPEG: say which
+            out["gpu_decode"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    target = p.get("target")
+    best = max(r["images_per_sec"] for r in out["loader"])
+    out["target_images_per_sec"] = target
+    out["target_from"] = p.get("target_from")
+    out["feeds"] = bool(target) and best >= target
+    out["verdict"] = _verdict(out, target, p.get("target_from"))
+    return out
+
+
+def _verdict(out: dict[str, Any], target: float | None, target_from: str | None) -> str:
+    if not target:
+        return "nothing to compare with (no training figure from step 2)"
+    best = max(out["loader"], key=lambda r: r["images_per_sec"])
+    head = (f"the example's loader delivers at best {best['images_per_sec']:,.0f} img/s "
+            f"({best['workers']} workers) against {target:,.0f} img/s, {target_from}: ")
+    if best["images_per_sec"] >= target:
+        return head + "it keeps up"
+    options = []
+    decode = out.get("decode_only", {}).get("images_per_sec")
+    if decode:
+        enough = "enough" if decode >= target else "not enough either"
+        options.append(f"decoding alone with PIL ({out['decode_only']['workers']} workers) "
+                       f"gives {decode:,.0f} img/s, so fewer augmentations would be {enough}")
+    gpu = out.get("gpu_decode", {}).get("images_per_sec")
+    if gpu:
+        enough = "would" if gpu >= target else "would not"
+        options.append(f"nvJPEG decode and augmentation on the GPU give {gpu:,.0f} img/s "
+                       f"(alone on the GPU) and {enough}")
+    return head + "it cannot keep up; " + "; ".join(options or ["no alternative measured"])
+
+
+def child_checkpoint(p: dict[str, Any]) -> dict[str, Any]:
+    """Train two steps on this process's GPU (AMP, channels_last as the example), save with
+    the example's Checkpoints, load the latest with find_resume_state into a fresh model
+    and optimizer, and compare everything bit for bit; then one more step on both."""
+    import torch
+    from torch import nn
+    from trainkit.dist import Backend
+    from trainkit.loop import Checkpoints, Progress, Training, find_resume_state
+    from trainkit.resnet import build_model
+
+    if p.get("threads"):
+        torch.set_num_threads(p["threads"])
+    backend = Backend()
+    backend._pin_device()  # torch.cuda.set_device(local rank), as the example's backends do
+    cuda = backend.device.type == "cuda"
+    # Deterministic kernels, so that one more step after the resume can be compared too.
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    fmt = torch.channels_last if cuda else torch.contiguous_format
+
+    def training(seed: int) -> Training:
+        torch.manual_seed(seed)
+        model = build_model(p["arch"], p["classes"]).to(backend.device, memory_format=fmt)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-5)
+        # A small initial scale: the default 2**16 skips the first steps for overflow,
+        # and a skipped step leaves no momentum to compare.
+        scaler = torch.amp.GradScaler("cuda", init_scale=128.0) if cuda else None
+        return Training(backend=backend, model=model, train_model=model, optimizer=optimizer,
+                        scaler=scaler, criterion=nn.CrossEntropyLoss(), memory_format=fmt,
+                        use_amp=cuda, cuda=cuda)
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(p["batch"], 3, p["image_size"], p["image_size"], generator=g)
+    y = torch.randint(0, p["classes"], (p["batch"],), generator=g)
+    if cuda:
+        x, y = x.pin_memory(), y.pin_memory()
+    t = training(0)
+    sums = torch.zeros(3, dtype=torch.float64)
+    for _ in range(2):
+        t.step(x, y, 0.01, 1, sums)
+    progress = Progress(epoch=0, step_in_epoch=2, global_step=2, global_batch=p["batch"])
+    ckpt = Checkpoints(p["dir"], keep=2, rank=0, meta={"arch": p["arch"], "num_classes": p["classes"]})
+    start = time.perf_counter()
+    ckpt.save(t, progress)
+    write_s = time.perf_counter() - start
+    start = time.perf_counter()
+    found = find_resume_state("latest", p["dir"])
+    read_s = time.perf_counter() - start
+    assert found is not None and str(found[0]) == ckpt.last, (found, ckpt.last)
+    fresh = training(1)
+    resumed = fresh.load_state(found[1])
+    differences = _differences(t, fresh, backend.device)
+    if resumed.__dict__ != progress.__dict__:
+        differences.append(f"progress {resumed.__dict__} != {progress.__dict__}")
+    for _ in range(1):
+        t.step(x, y, 0.01, 1, sums)
+        fresh.step(x, y, 0.01, 1, torch.zeros(3, dtype=torch.float64))
+    next_equal = all(torch.equal(a, b) for a, b in
+                     zip(t.model.parameters(), fresh.model.parameters(), strict=True))
+    return {"device": str(backend.device), "arch": p["arch"], "amp": cuda, "channels_last": cuda,
+            "equal": not differences, "differences": differences,
+            "tensors_compared": len(t.model.state_dict()) + len(t.optimizer.state_dict()["state"]),
+            "next_step_equal": next_equal,
+            "size_mib": round(Path(ckpt.last or "").stat().st_size / 2**20, 1),
+            "write_s": round(write_s, 3), "read_s": round(read_s, 3)}
+
+
+def _differences(a: Any, b: Any, device: Any) -> list[str]:
+    """What differs between two Trainings' weights, buffers, optimizer and scaler state,
+    and which loaded tensor is not on ``device``."""
+    import torch
+
+    out = []
+    sa, sb = a.model.state_dict(), b.model.state_dict()
+    for name in sa:
+        if name not in sb or not torch.equal(sa[name], sb[name]):
+            out.append(f"model.{name} differs")
+        elif sb[name].device != device:
+            out.append(f"model.{name} on {sb[name].device}, not {device}")
+    oa, ob = a.optimizer.state_dict()["state"], b.optimizer.state_dict()["state"]
+    if not oa:
+        out.append("no optimizer state to compare (every step skipped?)")
+    for key, entry in oa.items():
+        other = ob.get(key, {}).get("momentum_buffer")
+        if other is None or not torch.equal(entry["momentum_buffer"], other):
+            out.append(f"optimizer state {key} differs")
+        elif other.device != device:
+            out.append(f"optimizer state {key} on {other.device}, not {device}")
+    if a.scaler is not None and a.scaler.state_dict() != b.scaler.state_dict():
+        out.append(f"scaler {a.scaler.state_dict()} != {b.scaler.state_dict()}")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

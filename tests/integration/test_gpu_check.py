@@ -1,0 +1,101 @@
+"""bench/gpu_check.py in its CPU mode, as a subprocess: the report the one call on a lent
+GPU machine has to bring back is whole (every step, GPU parts skipped with a reason, CPU
+parts measured), the markdown table has a row per step, and the machine and the command
+to rerun are printed. The GPU mode itself needs a GPU: docs/benchmarks.md#gpu-check."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.torch
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "gpu_check.py"
+STEPS = ["gpu_tests", "example", "data", "checkpoint", "apptainer_nv"]
+TIMEOUT = 300  # s: ~35 s on an idle 2-core VM; the check's own budget is 240 s
+
+
+@pytest.fixture(scope="module")
+def cpu_check(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, str]:
+    out = tmp_path_factory.mktemp("gpu-check")
+    res = subprocess.run([sys.executable, str(SCRIPT), "--cpu", "--json", str(out / "gpu.json"),
+                          "--md", str(out / "gpu.md")], capture_output=True, text=True,
+                         timeout=TIMEOUT, cwd=out, stdin=subprocess.DEVNULL, check=False)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    return json.loads((out / "gpu.json").read_text()), (out / "gpu.md").read_text(), res.stdout
+
+
+def _steps(report: dict) -> dict[str, dict]:
+    return {s["name"]: s for s in report["steps"]}
+
+
+def test_every_step_is_reported_in_order_within_its_budget(cpu_check) -> None:
+    report, _, stdout = cpu_check
+    assert report["mode"] == "cpu" and [s["name"] for s in report["steps"]] == STEPS
+    assert report["failed"] == [] and report["seconds"] < report["budget_s"]
+    for step in report["steps"]:
+        assert step["status"] in ("passed", "skipped"), step
+        assert 0 <= step["seconds"] <= step["budget_s"] + 5, step  # a child may end late by its kill
+    assert report["machine"]["cores"] >= 1 and report["machine"]["torch"]
+    assert stdout.startswith("machine: ") and "\ncommand: " in stdout
+    assert "gpu_check.py --cpu" in report["command"]
+
+
+def test_gpu_parts_are_skipped_with_a_reason(cpu_check) -> None:
+    steps = _steps(cpu_check[0])
+    for name in ("gpu_tests", "apptainer_nv"):
+        assert steps[name]["status"] == "skipped" and steps[name]["reason"], steps[name]
+    # --cpu hides CUDA: the gpu-marked tests ran and skipped themselves, or pytest is absent.
+    assert ("no CUDA device" in steps["gpu_tests"]["reason"]
+            or "pytest is not installed" in steps["gpu_tests"]["reason"])
+    if "no CUDA device" in steps["gpu_tests"]["reason"]:
+        assert steps["gpu_tests"]["figures"]["skipped"] >= 5
+    assert steps["example"]["figures"]["public"]["skipped"].startswith("--cpu")
+    assert "no CUDA device" in steps["data"]["figures"]["gpu_decode"]["skipped"]
+
+
+def test_the_example_is_measured_under_torchrun_plain_and_against_its_ceiling(cpu_check) -> None:
+    fig = _steps(cpu_check[0])["example"]["figures"]
+    assert _steps(cpu_check[0])["example"]["status"] == "passed"
+    assert fig["torchrun"]["launcher"] == "torchrun" and fig["plain"]["launcher"] == "single"
+    for run in ("torchrun", "plain"):
+        assert fig[run]["device"] == "cpu" and fig[run]["world_size"] == 1
+        assert fig[run]["images_per_sec"] > 0 and fig[run]["timed_steps"] == 6
+    assert fig["ceiling"]["images_per_sec"] > 0 and fig["ceiling"]["model"] == "trainkit resnet18"
+    assert fig["torchrun_of_ceiling"] > 0 and fig["plain_of_ceiling"] > 0
+
+
+def test_the_data_path_is_measured_per_worker_count(cpu_check) -> None:
+    step = _steps(cpu_check[0])["data"]
+    fig = step["figures"]
+    assert step["status"] == "passed" and fig["images"] == 48
+    assert [r["workers"] for r in fig["loader"]] == [0, 1]
+    assert all(r["images_per_sec"] > 0 for r in fig["loader"])
+    assert fig["decode_only"]["images_per_sec"] > 0
+    rate = _steps(cpu_check[0])["example"]["figures"]["torchrun"]["images_per_sec"]
+    assert fig["target_images_per_sec"] == rate and isinstance(fig["feeds"], bool)
+    assert fig["verdict"].startswith("the example's loader delivers at best")
+
+
+def test_the_checkpoint_round_trip_is_equal(cpu_check) -> None:
+    step = _steps(cpu_check[0])["checkpoint"]
+    fig = step["figures"]
+    assert step["status"] == "passed" and fig["device"] == "cpu"
+    assert fig["equal"] is True and fig["differences"] == [] and fig["tensors_compared"] > 100
+    assert fig["next_step_equal"] is True and fig["size_mib"] > 1
+
+
+def test_the_markdown_table_has_a_row_per_step(cpu_check) -> None:
+    report, md, _ = cpu_check
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "`" in line]
+    assert len(rows) == len(STEPS)
+    for i, (row, step) in enumerate(zip(rows, report["steps"], strict=True), 1):
+        assert row.startswith(f"| {i}. `{step['name']}`") and f"| {step['status']} |" in row
+    assert md.startswith("# hpcdl GPU check (cpu mode)")

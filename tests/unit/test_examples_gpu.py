@@ -1,0 +1,204 @@
+"""The examples' GPU paths on a real NVIDIA GPU, natively (no Slurm, Apptainer or
+Horovod): one GPU per local rank, AMP with channels_last, a checkpoint of CUDA tensors
+resumed, NCCL collectives on the CPU tensors the loop keeps its sums in, and the ResNet
+example end to end on DDP over NCCL, resumed from its own checkpoint.
+
+Every test here is ``gpu``-marked and skipped without CUDA (CI and the development
+machines have none). ``bench/gpu_check.py`` runs them on a lent GPU machine with
+``--noconftest`` (the device has torch and pytest at best, not hpcdl's other
+dependencies that tests/conftest.py's plugins import), so this module needs nothing
+from a conftest: it puts examples/ on sys.path itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.conftest_examples import EXAMPLES
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(),
+                       reason="no CUDA device (torch.cuda.is_available() is False)"),
+]
+
+REPO = EXAMPLES.parent
+EXAMPLE = EXAMPLES / "resnet50_imagenet.py"
+RUN_TIMEOUT = 300  # s: CUDA torch start-up, NCCL init and cuDNN's autotuning of a small run
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _training(init_scale: float = 2.0**16, seed: int = 0) -> Any:
+    """A trainkit Training on this process's GPU as the example builds it (channels_last,
+    AMP with a GradScaler), without a process group: the base Backend."""
+    from torch import nn
+    from trainkit.dist import Backend
+    from trainkit.loop import Training
+    from trainkit.resnet import build_model
+
+    backend = Backend()
+    backend._pin_device()
+    torch.manual_seed(seed)
+    model = build_model("resnet18", 10).to(backend.device, memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5)
+    return Training(backend=backend, model=model, train_model=model, optimizer=optimizer,
+                    scaler=torch.amp.GradScaler("cuda", init_scale=init_scale),
+                    criterion=nn.CrossEntropyLoss(), memory_format=torch.channels_last,
+                    use_amp=True, cuda=True)
+
+
+def _batch(n: int = 16, size: int = 64) -> tuple[Any, Any]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, 3, size, size, generator=g).pin_memory()
+    y = torch.randint(0, 10, (n,), generator=g).pin_memory()
+    return x, y
+
+
+def test_each_local_rank_drives_its_own_gpu() -> None:
+    from trainkit.dist import Backend
+
+    count = torch.cuda.device_count()
+    # local rank == count wraps to GPU 0: a launcher that narrowed CUDA_VISIBLE_DEVICES
+    # to one GPU per rank leaves every rank seeing "its" GPU as index 0.
+    for local_rank in range(count + 1):
+        backend = Backend()
+        backend.local_rank = local_rank
+        backend._pin_device()
+        assert backend.device == torch.device("cuda", local_rank % count)
+        assert torch.cuda.current_device() == local_rank % count
+    torch.cuda.set_device(0)
+
+
+def test_amp_and_channels_last_train_on_the_gpu() -> None:
+    t = _training()
+    x, y = _batch()
+    with torch.no_grad(), torch.autocast("cuda"):
+        out = t.model(x.to("cuda", memory_format=torch.channels_last))
+    assert out.dtype == torch.float16  # autocast really runs the model in half precision
+    assert t.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    before = [p.detach().clone() for p in t.model.parameters()]
+    sums = torch.zeros(3, dtype=torch.float64)
+    # The scaler starts at 2**16 and skips the steps whose fp16 gradients overflow,
+    # halving its scale each time: several steps so that some of them update.
+    for _ in range(8):
+        loss, sync_s = t.step(x, y, 0.05, 1, sums)
+    assert torch.isfinite(loss) and sync_s == 0.0
+    assert int(sums[2]) == 8 * len(y)
+    assert any(not torch.equal(a, b) for a, b in zip(before, t.model.parameters(), strict=True))
+    assert t.model.conv1.weight.is_cuda and 0 < t.scaler.get_scale() <= 2.0**16
+
+
+def test_two_sub_batches_accumulate_on_the_gpu() -> None:
+    t = _training(init_scale=128.0)
+    x, y = _batch()
+    sums = torch.zeros(3, dtype=torch.float64)
+    loss, _ = t.step(x, y, 0.05, 2, sums)  # --batches-per-allreduce 2: x.chunk(2)
+    assert torch.isfinite(loss) and int(sums[2]) == len(y)
+
+
+def test_a_checkpoint_of_cuda_tensors_resumes_the_same_state(tmp_path: Path) -> None:
+    from trainkit.loop import Checkpoints, Progress, find_resume_state
+
+    t = _training(init_scale=128.0)  # small enough that no step is skipped for overflow
+    x, y = _batch()
+    sums = torch.zeros(3, dtype=torch.float64)
+    for _ in range(2):
+        t.step(x, y, 0.05, 1, sums)
+    progress = Progress(epoch=0, step_in_epoch=2, global_step=2, global_batch=len(y))
+    ckpt = Checkpoints(str(tmp_path), keep=2, rank=0, meta={"arch": "resnet18", "num_classes": 10})
+    ckpt.save(t, progress)
+    found = find_resume_state("latest", str(tmp_path))
+    assert found is not None and str(found[0]) == ckpt.last
+    state = found[1]
+    assert all(not v.is_cuda for v in state["model"].values())  # loaded onto the CPU
+
+    fresh = _training(init_scale=128.0, seed=1)
+    resumed = fresh.load_state(state)
+    assert resumed.global_step == 2 and resumed.step_in_epoch == 2
+    saved, loaded = t.model.state_dict(), fresh.model.state_dict()
+    assert list(saved) == list(loaded)
+    for name in saved:
+        assert loaded[name].is_cuda and torch.equal(saved[name], loaded[name]), name
+    old_opt, new_opt = t.optimizer.state_dict(), fresh.optimizer.state_dict()
+    assert old_opt["state"] and old_opt["state"].keys() == new_opt["state"].keys()
+    for key, entry in old_opt["state"].items():
+        buf = new_opt["state"][key]["momentum_buffer"]
+        assert buf.is_cuda and torch.equal(entry["momentum_buffer"], buf)
+    assert fresh.scaler.get_scale() == t.scaler.get_scale()
+
+
+def test_ddp_over_nccl_reduces_the_loops_cpu_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.distributed as dist
+    from torch import nn
+    from trainkit.dist import DDPBackend
+
+    from hpcdl.launch.world import World, torch_env
+
+    world = World(rank=0, world_size=1, local_rank=0, local_size=1, nodes=1,
+                  master_addr="127.0.0.1", master_port=_free_port(), launcher="single")
+    for key, value in torch_env(world).items():
+        monkeypatch.setenv(key, value)  # DDPBackend exports them; monkeypatch restores them
+    backend = DDPBackend(world, timeout_s=120)
+    try:
+        assert dist.get_backend() == "nccl" and backend.device.type == "cuda"
+        # The loop's loss sums and eval counts are CPU tensors; NCCL has no CPU backend.
+        sums = torch.tensor([1.5, 2.0, 3.0], dtype=torch.float64)
+        out = backend.allreduce_sum(sums, name="sums")
+        assert out is sums and not out.is_cuda and out.tolist() == [1.5, 2.0, 3.0]
+        on_gpu = torch.ones(2, device=backend.device)
+        assert backend.allreduce_sum(on_gpu, name="gpu").tolist() == [1.0, 1.0]
+        assert backend.allgather_object("rank0", name="names") == ["rank0"]
+        model = nn.Linear(4, 2).to(backend.device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        wrapped, optimizer = backend.wrap(model, optimizer, fp16_allreduce=True,
+                                          batches_per_allreduce=1)
+        assert backend.broadcast_state(model, optimizer, ("progress", None)) == ("progress", None)
+        backend.backward(wrapped(torch.randn(8, 4, device=backend.device)).sum())
+        assert backend.synchronize_then_step(optimizer, None) >= 0.0
+        backend.barrier()
+    finally:
+        backend.shutdown()
+
+
+def _run_example(tmp_path: Path, *extra: str) -> dict[str, Any]:
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+           "PYTHONPATH": str(REPO)}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(key, None)  # a single process, not a rank of some outer launcher
+    argv = [sys.executable, str(EXAMPLE), "--backend", "ddp", "--synthetic", "--arch", "resnet18",
+            "--image-size", "64", "--batch-size", "32", "--synthetic-size", "128",
+            "--synthetic-val-size", "64", "--num-classes", "10", "--workers", "2",
+            "--checkpoint-dir", str(tmp_path / "ck"), "--metrics-dir", "", *extra]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env,
+                         cwd=tmp_path, stdin=subprocess.DEVNULL, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith('{"hpcdl_result"')]
+    assert lines, res.stdout[-3000:]
+    result: dict[str, Any] = json.loads(lines[-1])["hpcdl_result"]
+    return result
+
+
+def test_the_example_trains_and_resumes_on_ddp_over_nccl(tmp_path: Path) -> None:
+    first = _run_example(tmp_path, "--epochs", "1")
+    assert first["device"] == "cuda" and first["amp"] is True and first["ranks_agree"]
+    assert first["steps"] == 4 and first["images_per_sec"] > 0
+    assert first["checkpoint"] and Path(first["checkpoint"]).is_file()
+    second = _run_example(tmp_path, "--epochs", "2", "--resume")
+    assert second["resumed_from"] == first["checkpoint"]
+    assert second["steps"] == 8 and second["steps_this_run"] == 4
