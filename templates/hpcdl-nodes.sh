@@ -92,8 +92,8 @@ hpcdl_bad_list() {
 # hpcdl_gate NODE...: the gate's step on every NODE at once (beside any step left by a
 # dead node: --overlap); sets hpcdl_healthy to those that answered ok, in order.
 hpcdl_gate() {
-  local nodes=("$@") t0 out node line
-  t0=$(hpcdl_now)
+  local nodes=("$@") t0 us0 out node line
+  t0=$(hpcdl_now) us0=${EPOCHREALTIME/./}
   hpcdl_healthy=()
   (( ${#nodes[@]} )) || return 0
   out=$(timeout "$HPCDL_GATE_TIMEOUT" srun --overlap --nodes="${#nodes[@]}" --ntasks="${#nodes[@]}" \
@@ -107,7 +107,8 @@ hpcdl_gate() {
       *) hpcdl_mark_bad "$node" "gate: no answer in $(( $(hpcdl_now) - t0 )) s" ;;
     esac
   done
-  echo "hpcdl: gate: ${#hpcdl_healthy[@]} of ${#nodes[@]} nodes healthy in $(( $(hpcdl_now) - t0 )) s" >&2
+  local ms=$(( (${EPOCHREALTIME/./} - us0) / 1000 ))
+  echo "hpcdl: gate: ${#hpcdl_healthy[@]} of ${#nodes[@]} nodes healthy in $((ms / 1000)).$(printf %03d $((ms % 1000))) s" >&2
 }
 
 # Give the bad nodes back: the allocation shrinks to the others (the batch host stays: this
@@ -161,6 +162,18 @@ hpcdl_wait_step() {
     sleep 1
     now=$(hpcdl_now)
     [[ -n $hpcdl_cause ]] && continue  # time limit or preemption: the job script's turn
+    if [[ -f $hpcdl_dir/relaunch.request ]]; then
+      # The hang watchdog dumped the stacks: end the step and relaunch, without the
+      # node it names ("-": none).
+      local node why
+      IFS=$'\t' read -r node why <"$hpcdl_dir/relaunch.request" || true
+      rm -f "$hpcdl_dir/relaunch.request"
+      echo "hpcdl: the hang watchdog asks for a relaunch: ${why}" >&2
+      [[ -n $node && $node != - ]] && hpcdl_mark_bad "$node" "hang watchdog: ${why}"
+      hpcdl_hung=1
+      kill -KILL "$hpcdl_step" 2>/dev/null
+      break
+    fi
     [[ -z $since ]] && grep -qE "$HPCDL_TASK_ENDED" "$hpcdl_err" 2>/dev/null && since=$now
     if (( ++tick % 5 == 0 )) && [[ -n $(find "$hpcdl_dir" -newer "$mark" -not -path '*/job/*' -print -quit 2>/dev/null) ]]; then
       touch "$mark"
@@ -202,6 +215,7 @@ hpcdl_newest_checkpoint() {
 # too few healthy nodes are left (the job script then requeues or ends, naming them).
 hpcdl_supervise() {
   local rc=0 node failed_at="" left
+  hpcdl_hung=0
   local -a candidates how
   hpcdl_err=$(mktemp)
   while :; do
@@ -214,7 +228,7 @@ hpcdl_supervise() {
       # training's own failure, which the job script handles as before).
       how=()
       for node in "${hpcdl_active[@]}"; do [[ -n ${hpcdl_bad[$node]+x} ]] && how+=("$node"); done
-      if (( ${#how[@]} == 0 )); then
+      if (( ${#how[@]} == 0 && ! hpcdl_hung )); then
         echo "hpcdl: the training step failed (exit ${rc}) and every node is healthy: not a node failure, no relaunch" >&2
         rm -f "$hpcdl_err"
         return "$rc"
@@ -244,6 +258,7 @@ hpcdl_supervise() {
     fi
     # (recorded while hpcdl_active still names the failed step's nodes)
     [[ -n $failed_at ]] && hpcdl_record "$failed_at" "$(hpcdl_now)"
+    hpcdl_hung=0
     hpcdl_active=("${hpcdl_healthy[@]:0:hpcdl_want}")
     HPCDL_NODELIST=$(hpcdl_join "${hpcdl_active[@]}")
     export HPCDL_NODELIST HPCDL_CYCLE=$hpcdl_cycle
@@ -269,7 +284,7 @@ hpcdl_supervise() {
   done
 }
 
-# One line per node failure (hpcdl.jobs.recoveries reads it): job, attempt, relaunch,
+# One line per node failure or hang (hpcdl.jobs.recoveries reads it): job, attempt, relaunch,
 # when it was detected, the bad nodes among the step's, how each was found, when the
 # training was started again ("-": it was not), on which nodes, from which checkpoint.
 hpcdl_record() {
@@ -277,6 +292,7 @@ hpcdl_record() {
   for node in "${hpcdl_active[@]}"; do
     [[ -n ${hpcdl_bad[$node]+x} ]] && { nodes+=("$node"); why+=("$node: ${hpcdl_bad[$node]}"); }
   done
+  (( ${#why[@]} )) || why=("hang watchdog: a hang on healthy nodes")
   local IFS=';'
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$SLURM_JOB_ID" "${SLURM_RESTART_COUNT:-0}" \
     "$hpcdl_cycle" "$1" "$(hpcdl_join "${nodes[@]}")" "${why[*]}" "$2" \

@@ -274,7 +274,12 @@ def hang_lines(diagnosis: Diagnosis, run: RunDir) -> list[str]:
     where the dumps went and what was done to the job."""
     lines = [f"hang: {line}" for line in diagnosis.lines()]
     done = ("cancelled" if diagnosis.cancelled else
-            "could not be cancelled" if diagnosis.action == "cancel" else "left running")
+            "could not be cancelled" if diagnosis.action == "cancel" else
+            ("asked to relaunch the training from its checkpoint"
+             + (f" without {diagnosis.relaunch_without}" if diagnosis.relaunch_without else ""))
+            if diagnosis.relaunched else
+            "could not be asked to relaunch" if diagnosis.action == "relaunch" else
+            "left running")
     lines.append(f"hang: stacks and diagnosis in {run.hang_dir} (collected in "
                  f"{diagnosis.collect_s:.1f} s); job {diagnosis.job_id} {done} "
                  f"(--hang-action {diagnosis.action})")

@@ -88,8 +88,11 @@ JOB_FILE_HEADER = "# ==>"
                    "Python stack with py-spy, name the rank(s) not where the others are, "
                    "write hang/ in the run directory and act (--hang-action).")
 @click.option("--hang-action", "hang_action", type=click.Choice(HANG_ACTIONS),
-              help="What the watchdog does after the diagnosis: cancel the job (default) "
-                   "or leave it running (it watches again once progress resumes).")
+              help="What the watchdog does after the diagnosis: cancel the job (default), "
+                   "leave it running (it watches again once progress resumes), or relaunch "
+                   "the training from its checkpoint inside the allocation, without the hung "
+                   "rank's node when the diagnosis points at one (--spares; the default "
+                   "with spares).")
 @click.option("--stage-image/--no-stage-image", "stage_image", default=None,
               help="Copy the image to every node's local scratch (the profile's "
                    "paths.local_scratch, a name holding the job id) with Slurm's sbcast "

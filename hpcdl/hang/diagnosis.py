@@ -25,7 +25,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 DEFAULT_HANG_ACTION = "cancel"
-HANG_ACTIONS: tuple[str, ...] = (DEFAULT_HANG_ACTION, "leave")
+# relaunch: a job with spare nodes ends the step and starts the training again from its
+# checkpoint inside the allocation (hpcdl.launch.nodes), without the hung rank's node
+# when the diagnosis points at one; the default for such a job.
+HANG_ACTIONS: tuple[str, ...] = (DEFAULT_HANG_ACTION, "leave", "relaunch")
 
 # Where the watchdog's py-spy appears inside the image: the host's static binary is
 # bound there read-only, so an image without py-spy still works.
@@ -393,6 +396,10 @@ class Diagnosis:
     missing: tuple[tuple[str, str], ...] = ()  # (label, why there is no stack)
     action: str = DEFAULT_HANG_ACTION
     cancelled: bool = False
+    # action relaunch: the node the relaunch leaves out ("" when the diagnosis points at
+    # no single node), and whether the job was asked to relaunch.
+    relaunch_without: str = ""
+    relaunched: bool = False
     collect_s: float = 0.0
     silent_since: float = 0.0  # epoch seconds: the last progress seen
     detected_at: float = 0.0  # epoch seconds: the diagnosis was complete
@@ -414,6 +421,12 @@ class Diagnosis:
         for label, why in self.missing:
             out.append(f"  {label}: no stack ({why})")
         return out
+
+
+def suspect_node(diag: Diagnosis) -> str:
+    """The one node every straggler runs on, or "" (none, or several nodes)."""
+    nodes = {s.node for s in diag.stragglers}
+    return nodes.pop() if len(nodes) == 1 else ""
 
 
 def _rank_key(label: str) -> tuple[int, str]:

@@ -34,6 +34,7 @@ from hpcdl.hang.diagnosis import (
     node_command,
     rank_stacks,
     split_node_output,
+    suspect_node,
 )
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler
@@ -203,14 +204,19 @@ class HangWatchdog:
             diag = replace(diag, summary="no rank recorded its pid in "
                            f"{self.run.pids} (did the job start through hpcdl's rank "
                            "wrapper?)")
-        cancelled = False
+        cancelled = relaunched = False
+        node = suspect_node(diag) if self.action == "relaunch" else ""
+        if self.action == "relaunch":
+            # The job's node guard reads it, ends the step, relaunches (without ``node``).
+            relaunched = self.run.request_relaunch(node, diag.summary)
         if self.action == "cancel":
             try:
                 self.scheduler.cancel([self.job_id])
                 cancelled = True
             except ToolError:
                 cancelled = False  # it may have ended meanwhile; the follow loop tells
-        diag = replace(diag, cancelled=cancelled, collect_s=round(time.monotonic() - started, 2),
+        diag = replace(diag, cancelled=cancelled, relaunched=relaunched,
+                       relaunch_without=node, collect_s=round(time.monotonic() - started, 2),
                        detected_at=time.time(), silent_since=since,
                        dumps=tuple(str(self.run.hang_dump(node)) for node in raw))
         self.run.write_hang(diag.to_dict(), "\n".join(diag.lines()) + "\n", raw)

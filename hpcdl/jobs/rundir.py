@@ -60,6 +60,7 @@ from hpcdl.hang.diagnosis import RankPid, parse_pid_file
 from hpcdl.jobs.attempts import Attempt, ScriptAttempt
 from hpcdl.jobs.timelimit import steps_seen
 from hpcdl.launch.code import CODE_DIR_NAME
+from hpcdl.launch.nodes import RELAUNCH_REQUEST_NAME
 from hpcdl.launch.staging import JOB_DIR_NAME, stage
 from hpcdl.requeue import PROGRESS_NAME
 from hpcdl.results.protocol import PROBE_ERROR_PREFIX
@@ -317,6 +318,17 @@ class RunDir:
             if found is not None:
                 out.append(found)
         return out
+
+    def request_relaunch(self, node: str, why: str) -> bool:
+        """Ask the job's node guard (hpcdl.launch.nodes) to end the training step and
+        relaunch it, without ``node`` ("" for none): RELAUNCH_REQUEST_NAME, one line
+        "NODE<TAB>WHY", written atomically. False when it cannot be written."""
+        line = f"{node or '-'}\t{' '.join(why.split())[:300]}\n"
+        try:
+            write_atomic(self.path / RELAUNCH_REQUEST_NAME, line)
+        except OSError:
+            return False
+        return True
 
     def write_hang(self, diagnosis: dict[str, Any], text: str,
                    dumps: dict[str, str]) -> list[Path]:

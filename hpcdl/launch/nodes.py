@@ -29,6 +29,9 @@ _SOURCE = "hpcdl-nodes.sh"
 # Where the job records what the guard found (hpcdl.jobs.recoveries reads both).
 BAD_NODES_NAME = "bad-nodes.tsv"
 RECOVERIES_NAME = "recoveries.tsv"
+# The hang watchdog's request (hpcdl.jobs.rundir.RunDir.request_relaunch): end the step,
+# relaunch, without the node it names.
+RELAUNCH_REQUEST_NAME = "relaunch.request"
 
 # Seconds the gate's step may take on every node together (a dead node's launch fails
 # after Slurm's MessageTimeout, 10 s by default; a container start takes a few).

@@ -264,7 +264,7 @@ def build_plan(profile: Profile, req: JobRequest,
         probe_first=req.probe_first,
         probe_line=probe_line,
         hang_timeout=req.hang_timeout,
-        hang_action=(req.hang_action or DEFAULT_HANG_ACTION) if req.hang_timeout is not None else None,
+        hang_action=_hang_action(req, spares),
         job_files=job_side_files() if req.run_dir else (),
         job_scripts=job_scripts,
         container_mode=mode,
@@ -319,15 +319,32 @@ def _guard_block(profile: Profile, spec: JobSpec, req: JobRequest, image: str | 
     max_relaunches = (profile.scheduler.max_restarts if req.max_restarts is None
                       else req.max_restarts)
     nodes_file = job_script_path(req.run_dir, NODES_FILE)
+    exports = guard_exports(profile, tasks_per_node=spec.tasks_per_node,
+                            gpus=spec.gpus_per_node, max_relaunches=max_relaunches,
+                            nodes_file=nodes_file, image=bool(image),
+                            master_addr=master_addr is not None)
+    if requeue is None and req.run_dir:
+        # A relaunch resumes as a requeued attempt does: the contract's checkpoint directory
+        # (the requeue block exports it when there is one).
+        exports.insert(0, (CHECKPOINT_ENV, shell_join([f"{req.run_dir}/checkpoints"])))
     return {
         "nodes": spec.nodes, "spares": spec.spares, "allocated": spec.allocated_nodes,
         "max_relaunches": max_relaunches, "requeue": requeue is not None,
         "file_q": shell_join([nodes_file]),
-        "exports": guard_exports(profile, tasks_per_node=spec.tasks_per_node,
-                                 gpus=spec.gpus_per_node, max_relaunches=max_relaunches,
-                                 nodes_file=nodes_file, image=bool(image),
-                                 master_addr=master_addr is not None),
+        "exports": exports,
     }
+
+
+def _hang_action(req: JobRequest, spares: int) -> str | None:
+    """What the hang watchdog does: --hang-action, else relaunch for a job with spares
+    (its node guard restarts the training) and cancel for the others. Raises
+    ValidationError for relaunch without spares."""
+    if req.hang_timeout is None:
+        return None
+    if req.hang_action == "relaunch" and not spares:
+        raise _fail("hang-action: relaunch restarts the training inside the job's "
+                    "allocation; it needs spare nodes (--spares S)")
+    return req.hang_action or ("relaunch" if spares else DEFAULT_HANG_ACTION)
 
 
 def _plan_requeue(requeue: RequeueSpec | None) -> dict[str, Any]:

@@ -56,7 +56,7 @@ class JobPlan:
     probe_first: bool = False
     probe_line: str | None = None  # the --probe-first step, as the script runs it
     hang_timeout: float | None = None  # the watchdog's silence limit (s); None: no watchdog
-    hang_action: str | None = None  # cancel or leave
+    hang_action: str | None = None  # cancel, leave or relaunch
     # Files copied into RUN_DIR/job at submission (hpcdl.launch.staging), relative to it.
     job_files: tuple[str, ...] = ()
     # Files rendered for this job and written into RUN_DIR/job at submission, executable:

@@ -13,14 +13,19 @@ checkpoint: one job id, exit 0, and the same final parameter checksum as a run o
 same steps that nothing interrupted. A node that lost its shared filesystem before the
 start fails the health gate and the job runs on the spare.
 
-Cost: about 1.5 minutes per node-death test (a reference run, the guarded run, the
-death); the gate test about 40 s.
+The DDP case also runs as the ordinary user (hpcdl from a wheel in the user's venv,
+``cluster_user``): shrinking the allocation and requeueing with exclusions are what a job
+owner may do. Cost: about 1.5 minutes per node-death test (a reference run, the guarded
+run, the death); the gate test about 40 s; the hang test about 2 minutes; the NODE_FAIL
+requeue about 3 minutes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -28,7 +33,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest_slurm import NetnsCluster, hpcdl, node_netns, submit_json
+from tests.integration.conftest_slurm import (
+    NetnsCluster,
+    hpcdl,
+    node_netns,
+    shared_copy,
+    submit_json,
+)
 from tests.integration.test_probe import probe_profile
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.mpi, pytest.mark.torch,
@@ -57,10 +68,11 @@ def checksums(text: str) -> dict[str, str]:
     return {m.group(1): m.group(3) for m in CHECKSUM.finditer(text)}
 
 
-def final_status(job: str, env: dict[str, str], timeout: float) -> dict:
+def final_status(job: str, env: dict[str, str], timeout: float,
+                 cli: Callable[..., subprocess.CompletedProcess[str]] = hpcdl) -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        res = hpcdl("status", job, "--json", env=env)
+        res = cli("status", job, "--json", env=env)
         assert res.returncode == 0, res.stderr
         row = json.loads(res.stdout)
         if row["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
@@ -76,22 +88,36 @@ def three_nodes(netns_cluster: Callable[..., NetnsCluster], runs_dir: Path
     return cluster, {**cluster.env, "HPCDL_RUNS": str(runs_dir)}, probe_profile(cluster)
 
 
-@pytest.mark.parametrize("backend", ["ddp", "horovod"])
+@pytest.mark.parametrize(("backend", "who"), [("ddp", "root"), ("horovod", "root"),
+                                           ("ddp", "hpcuser")])
 def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
-        backend: str, three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
-        cpu_image: Path) -> None:
+        backend: str, who: str, three_nodes: tuple[NetnsCluster, dict[str, str], Path],
+        runs_dir: Path, cpu_image: Path, request: pytest.FixtureRequest) -> None:
     cluster, env, profile = three_nodes
+    cli: Callable[..., subprocess.CompletedProcess[str]] = hpcdl
+    if who != "root":  # the ordinary user, hpcdl from a wheel in a venv of theirs
+        user = request.getfixturevalue("cluster_user")
+        cluster.dir.chmod(0o755)  # its slurm.conf and munge socket, as a site's are
+        runs_dir = user.own(Path("/scratch") / f"hpcdl-spares-{cluster.dir.name}")
+        mine = user.own(user.home / "hpcdl-spares") / profile.name
+        shutil.copy(profile, mine)
+        os.chown(mine, user.uid, user.gid)
+        profile = mine
+        env = {k: v for k, v in env.items() if k == "SLURM_CONF"}
+        env["HPCDL_RUNS"] = str(runs_dir)
+        cli = user.cli
     common = ["-p", str(profile), "-N", "2", "--image", str(cpu_image), *example(backend)]
-    ref = hpcdl("submit", *common, "--wait", "--run-dir", str(runs_dir / "ref"), env=env,
-                timeout=400)
+    ref = cli("submit", *common, "--wait", "--run-dir", str(runs_dir / "ref"), env=env,
+              timeout=400)
     assert ref.returncode == 0, ref.stdout + ref.stderr
     reference = set(checksums(ref.stdout).values())
     assert len(reference) == 1, ref.stdout
 
     run = runs_dir / "spare"
-    out = submit_json(*common, "--spares", "1", "-X", "--step-sleep=1", "--run-dir", str(run),
-                      env=env)
-    job = out["job_id"]
+    res = cli("submit", "--json", *common, "--spares", "1", "-X", "--step-sleep=1",
+              "--run-dir", str(run), env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    job = json.loads(res.stdout.strip().splitlines()[-1])["job_id"]
     deadline = time.monotonic() + 300
     while not (run / "checkpoints" / "checkpoint-00000010.pt").exists():
         assert time.monotonic() < deadline, "no checkpoint of step 10 in 300 s"
@@ -100,7 +126,7 @@ def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
     died = time.time()
     kill_node(cluster, victim)
 
-    row = final_status(job, env, timeout=500)
+    row = final_status(job, env, timeout=500, cli=cli)
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), row
     log = (run / f"slurm-{job}.out").read_text()
     err = (run / f"slurm-{job}.err").read_text()
@@ -110,6 +136,7 @@ def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
     hosts = {m.group(2) for m in CHECKSUM.finditer(log)}
     assert hosts == {cluster.nodes[0], cluster.nodes[2]}, hosts
     assert f"hpcdl: node {victim} excluded: " in err, err
+    assert f"hpcdl: released {victim} " in err or f"hpcdl: {victim} left the job" in err, err
     (rec,) = row["recoveries"]
     assert rec["nodes"] == [victim] and rec["active"] == [cluster.nodes[0], cluster.nodes[2]]
     assert rec["checkpoint"].startswith("checkpoint-") and rec["steps_lost"] is not None
@@ -117,11 +144,11 @@ def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
     result = json.loads(next(line for line in log.splitlines()
                              if "hpcdl_result" in line).split(": ", 1)[1])["hpcdl_result"]
     assert result["resumed_from"].endswith(rec["checkpoint"])
-    # Back to training within a minute of the death on this 2-core machine (the goal).
+    # Back to training within 90 s of the death on this 2-core machine (goal: 60 s).
     assert rec["first_step_at"] - died < 90, (rec, died)
     bad = (run / "bad-nodes.tsv").read_text()
     assert bad.startswith(f"{victim}\t"), bad
-    text = hpcdl("status", job, env=env)
+    text = cli("status", job, env=env)
     assert "1 node failure inside the job:" in text.stdout, text.stdout
 
 
@@ -147,3 +174,81 @@ def test_the_gate_replaces_a_node_that_lost_the_shared_filesystem(
     assert len(bad) == 1 and bad[0].startswith(f"{victim}\tgate: "), bad
     assert "is not writable" in bad[0] or "container does not start" in bad[0], bad
     assert not (run / "recoveries.tsv").exists()  # no training step failed
+
+
+HANG_SCRIPT = shared_copy(Path(__file__).resolve().parent / "hang") / "resume_hang.py"
+
+
+def test_a_rank_hung_on_one_node_is_relaunched_without_that_node(
+        three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
+        cpu_image: Path) -> None:
+    """A user's torchrun-style script (the resume contract, nothing of hpcdl) hangs on one
+    node at step 8: the watchdog of --wait --hang-timeout dumps the stacks and, the job
+    having a spare, asks it to relaunch without that node; the run completes from its
+    checkpoint of step 5 with the value of a run that never hung."""
+    cluster, env, profile = three_nodes
+    victim = cluster.nodes[1]
+    script = ["--", "python3", str(HANG_SCRIPT), "--steps", "12", "--every", "5"]
+    ref = hpcdl("submit", "-p", str(profile), "-N", "2", "--image", str(cpu_image), "--wait",
+                "--run-dir", str(runs_dir / "ref"), *script, env=env, timeout=400)
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    expected = re.search(r"RESULT value=(\S+)", ref.stdout)
+    assert expected, ref.stdout
+    run = runs_dir / "hung"
+    res = hpcdl("submit", "-p", str(profile), "-N", "2", "--spares", "1", "--image",
+                str(cpu_image), "--hang-timeout", "20", "--wait", "--json", "--run-dir",
+                str(run), *script, "--hang-at", "8", "--hang-host", victim, env=env,
+                timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["hang"]["action"] == "relaunch" and out["hang"]["relaunched"], out["hang"]
+    assert out["hang"]["relaunch_without"] == victim, out["hang"]
+    (rec,) = out["recoveries"]
+    assert rec["nodes"] == [victim] and rec["how"].startswith(f"{victim}: hang watchdog: ")
+    log = (run / f"slurm-{out['job_id']}.out").read_text()
+    assert f"RESULT value={expected.group(1)} steps=12 resumed_from=5" in log, log[-2000:]
+    assert (run / "hang" / "diagnosis.json").exists()
+
+
+def test_without_spares_a_dead_node_is_a_real_node_fail_and_requeue(
+        three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
+        cpu_image: Path) -> None:
+    """--requeue, no spares: a node dies, Slurm declares it down (SlurmdTimeout lowered to
+    20 s on this test's cluster: 300 s by default), ends the job NODE_FAIL and requeues
+    it; the next attempt runs on the nodes left and ends with the uninterrupted checksum."""
+    cluster, env, profile = three_nodes
+    conf = cluster.conf.read_text()
+    cluster.conf.write_text(conf + "SlurmdTimeout=20\n")
+    assert cluster.run("scontrol", "reconfigure").returncode == 0
+    common = ["-p", str(profile), "-N", "2", "--image", str(cpu_image), *example("ddp")]
+    ref = hpcdl("submit", *common, "--wait", "--run-dir", str(runs_dir / "ref"), env=env,
+                timeout=400)
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    reference = set(checksums(ref.stdout).values())
+    run = runs_dir / "requeue"
+    out = submit_json(*common, "--requeue", "-X", "--step-sleep=1", "--run-dir", str(run),
+                      env=env)
+    job = out["job_id"]
+    deadline = time.monotonic() + 300
+    while not (run / "checkpoints" / "checkpoint-00000010.pt").exists():
+        assert time.monotonic() < deadline, "no checkpoint of step 10 in 300 s"
+        time.sleep(0.5)
+    victim = cluster.nodes[1]
+    kill_node(cluster, victim)
+    deadline = time.monotonic() + 600
+    while True:  # release the requeued job from Slurm's BeginTime hold (~2 min)
+        state = cluster.run("squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip()
+        if state.startswith("PENDING|BeginTime"):
+            cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now")
+        if not state or state.split("|")[0] in ("COMPLETED", "FAILED", "CANCELLED"):
+            break
+        assert time.monotonic() < deadline, f"job {job}: {state}"
+        time.sleep(2)
+    shown = cluster.run("scontrol", "show", "job", job).stdout
+    assert "Restarts=1" in shown and "JobState=COMPLETED" in shown, shown
+    log = (run / f"slurm-{job}.out").read_text()
+    sums = {m.group(3) for m in CHECKSUM.finditer(log)}
+    assert sums == reference, (sums, reference)
+    assert victim not in {m.group(2) for m in CHECKSUM.finditer(log)}
+    assert "NODE_FAIL" in (cluster.dir / "log" / "slurmctld.log").read_text() or \
+        f"Killing JobId={job}" in (cluster.dir / "log" / "slurmctld.log").read_text()

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Spare nodes (submit --spares): how long from a node's death to training again, inside
+the allocation against a requeue through the queue; what the health gate costs on 2 to
+16 nodes; what the guard costs a healthy run.
+
+A cluster of its own is started beside the sandbox for each part (own directory, ports,
+subnet, node names; a network namespace per node; no slurmdbd) and stopped at the end,
+whatever happens. The job is the bundled example in the CPU image (ResNet-18, 32 px,
+synthetic, 30 steps, a checkpoint every 5, --step-sleep 1), 2 ranks on 2 nodes.
+
+- recovery (3 nodes, per backend): with --spares 1, every process of an active node is
+  killed once the checkpoint of step 10 exists. Split from the job's own records:
+  detection (death -> the guard's verdict, recoveries.tsv), gate + release (verdict ->
+  relaunch), start (relaunch -> the example's process start, container and imports),
+  rendezvous + checkpoint load + first step (start -> first step), and steps lost.
+- requeue (3 nodes, --requeue, no spares; --skip-requeue leaves it out): the same death;
+  Slurm declares the node down after SlurmdTimeout (lowered to 20 s here, 300 s by
+  default), ends the job NODE_FAIL and requeues it; the requeued job waits Slurm's own
+  hold (BeginTime, about 2 minutes; not released) and starts again on the nodes left.
+- gate (2, 4, 8, 16 nodes): a job of N-1 nodes with 1 spare whose command is `true`;
+  the gate's own time from its log line (all nodes, container start included).
+- healthy overhead (3 nodes): the same run with and without --spares 1, wall time from
+  submit to the end and the example's images/s.
+
+    sudo python3 bench/bench_spares.py [--repeats 1] [--backends ddp,horovod]
+         [--gate-nodes 2,4,8,16] [--skip-requeue] [--image SIF] [--json-out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.common import spread  # noqa: E402
+from bench.machine import describe, facts_line  # noqa: E402
+from tests.own_cluster import (  # noqa: E402
+    cluster_env,
+    cluster_profile,
+    free_port,
+    free_subnet,
+    node_names,
+    unique_prefix,
+)
+
+SANDBOX = REPO / "scripts" / "sandbox.sh"
+EXAMPLE = ["-G", "1", "--synthetic", "-X", "--arch=resnet18", "-X", "--max-steps=30",
+           "-X", "--epochs=1", "-X", "--checkpoint-every=5"]
+GATE = re.compile(r"hpcdl: gate: (\d+) of (\d+) nodes healthy in ([0-9.]+) s")
+
+
+def run(argv: list[str], env: dict[str, str], timeout: float = 900,
+        check: bool = True) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                         env={**os.environ, **env}, cwd=REPO)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({res.returncode}):\n"
+                           f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
+    return res
+
+
+@contextmanager
+def cluster(nodes: int, slurmd_timeout: int | None = None) -> Iterator[dict[str, Any]]:
+    """A cluster of ``nodes`` of its own; yields env, profile, node names, directory."""
+    folder = Path(tempfile.mkdtemp(prefix="hpcdl-bs-", dir="/tmp"))
+    prefix, subnet = unique_prefix(), free_subnet()
+    names = node_names(prefix, nodes)
+    lines = [f"node {n} {subnet}.{10 + i} {free_port()} 8 4096 gpu:fake:4 up"
+             for i, n in enumerate(names, 1)]
+    lines.append(f"partition debug {','.join(names)} Default=YES MaxNodes={nodes} "
+                 "MaxTime=00:30:00")
+    env = {**cluster_env(folder, "\n".join(lines) + "\n", f"bs{prefix}"),
+           "HPCDL_RUNS": f"/scratch/hpcdl-bench-spares-{prefix}"}
+    profile = folder / "profile.yaml"
+    cluster_profile(folder, f"bs{prefix}", profile)
+    # Each node has its own address: rank 0 is reached by its node's name.
+    import yaml
+    data = yaml.safe_load(profile.read_text())
+    data["env"]["vars"].pop("MASTER_ADDR", None)
+    profile.write_text(yaml.safe_dump(data, sort_keys=False))
+    try:
+        run(["bash", str(SANDBOX), "up"], env)
+        if slurmd_timeout is not None:
+            conf = folder / "etc" / "slurm.conf"
+            conf.write_text(conf.read_text() + f"SlurmdTimeout={slurmd_timeout}\n")
+            run(["scontrol", "reconfigure"], env)
+        yield {"env": env, "profile": profile, "nodes": names, "dir": folder}
+    finally:
+        run(["bash", str(SANDBOX), "down"], env, timeout=180, check=False)
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(env["HPCDL_RUNS"], ignore_errors=True)
+
+
+def hpcdl(args: list[str], env: dict[str, str], timeout: float = 900
+          ) -> subprocess.CompletedProcess[str]:
+    return run([sys.executable, "-m", "hpcdl", *args], env, timeout=timeout, check=False)
+
+
+def kill_node(folder: Path, node: str) -> float:
+    import hashlib
+    tag = hashlib.sha1(str(folder).encode()).hexdigest()[:6]
+    pids = subprocess.run(["ip", "netns", "pids", f"hpcdl-{tag}-{node}"], capture_output=True,
+                          text=True, timeout=30, check=True).stdout.split()
+    died = time.time()
+    subprocess.run(["kill", "-KILL", *pids], check=False, timeout=30)
+    return died
+
+
+def wait_checkpoint(run_dir: Path, step: int, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not (run_dir / "checkpoints" / f"checkpoint-{step:08d}.pt").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no checkpoint of step {step} in {run_dir}")
+        time.sleep(0.2)
+
+
+def wait_end(job: str, env: dict[str, str], timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while run(["squeue", "-h", "-j", job, "-o", "%T"], env, check=False).stdout.strip():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"job {job} still there after {timeout} s")
+        time.sleep(1)
+
+
+def result_of(log: str) -> dict[str, Any]:
+    line = next(x for x in reversed(log.splitlines()) if "hpcdl_result" in x)
+    return dict(json.loads(line.split(": ", 1)[1])["hpcdl_result"])
+
+
+def submit(c: dict[str, Any], run_dir: Path, extra: list[str], backend: str) -> str:
+    res = hpcdl(["submit", "--json", "-p", str(c["profile"]), "-N", "2", "--image",
+                 c["image"], "--backend", backend, *EXAMPLE, *extra, "--run-dir",
+                 str(run_dir)], c["env"])
+    if res.returncode != 0:
+        raise RuntimeError(res.stdout + res.stderr)
+    return str(json.loads(res.stdout.strip().splitlines()[-1])["job_id"])
+
+
+def recovery(image: str, backend: str) -> dict[str, Any]:
+    with cluster(3) as c:
+        c["image"] = image
+        run_dir = Path(c["env"]["HPCDL_RUNS"]) / f"spare-{backend}"
+        job = submit(c, run_dir, ["--spares", "1", "-X", "--step-sleep=1"], backend)
+        wait_checkpoint(run_dir, 10)
+        died = kill_node(c["dir"], c["nodes"][1])
+        wait_end(job, c["env"])
+        from hpcdl.jobs import recoveries
+        (rec,) = recoveries.read(run_dir, job)
+        result = result_of((run_dir / f"slurm-{job}.out").read_text())
+        first = rec.first_step_at or float("nan")
+        return {"backend": backend, "how": rec.how, "steps_lost": rec.steps_lost,
+                "detect_s": rec.detected_at - died,
+                "gate_s": (rec.relaunched_at or rec.detected_at) - rec.detected_at,
+                "start_s": result["started_at"] - (rec.relaunched_at or 0),
+                "first_step_s": first - result["started_at"],
+                "total_s": first - died, "checksum": result["param_checksum"]}
+
+
+def requeue(image: str, backend: str) -> dict[str, Any]:
+    with cluster(3, slurmd_timeout=20) as c:
+        c["image"] = image
+        run_dir = Path(c["env"]["HPCDL_RUNS"]) / f"requeue-{backend}"
+        job = submit(c, run_dir, ["--requeue", "-X", "--step-sleep=1"], backend)
+        wait_checkpoint(run_dir, 10)
+        died = kill_node(c["dir"], c["nodes"][1])
+        wait_end(job, c["env"], timeout=1500)
+        result = result_of((run_dir / f"slurm-{job}.out").read_text())
+        return {"backend": backend, "total_s": result["first_step_at"] - died,
+                "start_to_first_step_s": result["first_step_at"] - result["started_at"],
+                "checksum": result["param_checksum"]}
+
+
+def gate(image: str, nodes: int) -> float:
+    with cluster(nodes) as c:
+        run_dir = Path(c["env"]["HPCDL_RUNS"]) / "gate"
+        res = hpcdl(["submit", "--wait", "-p", str(c["profile"]), "-N", str(nodes - 1),
+                     "--spares", "1", "--image", image, "--run-dir", str(run_dir), "--",
+                     "true"], c["env"])
+        found = GATE.findall(res.stdout + res.stderr) or GATE.findall(
+            "".join(p.read_text() for p in run_dir.glob("slurm-*.err")))
+        if res.returncode != 0 or not found:
+            raise RuntimeError(f"gate job on {nodes} nodes: {res.stdout}{res.stderr}")
+        return float(found[0][2])
+
+
+def healthy(image: str, backend: str) -> dict[str, Any]:
+    with cluster(3) as c:
+        out = {}
+        for label, extra in (("plain", []), ("spares", ["--spares", "1"])):
+            run_dir = Path(c["env"]["HPCDL_RUNS"]) / label
+            t0 = time.monotonic()
+            res = hpcdl(["submit", "--wait", "-p", str(c["profile"]), "-N", "2", "--image",
+                         image, "--backend", backend, *EXAMPLE, *extra, "--run-dir",
+                         str(run_dir)], c["env"])
+            if res.returncode != 0:
+                raise RuntimeError(res.stdout + res.stderr)
+            result = result_of(res.stdout)
+            out[label] = {"wall_s": time.monotonic() - t0,
+                          "images_per_sec": result["images_per_sec"]}
+        return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--backends", default="ddp,horovod")
+    parser.add_argument("--gate-nodes", default="2,4,8,16")
+    parser.add_argument("--skip-requeue", action="store_true")
+    cache = os.environ.get("HPCDL_CACHE") or "/var/cache/hpcdl"
+    parser.add_argument("--image", default="/scratch/images/pytorch-horovod-cpu.sif",
+                        help=f"the CPU image where the nodes see it (built in {cache}/images)")
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench_spares: needs root (starts Slurm daemons, network namespaces)",
+              file=sys.stderr)
+        return 2
+    if not Path(args.image).is_file():
+        print(f"bench_spares: no image at {args.image} (make demo publishes it)",
+              file=sys.stderr)
+        return 2
+    backends = args.backends.split(",")
+    data: dict[str, Any] = {"recovery": [], "requeue": [], "gate": {}, "healthy": []}
+    for _ in range(args.repeats):
+        for backend in backends:
+            data["recovery"].append(recovery(args.image, backend))
+            if not args.skip_requeue:
+                data["requeue"].append(requeue(args.image, backend))
+        for n in (int(x) for x in args.gate_nodes.split(",")):
+            data["gate"].setdefault(str(n), []).append(gate(args.image, n))
+        data["healthy"].append(healthy(args.image, backends[0]))
+    machine = describe(packages=("torch",), tools=("slurmctld", "apptainer"))
+    print("spare nodes: the bundled example (ResNet-18, 32 px, 2 ranks on 2 nodes, 30 steps, a "
+          "checkpoint every 5) in the CPU image; a node's processes all killed after step 10")
+    print(f"machine: {facts_line(machine)}")
+    print(f"{'backend':<8} {'detect s':>9} {'gate s':>7} {'start s':>8} {'1st step s':>10} "
+          f"{'death->step s':>13} {'lost':>5}  how")
+    for r in data["recovery"]:
+        print(f"{r['backend']:<8} {r['detect_s']:>9.1f} {r['gate_s']:>7.1f} {r['start_s']:>8.1f} "
+              f"{r['first_step_s']:>10.1f} {r['total_s']:>13.1f} {r['steps_lost']!s:>5}  "
+              f"{r['how']}")
+    for r in data["requeue"]:
+        print(f"requeue through the queue ({r['backend']}, SlurmdTimeout 20 s, Slurm's own "
+              f"hold): death -> first step {r['total_s']:.1f} s")
+    for n, values in data["gate"].items():
+        print(f"gate on {n:>2} nodes: {spread(values)} s")
+    for h in data["healthy"]:
+        print(f"healthy run: wall {h['plain']['wall_s']:.1f} s without spares, "
+              f"{h['spares']['wall_s']:.1f} s with --spares 1; images/s "
+              f"{h['plain']['images_per_sec']:.1f} vs {h['spares']['images_per_sec']:.1f}")
+    print(f"reproduce: sudo python3 bench/bench_spares.py --repeats {args.repeats} "
+          f"--backends {args.backends} --gate-nodes {args.gate_nodes}"
+          + (" --skip-requeue" if args.skip_requeue else ""))
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"machine": machine, **data}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
