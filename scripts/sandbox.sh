@@ -586,6 +586,13 @@ stale_reasons() {
     if [[ $(stat -L -c %i "/proc/$pid/ns/mnt" 2>/dev/null) == "$(stat -L -c %i /proc/self/ns/mnt)" ]]; then
       echo "slurmd $n (pid $pid) runs in the host's mount namespace (it sees every host path)"
     fi
+    # A KEEP path made after the node started (Apptainer's private libc, installed after
+    # `up`) is hidden from it: the node's containers would not start.
+    for k in $KEEP; do
+      if [[ -e $k && ! -e /proc/$pid/root$k ]]; then
+        echo "slurmd $n (pid $pid) does not see $k, which exists now"
+      fi
+    done
   done
   ((NETNS)) || return 0
   for n in "${UP_NODES[@]}"; do

@@ -10,8 +10,9 @@ step() {
   echo "==> $name: done in $(( SECONDS - t0 )) s"
 }
 step "python deps" scripts/install-python-deps.sh
-step "slurm sandbox" scripts/sandbox.sh up
+# Apptainer before the sandbox: its nodes see the host's software as it is when they start.
 step "apptainer" scripts/install-apptainer.sh
+step "slurm sandbox" scripts/sandbox.sh up
 # Debian's Chromium: `hpcdl report`'s HTML is checked in a real headless browser.
 step "browser" scripts/install-browser.sh
 # OpenSSH's server and rsync: a login node reached over SSH (hpcdl.remote.ssh's tests).
