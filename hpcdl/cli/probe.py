@@ -12,12 +12,9 @@ from pathlib import Path
 import click
 
 from hpcdl.cli.options import example_options, parse_env, runtime_mode_for
-from hpcdl.cli.submit import print_dry_run, submit_and_show
+from hpcdl.cli.submit import prepare, print_dry_run, submit_and_show
 from hpcdl.core.errors import ValidationError
-from hpcdl.jobs.place import connect
-from hpcdl.jobs.preflight import for_cluster
-from hpcdl.jobs.submit import plan_run
-from hpcdl.plan import JobRequest, build_plan
+from hpcdl.plan import JobRequest
 from hpcdl.probe.request import (
     DEFAULT_SIZES,
     DIST_BACKENDS,
@@ -109,12 +106,11 @@ def probe(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
         launcher="srun", requeue=False, probe=args,
         run_dir=str(run_dir.resolve()) if run_dir is not None else None)
     mode = runtime_mode_for(prof, request)
-    if dry_run:
-        print_dry_run(build_plan(prof, request, runtime_mode=mode), as_json=as_json)
+    ready = prepare(prof, request, dry_run=dry_run, run_name="probe", runtime_mode=mode)
+    if ready.notes is not None:
+        print_dry_run(ready.plan, as_json=as_json, notes=ready.notes)
         return
-    conn = connect(prof, local_root=run_dir.resolve().parent if run_dir is not None else None)
-    request = for_cluster(prof, request, conn)  # the image as the nodes see it
-    plan = plan_run(prof, request, run_name="probe", runtime_mode=mode, place=conn.place)
-    code = submit_and_show(prof, plan, wait=wait, as_json=as_json, probe=True, conn=conn)
+    code = submit_and_show(prof, ready.plan, wait=wait, as_json=as_json, probe=True,
+                           conn=ready.conn)
     if code:
         raise SystemExit(code)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -17,16 +19,18 @@ from hpcdl.cli.options import (
     runtime_mode_for,
 )
 from hpcdl.core.errors import ValidationError
+from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.hang.diagnosis import HANG_ACTIONS, Diagnosis, parse_seconds
 from hpcdl.jobs.alloc import build_alloc, run_alloc
 from hpcdl.jobs.flow import follow_job, submit_job
 from hpcdl.jobs.place import Connection, connect
 from hpcdl.jobs.preflight import check_inputs, for_cluster, image_arch_facts
 from hpcdl.jobs.submit import plan_run
-from hpcdl.plan import BACKENDS, JobPlan, JobRequest, build_plan, job_image
+from hpcdl.plan import BACKENDS, JobPlan, JobRequest, RuntimeMode, build_plan, job_image
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
+from hpcdl.schedulers.dialects import dialect_for
 from hpcdl.schedulers.pbs import script as pbs
 
 # Starts the line above each job-side file a dry run prints after the script (the
@@ -175,29 +179,74 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     # Reads the image's build record (its GPU architectures) for the plan's check.
     facts = image_arch_facts(job_image(prof, request)[0]) if prof.login is None else None
     mode = runtime_mode_for(prof, request)
-    if dry_run:
-        # validates: raises before anything is written
-        print_dry_run(build_plan(prof, request, facts, mode), as_json=as_json)
+    ready = prepare(prof, request, dry_run=dry_run, image_facts=facts, runtime_mode=mode)
+    if ready.notes is not None:
+        print_dry_run(ready.plan, as_json=as_json, notes=ready.notes)
         return
-    conn = connect(prof, local_root=run_dir.resolve().parent if run_dir is not None else None)
-    request = for_cluster(prof, request, conn)  # the image and code as the nodes see them
-    # Planned once, with the run directory it will use; that plan is what gets submitted.
-    plan = plan_run(prof, request, image_facts=facts, runtime_mode=mode,
-                    place=conn.place)  # raises before writing
+    conn, plan = ready.conn, ready.plan
     if conn.ssh is None:
-        check_inputs(request, image=plan.image)
+        check_inputs(ready.request, image=plan.image)
     status = submit_and_show(prof, plan, wait=wait, as_json=as_json, conn=conn)
     if status:
         raise SystemExit(status)
 
 
-def print_dry_run(plan: JobPlan, *, as_json: bool) -> None:
-    """What --dry-run prints: the plan as JSON, or the notes (stderr), the script
-    (stdout: job.sbatch byte for byte) and after it each file of the run the script
-    runs (stderr, each under a header naming its path; byte for byte what is staged)."""
+@dataclass(frozen=True)
+class Prepared:
+    """A request made ready to submit: the connection it goes through, the request as
+    the cluster sees it and the plan (with its run directory) that gets submitted.
+    ``notes``: for a dry run, what it left unchecked (stderr lines); None for real."""
+
+    conn: Connection
+    request: JobRequest
+    plan: JobPlan
+    notes: list[str] | None
+
+
+def prepare(prof: Profile, request: JobRequest, *, dry_run: bool, run_name: str | None = None,
+            image_facts: ImageArchFacts | None = None,
+            runtime_mode: RuntimeMode | None = None) -> Prepared:
+    """The one road from a request to the plan a submission submits, for submit and
+    probe, dry run or not: the same connection (its place maps the run directory to the
+    cluster's path), the same image and code mapping (for_cluster) and the same run
+    directory choice (plan_run: ``request.run_dir``, else a new name under $HPCDL_RUNS,
+    chosen now). A dry run differs only in what it does not do: it asks the cluster
+    nothing it can do without (see for_cluster's ``notes``), and it creates, ships and
+    submits nothing. Raises ValidationError, RenderError before anything is written."""
+    if dry_run and not dialect_for(prof.scheduler.type).submits:
+        # A PBS script is for reading: hpcdl never makes a run directory for it, so the
+        # script shows none (./job, $PBS_O_WORKDIR) instead of one nobody creates.
+        return Prepared(connect(prof, dry_run=True), request,
+                        build_plan(prof, request, image_facts, runtime_mode), [])
+    local_root = Path(request.run_dir).parent if request.run_dir is not None else None
+    conn = connect(prof, local_root=local_root, dry_run=dry_run)
+    notes: list[str] | None = [] if dry_run else None
+    request = for_cluster(prof, request, conn, notes=notes)  # the image and code as the nodes see them
+    # Planned once, with the run directory it will use; that plan is what gets submitted.
+    plan = plan_run(prof, request, run_name=run_name, image_facts=image_facts,
+                    runtime_mode=runtime_mode, place=conn.place)  # raises before writing
+    if notes is not None and plan.run_dir is not None:
+        where = " on the cluster" if conn.place.remote else ""
+        if request.run_dir is None:
+            notes.insert(0, f"run directory{where} {plan.run_dir}: the name a submission "
+                            f"made now gets (one made later gets a new name; --run-dir "
+                            f"pins it); nothing is created")
+        else:
+            notes.insert(0, f"run directory{where} {plan.run_dir} (--run-dir); nothing is "
+                            f"created")
+    return Prepared(conn, request, plan, notes)
+
+
+def print_dry_run(plan: JobPlan, *, as_json: bool, notes: Sequence[str] = ()) -> None:
+    """What --dry-run prints: the plan as JSON, or the notes (stderr: ``notes``, then the
+    plan's own), the script (stdout: job.sbatch byte for byte) and after it each file
+    of the run the script runs (stderr, each under a header naming its path; byte for
+    byte what is staged)."""
     if as_json:
         click.echo(json.dumps(plan.to_dict(), indent=2))
         return
+    for note in notes:
+        click.echo(f"# {note}", err=True)
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)

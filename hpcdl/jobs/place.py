@@ -99,11 +99,15 @@ HERE = Here()
 class OverSsh:
     """Run directories under ``local_root`` here and under the profile's ``login.runs``
     (default: DEFAULT_RUNS in the remote home) on the cluster, moved with rsync over
-    ``ex``'s connection. The remote root is asked for once, when first needed."""
+    ``ex``'s connection. The remote root is asked for once, when first needed.
+    ``planning``: a dry run's place: paths only (the remote home as remembered from an
+    earlier connection when login.runs does not name the root); moving anything is a
+    programming error."""
 
     ex: SshExecutor
     configured_root: str | None
     local_root: Path
+    planning: bool = False
     _root: str | None = field(default=None, init=False)
 
     remote = True
@@ -111,8 +115,14 @@ class OverSsh:
     @property
     def root(self) -> str:
         if self._root is None:
-            self._root = remote_dir(self.ex, self.configured_root, DEFAULT_RUNS)
+            self._root = remote_dir(self.ex, self.configured_root, DEFAULT_RUNS,
+                                    remembered=self.planning)
         return self._root
+
+    def _moving(self) -> None:
+        # A dry run plans with this place and must never write on either side.
+        if self.planning:
+            raise RuntimeError("a dry run's place moves nothing")
 
     def describe(self) -> str:
         return f"{self.ex.login.target}:{self.root}"
@@ -131,9 +141,11 @@ class OverSsh:
         return self.local_root / rel
 
     def prepare(self) -> None:
+        self._moving()
         ensure_writable(self.ex, self.root, "login.runs")
 
     def ship(self, run: RunDir) -> int:
+        self._moving()
         target = self.cluster_path(run.path)
         # Unchanged files (the job-side files, the code) are hard-linked on the cluster
         # from the newest sibling run shipped before, so only what is new crosses.
@@ -141,9 +153,11 @@ class OverSsh:
                             parents=posixpath.dirname(target) != self.root)  # prepare made it
 
     def fetch(self, run: RunDir) -> int:
+        self._moving()
         return self.ex.pull(self.cluster_path(run.path), run.path, exclude=PULL_EXCLUDES)
 
     def discard(self, run: RunDir) -> None:
+        self._moving()
         target = self.cluster_path(run.path)
         if posixpath.dirname(target).startswith(self.root):
             try:
@@ -165,13 +179,14 @@ def _siblings(path: Path, keep: int = 3) -> list[str]:
 
 
 def place_for(profile: Profile, executor: Executor, *,
-              local_root: Path | None = None) -> RunPlace:
+              local_root: Path | None = None, planning: bool = False) -> RunPlace:
     """Where ``profile``'s run directories live: on its login node's side when it names
     one (``executor`` is then the SshExecutor its scheduler uses), else here.
-    ``local_root``: where the local copies go (default: runs_root())."""
+    ``local_root``: where the local copies go (default: runs_root()); ``planning``: a
+    dry run's (see OverSsh)."""
     if profile.login is None or not isinstance(executor, SshExecutor):
         return HERE
-    return OverSsh(executor, profile.login.runs, local_root or runs_root())
+    return OverSsh(executor, profile.login.runs, local_root or runs_root(), planning)
 
 
 @dataclass(frozen=True)
@@ -188,11 +203,15 @@ class Connection:
         return self.executor if isinstance(self.executor, SshExecutor) else None
 
 
-def connect(profile: Profile, *, local_root: Path | None = None) -> Connection:
-    """The profile's Connection; ``local_root``: where local run directories go."""
+def connect(profile: Profile, *, local_root: Path | None = None,
+            dry_run: bool = False) -> Connection:
+    """The profile's Connection; ``local_root``: where local run directories go. Opens
+    nothing: a connection to a login node starts with its first command. ``dry_run``:
+    the place only plans (OverSsh's ``planning``)."""
     executor = executor_for(profile)
     return Connection(scheduler_for(profile.name, profile.scheduler.type, executor),
-                      place_for(profile, executor, local_root=local_root), executor)
+                      place_for(profile, executor, local_root=local_root, planning=dry_run),
+                      executor)
 
 
 def reconnect(run: RunDir | None) -> Connection:

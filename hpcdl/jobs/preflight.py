@@ -20,6 +20,7 @@ from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
 from hpcdl.jobs.place import Connection
 from hpcdl.plan import JobRequest, RuntimeMode
 from hpcdl.profiles.schema import Profile
+from hpcdl.remote.dirs import known_offline
 
 # Images that live elsewhere: nothing on this host to read.
 _REMOTE_IMAGE = re.compile(r"[a-z][a-z0-9+.-]*://.*")
@@ -122,23 +123,47 @@ def runtime_mode(image: str | None, binary: str | None = None,
     return mode, None
 
 
-def for_cluster(profile: Profile, req: JobRequest, conn: Connection) -> JobRequest:
+def for_cluster(profile: Profile, req: JobRequest, conn: Connection, *,
+                notes: list[str] | None = None) -> JobRequest:
     """``req`` as the cluster will see it: unchanged on a login node; for a cluster
     reached through the profile's login node (``conn.ssh``), checked there before
     anything is written: Slurm is there (RemoteInputError), a local ``--image`` becomes its pushed copy on the
     cluster (`hpcdl push`; refused when it was not pushed), any other image path must
     be readable on the cluster, and a COMMAND whose script lies in the current
     directory gets that directory as its code (``--code``), which submit copies along.
+
+    ``notes`` (a dry run): the same paths, decided without the cluster: nothing is
+    asked of it (the pushed image's name from its hash computed here, the remote home
+    from an earlier connection's record; only when neither login.runs/login.images nor
+    that record names it is the login node asked for $HOME, which writes nothing
+    there); each check left out, and that question, is appended to ``notes`` in words.
     Raises ValidationError (exit 2)."""
     ex, login = conn.ssh, profile.login
     if ex is None or login is None:
         return req
-    conn.scheduler.require()  # first: a login node without Slurm is said as such
+    if notes is not None:
+        notes.append(f"not checked: that {conn.scheduler.label} answers on {ex.login.target} "
+                     f"(the live check)")
+    else:
+        conn.scheduler.require()  # first: a login node without Slurm is said as such
     image = req.image
-    if image and Path(image).expanduser().is_file():
-        from hpcdl.remote.images import remote_image  # hashing: only for a local image
+    local_image = bool(image) and Path(str(image)).expanduser().is_file()
+    if notes is not None:
+        needs = [login.runs] + ([login.images] if local_image else [])
+        if not all(known_offline(ex, configured) for configured in needs):
+            notes.append(f"asked {ex.login.target} for $HOME (reads only): the cluster's "
+                         f"home is not known here yet (set login.runs and login.images to "
+                         f"plan without a connection)")
+    if image and local_image:
+        from hpcdl.remote.images import pushed_path, remote_image  # hashing: a local image
 
-        pushed = remote_image(ex, login, Path(image).expanduser().resolve())
+        local = Path(image).expanduser().resolve()
+        if notes is not None:
+            pushed: str | None = pushed_path(ex, login, local)
+            notes.append(f"not checked: that {image} was pushed to {pushed} (hpcdl push {image} "
+                             f"-p {profile.name})")
+        else:
+            pushed = remote_image(ex, login, local)
         if pushed is None:
             raise ValidationError(
                 f"image: {image} is not on the cluster yet (profile {profile.name} reaches "
@@ -146,7 +171,9 @@ def for_cluster(profile: Profile, req: JobRequest, conn: Connection) -> JobReque
                 hint=f"copy it there once: hpcdl push {image} -p {profile.name}")
         req = dataclasses.replace(req, image=pushed)
     elif image and not _REMOTE_IMAGE.fullmatch(image):
-        if not ex.run(["test", "-r", image], timeout=60, check=False).ok:
+        if notes is not None:
+            notes.append(f"not checked: that {image} is readable on the cluster")
+        elif not ex.run(["test", "-r", image], timeout=60, check=False).ok:
             raise ValidationError(f"image: {image} is neither a file here nor readable on "
                                   f"the cluster ({ex.login.target})",
                                   hint=f"push a local image first: hpcdl push IMAGE -p "

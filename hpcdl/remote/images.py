@@ -172,10 +172,11 @@ def remember(known: dict[str, FileDigest], key: str, digest: FileDigest) -> dict
 
 
 def image_sha256(local: Path, *, cache: Path | None = None, note: Note | None = None,
-                 now: float | None = None) -> FileDigest:
+                 now: float | None = None, store: bool = True) -> FileDigest:
     """The sha256 of ``local``, from the cache while its size and mtime are the ones
-    hashed; else computed (``note`` says so first: seconds per GB) and remembered. A
-    cache that cannot be written only costs the next push a rehash."""
+    hashed; else computed (``note`` says so first: seconds per GB) and remembered
+    (unless ``store`` is False: a dry run writes nothing). A cache that cannot be
+    written only costs the next push a rehash."""
     cache = cache or hash_cache_path()
     key = str(local.resolve())
     st = local.stat()
@@ -190,7 +191,7 @@ def image_sha256(local: Path, *, cache: Path | None = None, note: Note | None = 
     if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
         raise HpcdlError(f"image: {local} changed while it was hashed (is it still being "
                          f"written?)", hint="push it again once it is complete")
-    if (now if now is not None else time.time()) - st.st_mtime_ns / 1e9 >= RACY_S:
+    if store and (now if now is not None else time.time()) - st.st_mtime_ns / 1e9 >= RACY_S:
         with contextlib.suppress(OSError):
             cache.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(cache, remember(known, key, digest))
@@ -199,10 +200,10 @@ def image_sha256(local: Path, *, cache: Path | None = None, note: Note | None = 
 
 # --- the cluster's side ----------------------------------------------------------------
 
-def images_dir(ex: SshExecutor, login: Login) -> str:
+def images_dir(ex: SshExecutor, login: Login, *, remembered: bool = False) -> str:
     """The profile's images directory on the cluster: ``login.images``, else
-    ``hpcdl-images`` in the remote home."""
-    return remote_dir(ex, login.images, DEFAULT_IMAGES)
+    ``hpcdl-images`` in the remote home (``remembered``: as hpcdl.remote.dirs.remote_dir)."""
+    return remote_dir(ex, login.images, DEFAULT_IMAGES, remembered=remembered)
 
 
 def remote_size(ex: SshExecutor, path: str) -> int | None:
@@ -238,6 +239,16 @@ def remote_image(ex: SshExecutor, login: Login, local: Path) -> str | None:
     digest = image_sha256(local)
     path = posixpath.join(images_dir(ex, login), remote_name(local, digest.sha256))
     return path if remote_size(ex, path) == digest.size else None
+
+
+def pushed_path(ex: SshExecutor, login: Login, local: Path) -> str:
+    """Where ``hpcdl push`` puts ``local`` on the cluster, decided here without asking
+    whether it is there (a dry run): the hash is computed (or recalled) locally and not
+    remembered, the images directory is ``login.images`` or the remembered remote home's
+    (the login node is asked for its home only when neither is known)."""
+    digest = image_sha256(local, store=False)
+    return posixpath.join(images_dir(ex, login, remembered=True),
+                          remote_name(local, digest.sha256))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ tests are in tests/integration)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -87,15 +88,46 @@ def test_an_existing_run_dir_is_refused_and_nothing_submitted(fake_slurm: FakeSl
     assert fake_slurm.jobs() == {} and list(taken.iterdir()) == []
 
 
-def test_the_headline_dry_run_is_a_short_script_and_the_files_it_runs() -> None:
-    # Without a run directory the files' place is ./job beside ./slurm-%j.out, where
-    # sbatch runs the script; submit puts them in the run directory it picks.
+def test_the_headline_dry_run_is_a_short_script_and_the_files_it_runs(tmp_path: Path) -> None:
+    # Without --run-dir the dry run plans with the run directory a submission made now
+    # would pick under $HPCDL_RUNS (named after the job), and creates none.
+    runs = Path(os.environ["HPCDL_RUNS"])
     dry = run_cli("submit", "-p", "sandbox", "-N", "2", "-G", "4", "--image",
                   "/scratch/images/pytorch-horovod-cpu.sif", "--dry-run")
     assert dry.exit_code == 0, dry.output
-    assert len(dry.stdout.splitlines()) <= 40, dry.stdout
+    assert len(dry.stdout.splitlines()) <= 45, dry.stdout  # the run directory's exports: 43
+    run_dir = re.search(r"^# run directory (\S+): the name a submission made now gets",
+                        dry.stderr, flags=re.M)
+    assert run_dir is not None, dry.stderr
+    job = f"{run_dir[1]}/job"
+    assert Path(run_dir[1]).parent == runs.resolve()
+    assert Path(run_dir[1]).name.startswith("hpcdl-horovod-")
     files = shown_files(dry.stderr)
-    assert sorted(files) == ["./job/bin/hpcdl-master-port", "./job/bin/hpcdl-rank-env"]
-    assert "MASTER_PORT=$(/bin/sh ./job/bin/hpcdl-master-port)\n" in dry.stdout
-    assert " /bin/sh ./job/bin/hpcdl-rank-env python3 /hpcdl/examples/" in dry.stdout
+    assert sorted(files) == [f"{job}/bin/hpcdl-master-port", f"{job}/bin/hpcdl-rank-env"]
+    assert f"MASTER_PORT=$(/bin/sh {job}/bin/hpcdl-master-port)\n" in dry.stdout
+    assert f" /bin/sh {job}/bin/hpcdl-rank-env python3 /hpcdl/examples/" in dry.stdout
+    assert f"export HPCDL_RUN_DIR={run_dir[1]}\n" in dry.stdout
     assert all(text.startswith("#!/bin/sh\n") for text in files.values())
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
+def test_a_dry_run_without_run_dir_is_the_submission_in_the_same_directory(
+        fake_slurm: FakeSlurm, monkeypatch) -> None:
+    # The dry run's run directory has a clock-and-random name; a submission made with
+    # that name pinned (--run-dir) must write the same bytes the dry run printed.
+    monkeypatch.setenv("HPCDL_SKIP_LIVE_CHECK", "1")
+    runs = Path(os.environ["HPCDL_RUNS"])
+    request = ["-p", "sandbox", "-N", "2", "-G", "2", "-J", "same job", "--synthetic",
+               "--no-image", "-X", "--epochs=1"]
+    dry = run_cli("submit", *request, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert not runs.exists() or list(runs.iterdir()) == [], "--dry-run created something"
+    found = re.search(r"^# run directory (\S+): ", dry.stderr, flags=re.M)
+    assert found is not None, dry.stderr
+    run_dir = Path(found[1])
+    assert run_dir.parent == runs.resolve() and run_dir.name.startswith("same-job-")
+    sub = run_cli("submit", *request, "--run-dir", str(run_dir), "--json")
+    assert sub.exit_code == 0, sub.output
+    assert (run_dir / "job.sbatch").read_bytes() == dry.stdout.encode()
+    for path, text in shown_files(dry.stderr).items():
+        assert Path(path).read_bytes() == text.encode()

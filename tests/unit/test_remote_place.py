@@ -5,13 +5,18 @@ tried again, and that the job path is planned with the cluster's paths."""
 from __future__ import annotations
 
 import os
+import posixpath
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
 from hpcdl.core.errors import ValidationError
+from hpcdl.core.proc import Result
+from hpcdl.core.resources import REPO_ROOT
 from hpcdl.jobs.follow import Reconnecting
 from hpcdl.jobs.place import HERE, OverSsh, _siblings, connect, reconnect
 from hpcdl.jobs.rundir import RunDir
@@ -151,3 +156,85 @@ def test_what_a_laptop_cannot_do_yet_is_refused_before_any_connection(
     assert code.stderr.startswith("error: code: --code copies your code to a cluster reached "
                                   "over SSH; profile sandbox has no login:")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_a_remote_dry_run_names_the_clusters_paths_and_opens_no_connection(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pinned: bool) -> None:
+    # A dry run for a login: profile plans with the paths the submission uses (the
+    # cluster's run directory, the pushed image's content name) without asking the
+    # cluster: no ssh on PATH, and any command through the executor fails the test.
+    from hpcdl.container.hashing import file_sha256
+    from hpcdl.remote import dirs
+    from hpcdl.remote.images import remote_name
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+
+    def no_ssh(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a dry run ran a command on the login node")
+
+    monkeypatch.setattr(SshExecutor, "run", no_ssh)
+    # The remote home a connection found earlier (sandbox-remote sets no login.runs).
+    cache = Path(os.environ["XDG_CACHE_HOME"]) / "hpcdl" / dirs.HOMES_FILE
+    cache.parent.mkdir(parents=True)
+    cache.write_text('{"10.77.0.250": "/home/jdoe"}')
+    image = tmp_path / "train.sif"
+    image.write_bytes(b"\0" * 32 + b"SIF_MAGIC")
+    pushed = f"/home/jdoe/hpcdl-images/{remote_name(image, file_sha256(image))}"
+    run_dir = tmp_path / "runs" / "pinned"
+    res = CliRunner().invoke(cli, ["submit", "-p", "sandbox-remote", "-N", "1", "-G", "1",
+                                   "--image", str(image), "--dry-run",
+                                   *(["--run-dir", str(run_dir)] if pinned else [])])
+    assert res.exit_code == 0, res.output
+    found = re.search(r"^# run directory on the cluster (/home/jdoe/hpcdl-runs/\S+?):? ",
+                      res.stderr, flags=re.M)
+    assert found is not None, res.stderr
+    cluster = found[1]
+    if pinned:
+        assert cluster == "/home/jdoe/hpcdl-runs/pinned"
+    else:
+        assert posixpath.basename(cluster).startswith("hpcdl-horovod-")
+    assert f"#SBATCH --output={cluster}/slurm-%j.out\n" in res.stdout
+    assert f"export HPCDL_RUN_DIR={cluster}\n" in res.stdout
+    assert f" {pushed} " in res.stdout and str(image) not in res.stdout
+    assert str(REPO_ROOT) not in res.stdout and str(tmp_path) not in res.stdout
+    assert f"# not checked: that {image} was pushed to {pushed}" in res.stderr
+    assert not run_dir.exists() and list(Path(os.environ["HPCDL_RUNS"]).glob("*")) == []
+    assert list(cache.parent.iterdir()) == [cache]  # the image's hash was not remembered
+
+
+def test_a_remote_dry_run_with_login_runs_and_images_needs_no_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(SshExecutor, "run", lambda *a, **k: pytest.fail("ssh was run"))
+    profile = load_profile("sandbox-remote").model_dump(mode="json")
+    profile["login"].update(runs="/scratch/jdoe/runs", images="/scratch/jdoe/images")
+    path = tmp_path / "remote.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    res = CliRunner().invoke(cli, ["submit", "-p", str(path), "-N", "1", "-G", "1",
+                                   "--no-image", "--dry-run", "--", "hostname"])
+    assert res.exit_code == 0, res.output
+    assert "#SBATCH --output=/scratch/jdoe/runs/hpcdl-" in res.stdout
+    assert "asked" not in res.stderr
+
+
+def test_a_remote_dry_run_without_any_record_asks_only_for_the_home(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[list[str]] = []
+
+    def run(self: SshExecutor, argv: list[str], **kwargs: object) -> Result:
+        asked.append(list(argv))
+        return Result(tuple(argv), 0, "/home/jdoe", "")
+
+    monkeypatch.setattr(SshExecutor, "run", run)
+    res = CliRunner().invoke(cli, ["submit", "-p", "sandbox-remote", "-N", "1", "-G", "1",
+                                   "--no-image", "--dry-run", "--", "hostname"])
+    assert res.exit_code == 0, res.output
+    assert asked == [dirs_home_argv()]
+    assert "#SBATCH --output=/home/jdoe/hpcdl-runs/hpcdl-" in res.stdout
+    assert "# asked 10.77.0.250 for $HOME (reads only)" in res.stderr
+
+
+def dirs_home_argv() -> list[str]:
+    from hpcdl.remote import dirs
+    return list(dirs._HOME)
