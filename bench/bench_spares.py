@@ -45,7 +45,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.common import spread  # noqa: E402
+from bench.common import run, spread  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
 from tests.own_cluster import (  # noqa: E402
     cluster_env,
@@ -60,16 +60,6 @@ SANDBOX = REPO / "scripts" / "sandbox.sh"
 EXAMPLE = ["-G", "1", "--synthetic", "-X", "--arch=resnet18", "-X", "--max-steps=30",
            "-X", "--epochs=1", "-X", "--checkpoint-every=5"]
 GATE = re.compile(r"hpcdl: gate: (\d+) of (\d+) nodes healthy in ([0-9.]+) s")
-
-
-def run(argv: list[str], env: dict[str, str], timeout: float = 900,
-        check: bool = True) -> subprocess.CompletedProcess[str]:
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                         env={**os.environ, **env}, cwd=REPO)
-    if check and res.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({res.returncode}):\n"
-                           f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
-    return res
 
 
 @contextmanager
