@@ -242,8 +242,8 @@ hpcdl_supervise() {
       return $(( rc ? rc : 1 ))
     fi
     if [[ -n $failed_at ]]; then
-      if (( hpcdl_cycle >= HPCDL_MAX_RELAUNCHES )); then
-        echo "hpcdl: node failure after ${hpcdl_cycle} relaunches (--max-restarts ${HPCDL_MAX_RELAUNCHES}): no relaunch" >&2
+      if (( hpcdl_cycle > HPCDL_MAX_RELAUNCHES )); then
+        echo "hpcdl: node failure after $(( hpcdl_cycle - 1 )) relaunches (--max-restarts ${HPCDL_MAX_RELAUNCHES}): no relaunch" >&2
         hpcdl_record "$failed_at" "-"
         rm -f "$hpcdl_err"
         return "$rc"
