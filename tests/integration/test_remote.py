@@ -317,3 +317,24 @@ def test_a_sweep_from_the_laptop_and_its_table_and_plot_pulled_back(
         # Each point ran its own script (sent in the same second as its siblings').
         cluster = laptop.remote_runs / sweep.name / point.name
         assert (cluster / "job.sbatch").read_bytes() == (point / "job.sbatch").read_bytes()
+
+
+def test_spares_from_the_laptop_gate_the_nodes_and_the_record_comes_back(
+        laptop: Laptop, project: Path) -> None:
+    """--spares through the login node: the node guard is shipped with the run (job/bin),
+    its health gate runs on both sandbox nodes, the training on one, and its lines come
+    back with the run directory."""
+    env = {"HPCDL_RUNS": str(project / "runs")}
+    res = laptop.cli("submit", "-p", "sandbox-remote", "-N", "1", "-G", "0", "--spares", "1",
+                     "--no-image", "--wait", "--json", "--", "sh", "-c",
+                     "echo trained-on-$SLURMD_NODENAME", cwd=project, env=env, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    info = _json_line(res.stdout)
+    local = Path(info["run_dir"])
+    assert (local / "job" / "bin" / "hpcdl-nodes").is_file()
+    err = (local / f"slurm-{info['job_id']}.err").read_text()
+    assert "hpcdl: gate: 2 of 2 nodes healthy in " in err, err
+    assert "hpcdl: training on n1" in err, err
+    out = (local / f"slurm-{info['job_id']}.out").read_text()
+    assert "trained-on-n1" in out and "trained-on-n2" not in out, out
+    assert "recoveries" not in info and not (local / "bad-nodes.tsv").exists()
