@@ -254,3 +254,50 @@ def test_without_spares_a_dead_node_is_a_real_node_fail_and_requeue(
     err = (run / f"slurm-{job}.err").read_text()
     assert f"*** JOB {job} ON {cluster.nodes[0]} CANCELLED AT " in err, err[-3000:]
     assert "DUE TO NODE FAILURE" in err, err[-3000:]
+
+
+def test_out_of_spares_the_job_requeues_without_its_bad_nodes(
+        netns_cluster: Callable[..., NetnsCluster], runs_dir: Path, cpu_image: Path) -> None:
+    """5 nodes, 2 active + 1 spare: one active node dies (the spare takes over), then
+    another (no spare left): the job requeues itself with both excluded (requeuehold,
+    ExcNodeList, release), the next attempt gets two fresh nodes and resumes from the
+    checkpoint; the run ends with the uninterrupted checksum."""
+    cluster = netns_cluster(nodes=5)
+    env = {**cluster.env, "HPCDL_RUNS": str(runs_dir)}
+    profile = probe_profile(cluster)
+    common = ["-p", str(profile), "-N", "2", "--image", str(cpu_image), *example("ddp")]
+    ref = hpcdl("submit", *common, "--wait", "--run-dir", str(runs_dir / "ref"), env=env,
+                timeout=400)
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    reference = set(checksums(ref.stdout).values())
+    run = runs_dir / "out"
+    job = submit_json(*common, "--spares", "1", "--requeue", "-X", "--step-sleep=1",
+                      "--run-dir", str(run), env=env)["job_id"]
+    a, b, c = cluster.nodes[:3]  # the allocation: the first three nodes, a the batch host
+    for step, victim in ((10, b), (20, c)):
+        deadline = time.monotonic() + 300
+        while not (run / "checkpoints" / f"checkpoint-{step:08d}.pt").exists():
+            assert time.monotonic() < deadline, f"no checkpoint of step {step} in 300 s"
+            time.sleep(0.5)
+        kill_node(cluster, victim)
+    deadline = time.monotonic() + 600
+    excluded = ""
+    while True:
+        state = cluster.run("squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip()
+        if state.startswith("PENDING"):
+            shown = cluster.run("scontrol", "show", "job", job).stdout
+            excluded = excluded or re.search(r"ExcNodeList=(\S+)", shown).group(1)  # type: ignore[union-attr]
+            if "BeginTime" in state:  # Slurm's hold of a requeued job: let it go now
+                cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now")
+        if not state:
+            break
+        assert time.monotonic() < deadline, f"job {job}: {state}"
+        time.sleep(2)
+    assert set(excluded.split(",")) == {b, c}, excluded
+    shown = cluster.run("scontrol", "show", "job", job).stdout
+    assert "JobState=COMPLETED" in shown and "Restarts=1" in shown, shown
+    log = (run / f"slurm-{job}.out").read_text()
+    assert set(checksums(log).values()) == reference
+    assert {m.group(2) for m in CHECKSUM.finditer(log)} <= {a, *cluster.nodes[3:]}
+    err = (run / f"slurm-{job}.err").read_text()
+    assert "hpcdl: requeued with ExcNodeList=" in err, err[-3000:]
