@@ -286,10 +286,12 @@ def test_out_of_spares_the_job_requeues_without_its_bad_nodes(
         state = cluster.run("squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip()
         if state.startswith("PENDING"):
             shown = cluster.run("scontrol", "show", "job", job).stdout
-            excluded = excluded or re.search(r"ExcNodeList=(\S+)", shown).group(1)  # type: ignore[union-attr]
+            found = re.search(r"ExcNodeList=(\S+)", shown)
+            if found and found.group(1) != "(null)":
+                excluded = found.group(1)
             if "BeginTime" in state:  # Slurm's hold of a requeued job: let it go now
                 cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now")
-        if not state:
+        if not state or state.split("|")[0] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
             break
         assert time.monotonic() < deadline, f"job {job}: {state}"
         time.sleep(2)
