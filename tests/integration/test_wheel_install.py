@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -51,10 +52,13 @@ def test_fresh_venv_install_runs_from_any_directory(installed: tuple[Path, Path]
     assert out.returncode == 0, out.stderr
     assert "#SBATCH --partition=cas_v100nv_4" in out.stdout
     assert "#SBATCH --gres=gpu:4" in out.stdout
-    # The bundled example is bound into the image from the installed wheel.
+    # The dry run is the submission: the bundled example is bound into the image from the
+    # run directory's job/, which a submission fills from the installed wheel.
+    run = re.search(r"^# run directory (\S+)", out.stderr, re.M)
+    assert run, out.stderr
+    assert f"-B {run.group(1)}/job:/hpcdl:ro" in out.stdout
     package = site_hpcdl(env_dir)
-    assert f"-B {package}/_data/examples:/hpcdl/examples:ro" in out.stdout
-    assert f"-B {package}:/hpcdl/hpcdl:ro" in out.stdout
+    assert str(package) not in out.stdout
     # The installed copy is used (not the checkout), and torch is not a dependency.
     where = subprocess.run([str(py), "-c", "import hpcdl, importlib.util as u; "
                             "print(hpcdl.__file__); print(u.find_spec('torch') is None)"],
@@ -72,7 +76,7 @@ def test_fresh_venv_install_runs_from_any_directory(installed: tuple[Path, Path]
                               "-G", "4", "--dry-run"], capture_output=True, text=True,
                              timeout=60, cwd=elsewhere)
     assert sandbox.returncode == 0, sandbox.stderr
-    assert "_data/examples/resnet50_imagenet.py --backend horovod --synthetic --image-size=32" \
+    assert "/job/examples/resnet50_imagenet.py --backend horovod --synthetic --image-size=32" \
         in sandbox.stdout
     assert "# example defaults from profile sandbox: " in sandbox.stderr
     bad = subprocess.run([str(env_dir / "bin" / "hpcdl"), "submit", "-p", "neuron", "-N", "99",
