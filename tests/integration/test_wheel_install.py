@@ -76,8 +76,8 @@ def test_fresh_venv_install_runs_from_any_directory(installed: tuple[Path, Path]
                               "-G", "4", "--dry-run"], capture_output=True, text=True,
                              timeout=60, cwd=elsewhere)
     assert sandbox.returncode == 0, sandbox.stderr
-    assert "/job/examples/resnet50_imagenet.py --backend horovod --synthetic --image-size=32" \
-        in sandbox.stdout
+    assert "/job/examples/resnet50_imagenet.py --backend horovod --synthetic --checkpoint-dir " \
+        in sandbox.stdout and " --image-size=32 " in sandbox.stdout
     assert "# example defaults from profile sandbox: " in sandbox.stderr
     bad = subprocess.run([str(env_dir / "bin" / "hpcdl"), "submit", "-p", "neuron", "-N", "99",
                           "-G", "4", "--dry-run"], capture_output=True, text=True, timeout=60,
