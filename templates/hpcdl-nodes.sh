@@ -302,11 +302,19 @@ hpcdl_record() {
 
 # hpcdl_exclude_and_requeue: back to the queue with every bad node excluded
 # (scontrol cannot change ExcNodeList of a running job: hold it as it requeues, set it,
-# release; SIGTERM, which the requeue sends this shell, is ignored meanwhile).
+# release; SIGTERM, which the requeue sends this shell, is ignored meanwhile). A job whose
+# allocation was shrunk may refuse every update for a while (Slurm without accounting
+# never lets it again: "the DB index is being set"): a harmless update first tells, and
+# then the job is requeued plainly rather than left held; the dead nodes are down for
+# Slurm anyway, and the next attempt excludes the others itself (bad-nodes.tsv).
 hpcdl_exclude_and_requeue() {
   local bad
   bad=$(hpcdl_join "${!hpcdl_bad[@]}")
-  if [[ -z $bad ]]; then scontrol requeue "$SLURM_JOB_ID"; return; fi
+  if [[ -z $bad ]] || ! scontrol update JobId="$SLURM_JOB_ID" Comment="hpcdl: bad nodes ${bad}" >/dev/null 2>&1; then
+    [[ -n $bad ]] && echo "hpcdl: the job cannot be updated now (Slurm refused a change of its comment): requeued without ExcNodeList; the next attempt leaves ${bad} out itself" >&2
+    scontrol requeue "$SLURM_JOB_ID"
+    return
+  fi
   trap '' TERM
   scontrol requeuehold "$SLURM_JOB_ID" || return 1
   scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$bad" \

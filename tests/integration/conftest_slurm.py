@@ -198,7 +198,7 @@ def netns_cluster() -> Iterator[Callable[..., NetnsCluster]]:
             "slurmctld/slurmd/munged/unshare/nsenter/ip/tc missing")
     started: list[NetnsCluster] = []
 
-    def start(nodes: int = 3, cpus: int = 8) -> NetnsCluster:
+    def start(nodes: int = 3, cpus: int = 8, accounting: bool = False) -> NetnsCluster:
         folder = Path(tempfile.mkdtemp(prefix="hpcdl-nx-", dir="/tmp"))  # short: socket paths
         prefix = unique_prefix()
         subnet = free_subnet()
@@ -208,7 +208,7 @@ def netns_cluster() -> Iterator[Callable[..., NetnsCluster]]:
         lines.append(f"partition debug {','.join(names)} Default=YES MaxNodes={nodes} "
                      "MaxTime=00:30:00 DefaultTime=00:10:00")
         name = f"nx{prefix}"
-        env = cluster_env(folder, "\n".join(lines) + "\n", name)
+        env = cluster_env(folder, "\n".join(lines) + "\n", name, accounting=accounting)
         profile = folder / f"{name}.yaml"
         cluster_profile(folder, name, profile)
         cluster = NetnsCluster(folder, names, addrs, env, profile)

@@ -261,8 +261,10 @@ def test_out_of_spares_the_job_requeues_without_its_bad_nodes(
     """5 nodes, 2 active + 1 spare: one active node dies (the spare takes over), then
     another (no spare left): the job requeues itself with both excluded (requeuehold,
     ExcNodeList, release), the next attempt gets two fresh nodes and resumes from the
-    checkpoint; the run ends with the uninterrupted checksum."""
-    cluster = netns_cluster(nodes=5)
+    checkpoint; the run ends with the uninterrupted checksum. With accounting (slurmdbd),
+    as sites have it: without, Slurm refuses every update of a job it shrank, and the
+    guard requeues it plainly (its unit test)."""
+    cluster = netns_cluster(nodes=5, accounting=True)
     env = {**cluster.env, "HPCDL_RUNS": str(runs_dir)}
     profile = probe_profile(cluster)
     common = ["-p", str(profile), "-N", "2", "--image", str(cpu_image), *example("ddp")]

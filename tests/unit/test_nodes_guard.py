@@ -34,6 +34,8 @@ exit $rc
     "scontrol": r"""#!/bin/bash
 echo "scontrol $*" >> "$FAKE/log"
 if [[ $1 == show && $2 == hostnames ]]; then tr ',' '\n' <<<"$3"; fi
+# A job Slurm cannot update now (a shrunk job without accounting): every update refused.
+[[ $1 == update && -e $FAKE/no_update ]] && exit 1
 exit 0
 """,
     "sinfo": "#!/bin/bash\nexit 0\n",
@@ -158,3 +160,35 @@ def test_bad_nodes_of_an_earlier_attempt_stay_excluded(tmp_path: Path) -> None:
     last, log, run = guard(tmp_path, "a,b,c", ["ok"], known_bad="b\tgate: no answer in 11 s\n")
     assert last == "rc=0 cause="
     assert launches(log) == ["a,c"]
+
+
+REQUEUE = r"""
+source "$NODES_FILE"
+declare -A hpcdl_bad=([b]="gate: no answer in 11 s" [c]="Slurm: node state down*")
+hpcdl_exclude_and_requeue
+"""
+
+
+@pytest.mark.parametrize("updatable", [True, False])
+def test_out_of_spares_requeues_with_the_bad_nodes_excluded_or_plainly(
+        tmp_path: Path, updatable: bool) -> None:
+    fake = tmp_path / "fake"
+    bin_dir = tmp_path / "bin"
+    fake.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(FAKES["scontrol"])
+    (bin_dir / "scontrol").chmod(0o755)
+    if not updatable:
+        (fake / "no_update").touch()
+    res = subprocess.run(["bash", "-c", REQUEUE], capture_output=True, text=True, timeout=60,
+                         check=False, env={**os.environ, "FAKE": str(fake), "SLURM_JOB_ID": "7",
+                                           "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                                           "NODES_FILE": str(templates_dir() / "hpcdl-nodes.sh")})
+    calls = [line.split(" ", 2)[1:] for line in (fake / "log").read_text().splitlines()]
+    if updatable:
+        assert [c[0] for c in calls] == ["update", "requeuehold", "update", "release"]
+        assert calls[2][1] in ("JobId=7 ExcNodeList=b,c", "JobId=7 ExcNodeList=c,b")
+        assert "hpcdl: requeued with ExcNodeList=" in res.stderr
+    else:
+        assert calls[-1] == ["requeue", "7"] and "requeuehold" not in str(calls)
+        assert "requeued without ExcNodeList" in res.stderr
