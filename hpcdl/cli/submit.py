@@ -184,6 +184,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         print_dry_run(ready.plan, as_json=as_json, notes=ready.notes)
         return
     conn, plan = ready.conn, ready.plan
+    assert conn is not None  # a real submission always has its connection
     if conn.ssh is None:
         check_inputs(ready.request, image=plan.image)
     status = submit_and_show(prof, plan, wait=wait, as_json=as_json, conn=conn)
@@ -195,9 +196,10 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
 class Prepared:
     """A request made ready to submit: the connection it goes through, the request as
     the cluster sees it and the plan (with its run directory) that gets submitted.
-    ``notes``: for a dry run, what it left unchecked (stderr lines); None for real."""
+    ``notes``: for a dry run, what it left unchecked (stderr lines); None for real.
+    ``conn`` is None for a PBS dry run: hpcdl connects to no PBS server."""
 
-    conn: Connection
+    conn: Connection | None
     request: JobRequest
     plan: JobPlan
     notes: list[str] | None
@@ -216,8 +218,7 @@ def prepare(prof: Profile, request: JobRequest, *, dry_run: bool, run_name: str 
     if dry_run and not dialect_for(prof.scheduler.type).submits:
         # A PBS script is for reading: hpcdl never makes a run directory for it, so the
         # script shows none (./job, $PBS_O_WORKDIR) instead of one nobody creates.
-        return Prepared(connect(prof, dry_run=True), request,
-                        build_plan(prof, request, image_facts, runtime_mode), [])
+        return Prepared(None, request, build_plan(prof, request, image_facts, runtime_mode), [])
     local_root = Path(request.run_dir).parent if request.run_dir is not None else None
     conn = connect(prof, local_root=local_root, dry_run=dry_run)
     notes: list[str] | None = [] if dry_run else None

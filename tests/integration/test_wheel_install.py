@@ -54,7 +54,7 @@ def test_fresh_venv_install_runs_from_any_directory(installed: tuple[Path, Path]
     assert "#SBATCH --gres=gpu:4" in out.stdout
     # The dry run is the submission: the bundled example is bound into the image from the
     # run directory's job/, which a submission fills from the installed wheel.
-    run = re.search(r"^# run directory (\S+)", out.stderr, re.M)
+    run = re.search(r"^# run directory (\S+?):? ", out.stderr, re.M)
     assert run, out.stderr
     assert f"-B {run.group(1)}/job:/hpcdl:ro" in out.stdout
     package = site_hpcdl(env_dir)

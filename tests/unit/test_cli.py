@@ -155,3 +155,11 @@ def test_scale_takes_the_launch_options():
     refused = CliRunner().invoke(cli, ["scale", "-p", "sandbox", "-N", "1", "-G", "2",
                                         "--launcher", "torchrun", "--dry-run"])
     assert refused.exit_code == 2 and "launcher: torchrun starts ranks without MPI" in refused.output
+
+
+def test_a_pbs_profiles_dry_run_prints_its_script_and_connects_nowhere() -> None:
+    # hpcdl renders PBS for reading and submits nothing there: the dry run needs no
+    # connection (the scheduler registry refuses PBS for anything that talks to it).
+    res = CliRunner().invoke(cli, ["submit", "-p", "polaris", "-N", "2", "-G", "4", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "#PBS -l select=2:ncpus=32:ngpus=4" in res.output
