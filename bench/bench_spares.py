@@ -178,7 +178,7 @@ def gate(image: str, nodes: int) -> float:
     with cluster(nodes) as c:
         run_dir = Path(c["env"]["HPCDL_RUNS"]) / "gate"
         res = hpcdl(["submit", "--wait", "-p", str(c["profile"]), "-N", str(nodes - 1),
-                     "--spares", "1", "--image", image, "--run-dir", str(run_dir), "--",
+                     "-G", "0", "--spares", "1", "--image", image, "--run-dir", str(run_dir), "--",
                      "true"], c["env"])
         found = GATE.findall(res.stdout + res.stderr) or GATE.findall(
             "".join(p.read_text() for p in run_dir.glob("slurm-*.err")))
@@ -228,10 +228,13 @@ def main() -> int:
     for _ in range(args.repeats):
         for backend in backends:
             data["recovery"].append(recovery(args.image, backend))
+            print(f"measured: {data['recovery'][-1]}", file=sys.stderr, flush=True)
         if not args.skip_requeue:  # the queue's cost does not depend on the backend
             data["requeue"].append(requeue(args.image, backends[0]))
+            print(f"measured: {data['requeue'][-1]}", file=sys.stderr, flush=True)
         for n in (int(x) for x in args.gate_nodes.split(",")):
             data["gate"].setdefault(str(n), []).append(gate(args.image, n))
+            print(f"measured: gate {n} {data['gate'][str(n)][-1]}", file=sys.stderr, flush=True)
         data["healthy"].append(healthy(args.image, backends[0]))
     machine = describe(packages=("torch",), tools=("slurmctld", "apptainer"))
     print("spare nodes: the bundled example (ResNet-18, 32 px, 2 ranks on 2 nodes, 30 steps, a "
