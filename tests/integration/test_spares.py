@@ -68,6 +68,14 @@ def checksums(text: str) -> dict[str, str]:
     return {m.group(1): m.group(3) for m in CHECKSUM.finditer(text)}
 
 
+def wait_checkpoint(run: Path, step: int, timeout: float = 300) -> None:
+    """Until the example's checkpoint of ``step`` exists in ``run`` (hard timeout)."""
+    deadline = time.monotonic() + timeout
+    while not (run / "checkpoints" / f"checkpoint-{step:08d}.pt").exists():
+        assert time.monotonic() < deadline, f"no checkpoint of step {step} in {timeout:.0f} s"
+        time.sleep(0.5)
+
+
 def final_status(job: str, env: dict[str, str], timeout: float,
                  cli: Callable[..., subprocess.CompletedProcess[str]] = hpcdl) -> dict:
     deadline = time.monotonic() + timeout
@@ -118,10 +126,7 @@ def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
               "--run-dir", str(run), env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     job = json.loads(res.stdout.strip().splitlines()[-1])["job_id"]
-    deadline = time.monotonic() + 300
-    while not (run / "checkpoints" / "checkpoint-00000010.pt").exists():
-        assert time.monotonic() < deadline, "no checkpoint of step 10 in 300 s"
-        time.sleep(0.5)
+    wait_checkpoint(run, 10)
     victim = cluster.nodes[1]  # active (the first two of the allocation), not the batch host
     died = time.time()
     kill_node(cluster, victim)
@@ -229,10 +234,7 @@ def test_without_spares_a_dead_node_is_a_real_node_fail_and_requeue(
     out = submit_json(*common, "--requeue", "-X", "--step-sleep=1", "--run-dir", str(run),
                       env=env)
     job = out["job_id"]
-    deadline = time.monotonic() + 300
-    while not (run / "checkpoints" / "checkpoint-00000010.pt").exists():
-        assert time.monotonic() < deadline, "no checkpoint of step 10 in 300 s"
-        time.sleep(0.5)
+    wait_checkpoint(run, 10)
     victim = cluster.nodes[1]
     kill_node(cluster, victim)
     deadline = time.monotonic() + 600
@@ -277,10 +279,7 @@ def test_out_of_spares_the_job_requeues_without_its_bad_nodes(
                       "--run-dir", str(run), env=env)["job_id"]
     a, b, c = cluster.nodes[:3]  # the allocation: the first three nodes, a the batch host
     for step, victim in ((10, b), (20, c)):
-        deadline = time.monotonic() + 300
-        while not (run / "checkpoints" / f"checkpoint-{step:08d}.pt").exists():
-            assert time.monotonic() < deadline, f"no checkpoint of step {step} in 300 s"
-            time.sleep(0.5)
+        wait_checkpoint(run, step)
         kill_node(cluster, victim)
     deadline = time.monotonic() + 600
     excluded = ""
