@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from hpcdl.jobs import recoveries
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.results import steps as step_metrics
 from hpcdl.results.straggler import DEFAULT_THRESHOLD, verdict
@@ -102,6 +103,8 @@ def gather_run(path: Path, *, threshold: float = DEFAULT_THRESHOLD) -> dict[str,
         "image": image if isinstance(image, dict) else None,
         "attempts": attempts if isinstance(attempts, list) else [],
         "spans": attempt_spans(metrics),
+        # The node failures a job with spares met inside its allocation (--spares).
+        "recoveries": [r.to_dict() for r in recoveries.read(path)],
         "probe": result.get("probe") if isinstance(result.get("probe"), dict) else None,
         "hang": hang if isinstance(hang, dict) else None,
         "metrics": metrics,

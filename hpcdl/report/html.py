@@ -137,6 +137,25 @@ def _attempts_table(attempts: list[dict[str, Any]], spans: list[dict[str, Any]])
             f"</tr>{''.join(rows)}</table>")
 
 
+def _recoveries_table(recoveries: list[dict[str, Any]]) -> str:
+    """One row per node failure inside the job (hpcdl.jobs.recoveries), or nothing."""
+    if not recoveries:
+        return ""
+    rows = []
+    for r in recoveries:
+        back = r.get("seconds_to_train")
+        where = ("not relaunched" if r.get("relaunched_at") is None
+                 else f"{', '.join(r.get('active') or [])} from {r.get('checkpoint') or 'the start'}")
+        rows.append(f"<tr><td>{_e(r.get('attempt'))}</td><td>{_e(r.get('relaunch'))}</td>"
+                    f"<td>{_e(', '.join(r.get('nodes') or []))}</td><td>{_e(r.get('how'))}</td>"
+                    f"<td>{_e(where)}</td><td>{_e(r.get('steps_lost'))}</td>"
+                    f"<td>{_e('' if back is None else f'{back:g} s')}</td></tr>")
+    return ('<h3>Node failures inside the job (--spares)</h3><table id="recovery-table">'
+            "<tr><th>attempt</th><th>relaunch</th><th>node</th><th>how it was found</th>"
+            "<th>relaunched on</th><th>steps lost</th><th>detection to first step</th></tr>"
+            f"{''.join(rows)}</table>")
+
+
 def render_run(facts: dict[str, Any]) -> str:
     """The run report (gathered by hpcdl.report.gather.gather_run) as HTML."""
     metrics, spans = facts["metrics"], facts["spans"]
@@ -172,7 +191,8 @@ def render_run(facts: dict[str, Any]) -> str:
              _chart("chart-attempts", charts.attempts_chart(spans) if spans else None,
                     "steps over wall time per attempt (requeue, chain or resume)",
                     "no attempt timeline: no per-step metrics"),
-             _attempts_table(facts["attempts"], spans), "</section>"]
+             _attempts_table(facts["attempts"], spans),
+             _recoveries_table(facts.get("recoveries") or []), "</section>"]
     probe = facts.get("probe")
     if probe and "error" not in probe:
         judged = probe.get("verdict") or {}

@@ -213,6 +213,9 @@ def test_a_rank_hung_on_one_node_is_relaunched_without_that_node(
     log = (run / f"slurm-{out['job_id']}.out").read_text()
     assert f"RESULT value={expected.group(1)} steps=12 resumed_from=5" in log, log[-2000:]
     assert (run / "hang" / "diagnosis.json").exists()
+    # The report written at the end of --wait shows the relaunch too.
+    page = (run / "report.html").read_text()
+    assert 'id="recovery-table"' in page and f"{victim}: hang watchdog: " in page
 
 
 def test_without_spares_a_dead_node_is_a_real_node_fail_and_requeue(

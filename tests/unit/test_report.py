@@ -230,6 +230,24 @@ def test_requeued_run_shows_its_attempts_and_the_steps_done_again(tmp_path: Path
     assert "PREEMPTED" in page and "attempt 1: steps 8-17 (3 done again)" in page
 
 
+def test_a_run_with_spares_shows_its_node_failures(tmp_path: Path):
+    run = _run_dir(tmp_path)
+    for rank in range(2):
+        _write_rank(run / "metrics", rank, "n1", 0.2, n=10, attempt=0, first=1)
+    (run / "recoveries.tsv").write_text(
+        "7\t0\t1\t1000\tn2\tn2: gate: no answer in 11 s\t1001\tn1,n3\t"
+        "checkpoint-00000005.pt\n")
+    out, facts = write_run_report(run)
+    (rec,) = facts["recoveries"]
+    assert rec["nodes"] == ["n2"] and rec["checkpoint"] == "checkpoint-00000005.pt"
+    page = out.read_text()
+    assert 'id="recovery-table"' in page and "n2: gate: no answer in 11 s" in page
+    assert "n1, n3 from checkpoint-00000005.pt" in page
+    # A run without spares has no such table.
+    (run / "recoveries.tsv").unlink()
+    assert 'id="recovery-table"' not in write_run_report(run)[0].read_text()
+
+
 def test_sweep_report_has_the_scaling_chart_the_table_and_links_to_point_reports(tmp_path: Path):
     sweep = tmp_path / "sweep"
     (sweep / "p1").mkdir(parents=True)
