@@ -53,8 +53,10 @@ from tests.own_cluster import (  # noqa: E402
     cluster_profile,
     free_port,
     free_subnet,
+    kill_node,
     node_names,
     unique_prefix,
+    wait_checkpoint,
 )
 
 SANDBOX = REPO / "scripts" / "sandbox.sh"
@@ -98,24 +100,6 @@ def cluster(nodes: int, slurmd_timeout: int | None = None) -> Iterator[dict[str,
 def hpcdl(args: list[str], env: dict[str, str], timeout: float = 900
           ) -> subprocess.CompletedProcess[str]:
     return run([sys.executable, "-m", "hpcdl", *args], env, timeout=timeout, check=False)
-
-
-def kill_node(folder: Path, node: str) -> float:
-    import hashlib
-    tag = hashlib.sha1(str(folder).encode()).hexdigest()[:6]
-    pids = subprocess.run(["ip", "netns", "pids", f"hpcdl-{tag}-{node}"], capture_output=True,
-                          text=True, timeout=30, check=True).stdout.split()
-    died = time.time()
-    subprocess.run(["kill", "-KILL", *pids], check=False, timeout=30)
-    return died
-
-
-def wait_checkpoint(run_dir: Path, step: int, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not (run_dir / "checkpoints" / f"checkpoint-{step:08d}.pt").exists():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no checkpoint of step {step} in {run_dir}")
-        time.sleep(0.2)
 
 
 def wait_end(job: str, env: dict[str, str], timeout: float = 900) -> None:

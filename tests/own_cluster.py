@@ -7,10 +7,12 @@ with them. What a cluster is, and the shape file's format, is hpcdl.sandbox.clus
 
 from __future__ import annotations
 
+import hashlib
 import random
 import socket
 import string
 import subprocess
+import time
 from pathlib import Path
 
 import yaml
@@ -74,3 +76,33 @@ def cluster_profile(folder: Path, name: str, path: Path) -> None:
                       parse_shape((folder / "shape.txt").read_text()), folder, name,
                       f"scripts/sandbox.sh cluster in {folder} (tests)")
     path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def netns_name(folder: Path, node: str) -> str:
+    """The network namespace scripts/sandbox.sh gives ``node`` of the cluster in
+    ``folder``: hpcdl-TAG-NODE, TAG = 6 hex digits of the SHA-1 of the directory."""
+    return f"hpcdl-{hashlib.sha1(str(folder).encode()).hexdigest()[:6]}-{node}"
+
+
+def kill_node(folder: Path, node: str) -> float:
+    """A node dies: every process in its network namespace (its slurmd, the steps, the
+    ranks) killed at once. Returns when (epoch seconds). Raises RuntimeError when
+    nothing runs there."""
+    name = netns_name(folder, node)
+    pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
+                          timeout=30, check=True).stdout.split()
+    if not pids:
+        raise RuntimeError(f"nothing runs in {name}")
+    died = time.time()
+    subprocess.run(["kill", "-KILL", *pids], check=False, timeout=30)
+    return died
+
+
+def wait_checkpoint(run_dir: Path, step: int, timeout: float = 300) -> None:
+    """Until the bundled example's checkpoint of ``step`` exists in ``run_dir``.
+    Raises RuntimeError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (run_dir / "checkpoints" / f"checkpoint-{step:08d}.pt").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no checkpoint of step {step} in {run_dir} in {timeout:.0f} s")
+        time.sleep(0.5)

@@ -18,7 +18,6 @@ shaped link without touching the shared sandbox.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -42,6 +41,7 @@ from tests.own_cluster import (
     cluster_profile,
     free_port,
     free_subnet,
+    netns_name,
     node_names,
     unique_prefix,
 )
@@ -74,8 +74,7 @@ def node_netns(node: str, folder: Path | None = None) -> Path | None:
     """The network namespace of ``node`` of the cluster in ``folder`` (scripts/sandbox.sh
     names it hpcdl-TAG-NODE, TAG = 6 hex digits of the SHA-1 of the directory), or None
     when that node has none (a loopback-address cluster, or the cluster is down)."""
-    tag = hashlib.sha1(str(folder or sandbox_dir()).encode()).hexdigest()[:6]
-    path = Path("/run/netns") / f"hpcdl-{tag}-{node}"
+    path = Path("/run/netns") / netns_name(folder or sandbox_dir(), node)
     return path if path.exists() else None
 
 

@@ -36,11 +36,11 @@ import pytest
 from tests.integration.conftest_slurm import (
     NetnsCluster,
     hpcdl,
-    node_netns,
     shared_copy,
     submit_json,
 )
 from tests.integration.test_probe import probe_profile
+from tests.own_cluster import kill_node, wait_checkpoint
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.mpi, pytest.mark.torch,
               pytest.mark.timeout(900)]
@@ -54,26 +54,26 @@ def example(backend: str) -> list[str]:
             "-X", f"--max-steps={STEPS}", "-X", "--epochs=1", "-X", "--checkpoint-every=5"]
 
 
-def kill_node(cluster: NetnsCluster, node: str) -> None:
-    """Every process in ``node``'s network namespace killed at once (slurmd included)."""
-    netns = node_netns(node, cluster.dir)
-    assert netns is not None, f"{node} has no namespace"
-    pids = subprocess.run(["ip", "netns", "pids", netns.name], capture_output=True, text=True,
-                          timeout=30, check=True).stdout.split()
-    assert pids, f"nothing runs in {netns.name}"
-    subprocess.run(["kill", "-KILL", *pids], check=False, timeout=30)
-
-
 def checksums(text: str) -> dict[str, str]:
     return {m.group(1): m.group(3) for m in CHECKSUM.finditer(text)}
 
 
-def wait_checkpoint(run: Path, step: int, timeout: float = 300) -> None:
-    """Until the example's checkpoint of ``step`` exists in ``run`` (hard timeout)."""
+def follow_requeued(cluster: NetnsCluster, job: str, timeout: float = 600,
+                    pending: Callable[[], None] | None = None) -> None:
+    """Until ``job`` has ended, letting a requeued attempt go from Slurm's BeginTime hold
+    (~2 min) at once; ``pending`` runs at each poll that finds it pending."""
     deadline = time.monotonic() + timeout
-    while not (run / "checkpoints" / f"checkpoint-{step:08d}.pt").exists():
-        assert time.monotonic() < deadline, f"no checkpoint of step {step} in {timeout:.0f} s"
-        time.sleep(0.5)
+    while True:
+        state = cluster.run("squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip()
+        if state.startswith("PENDING"):
+            if pending is not None:
+                pending()
+            if state == "PENDING|BeginTime":
+                cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now")
+        if not state or state.split("|")[0] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            return
+        assert time.monotonic() < deadline, f"job {job}: {state}"
+        time.sleep(2)
 
 
 def final_status(job: str, env: dict[str, str], timeout: float,
@@ -128,8 +128,7 @@ def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
     job = json.loads(res.stdout.strip().splitlines()[-1])["job_id"]
     wait_checkpoint(run, 10)
     victim = cluster.nodes[1]  # active (the first two of the allocation), not the batch host
-    died = time.time()
-    kill_node(cluster, victim)
+    died = kill_node(cluster.dir, victim)
 
     row = final_status(job, env, timeout=500, cli=cli)
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), row
@@ -239,16 +238,8 @@ def test_without_spares_a_dead_node_is_a_real_node_fail_and_requeue(
     job = out["job_id"]
     wait_checkpoint(run, 10)
     victim = cluster.nodes[1]
-    kill_node(cluster, victim)
-    deadline = time.monotonic() + 600
-    while True:  # release the requeued job from Slurm's BeginTime hold (~2 min)
-        state = cluster.run("squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip()
-        if state.startswith("PENDING|BeginTime"):
-            cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now")
-        if not state or state.split("|")[0] in ("COMPLETED", "FAILED", "CANCELLED"):
-            break
-        assert time.monotonic() < deadline, f"job {job}: {state}"
-        time.sleep(2)
+    kill_node(cluster.dir, victim)
+    follow_requeued(cluster, job)
     shown = cluster.run("scontrol", "show", "job", job).stdout
     assert "Restarts=1" in shown and "JobState=COMPLETED" in shown, shown
     log = (run / f"slurm-{job}.out").read_text()
@@ -283,25 +274,20 @@ def test_out_of_spares_the_job_requeues_without_its_bad_nodes(
     a, b, c = cluster.nodes[:3]  # the allocation: the first three nodes, a the batch host
     for step, victim in ((10, b), (20, c)):
         wait_checkpoint(run, step)
-        kill_node(cluster, victim)
-    deadline = time.monotonic() + 600
-    excluded = ""
-    while True:
-        state = cluster.run("squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip()
-        if state.startswith("PENDING"):
-            shown = cluster.run("scontrol", "show", "job", job).stdout
-            found = re.search(r"ExcNodeList=(\S+)", shown)
-            if found and found.group(1) != "(null)":
-                excluded = found.group(1)
-            if "BeginTime" in state:  # Slurm's hold of a requeued job: let it go now
-                cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now")
-        if not state or state.split("|")[0] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
-            break
-        assert time.monotonic() < deadline, f"job {job}: {state}"
-        time.sleep(2)
+        kill_node(cluster.dir, victim)
+    excluded: list[str] = []
+
+    def read_exclusions() -> None:
+        found = re.search(r"ExcNodeList=(\S+)", cluster.run("scontrol", "show", "job",
+                                                           job).stdout)
+        if found and found.group(1) != "(null)":
+            excluded[:] = [found.group(1)]
+
+    follow_requeued(cluster, job, pending=read_exclusions)
+    assert excluded, "the requeued job was never seen with exclusions"
     # (Slurm shows a host list expression: qx[2-3])
-    assert set(cluster.run("scontrol", "show", "hostnames", excluded).stdout.split()) == {b, c}, \
-        excluded
+    assert set(cluster.run("scontrol", "show", "hostnames", excluded[0]).stdout.split()) \
+        == {b, c}, excluded
     shown = cluster.run("scontrol", "show", "job", job).stdout
     assert "JobState=COMPLETED" in shown and "Restarts=1" in shown, shown
     log = (run / f"slurm-{job}.out").read_text()
