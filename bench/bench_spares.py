@@ -13,8 +13,7 @@ synthetic, 30 steps, a checkpoint every 5, --step-sleep 1), 2 ranks on 2 nodes.
   detection (death -> the guard's verdict, recoveries.tsv), gate + release (verdict ->
   relaunch), start (relaunch -> the example's process start, container and imports),
   rendezvous + checkpoint load + first step (start -> first step), and steps lost.
-- requeue (3 nodes, --requeue, no spares, the first backend; --skip-requeue leaves it
-  out): the same death;
+- requeue (3 nodes, --requeue, no spares, the first backend): the same death;
   Slurm declares the node down after SlurmdTimeout (lowered to 20 s here, 300 s by
   default), ends the job NODE_FAIL and requeues it; the requeued job waits Slurm's own
   hold (BeginTime, about 2 minutes; not released) and starts again on the nodes left.
@@ -22,9 +21,13 @@ synthetic, 30 steps, a checkpoint every 5, --step-sleep 1), 2 ranks on 2 nodes.
   the gate's own time from its log line (all nodes, container start included).
 - healthy overhead (3 nodes): the same run with and without --spares 1, wall time from
   submit to the end and the example's images/s.
+- probe (3 nodes, the first backend): one node's link rate-limited to 200 Mbit/s
+  (``sandbox.sh shape``) before a job with --spares 1 --probe-first; the probe's own time
+  (its report's elapsed_s), the node it names and the nodes the training ran on.
 
     sudo python3 bench/bench_spares.py [--repeats 1] [--backends ddp,horovod]
-         [--gate-nodes 2,4,8,16] [--skip-requeue] [--image SIF] [--json-out FILE]
+         [--gate-nodes 2,4,8,16] [--parts recovery,requeue,gate,healthy,probe]
+         [--image SIF] [--json-out FILE]
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from tests.own_cluster import (  # noqa: E402
 SANDBOX = REPO / "scripts" / "sandbox.sh"
 EXAMPLE = ["-G", "1", "--synthetic", "-X", "--arch=resnet18", "-X", "--max-steps=30",
            "-X", "--epochs=1", "-X", "--checkpoint-every=5"]
+PARTS = ("recovery", "requeue", "gate", "healthy", "probe")
 GATE = re.compile(r"hpcdl: gate: (\d+) of (\d+) nodes healthy in ([0-9.]+) s")
 
 
@@ -188,12 +192,33 @@ def healthy(image: str, backend: str) -> dict[str, Any]:
         return out
 
 
+def slowed(image: str, backend: str) -> dict[str, Any]:
+    with cluster(3) as c:
+        slow = c["nodes"][1]
+        run(["bash", str(SANDBOX), "shape", slow, "--rate", "200"], c["env"])
+        run_dir = Path(c["env"]["HPCDL_RUNS"]) / "probe"
+        t0 = time.monotonic()
+        res = hpcdl(["submit", "--wait", "--json", "-p", str(c["profile"]), "-N", "2",
+                     "--image", image, "--backend", backend, *EXAMPLE, "--spares", "1",
+                     "--probe-first", "--probe-sizes", "4K,64K,1M", "--probe-slow-ratio",
+                     "0.25", "--run-dir", str(run_dir)], c["env"])
+        if res.returncode != 0:
+            raise RuntimeError(res.stdout + res.stderr)
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        hosts = sorted(set(re.findall(r"hpcdl_rank_checksum rank=\d+ host=(\S+)",
+                                      (run_dir / f"slurm-{out['job_id']}.out").read_text())))
+        return {"backend": backend, "slowed": slow, "probe_s": out["probe"]["elapsed_s"],
+                "named": out["probe"]["verdict"]["slow_nodes"], "trained_on": hosts,
+                "wall_s": time.monotonic() - t0}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--backends", default="ddp,horovod")
     parser.add_argument("--gate-nodes", default="2,4,8,16")
-    parser.add_argument("--skip-requeue", action="store_true")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"which parts to measure (default all: {','.join(PARTS)})")
     cache = os.environ.get("HPCDL_CACHE") or "/var/cache/hpcdl"
     parser.add_argument("--image", default="/scratch/images/pytorch-horovod-cpu.sif",
                         help=f"the CPU image where the nodes see it (built in {cache}/images)")
@@ -208,18 +233,26 @@ def main() -> int:
               file=sys.stderr)
         return 2
     backends = args.backends.split(",")
-    data: dict[str, Any] = {"recovery": [], "requeue": [], "gate": {}, "healthy": []}
+    data: dict[str, Any] = {"recovery": [], "requeue": [], "gate": {}, "healthy": [],
+                            "probe": []}
+    parts = args.parts.split(",")
+    if unknown := set(parts) - set(PARTS):
+        parser.error(f"--parts: {','.join(sorted(unknown))} not among {','.join(PARTS)}")
     for _ in range(args.repeats):
-        for backend in backends:
+        if "probe" in parts:
+            data["probe"].append(slowed(args.image, backends[0]))
+            print(f"measured: {data['probe'][-1]}", file=sys.stderr, flush=True)
+        for backend in backends if "recovery" in parts else ():
             data["recovery"].append(recovery(args.image, backend))
             print(f"measured: {data['recovery'][-1]}", file=sys.stderr, flush=True)
-        if not args.skip_requeue:  # the queue's cost does not depend on the backend
+        if "requeue" in parts:  # the queue's cost does not depend on the backend
             data["requeue"].append(requeue(args.image, backends[0]))
             print(f"measured: {data['requeue'][-1]}", file=sys.stderr, flush=True)
-        for n in (int(x) for x in args.gate_nodes.split(",")):
+        for n in (int(x) for x in args.gate_nodes.split(",") if "gate" in parts):
             data["gate"].setdefault(str(n), []).append(gate(args.image, n))
             print(f"measured: gate {n} {data['gate'][str(n)][-1]}", file=sys.stderr, flush=True)
-        data["healthy"].append(healthy(args.image, backends[0]))
+        if "healthy" in parts:
+            data["healthy"].append(healthy(args.image, backends[0]))
     machine = describe(packages=("torch",), tools=("slurmctld", "apptainer"))
     print("spare nodes: the bundled example (ResNet-18, 32 px, 2 ranks on 2 nodes, 30 steps, a "
           "checkpoint every 5) in the CPU image; a node's processes all killed after step 10")
@@ -239,9 +272,14 @@ def main() -> int:
         print(f"healthy run: wall {h['plain']['wall_s']:.1f} s without spares, "
               f"{h['spares']['wall_s']:.1f} s with --spares 1; images/s "
               f"{h['plain']['images_per_sec']:.1f} vs {h['spares']['images_per_sec']:.1f}")
+    for p in data["probe"]:
+        print(f"a node slowed before the start ({p['slowed']}, 200 Mbit/s): --probe-first "
+              f"took {p['probe_s']:.1f} s on 3 nodes, named {','.join(p['named']) or 'none'}; "
+              f"the training ran on {','.join(p['trained_on'])}; submit -> end "
+              f"{p['wall_s']:.1f} s")
     print(f"reproduce: sudo python3 bench/bench_spares.py --repeats {args.repeats} "
           f"--backends {args.backends} --gate-nodes {args.gate_nodes}"
-          + (" --skip-requeue" if args.skip_requeue else ""))
+          + (f" --parts {args.parts}" if parts != list(PARTS) else ""))
     if args.json_out:
         args.json_out.write_text(json.dumps({"machine": machine, **data}, indent=2))
     return 0

@@ -111,6 +111,41 @@ hpcdl_gate() {
   echo "hpcdl: gate: ${#hpcdl_healthy[@]} of ${#nodes[@]} nodes healthy in $((ms / 1000)).$(printf %03d $((ms % 1000))) s" >&2
 }
 
+# --probe-first (job.sbatch then defines hpcdl_probe): the allreduce probe over the nodes
+# the gate passed, before the first rank; the nodes it names slow (a link the gate does
+# not measure) are excluded like the gate's. Any other failure of the probe ends the job
+# as it does without spares: the training command is not started.
+hpcdl_probe_nodes() {
+  declare -F hpcdl_probe >/dev/null || return 0
+  local rc=0 node why keep=()
+  if (( ${#hpcdl_healthy[@]} < 2 )); then
+    echo "hpcdl: probe skipped: ${#hpcdl_healthy[@]} healthy node (an allreduce needs 2)" >&2
+    return 0
+  fi
+  HPCDL_NODELIST=$(hpcdl_join "${hpcdl_healthy[@]}")
+  HPCDL_STEP_NODES=${#hpcdl_healthy[@]}
+  HPCDL_STEP_TASKS=$(( HPCDL_STEP_NODES * HPCDL_TASKS_PER_NODE ))
+  export HPCDL_NODELIST HPCDL_STEP_NODES HPCDL_STEP_TASKS
+  [[ -n ${HPCDL_SET_MASTER_ADDR:-} ]] && export MASTER_ADDR=${hpcdl_healthy[0]}
+  # A port no training cycle uses (they count up from the first).
+  [[ -n ${HPCDL_MASTER_PORT0:-} ]] && export MASTER_PORT=$(( HPCDL_MASTER_PORT0 + HPCDL_MAX_RELAUNCHES + 1 ))
+  rm -f "$HPCDL_PROBE_SLOW"
+  echo "hpcdl: probe on ${HPCDL_NODELIST} before the first rank" >&2
+  hpcdl_probe || rc=$?
+  if (( rc == 1 )) && [[ -s $HPCDL_PROBE_SLOW ]]; then
+    while IFS=$'\t' read -r node why; do
+      [[ -n $node ]] && hpcdl_mark_bad "$node" "$why"
+    done <"$HPCDL_PROBE_SLOW"
+    for node in "${hpcdl_healthy[@]}"; do [[ -z ${hpcdl_bad[$node]+x} ]] && keep+=("$node"); done
+    hpcdl_healthy=("${keep[@]}")
+  elif (( rc != 0 )); then
+    echo "hpcdl: the probe failed (exit ${rc}; its verdict is above in the job's output): the training command was not started" >&2
+    exit "$rc"
+  else
+    echo "hpcdl: the probe found no slow node" >&2
+  fi
+}
+
 # Give the bad nodes back: the allocation shrinks to the others (the batch host stays: this
 # shell runs there). Slurm writes slurm_job_ID_resize.sh, which brings the SLURM_*
 # variables in line with the smaller allocation; it is written and read in a scratch dir.
@@ -222,6 +257,7 @@ hpcdl_supervise() {
     candidates=()
     for node in "${hpcdl_all[@]}"; do [[ -z ${hpcdl_bad[$node]+x} ]] && candidates+=("$node"); done
     hpcdl_gate "${candidates[@]}"
+    [[ -z $failed_at ]] && hpcdl_probe_nodes
     hpcdl_release
     if [[ -n $failed_at ]]; then
       # The failed step's nodes that are bad now: a node failure (anything else is the

@@ -28,6 +28,7 @@ from hpcdl.jobs.preflight import check_inputs, for_cluster, image_arch_facts
 from hpcdl.jobs.submit import plan_run
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, RuntimeMode, build_plan, job_image
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
+from hpcdl.probe.worker import DEFAULT_SLOW_RATIO
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.dialects import dialect_for
@@ -80,9 +81,14 @@ JOB_FILE_HEADER = "# ==>"
 @click.option("--probe-first", is_flag=True,
               help="Run `hpcdl probe` in the same allocation first (its own srun step): on a "
                    "slow node or link the job stops with the probe's verdict (exit 1) before "
-                   "COMMAND starts.")
+                   "COMMAND starts. With --spares it measures every node the health gate "
+                   "passed, and the nodes it names slow are excluded instead (spares take "
+                   "their place).")
 @click.option("--probe-sizes", metavar="LIST",
               help=f"Message sizes of the --probe-first step (default {DEFAULT_SIZES}).")
+@click.option("--probe-slow-ratio", type=float, metavar="R",
+              help=f"The --probe-first step's threshold: a node whose best link is below R "
+                   f"of the median node's is slow (default {DEFAULT_SLOW_RATIO}).")
 @click.option("--chain", type=int, default=1, show_default=True, metavar="N",
               help="For clusters without requeue: N jobs linked with --dependency=afterany, "
                    "each resuming from the previous one's checkpoint in one run directory.")
@@ -117,7 +123,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
            launcher: str | None, gpu_bind: str | None, dry_run: bool, run_dir: Path | None,
            as_json: bool, wait: bool, requeue: bool | None, max_restarts: int | None,
            spares: int | None, signal: str | None, probe_first: bool,
-           probe_sizes: str | None, chain: int,
+           probe_sizes: str | None, probe_slow_ratio: float | None, chain: int,
            hang_timeout: str | None, hang_action: str | None, stage_image: bool | None,
            code: Path | None, command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
@@ -157,10 +163,13 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
                               hint="run hpcdl on the cluster's login node for --hang-timeout")
     if not dry_run:
         pbs.refuse(prof, "submit")  # a PBS profile's script is for reading (exit 2)
-    if probe_sizes is not None and not probe_first:
-        raise ValidationError("probe-sizes: only with --probe-first")
-    probe = (worker_args(ProbeOptions(sizes=probe_sizes or DEFAULT_SIZES), prof)
-             if probe_first else None)
+    for name, value in (("probe-sizes", probe_sizes), ("probe-slow-ratio", probe_slow_ratio)):
+        if value is not None and not probe_first:
+            raise ValidationError(f"{name}: only with --probe-first")
+    probe = (worker_args(ProbeOptions(
+        sizes=probe_sizes or DEFAULT_SIZES,
+        slow_ratio=DEFAULT_SLOW_RATIO if probe_slow_ratio is None else probe_slow_ratio), prof)
+        if probe_first else None)
     request = JobRequest(
         nodes=nodes, gpus=gpus, partition=partition, time=time, cpus_per_task=cpus_per_task,
         job_name=job_name, image=image, backend=backend, env=parse_env(env), binds=binds,

@@ -32,6 +32,9 @@ RECOVERIES_NAME = "recoveries.tsv"
 # The hang watchdog's request (hpcdl.jobs.rundir.RunDir.request_relaunch): end the step,
 # relaunch, without the node it names.
 RELAUNCH_REQUEST_NAME = "relaunch.request"
+# The --probe-first step's slow nodes (hpcdl.probe.worker --slow-nodes-out), which the
+# guard excludes before the first rank.
+PROBE_SLOW_NAME = "probe-slow-nodes.tsv"
 
 # Seconds the gate's step may take on every node together (a dead node's launch fails
 # after Slurm's MessageTimeout, 10 s by default; a container start takes a few).
@@ -67,8 +70,14 @@ def nodes_file_text() -> str:
     return (templates_dir() / _SOURCE).read_text()
 
 
+def probe_slow_path(run_dir: str | None) -> str:
+    """Where the --probe-first step of a job with spares writes the nodes it found slow."""
+    return f"{run_dir}/{PROBE_SLOW_NAME}" if run_dir else PROBE_SLOW_NAME
+
+
 def guard_exports(profile: Profile, *, tasks_per_node: int, gpus: int, max_relaunches: int,
-                  nodes_file: str, image: bool, master_addr: bool) -> list[tuple[str, str]]:
+                  nodes_file: str, image: bool, master_addr: bool,
+                  probe_slow: str | None = None) -> list[tuple[str, str]]:
     """(name, rendered value) of what job.sbatch exports for hpcdl-nodes: sizes, the
     gate's checks, the words to look for. Values are quoted here (shell_join)."""
     local = profile.paths.local_scratch
@@ -96,4 +105,6 @@ def guard_exports(profile: Profile, *, tasks_per_node: int, gpus: int, max_relau
             exports.append(("HPCDL_GATE_NV", "1"))
     if master_addr:
         exports.append(("HPCDL_SET_MASTER_ADDR", "1"))
+    if probe_slow:
+        exports.append(("HPCDL_PROBE_SLOW", shell_join([probe_slow])))
     return exports

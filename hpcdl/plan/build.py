@@ -19,7 +19,7 @@ from hpcdl.core.slurmtime import parse_time
 from hpcdl.core.templating import Raw, render_template, shell_join
 from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION
 from hpcdl.launch.code import CODE_DIR_NAME
-from hpcdl.launch.nodes import NODES_FILE, guard_exports, nodes_file_text
+from hpcdl.launch.nodes import NODES_FILE, guard_exports, nodes_file_text, probe_slow_path
 from hpcdl.launch.rankenv import (
     PORT_LISTENED,
     PORT_PICK_FILE,
@@ -159,8 +159,14 @@ def build_plan(profile: Profile, req: JobRequest,
         # COMMAND has no bind of the bundled files: the worker's are added).
         probe_binds = (tuple(container_binds(profile, _without_command(req)))
                        if image else req.binds)
-        probe_line = shell_join(dialect.launcher_tokens(spec, "srun") + rank_tokens(
-            profile, _without_command(req), probe_command(profile, req, image), "srun",
+        worker = probe_command(profile, req, image)
+        if spares:
+            # Over every node the guard found healthy; the nodes it names slow are
+            # excluded as the gate's are (hpcdl-nodes reads the file).
+            worker += ["--slow-nodes-out", probe_slow_path(req.run_dir)]
+        probe_line = shell_join(dialect.launcher_tokens(
+            spec, "srun", every_healthy_node=bool(spares)) + rank_tokens(
+            profile, _without_command(req), worker, "srun",
             rank_image, probe_binds, dialect.job_id_word, wrapper_file))
     output, error = dialect.log_paths(spec)
     log_dir = req.run_dir or "."
@@ -322,7 +328,8 @@ def _guard_block(profile: Profile, spec: JobSpec, req: JobRequest, image: str | 
     exports = guard_exports(profile, tasks_per_node=spec.tasks_per_node,
                             gpus=spec.gpus_per_node, max_relaunches=max_relaunches,
                             nodes_file=nodes_file, image=bool(image),
-                            master_addr=master_addr is not None)
+                            master_addr=master_addr is not None,
+                            probe_slow=probe_slow_path(req.run_dir) if req.probe_first else None)
     if requeue is None and req.run_dir:
         # A relaunch resumes as a requeued attempt does: the contract's checkpoint directory
         # (the requeue block exports it when there is one).

@@ -156,7 +156,8 @@ def check_request(req: JobRequest) -> None:
     for arg in req.command:
         _no_nul("command", arg)
     if req.probe is not None:
-        check_nodes(req.nodes)
+        # With spares the --probe-first step measures them too (every healthy node).
+        check_nodes(req.nodes + (req.spares or 0) if req.probe_first else req.nodes)
         for arg in req.probe:
             _no_nul("probe", arg)
         if req.probe_only and req.example_args:

@@ -3,7 +3,7 @@ first step of `hpcdl submit --probe-first`).
 
     python3 worker.py --sizes 4K,64K,1M --iters 5 [--warmup 2] [--backend auto|gloo|nccl]
                       [--mpi auto|on|off] [--ifname eth0] [--slow-ratio 0.5]
-                      [--expected-gbs 12.5]
+                      [--expected-gbs 12.5] [--slow-nodes-out FILE]
 
 Standalone: the standard library at import, torch (and mpi4py + numpy for the MPI
 sweep, when present) inside ``main``; hpcdl itself is not needed in the image. The job
@@ -37,6 +37,10 @@ named: all its links are slow, so the node (its NIC, cable, switch port or load)
 common factor. With two nodes there is one link and no second opinion: it is compared
 with the profile's expected bandwidth (``--expected-gbs``) and called slow without
 naming an end.
+
+``--slow-nodes-out FILE`` (a job's node guard, ``submit --spares --probe-first``): rank 0
+also writes the named nodes there, one ``NODE<TAB>why`` line each (empty: none), so the
+guard can exclude them without reading JSON in bash.
 
 Exit status (rank 0's; the others exit 0 once it is decided): 0 no slow node, 1 a slow
 node named (or a slow link between two nodes), 2 bad input (every rank that finds it):
@@ -407,7 +411,27 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--ifname")
     parser.add_argument("--slow-ratio", type=float, default=DEFAULT_SLOW_RATIO)
     parser.add_argument("--expected-gbs", type=float)
+    parser.add_argument("--slow-nodes-out")
     return parser.parse_args(argv)
+
+
+def slow_node_lines(judged: dict[str, Any]) -> str:
+    """``--slow-nodes-out``'s text: one ``NODE<TAB>why`` line per node the verdict names."""
+    reference = judged.get("reference_gbs")
+    return "".join(
+        f"{node}\tprobe: slow: best link {judged['node_best_gbs'][node]:.3g} GB/s, "
+        f"{judged['node_ratio'][node]:.0%} of the median node's"
+        + (f" {reference:.3g} GB/s" if reference else "") + "\n"
+        for node in judged["slow_nodes"])
+
+
+def write_slow_nodes(path: str, judged: dict[str, Any]) -> None:
+    """Write ``slow_node_lines`` to ``path`` whole or not at all (the guard reads it
+    after the step; a half-written list would keep a slow node in)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(slow_node_lines(judged))
+    os.replace(tmp, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -565,6 +589,8 @@ def _measure(args: argparse.Namespace, sizes: tuple[int, ...], rank: int, world:
     pair_bw = {(p["nodes"][0], p["nodes"][1]): p["busbw_gbs"] for p in all_pairs}
     judged = verdict(nodes, pair_bw, slow_ratio=args.slow_ratio, expected_gbs=args.expected_gbs)
     code = EXIT_SLOW if judged["bad"] else EXIT_OK
+    if rank == 0 and args.slow_nodes_out:
+        write_slow_nodes(args.slow_nodes_out, judged)
     if rank == 0:
         report({
             "backend": backend, "world_size": world, "nodes": nodes,

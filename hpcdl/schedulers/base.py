@@ -264,9 +264,12 @@ class ScriptDialect(Protocol):
         placeholder)."""
         ...
 
-    def launcher_tokens(self, spec: JobSpec, launcher: Launcher) -> list[str]:
+    def launcher_tokens(self, spec: JobSpec, launcher: Launcher, *,
+                        every_healthy_node: bool = False) -> list[str]:
         """The command that starts every rank (or one torchrun agent per node), up to
-        the container and the rank-env wrapper. Raises ValidationError."""
+        the container and the rank-env wrapper. ``every_healthy_node``: a step of a job
+        with spares over all the nodes its guard found healthy (the --probe-first step),
+        not the training's N. Raises ValidationError."""
         ...
 
     def header(self, spec: JobSpec) -> dict[str, Any]:

@@ -11,13 +11,14 @@ for the dead node; Horovod/MPI: the survivor waits for its peer, the run directo
 quiet), excludes and releases the node, and relaunches on the spare from the
 checkpoint: one job id, exit 0, and the same final parameter checksum as a run of the
 same steps that nothing interrupted. A node that lost its shared filesystem before the
-start fails the health gate and the job runs on the spare.
+start fails the health gate and the job runs on the spare; so does a node whose link was
+slowed before the start, named by the --probe-first step.
 
 The DDP case also runs as the ordinary user (hpcdl from a wheel in the user's venv,
 ``cluster_user``): shrinking the allocation and requeueing with exclusions are what a job
 owner may do. Cost: about 1.5 minutes per node-death test (a reference run, the guarded
 run, the death); the gate test about 40 s; the hang test about 2 minutes; the NODE_FAIL
-requeue about 3 minutes.
+requeue about 3 minutes; the slowed node (--probe-first) about 1 minute.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from tests.integration.conftest_slurm import (
     shared_copy,
     submit_json,
 )
-from tests.integration.test_probe import probe_profile
+from tests.integration.test_probe import RATE_MBIT, probe_profile
 from tests.own_cluster import kill_node, wait_checkpoint
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.mpi, pytest.mark.torch,
@@ -177,6 +178,39 @@ def test_the_gate_replaces_a_node_that_lost_the_shared_filesystem(
     bad = (run / "bad-nodes.tsv").read_text().splitlines()
     assert len(bad) == 1 and bad[0].startswith(f"{victim}\tgate: "), bad
     assert "is not writable" in bad[0] or "container does not start" in bad[0], bad
+    assert not (run / "recoveries.tsv").exists()  # no training step failed
+
+
+def test_a_node_slowed_before_the_start_is_excluded_by_the_probe(
+        three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
+        cpu_image: Path) -> None:
+    """The gate does not measure links: with --probe-first, the probe runs over the three
+    nodes the gate passed, names the one whose link was rate-limited before the job (tc,
+    ``sandbox.sh shape``), and the training runs on the other two."""
+    cluster, env, profile = three_nodes
+    victim = cluster.nodes[1]
+    run = runs_dir / "slow"
+    cluster.shape(victim, rate_mbit=RATE_MBIT)
+    try:
+        # --probe-slow-ratio 0.25 as test_probe's 3-node test: 3 nodes' ranks on 2 cores
+        # have measured a healthy node at 39% of the others; the slowed one is near 3%.
+        res = hpcdl("submit", "-p", str(profile), "-N", "2", "--spares", "1", "--image",
+                    str(cpu_image), *example("ddp"), "--probe-first", "--probe-sizes",
+                    "4K,64K,1M", "--probe-slow-ratio", "0.25", "--wait", "--json",
+                    "--run-dir", str(run), env=env, timeout=400)
+    finally:
+        cluster.clear(victim)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["probe"]["nodes"] == cluster.nodes  # every node of the allocation measured
+    assert out["probe"]["verdict"]["slow_nodes"] == [victim], out["probe"]["verdict"]
+    log = (run / f"slurm-{out['job_id']}.out").read_text()
+    assert {m.group(2) for m in CHECKSUM.finditer(log)} == {cluster.nodes[0],
+                                                            cluster.nodes[2]}
+    bad = (run / "bad-nodes.tsv").read_text().splitlines()
+    assert len(bad) == 1 and bad[0].startswith(f"{victim}\tprobe: slow: best link "), bad
+    err = (run / f"slurm-{out['job_id']}.err").read_text()
+    assert f"hpcdl: node {victim} excluded: probe: slow: " in err, err[-3000:]
     assert not (run / "recoveries.tsv").exists()  # no training step failed
 
 

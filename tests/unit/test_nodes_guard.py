@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl.core.resources import templates_dir
-from hpcdl.launch.nodes import HARDWARE_ERRORS, SRUN_TASK_ENDED
+from hpcdl.launch.nodes import HARDWARE_ERRORS, PROBE_SLOW_NAME, SRUN_TASK_ENDED
 
 # Seconds of bash loops each (the guard polls every second): make test runs them.
 pytestmark = pytest.mark.slow
@@ -61,6 +61,19 @@ hpcdl_launch() {
     hw) echo "$2: RuntimeError: CUDA error: uncorrectable ECC error encountered" >&2; exit 1 ;;
   esac
 }
+# --probe-first: $PROBE is "none" (no slow node), "slow NODE..." (those named, exit 1) or
+# "fails" (exit 2: bad input, the job ends).
+if [[ -n ${PROBE:-} ]]; then
+  hpcdl_probe() {
+    echo "probe on $HPCDL_NODELIST ($HPCDL_STEP_NODES nodes, $HPCDL_STEP_TASKS tasks)" >> "$FAKE/log"
+    set -- $PROBE
+    case $1 in
+      none) : > "$HPCDL_PROBE_SLOW"; return 0 ;;
+      slow) shift; printf '%s\tprobe: slow: best link 0.025 GB/s, 3%% of the median\n' "$@" > "$HPCDL_PROBE_SLOW"; return 1 ;;
+      fails) return 2 ;;
+    esac
+  }
+fi
 hpcdl_cause=""
 hpcdl_nodes_init "$WANT"
 hpcdl_supervise
@@ -70,7 +83,8 @@ echo "rc=$? cause=$hpcdl_cause"
 
 def guard(tmp_path: Path, nodes: str, plan: list[str], *, want: int = 2,
           max_relaunches: int = 3, dead: tuple[str, ...] = (),
-          sick: tuple[str, ...] = (), known_bad: str = "") -> tuple[str, str, Path]:
+          sick: tuple[str, ...] = (), known_bad: str = "",
+          probe: str = "") -> tuple[str, str, Path]:
     """Run the guard over ``nodes`` with launches doing ``plan``; returns (its last
     stdout line, the stand-ins' log, the run directory)."""
     fake, run, bin_dir = tmp_path / "fake", tmp_path / "run", tmp_path / "bin"
@@ -91,7 +105,8 @@ def guard(tmp_path: Path, nodes: str, plan: list[str], *, want: int = 2,
            "HPCDL_TASKS_PER_NODE": "1", "HPCDL_MAX_RELAUNCHES": str(max_relaunches),
            "HPCDL_GATE_TIMEOUT": "20", "HPCDL_STUCK_S": "2", "HPCDL_STALL_S": "60",
            "HPCDL_MIN_LEFT_S": "60", "HPCDL_TASK_ENDED": SRUN_TASK_ENDED,
-           "HPCDL_HW_PATTERN": "|".join(HARDWARE_ERRORS)}
+           "HPCDL_HW_PATTERN": "|".join(HARDWARE_ERRORS), "PROBE": probe,
+           "HPCDL_PROBE_SLOW": str(run / PROBE_SLOW_NAME)}
     res = subprocess.run(["bash", "-c", DRIVER], capture_output=True, text=True, env=env,
                          timeout=120, check=False)
     last = (res.stdout.strip().splitlines() or [""])[-1]
@@ -160,6 +175,40 @@ def test_bad_nodes_of_an_earlier_attempt_stay_excluded(tmp_path: Path) -> None:
     last, log, run = guard(tmp_path, "a,b,c", ["ok"], known_bad="b\tgate: no answer in 11 s\n")
     assert last == "rc=0 cause="
     assert launches(log) == ["a,c"]
+
+
+def test_the_probe_before_the_first_rank_excludes_the_node_it_names_slow(
+        tmp_path: Path) -> None:
+    last, log, run = guard(tmp_path, "a,b,c", ["ok"], probe="slow b")
+    assert last == "rc=0 cause="
+    # Over every node the gate passed, then the training without the slow one.
+    assert "probe on a,b,c (3 nodes, 3 tasks)" in log
+    assert launches(log) == ["a,c"]
+    assert (run / "bad-nodes.tsv").read_text() == \
+        "b\tprobe: slow: best link 0.025 GB/s, 3% of the median\n"
+    assert "scontrol update JobId=7 NodeList=a,c" in log  # given back before the training
+
+
+def test_the_probe_runs_once_and_a_healthy_verdict_changes_nothing(tmp_path: Path) -> None:
+    last, log, _ = guard(tmp_path, "a,b,c", ["dies b", "ok"], probe="none")
+    assert last == "rc=0 cause="
+    assert launches(log) == ["a,b", "a,c"]
+    assert log.count("probe on ") == 1  # not again before the relaunch
+
+
+def test_a_probe_that_names_too_many_slow_nodes_leaves_too_few(tmp_path: Path) -> None:
+    last, log, _ = guard(tmp_path, "a,b,c", ["ok"], probe="slow b c")
+    assert last == "rc=1 cause=NODES"
+    assert launches(log) == []
+
+
+def test_a_probe_that_fails_otherwise_ends_the_job_before_the_training(
+        tmp_path: Path) -> None:
+    fake = tmp_path / "fake"
+    last, log, _ = guard(tmp_path, "a,b,c", ["ok"], probe="fails")
+    assert last == ""  # the job script ended in the probe, with its exit status
+    assert launches(log) == [] and "probe on a,b,c" in log
+    assert not (fake / "launches").exists()
 
 
 REQUEUE = r"""

@@ -12,6 +12,7 @@ from hpcdl.core.errors import ValidationError
 from hpcdl.jobs import recoveries
 from hpcdl.launch.nodes import NODES_FILE, RECOVERIES_NAME
 from hpcdl.plan import JobRequest, build_plan
+from hpcdl.probe import worker
 from hpcdl.profiles import load_profile
 from tests.integration.conftest_slurm import hpcdl
 
@@ -50,6 +51,44 @@ def test_the_profile_default_applies_to_training_not_to_the_probe() -> None:
     assert build_plan(prof, JobRequest(nodes=2, gpus=1, spares=0)).spares == 0
     probe = build_plan(prof, JobRequest(nodes=2, gpus=1, probe=("--sizes", "4K")))
     assert probe.spares == 0 and "--no-kill" not in probe.script
+
+
+def test_probe_first_with_spares_probes_every_healthy_node_and_feeds_the_guard() -> None:
+    plan = plan_of(spares=1, run_dir="/scratch/r", image="/scratch/i.sif", probe_first=True,
+                   probe=("--sizes", "4K,64K", "--slow-ratio", "0.25"),
+                   command=("python3", "train.py"))
+    # Not the plain --probe-first block, which ends the job on any slow verdict ...
+    assert "# ---- probe first" not in plan.script
+    # ... but a step the guard sizes (all the nodes its gate passed) and whose slow nodes
+    # it reads back from the file the worker writes.
+    assert plan.probe_line is not None
+    assert plan.probe_line.startswith(
+        'srun --label --kill-on-bad-exit=1 --nodes="$HPCDL_STEP_NODES" '
+        '--ntasks="$HPCDL_STEP_TASKS" ')
+    assert '--nodelist="$HPCDL_NODELIST" --overlap' in plan.probe_line
+    assert plan.probe_line.endswith("--slow-nodes-out /scratch/r/probe-slow-nodes.tsv")
+    assert f"hpcdl_probe() {{ {plan.probe_line}; }}" in plan.script
+    assert "export HPCDL_PROBE_SLOW=/scratch/r/probe-slow-nodes.tsv" in plan.script
+    # Without spares: the plain block, the training's own node count, no file.
+    plain = plan_of(run_dir="/scratch/r", image="/scratch/i.sif", probe_first=True,
+                    probe=("--sizes", "4K,64K"), command=("python3", "train.py"))
+    assert "# ---- probe first" in plain.script and "--slow-nodes-out" not in plain.script
+    assert "hpcdl_probe()" not in plain.script
+
+
+def test_the_workers_slow_node_file_names_each_node_and_why(tmp_path: Path) -> None:
+    judged = worker.verdict(["a", "b", "c"], {("a", "b"): 0.8, ("a", "c"): 0.02,
+                                              ("b", "c"): 0.021}, slow_ratio=0.25)
+    assert judged["slow_nodes"] == ["c"]
+    out = tmp_path / "slow.tsv"
+    worker.write_slow_nodes(str(out), judged)
+    (line,) = out.read_text().splitlines()
+    node, why = line.split("\t")
+    assert node == "c" and why.startswith("probe: slow: best link 0.021 GB/s, 3% of the median")
+    worker.write_slow_nodes(str(out), worker.verdict(
+        ["a", "b", "c"], {("a", "b"): 0.8, ("a", "c"): 0.7, ("b", "c"): 0.75}))
+    assert out.read_text() == ""  # healthy: an empty list, and no temp file left
+    assert [p.name for p in tmp_path.iterdir()] == ["slow.tsv"]
 
 
 def test_torchrun_gets_the_guards_nodes_too() -> None:

@@ -133,7 +133,9 @@ class PbsDialect:
         folder, name = spec.run_dir or ".", job_name(spec.job_name)
         return f"{folder}/{name}.o<sequence number>", f"{folder}/{name}.e<sequence number>"
 
-    def launcher_tokens(self, spec: JobSpec, launcher: Launcher) -> list[str]:
+    def launcher_tokens(self, spec: JobSpec, launcher: Launcher, *,
+                        every_healthy_node: bool = False) -> list[str]:
+        # (no spares on PBS: unsupported() refuses them, so no guard step either)
         return mpiexec_tokens(ntasks=spec.ntasks, tasks_per_node=spec.tasks_per_node,
                               cpus_per_task=spec.cpus_per_task)
 

@@ -99,7 +99,8 @@ class SlurmDialect:
         log_dir = spec.run_dir or "."
         return f"{log_dir}/slurm-%j.out", f"{log_dir}/slurm-%j.err"
 
-    def launcher_tokens(self, spec: JobSpec, launcher: Launcher) -> list[str]:
+    def launcher_tokens(self, spec: JobSpec, launcher: Launcher, *,
+                        every_healthy_node: bool = False) -> list[str]:
         """srun (or one torchrun agent per node through srun), mpirun, horovodrun."""
         if launcher in ("srun", "torchrun"):
             # --label prefixes every output line with its task id, so a crash can be
@@ -114,7 +115,10 @@ class SlurmDialect:
                            Raw("--ntasks-per-node=1"),
                            Raw(f"--cpus-per-task={spec.cpus_per_task * spec.tasks_per_node}")]
             else:
-                if spec.spares:  # N of the allocation's N+S nodes
+                if spec.spares and every_healthy_node:  # counted by the guard (hpcdl-nodes)
+                    tokens += [Raw('--nodes="$HPCDL_STEP_NODES"'),
+                               Raw('--ntasks="$HPCDL_STEP_TASKS"')]
+                elif spec.spares:  # N of the allocation's N+S nodes
                     tokens += [Raw(f"--nodes={spec.nodes}"), Raw(f"--ntasks={spec.ntasks}")]
                 if spec.profile.mpi.srun_mpi:
                     tokens.append(Raw(f"--mpi={spec.profile.mpi.srun_mpi}"))
