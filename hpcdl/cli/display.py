@@ -20,7 +20,7 @@ import click
 from hpcdl.hang.diagnosis import Diagnosis
 from hpcdl.jobs.attempts import Attempt, no_step_message
 from hpcdl.jobs.follow import RETRY_S
-from hpcdl.jobs.recoveries import Recovery
+from hpcdl.jobs.recoveries import Recovery, excluded_line
 from hpcdl.jobs.recoveries import lines as recovery_lines
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.timelimit import timeout_message
@@ -109,7 +109,8 @@ def print_job_end(status: JobStatus, run_dir: Path, logs: JobLogs, record: Resul
            attempts: list[Attempt] | None = None, hang: Diagnosis | None = None,
            html: Path | None = None, straggler: dict[str, Any] | None = None,
            steps: bool | None = None, nodes: int = 1,
-           recoveries: list[Recovery] | None = None) -> None:
+           recoveries: list[Recovery] | None = None,
+           excluded: list[dict[str, str]] | None = None) -> None:
     """What a user reads once the job ended: state and exit code, the log's tail, which
     rank crashed and its last lines (on failure), the result table (on success), and
     for a job that ran out of time the limit it hit and the fix (``max_time``: the
@@ -175,6 +176,8 @@ def print_job_end(status: JobStatus, run_dir: Path, logs: JobLogs, record: Resul
              f"inside the job ({RunDir(run_dir).path / RECOVERIES_NAME}) ---")
         for line in recovery_lines(recoveries):
             echo(line)
+    if excluded:
+        echo(excluded_line(excluded))
     if straggler and straggler.get("found"):
         echo(str(straggler["message"]))
     if html is not None:

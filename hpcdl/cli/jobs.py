@@ -10,6 +10,7 @@ from hpcdl.cli.display import attempt_lines, lost_line
 from hpcdl.jobs.attempts import no_step_message
 from hpcdl.jobs.follow import log_chunks
 from hpcdl.jobs.place import connect, reconnect
+from hpcdl.jobs.recoveries import excluded_line
 from hpcdl.jobs.recoveries import lines as recovery_lines
 from hpcdl.jobs.rundir import find_run
 from hpcdl.jobs.status import JobSnapshot, job_snapshot
@@ -72,6 +73,8 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool,
                 data["steps_completed"] = snap.steps
             if snap.recoveries:
                 data["recoveries"] = [r.to_dict() for r in snap.recoveries]
+            if snap.excluded:
+                data["excluded_nodes"] = snap.excluded
             click.echo(json.dumps(data))
         else:
             click.echo(_HEADER)
@@ -87,6 +90,8 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool,
                            f"{'s' if len(snap.recoveries) != 1 else ''} inside the job:")
                 for line in recovery_lines(snap.recoveries):
                     click.echo(line)
+            if snap.excluded:
+                click.echo(excluded_line(snap.excluded))
         return
     from hpcdl.profiles import load_profile  # pydantic: only for a profile named
 

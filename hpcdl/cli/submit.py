@@ -369,6 +369,8 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
                                **({"attempts": [a.to_dict() for a in tried]} if tried else {}),
                                **({"recoveries": [r.to_dict() for r in outcome.recoveries]}
                                   if outcome.recoveries else {}),
+                               **({"excluded_nodes": outcome.excluded}
+                                  if outcome.excluded else {}),
                                **({"hang": hang} if hang else {}),
                                "report": str(outcome.report) if outcome.report else None,
                                "straggler": outcome.straggler}))
@@ -382,7 +384,8 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
     print_job_end(final, sub.run_dir, outcome.logs, outcome.record,
                   max_time=part.max_time if part else None, attempts=outcome.attempts,
                   hang=outcome.hang, html=outcome.report, straggler=outcome.straggler,
-                  steps=outcome.steps, nodes=plan.nodes, recoveries=outcome.recoveries)
+                  steps=outcome.steps, nodes=plan.nodes, recoveries=outcome.recoveries,
+                  excluded=outcome.excluded)
     return code
 
 

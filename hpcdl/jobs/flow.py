@@ -56,6 +56,7 @@ class JobOutcome:
     steps: bool | None
     # The node failures a job with spares survived, or that ended it (hpcdl --spares).
     recoveries: list[recoveries.Recovery] = field(default_factory=list)
+    excluded: list[dict[str, str]] = field(default_factory=list)  # (bad-nodes.tsv)
 
     @property
     def probe_error(self) -> str | None:
@@ -119,7 +120,8 @@ def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
                       attempts=tried, hang=dog.diagnosis if dog is not None else None,
                       report=html, report_error=why, straggler=straggler,
                       steps=sub.run.steps_seen(),
-                      recoveries=recoveries.read(sub.run_dir) if plan.spares else [])
+                      recoveries=recoveries.read(sub.run_dir) if plan.spares else [],
+                      excluded=recoveries.excluded(sub.run_dir) if plan.spares else [])
 
 
 def probe_exit(record: ResultRecord, job_code: int) -> int:

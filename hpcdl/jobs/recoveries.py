@@ -9,6 +9,10 @@ the relaunch.
 
 (tab-separated; times are Unix seconds; RELAUNCHED_AT and ACTIVE are "-" when the
 training was not started again: too few healthy nodes, no relaunch left, no time left).
+
+Every node the guard excluded, before the first rank (the health gate, the --probe-first
+step) or after a failure, is one line of ``RUN_DIR/bad-nodes.tsv``: ``NODE  WHY``;
+``excluded`` reads it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hpcdl.launch.nodes import RECOVERIES_NAME
+from hpcdl.launch.nodes import BAD_NODES_NAME, RECOVERIES_NAME
 from hpcdl.results.steps import metrics_dir, read_metrics
 
 _CHECKPOINT_STEP = re.compile(r"checkpoint-0*(\d+)\.pt")
@@ -107,6 +111,22 @@ def read(run_dir: Path, job_id: str | None = None) -> list[Recovery]:
     ranks = read_metrics(metrics_dir(run_dir))
     steps = ranks[min(ranks)]["all_steps"] if ranks else []
     return [with_steps(r, steps) for r in found]
+
+
+def excluded(run_dir: Path) -> list[dict[str, str]]:
+    """Every node the run's guard excluded and why (``{"node", "why"}``, in the order
+    they were found), across attempts; empty without spares."""
+    try:
+        text = (run_dir / BAD_NODES_NAME).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [{"node": node, "why": why} for node, _, why in
+            (line.partition("\t") for line in text.splitlines()) if node and why]
+
+
+def excluded_line(nodes: list[dict[str, str]]) -> str:
+    """One line for a terminal: ``nodes excluded: N1 (why); N2 (why)``."""
+    return "nodes excluded: " + "; ".join(f"{n['node']} ({n['why']})" for n in nodes)
 
 
 def with_steps(rec: Recovery, steps: list[dict[str, Any]]) -> Recovery:

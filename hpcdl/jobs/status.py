@@ -28,6 +28,7 @@ class JobSnapshot:
     nodes: int
     stderr: str
     recoveries: list[recoveries.Recovery]
+    excluded: list[dict[str, str]]  # nodes the guard left out, and why (bad-nodes.tsv)
 
 
 def job_snapshot(job_id: str, scheduler: Scheduler) -> JobSnapshot:
@@ -49,7 +50,8 @@ def job_snapshot(job_id: str, scheduler: Scheduler) -> JobSnapshot:
                 stderr = run.logs(job_id)[1].read_text(encoding="utf-8", errors="replace")
             except OSError:
                 pass
-    return JobSnapshot(status, run, tried, steps, nodes, stderr, found)
+    return JobSnapshot(status, run, tried, steps, nodes, stderr, found,
+                       recoveries.excluded(run.path) if run is not None else [])
 
 
 def attempts(job_id: str, run: RunDir | None, scheduler: Scheduler) -> list[Attempt]:

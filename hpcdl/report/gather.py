@@ -105,6 +105,7 @@ def gather_run(path: Path, *, threshold: float = DEFAULT_THRESHOLD) -> dict[str,
         "spans": attempt_spans(metrics),
         # The node failures a job with spares met inside its allocation (--spares).
         "recoveries": [r.to_dict() for r in recoveries.read(path)],
+        "excluded_nodes": recoveries.excluded(path),
         "probe": result.get("probe") if isinstance(result.get("probe"), dict) else None,
         "hang": hang if isinstance(hang, dict) else None,
         "metrics": metrics,

@@ -137,6 +137,14 @@ def _attempts_table(attempts: list[dict[str, Any]], spans: list[dict[str, Any]])
             f"</tr>{''.join(rows)}</table>")
 
 
+def _excluded_list(nodes: list[dict[str, str]]) -> str:
+    """Every node the guard left out (the gate, the probe, a failure), or nothing."""
+    if not nodes:
+        return ""
+    items = "".join(f"<li><b>{_e(n.get('node'))}</b>: {_e(n.get('why'))}</li>" for n in nodes)
+    return f'<h3>Nodes excluded (--spares)</h3><ul id="excluded-nodes">{items}</ul>'
+
+
 def _recoveries_table(recoveries: list[dict[str, Any]]) -> str:
     """One row per node failure inside the job (hpcdl.jobs.recoveries), or nothing."""
     if not recoveries:
@@ -192,7 +200,8 @@ def render_run(facts: dict[str, Any]) -> str:
                     "steps over wall time per attempt (requeue, chain or resume)",
                     "no attempt timeline: no per-step metrics"),
              _attempts_table(facts["attempts"], spans),
-             _recoveries_table(facts.get("recoveries") or []), "</section>"]
+             _recoveries_table(facts.get("recoveries") or []),
+             _excluded_list(facts.get("excluded_nodes") or []), "</section>"]
     probe = facts.get("probe")
     if probe and "error" not in probe:
         judged = probe.get("verdict") or {}

@@ -18,7 +18,7 @@ The DDP case also runs as the ordinary user (hpcdl from a wheel in the user's ve
 ``cluster_user``): shrinking the allocation and requeueing with exclusions are what a job
 owner may do. Cost: about 1.5 minutes per node-death test (a reference run, the guarded
 run, the death); the gate test about 40 s; the hang test about 2 minutes; the NODE_FAIL
-requeue about 3 minutes; the slowed node (--probe-first) about 1 minute.
+requeue about 3 minutes; the gate test runs in the image and natively; the slowed node (--probe-first) about 1 minute.
 """
 
 from __future__ import annotations
@@ -157,8 +157,9 @@ def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
     assert "1 node failure inside the job:" in text.stdout, text.stdout
 
 
+@pytest.mark.parametrize("where", ["image", "native"])
 def test_the_gate_replaces_a_node_that_lost_the_shared_filesystem(
-        three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
+        where: str, three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
         cpu_image: Path) -> None:
     cluster, env, profile = three_nodes
     victim = cluster.nodes[1]
@@ -169,9 +170,10 @@ def test_the_gate_replaces_a_node_that_lost_the_shared_filesystem(
     subprocess.run(["nsenter", "-t", str(slurmd), "-m", "mount", "-t", "tmpfs", "-o",
                     "size=1m", "lost", "/scratch"], check=True, timeout=30)
     run = runs_dir / "gate"
-    res = hpcdl("submit", "-p", str(profile), "-N", "2", "--spares", "1", "--image",
-                str(cpu_image), *example("ddp"), "--wait", "--run-dir", str(run), env=env,
-                timeout=400)
+    # In the image, or natively (the nodes' own Python and torch, the checkout's hpcdl).
+    runtime = ["--image", str(cpu_image)] if where == "image" else ["--no-image"]
+    res = hpcdl("submit", "-p", str(profile), "-N", "2", "--spares", "1", *runtime,
+                *example("ddp"), "--wait", "--run-dir", str(run), env=env, timeout=400)
     assert res.returncode == 0, res.stdout + res.stderr
     assert {m.group(2) for m in CHECKSUM.finditer(res.stdout)} == {cluster.nodes[0],
                                                                    cluster.nodes[2]}
@@ -212,6 +214,10 @@ def test_a_node_slowed_before_the_start_is_excluded_by_the_probe(
     err = (run / f"slurm-{out['job_id']}.err").read_text()
     assert f"hpcdl: node {victim} excluded: probe: slow: " in err, err[-3000:]
     assert not (run / "recoveries.tsv").exists()  # no training step failed
+    # What the user reads: --wait's JSON and status name the node and why.
+    assert [n["node"] for n in out["excluded_nodes"]] == [victim], out.get("excluded_nodes")
+    text = hpcdl("status", out["job_id"], env=env).stdout
+    assert f"nodes excluded: {victim} (probe: slow: best link " in text, text
 
 
 HANG_SCRIPT = shared_copy(Path(__file__).resolve().parent / "hang") / "resume_hang.py"

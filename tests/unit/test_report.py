@@ -243,9 +243,18 @@ def test_a_run_with_spares_shows_its_node_failures(tmp_path: Path):
     page = out.read_text()
     assert 'id="recovery-table"' in page and "n2: gate: no answer in 11 s" in page
     assert "n1, n3 from checkpoint-00000005.pt" in page
+    # Nodes left out before the first rank (the gate, the probe) are listed too.
+    (run / "bad-nodes.tsv").write_text(
+        "n2\tgate: no answer in 11 s\nn4\tprobe: slow: best link 0.024 GB/s, 3% <b>\n")
+    out, facts = write_run_report(run)
+    assert [n["node"] for n in facts["excluded_nodes"]] == ["n2", "n4"]
+    page = out.read_text()
+    assert '<ul id="excluded-nodes">' in page and "3% &lt;b&gt;" in page
     # A run without spares has no such table.
     (run / "recoveries.tsv").unlink()
-    assert 'id="recovery-table"' not in write_run_report(run)[0].read_text()
+    (run / "bad-nodes.tsv").unlink()
+    page = write_run_report(run)[0].read_text()
+    assert 'id="recovery-table"' not in page and "excluded-nodes" not in page
 
 
 def test_sweep_report_has_the_scaling_chart_the_table_and_links_to_point_reports(tmp_path: Path):

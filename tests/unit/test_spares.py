@@ -10,7 +10,7 @@ import pytest
 
 from hpcdl.core.errors import ValidationError
 from hpcdl.jobs import recoveries
-from hpcdl.launch.nodes import NODES_FILE, RECOVERIES_NAME
+from hpcdl.launch.nodes import BAD_NODES_NAME, NODES_FILE, RECOVERIES_NAME
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.probe import worker
 from hpcdl.profiles import load_profile
@@ -152,3 +152,17 @@ def test_recoveries_join_the_record_with_the_steps(tmp_path: Path) -> None:
     table = recoveries.lines([first, second])
     assert "n2: gate: no answer in 11 s -> n1,n3 from checkpoint-00000010.pt" in table[1]
     assert table[2].endswith("not relaunched")
+
+
+def test_excluded_nodes_read_back_in_order_with_their_reason(tmp_path: Path) -> None:
+    assert recoveries.excluded(tmp_path) == []  # no guard, no file
+    (tmp_path / BAD_NODES_NAME).write_text(
+        "n3\tprobe: slow: best link 0.024 GB/s, 3% of the median node's 0.84 GB/s\n"
+        "n2\tgate: /scratch is not mounted\n\nhalf")
+    found = recoveries.excluded(tmp_path)
+    assert found == [
+        {"node": "n3", "why": "probe: slow: best link 0.024 GB/s, 3% of the median node's 0.84 GB/s"},
+        {"node": "n2", "why": "gate: /scratch is not mounted"}]
+    assert recoveries.excluded_line(found) == (
+        "nodes excluded: n3 (probe: slow: best link 0.024 GB/s, 3% of the median node's "
+        "0.84 GB/s); n2 (gate: /scratch is not mounted)")
