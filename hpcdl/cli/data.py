@@ -10,11 +10,11 @@ from pathlib import Path
 import click
 
 from hpcdl.data.imagefolder import scan_imagefolder
+from hpcdl.data.mount import is_packed_name
 from hpcdl.data.packed import (
     COMPRESSIONS,
     DEFAULT_COMPRESSION,
     execute,
-    is_packed_name,
     pack_plan,
     scan_packed,
 )

@@ -25,10 +25,8 @@ from hpcdl.core import proc
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.core.errors import ToolError, UserInputError
 from hpcdl.data.imagefolder import ImageFolder, scan_imagefolder, scan_tree
+from hpcdl.data.mount import SQUASHFS_MAGIC, is_packed_name
 
-# The superblock's first four bytes (little-endian 0x73717368).
-SQUASHFS_MAGIC = b"hsqs"
-PACKED_SUFFIXES = (".sqfs", ".squashfs")
 # Compression: real ImageNet JPEGs (~110 KB) are already entropy-coded, so the data
 # blocks barely shrink; what compresses is the metadata (inode and directory tables)
 # and the small files packed together into fragments (identical JPEG headers).
@@ -43,12 +41,6 @@ FIXED_OPTIONS = ("-noappend", "-no-xattrs", "-all-root", "-root-mode", "0755",
                  "-mkfs-time", "0", "-all-time", "0")
 MKSQUASHFS = "mksquashfs"
 UNSQUASHFS = "unsquashfs"
-
-
-def is_packed_name(path: str) -> bool:
-    """``path`` names a packed dataset (by its suffix; the content is checked by
-    check_packed)."""
-    return path.lower().endswith(PACKED_SUFFIXES)
 
 
 def compression_args(compression: str) -> list[str]:
