@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("hpcdl.cli.submit:submit", "Validate, render and submit a training job."),
     "alloc": ("hpcdl.cli.submit:alloc", "Render (or run) salloc for interactive work."),
     "profiles": ("hpcdl.cli.profiles:profiles", "List, show and validate cluster profiles."),
-    "data": ("hpcdl.cli.data:data", "Make and check ImageFolder datasets (make-tiny, check)."),
+    "data": ("hpcdl.cli.data:data", "Make, check and pack ImageFolder datasets (make-tiny, check, pack)."),
     "build": ("hpcdl.cli.build:build", "Build an Apptainer/Singularity image from a spec or .def."),
     "push": ("hpcdl.cli.push:push", "Copy an image to a cluster reached over SSH (once per content)."),
     "doctor": ("hpcdl.cli.doctor:doctor", "Check host and image: runtime, Slurm, GPUs, MPI, Horovod."),

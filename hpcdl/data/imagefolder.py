@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from hpcdl.core.errors import UserInputError
 
@@ -49,25 +50,60 @@ def _is_image_name(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
 
 
-def _check_magic(path: Path, root: Path) -> None:
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-    except OSError as exc:
-        raise _fail(root, f"cannot read {path}: {exc.strerror}", hint=None) from None
+def _check_head(head: bytes, path: str, root: Path) -> None:
     if not any(head.startswith(m) for m in _MAGIC):
         raise _fail(
             root, f"{path} is not an image (unrecognised header {head[:4].hex()})", hint=None
         )
 
 
+class Tree(Protocol):
+    """What the layout check reads: a directory on disk, or a packed file's listing."""
+
+    def subdirs(self, rel: str) -> list[str] | None:
+        """Names of the visible directories in ``rel`` (None: ``rel`` is no directory)."""
+
+    def files(self, rel: str) -> list[str]:
+        """Names of the regular files in the directory ``rel``."""
+
+    def heads(self, rels: list[str]) -> dict[str, bytes]:
+        """The first 8 bytes of each file (raises UserInputError when one is unreadable)."""
+
+
+class DirTree:
+    """A dataset directory on disk."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def subdirs(self, rel: str) -> list[str] | None:
+        base = self.root / rel
+        if not base.is_dir():
+            return None
+        return [e.name for e in os.scandir(base) if e.is_dir()]
+
+    def files(self, rel: str) -> list[str]:
+        return [e.name for e in os.scandir(self.root / rel) if e.is_file()]
+
+    def heads(self, rels: list[str]) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        for rel in rels:
+            try:
+                with open(self.root / rel, "rb") as fh:
+                    out[rel] = fh.read(8)
+            except OSError as exc:
+                raise _fail(self.root, f"cannot read {self.root / rel}: {exc.strerror}",
+                            hint=None) from None
+        return out
+
+
 def _list_split(
-    root: Path, split: str, classes: tuple[str, ...] | None
+    root: Path, tree: Tree, split: str, classes: tuple[str, ...] | None, firsts: list[str]
 ) -> tuple[tuple[str, ...], list[tuple[str, int]]]:
-    base = root / split
-    if not base.is_dir():
+    dirs = tree.subdirs(split)
+    if dirs is None:
         raise _fail(root, f"no {split}/ directory")
-    found = sorted(e.name for e in os.scandir(base) if e.is_dir() and not e.name.startswith("."))
+    found = sorted(d for d in dirs if not d.startswith("."))
     if not found:
         raise _fail(root, f"{split}/ holds no class directories")
     if classes is None:
@@ -83,9 +119,7 @@ def _list_split(
     index = {name: i for i, name in enumerate(classes)}
     samples: list[tuple[str, int]] = []
     for name in found:
-        files = sorted(
-            e.name for e in os.scandir(base / name) if e.is_file() and _is_image_name(e.name)
-        )
+        files = sorted(f for f in tree.files(f"{split}/{name}") if _is_image_name(f))
         if not files:
             raise _fail(
                 root,
@@ -94,9 +128,25 @@ def _list_split(
             )
         # Headers of the first file per class: catches a wrong directory quickly
         # without reading a million files.
-        _check_magic(base / name / files[0], root)
-        samples.extend((str(base / name / f), index[name]) for f in files)
+        firsts.append(f"{split}/{name}/{files[0]}")
+        samples.extend((str(root / split / name / f), index[name]) for f in files)
     return classes, samples
+
+
+def scan_tree(
+    root: Path, tree: Tree, splits: tuple[str, ...] = ("train", "val")
+) -> ImageFolder:
+    """The layout check of ``scan_imagefolder`` on any ``tree`` (a directory, a packed
+    file's listing); sample paths are ``root``/split/class/file. Raises UserInputError."""
+    classes: tuple[str, ...] | None = None
+    samples: dict[str, list[tuple[str, int]]] = {}
+    firsts: list[str] = []
+    for split in splits:
+        classes, samples[split] = _list_split(root, tree, split, classes, firsts)
+    assert classes is not None
+    for rel, head in tree.heads(firsts).items():
+        _check_head(head, str(root / rel), root)
+    return ImageFolder(root=root, classes=classes, samples=samples)
 
 
 def scan_imagefolder(
@@ -113,9 +163,4 @@ def scan_imagefolder(
         raise _fail(path, "no such directory", hint="pass --data DIR, or --synthetic")
     if not path.is_dir():
         raise _fail(path, "is not a directory")
-    classes: tuple[str, ...] | None = None
-    samples: dict[str, list[tuple[str, int]]] = {}
-    for split in splits:
-        classes, samples[split] = _list_split(path, split, classes)
-    assert classes is not None
-    return ImageFolder(root=path, classes=classes, samples=samples)
+    return scan_tree(path, DirTree(path), splits)

@@ -15,8 +15,10 @@ from pathlib import Path, PurePosixPath
 from hpcdl.container.hashing import read_record, sidecar
 from hpcdl.container.runtime import RuntimeFacts, gather_runtime_facts, runtime_mode_reason
 from hpcdl.container.runtime import runtime_mode as container_runtime_mode
-from hpcdl.core.errors import ValidationError
+from hpcdl.core.errors import UserInputError, ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
+from hpcdl.data.mount import is_packed_name
+from hpcdl.data.packed import check_packed
 from hpcdl.jobs.place import Connection
 from hpcdl.plan import JobRequest, RuntimeMode
 from hpcdl.profiles.schema import Profile
@@ -70,7 +72,12 @@ def check_inputs(req: JobRequest, image: str | None = None) -> None:
             f"command: script {script!r} does not exist (in {Path.cwd()})",
             hint="give the script's path relative to where you submit, or an absolute one",
         )
-    if req.data and not req.command:
+    if req.data and is_packed_name(req.data):
+        try:
+            check_packed(Path(req.data).expanduser())
+        except UserInputError as exc:
+            raise ValidationError(f"data: {exc.message}", hint=exc.hint) from None
+    elif req.data and not req.command:
         data = Path(req.data).expanduser()
         if not data.is_dir():
             raise ValidationError(

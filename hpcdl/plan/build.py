@@ -17,6 +17,7 @@ from hpcdl.core.errors import ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts, check_partition
 from hpcdl.core.slurmtime import parse_time
 from hpcdl.core.templating import Raw, render_template, shell_join
+from hpcdl.data.mount import CONTAINER_MOUNT, DATA_VARIABLE, native_mount_dir
 from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION
 from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.nodes import NODES_FILE, guard_exports, nodes_file_text, probe_slow_path
@@ -41,6 +42,7 @@ from hpcdl.plan.command import (
     job_image,
     launch_notes,
     master_values,
+    packed_data,
     probe_command,
     rank_tokens,
 )
@@ -131,6 +133,7 @@ def build_plan(profile: Profile, req: JobRequest,
                    tasks_per_node=tasks, cpus_per_task=cpus, time=time, job_name=job_name,
                    run_dir=req.run_dir, requeue=requeue, spares=spares)
     stage = image_stage(profile, req, image, spec, dialect)
+    packed = data_mount(profile, req, image, dialect)
     # What the ranks run: the image where it is, or the node's copy, whose path holds
     # the job id and so is only known to the script ($HPCDL_IMAGE, set by it).
     rank_image = Raw('"$HPCDL_IMAGE"') if stage else image
@@ -206,14 +209,17 @@ def build_plan(profile: Profile, req: JobRequest,
         "cpus_per_task": cpus,
         "omp_num_threads": omp,
         "exports": [(k, shell_join([v])) for k, v in (*env, *hang_exports)]
-                   + _run_dir_exports(req, image),
+                   + _run_dir_exports(req, image)
+                   + ([(DATA_VARIABLE, CONTAINER_MOUNT)] if packed and image else []),
         "backend": req.backend,
         "image_q": shell_join([image]) if image else None,
         "launcher": launcher,
         "launch_notes": launch_notes(req, launcher, gpu_bind, image, image_source,
                                      master_addr, master_port)
-                        + ([stage["note"]] if stage else []),
+                        + ([stage["note"]] if stage else [])
+                        + ([packed["note"]] if packed else []),
         "stage": stage,
+        "packed": packed if packed and not image else None,
         "master_addr": master_addr,
         "master_port": master_port,
         "port_base": PORT_BASE,
@@ -402,6 +408,30 @@ def image_stage(profile: Profile, req: JobRequest, image: str | None, spec: JobS
     if refused := dialect.unsupported(profile, "stage"):
         raise _fail(refused)
     return dialect.stage_image(spec, local, image)
+
+
+def data_mount(profile: Profile, req: JobRequest, image: str | None,
+               dialect: ScriptDialect) -> dict[str, str] | None:
+    """How the ranks see a packed dataset (hpcdl.data.mount), or None: in an image a bind
+    (container_binds adds it), natively a squashfuse mount on every node that the
+    script makes before the first rank and removes when it ends (the template's
+    ``packed``). Raises ValidationError where the scheduler's script has no such block."""
+    source = packed_data(profile, req)
+    if not source:
+        return None
+    if image:
+        return {"source": source, "note": f"dataset: the packed file {source}, mounted by "
+                f"the container runtime read-only at {CONTAINER_MOUNT} ($HPCDL_DATA)."}
+    if dialect.unsupported(profile, "stage"):
+        raise _fail(f"data: natively a packed dataset is mounted by the job script on every "
+                    f"node with srun; profile {profile.name} is {profile.scheduler.type}: "
+                    f"give --image (the container runtime mounts it)")
+    head = native_mount_dir(profile.paths.local_scratch)
+    return {"source": source, "source_q": shell_join([source]),
+            "mount": shell_join([head]) + dialect.job_id_word,
+            "note": f"dataset: the packed file {source}, mounted read-only with squashfuse "
+                    f"on every node at {head}$SLURM_JOB_ID ($HPCDL_DATA, below), unmounted "
+                    f"at the end."}
 
 
 def _run_dir_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]]:

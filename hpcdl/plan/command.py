@@ -13,6 +13,7 @@ from pathlib import PurePosixPath
 
 from hpcdl.core.resources import PACKAGE_DIR, examples_dir
 from hpcdl.core.templating import Raw
+from hpcdl.data.mount import CONTAINER_MOUNT, DATA_VARIABLE, image_bind, is_packed_name
 from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME
 from hpcdl.launch.staging import job_dir
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
@@ -65,7 +66,10 @@ def default_command(profile: Profile, req: JobRequest, image: str | None,
     base = (JOB_PROJECT_DIR / "examples" if image else
             PurePosixPath(job_dir(req.run_dir)) / "examples" if req.run_dir else examples_dir())
     cmd = [profile.python, str(base / DEFAULT_EXAMPLE), "--backend", req.backend]
-    data = None if req.synthetic else req.data or profile.paths.imagenet
+    data: str | None = None if req.synthetic else req.data or profile.paths.imagenet
+    if data and packed_data(profile, req):
+        # The file's mount: fixed in an image, the node's mount point ($HPCDL_DATA) natively.
+        data = CONTAINER_MOUNT if image else Raw(f'"${DATA_VARIABLE}"')
     cmd += ["--data", data] if data else ["--synthetic"]
     if req.run_dir:  # checkpoints belong with the run that wrote them
         cmd += ["--checkpoint-dir", f"{req.run_dir}/checkpoints"]
@@ -81,6 +85,15 @@ def probe_command(profile: Profile, req: JobRequest, image: str | None) -> list[
     package = job_dir(req.run_dir) + "/hpcdl" if req.run_dir else str(PACKAGE_DIR)
     return [profile.python, worker_path(bool(image), package, JOB_PROJECT_DIR),
             *(req.probe or ())]
+
+
+def packed_data(profile: Profile, req: JobRequest) -> str | None:
+    """The packed dataset file (``hpcdl data pack``) the job mounts: --data DATA.sqfs,
+    or for the bundled example a profile's paths.imagenet that is one; else None."""
+    if req.synthetic or req.probe_only:
+        return None
+    data = req.data or (profile.paths.imagenet if req.runs_example else None)
+    return os.path.normpath(os.path.abspath(data)) if data and is_packed_name(data) else None
 
 
 def job_image(profile: Profile, req: JobRequest) -> tuple[str | None, str | None]:
@@ -147,7 +160,9 @@ def container_binds(profile: Profile, req: JobRequest) -> list[str]:
     scratch = profile.paths.local_scratch
     site = [*profile.container.binds,
             *([scratch] if scratch and scratch not in profile.container.binds else [])]
-    return [*site, *req.binds, *([req.run_dir] if req.run_dir else []), *_project_binds(req)]
+    packed = packed_data(profile, req)
+    return [*site, *req.binds, *([req.run_dir] if req.run_dir else []), *_project_binds(req),
+            *([image_bind(packed)] if packed else [])]
 
 
 def _project_binds(req: JobRequest) -> list[str]:
@@ -233,9 +248,10 @@ def check_shared_paths(profile: Profile, req: JobRequest, image: str | None) -> 
     shared = profile.paths.shared
     if not shared:
         return
-    # In a container --data is the container's path (a --bind makes it); natively the host's.
+    # In a container --data is the container's path (a --bind makes it); natively the
+    # host's. A packed file is always the host's: the job mounts it.
     data = (None if req.synthetic or not req.runs_example or image
-            else req.data or profile.paths.imagenet)
+            else req.data or profile.paths.imagenet) or packed_data(profile, req)
     checks = [("--run-dir", req.run_dir), ("--image", image), ("--data", data),
               *(("--bind", b.split(":", 1)[0]) for b in req.binds)]
     for name, path in checks:

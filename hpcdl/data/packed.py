@@ -1,0 +1,221 @@
+"""A dataset packed into one read-only SquashFS file (``hpcdl data pack``), and the
+layout check of such a file without mounting it (``hpcdl data check DATA.sqfs``).
+
+Why one file: an ImageFolder read from a parallel filesystem costs every rank a
+metadata operation per directory and an open per image, every epoch, on the
+filesystem's metadata servers. A SquashFS file is one open there; Apptainer mounts it
+into the container (``-B DATA.sqfs:/data:image-src=/``) and squashfuse mounts it
+natively, and the examples see an ordinary directory.
+
+``pack_plan`` decides everything (the mksquashfs argv, the temporary name beside the
+output) and is pure apart from the layout check of the source; ``execute`` runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from hpcdl.container.hashing import RECORD_VERSION, content_hash, file_sha256, sidecar
+from hpcdl.core import proc
+from hpcdl.core.atomic import write_json_atomic
+from hpcdl.core.errors import ToolError, UserInputError
+from hpcdl.data.imagefolder import ImageFolder, scan_imagefolder, scan_tree
+from hpcdl.data.mount import SQUASHFS_MAGIC, is_packed_name
+
+# Compression: real ImageNet JPEGs (~110 KB) are already entropy-coded, so the data
+# blocks barely shrink; what compresses is the metadata (inode and directory tables)
+# and the small files packed together into fragments (identical JPEG headers).
+# gzip is the default because every kernel's squashfs and every squashfuse reads it;
+# lz4 decodes faster where both ends have it. Figures: docs/guide/data.md.
+COMPRESSIONS = ("gzip", "lz4", "zstd", "none")
+DEFAULT_COMPRESSION = "gzip"
+# Same tree, same bytes: no owner, no xattrs, every timestamp 0 (the file's own hash
+# is then a content name, as an image's is). The root readable by every user: a
+# dataset made under a private temporary name (mode 0700) is packed for all ranks.
+FIXED_OPTIONS = ("-noappend", "-no-xattrs", "-all-root", "-root-mode", "0755",
+                 "-mkfs-time", "0", "-all-time", "0")
+MKSQUASHFS = "mksquashfs"
+UNSQUASHFS = "unsquashfs"
+
+
+def compression_args(compression: str) -> list[str]:
+    """mksquashfs's options for ``compression`` (one of COMPRESSIONS). Raises
+    UserInputError for another."""
+    if compression not in COMPRESSIONS:
+        raise UserInputError(f"--compression {compression!r} is not one of "
+                             f"{', '.join(COMPRESSIONS)}")
+    if compression == "none":
+        return ["-noI", "-noId", "-noD", "-noF", "-noX"]
+    return ["-comp", compression]
+
+
+@dataclass(frozen=True)
+class PackPlan:
+    source: Path
+    output: Path
+    temp: Path  # mksquashfs writes here; renamed to output when complete
+    argv: tuple[str, ...]
+    compression: str
+    classes: int
+    counts: dict[str, int] = field(default_factory=dict)
+    files: int = 0  # every file mksquashfs adds (images, and any other)
+
+    @property
+    def record_path(self) -> Path:
+        return sidecar(self.output, ".hash")
+
+
+def pack_plan(source: str | os.PathLike[str], output: str | os.PathLike[str], *,
+              compression: str = DEFAULT_COMPRESSION, force: bool = False,
+              processors: int | None = None) -> PackPlan:
+    """Check ``source`` is an ImageFolder dataset and decide how it is packed into
+    ``output``. Raises UserInputError (one line) for a source that is no ImageFolder,
+    an output that exists (without ``force``), is inside the source or whose directory
+    does not exist."""
+    folder: ImageFolder = scan_imagefolder(source)
+    src = folder.root.absolute()
+    out = Path(output).expanduser().absolute()
+    if not is_packed_name(out.name):
+        raise UserInputError(f"-o {out}: name the packed file *.sqfs (or *.squashfs)")
+    if not out.parent.is_dir():
+        raise UserInputError(f"-o {out}: no directory {out.parent}")
+    if out.exists() and not force:
+        raise UserInputError(f"-o {out} exists", hint="pass --force to replace it")
+    if src == out or src in out.parents:
+        raise UserInputError(f"-o {out} is inside the dataset {src}: it would pack itself")
+    temp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    argv = [MKSQUASHFS, str(src), str(temp), *FIXED_OPTIONS, *compression_args(compression),
+            # -info: one line per file added, counted for the progress line.
+            "-info", "-no-progress"]
+    if processors:
+        argv += ["-processors", str(processors)]
+    files = sum(len(names) for _, _, names in os.walk(src))
+    return PackPlan(source=src, output=out, temp=temp, argv=tuple(argv),
+                    compression=compression, classes=len(folder.classes),
+                    counts=folder.counts(), files=files)
+
+
+def execute(plan: PackPlan, *, progress: Callable[[int, int], None] | None = None,
+            timeout: float | None = None) -> dict[str, Any]:
+    """Run mksquashfs into the temporary file, check it, record its hashes beside it
+    (OUTPUT.hash) and rename it into place. ``progress(done, total)`` is called as
+    files are added. Returns the summary (also the record). Raises ToolError (mksquashfs
+    failed; nothing is left behind)."""
+    done = 0
+
+    def on_line(line: str) -> None:
+        nonlocal done
+        if line.startswith("file "):
+            done += 1
+            if progress and (done % 1000 == 0 or done == plan.files):
+                progress(done, plan.files)
+
+    try:
+        proc.stream(plan.argv, on_line=on_line, timeout=timeout)
+        check_packed(plan.temp)
+        tree = content_hash("\0".join(plan.argv[3:]), [(plan.source, "data")])
+        record = {
+            "version": RECORD_VERSION,
+            "hash": file_sha256(plan.temp),  # the packed file's own: its content name
+            "tree_hash": tree.digest,  # the files it holds (names, modes, contents)
+            "options": list(plan.argv[3:]),
+            "source": str(plan.source),
+            "classes": plan.classes,
+            **plan.counts,
+            "files": plan.files,
+            "size": plan.temp.stat().st_size,
+        }
+        write_json_atomic(plan.record_path, record)
+        os.replace(plan.temp, plan.output)
+    finally:
+        plan.temp.unlink(missing_ok=True)
+    return {"path": str(plan.output), **record}
+
+
+def check_packed(path: str | os.PathLike[str]) -> None:
+    """Raise UserInputError (one line) when ``path`` is missing, unreadable or not a
+    SquashFS file (its first bytes are not the SquashFS magic)."""
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(4)
+    except FileNotFoundError:
+        raise UserInputError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise UserInputError(f"{p} is a directory, not a packed dataset") from None
+    except OSError as exc:
+        raise UserInputError(f"{p}: cannot read it: {exc.strerror}") from None
+    if head != SQUASHFS_MAGIC:
+        raise UserInputError(
+            f"{p} is not a SquashFS file (starts with {head.hex() or 'nothing'}, not "
+            f"{SQUASHFS_MAGIC.hex()})", hint="make one with `hpcdl data pack DIR -o DATA.sqfs`")
+
+
+class SquashTree:
+    """A packed file's tree, read from one ``unsquashfs -lln`` listing (no mount); the
+    headers of the files the check samples come from one ``unsquashfs -extract-file``
+    into a temporary directory."""
+
+    def __init__(self, path: Path, listing: str) -> None:
+        self.path = path
+        self.dirs: dict[str, list[str]] = {}
+        self.regular: dict[str, list[str]] = {}
+        for line in listing.splitlines():
+            # drwxr-xr-x 0/0 32 1970-01-01 00:00 squashfs-root/train/n00000000
+            parts = line.split(None, 5)
+            if len(parts) < 6 or parts[5] == "squashfs-root":
+                continue
+            rel = parts[5].split("squashfs-root/", 1)[-1]
+            parent, _, name = rel.rpartition("/")
+            kind = parts[0][0]
+            if kind == "d":
+                self.dirs.setdefault(parent, []).append(name)
+                self.dirs.setdefault(rel, [])
+            elif kind == "-":
+                self.regular.setdefault(parent, []).append(name)
+
+    def subdirs(self, rel: str) -> list[str] | None:
+        return self.dirs.get(rel)
+
+    def files(self, rel: str) -> list[str]:
+        return self.regular.get(rel, [])
+
+    def heads(self, rels: list[str]) -> dict[str, bytes]:
+        with tempfile.TemporaryDirectory(prefix="hpcdl-check-") as tmp:
+            wanted = Path(tmp) / "files"
+            wanted.write_text("".join(f"{r}\n" for r in rels))
+            dest = Path(tmp) / "out"
+            _unsquashfs(["-no-progress", "-q", "-d", str(dest), "-ef", str(wanted),
+                         str(self.path)], self.path)
+            out: dict[str, bytes] = {}
+            for rel in rels:
+                try:
+                    with (dest / PurePosixPath(rel)).open("rb") as fh:
+                        out[rel] = fh.read(8)
+                except OSError:
+                    raise UserInputError(f"{self.path}: cannot read {rel} in it") from None
+            return out
+
+
+def _unsquashfs(args: list[str], path: Path) -> str:
+    try:
+        return proc.run([UNSQUASHFS, *args], timeout=600).stdout
+    except ToolError as exc:
+        last = (exc.output.strip().splitlines() or [str(exc)])[-1]
+        raise UserInputError(f"{path}: unsquashfs cannot read it: {last}",
+                             hint="a damaged or truncated file: pack it again") from None
+
+
+def scan_packed(path: str | os.PathLike[str]) -> ImageFolder:
+    """The ImageFolder check of ``hpcdl data check`` on a packed file. Raises
+    UserInputError (one line) for a missing, non-SquashFS or damaged file and for
+    every layout problem scan_imagefolder reports."""
+    p = Path(path)
+    check_packed(p)
+    listing = _unsquashfs(["-lln", str(p)], p)
+    return scan_tree(p, SquashTree(p, listing))
