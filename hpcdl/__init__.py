@@ -15,7 +15,7 @@ circle exists (imports made only for type checking are not part of the graph).
     schedulers  hpcdl.schedulers
     detection   hpcdl.profiles.detect
     planning    hpcdl.plan hpcdl.launch hpcdl.probe hpcdl.hang
-    jobs        hpcdl.jobs hpcdl.hang.watchdog hpcdl.sweep hpcdl.results hpcdl.report
+    jobs        hpcdl.jobs hpcdl.hang.watchdog hpcdl.sweep hpcdl.results hpcdl.report hpcdl.track
     doctor      hpcdl.doctor
     cli         hpcdl.cli hpcdl.__main__
 """

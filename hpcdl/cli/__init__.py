@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scale": ("hpcdl.cli.scale:scale", "Submit a scaling sweep (nodes x GPUs x backend x batch)."),
     "results": ("hpcdl.cli.scale:results", "Scaling table, CSV/JSON and plot of a sweep or run."),
     "report": ("hpcdl.cli.report:report", "One self-contained HTML report of a run or sweep."),
+    "track": ("hpcdl.cli.track:track", "Export runs to TensorBoard or MLflow (from the login node)."),
     "sandbox": ("hpcdl.cli.sandbox:sandbox", "Start/stop/check the local Slurm sandbox (two nodes, or --nodes N)."),
 }
 
