@@ -24,7 +24,12 @@ from hpcdl.hang.diagnosis import HANG_ACTIONS, Diagnosis, parse_seconds
 from hpcdl.jobs.alloc import build_alloc, run_alloc
 from hpcdl.jobs.flow import follow_job, submit_job
 from hpcdl.jobs.place import Connection, connect
-from hpcdl.jobs.preflight import check_inputs, for_cluster, image_arch_facts
+from hpcdl.jobs.preflight import (
+    check_inputs,
+    for_cluster,
+    image_arch_facts,
+    many_files_warning,
+)
 from hpcdl.jobs.submit import plan_run
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, RuntimeMode, build_plan, job_image
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
@@ -109,6 +114,12 @@ JOB_FILE_HEADER = "# ==>"
                    "before the first rank starts, run the ranks from there and remove it at "
                    "the end; a node without room stops the job, naming the node and its free "
                    "space. Default: the profile's container.stage.")
+@click.option("--stage-data", "stage_data", is_flag=True,
+              help="With a packed --data DATA.sqfs (hpcdl data pack): copy it to every "
+                   "node's local scratch with sbcast before the first rank starts, as "
+                   "--stage-image does for the image, bind or mount it from there and remove "
+                   "it at the end; a node without room stops the job, naming the node and its "
+                   "free space.")
 @click.option("--code", "code", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="For a cluster reached over SSH (the profile's login:): the directory "
                    "copied with the run (RUN_DIR/code) where the job starts; default: the "
@@ -125,7 +136,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
            spares: int | None, signal: str | None, probe_first: bool,
            probe_sizes: str | None, probe_slow_ratio: float | None, chain: int,
            hang_timeout: str | None, hang_action: str | None, stage_image: bool | None,
-           code: Path | None, command: tuple[str, ...]) -> None:
+           stage_data: bool, code: Path | None, command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
     Without COMMAND the job runs the bundled ResNet-50 example with --backend,
@@ -179,6 +190,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
         requeue=requeue, max_restarts=max_restarts, signal=signal, chain=chain, spares=spares,
         hang_timeout=hang_s, hang_action=hang_action, stage_image=stage_image,
+        stage_data=stage_data,
         code_dir=str(code) if code is not None else None,
     )
     if code is not None and prof.login is None:
@@ -189,6 +201,10 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     facts = image_arch_facts(job_image(prof, request)[0]) if prof.login is None else None
     mode = runtime_mode_for(prof, request)
     ready = prepare(prof, request, dry_run=dry_run, image_facts=facts, runtime_mode=mode)
+    # After the plan accepted the request (a refusal stays one line); on this host's
+    # files only: over SSH --data is a path on the cluster.
+    if prof.login is None and (crowded := many_files_warning(prof, ready.request)):
+        click.echo(f"warning: {crowded}", err=True)
     if ready.notes is not None:
         print_dry_run(ready.plan, as_json=as_json, notes=ready.notes)
         return
@@ -271,6 +287,9 @@ def print_dry_run(plan: JobPlan, *, as_json: bool, notes: Sequence[str] = ()) ->
     if plan.staged_image:
         click.echo(f"# image staged with sbcast to each node's {plan.staged_image}; the ranks "
                    "run that copy", err=True)
+    if plan.staged_data:
+        click.echo(f"# dataset staged with sbcast to each node's {plan.staged_data}; the ranks "
+                   "read that copy", err=True)
     if plan.hang_timeout is not None:
         click.echo(f"# hang watchdog (with --wait): no progress for {plan.hang_timeout:g} s "
                    f"-> py-spy stacks of every rank in hang/, then {plan.hang_action}", err=True)

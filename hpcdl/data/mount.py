@@ -18,6 +18,9 @@ PACKED_SUFFIXES = (".sqfs", ".squashfs")
 CONTAINER_MOUNT = "/data"
 # The variable that holds the dataset's directory in the job (both ways).
 DATA_VARIABLE = "HPCDL_DATA"
+# The node's copy of a staged packed file (submit --stage-data): what the bind or the
+# mount reads instead of the shared file.
+STAGED_DATA_VARIABLE = "HPCDL_DATA_FILE"
 
 
 def is_packed_name(path: str) -> bool:

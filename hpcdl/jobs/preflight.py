@@ -9,6 +9,7 @@ missing here is missing in the job too.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path, PurePosixPath
 
@@ -21,8 +22,62 @@ from hpcdl.data.mount import is_packed_name
 from hpcdl.data.packed import check_packed
 from hpcdl.jobs.place import Connection
 from hpcdl.plan import JobRequest, RuntimeMode
+from hpcdl.plan.command import on_shared_path
 from hpcdl.profiles.schema import Profile
 from hpcdl.remote.dirs import known_offline
+
+# A dataset tree on a shared path with more files than this is worth packing: each rank
+# opens every file every epoch through the parallel filesystem's metadata servers (a
+# small ImageNet subset already has tens of thousands). Counting stops one past it, so
+# the check costs at most this many directory entries whatever the tree's size.
+MANY_FILES = 10_000
+
+
+def count_files(root: str | os.PathLike[str], stop: int) -> int:
+    """Files (anything not a directory) below ``root``, counted until ``stop``: the
+    result is min(files, stop). Unreadable directories are skipped."""
+    found, todo = 0, [os.fspath(root)]
+    while todo:
+        try:
+            with os.scandir(todo.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        todo.append(entry.path)
+                    else:
+                        found += 1
+                        if found >= stop:
+                            return found
+        except OSError:
+            continue
+    return found
+
+
+def many_files_warning(profile: Profile, req: JobRequest, *,
+                       limit: int = MANY_FILES) -> str | None:
+    """One line when the job's dataset is a directory tree on a shared path (the
+    profile's paths.shared; with none listed, anywhere but its local scratch) holding
+    more than ``limit`` files, with the ``hpcdl data pack`` command that turns it into
+    one file; None otherwise (a packed file, --synthetic, a path this host does not
+    have, a small tree)."""
+    if req.synthetic or req.probe_only:
+        return None
+    data = req.data or (profile.paths.imagenet if req.runs_example else None)
+    if not data or is_packed_name(data) or not Path(data).expanduser().is_dir():
+        return None
+    path = os.path.normpath(os.path.abspath(Path(data).expanduser()))
+    shared, local = profile.paths.shared, profile.paths.local_scratch
+    if shared and not on_shared_path(path, shared):
+        return None
+    if not shared and local and on_shared_path(path, [local]):
+        return None
+    count = count_files(path, limit + 1)
+    if count <= limit:
+        return None
+    return (f"data: {path} is a directory tree of more than {limit:,} files on a shared "
+            f"path: every rank opens each of them every epoch through the filesystem's "
+            f"metadata servers; pack it once and pass the file: hpcdl data pack {path} -o "
+            f"{path}.sqfs")
+
 
 # Images that live elsewhere: nothing on this host to read.
 _REMOTE_IMAGE = re.compile(r"[a-z][a-z0-9+.-]*://.*")

@@ -11,13 +11,19 @@ script's header, launcher and log paths.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import PurePosixPath
 from typing import Any, Literal, cast
 
 from hpcdl.core.errors import ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts, check_partition
 from hpcdl.core.slurmtime import parse_time
 from hpcdl.core.templating import Raw, render_template, shell_join
-from hpcdl.data.mount import CONTAINER_MOUNT, DATA_VARIABLE, native_mount_dir
+from hpcdl.data.mount import (
+    CONTAINER_MOUNT,
+    DATA_VARIABLE,
+    STAGED_DATA_VARIABLE,
+    native_mount_dir,
+)
 from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION
 from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.nodes import NODES_FILE, guard_exports, nodes_file_text, probe_slow_path
@@ -133,10 +139,13 @@ def build_plan(profile: Profile, req: JobRequest,
                    tasks_per_node=tasks, cpus_per_task=cpus, time=time, job_name=job_name,
                    run_dir=req.run_dir, requeue=requeue, spares=spares)
     stage = image_stage(profile, req, image, spec, dialect)
-    packed = data_mount(profile, req, image, dialect)
+    data_stage = packed_stage(profile, req, spec, dialect)
+    packed = data_mount(profile, req, image, dialect, staged=data_stage is not None)
     # What the ranks run: the image where it is, or the node's copy, whose path holds
     # the job id and so is only known to the script ($HPCDL_IMAGE, set by it).
     rank_image = Raw('"$HPCDL_IMAGE"') if stage else image
+    # Image first: its copy is what every rank starts from.
+    stages = [s for s in (stage, data_stage) if s]
     defaults = example_defaults(profile, req)
     if req.probe_only:
         command = probe_command(profile, req, image)
@@ -147,7 +156,8 @@ def build_plan(profile: Profile, req: JobRequest,
     if launcher == "torchrun" and (refused := dialect.unsupported(profile, "torchrun")):
         raise _fail(refused)
     # One list of binds: the one the plan records is the one the ranks get.
-    binds = tuple(container_binds(profile, req)) if image else req.binds
+    binds = tuple(container_binds(profile, req, staged_data=bool(data_stage))) if image \
+        else req.binds
     prefix = dialect.launcher_tokens(spec, launcher)
     if launcher == profile.mpi.launcher:  # the profile's arguments are for its launcher
         prefix += list(profile.mpi.launcher_args)
@@ -160,7 +170,8 @@ def build_plan(profile: Profile, req: JobRequest,
     if req.probe is not None and req.probe_first:
         # Its own srun step with the worker bound in, whatever COMMAND's launcher is (a
         # COMMAND has no bind of the bundled files: the worker's are added).
-        probe_binds = (tuple(container_binds(profile, _without_command(req)))
+        probe_binds = (tuple(container_binds(profile, _without_command(req),
+                                             staged_data=bool(data_stage)))
                        if image else req.binds)
         worker = probe_command(profile, req, image)
         if spares:
@@ -216,9 +227,9 @@ def build_plan(profile: Profile, req: JobRequest,
         "launcher": launcher,
         "launch_notes": launch_notes(req, launcher, gpu_bind, image, image_source,
                                      master_addr, master_port)
-                        + ([stage["note"]] if stage else [])
+                        + [s["note"] for s in stages]
                         + ([packed["note"]] if packed else []),
-        "stage": stage,
+        "stage": stages,
         "packed": packed if packed and not image else None,
         "master_addr": master_addr,
         "master_port": master_port,
@@ -284,8 +295,9 @@ def build_plan(profile: Profile, req: JobRequest,
         spares=spares,
         records_steps=bool(req.run_dir) and dialect.submits
                       and (req.runs_example or requeue is not None),
-        stage="sbcast" if stage else "none",
+        stage="sbcast" if stages else "none",
         staged_image=stage["shown"] if stage else None,
+        staged_data=data_stage["shown"] if data_stage else None,
         code_dir=req.code_dir,
         workdir=workdir,
     )
@@ -384,7 +396,7 @@ def _progress(req: JobRequest, requeue: RequeueSpec | None,
 
 
 def image_stage(profile: Profile, req: JobRequest, image: str | None, spec: JobSpec,
-                dialect: ScriptDialect) -> dict[str, str] | None:
+                dialect: ScriptDialect) -> dict[str, Any] | None:
     """How the script copies the image to every node before the ranks start (the
     template's ``stage``, spelled by the dialect), or None.
 
@@ -407,29 +419,65 @@ def image_stage(profile: Profile, req: JobRequest, image: str | None, spec: JobS
                     f"node-local directory {source} copies the image to)")
     if refused := dialect.unsupported(profile, "stage"):
         raise _fail(refused)
-    return dialect.stage_image(spec, local, image)
+    return {**dialect.stage_file(spec, local, PurePosixPath(image).name, "image"),
+            "what": "image", "shown_what": "the image", "source": Raw('"$HPCDL_IMAGE"'),
+            "var": "HPCDL_IMAGE"}
+
+
+def packed_stage(profile: Profile, req: JobRequest, spec: JobSpec,
+                 dialect: ScriptDialect) -> dict[str, Any] | None:
+    """How the script copies the packed dataset to every node before the ranks start
+    (--stage-data: the same sbcast step as the image's, a template ``stage`` item), or
+    None. Only a packed file is staged: a tree would be one sbcast per file, which is
+    what packing avoids (--stage-to copies a tree). Raises ValidationError."""
+    if not req.stage_data:
+        return None
+    source = packed_data(profile, req)
+    if not source:
+        if req.data and not req.synthetic:
+            tree = req.data.rstrip("/") or "/"
+            raise _fail(f"stage-data: --data {req.data} is not a packed file; --stage-data "
+                        f"copies one DATA.sqfs to every node (pack the tree once: hpcdl data "
+                        f"pack {tree} -o {tree}.sqfs)")
+        raise _fail(f"stage-data: needs a packed --data DATA.sqfs (this job has "
+                    f"{'--synthetic' if req.synthetic else 'no --data'})")
+    if dialect.unsupported(profile, "stage"):
+        raise _fail(f"stage-data: staging uses Slurm's sbcast; profile {profile.name} is "
+                    f"{profile.scheduler.type}")
+    local = profile.paths.local_scratch
+    if not local:
+        raise _fail(f"stage-data: profile {profile.name} has no paths.local_scratch (the "
+                    f"node-local directory --stage-data copies the dataset to)")
+    name = f"data-{PurePosixPath(source).name}"
+    return {**dialect.stage_file(spec, local, name, "dataset"), "what": "dataset",
+            "shown_what": "the packed dataset", "source": shell_join([source]),
+            "var": STAGED_DATA_VARIABLE}
 
 
 def data_mount(profile: Profile, req: JobRequest, image: str | None,
-               dialect: ScriptDialect) -> dict[str, str] | None:
+               dialect: ScriptDialect, *, staged: bool = False) -> dict[str, str] | None:
     """How the ranks see a packed dataset (hpcdl.data.mount), or None: in an image a bind
     (container_binds adds it), natively a squashfuse mount on every node that the
     script makes before the first rank and removes when it ends (the template's
-    ``packed``). Raises ValidationError where the scheduler's script has no such block."""
+    ``packed``). ``staged``: from each node's copy ($HPCDL_DATA_FILE, packed_stage), not
+    the shared file. Raises ValidationError where the scheduler's script has no such
+    block."""
     source = packed_data(profile, req)
     if not source:
         return None
+    where = f"each node's copy of {source}" if staged else f"the packed file {source}"
     if image:
-        return {"source": source, "note": f"dataset: the packed file {source}, mounted by "
+        return {"source": source, "note": f"dataset: {where}, mounted by "
                 f"the container runtime read-only at {CONTAINER_MOUNT} ($HPCDL_DATA)."}
     if dialect.unsupported(profile, "stage"):
         raise _fail(f"data: natively a packed dataset is mounted by the job script on every "
                     f"node with srun; profile {profile.name} is {profile.scheduler.type}: "
                     f"give --image (the container runtime mounts it)")
     head = native_mount_dir(profile.paths.local_scratch)
-    return {"source": source, "source_q": shell_join([source]),
+    return {"source": source,
+            "source_q": f'"${STAGED_DATA_VARIABLE}"' if staged else shell_join([source]),
             "mount": shell_join([head]) + dialect.job_id_word,
-            "note": f"dataset: the packed file {source}, mounted read-only with squashfuse "
+            "note": f"dataset: {where}, mounted read-only with squashfuse "
                     f"on every node at {head}$SLURM_JOB_ID ($HPCDL_DATA, below), unmounted "
                     f"at the end."}
 

@@ -13,7 +13,13 @@ from pathlib import PurePosixPath
 
 from hpcdl.core.resources import PACKAGE_DIR, examples_dir
 from hpcdl.core.templating import Raw
-from hpcdl.data.mount import CONTAINER_MOUNT, DATA_VARIABLE, image_bind, is_packed_name
+from hpcdl.data.mount import (
+    CONTAINER_MOUNT,
+    DATA_VARIABLE,
+    STAGED_DATA_VARIABLE,
+    image_bind,
+    is_packed_name,
+)
 from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME
 from hpcdl.launch.staging import job_dir
 from hpcdl.launch.world import PORT_BASE, PORT_SPAN
@@ -153,16 +159,20 @@ def rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher:
     return tokens + command
 
 
-def container_binds(profile: Profile, req: JobRequest) -> list[str]:
+def container_binds(profile: Profile, req: JobRequest, *, staged_data: bool = False
+                    ) -> list[str]:
     """Every -B of an image run, in order: the site's, node-local scratch (where
     --stage-to copies), the user's, the run directory (logs and checkpoints: the ranks
-    must see it) and the job-side files."""
+    must see it), the job-side files and a packed dataset: the shared file, or with
+    ``staged_data`` each node's copy ($HPCDL_DATA_FILE, whose path holds the job id and
+    is only known to the script)."""
     scratch = profile.paths.local_scratch
     site = [*profile.container.binds,
             *([scratch] if scratch and scratch not in profile.container.binds else [])]
     packed = packed_data(profile, req)
     return [*site, *req.binds, *([req.run_dir] if req.run_dir else []), *_project_binds(req),
-            *([image_bind(packed)] if packed else [])]
+            *([Raw(image_bind(f'"${STAGED_DATA_VARIABLE}"')) if staged_data
+               else image_bind(packed)] if packed else [])]
 
 
 def _project_binds(req: JobRequest) -> list[str]:

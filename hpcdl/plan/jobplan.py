@@ -66,10 +66,12 @@ class JobPlan:
     # The command creates $HPCDL_PROGRESS_FILE after its first step (the bundled example;
     # any command under --requeue/--chain, by the contract): no file means no step.
     records_steps: bool = False
-    # Image staging: "sbcast" (each node's copy, where the ranks run it from) or "none";
+    # Staging (the image, a packed dataset): "sbcast" (each node's copy, read from there) or "none";
     # staged_image is the copy's path as the script names it (holds $SLURM_JOB_ID).
     stage: str = "none"
     staged_image: str | None = None
+    # --stage-data: each node's copy of the packed dataset, as the script names it.
+    staged_data: str | None = None
     # --code: the local directory copied into RUN_DIR/code, and the directory the job
     # starts in (that copy, as the cluster sees it); None: where sbatch was run.
     code_dir: str | None = None

@@ -78,6 +78,8 @@ class JobRequest:
     # Copy the image to every node's local scratch with sbcast before the ranks start
     # (--stage-image); None: the profile's container.stage.
     stage_image: bool | None = None
+    # Copy the packed --data file to every node's local scratch with sbcast (--stage-data).
+    stage_data: bool = False
     # The user's code directory on this machine (submit --code), copied into the run
     # directory's code/ and the job started there: for a cluster reached over SSH.
     code_dir: str | None = None

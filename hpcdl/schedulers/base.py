@@ -277,9 +277,10 @@ class ScriptDialect(Protocol):
         Raises ValidationError for a value the directives cannot carry."""
         ...
 
-    def stage_image(self, spec: JobSpec, local: str, image: str) -> dict[str, str]:
-        """How the script copies ``image`` into the nodes' ``local`` scratch (the
-        template's ``stage``: local_q, dest, shown, and the launch note that says so)."""
+    def stage_file(self, spec: JobSpec, local: str, name: str, what: str) -> dict[str, str]:
+        """How the script copies a file (the image, a packed dataset: ``what``) into the
+        nodes' ``local`` scratch under a name ending in ``name`` (the template's ``stage``
+        items: local_q, dest, shown, and the launch note that says so)."""
         ...
 
     def warnings(self, profile: Profile) -> list[str]:

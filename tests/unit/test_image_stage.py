@@ -48,7 +48,9 @@ def test_stage_image_copies_with_sbcast_and_the_ranks_run_the_copy() -> None:
     assert (data["stage"], data["staged_image"]) == ("sbcast", plan.staged_image)
     script = plan.script
     assert 'export HPCDL_IMAGE=/local/hpcdl-"$SLURM_JOB_ID"-pytorch-horovod-cpu.sif' in script
-    assert 'sbcast --compress --force "$hpcdl_image_src" "$HPCDL_IMAGE"' in script
+    assert 'sbcast --compress --force "$src" "$dest"' in script
+    assert ('hpcdl_stage image "$HPCDL_IMAGE" /local/hpcdl-"$SLURM_JOB_ID"-'
+            'pytorch-horovod-cpu.sif /local\n') in script
     assert "trap hpcdl_unstage EXIT" in script
     # The ranks' image is the variable, set before the launch line, never the shared path.
     assert ' "$HPCDL_IMAGE" /bin/sh ./job/bin/hpcdl-rank-env' in plan.launch_line
@@ -116,7 +118,7 @@ def test_dry_run_shows_the_staging(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert ("# image staged with sbcast to each node's "
             "/local/hpcdl-$SLURM_JOB_ID-pytorch-horovod-cpu.sif") in res.stderr
-    assert 'sbcast --compress --force "$hpcdl_image_src" "$HPCDL_IMAGE"' in res.stdout
+    assert 'hpcdl_stage image "$HPCDL_IMAGE" /local/hpcdl-' in res.stdout
     js = hpcdl("submit", "-p", "sandbox", "-N", "2", "-G", "0", "--image", IMAGE,
                "--stage-image", "--dry-run", "--json", "--", "true", timeout=60)
     assert json.loads(js.stdout)["stage"] == "sbcast"

@@ -146,7 +146,7 @@ class PbsDialect:
                     tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
                     time=spec.time, run_dir=spec.run_dir)}
 
-    def stage_image(self, spec: JobSpec, local: str, image: str) -> dict[str, str]:
+    def stage_file(self, spec: JobSpec, local: str, name: str, what: str) -> dict[str, str]:
         raise ValidationError(self.unsupported(spec.profile, "stage") or "stage-image")
 
     def warnings(self, profile: Profile) -> list[str]:

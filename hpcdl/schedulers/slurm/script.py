@@ -8,7 +8,6 @@ ValidationError for a value an #SBATCH line cannot carry.
 from __future__ import annotations
 
 import re
-from pathlib import PurePosixPath
 from typing import Any
 
 from hpcdl.core.errors import ValidationError
@@ -151,15 +150,15 @@ class SlurmDialect:
                         f"--error={sbatch_value(error)}"],
         }
 
-    def stage_image(self, spec: JobSpec, local: str, image: str) -> dict[str, str]:
+    def stage_file(self, spec: JobSpec, local: str, name: str, what: str) -> dict[str, str]:
         """sbcast's copy on every node: its name holds the job id, so two jobs on one
         node never share, overwrite or remove each other's copy."""
-        head, tail = f"{local.rstrip('/')}/hpcdl-", f"-{PurePosixPath(image).name}"
+        head, tail = f"{local.rstrip('/')}/hpcdl-", f"-{name}"
         shown = f"{head}$SLURM_JOB_ID{tail}"
         return {"local_q": shell_join([local]),
                 "dest": shell_join([head]) + self.job_id_word + shell_join([tail]),
                 "shown": shown,
-                "note": f"image staged: each node's copy {shown} (sbcast, below), removed at "
+                "note": f"{what} staged: each node's copy {shown} (sbcast, below), removed at "
                         f"the end."}
 
     def warnings(self, profile: Profile) -> list[str]:
