@@ -2,11 +2,17 @@
 (2 nodes x 1 rank, same seed) trained from the directory tree, from the packed file bound
 into the image (Apptainer's image mount) and from the packed file mounted natively with
 squashfuse on each node ends with the same loss; the native mounts are gone when the job
-ends; a file that is not SquashFS is refused in one line before anything is submitted."""
+ends; a file that is not SquashFS is refused in one line before anything is submitted.
+With --stage-data the packed file is first copied to each node's /local with sbcast (in
+the image beside the image's own copy, --stage-image) and read from there: the same
+loss again, no copy left on any node; a file larger than the nodes' free space stops the
+job in one line naming the nodes and their free space (exit 1), before any rank."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +42,26 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return tree, packed
 
 
+@pytest.fixture(scope="module")
+def from_tree(slurm_cluster: Path, cpu_image: Path, tiny: tuple[Path, Path],
+              tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The reference: the example trained in the image from the directory tree."""
+    tree = tiny[0]
+    result, _ = _train("--image", str(cpu_image), "--data", str(tree), "--bind", str(tree),
+                       runs=tmp_path_factory.mktemp("tree-runs"))
+    return result
+
+
+def _left_on_nodes(*job_ids: str) -> dict[str, list[str]]:
+    """What the jobs ``job_ids`` left in each node's /local (nodes/NODE/local here): their
+    copies (hpcdl-JOBID-...) and mount points (hpcdl-data-JOBID); other jobs of the shared
+    sandbox may have files of their own there."""
+    mine = {f"hpcdl-{j}-" for j in job_ids} | {f"hpcdl-data-{j}" for j in job_ids}
+    return {local.parent.name: sorted(p.name for p in local.iterdir()
+                                      if any(p.name.startswith(m) for m in mine))
+            for local in (sandbox_dir() / "nodes").glob("*/local")}
+
+
 def _train(*args: str, runs: Path) -> tuple[dict[str, Any], str]:
     res = hpcdl("submit", "--profile", "sandbox", "--nodes", "2", "--gpus", "1",
                 "--cpus-per-task", "1", "--backend", "ddp", "--wait", "--json", *args,
@@ -50,10 +76,10 @@ def _train(*args: str, runs: Path) -> tuple[dict[str, Any], str]:
 
 
 def test_packed_data_trains_as_the_tree_in_the_image_and_natively(
-        slurm_cluster: Path, cpu_image: Path, tiny: tuple[Path, Path], runs_dir: Path) -> None:
+        slurm_cluster: Path, cpu_image: Path, tiny: tuple[Path, Path], runs_dir: Path,
+        from_tree: dict[str, Any]) -> None:
     tree, packed = tiny
     image = ("--image", str(cpu_image))
-    from_tree, _ = _train(*image, "--data", str(tree), "--bind", str(tree), runs=runs_dir)
     in_image, _ = _train(*image, "--data", str(packed), runs=runs_dir)
     native, out = _train("--no-image", "--data", str(packed), runs=runs_dir)
     assert "hpcdl: dataset " in out and " mounted at /local/hpcdl-data-" in out, out
@@ -73,3 +99,48 @@ def test_a_file_that_is_not_squashfs_is_refused_before_submission(
     assert res2.returncode == 2, res2.stdout + res2.stderr
     assert "is not a SquashFS file" in res2.stderr and res2.stderr.count("error:") == 1
     assert not runs_dir.exists() or not list(runs_dir.iterdir())
+
+
+def test_stage_data_trains_as_the_tree_from_each_nodes_copy(
+        slurm_cluster: Path, cpu_image: Path, tiny: tuple[Path, Path], runs_dir: Path,
+        from_tree: dict[str, Any]) -> None:
+    packed = tiny[1]
+    size = packed.stat().st_size >> 20
+    in_image, out = _train("--image", str(cpu_image), "--stage-image", "--data", str(packed),
+                           "--stage-data", runs=runs_dir)
+    copy = re.search(r"hpcdl: staging \S+ \(\d+ MiB\) to (/local/hpcdl-(\d+)-data-tiny\.sqfs) "
+                     r"on 2 nodes with sbcast", out)
+    assert copy and f"hpcdl: staging {packed} ({size} MiB) to {copy[1]}" in out, out
+    assert f"-{cpu_image.name} on 2 nodes with sbcast" in out, out  # the image's copy too
+    native, out = _train("--no-image", "--data", str(packed), "--stage-data", runs=runs_dir)
+    mounted = re.search(r"hpcdl: dataset (/local/hpcdl-(\d+)-data-tiny\.sqfs) mounted at "
+                        r"/local/hpcdl-data-(\d+) on 2 nodes", out)
+    assert mounted and mounted[2] == mounted[3], out
+    assert in_image["final_loss"] == pytest.approx(from_tree["final_loss"], rel=1e-6)
+    assert native["final_loss"] == pytest.approx(from_tree["final_loss"], rel=1e-6)
+    # No copy and no mount point left on any node.
+    assert _left_on_nodes(copy[2], mounted[2]) == {n: [] for n in _left_on_nodes()}
+
+
+def test_stage_data_without_room_on_the_nodes_stops_the_job_in_one_line(
+        slurm_cluster: Path, tiny: tuple[Path, Path], runs_dir: Path) -> None:
+    # A SquashFS file whose size (1 TiB, sparse: it takes no room here) no node's /local
+    # has free: the same check as a full node's, without filling a disk the sandbox shares.
+    big = tiny[1].parent / "big.sqfs"
+    shutil.copyfile(tiny[1], big)
+    with big.open("r+b") as fh:
+        fh.truncate(1 << 40)
+    res = hpcdl("submit", "--profile", "sandbox", "--nodes", "2", "--gpus", "1",
+                "--cpus-per-task", "1", "--no-image", "--data", str(big), "--stage-data",
+                "--wait", "--json", *EXAMPLE_ARGS, env={"HPCDL_RUNS": str(runs_dir)},
+                timeout=JOB_TIMEOUT)
+    assert res.returncode == 1, res.stdout + res.stderr
+    record = json.loads(res.stdout.strip().splitlines()[-1])
+    err = [line for line in Path(record["stderr"]).read_text().splitlines()
+           if line.startswith("hpcdl:")]
+    assert len(err) == 1 and re.fullmatch(
+        rf"hpcdl: dataset staging: no room for {re.escape(str(big))} \(1048576 MiB\) in "
+        r"/local on n\d \(\d+ MiB free\), n\d \(\d+ MiB free\); no rank was started",
+        err[0]), err
+    assert "mounted at" not in Path(record["stdout"]).read_text()
+    assert _left_on_nodes(str(record["job_id"])) == {n: [] for n in _left_on_nodes()}

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""An ImageNet-shaped dataset read as a directory tree and as one packed SquashFS file,
+side by side in one run, each variant in its own process (no Slurm needed):
+
+  pack        `hpcdl data pack` time and the file's size (`hpcdl data make-tiny` makes
+              the tree first: 1,000 classes x 100 train + 5 val JPEGs by default)
+  opens       one epoch of the bundled example's input pipeline (scan_imagefolder, then
+              every training image through trainkit's ImageFolderDataset: decode and
+              augment), traced with `strace -f --seccomp-bpf`: opens, directory opens and
+              stat-type calls on paths under the dataset. For the packed file the reader's
+              calls land on the squashfuse mount (node-local); what reaches the path the
+              file lives on (the shared filesystem on a cluster) is squashfuse's own
+              calls on the .sqfs, traced the same way
+  first batch a new process: the example's scan of every class folder, then the first
+              batch of the example's loader (TrainData: shuffled, batch --batch)
+  loader      images/s through that loader with 0, 1 and 2 workers, over --images
+              training images (the first batch left out)
+
+The packed variant mounts the file with squashfuse as root (unmounted at the end);
+without root, or without squashfuse, it is left out with a note. Without strace (Debian:
+apt-get install strace) the opens column is left out with a note. Page cache warm (the
+tree was just written, the file just packed): the figures are the filesystem calls and
+the CPU cost, not a cold disk.
+
+  python3 bench/bench_data.py                                  # ~105k files, ~4 min
+  python3 bench/bench_data.py --classes 50 --per-class 40      # quick
+  python3 bench/bench_data.py --dir /scratch/inet --json out.json   # reuse a made tree
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.machine import describe, facts_line  # noqa: E402
+
+ENV = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'examples'}"}
+# A path argument of a file call in strace's output: openat(AT_FDCWD, "/p", ...),
+# newfstatat(AT_FDCWD, "/p", ...), statx(AT_FDCWD, "/p", ...), stat("/p", ...).
+CALL = re.compile(r'^(?:\d+\s+)?(\w+)\((?:AT_FDCWD, |-?\d+, )?"([^"]*)"(.*)$')
+TRACED = "openat,open,newfstatat,fstatat64,statx,stat,lstat,access,faccessat,faccessat2,readlink"
+
+
+def hpcdl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hpcdl", *args], capture_output=True,
+                          text=True, env=ENV, timeout=3600, check=True)
+
+
+def count_calls(trace: Path, under: str) -> dict[str, int]:
+    """Calls in strace's output ``trace`` whose path is ``under`` or below it: opens of
+    files, opens of directories (each a listing), stat-type calls."""
+    counts = {"opens": 0, "dir_opens": 0, "stats": 0}
+    prefix = under.rstrip("/") + "/"
+    with trace.open(errors="replace") as fh:
+        for line in fh:
+            m = CALL.match(line)
+            if not m or not (m[2] == under or m[2].startswith(prefix)):
+                continue
+            if m[1] in ("openat", "open"):
+                counts["dir_opens" if "O_DIRECTORY" in m[3] else "opens"] += 1
+            else:
+                counts["stats"] += 1
+    return counts
+
+
+# ---- the child: one variant's reading, in its own process ----------------------------
+
+def child(mode: str, root: str, batch: int, images: int, image_size: int) -> None:
+    """``epoch``: scan and read every training image once (for strace). ``loader``: time
+    to the first batch, then images/s with 0, 1 and 2 workers. Prints one JSON line."""
+    import torch
+    from trainkit.data import ImageFolderDataset, ResumableDistributedSampler
+    from trainkit.loop import TrainData
+
+    from hpcdl.data.imagefolder import scan_imagefolder
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    folder = scan_imagefolder(root)
+    scanned = time.perf_counter() - start
+    train = ImageFolderDataset(folder.samples["train"], image_size, train=True, seed=0)
+    if mode == "epoch":
+        for i in range(len(train)):
+            train[i]
+        print(json.dumps({"images": len(train), "seconds": time.perf_counter() - start}))
+        return
+
+    def loader(dataset: Any, workers: int) -> Any:
+        sampler = ResumableDistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True,
+                                              seed=0, drop_last=True)
+        return TrainData(dataset=dataset, sampler=sampler, batch=batch, workers=workers,
+                         pin_memory=False).loader(0, 0)
+
+    next(iter(loader(train, 0)))
+    first = time.perf_counter() - start
+    out: dict[str, Any] = {"scan_s": round(scanned, 3), "first_batch_s": round(first, 3),
+                           "classes": len(folder.classes), "train_images": len(train)}
+    # A random part of the training set (the loader shuffles it again), as a whole
+    # dataset: the example's loader sets its epoch.
+    pick = random.Random(0).sample(folder.samples["train"], min(images, len(train)))
+    part = ImageFolderDataset(pick, image_size, train=True, seed=0)
+    for workers in (0, 1, 2):
+        it = iter(loader(part, workers))
+        next(it)  # workers started, first batch: left out
+        t0, n = time.perf_counter(), 0
+        for x, _ in it:
+            n += len(x)
+        out[f"images_per_s_{workers}w"] = round(n / (time.perf_counter() - t0), 1)
+    print(json.dumps(out))
+
+
+def run_child(mode: str, root: str, args: argparse.Namespace,
+              trace: Path | None = None) -> dict[str, Any]:
+    argv = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--dir", root,
+            "--batch", str(args.batch), "--images", str(args.images),
+            "--image-size", str(args.image_size)]
+    if trace is not None:
+        argv = ["strace", "-f", "--seccomp-bpf", "-qq", "-e", f"trace={TRACED}", "-o",
+                str(trace)] + argv
+    res = subprocess.run(argv, capture_output=True, text=True, env=ENV, timeout=3600,
+                         check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"bench_data: {mode} on {root} failed: {res.stderr.strip()[-2000:]}")
+    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+# ---- the packed file's mount -------------------------------------------------------
+
+class Mount:
+    """squashfuse -f FILE DIR in the background (under strace when ``trace``), until
+    stop(): unmounted, squashfuse gone."""
+
+    def __init__(self, sqfs: Path, where: Path, trace: Path | None) -> None:
+        where.mkdir(parents=True, exist_ok=True)
+        argv = ["squashfuse", "-f", str(sqfs), str(where)]
+        if trace is not None:
+            argv = ["strace", "-f", "-qq", "-e", f"trace={TRACED}", "-o", str(trace)] + argv
+        self.where = where
+        start = time.perf_counter()
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        while not (where / "train").is_dir():
+            if self.proc.poll() is not None:
+                raise SystemExit(f"bench_data: squashfuse failed: "
+                                 f"{self.proc.stderr.read().decode() if self.proc.stderr else ''}")
+            time.sleep(0.01)
+        self.seconds = time.perf_counter() - start
+
+    def stop(self) -> None:
+        subprocess.run(["umount", str(self.where)], capture_output=True, timeout=60,
+                       check=False)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+# ---- the run -------------------------------------------------------------------------
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--classes", type=int, default=1000)
+    p.add_argument("--per-class", type=int, default=100, help="training images per class")
+    p.add_argument("--val-per-class", type=int, default=5)
+    p.add_argument("--size", type=int, default=32, help="the JPEGs' side (make-tiny --size)")
+    p.add_argument("--image-size", type=int, default=32,
+                   help="the example's --image-size (what augmentation produces)")
+    p.add_argument("--batch", type=int, default=32, help="the loader's batch")
+    p.add_argument("--images", type=int, default=10_000,
+                   help="training images per loader-throughput figure")
+    p.add_argument("--dir", metavar="DIR",
+                   help="the dataset tree: made there when missing (default: a temporary "
+                        "one, removed at the end)")
+    p.add_argument("--json", metavar="PATH", help="also write the figures here")
+    p.add_argument("--child", choices=("epoch", "loader"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        child(args.child, args.dir, args.batch, args.images, args.image_size)
+        return
+
+    command = (f"python3 bench/bench_data.py --classes {args.classes} --per-class "
+               f"{args.per_class} --val-per-class {args.val_per_class} --size {args.size} "
+               f"--image-size {args.image_size} --batch {args.batch} --images {args.images}")
+    print("machine: " + facts_line(describe(packages=("torch", "pillow"), tools=("strace",))))
+    print(f"command: {command}")
+    notes: list[str] = []
+    strace = shutil.which("strace") is not None
+    if not strace:
+        notes.append("strace missing (apt-get install strace): no opens figures")
+    packed_ok = os.geteuid() == 0 and shutil.which("squashfuse") is not None
+    if not packed_ok:
+        notes.append("the packed variant needs squashfuse and root (it mounts): left out")
+
+    work = Path(tempfile.mkdtemp(prefix="bench-data-", dir=os.environ.get("TMPDIR", "/tmp")))
+    work.chmod(0o755)
+    figures: dict[str, Any] = {"command": command, "notes": notes}
+    try:
+        tree = Path(args.dir) if args.dir else work / "inet"
+        if not tree.exists():
+            t0 = time.perf_counter()
+            hpcdl("data", "make-tiny", str(tree), "--classes", str(args.classes),
+                  "--per-class", str(args.per_class), "--val-per-class",
+                  str(args.val_per_class), "--size", str(args.size))
+            figures["make_tiny_s"] = round(time.perf_counter() - t0, 2)
+        files = sum(len(names) for _, _, names in os.walk(tree))
+        dirs = sum(1 for _ in os.walk(tree))
+        figures.update(files=files, directories=dirs)
+        sqfs = work / "inet.sqfs"
+        t0 = time.perf_counter()
+        hpcdl("data", "pack", str(tree), "-o", str(sqfs))
+        figures["pack_s"] = round(time.perf_counter() - t0, 2)
+        figures["packed_mib"] = round(sqfs.stat().st_size / 2**20, 1)
+        figures["tree_mib_allocated"] = round(sum(
+            (Path(d) / n).stat().st_blocks * 512 for d, _, ns in os.walk(tree) for n in ns)
+            / 2**20, 1)
+
+        variants: dict[str, dict[str, Any]] = {}
+        tree_fig: dict[str, Any] = {}
+        if strace:
+            trace = work / "tree.trace"
+            tree_fig["epoch"] = run_child("epoch", str(tree), args, trace)
+            tree_fig["shared_path_calls"] = count_calls(trace, str(tree))
+            trace.unlink()
+        tree_fig.update(run_child("loader", str(tree), args))
+        variants["tree"] = tree_fig
+        if packed_ok:
+            packed: dict[str, Any] = {}
+            mnt = work / "mnt"
+            if strace:
+                sq_trace, rd_trace = work / "squashfuse.trace", work / "packed.trace"
+                mount = Mount(sqfs, mnt, sq_trace)
+                try:
+                    packed["epoch"] = run_child("epoch", str(mnt), args, rd_trace)
+                finally:
+                    mount.stop()
+                packed["shared_path_calls"] = count_calls(sq_trace, str(sqfs))
+                packed["mount_calls"] = count_calls(rd_trace, str(mnt))
+            mount = Mount(sqfs, mnt, None)
+            try:
+                packed["mount_s"] = round(mount.seconds, 3)
+                packed.update(run_child("loader", str(mnt), args))
+            finally:
+                mount.stop()
+            variants["packed"] = packed
+        figures["variants"] = variants
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # a --dir tree stays where it was
+
+    print(f"dataset: {figures['files']:,} files in {figures['directories']:,} directories, "
+          f"{figures['tree_mib_allocated']} MiB allocated"
+          + (f"; made in {figures['make_tiny_s']} s" if "make_tiny_s" in figures else ""))
+    print(f"pack: {figures['pack_s']} s -> {figures['packed_mib']} MiB")
+    rows = [("opens of files on the shared path, per epoch", "shared_path_calls", "opens"),
+            ("directory opens (listings) on the shared path", "shared_path_calls", "dir_opens"),
+            ("stat-type calls on the shared path", "shared_path_calls", "stats"),
+            ("opens in the node-local mount", "mount_calls", "opens")]
+    names = list(figures["variants"])
+    print(f"{'':52}" + "".join(f"{n:>14}" for n in names))
+    for label, group, key in rows:
+        cells = [figures["variants"][n].get(group, {}).get(key) for n in names]
+        if any(c is not None for c in cells):
+            print(f"{label:52}" + "".join(f"{'-' if c is None else f'{c:,}':>14}"
+                                           for c in cells))
+    for label, key in (("epoch under strace, s", "epoch"), ("scan of the class folders, s",
+                       "scan_s"), ("time to first batch (new process), s", "first_batch_s"),
+                       ("squashfuse mount, s", "mount_s"),
+                       ("loader images/s, 0 workers", "images_per_s_0w"),
+                       ("loader images/s, 1 worker", "images_per_s_1w"),
+                       ("loader images/s, 2 workers", "images_per_s_2w")):
+        cells = [figures["variants"][n].get(key) for n in names]
+        cells = [round(c["seconds"], 1) if isinstance(c, dict) else c for c in cells]
+        if any(c is not None for c in cells):
+            print(f"{label:52}" + "".join(f"{'-' if c is None else c:>14}" for c in cells))
+    for note in notes:
+        print(f"note: {note}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
