@@ -22,7 +22,8 @@ import click
               help="Hash the image and ask the login node whether it is there; print what "
                    "would run (rsync, then mv) and copy nothing.")
 def push(image: Path, profile: str | None, as_json: bool, dry_run: bool) -> None:
-    """Copy IMAGE (a SIF) into the cluster's images directory over SSH.
+    """Copy IMAGE (a SIF, or a packed dataset DATA.sqfs) into the cluster's images
+    directory over SSH.
 
     For a profile with a login: node (a cluster reached from a laptop). The copy
     goes to login.images (default: hpcdl-images in the remote home), named by
@@ -34,7 +35,9 @@ def push(image: Path, profile: str | None, as_json: bool, dry_run: bool) -> None
     image under its final name. The sha256 is remembered (in ~/.cache/hpcdl)
     until the file's size or mtime changes.
 
-    `hpcdl submit -p PROFILE --image IMAGE` then runs the pushed copy.
+    `hpcdl submit -p PROFILE --image IMAGE` then runs the pushed copy, and
+    `--data DATA.sqfs` (`hpcdl data pack`) reads the pushed dataset (named
+    <stem>-<hash>.sqfs).
 
     Exit 2: the profile has no login: node, IMAGE is missing or not an image,
     or the images directory cannot be written; exit 1: the transfer failed.

@@ -240,6 +240,24 @@ def for_cluster(profile: Profile, req: JobRequest, conn: Connection, *,
                                   f"the cluster ({ex.login.target})",
                                   hint=f"push a local image first: hpcdl push IMAGE -p "
                                        f"{profile.name}")
+    data = req.data
+    if data and is_packed_name(data) and Path(data).expanduser().is_file():
+        # A packed dataset here goes as an image does: pushed once, content-named there.
+        from hpcdl.remote.images import pushed_path, remote_image
+
+        local_data = Path(data).expanduser().resolve()
+        if notes is not None:
+            there: str | None = pushed_path(ex, login, local_data)
+            notes.append(f"not checked: that {data} was pushed to {there} (hpcdl push {data} "
+                         f"-p {profile.name})")
+        else:
+            there = remote_image(ex, login, local_data)
+        if there is None:
+            raise ValidationError(
+                f"data: {data} is not on the cluster yet (profile {profile.name} reaches it "
+                f"through {ex.login.target})",
+                hint=f"copy it there once: hpcdl push {data} -p {profile.name}")
+        req = dataclasses.replace(req, data=there)
     if req.code_dir is None and req.command:
         script = command_script(req.command)
         if script and not Path(script).is_absolute() and Path(script).is_file():

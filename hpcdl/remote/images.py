@@ -31,6 +31,7 @@ from hpcdl.container.cache import user_cache
 from hpcdl.container.hashing import FileDigest, file_sha256
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.core.errors import HpcdlError, UserInputError
+from hpcdl.data.mount import is_packed_name
 from hpcdl.remote.dirs import DEFAULT_IMAGES, ensure_writable, remote_dir
 from hpcdl.remote.ssh import SshExecutor, rsync_progress
 
@@ -79,11 +80,14 @@ class Pushed:
 
 def remote_name(local: Path, sha256: str) -> str:
     """``<stem>-<first 16 hex of sha256>.sif``: the stem made of letters, digits and
-    ``_.-`` (anything else becomes ``_``; never starting with ``.`` or ``-``). Pure."""
+    ``_.-`` (anything else becomes ``_``; never starting with ``.`` or ``-``); ``.sqfs``
+    instead for a packed dataset (``*.sqfs``, ``*.squashfs``: submit --data knows it by
+    that suffix). Pure."""
     if not re.fullmatch(r"[0-9a-f]{64}", sha256):
         raise ValueError(f"sha256 {sha256!r}: not 64 lowercase hex digits")
     stem = _UNSAFE.sub("_", local.stem).lstrip("._-")[:STEM_MAX] or "image"
-    return f"{stem}-{sha256[:HASH_HEX]}.sif"
+    suffix = ".sqfs" if is_packed_name(local.name) else ".sif"
+    return f"{stem}-{sha256[:HASH_HEX]}{suffix}"
 
 
 def human_mb(size: int) -> str:
@@ -218,7 +222,7 @@ def remote_size(ex: SshExecutor, path: str) -> int | None:
 
 # Copies of one content under other names: every STEM-HASH.sif of the directory (the
 # glob, not find: POSIX sh alone), with its size. Paths reach the script as "$1", "$2".
-_TWINS = ["sh", "-c", 'for f in "$1"/*-"$2".sif; do if [ -f "$f" ] && [ ! -L "$f" ]; then '
+_TWINS = ["sh", "-c", 'for f in "$1"/*-"$2".sif "$1"/*-"$2".sqfs; do if [ -f "$f" ] && [ ! -L "$f" ]; then '
                       'stat -c "%s %n" -- "$f"; fi; done', "sh"]
 
 
