@@ -14,15 +14,16 @@ side by side in one run, each variant in its own process (no Slurm needed):
   first batch a new process: the example's scan of every class folder, then the first
               batch of the example's loader (TrainData: shuffled, batch --batch)
   loader      images/s through that loader with 0, 1 and 2 workers, over --images
-              training images (the first batch left out)
+              training images drawn at random (the first batch left out)
 
-The packed variant mounts the file with squashfuse as root (unmounted at the end);
-without root, or without squashfuse, it is left out with a note. Without strace (Debian:
-apt-get install strace) the opens column is left out with a note. Page cache warm (the
+The packed variants mount the file as root with squashfuse (what a native job runs) and
+with the kernel's squashfs on a loop device (what Apptainer's setuid mode uses), and
+unmount it at the end; without root they are left out with a note. Without strace
+(Debian: apt-get install strace) the opens rows are left out with a note. Page cache warm (the
 tree was just written, the file just packed): the figures are the filesystem calls and
 the CPU cost, not a cold disk.
 
-  python3 bench/bench_data.py                                  # ~105k files, ~4 min
+  python3 bench/bench_data.py                                  # ~105k files, ~7 min
   python3 bench/bench_data.py --classes 50 --per-class 40      # quick
   python3 bench/bench_data.py --dir /scratch/inet --json out.json   # reuse a made tree
 """
@@ -52,6 +53,10 @@ ENV = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'examples'}"}
 # newfstatat(AT_FDCWD, "/p", ...), statx(AT_FDCWD, "/p", ...), stat("/p", ...).
 CALL = re.compile(r'^(?:\d+\s+)?(\w+)\((?:AT_FDCWD, |-?\d+, )?"([^"]*)"(.*)$')
 TRACED = "openat,open,newfstatat,fstatat64,statx,stat,lstat,access,faccessat,faccessat2,readlink"
+
+
+# The packed variants' column names, by mounter.
+VARIANT = {"squashfuse": "squashfuse", "squashfuse_ll": "squashfuse_ll", "kernel": "kernel"}
 
 
 def hpcdl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -140,27 +145,41 @@ def run_child(mode: str, root: str, args: argparse.Namespace,
 # ---- the packed file's mount -------------------------------------------------------
 
 class Mount:
-    """squashfuse -f FILE DIR in the background (under strace when ``trace``), until
-    stop(): unmounted, squashfuse gone."""
+    """The packed file mounted at ``where`` (under strace when ``trace``) until stop():
+    ``fuse`` squashfuse or squashfuse_ll in the background (-f), or "kernel": the
+    kernel's squashfs on a loop device (mount -t squashfs -o loop,ro), what Apptainer's
+    setuid mode and a root mount use."""
 
-    def __init__(self, sqfs: Path, where: Path, trace: Path | None) -> None:
+    def __init__(self, sqfs: Path, where: Path, trace: Path | None,
+                 fuse: str = "squashfuse") -> None:
         where.mkdir(parents=True, exist_ok=True)
-        argv = ["squashfuse", "-f", str(sqfs), str(where)]
+        kernel = fuse == "kernel"
+        argv = (["mount", "-t", "squashfs", "-o", "loop,ro"] if kernel else [fuse, "-f"]) \
+            + [str(sqfs), str(where)]
         if trace is not None:
             argv = ["strace", "-f", "-qq", "-e", f"trace={TRACED}", "-o", str(trace)] + argv
         self.where = where
+        self.proc: subprocess.Popen[bytes] | None = None
         start = time.perf_counter()
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if kernel:
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+            if res.returncode != 0:
+                raise SystemExit(f"bench_data: mount failed: {res.stderr.strip()}")
+        else:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE)
         while not (where / "train").is_dir():
-            if self.proc.poll() is not None:
-                raise SystemExit(f"bench_data: squashfuse failed: "
-                                 f"{self.proc.stderr.read().decode() if self.proc.stderr else ''}")
+            if self.proc is not None and self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise SystemExit(f"bench_data: {fuse} failed: {err}")
             time.sleep(0.01)
         self.seconds = time.perf_counter() - start
 
     def stop(self) -> None:
         subprocess.run(["umount", str(self.where)], capture_output=True, timeout=60,
                        check=False)
+        if self.proc is None:
+            return
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -181,6 +200,13 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=32, help="the loader's batch")
     p.add_argument("--images", type=int, default=10_000,
                    help="training images per loader-throughput figure")
+    p.add_argument("--compression", default="gzip",
+                   help="hpcdl data pack --compression (default gzip, pack's default)")
+    p.add_argument("--fuse", default="squashfuse,kernel", metavar="LIST",
+                   help="how the packed file is mounted, comma-separated: squashfuse (what a "
+                        "native job runs), squashfuse_ll (its low-level FUSE variant), "
+                        "kernel (mount -t squashfs -o loop: Apptainer's setuid mode); "
+                        "default squashfuse,kernel")
     p.add_argument("--dir", metavar="DIR",
                    help="the dataset tree: made there when missing (default: a temporary "
                         "one, removed at the end)")
@@ -193,16 +219,23 @@ def main() -> None:
 
     command = (f"python3 bench/bench_data.py --classes {args.classes} --per-class "
                f"{args.per_class} --val-per-class {args.val_per_class} --size {args.size} "
-               f"--image-size {args.image_size} --batch {args.batch} --images {args.images}")
+               f"--image-size {args.image_size} --batch {args.batch} --images {args.images} "
+               f"--compression {args.compression} --fuse {args.fuse}")
     print("machine: " + facts_line(describe(packages=("torch", "pillow"), tools=("strace",))))
     print(f"command: {command}")
     notes: list[str] = []
     strace = shutil.which("strace") is not None
     if not strace:
         notes.append("strace missing (apt-get install strace): no opens figures")
-    packed_ok = os.geteuid() == 0 and shutil.which("squashfuse") is not None
-    if not packed_ok:
-        notes.append("the packed variant needs squashfuse and root (it mounts): left out")
+    fuses = [f for f in args.fuse.split(",") if f]
+    if os.geteuid() != 0:
+        notes.append("the packed variants need root (they mount): left out")
+        fuses = []
+    for fuse in [f for f in fuses if f not in VARIANT]:
+        raise SystemExit(f"bench_data: --fuse {fuse}: not one of {', '.join(VARIANT)}")
+    for fuse in [f for f in fuses if f != "kernel" and shutil.which(f) is None]:
+        notes.append(f"{fuse} missing (apt-get install squashfuse): left out")
+        fuses.remove(fuse)
 
     work = Path(tempfile.mkdtemp(prefix="bench-data-", dir=os.environ.get("TMPDIR", "/tmp")))
     work.chmod(0o755)
@@ -220,7 +253,7 @@ def main() -> None:
         figures.update(files=files, directories=dirs)
         sqfs = work / "inet.sqfs"
         t0 = time.perf_counter()
-        hpcdl("data", "pack", str(tree), "-o", str(sqfs))
+        hpcdl("data", "pack", str(tree), "-o", str(sqfs), "--compression", args.compression)
         figures["pack_s"] = round(time.perf_counter() - t0, 2)
         figures["packed_mib"] = round(sqfs.stat().st_size / 2**20, 1)
         figures["tree_mib_allocated"] = round(sum(
@@ -236,25 +269,27 @@ def main() -> None:
             trace.unlink()
         tree_fig.update(run_child("loader", str(tree), args))
         variants["tree"] = tree_fig
-        if packed_ok:
+        for fuse in fuses:
             packed: dict[str, Any] = {}
             mnt = work / "mnt"
             if strace:
                 sq_trace, rd_trace = work / "squashfuse.trace", work / "packed.trace"
-                mount = Mount(sqfs, mnt, sq_trace)
+                mount = Mount(sqfs, mnt, sq_trace, fuse)
                 try:
                     packed["epoch"] = run_child("epoch", str(mnt), args, rd_trace)
                 finally:
                     mount.stop()
                 packed["shared_path_calls"] = count_calls(sq_trace, str(sqfs))
                 packed["mount_calls"] = count_calls(rd_trace, str(mnt))
-            mount = Mount(sqfs, mnt, None)
+                sq_trace.unlink()
+                rd_trace.unlink()
+            mount = Mount(sqfs, mnt, None, fuse)
             try:
                 packed["mount_s"] = round(mount.seconds, 3)
                 packed.update(run_child("loader", str(mnt), args))
             finally:
                 mount.stop()
-            variants["packed"] = packed
+            variants[VARIANT[fuse]] = packed
         figures["variants"] = variants
     finally:
         shutil.rmtree(work, ignore_errors=True)  # a --dir tree stays where it was
@@ -276,7 +311,7 @@ def main() -> None:
                                            for c in cells))
     for label, key in (("epoch under strace, s", "epoch"), ("scan of the class folders, s",
                        "scan_s"), ("time to first batch (new process), s", "first_batch_s"),
-                       ("squashfuse mount, s", "mount_s"),
+                       ("mount, s", "mount_s"),
                        ("loader images/s, 0 workers", "images_per_s_0w"),
                        ("loader images/s, 1 worker", "images_per_s_1w"),
                        ("loader images/s, 2 workers", "images_per_s_2w")):
