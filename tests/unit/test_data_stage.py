@@ -265,3 +265,13 @@ def test_the_warning_is_one_line_at_submit(tmp_path: Path, monkeypatch: pytest.M
                       f"shared path: every rank opens each of them every epoch through the "
                       f"filesystem's metadata servers; pack it once and pass the file: hpcdl "
                       f"data pack {root} -o {root}.sqfs"]
+
+
+def test_odd_dataset_names_stay_one_quoted_word() -> None:
+    data = "/scratch/my data/it's $(reboot).sqfs"
+    plan = build_plan(profile(local="/local dir/$HOME"), JobRequest(
+        nodes=2, gpus=0, no_image=True, data=data, stage_data=True, command=("true",)))
+    assert ("hpcdl_stage dataset '/scratch/my data/it'\"'\"'s $(reboot).sqfs' "
+            "'/local dir/$HOME/hpcdl-'\"$SLURM_JOB_ID\"'-data-it'\"'\"'s $(reboot).sqfs' "
+            "'/local dir/$HOME'\n") in plan.script
+    subprocess.run(["bash", "-n"], input=plan.script, text=True, check=True, timeout=30)

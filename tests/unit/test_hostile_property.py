@@ -475,7 +475,7 @@ REQUEST_BASE = JobRequest(nodes=1, gpus=1, image="/scratch/img/x.sif", env=(("HP
 REQUEST_FIELDS = [f.name for f in fields(JobRequest)
                   if f.name not in ("nodes", "gpus", "cpus_per_task", "synthetic", "no_image",
                                     "requeue", "max_restarts", "chain", "probe_first",
-                                    "hang_timeout", "stage_image", "spares",
+                                    "hang_timeout", "stage_image", "stage_data", "spares",
                                     # a local directory: the script names RUN_DIR/code
                                     "code_dir")]
 
