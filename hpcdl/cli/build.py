@@ -64,6 +64,10 @@ def _profile_binary(profile: str | None) -> str | None:
                    "nothing of it stays in the image.")
 @click.option("--ca-bundle", metavar="PATH",
               help="The CA bundle to pass instead of the one found (implies --host-trust).")
+@click.option("--bake-ca", is_flag=True,
+              help="Also keep that CA bundle in the image (/etc/hpcdl/host-ca.crt, with "
+                   "SSL_CERT_FILE and friends in its environment), for images that run "
+                   "behind the same proxy.")
 @click.option("--import-check/--no-import-check", "import_check", default=True,
               show_default=True,
               help="End the build with a %test that imports torch, torchvision (and runs "
@@ -72,7 +76,7 @@ def _profile_binary(profile: str | None) -> str | None:
 def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, remote: bool,
           force: bool, profile: str | None, dry_run: bool, as_json: bool, verbose: bool,
           base_image: str | None, host: bool, ca_bundle: str | None,
-          import_check: bool) -> None:
+          import_check: bool, bake_ca: bool) -> None:
     """Build an image from a spec (containers/NAME.yaml or a bundled NAME), a .def file,
     or a Dockerfile.
 
@@ -104,7 +108,7 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
     plan = plan_build(ref or _default_ref(), output=output, sandbox=sandbox, fakeroot=fakeroot,
                       remote=remote, force=force, base_image=base_image,
                       host=host or ca_bundle is not None, ca_bundle=ca_bundle,
-                      import_check=import_check)
+                      import_check=import_check, bake_ca=bake_ca)
     if dry_run:
         if as_json:
             click.echo(json.dumps({**plan.to_dict(), "definition": plan.definition}, indent=2))

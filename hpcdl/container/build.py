@@ -29,7 +29,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from hpcdl.container.hashing import (
     read_record,
     sidecar,
 )
-from hpcdl.container.hosttrust import CA_NAME, HostTrust, host_trust
+from hpcdl.container.hosttrust import BAKED_CA, CA_NAME, HostTrust, bake_sections, host_trust
 from hpcdl.container.recipes import convert_dockerfile, dockerfile_name, is_dockerfile
 from hpcdl.container.runtime import Runtime, find_runtime, runtime_env
 from hpcdl.container.spec import ImageSpec, find_spec, load_spec
@@ -294,6 +294,7 @@ def plan_build(
     host: bool = True,
     ca_bundle: str | None = None,
     import_check: bool = True,
+    bake_ca: bool = False,
 ) -> BuildPlan:
     """Decide what ``hpcdl build REF`` does. ``REF``: a spec file or bundled spec name,
     a definition file, or a Dockerfile (converted with spython; ``base_image`` replaces
@@ -303,7 +304,9 @@ def plan_build(
     build's %post, bound and never kept in the image (hpcdl.container.hosttrust; not
     for ``remote``). ``import_check``: end the definition with the import check's
     %test (hpcdl.container.verify). Neither changes the content hash: an image built
-    with or without them is the same software.
+    with or without them is the same software. ``bake_ca``: keep that CA bundle in the
+    image as well (/etc/hpcdl/host-ca.crt, with the CA variables in %environment); it is
+    then content like any copied file.
 
     Raises UserInputError (unknown spec/file, bad combination, a proxy variable that is
     not a URL), ConfigError (spec) or BuildError (a copied file or wheel is missing).
@@ -311,6 +314,14 @@ def plan_build(
     if sandbox and remote:
         raise UserInputError("--sandbox and --remote cannot be combined (remote builds give a SIF)")
     recipe = _recipe(ref, base_image)
+    trust = host_trust(ca_bundle) if (host or bake_ca) and not remote else None
+    if bake_ca:
+        if trust is None or not trust.ca_bundle:
+            raise UserInputError("--bake-ca: no CA bundle found on this host (and --remote "
+                                 "builds elsewhere)", hint="name one with --ca-bundle PATH")
+        baked = bake_sections(trust.ca_bundle)
+        recipe = replace(recipe, text=recipe.text + baked, hash_text=recipe.hash_text + baked,
+                         files=[*recipe.files, (trust.ca_bundle, BAKED_CA)])
     out = (Path(output).expanduser() if output else default_output(recipe.name, sandbox)).absolute()
     # A directory (--sandbox) image is not compressed at all.
     squash = f"-comp {recipe.compression}" if recipe.compression and not sandbox else None
@@ -335,7 +346,6 @@ def plan_build(
     up_to_date = bool(
         record and record.get("hash") == digest.digest and (out.is_dir() if sandbox else out.is_file())
     )
-    trust = host_trust(ca_bundle) if host and not remote else None
     return BuildPlan(
         reasons=tuple(rebuild_reasons(record, digest.record(), out, sandbox)),
         source=recipe.source,

@@ -50,6 +50,7 @@ PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROX
 MOUNT = "/mnt"  # exists in every base image: a bind destination must
 CA_NAME = "hpcdl-host-ca.crt"
 CA_IN_BUILD = f"{MOUNT}/{CA_NAME}"
+BAKED_CA = "/etc/hpcdl/host-ca.crt"  # where --bake-ca puts it, for good
 # A proxy URL: scheme://[user[:password]@]host[:port][/], or host:port. No space, quote,
 # backslash or control character (they would reach pip's and curl's parsers).
 _PROXY = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://)?(?:[^\s@/'\"`\\]+@)?[A-Za-z0-9.\-\[\]:_]+/?")
@@ -110,6 +111,18 @@ class HostTrust:
         return {"ca_bundle": self.ca_bundle, "ca_from": self.ca_from or None,
                 "bound_at": CA_IN_BUILD if self.ca_bundle else None,
                 "env": self.shown_env(), "notes": list(self.notes)}
+
+
+def bake_sections(ca_bundle: str) -> str:
+    """``%files`` + ``%environment`` sections that keep ``ca_bundle`` in the image at
+    BAKED_CA and point the CA variables at it (--bake-ca: for images that will run
+    behind the same proxy). Apptainer appends repeated sections to the first ones.
+    Raises UserInputError for a path %files cannot carry."""
+    if not re.fullmatch(r"/[^\s]+", ca_bundle):
+        raise UserInputError(f"bake-ca: {ca_bundle!r} is not an absolute path without spaces")
+    exports = " ".join(f"{name}={BAKED_CA}" for name in CA_ENV)
+    return (f"\n%files\n    {ca_bundle} {BAKED_CA}\n"
+            f"\n%environment\n    export {exports}\n")
 
 
 def redact(value: str) -> str:

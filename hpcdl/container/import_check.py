@@ -73,7 +73,7 @@ def main() -> int:
             mpi4py.rc.initialize = False
             from mpi4py import MPI
 
-            library = MPI.Get_library_version().strip().splitlines()[0]
+            library = MPI.Get_library_version().strip().splitlines()[0].split(",")[0]
         except Exception as exc:
             return _fail(f"{mpi} does not load its MPI library: {_why(exc)}")
         checked.append(f"{mpi} ({library})")

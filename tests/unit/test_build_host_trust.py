@@ -185,3 +185,34 @@ def test_the_script_reports_on_this_python(tmp_path: Path) -> None:
     check = find_import_check(r.stdout)
     assert check is not None, r.stdout + r.stderr
     assert (r.returncode == 0) == check.ok
+
+
+def test_bake_ca_keeps_it_in_the_image_and_in_the_hash(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    monkeypatch.setenv("PIP_CERT", str(ca))
+    definition = tmp_path / "d.def"
+    definition.write_text("Bootstrap: docker\nFrom: debian:12\n")
+    bound = plan_build(str(definition), output=tmp_path / "o.sif")
+    baked = plan_build(str(definition), output=tmp_path / "o.sif", bake_ca=True)
+    assert (str(ca), "/etc/hpcdl/host-ca.crt") in baked.files
+    assert f"%files\n    {ca} /etc/hpcdl/host-ca.crt" in baked.definition
+    assert "export PIP_CERT=/etc/hpcdl/host-ca.crt REQUESTS_CA_BUNDLE=" in baked.definition
+    assert baked.content_hash != bound.content_hash
+    with pytest.raises(UserInputError, match="--bake-ca"):
+        plan_build(str(definition), output=tmp_path / "r.sif", remote=True, bake_ca=True)
+
+
+def test_doctor_reports_the_same_check() -> None:
+    from hpcdl.container.verify import ImportCheck
+    from hpcdl.doctor.verdicts import verdicts
+    from tests.unit.test_container_doctor import host, image, problem
+
+    why = ("torchvision 0.28.0 does not match torch 2.13.0+cpu: operator torchvision::nms "
+           "does not exist")
+    vs = verdicts(host(), image(import_check=ImportCheck(False, why)))
+    v = problem(vs, "imports")
+    assert v.message == why and "pytorch-horovod-gpu-pypi" in (v.fix or "")
+    ok = verdicts(host(), image(import_check=ImportCheck(True, "torch 2.13.0+cpu")))
+    assert [v.message for v in ok if v.topic == "imports"] == ["load together: torch 2.13.0+cpu"]
