@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,10 +95,9 @@ def main() -> None:
           f"{args.repeat} round(s), seconds: median (range)")
     for name, values in times.items():
         print(f"  {name:<44} {spread(values, '{:.1f}')}")
-    bare = sorted(times[list(VARIANTS)[0]])[len(times[list(VARIANTS)[0]]) // 2]
+    bare = statistics.median(times[list(VARIANTS)[0]])
     for name, values in list(times.items())[1:]:
-        med = sorted(values)[len(values) // 2]
-        print(f"  {name:<44} adds {med - bare:+.1f} s over bare")
+        print(f"  {name:<44} adds {statistics.median(values) - bare:+.1f} s over bare (medians)")
     print(f"  import check alone (apptainer exec, as doctor runs it): {spread(check_s, '{:.1f}')} s"
           f" -> {result.message if result else 'no result'}")
 
