@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -33,6 +34,19 @@ def sacct_tasks(array_id: str) -> dict[str, tuple[str, datetime | None, datetime
         stamp = [datetime.fromisoformat(t) if t[:1].isdigit() else None for t in (start, end)]
         tasks[job_id] = (state.split(" ")[0], stamp[0], stamp[1])
     return tasks
+
+
+def settled_tasks(array_id: str, count: int) -> dict[str, tuple[str, datetime | None,
+                                                                 datetime | None]]:
+    """sacct_tasks once the database has all ``count`` tasks with their end (for a few
+    seconds after a job ends sacct shows a placeholder row under the bare job number)."""
+    deadline = time.monotonic() + 30
+    while True:
+        tasks = sacct_tasks(array_id)
+        ended = [t for t, (_, _, end) in tasks.items() if "_" in t and end is not None]
+        if len(ended) >= count or time.monotonic() > deadline:
+            return tasks
+        time.sleep(1)
 
 
 def max_overlap(spans: list[tuple[datetime, datetime]]) -> int:
@@ -66,7 +80,7 @@ def test_one_array_at_most_two_tasks_at_once_every_point_in_the_table(example_sw
     record = example_sweep["record"]
     (array,) = record["arrays"]  # one submission
     assert "--array=0-5%2" in array["argv"]
-    tasks = sacct_tasks(array["job_id"])
+    tasks = settled_tasks(array["job_id"], 6)
     assert sorted(tasks) == [f"{array['job_id']}_{i}" for i in range(6)]
     spans = [(s, e) for _, s, e in tasks.values() if s is not None and e is not None]
     assert len(spans) == 6 and max_overlap(spans) <= 2, tasks
@@ -96,7 +110,7 @@ def test_retry_failed_resubmits_the_failed_point_alone(example_sweep: dict) -> N
     after = {p["index"]: p["job_id"] for p in record["points"]}
     assert after[5] == f"{retry['job_id']}_5"
     assert {i: j for i, j in after.items() if i != 5} == {i: j for i, j in before.items() if i != 5}
-    assert list(sacct_tasks(retry["job_id"])) == [f"{retry['job_id']}_5"]
+    assert list(settled_tasks(retry["job_id"], 1)) == [f"{retry['job_id']}_5"]
     assert (sweep_dir / "point-005" / f"result-{first['job_id']}_5.json").is_file()
     assert (sweep_dir / "point-005" / f"slurm-{retry['job_id']}_5.err").is_file()
 
