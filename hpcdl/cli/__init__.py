@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("hpcdl.cli.jobs:cancel", "Cancel a pending or running job."),
     "probe": ("hpcdl.cli.probe:probe", "Allreduce bandwidth across an allocation; names slow nodes."),
     "scale": ("hpcdl.cli.scale:scale", "Submit a scaling sweep (nodes x GPUs x backend x batch)."),
+    "sweep": ("hpcdl.cli.sweep:sweep", "A hyperparameter sweep as one Slurm job array (--param lr=0.1,0.05)."),
     "results": ("hpcdl.cli.scale:results", "Scaling table, CSV/JSON and plot of a sweep or run."),
     "report": ("hpcdl.cli.report:report", "One self-contained HTML report of a run or sweep."),
     "track": ("hpcdl.cli.track:track", "Export runs to TensorBoard or MLflow (from the login node)."),

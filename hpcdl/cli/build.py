@@ -57,9 +57,26 @@ def _profile_binary(profile: str | None) -> str | None:
 @click.option("--base-image", metavar="PATH",
               help="Dockerfile only: build on this local image (Bootstrap: localimage) instead "
                    "of its FROM (no registry needed).")
+@click.option("--host-trust/--no-host-trust", "host", default=True, show_default=True,
+              help="Give the build's %post this host's CA bundle (the one its pip trusts: "
+                   "PIP_CERT, pip's cert, REQUESTS_CA_BUNDLE, SSL_CERT_FILE, the system "
+                   "bundle) bound read-only at /mnt, and its HTTPS_PROXY/HTTP_PROXY/NO_PROXY; "
+                   "nothing of it stays in the image.")
+@click.option("--ca-bundle", metavar="PATH",
+              help="The CA bundle to pass instead of the one found (implies --host-trust).")
+@click.option("--bake-ca", is_flag=True,
+              help="Also keep that CA bundle in the image (/etc/hpcdl/host-ca.crt, with "
+                   "SSL_CERT_FILE and friends in its environment), for images that run "
+                   "behind the same proxy.")
+@click.option("--import-check/--no-import-check", "import_check", default=True,
+              show_default=True,
+              help="End the build with a %test that imports torch, torchvision (and runs "
+                   "one of its operators), horovod.torch and mpi4py when installed: a "
+                   "mismatch fails the build in one line and no image is written.")
 def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, remote: bool,
           force: bool, profile: str | None, dry_run: bool, as_json: bool, verbose: bool,
-          base_image: str | None) -> None:
+          base_image: str | None, host: bool, ca_bundle: str | None,
+          import_check: bool, bake_ca: bool) -> None:
     """Build an image from a spec (containers/NAME.yaml or a bundled NAME), a .def file,
     or a Dockerfile.
 
@@ -75,6 +92,12 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
     named after that folder. Its base comes from a registry unless it says
     `FROM localimage:/path/base.sif` or --base-image gives a local image.
 
+    Behind a TLS-intercepting proxy, `pip install` in %post (a Dockerfile's RUN) works
+    as on the host: the CA bundle the host's pip trusts is bound for the build and
+    PIP_CERT, REQUESTS_CA_BUNDLE, SSL_CERT_FILE, CURL_CA_BUNDLE point at it, with the
+    host's proxy variables (--dry-run shows them, proxy passwords hidden). The image
+    keeps its own CA list.
+
     \b
     Examples:
       hpcdl build pytorch-horovod-cpu              # buildable without a registry
@@ -83,13 +106,17 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
       hpcdl build ./Dockerfile --base-image base.sif --dry-run
     """
     plan = plan_build(ref or _default_ref(), output=output, sandbox=sandbox, fakeroot=fakeroot,
-                      remote=remote, force=force, base_image=base_image)
+                      remote=remote, force=force, base_image=base_image,
+                      host=host or ca_bundle is not None, ca_bundle=ca_bundle,
+                      import_check=import_check, bake_ca=bake_ca)
     if dry_run:
         if as_json:
             click.echo(json.dumps({**plan.to_dict(), "definition": plan.definition}, indent=2))
             return
         click.echo(plan.definition, nl=False)
-        click.echo(f"\n# build: {' '.join(plan.argv('apptainer', plan.output, '<definition>'))}", err=True)
+        click.echo(f"\n# build: {plan.shown_command()}", err=True)
+        if plan.trust:
+            click.echo(f"# host trust: {plan.trust.summary()}", err=True)
         state = ("up to date (no-op; --force rebuilds)" if plan.up_to_date
                  else "would build: " + "; ".join(plan.reasons))
         click.echo(f"# {plan.output}: {state}; content hash {plan.content_hash[:16]}", err=True)
@@ -119,11 +146,15 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
         signal.signal(signal.SIGTERM, previous)
     if as_json:
         click.echo(json.dumps({**plan.to_dict(), "built": result.built,
-                               "seconds": round(result.seconds, 1)}, indent=2))
+                               "seconds": round(result.seconds, 1),
+                               "import_check_result": result.import_check.message
+                               if result.import_check else None}, indent=2))
     elif result.built:
         size = result.image.stat().st_size if result.image.is_file() else 0
         click.echo(f"built {result.image} in {result.seconds:.0f} s"
                    + (f" ({size / 2**20:.0f} MiB)" if size else ""))
+        if result.import_check:
+            click.echo(f"import check: {result.import_check.message}")
     else:
         click.echo(f"{result.image} is up to date (content hash {result.content_hash[:16]}); "
                    "--force rebuilds")

@@ -7,12 +7,13 @@ import json
 import click
 
 from hpcdl.cli.display import attempt_lines, lost_line
+from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.attempts import no_step_message
 from hpcdl.jobs.follow import log_chunks
 from hpcdl.jobs.place import connect, reconnect
 from hpcdl.jobs.recoveries import excluded_line
 from hpcdl.jobs.recoveries import lines as recovery_lines
-from hpcdl.jobs.rundir import find_run
+from hpcdl.jobs.rundir import find_array_runs, find_run
 from hpcdl.jobs.status import JobSnapshot, job_snapshot
 from hpcdl.jobs.timelimit import clock_text, timeout_message
 from hpcdl.schedulers.base import JobStatus
@@ -120,6 +121,8 @@ def _verdicts(snap: JobSnapshot) -> list[str]:
 def logs(job_id: str, follow: bool) -> None:
     """Print a job's stdout (stderr goes to stderr), from its run directory.
 
+    An array task is JOBID_TASK (e.g. 123_4: `hpcdl sweep`'s point 4).
+
     With -f, follows the files while the job runs and stops when it has ended.
     """
     # Lazy: hpcdl.jobs.submit brings the planner (pydantic, jinja2: some 150 ms here) with it,
@@ -127,6 +130,13 @@ def logs(job_id: str, follow: bool) -> None:
     from hpcdl.jobs.submit import log_files
 
     run = find_run(job_id)
+    if run is None:
+        tasks = find_array_runs(job_id)
+        if tasks:  # one log per task: the array as a whole has none
+            ids = sorted(t.read_job().job_id for t in tasks if t.read_job())  # type: ignore[union-attr]
+            raise ValidationError(f"job {job_id}: an array of {len(tasks)} tasks, one log "
+                                  f"each; name one: hpcdl logs {ids[0]} (tasks "
+                                  f"{', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''})")
     conn = reconnect(run)
     out, err = log_files(job_id, conn.scheduler)
     sync = (lambda: conn.place.fetch(run)) if run is not None and conn.place.remote else None
@@ -140,7 +150,10 @@ def logs(job_id: str, follow: bool) -> None:
 @click.command()
 @click.argument("job_id")
 def cancel(job_id: str) -> None:
-    """Cancel a pending or running job (scancel) and report its final state."""
+    """Cancel a pending or running job (scancel) and report its final state.
+
+    JOBID may be a job array (every task) or one task of it (JOBID_TASK, e.g. 123_4).
+    """
     # Lazy, as in logs: the planner is not the status command's.
     from hpcdl.jobs.submit import cancel as cancel_job
 

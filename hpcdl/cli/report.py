@@ -12,6 +12,7 @@ from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.results import connection_for, load_rows
 from hpcdl.report import write_run_report, write_sweep_report
 from hpcdl.results.straggler import DEFAULT_THRESHOLD
+from hpcdl.sweep.arrays import KIND as ARRAY_KIND
 from hpcdl.sweep.grid import read_sweep
 
 
@@ -42,7 +43,9 @@ def report(path: Path, output: Path | None, straggler_threshold: float, no_refre
     says what is missing.
 
     A sweep: the speedup, efficiency and sync-share charts, the table, every
-    point's straggler verdict, and a report per point in its run directory.
+    point's straggler verdict, and a report per point in its run directory. A
+    sweep from `hpcdl sweep`: the points' loss curves together, the final loss
+    (and top-1) against each parameter, the comparison table.
 
     \b
     Examples:
@@ -54,6 +57,18 @@ def report(path: Path, output: Path | None, straggler_threshold: float, no_refre
                               f"(a ratio to the other ranks' median)")
     if output is not None and not output.parent.is_dir():
         raise ValidationError(f"output {output}: directory {output.parent} does not exist")
+    if (read_sweep(path) or {}).get("kind") == ARRAY_KIND:  # `hpcdl sweep`: compare the points
+        from hpcdl.report import write_param_sweep_report
+        from hpcdl.sweep import arrays
+
+        conn = connection_for(path)
+        points, names = arrays.table(path, scheduler=conn.scheduler, query=not no_refresh,
+                                     place=conn.place)
+        written = write_param_sweep_report(path, points, names,
+                                           {"sweep_id": path.name, "sweep_dir": str(path)},
+                                           output, threshold=straggler_threshold)
+        click.echo(json.dumps({"report": str(written)}) if as_json else f"report: {written}")
+        return
     if read_sweep(path) is not None:
         conn = connection_for(path)
         rows, meta = load_rows(path, scheduler=conn.scheduler, place=conn.place,

@@ -21,8 +21,9 @@ from hpcdl.jobs.sweep import finish_sweep, start_sweep
 from hpcdl.plan import JobRequest, job_image
 from hpcdl.profiles import load_profile
 from hpcdl.results.plot import build_figure, write_png
-from hpcdl.results.table import count, format_table, to_csv, to_json
+from hpcdl.results.table import FIELDS, Row, count, format_table, to_csv, to_json
 from hpcdl.schedulers.pbs import script as pbs
+from hpcdl.sweep.arrays import KIND as ARRAY_KIND
 from hpcdl.sweep.grid import (
     SweepPoint,
     check_base,
@@ -34,6 +35,7 @@ from hpcdl.sweep.grid import (
     pin_partition,
     plan_points,
     point_entry,
+    read_sweep,
     sweep_path,
 )
 
@@ -183,13 +185,18 @@ def _show_plans(plans: list[Any], why: str, as_json: bool) -> None:
               metavar="OUT.png", help="Also draw speedup, efficiency and sync share vs ranks.")
 @click.option("--no-refresh", is_flag=True,
               help="Use only what is on disk; do not ask Slurm about unfinished points.")
+@click.option("--sort", "sort_by", metavar="COLUMN",
+              help="Order the rows by COLUMN (a table column or, for `hpcdl sweep`, a "
+                   "parameter); -COLUMN for descending. Empty cells go last.")
 def results(path: Path, as_json: bool, as_csv: bool, plot_path: Path | None,
-            no_refresh: bool) -> None:
+            no_refresh: bool, sort_by: str | None) -> None:
     """The scaling table of a sweep (or one run): img/s, speedup and efficiency
     against the 1-rank baseline per backend, per-rank img/s, gradient-sync share.
 
     PATH is a sweep directory (from `hpcdl scale`), a run directory (from `hpcdl
-    submit`), or a results .json/.csv written earlier. Points still queued or
+    submit`), or a results .json/.csv written earlier. For a sweep from `hpcdl
+    sweep` the table compares the points instead: their parameters, state, final
+    loss, top-1, img/s and run time. Points still queued or
     running are asked about in Slurm (their result.json is written once they ended);
     failed and missing points are listed with their state, never dropped.
 
@@ -201,8 +208,14 @@ def results(path: Path, as_json: bool, as_csv: bool, plot_path: Path | None,
     if as_json and as_csv:
         raise ValidationError("--json and --csv: choose one output form")
     conn = connection_for(path)
+    if path.is_dir() and (read_sweep(path) or {}).get("kind") == ARRAY_KIND:
+        _param_results(path, conn, as_json=as_json, as_csv=as_csv, plot=plot_path is not None,
+                       refresh=not no_refresh, sort_by=sort_by)
+        return
     rows, meta = load_rows(path, scheduler=conn.scheduler, place=conn.place,
                            refresh=not no_refresh)
+    if sort_by is not None:
+        rows = _sorted_rows(rows, sort_by)
     probe = probe_report(path)
     if probe is not None:  # an `hpcdl probe` run: its tables instead of a scaling row
         if as_csv or plot_path is not None:
@@ -227,3 +240,36 @@ def results(path: Path, as_json: bool, as_csv: bool, plot_path: Path | None,
             raise ValidationError(f"--plot {plot_path}: directory {plot_path.parent} does not exist")
         write_png(build_figure(rows, title=str(meta.get("sweep_id", path.name))), plot_path)
         click.echo(f"wrote {plot_path}", err=True)
+
+
+def _sorted_rows(rows: list[Row], column: str) -> list[Row]:
+    """The scaling table ordered by ``column`` (-COLUMN: descending), empty cells last.
+    Raises ValidationError naming the columns."""
+    from hpcdl.sweep.compare import sort_key
+
+    name = column.removeprefix("-")
+    if name not in FIELDS:
+        raise ValidationError(f"sort: no column {name!r}; columns: {', '.join(FIELDS)}")
+    present = [r for r in rows if getattr(r, name) not in (None, "")]
+    absent = [r for r in rows if getattr(r, name) in (None, "")]
+    return sorted(present, key=lambda r: sort_key(getattr(r, name)),
+                  reverse=column.startswith("-")) + absent
+
+
+def _param_results(path: Path, conn: Any, *, as_json: bool, as_csv: bool, plot: bool,
+                   refresh: bool, sort_by: str | None) -> None:
+    """`hpcdl results` of an `hpcdl sweep` directory: the comparison table."""
+    from hpcdl.sweep import arrays, compare
+
+    if plot:
+        raise ValidationError(f"{path}: --plot draws a scaling sweep; for a parameter sweep "
+                              f"use `hpcdl report {path}`")
+    rows, names = arrays.table(path, scheduler=conn.scheduler, query=refresh, place=conn.place)
+    if sort_by is not None:
+        rows = compare.sort_rows(rows, sort_by, names)
+    if as_json:
+        click.echo(compare.to_json(rows, {"sweep_dir": str(path.resolve()), "params": names}))
+    elif as_csv:
+        click.echo(compare.to_csv(rows, names), nl=False)
+    else:
+        click.echo(compare.format_table(rows, names))

@@ -29,7 +29,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,9 +42,11 @@ from hpcdl.container.hashing import (
     read_record,
     sidecar,
 )
+from hpcdl.container.hosttrust import BAKED_CA, CA_NAME, HostTrust, bake_sections, host_trust
 from hpcdl.container.recipes import convert_dockerfile, dockerfile_name, is_dockerfile
 from hpcdl.container.runtime import Runtime, find_runtime, runtime_env
 from hpcdl.container.spec import ImageSpec, find_spec, load_spec
+from hpcdl.container.verify import ImportCheck, check_section, parse_import_check
 from hpcdl.core import proc
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.core.errors import BuildError, ToolError, UserInputError
@@ -74,6 +76,12 @@ class BuildPlan:
     force: bool
     workdir: Path  # where relative %files paths resolve (the definition's folder)
     reasons: tuple[str, ...] = ()  # why a build is needed (first few differences)
+    # The host's CA bundle and proxies for %post (None: --no-host-trust or --remote).
+    trust: HostTrust | None = None
+    import_check: bool = True  # the definition ends with the import check's %test
+
+    # Where the staged CA bundle's folder is shown before the build has its folder.
+    STAGED_CA = "<build dir>/host-ca"
 
     @property
     def log_path(self) -> Path:
@@ -87,8 +95,19 @@ class BuildPlan:
     def def_path(self) -> Path:
         return sidecar(self.output, ".def")
 
-    def argv(self, runtime: str, target: str | Path, definition: str | Path) -> list[str]:
-        return [runtime, "build", *self.argv_options, str(target), str(definition)]
+    def argv(self, runtime: str, target: str | Path, definition: str | Path,
+             ca_dir: str | Path | None = None) -> list[str]:
+        """The build command; with ``ca_dir`` (the folder holding the staged copy of the
+        host's CA bundle) it binds that folder for %post (hpcdl.container.hosttrust)."""
+        bind = self.trust.bind(ca_dir) if self.trust and ca_dir is not None else []
+        return [runtime, "build", *self.argv_options, *bind, str(target), str(definition)]
+
+    def shown_command(self, runtime: str = "apptainer") -> str:
+        """The build command as --dry-run shows it: the variables it gets (proxy
+        passwords hidden) and the argv."""
+        env = self.trust.shown_env() if self.trust else {}
+        argv = self.argv(runtime, self.output, "<definition>", self.STAGED_CA)
+        return " ".join([*(f"{k}={v}" for k, v in env.items()), *argv])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +121,8 @@ class BuildPlan:
             "up_to_date": self.up_to_date,
             "will_build": self.force or not self.up_to_date,
             "reasons": list(self.reasons),
+            "host_trust": self.trust.to_dict() if self.trust else None,
+            "import_check": self.import_check,
             "log": str(self.log_path),
             "hash_record": str(self.hash_path),
         }
@@ -115,6 +136,7 @@ class BuildResult:
     content_hash: str
     log: Path | None
     runtime: str | None
+    import_check: ImportCheck | None = None
 
 
 def default_output(name: str, sandbox: bool) -> Path:
@@ -269,17 +291,37 @@ def plan_build(
     force: bool = False,
     extra_options: tuple[str, ...] = (),
     base_image: str | None = None,
+    host: bool = True,
+    ca_bundle: str | None = None,
+    import_check: bool = True,
+    bake_ca: bool = False,
 ) -> BuildPlan:
     """Decide what ``hpcdl build REF`` does. ``REF``: a spec file or bundled spec name,
     a definition file, or a Dockerfile (converted with spython; ``base_image`` replaces
     its FROM with a local image, see hpcdl.container.recipes).
 
-    Raises UserInputError (unknown spec/file, bad combination), ConfigError (spec) or
-    BuildError (a copied file or wheel is missing).
+    ``host``: pass this host's CA bundle (``ca_bundle`` chooses it) and proxies to the
+    build's %post, bound and never kept in the image (hpcdl.container.hosttrust; not
+    for ``remote``). ``import_check``: end the definition with the import check's
+    %test (hpcdl.container.verify). Neither changes the content hash: an image built
+    with or without them is the same software. ``bake_ca``: keep that CA bundle in the
+    image as well (/etc/hpcdl/host-ca.crt, with the CA variables in %environment); it is
+    then content like any copied file.
+
+    Raises UserInputError (unknown spec/file, bad combination, a proxy variable that is
+    not a URL), ConfigError (spec) or BuildError (a copied file or wheel is missing).
     """
     if sandbox and remote:
         raise UserInputError("--sandbox and --remote cannot be combined (remote builds give a SIF)")
     recipe = _recipe(ref, base_image)
+    trust = host_trust(ca_bundle) if (host or bake_ca) and not remote else None
+    if bake_ca:
+        if trust is None or not trust.ca_bundle:
+            raise UserInputError("--bake-ca: no CA bundle found on this host (and --remote "
+                                 "builds elsewhere)", hint="name one with --ca-bundle PATH")
+        baked = bake_sections(trust.ca_bundle)
+        recipe = replace(recipe, text=recipe.text + baked, hash_text=recipe.hash_text + baked,
+                         files=[*recipe.files, (trust.ca_bundle, BAKED_CA)])
     out = (Path(output).expanduser() if output else default_output(recipe.name, sandbox)).absolute()
     # A directory (--sandbox) image is not compressed at all.
     squash = f"-comp {recipe.compression}" if recipe.compression and not sandbox else None
@@ -308,7 +350,7 @@ def plan_build(
         reasons=tuple(rebuild_reasons(record, digest.record(), out, sandbox)),
         source=recipe.source,
         name=recipe.name,
-        definition=recipe.text,
+        definition=recipe.text + (check_section() if import_check else ""),
         output=out,
         sandbox=sandbox,
         argv_options=tuple(options),
@@ -318,6 +360,8 @@ def plan_build(
         up_to_date=up_to_date,
         force=force,
         workdir=recipe.workdir,
+        trust=trust,
+        import_check=import_check,
     )
 
 
@@ -393,7 +437,16 @@ def _build(plan: BuildPlan, runtime: Runtime, on_line: Callable[[str], None] | N
     tmp_image = tmpdir / out.name
     def_file = tmpdir / "image.def"
     def_file.write_text(plan.definition)
-    argv = plan.argv(runtime.path, tmp_image, def_file)
+    # The host's CA bundle: a copy in the build's own folder (the host file may change,
+    # and its folder may hold more than certificates), bound read-only for %post.
+    ca_dir = None
+    if plan.trust and plan.trust.ca_bundle:
+        ca_dir = tmpdir / "host-ca"
+        ca_dir.mkdir()
+        shutil.copyfile(plan.trust.ca_bundle, ca_dir / CA_NAME)
+    argv = plan.argv(runtime.path, tmp_image, def_file, ca_dir)
+    trust_env = plan.trust.build_env() if plan.trust else {}
+    check: list[ImportCheck] = []
     log_tmp = tmpdir / "build.log"
     # What the %test capability check printed about torch (see parse_image_facts_line).
     image_facts: dict[str, Any] = {}
@@ -402,11 +455,16 @@ def _build(plan: BuildPlan, runtime: Runtime, on_line: Callable[[str], None] | N
         with log_tmp.open("w") as log:
             log.write(f"# hpcdl build {plan.source} -> {out}\n# {' '.join(argv)}\n")
             log.write(f"# runtime: {runtime}\n# content hash: {plan.content_hash}\n")
+            if plan.trust:
+                log.write(f"# host trust: {plan.trust.summary()}\n")
 
             def handle(line: str) -> None:
                 facts = parse_image_facts_line(line)
                 if facts is not None:
                     image_facts.update(facts)
+                result = parse_import_check(line)
+                if result is not None:
+                    check.append(result)
                 log.write(line)
                 log.flush()
                 if on_line:
@@ -417,7 +475,7 @@ def _build(plan: BuildPlan, runtime: Runtime, on_line: Callable[[str], None] | N
                     argv,
                     on_line=handle,
                     timeout=timeout,
-                    env={**runtime_env(), "APPTAINERENV_HPCDL_BUILD": token},
+                    env={**runtime_env(), **trust_env, "APPTAINERENV_HPCDL_BUILD": token},
                     cwd=plan.workdir,
                     error_cls=BuildError,
                 )
@@ -425,9 +483,13 @@ def _build(plan: BuildPlan, runtime: Runtime, on_line: Callable[[str], None] | N
                 log.write(f"# FAILED: exit {err.returncode}\n")
                 log.close()
                 _publish_log(log_tmp, plan.log_path)
+                failed = next((c for c in reversed(check) if not c.ok), None)
+                # The import check's own line names the two packages that do not match.
+                why = (f"import check failed: {failed.message}" if failed
+                       else f"{runtime.name} build of {plan.name} failed (exit {err.returncode}): "
+                       f"{_tool_message(err.output)}")
                 raise BuildError(
-                    f"{runtime.name} build of {plan.name} failed (exit {err.returncode}): "
-                    f"{_tool_message(err.output)}",
+                    why,
                     argv=argv,
                     returncode=err.returncode,
                     output=err.output,
@@ -463,9 +525,11 @@ def _build(plan: BuildPlan, runtime: Runtime, on_line: Callable[[str], None] | N
                 "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "build_seconds": round(seconds, 1),
                 **({"image_facts": image_facts} if image_facts else {}),
+                **({"import_check": check[-1].message} if check else {}),
             },
         )
-        return BuildResult(out, True, seconds, plan.content_hash, plan.log_path, str(runtime))
+        return BuildResult(out, True, seconds, plan.content_hash, plan.log_path, str(runtime),
+                           check[-1] if check else None)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
 

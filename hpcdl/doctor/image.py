@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.container.runtime import find_runtime, runtime_env
+from hpcdl.container.verify import ImportCheck, find_import_check, import_check_source
 from hpcdl.core import proc
 from hpcdl.core.errors import ToolError, UserInputError
 from hpcdl.doctor.parse import parse_cuda_archs, parse_horovod_cb, parse_mpi_version
@@ -45,6 +46,8 @@ class ImageFacts:
     file_mode: str | None = None  # "0600"
     file_owner: str | None = None  # "root:root"
     blocked_dir: str | None = None  # a directory on the way this user cannot enter
+    # hpcdl build's import check run in the image (hpcdl/container/import_check.py)
+    import_check: ImportCheck | None = None
 
     @property
     def gpu_image(self) -> bool:
@@ -153,7 +156,20 @@ def image_facts(image: str, binary: str | None = None, timeout: float = 180) -> 
         facts.error = f"probe failed in the image (exit {r.returncode}): {tail[0]}"
         return facts
     apply_probe(facts, json.loads(line.removeprefix(PROBE_MARK)))
+    facts.import_check = run_import_check(rt.path, image, env, timeout)
     return facts
+
+
+def run_import_check(runtime: str, image: str, env: dict[str, str],
+                     timeout: float = 180) -> ImportCheck | None:
+    """The same import check as ``hpcdl build``'s %test, run in ``image``; None when it
+    printed no result (no python3: the probe already says what is wrong)."""
+    try:
+        r = proc.run([runtime, "exec", image, "python3", "-c", import_check_source()],
+                     timeout=timeout, env=env, check=False)
+    except ToolError:
+        return None
+    return find_import_check(r.stdout)
 
 
 def require_image(path: str) -> str:

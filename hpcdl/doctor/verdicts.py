@@ -232,6 +232,15 @@ def _image_verdicts(host: HostFacts, image: ImageFacts, profile: ProfileFacts | 
     if image.torch is None:
         add(Verdict("problem", "torch", "torch does not import in the image",
                     "add torch (pinned, torch==X.Y.Z) to the spec or use a PyTorch base image"))
+    check = image.import_check
+    if check is not None and check.ok:
+        add(Verdict("ok", "imports", f"load together: {check.message}"))
+    elif check is not None and image.torch is not None:
+        # "torchvision 0.28.0 does not match torch 2.13.0+cpu: operator ... does not exist"
+        add(Verdict("problem", "imports", check.message,
+                    "install the build made for this torch (the same index or wheelhouse as "
+                    "torch), or derive from an image that has both (for torchvision: "
+                    "pytorch-horovod-gpu-pypi, which runs on CPUs too)"))
 
     # Horovod: what `horovodrun -cb` says.
     if image.horovod:

@@ -48,6 +48,7 @@ import re
 import secrets
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -467,13 +468,32 @@ class RunDir:
 
 
 def find_run(job_id: str, root: Path | None = None) -> RunDir | None:
-    """The run directory whose job.json names ``job_id``, or None."""
+    """The run directory whose job.json names ``job_id``, or None: a run of the runs
+    root, or a point of a sweep directory in it (an array task, ``123_4``, included)."""
     base = root or runs_root()
     if not base.is_dir():
         return None
-    for meta in base.glob("*/job.json"):
+    for meta in _job_files(base):
         run = RunDir(meta.parent)
         record = run.read_job()
         if record is not None and (record.job_id == job_id or job_id in record.chain):
             return run
     return None
+
+
+def find_array_runs(array_job_id: str, root: Path | None = None) -> list[RunDir]:
+    """The run directories of the tasks of array ``array_job_id`` (job.json ``123_4``)."""
+    base = root or runs_root()
+    found = []
+    if base.is_dir() and array_job_id.isdigit():
+        for meta in _job_files(base):
+            record = RunDir(meta.parent).read_job()
+            if record is not None and record.job_id.startswith(f"{array_job_id}_"):
+                found.append(RunDir(meta.parent))
+    return found
+
+
+def _job_files(base: Path) -> Iterator[Path]:
+    # Sweep points live one level down (runs/sweep-x/point-003/job.json).
+    yield from base.glob("*/job.json")
+    yield from base.glob("*/*/job.json")

@@ -15,6 +15,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from hpcdl.core.errors import HpcdlError, SubmitError, ToolError
 from hpcdl.core.gpuarch import ImageArchFacts
@@ -109,19 +110,7 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     code = (scan_code(Path(plan.code_dir), limit_bytes=_code_limit(profile),
                       skip=(rundir.runs_root(), local.parent)) if plan.code_dir else None)
     place.prepare()
-    try:
-        run = rundir.make_run_dir(local)
-    except FileExistsError as exc:
-        raise SubmitError(f"run directory {local} already exists",
-                          hint="give a new --run-dir, or leave it out for a fresh one") from exc
-    if plan.hang_timeout is not None:  # the rank wrapper records the ranks' pids here
-        run.pids.mkdir()
-    if plan.job_files or plan.job_scripts:  # the nodes need not see the submitting hpcdl
-        run.stage_job_files(plan.job_files, plan.job_scripts)
-    if code is not None:
-        run.stage_code(code.root, code.files)
-    run.write_plan(plan.script, plan.to_dict())
-    run.record_inputs(profile.model_dump(mode="json"), plan.image)
+    run = write_run(profile, plan, local, code=code)
     try:
         moved = place.ship(run)
     except HpcdlError:
@@ -147,6 +136,28 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     run.write_job(JobRecord.now(job_id, argv, tuple(chain) if plan.chain > 1 else ()))
     return Submitted(job_id, run, plan, tuple(warnings), tuple(chain) if plan.chain > 1 else (),
                      place, moved)
+
+
+def write_run(profile: Profile, plan: JobPlan, local: Path, *, code: Any = None,
+              extra: dict[str, Any] | None = None) -> RunDir:
+    """The run directory ``local`` with everything the job reads: its staged files, the
+    code (``code``: a scan_code result), job.sbatch (``plan.script``) and plan.json
+    (``plan.to_dict()`` plus ``extra``: a sweep point's values). Raises SubmitError
+    when it exists already."""
+    try:
+        run = rundir.make_run_dir(local)
+    except FileExistsError as exc:
+        raise SubmitError(f"run directory {local} already exists",
+                          hint="give a new --run-dir, or leave it out for a fresh one") from exc
+    if plan.hang_timeout is not None:  # the rank wrapper records the ranks' pids here
+        run.pids.mkdir()
+    if plan.job_files or plan.job_scripts:  # the nodes need not see the submitting hpcdl
+        run.stage_job_files(plan.job_files, plan.job_scripts)
+    if code is not None:
+        run.stage_code(code.root, code.files)
+    run.write_plan(plan.script, {**plan.to_dict(), **(extra or {})})
+    run.record_inputs(profile.model_dump(mode="json"), plan.image)
+    return run
 
 
 # A --code directory's limit without a login node: the profile field's default.

@@ -84,6 +84,14 @@ class Partition(_Strict):
     max_gpus_per_user: PositiveInt | None = Field(
         default=None,
         description="the QOS's per-user GPU limit: a request for more GPUs in all is refused")
+    max_array_size: PositiveInt | None = Field(
+        default=None,
+        description="Slurm's MaxArraySize (slurm.conf): a job array's indices run 0 to this "
+                    "minus 1, so `hpcdl sweep` refuses more points (nothing submitted)")
+    max_submit_jobs: PositiveInt | None = Field(
+        default=None,
+        description="the QOS's MaxSubmitJobs per user: every array task counts as a job, so "
+                    "`hpcdl sweep` refuses more points than this (nothing submitted)")
     description: Text | None = Field(default=None, description="free text for people")
 
     @field_validator("max_time")

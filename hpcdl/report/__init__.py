@@ -58,6 +58,35 @@ def write_sweep_report(path: Path, rows: list[Any], meta: dict[str, Any],
     return target, stragglers
 
 
+def write_param_sweep_report(path: Path, rows: list[dict[str, Any]], params: list[str],
+                             meta: dict[str, Any], out: Path | None = None, *,
+                             threshold: float = DEFAULT_THRESHOLD) -> Path:
+    """Write an `hpcdl sweep` directory's report (``rows``: hpcdl.sweep.compare's) to
+    ``out`` (default: path/report.html), each point's own report into its run
+    directory (the table links to them); returns the file."""
+    from hpcdl.report.charts import rank0_steps
+    from hpcdl.report.html import render_param_sweep
+    from hpcdl.results.steps import read_metrics
+
+    target = out or path / REPORT_NAME
+    series: dict[str, list[tuple[int, float]]] = {}
+    links: dict[Any, str] = {}
+    for row in rows:
+        run_dir = path / str(row.get("run_dir") or "")
+        if not row.get("run_dir") or not run_dir.is_dir():
+            continue
+        label = " ".join(f"{k}={row.get(k)}" for k in params)
+        steps = rank0_steps(read_metrics(RunDir(run_dir).metrics))
+        series[label] = [(int(r["step"]), float(r["loss"])) for r in steps
+                         if isinstance(r.get("loss"), (int, float))]
+        if (run_dir / "plan.json").is_file():
+            written, _ = write_run_report(run_dir, threshold=threshold)
+            links[row.get("point")] = _relative(written, target.parent)
+    write_atomic(target, render_param_sweep(rows, params, meta, series,
+                                            link=lambda r: links.get(r.get("point"))))
+    return target
+
+
 def _relative(path: Path, base: Path) -> str:
     import os
 

@@ -41,14 +41,14 @@ def to_svg(fig: Any, salt: str) -> str:
     return text[start:].strip() if start >= 0 else text
 
 
-def _rank0_steps(metrics: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+def rank0_steps(metrics: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     return list(metrics[min(metrics)].get("steps", [])) if metrics else []
 
 
 def loss_chart(metrics: dict[int, dict[str, Any]], spans: list[dict[str, Any]]) -> str | None:
     """Loss over steps (the lowest rank's, the loss of its last sub-batch), with the
     attempts' first steps marked."""
-    steps = [r for r in _rank0_steps(metrics) if isinstance(r.get("loss"), (int, float))]
+    steps = [r for r in rank0_steps(metrics) if isinstance(r.get("loss"), (int, float))]
     if not steps:
         return None
     fig = _figure()
@@ -238,3 +238,48 @@ def scaling_chart(rows: list[Any], title: str) -> str | None:
     from hpcdl.results.plot import build_figure
 
     return to_svg(build_figure(rows, title=title), "scaling")
+
+
+def curves_chart(series: dict[str, list[tuple[int, float]]]) -> str | None:
+    """A parameter sweep's loss curves on one axis, one line per point (``series``:
+    label -> (step, loss) of its lowest rank)."""
+    drawn = {label: pts for label, pts in series.items() if pts}
+    if not drawn:
+        return None
+    fig = _figure()
+    ax = fig.subplots()
+    for i, (label, pts) in enumerate(drawn.items()):
+        ax.plot([s for s, _ in pts], [v for _, v in pts], "-", lw=1.0, color=f"C{i % 10}",
+                label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    if len(drawn) <= 12:  # a legend of more lines hides the curves
+        ax.legend(fontsize="x-small")
+    return to_svg(fig, "curves")
+
+
+def metric_vs_param_chart(rows: list[dict[str, Any]], params: list[str],
+                          metric: str = "final_loss") -> str | None:
+    """The final ``metric`` of each completed point against each parameter (one panel
+    per parameter; a logarithmic axis when its values are positive numbers spanning
+    more than a factor of 10; words as categories)."""
+    done = [r for r in rows if isinstance(r.get(metric), (int, float))]
+    if not done or not params:
+        return None
+    fig = _figure((WIDE[0], 3.0))
+    axes = fig.subplots(1, len(params), squeeze=False)[0]
+    for ax, name in zip(axes, params, strict=True):
+        values = [r.get(name) for r in done]
+        try:
+            xs: list[Any] = [float(v) for v in values]  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            cats = sorted({str(v) for v in values})
+            xs = [cats.index(str(v)) for v in values]
+            ax.set_xticks(range(len(cats)), cats)
+        else:
+            if min(xs) > 0 and max(xs) / min(xs) > 10:
+                ax.set_xscale("log")
+        ax.plot(xs, [r[metric] for r in done], "o", color="C0")
+        ax.set_xlabel(name)
+        ax.set_ylabel(metric.replace("_", " "))
+    return to_svg(fig, f"vs-{metric}")

@@ -275,3 +275,48 @@ def render_sweep(rows: list[Any], meta: dict[str, Any],
                "no straggler in any point with per-step metrics") + "</p>",
             f"<ul>{verdicts}</ul></section>"]
     return _page(f"hpcdl sweep {title}", body)
+
+
+def render_param_sweep(rows: list[dict[str, Any]], params: list[str], meta: dict[str, Any],
+                       series: dict[str, list[tuple[int, float]]],
+                       link: Callable[[dict[str, Any]], str | None] | None = None) -> str:
+    """A parameter sweep's report: the points' loss curves together, the final loss
+    (and top-1 when the points have it) against each parameter, and the comparison
+    table (``rows``: hpcdl.sweep.compare's); ``link(row)``: a point's own report."""
+    from hpcdl.sweep.compare import cell_text as cell
+    from hpcdl.sweep.compare import columns
+
+    title = str(meta.get("sweep_id") or meta.get("sweep_dir") or "sweep")
+    names = columns(params)
+    head = "".join(f"<th>{_e(n)}</th>" for n in names)
+    lines = []
+    for row in rows:
+        cells = []
+        for n in names:
+            text = _e(cell(n, row.get(n)))
+            href = link(row) if link and n == "point" else None
+            cells.append(f'<td><a href="{_e(href)}">{text}</a></td>' if href else f"<td>{text}</td>")
+        lines.append(f"<tr>{''.join(cells)}</tr>")
+    has_top1 = any(isinstance(r.get("top1"), (int, float)) for r in rows)
+    body = [f"<h1>hpcdl sweep {_e(title)}</h1>",
+            '<section id="identity"><h2>Sweep</h2>',
+            _table([("sweep directory", f'<span class="mono">{_e(meta.get("sweep_dir"))}</span>'),
+                    ("parameters", _e(", ".join(params))), ("points", _e(len(rows))),
+                    ("completed", _e(sum(1 for r in rows if r["state"] == "COMPLETED")))],
+                   "identity-table"),
+            "</section>",
+            '<section id="curves"><h2>Loss curves</h2>',
+            _chart("chart-curves", charts.curves_chart(series),
+                   "training loss over steps, one line per point (its lowest rank)",
+                   "no point has per-step metrics yet"),
+            "</section>",
+            '<section id="versus"><h2>Final metric against each parameter</h2>',
+            _chart("chart-loss-vs", charts.metric_vs_param_chart(rows, params, "final_loss"),
+                   "final training loss of each completed point", "no point has a final loss"),
+            *([_chart("chart-top1-vs", charts.metric_vs_param_chart(rows, params, "top1"),
+                      "top-1 accuracy of each completed point", "")] if has_top1 else []),
+            "</section>",
+            '<section id="table"><h2>Points</h2>',
+            f'<table id="sweep-table"><tr>{head}</tr>{"".join(lines)}</table>',
+            "</section>"]
+    return _page(f"hpcdl sweep {title}", body)

@@ -112,6 +112,9 @@ class SubmitOptions:
     one_at_a_time: bool = False
     # Start once this job has ended, however it ended (a chain's next link).
     after: str | None = None
+    # A job array: the task indices and throttle in Slurm's --array syntax ("0-5%2");
+    # each adapter checks it before it reaches a command line.
+    array: str | None = None
 
 
 class Scheduler(Protocol):

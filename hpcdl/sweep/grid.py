@@ -19,7 +19,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.core.errors import ValidationError
@@ -198,6 +198,13 @@ class SweepRecord(TypedDict, total=False):
     concurrent: bool
     points: list[PointEntry]
     aborted: str
+    # `hpcdl sweep` (hpcdl.sweep.arrays): "params", the parameters' names, the array
+    # throttle, the job name and every array submitted (the first, then each retry).
+    kind: str
+    params: list[str]
+    max_concurrent: int | None
+    job_name: str
+    arrays: list[dict[str, Any]]
 
 
 def sweep_record(sweep_id: str, profile: str, base: JobRequest, concurrent: bool,

@@ -28,7 +28,12 @@ first match by prefix), else ``default``:
 A requeued job's states pass through PREEMPTED, NODE_FAIL or REQUEUED and back to
 PENDING under the same id; ``sacct -D`` then lists one row per ended attempt first.
 
-A job's stdout/stderr (with %j replaced) are written where its #SBATCH --output/--error
+``sbatch --array=SPEC`` makes one job per task, ``<id>_<index>`` (as squeue -r and sacct
+print them), started in waves of the ``%M`` throttle; ``task_specs`` ({"100_3": spec})
+gives one task its own outcome. An array's id stands for all its tasks in squeue -j,
+sacct -j and scancel.
+
+A job's stdout/stderr (with %j, %A, %a, %3a replaced) are written where its #SBATCH --output/--error
 lines say, when it reaches its final state.
 
 The hang watchdog's side: a job spec's ``pids`` ({"rank-0": "n1 100", ...})
@@ -156,19 +161,32 @@ def sbatch(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
     index = name.rsplit("-", 1)[-1]
     if spec.get("spread") and index.isdigit() and len(states) > 2:
         states[1][1] += spec["spread"] * (int(index) % 7)
+    array = opt(argv, "--array") or directives.get("array")
     with Store() as data:
         job_id = str(data["next"])
         data["next"] += 1
-        out = directives.get("output", f"slurm-{job_id}.out").replace("%j", job_id)
-        err = directives.get("error", out).replace("%j", job_id)
-        data["jobs"][job_id] = {
-            "id": job_id, "name": name, "submitted": data["tick"], "states": states,
-            "exit": spec["exit"], "spec_stdout": spec["stdout"], "spec_stderr": spec["stderr"],
-            "stdout_path": str(script.parent / out) if not out.startswith("/") else out,
-            "stderr_path": str(script.parent / err) if not err.startswith("/") else err,
-            "partition": directives.get("partition", "debug"),
-            "dependency": opt(argv, "--dependency"), "argv": argv,
-        }
+        tasks: list[tuple[str, int | None]] = [(job_id, None)]
+        if array:  # one job per task, "<id>_<index>", started in waves of the throttle
+            indices, throttle = array_indices(array)
+            tasks = [(f"{job_id}_{i}", i) for i in indices]
+        busy = sum(ticks for _, ticks in states[:-1])
+        for n, (key, index) in enumerate(tasks):
+            mine = {**spec, **scen.get("task_specs", {}).get(key, {})}
+            wave = n // throttle if array and throttle else 0
+            task_states = ([["PENDING", wave * busy]] if wave else []) + [
+                list(st) for st in mine.get("states", states)]
+            out = log_path(directives.get("output", "slurm-%j.out"), job_id, index)
+            err = log_path(directives.get("error", directives.get("output", "slurm-%j.out")),
+                           job_id, index)
+            data["jobs"][key] = {
+                "id": key, "name": name, "submitted": data["tick"], "states": task_states,
+                "exit": mine["exit"], "spec_stdout": mine["stdout"],
+                "spec_stderr": mine["stderr"],
+                "stdout_path": str(script.parent / out) if not out.startswith("/") else out,
+                "stderr_path": str(script.parent / err) if not err.startswith("/") else err,
+                "partition": directives.get("partition", "debug"),
+                "dependency": opt(argv, "--dependency"), "argv": argv,
+            }
     pid_dir = re.search(r"^export HPCDL_PID_DIR=(.*)$", text, re.M)
     if pid_dir and spec.get("pids"):  # what the rank wrapper writes when the ranks start
         folder = Path(shlex.split(pid_dir.group(1))[0])
@@ -176,6 +194,36 @@ def sbatch(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
             (folder / name).write_text(line + "\n")
     print(f"{job_id};fake" if "--parsable" in argv else f"Submitted batch job {job_id}", file=stdout)
     return 0
+
+
+def array_indices(spec: str) -> tuple[list[int], int | None]:
+    """sbatch --array's "0-5%2" / "3,5" as ([0..5], 2) / ([3, 5], None)."""
+    body, _, throttle = spec.partition("%")
+    indices: list[int] = []
+    for part in body.split(","):
+        low, _, high = part.partition("-")
+        indices += list(range(int(low), int(high or low) + 1))
+    return indices, int(throttle) if throttle else None
+
+
+def log_path(pattern: str, job_id: str, index: int | None) -> str:
+    """Slurm's filename pattern: %j, %A (the array's id), %a and %3a (the task index,
+    zero-padded to 3)."""
+    text = pattern.replace("%j", job_id)
+    text = text.replace("%A", job_id)
+    if index is not None:
+        text = re.sub(r"%(\d*)a", lambda m: str(index).zfill(int(m.group(1) or 0)), text)
+    return text
+
+
+def expand_ids(ids: list[str], data: dict[str, Any]) -> list[str]:
+    """An array's id stands for each of its tasks (squeue -j / sacct -j / scancel)."""
+    out: list[str] = []
+    for job_id in ids:
+        if job_id in data["jobs"]:
+            out.append(job_id)
+        out += [k for k in data["jobs"] if k.startswith(job_id + "_") and "_" not in job_id]
+    return out
 
 
 def srun(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
@@ -195,7 +243,7 @@ def srun(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
 
 def _rows(ids: list[str] | None, data: dict[str, Any]) -> list[tuple[dict[str, Any], str, Any]]:
     out = []
-    for job_id in ids if ids is not None else list(data["jobs"]):
+    for job_id in expand_ids(ids, data) if ids is not None else list(data["jobs"]):
         job = data["jobs"].get(job_id)
         if job is not None:
             state, ended = where(job, data["tick"])
@@ -221,7 +269,8 @@ def squeue(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
         reason = "Priority" if state == "PENDING" else "None"
         if "-O" in argv:  # hpcdl's batched query: exit_code is the raw wait status
             code, sig = exit_of(job, state) if ended is not None else (0, 0)
-            print(f"{job['id']}|{state}|{reason}|{nodes}|0:01|30:00|{job['partition']}|"
+            base, _, task = job["id"].partition("_")
+            print(f"{base}|{task or 'N/A'}|{state}|{reason}|{nodes}|0:01|30:00|{job['partition']}|"
                   f"{(code << 8) | sig}|{job['name']}", file=stdout)
         else:
             print(f"{job['id']}|{state}|{reason}|{nodes}|0:01|30:00|{job['partition']}|"
@@ -298,12 +347,13 @@ def scontrol(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
 def scancel(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
     with Store() as data:
         for job_id in argv:
-            job = data["jobs"].get(job_id)
-            if job is None:
+            found = expand_ids([job_id], data)
+            if not found:
                 stderr.write(f"scancel: error: Invalid job id {job_id}\n")
-                continue
-            if where(job, data["tick"])[1] is None:
-                job["cancelled_at"] = data["tick"]
+            for key in found:
+                job = data["jobs"][key]
+                if where(job, data["tick"])[1] is None:
+                    job["cancelled_at"] = data["tick"]
     return 0
 
 

@@ -50,6 +50,20 @@ def test_golden(name: str) -> None:
     check_golden(GOLDEN / f"{name}.def", render(name))
 
 
+def test_the_torchvision_example_spec_installs_from_pytorchs_cpu_index() -> None:
+    """examples/specs/pytorch-cpu-torchvision.yaml: the CPU image plus the torchvision
+    built for its torch, where PyTorch's index answers (docs/guide/build.md)."""
+    spec = Path(__file__).resolve().parents[2] / "examples" / "specs" / \
+        "pytorch-cpu-torchvision.yaml"
+    text = render_definition(load_spec(spec), CTX).text
+    check_golden(GOLDEN / "pytorch-cpu-torchvision.def", text)
+    assert "Bootstrap: localimage\nFrom: /scratch/images/pytorch-horovod-cpu.sif\n" in text
+    assert "export PIP_INDEX_URL=https://download.pytorch.org/whl/cpu\n" in text
+    assert "export PIP_EXTRA_INDEX_URL=https://pypi.org/simple\n" in text
+    assert "python3 -m pip install torchvision==0.28.0 tqdm tensorboard\n" in text
+    assert "apt-get" not in text  # the base image's MPI and Python are kept
+
+
 def test_root_singularity_def_is_the_rendered_default_image() -> None:
     text = render_root_definition()
     if REGEN:

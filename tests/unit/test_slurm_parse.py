@@ -328,10 +328,38 @@ def test_wait_status_from_squeue_exit_code() -> None:
 
 
 def test_squeue_status_rows_carry_the_exit_code_of_ended_jobs_only() -> None:
-    out = ("7|FAILED|NonZeroExitCode|n1|0:03|10:00|debug|768|a|b\n"
-           "8|RUNNING|None|n[1-2]|0:01|10:00|debug|0|job\n"
+    out = ("7|N/A|FAILED|NonZeroExitCode|n1|0:03|10:00|debug|768|a|b\n"
+           "8|N/A|RUNNING|None|n[1-2]|0:01|10:00|debug|0|job\n"
            "garbage\n")
     failed, running = parse_squeue_status(out)
     assert (failed.job_id, failed.state, failed.exit_code, failed.signal) == ("7", "FAILED", 3, 0)
     assert failed.name == "a|b" and failed.reason == "NonZeroExitCode"
     assert (running.state, running.exit_code, running.reason) == ("RUNNING", None, "")
+
+
+def test_squeue_status_names_an_array_task_as_slurm_does() -> None:
+    # squeue -r -O ArrayJobID,ArrayTaskID,...: a task is ARRAY_TASK, a plain job its id.
+    out = ("410|2|PENDING|JobArrayTaskLimit||0:00|10:00|debug|0|sweep\n"
+           "410|0|COMPLETED|None|n1|0:03|10:00|debug|256|sweep\n"
+           "405|N/A|RUNNING|None|n2|0:01|10:00|debug|0|other\n")
+    pending, done, plain = parse_squeue_status(out)
+    assert (pending.job_id, pending.state, pending.reason) == ("410_2", "PENDING",
+                                                               "JobArrayTaskLimit")
+    assert (done.job_id, done.exit_code) == ("410_0", 1)
+    assert plain.job_id == "405"
+
+
+def test_an_array_as_a_whole_runs_while_a_task_runs_and_ends_as_its_worst_task() -> None:
+    from hpcdl.schedulers.slurm.parse import array_of, parse_sacct
+
+    rows = parse_sacct("410_0|COMPLETED|0:0|n1|00:00:03|10:00|debug|s\n"
+                       "410_1|FAILED|1:0|n2|00:00:03|10:00|debug|s\n"
+                       "4100_1|RUNNING|0:0|n2|00:00:03|10:00|debug|other\n")
+    whole = array_of("410", rows, "sacct")
+    assert whole is not None
+    assert (whole.job_id, whole.state, whole.exit_code) == ("410", "FAILED", 1)
+    assert whole.reason == "array of 2 tasks: 1 COMPLETED, 1 FAILED"
+    running = array_of("410", [*rows, *parse_sacct("410_2|RUNNING|0:0|n1|0:01|10:00|debug|s\n")],
+                       "sacct")
+    assert running is not None and running.state == "RUNNING" and running.exit_code is None
+    assert array_of("999", rows, "sacct") is None

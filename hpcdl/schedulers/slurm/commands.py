@@ -14,6 +14,7 @@ from hpcdl.core.errors import HpcdlError, SubmitError, ToolError
 from hpcdl.remote.ssh import RemoteInputError, SshExecutor
 from hpcdl.schedulers.base import SubmitOptions
 from hpcdl.schedulers.executor import LOCAL, Executor
+from hpcdl.schedulers.slurm.array import ARRAY_SPEC
 from hpcdl.schedulers.slurm.parse import parse_job_id
 
 SBATCH_TIMEOUT = 60
@@ -66,11 +67,16 @@ def sbatch_argv(script: str | Path, job_name: str,
                 options: SubmitOptions | None = None) -> list[str]:
     """argv that submits ``script``. The exact job name travels here, not in the
     script (#SBATCH cannot carry every name), and so do the options that are not part
-    of the job itself (a serial sweep's singleton, a chain's dependency). Pure."""
+    of the job itself (a serial sweep's singleton, a chain's dependency, an array's
+    tasks). Pure; raises SubmitError for an array spec Slurm would not take."""
     options = options or SubmitOptions()
     extra = ["--dependency=singleton"] if options.one_at_a_time else []
     if options.after is not None:
         extra.append(f"--dependency=afterany:{options.after}")
+    if options.array is not None:
+        if not ARRAY_SPEC.fullmatch(options.array):
+            raise SubmitError(f"array: {options.array!r} is not an --array spec (e.g. 0-5%2)")
+        extra.append(f"--array={options.array}")
     return ["sbatch", "--parsable", f"--job-name={job_name}", *extra, str(script)]
 
 

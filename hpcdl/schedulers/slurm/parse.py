@@ -18,8 +18,10 @@ from hpcdl.schedulers.slurm.states import to_hpcdl
 SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%l|%P|%j"
 # squeue -O for the batched status query: the same columns plus exit_code (the raw
 # wait status, as slurmctld holds it until MinJobAge); "Field:|" = unpadded + "|".
-SQUEUE_STATUS_FIELDS = ("JobID:|,State:|,Reason:|,NodeList:|,TimeUsed:|,TimeLimit:|,"
-                        "Partition:|,exit_code:|,Name:")
+# An array task's id is ArrayJobID_ArrayTaskID (-O JobID would print its own number, which
+# no user sees); a plain job has ArrayTaskID N/A and ArrayJobID its id.
+SQUEUE_STATUS_FIELDS = ("ArrayJobID:|,ArrayTaskID:|,State:|,Reason:|,NodeList:|,TimeUsed:|,"
+                        "TimeLimit:|,Partition:|,exit_code:|,Name:")
 # sacct -o: the same idea; JobName last.
 SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Elapsed,Timelimit,Partition,JobName"
 
@@ -87,8 +89,10 @@ def parse_squeue_status(stdout: str) -> list[JobStatus]:
     """Rows of ``squeue -h -O SQUEUE_STATUS_FIELDS``; a finished job carries its exit
     code and signal (slurmctld's, the same that ``scontrol show job`` prints)."""
     out = []
-    for parts in _rows(stdout, fields=9):
-        job_id, raw, reason, nodes, elapsed, limit, partition, code_text, name = parts
+    for parts in _rows(stdout, fields=10):
+        base, task, raw, reason, nodes, elapsed, limit, partition, code_text, name = parts
+        task = task.strip()
+        job_id = base.strip() if task in ("", "N/A") else f"{base.strip()}_{task}"
         state = to_hpcdl(raw)
         code, sig = wait_status(code_text) if is_final(state) else (None, None)
         out.append(JobStatus(
@@ -137,6 +141,37 @@ def parse_sacct(stdout: str) -> list[JobStatus]:
             time_limit=limit.strip(), partition=partition.strip(), source="sacct",
         ))
     return out
+
+
+# When an array's tasks disagree, the array's state is the first of these a task has.
+_ARRAY_ORDER = (JobState.RUNNING, JobState.SUSPENDED, JobState.PENDING, JobState.FAILED,
+                JobState.TIMEOUT, JobState.CANCELLED, JobState.UNKNOWN, JobState.COMPLETED)
+
+
+def array_of(job_id: str, rows: list[JobStatus], source: str) -> JobStatus | None:
+    """One status for the array ``job_id`` from its tasks' rows (``123_0``, ``123_1``,
+    ...): running while any task runs or waits, else the worst end (FAILED before
+    TIMEOUT before CANCELLED before COMPLETED), the highest exit code, and a reason
+    that counts the tasks per state. None when ``rows`` has no task of it."""
+    tasks = [r for r in rows if r.job_id.startswith(f"{job_id}_")
+             and r.job_id[len(job_id) + 1:].isdigit()]
+    if not tasks:
+        return None
+    counts: dict[str, int] = {}
+    for row in tasks:
+        counts[str(row.state)] = counts.get(str(row.state), 0) + 1
+    state = next(s for s in _ARRAY_ORDER if any(r.state == s for r in tasks))
+    lead = next(r for r in tasks if r.state == state)
+    final = all(is_final(r.state) for r in tasks)
+    codes = [r.exit_code for r in tasks if r.exit_code is not None]
+    nodes = sorted({r.nodes for r in tasks if r.nodes})
+    return JobStatus(
+        job_id=job_id, name=lead.name, state=state, native_state=lead.native_state,
+        exit_code=max(codes) if final and codes else None,
+        signal=lead.signal if final else None, nodes=",".join(nodes), elapsed=lead.elapsed,
+        time_limit=lead.time_limit, partition=lead.partition,
+        reason=f"array of {len(tasks)} tasks: " + ", ".join(
+            f"{n} {s}" for s, n in sorted(counts.items())), source=source)
 
 
 def is_sacct_placeholder(row: JobStatus, live: JobStatus | None) -> bool:

@@ -12,12 +12,14 @@ from dataclasses import replace
 from hpcdl.core.errors import ToolError
 from hpcdl.schedulers.base import is_final
 from hpcdl.schedulers.executor import LOCAL, Executor
+from hpcdl.schedulers.slurm.array import split_task_id
 from hpcdl.schedulers.slurm.parse import (
     HISTORY_FIELDS,
     SACCT_FIELDS,
     SQUEUE_FORMAT,
     SQUEUE_STATUS_FIELDS,
     JobStatus,
+    array_of,
     is_sacct_placeholder,
     parse_sacct,
     parse_sacct_history,
@@ -35,22 +37,28 @@ def slurm_available(ex: Executor = LOCAL) -> bool:
 
 
 def squeue_job(job_id: str, ex: Executor = LOCAL) -> JobStatus | None:
-    """The job as squeue sees it (live, or ended less than MinJobAge ago), or None."""
-    res = ex.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", SQUEUE_FORMAT],
+    """The job as squeue sees it (live, or ended less than MinJobAge ago), or None. An
+    array's id gives the array as a whole (array_of its tasks); ``123_4`` one task."""
+    # -r: one line per array task, pending ones too (without it squeue folds them
+    # into one "123_[2-5%2]" line).
+    res = ex.run(["squeue", "-h", "-t", "all", "-r", "-j", job_id, "-o", SQUEUE_FORMAT],
                    timeout=QUERY_TIMEOUT, check=False)
     # squeue exits 1 with "Invalid job id specified" once the job left its memory.
-    rows = [r for r in parse_squeue(res.stdout) if r.job_id == job_id] if res.ok else []
-    return rows[0] if rows else None
+    found = parse_squeue(res.stdout) if res.ok else []
+    rows = [r for r in found if r.job_id == job_id]
+    return rows[0] if rows else array_of(job_id, found, "squeue -r")
 
 
 def sacct_job(job_id: str, ex: Executor = LOCAL) -> JobStatus | None:
-    """The job's accounting row, or None when the database has none (yet)."""
+    """The job's accounting row (an array's: array_of its tasks' rows), or None when
+    the database has none (yet)."""
     res = ex.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", SACCT_FIELDS],
                    timeout=QUERY_TIMEOUT, check=False)
     if not res.ok:
         return None
-    rows = [r for r in parse_sacct(res.stdout) if r.job_id == job_id]
-    return rows[-1] if rows else None
+    found = parse_sacct(res.stdout)
+    rows = [r for r in found if r.job_id == job_id]
+    return rows[-1] if rows else array_of(job_id, found, "sacct")
 
 
 def scontrol_exit(job_id: str, slurm_state: str,
@@ -75,7 +83,10 @@ def job_status(job_id: str, *, settle_s: float = 0.0, ex: Executor = LOCAL) -> J
     if live is not None:
         if not is_final(live.state):
             return live
-        code, sig = scontrol_exit(job_id, live.native_state, ex)
+        # An array that ended: its tasks' exit codes are in sacct, not in one
+        # `scontrol show job` record.
+        code, sig = (scontrol_exit(job_id, live.native_state, ex)
+                     if live.source != "squeue -r" else (None, None))
         if code is not None:
             return _with_exit(live, code, sig, source="squeue+scontrol")
     deadline = time.monotonic() + settle_s
@@ -108,7 +119,10 @@ def statuses(job_ids: Sequence[str], ex: Executor = LOCAL) -> dict[str, JobStatu
     wanted = list(dict.fromkeys(job_ids))
     if not wanted:
         return {}
-    res = ex.run(["squeue", "-h", "-t", "all", "-j", ",".join(wanted),
+    # Array tasks (123_4) are asked for by their array (123): one squeue -r lists every
+    # task of it, so following a 1,000-point sweep stays one command per poll.
+    asked = ",".join(dict.fromkeys(_array_or_self(j) for j in wanted))
+    res = ex.run(["squeue", "-h", "-t", "all", "-r", "-j", asked,
                     "-O", SQUEUE_STATUS_FIELDS], timeout=QUERY_TIMEOUT, check=False)
     # squeue exits 1 ("Invalid job id specified") when it has forgotten a lone job id.
     live = ({r.job_id: r for r in parse_squeue_status(res.stdout) if r.job_id in wanted}
@@ -118,7 +132,8 @@ def statuses(job_ids: Sequence[str], ex: Executor = LOCAL) -> dict[str, JobStatu
     ended = [job_id for job_id in wanted if job_id not in out]
     if not ended:
         return out
-    sa = ex.run(["sacct", "-n", "-P", "-X", "-j", ",".join(ended), "-o", SACCT_FIELDS],
+    sa = ex.run(["sacct", "-n", "-P", "-X", "-j",
+                 ",".join(dict.fromkeys(_array_or_self(j) for j in ended)), "-o", SACCT_FIELDS],
                   timeout=QUERY_TIMEOUT, check=False)
     rows = {r.job_id: r for r in parse_sacct(sa.stdout)} if sa.ok else {}
     for job_id in ended:
@@ -130,6 +145,12 @@ def statuses(job_ids: Sequence[str], ex: Executor = LOCAL) -> dict[str, JobStatu
         elif row is not None:
             out[job_id] = row
     return out
+
+
+def _array_or_self(job_id: str) -> str:
+    """The array's id of task ``123_4``; any other id as it is."""
+    task = split_task_id(job_id)
+    return task[0] if task else job_id
 
 
 def history(job_id: str, ex: Executor = LOCAL) -> list[JobStatus]:

@@ -1,0 +1,227 @@
+"""`hpcdl sweep`: a hyperparameter sweep of the bundled example or a COMMAND as one Slurm
+job array (hpcdl.sweep.arrays), optionally followed to its comparison table; and
+`--retry-failed SWEEP_DIR`, the failed points alone as a new array."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hpcdl.cli.display import SweepBar
+from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
+from hpcdl.cli.submit import defaults_line
+from hpcdl.core.errors import ValidationError
+from hpcdl.plan import BACKENDS, JobRequest, job_image
+
+
+@click.command()
+@click.option("--profile", "-p", "profile", metavar="NAME|PATH",
+              help="Cluster profile (default: $HPCDL_PROFILE). See `hpcdl profiles list`.")
+@click.option("--partition", metavar="NAME", help="Partition (default: the smallest that fits).")
+@click.option("--nodes", "-N", type=int, default=1, show_default=True,
+              help="Nodes of every point.")
+@click.option("--gpus", "-G", type=int, help="GPUs per node of every point (one rank per GPU).")
+@click.option("--time", "-t", metavar="HH:MM:SS", help="Wall time limit of each point.")
+@click.option("--cpus-per-task", "-c", type=int,
+              help="CPUs per rank; default: the node's CPUs shared between its GPUs.")
+@click.option("--job-name", "-J", help="The array's job name (default: hpcdl-sweep-<id>).")
+@click.option("--template", type=click.Path(dir_okay=False),
+              help="Use this Jinja2 template instead of the bundled one.")
+@click.option("--backend", type=click.Choice(BACKENDS), default="horovod", show_default=True,
+              help="Distributed backend of the bundled example.")
+@example_options
+@launch_options
+@click.option("--param", "params", multiple=True, metavar="NAME=V1,V2",
+              help="A parameter and its values (repeatable); the sweep is every combination. "
+                   "Bundled example: --NAME=V among its arguments (NAME one of its options). "
+                   "COMMAND: {NAME} in COMMAND replaced by V, else --NAME=V appended. With "
+                   "--random: NAME=log:LOW:HIGH or NAME=lin:LOW:HIGH as well.")
+@click.option("--points", "points_file", type=click.Path(dir_okay=False, path_type=Path),
+              metavar="FILE.yaml", help="The points as a YAML list of mappings NAME: value "
+                                        "(instead of --param).")
+@click.option("--random", "random_count", type=int, metavar="N",
+              help="N points drawn from the --param ranges and lists instead of the grid.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random.")
+@click.option("--max-concurrent", type=int, metavar="M",
+              help="At most M points run at once (--array=0-K%M); default: the partition's "
+                   "max_jobs_per_user, else no limit.")
+@click.option("--retry-failed", "retry", type=click.Path(exists=True, file_okay=False,
+                                                         path_type=Path),
+              metavar="SWEEP_DIR", help="Submit the failed points of SWEEP_DIR again as one new "
+                                        "array (--array=3,5); nothing else is needed.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the points and the array script (stdout); write and submit nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--wait", "-w", is_flag=True,
+              help="Follow every task (one scheduler query per poll), then print the table.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
+def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | None,
+          time: str | None, cpus_per_task: int | None, job_name: str | None,
+          template: str | None, backend: str, image: str | None, env: tuple[str, ...],
+          binds: tuple[str, ...], data: str | None, synthetic: bool,
+          example_args: tuple[str, ...], no_image: bool, launcher: str | None,
+          gpu_bind: str | None, params: tuple[str, ...], points_file: Path | None,
+          random_count: int | None, seed: int, max_concurrent: int | None, retry: Path | None,
+          dry_run: bool, as_json: bool, wait: bool, command: tuple[str, ...]) -> None:
+    """Run a hyperparameter sweep as one Slurm job array.
+
+    Every point (a combination of the --param values, a --points file's entry or a
+    --random draw) is planned and checked against the profile before anything is
+    written (exit 2 naming the point, the field and the limit); then one sbatch
+    --array submits them all into one sweep directory under $HPCDL_RUNS, a run
+    directory per point (point-000/...). `hpcdl results SWEEP_DIR` compares them
+    (--sort COLUMN), `hpcdl report` draws them, `hpcdl track` exports them;
+    `hpcdl status|cancel JOBID` takes the array or one task (JOBID_TASK).
+
+    \b
+    Examples:
+      hpcdl sweep -p sandbox -N 1 -G 1 --synthetic --param lr=0.1,0.05 --param wd=1e-4,5e-5
+      hpcdl sweep -p sandbox -G 1 --max-concurrent 2 --param lr=0.1,0.01 -- python3 train.py --lr {lr}
+      hpcdl sweep -p sandbox -G 1 --random 20 --param lr=log:1e-4:1e-1 --seed 1 --dry-run
+      hpcdl sweep --retry-failed runs/sweep-20261126-101500-ab12 --wait
+    """
+    from hpcdl.jobs.place import connect
+    from hpcdl.jobs.preflight import check_inputs, image_arch_facts
+    from hpcdl.profiles import load_profile
+    from hpcdl.schedulers.pbs import script as pbs
+    from hpcdl.sweep import arrays
+    from hpcdl.sweep import params as sweep_params
+    from hpcdl.sweep.grid import new_sweep_id, sweep_path
+
+    if retry is not None:
+        if params or points_file or random_count or command or dry_run:
+            raise ValidationError("retry-failed: takes only --max-concurrent, --wait, --json "
+                                  "(the points and their scripts are the sweep's)")
+        _retry(retry, max_concurrent=max_concurrent, wait=wait, as_json=as_json)
+        return
+    if gpus is None:
+        raise ValidationError("gpus: -G/--gpus N is required (GPUs per node of every point)")
+    prof = load_profile(profile)
+    if not dry_run:
+        pbs.refuse(prof, "sweep")  # a PBS profile's scripts are for reading (exit 2)
+    if prof.login is not None:
+        raise ValidationError(f"sweep: not yet for a cluster reached over SSH (profile "
+                              f"{prof.name} has login: {prof.login.host})",
+                              hint="run hpcdl sweep on the cluster's login node")
+    known = None if command else sweep_params.example_options()
+    points = _points(params, points_file, random_count, seed, known)
+    sweep_id = new_sweep_id()
+    base = JobRequest(nodes=nodes, gpus=gpus, partition=partition, time=time,
+                      cpus_per_task=cpus_per_task,
+                      job_name=job_name or f"hpcdl-sweep-{sweep_id.rsplit('-', 1)[-1]}",
+                      image=image, backend=backend, env=parse_env(env), binds=binds,
+                      command=command, data=data, synthetic=synthetic,
+                      example_args=example_args, template=template, no_image=no_image,
+                      launcher=launcher, gpu_bind=gpu_bind)
+    facts = image_arch_facts(job_image(prof, base)[0])
+    mode = runtime_mode_for(prof, base)
+    conn = connect(prof, dry_run=dry_run)
+    plan = arrays.plan_array(prof, base, points, sweep_dir=sweep_path(sweep_id),
+                             max_concurrent=max_concurrent, image_facts=facts,
+                             runtime_mode=mode, place=conn.place)  # raises before writing
+    if dry_run:
+        _show(plan, as_json)
+        return
+    check_inputs(base, image=plan.plans[0].image)
+    record = arrays.submit_array(prof, plan, scheduler=conn.scheduler)
+    array_id = record["arrays"][0]["job_id"]
+    if not as_json:
+        click.echo(f"submitted array {array_id}: {len(points)} points (--array={plan.array}; "
+                   f"{plan.limit_reason}) into {plan.sweep_dir}", err=True)
+    if not wait:
+        click.echo(json.dumps({"sweep_dir": str(plan.sweep_dir), "array_job_id": array_id,
+                               "array": plan.array, "points": len(points)}) if as_json else
+                   f"sweep {sweep_id}: array job {array_id}; follow with `hpcdl results "
+                   f"{plan.sweep_dir}`")
+        return
+    _follow(plan.sweep_dir, conn.scheduler, len(points), as_json)
+
+
+def _points(params: tuple[str, ...], points_file: Path | None, random_count: int | None,
+            seed: int, known: frozenset[str] | None) -> list[Any]:
+    from hpcdl.sweep import params as sweep_params
+
+    given = sum(1 for x in (bool(params) and random_count is None, points_file,
+                            random_count is not None) if x)
+    if given != 1:
+        raise ValidationError("param: give --param NAME=V1,V2 (a grid), --points FILE.yaml, "
+                              "or --random N with --param ranges; exactly one of them")
+    if points_file is not None:
+        return sweep_params.load_points(points_file, known=known)
+    if random_count is not None:
+        if not params:
+            raise ValidationError("random: needs --param NAME=log:LOW:HIGH (or lin:, or a list)")
+        return sweep_params.sample(list(params), random_count, seed, known=known)
+    return sweep_params.grid([sweep_params.parse_param(p, known=known) for p in params])
+
+
+def _show(plan: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({
+            "sweep_dir": str(plan.sweep_dir), "array": plan.array,
+            "max_concurrent": plan.max_concurrent, "partition": plan.plans[0].partition,
+            "points": [{"index": p.index, "params": p.params, "run_dir": pl.run_dir,
+                        "launch_line": pl.launch_line}
+                       for p, pl in zip(plan.points, plan.plans, strict=True)],
+            "script": plan.script}, indent=2))
+        return
+    first = plan.plans[0]
+    click.echo(f"# {len(plan.points)} points, one array: sbatch --array={plan.array} "
+               f"({plan.limit_reason}); partition {first.partition}: {first.partition_reason}",
+               err=True)
+    click.echo(f"# sweep directory {plan.sweep_dir} (nothing is created)", err=True)
+    if first.example_defaults:
+        click.echo(f"# {defaults_line(first)}", err=True)
+    for point, pl in zip(plan.points, plan.plans, strict=True):
+        click.echo(f"# point {point.index}: {point.describe()}: {pl.launch_line}", err=True)
+    click.echo(plan.script, nl=False)
+
+
+def _follow(sweep_dir: Path, scheduler: Any, total: int, as_json: bool) -> None:
+    from hpcdl.sweep import arrays
+    from hpcdl.sweep.compare import format_table, to_json
+    from hpcdl.sweep.run import follow_sweep
+
+    bar = SweepBar(total)
+    try:
+        follow_sweep(sweep_dir, scheduler=scheduler,
+                     on_done=lambda p, t: bar.finished(
+                         f"{p.entry['label']}: {(p.record or {}).get('state', p.state)} "
+                         f"after {t:.0f} s"))
+    except KeyboardInterrupt:
+        bar.close()
+        click.echo(f"\nstopped following; the tasks go on. Later: hpcdl results {sweep_dir}",
+                   err=True)
+        raise SystemExit(130) from None
+    finally:
+        bar.close()
+    rows, names = arrays.table(sweep_dir, scheduler=scheduler, query=False)
+    click.echo(to_json(rows, {"sweep_dir": str(sweep_dir)}) if as_json
+               else format_table(rows, names))
+    if any(r["state"] != "COMPLETED" for r in rows):
+        raise SystemExit(1)
+
+
+def _retry(sweep_dir: Path, *, max_concurrent: int | None, wait: bool, as_json: bool) -> None:
+    from hpcdl.jobs.results import connection_for
+    from hpcdl.sweep import arrays
+
+    scheduler = connection_for(sweep_dir).scheduler
+    indices, array_id = arrays.retry_failed(sweep_dir, scheduler=scheduler,
+                                            max_concurrent=max_concurrent)
+    if not indices:
+        click.echo(json.dumps({"sweep_dir": str(sweep_dir), "retried": []}) if as_json
+                   else f"{sweep_dir}: no failed point (points still queued or running are "
+                        f"left alone)")
+        return
+    if not as_json or not wait:
+        text = (json.dumps({"sweep_dir": str(sweep_dir), "retried": indices,
+                            "array_job_id": array_id}) if as_json else
+                f"resubmitted {len(indices)} failed point(s) {','.join(map(str, indices))} as "
+                f"array {array_id}")
+        click.echo(text, err=wait)
+    if wait:
+        _follow(sweep_dir, scheduler, len(arrays.read_array_sweep(sweep_dir)["points"]), as_json)

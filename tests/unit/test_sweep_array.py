@@ -1,0 +1,246 @@
+"""`hpcdl sweep` against the fake Slurm (tests/fakeslurm): one sbatch --array for all
+points, a run directory per point, following every task with one squeue per poll,
+--retry-failed, status/cancel/logs of an array and of a task, and the bad input that
+is refused before anything is written. The pure parts (the points, the array spec and
+script) without any tool. The same paths run on the real sandbox in
+tests/integration/test_sweep_array.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from hpcdl.cli import cli
+from hpcdl.core.errors import ValidationError
+from hpcdl.core.resources import PACKAGE_DIR
+from hpcdl.schedulers.slurm.adapter import SlurmScheduler
+from hpcdl.schedulers.slurm.array import array_script, array_spec, split_task_id
+from hpcdl.sweep import params
+from tests.fakeslurm.fixture import FakeSlurm
+
+
+def out_for(loss: float) -> str:
+    result = {"world_size": 1, "images_per_sec": 50.0, "final_loss": loss, "top1": 0.25,
+              "wall_time": 2.0}
+    return "0: " + json.dumps({"hpcdl_result": result}) + "\n"
+
+
+GRID = ("--param", "lr=0.1,0.05,0.025", "--param", "wd=1e-4,5e-5")
+
+
+def run_cli(*args: str) -> Any:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert "Traceback (most recent call last)" not in result.output
+    return result
+
+
+def sweep(*extra: str) -> Any:
+    return run_cli("sweep", "-p", "sandbox", "-N", "1", "-G", "1", "-c", "1", "--synthetic",
+                   "--no-image", *extra)
+
+
+@pytest.fixture
+def fake(fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeSlurm:
+    monkeypatch.setenv("HPCDL_SKIP_LIVE_CHECK", "1")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("hpcdl.jobs.follow.MIN_INTERVAL_S", 0.01)
+    monkeypatch.setattr("hpcdl.jobs.follow.LOG_READ_S", 0.0)
+    fake_slurm.scenario(
+        default={"states": [["PENDING", 1], ["RUNNING", 2], ["COMPLETED", 0]],
+                 "stdout": out_for(1.5)},
+        task_specs={"100_3": {"states": [["RUNNING", 1], ["FAILED", 0]], "exit": "1:0",
+                              "stdout": "0: Traceback\n", "stderr": "0: ValueError: bad wd\n"}},
+        sacct_lag=1)
+    return fake_slurm
+
+
+def sweep_dir_of(tmp_path: Path) -> Path:
+    (found,) = (tmp_path / "runs").glob("sweep-*")
+    return found
+
+
+def test_one_sbatch_submits_every_point_each_with_its_own_run_directory(
+        fake: FakeSlurm, tmp_path: Path) -> None:
+    res = sweep(*GRID, "--max-concurrent", "2", "--json")
+    assert res.exit_code == 0, res.output
+    assert fake.counts()["sbatch"] == 1
+    (call,) = [c for c in fake.calls() if c["tool"] == "sbatch"]
+    assert "--array=0-5%2" in call["argv"]
+    data = json.loads(res.stdout)
+    assert data["array_job_id"] == "100" and data["points"] == 6
+    sweep_dir = Path(data["sweep_dir"])
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    assert record["kind"] == "params" and record["params"] == ["lr", "wd"]
+    assert [p["params"] for p in record["points"]][:2] == [{"lr": "0.1", "wd": "1e-4"},
+                                                         {"lr": "0.1", "wd": "5e-5"}]
+    for i, point in enumerate(record["points"]):
+        run = sweep_dir / f"point-{i:03d}"
+        assert point["run_dir"] == run.name and point["job_id"] == f"100_{i}"
+        plan = json.loads((run / "plan.json").read_text())
+        assert plan["sweep_point"] == {"index": i, "params": point["params"]}
+        assert f"--lr={point['params']['lr']}" in (run / "job.sbatch").read_text()
+        assert json.loads((run / "job.json").read_text())["job_id"] == f"100_{i}"
+    script = (sweep_dir / "array.sbatch").read_text()
+    assert f"#SBATCH --output={sweep_dir}/point-%3a/slurm-%A_%a.out" in script
+    assert f"  5) exec bash {sweep_dir}/point-005/job.sbatch ;;  # lr=0.025 wd=5e-5" in script
+
+
+def test_wait_follows_every_task_with_one_squeue_per_poll_and_prints_the_table(
+        fake: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    per_poll: list[tuple[int, int]] = []
+    real = SlurmScheduler.statuses
+
+    def counted(self: SlurmScheduler, job_ids: Any) -> Any:
+        before = fake.counts()
+        try:
+            return real(self, job_ids)
+        finally:
+            after = fake.counts()
+            per_poll.append((after["squeue"] - before["squeue"], after["sacct"] - before["sacct"]))
+
+    monkeypatch.setattr(SlurmScheduler, "statuses", counted)
+    fake.scenario(default={"states": [["PENDING", 1], ["RUNNING", 2], ["COMPLETED", 0]],
+                           "stdout": out_for(1.5)}, sacct_lag=1)
+    res = sweep(*GRID, "--max-concurrent", "2", "--wait")
+    assert res.exit_code == 0, res.output
+    assert len(per_poll) >= 3 and all(squeue == 1 for squeue, _ in per_poll), per_poll
+    assert sum(sacct for _, sacct in per_poll) == 0, per_poll
+    # every squeue asked for the array, never for each task
+    assert {tuple(c["argv"][c["argv"].index("-j") + 1:][:1]) for c in fake.calls()
+            if c["tool"] == "squeue"} == {("100",)}
+    table = res.stdout
+    assert table.splitlines()[0].split()[:4] == ["POINT", "LR", "WD", "STATE"]
+    assert "6 points, 6 completed" in table and "1.5" in table and "25.0%" in table
+
+
+def test_retry_failed_resubmits_only_the_failed_point(fake: FakeSlurm, tmp_path: Path) -> None:
+    first = sweep(*GRID, "--wait")
+    assert first.exit_code == 1
+    assert "6 points, 5 completed" in first.stdout
+    sweep_dir = sweep_dir_of(tmp_path)
+    fake.reset_calls()
+    again = run_cli("sweep", "--retry-failed", str(sweep_dir), "--wait")
+    assert again.exit_code == 0, again.output
+    (call,) = [c for c in fake.calls() if c["tool"] == "sbatch"]
+    assert "--array=3" in call["argv"] and call["argv"][-1] == str(sweep_dir / "array.sbatch")
+    assert "6 points, 6 completed" in again.stdout
+    point = sweep_dir / "point-003"
+    assert json.loads((point / "job.json").read_text())["job_id"] == "101_3"
+    assert json.loads((point / "result-100_3.json").read_text())["state"] == "FAILED"
+    assert json.loads((point / "result.json").read_text())["state"] == "COMPLETED"
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    assert [a["indices"] for a in record["arrays"]] == [[0, 1, 2, 3, 4, 5], [3]]
+    nothing = run_cli("sweep", "--retry-failed", str(sweep_dir))
+    assert nothing.exit_code == 0 and "no failed point" in nothing.stdout
+
+
+def test_results_sorts_by_a_parameter_or_a_column_and_json(fake: FakeSlurm, tmp_path: Path) -> None:
+    sweep(*GRID, "--wait")
+    sweep_dir = sweep_dir_of(tmp_path)
+    res = run_cli("results", str(sweep_dir), "--sort", "-lr", "--json")
+    rows = json.loads(res.stdout)["rows"]
+    assert [r["lr"] for r in rows] == ["0.1", "0.1", "0.05", "0.05", "0.025", "0.025"]
+    assert rows[0]["final_loss"] == 1.5 and rows[0]["images_per_sec"] == 50.0
+    by_state = run_cli("results", str(sweep_dir), "--sort", "state", "--csv").stdout
+    assert by_state.splitlines()[1].split(",")[3] == "COMPLETED"
+    assert by_state.splitlines()[-1].split(",")[3] == "FAILED"
+    bad = run_cli("results", str(sweep_dir), "--sort", "loss")
+    assert bad.exit_code == 2 and "columns: point, lr, wd, state" in bad.output
+
+
+def test_status_cancel_and_logs_take_the_array_and_one_task(fake: FakeSlurm,
+                                                            tmp_path: Path) -> None:
+    fake.scenario(default={"states": [["RUNNING", 10**6], ["COMPLETED", 0]]})
+    assert sweep("--param", "lr=0.1,0.2,0.3").exit_code == 0
+    whole = json.loads(run_cli("status", "100", "--json").stdout)
+    assert whole["state"] == "RUNNING" and whole["reason"] == "array of 3 tasks: 3 RUNNING"
+    one = json.loads(run_cli("status", "100_2", "--json").stdout)
+    assert one["job_id"] == "100_2" and one["state"] == "RUNNING"
+    logs = run_cli("logs", "100")
+    assert logs.exit_code == 2 and "an array of 3 tasks" in logs.output
+    assert "hpcdl logs 100_0" in logs.output
+    assert run_cli("cancel", "100_1").stdout.startswith("job 100_1: CANCELLED")
+    res = run_cli("cancel", "100")
+    assert res.exit_code == 0 and res.stdout.startswith("job 100: CANCELLED"), res.output
+    states = {j["id"]: j.get("cancelled_at") is not None for j in fake.jobs().values()}
+    assert states == {"100_0": True, "100_1": True, "100_2": True}
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--param", "momentun=0.9"), "'momentun' is not an option of the bundled example"),
+    (("--param", "lr="), "param lr: empty list of values"),
+    (("--param", "lr=0.1,,0.2"), "an empty value"),
+    (("--param", "lr=0.1;reboot"), "is not one plain token"),
+    (("--param", "data=/x"), "--data is set by hpcdl"),
+    (("--param", "lr=0.1", "--param", "lr=0.2"), "'lr' given twice"),
+    (("--param", "lr=1,2,3,4,5", "-p", "LIMITED"), "5 points, but partition debug allows 4 "
+                                                   "(max_array_size"),
+    (("--param", "lr=1,2", "--max-concurrent", "0"), "max-concurrent: 0 must be 1 or more"),
+])
+def test_bad_input_is_one_line_exit_2_and_nothing_submitted(
+        fake: FakeSlurm, tmp_path: Path, args: tuple[str, ...], words: str) -> None:
+    limited = tmp_path / "limited.yaml"
+    profile = yaml.safe_load((PACKAGE_DIR / "profiles" / "bundled" / "sandbox.yaml").read_text())
+    profile["name"] = "limited"
+    for part in profile["partitions"]:
+        part["max_array_size"] = 4
+    limited.write_text(yaml.safe_dump(profile))
+    args = tuple(str(limited) if a == "LIMITED" else a for a in args)
+    res = sweep(*args)
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and words in lines[0], res.output
+    assert fake.counts()["sbatch"] == 0
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
+def test_a_command_sweep_fills_its_placeholders_and_appends_the_rest(fake: FakeSlurm) -> None:
+    res = sweep("--param", "lr=0.1,0.2", "--param", "seed=1", "--dry-run", "--json", "--",
+                "python3", "train.py", "--learning-rate={lr}")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["array"] == "0-1"
+    assert data["points"][1]["launch_line"].endswith("train.py --learning-rate=0.2 --seed=1")
+    assert fake.counts()["sbatch"] == 0
+
+
+def test_the_points_a_grid_a_file_and_random_draws(tmp_path: Path) -> None:
+    known = params.example_options()
+    assert {"lr", "wd", "momentum", "arch", "max-steps"} <= known
+    points = params.grid([params.parse_param("lr=0.1,0.05", known=known),
+                          params.parse_param("--wd=1e-4", known=known)])
+    assert [p.describe() for p in points] == ["lr=0.1 wd=1e-4", "lr=0.05 wd=1e-4"]
+    drawn = params.sample(["lr=log:1e-4:1e-1", "arch=resnet18,resnet50"], 5, 7, known=known)
+    assert drawn == params.sample(["lr=log:1e-4:1e-1", "arch=resnet18,resnet50"], 5, 7,
+                                  known=known)
+    assert all(1e-4 <= float(p.params["lr"]) <= 1e-1 for p in drawn)
+    listed = tmp_path / "points.yaml"
+    listed.write_text("- {lr: 0.1, wd: 0.0001}\n- {lr: 0.2, wd: 0.001}\n")
+    assert [p.params for p in params.load_points(listed, known=known)] == [
+        {"lr": "0.1", "wd": "0.0001"}, {"lr": "0.2", "wd": "0.001"}]
+    listed.write_text("- {lr: 0.1}\n- {wd: 0.2}\n")
+    with pytest.raises(ValidationError, match="point 1 names"):
+        params.load_points(listed, known=known)
+    with pytest.raises(ValidationError, match="LOW < HIGH"):
+        params.sample(["lr=log:1:0.1"], 2, 0, known=known)
+
+
+def test_the_array_spec_and_script() -> None:
+    assert array_spec([0, 1, 2, 3], 2) == "0-3%2"
+    assert array_spec([0, 1, 2], 5) == "0-2"
+    assert array_spec([5, 3], None) == "3,5"
+    assert split_task_id("123_4") == ("123", 4) and split_task_id("123") is None
+    header = "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --output=/r/p0/slurm-%j.out\n"
+    other = header.replace("p0", "p1")
+    text = array_script([header, other], ["/r/p 0/job.sbatch", "/r/p1/job.sbatch"],
+                        ["lr=1", "lr=2"], log_dir_pattern="/r/point-%3a")
+    assert "  0) exec bash '/r/p 0/job.sbatch' ;;  # lr=1" in text
+    assert "#SBATCH --output=/r/point-%3a/slurm-%A_%a.out" in text
+    with pytest.raises(ValidationError, match="point 1: its job differs"):
+        array_script([header, other.replace("nodes=1", "nodes=2")], ["a", "b"], ["x", "y"],
+                     log_dir_pattern="/r/p-%3a")
