@@ -32,8 +32,10 @@ SUFFIX=+hpcdl2
 # --force-confold: a reinstall keeps the apptainer.conf that configure() edited.
 APT_INSTALL=(apt-get -o DPkg::Lock::Timeout=900 -o Dpkg::Options::=--force-confold
              install -y --no-install-recommends)
+# fuse3: its setuid fusermount3 lets an ordinary user's job mount a packed dataset with
+# squashfuse (submit --data X.sqfs --no-image), as cluster nodes allow.
 BOOKWORM_DEPS=(squashfs-tools uidmap libseccomp2 libsqlite3-0 containernetworking-plugins
-               e2fsprogs fuse2fs squashfuse debootstrap patchelf)
+               e2fsprogs fuse2fs squashfuse fuse3 debootstrap patchelf)
 
 log() { printf '[install-apptainer] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

@@ -144,3 +144,30 @@ def test_stage_data_without_room_on_the_nodes_stops_the_job_in_one_line(
         err[0]), err
     assert "mounted at" not in Path(record["stdout"]).read_text()
     assert _left_on_nodes(str(record["job_id"])) == {n: [] for n in _left_on_nodes()}
+
+
+def test_the_ordinary_user_mounts_a_packed_file_natively(
+        sandbox_user: Any, tiny: tuple[Path, Path]) -> None:
+    """hpcdl from the user's own wheel, natively: squashfuse mounts as the user through the
+    setuid fusermount3 (the fuse3 package, as on cluster nodes), every rank reads the
+    classes, and the mount is gone at the end. (The user's Python here has no torch, so
+    the command lists the dataset rather than training on it.)"""
+    mine = sandbox_user.own(Path("/scratch") / f"hpcdl-packed-{tiny[1].parent.name}")
+    packed = mine / "tiny.sqfs"
+    shutil.copyfile(tiny[1], packed)
+    shutil.chown(packed, sandbox_user.uid, sandbox_user.gid)
+    runs = sandbox_user.own(mine / "runs")
+    try:
+        res = sandbox_user.cli("submit", "-p", "sandbox", "-N", "2", "-G", "1", "-c", "1",
+                               "--no-image", "--data", str(packed), "--wait", "--json", "--",
+                               "sh", "-c", 'echo "classes=$(ls "$HPCDL_DATA/train" | wc -l)"',
+                               env={"HPCDL_RUNS": str(runs)}, timeout=JOB_TIMEOUT)
+        assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+        record = json.loads(res.stdout.strip().splitlines()[-1])
+        out = Path(record["stdout"]).read_text()
+        assert " mounted at /local/hpcdl-data-" in out, out[-3000:]
+        assert sorted(re.findall(r"^(\d+): classes=(\d+)$", out, re.M)) == [
+            ("0", "4"), ("1", "4")], out[-3000:]
+        assert _left_on_nodes(str(record["job_id"])) == {n: [] for n in _left_on_nodes()}
+    finally:
+        shutil.rmtree(mine, ignore_errors=True)
