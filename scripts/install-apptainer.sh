@@ -105,12 +105,29 @@ configure() {
 installed_version() { dpkg-query -W -f='${Status} ${Version}\n' apptainer 2>/dev/null |
                       awk '$3 == "installed" {print $4}'; }
 
+# The bookworm packages Apptainer and hpcdl's jobs use; also on the fast path below, so a
+# machine that has Apptainer gets a package added to the list later (fuse3).
+install_deps() {
+    local missing=() p
+    for p in "${BOOKWORM_DEPS[@]}"; do
+        dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed' ||
+            missing+=("$p")
+    done
+    [ ${#missing[@]} -gt 0 ] || return 0
+    log "installing bookworm packages: ${missing[*]}"
+    if ! apt-cache show "${missing[0]}" >/dev/null 2>&1; then
+        apt-get -o DPkg::Lock::Timeout=900 update -qq
+    fi
+    DEBIAN_FRONTEND=noninteractive "${APT_INSTALL[@]}" "${missing[@]}" >&2
+}
+
 # --- fast path: already installed -----------------------------------------------------------
 if [ "${HPCDL_FORCE_REINSTALL:-0}" != 1 ] && [[ "$(installed_version)" == *"$SUFFIX" ]] &&
    [ -x /usr/libexec/apptainer ]; then
     remove_old_wrappers
     if /usr/bin/apptainer --version >/dev/null 2>&1; then
         configure
+        install_deps
         log "already installed: $(/usr/bin/apptainer --version)"
         exit 0
     fi
@@ -121,18 +138,7 @@ start=$(date +%s)
 mkdir -p "$DEBS"
 
 # --- 1. bookworm dependencies ---------------------------------------------------------------
-missing=()
-for p in "${BOOKWORM_DEPS[@]}"; do
-    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed' ||
-        missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    log "installing bookworm packages: ${missing[*]}"
-    if ! apt-cache show "${missing[0]}" >/dev/null 2>&1; then
-        apt-get -o DPkg::Lock::Timeout=900 update -qq
-    fi
-    DEBIAN_FRONTEND=noninteractive "${APT_INSTALL[@]}" "${missing[@]}" >&2
-fi
+install_deps
 
 # --- 2. sid .debs through a private apt state ----------------------------------------------
 find_deb() { ls -1 "$DEBS"/"$1"_*_"$2".deb 2>/dev/null | grep -v '+hpcdl' | sort -V | tail -n1; }

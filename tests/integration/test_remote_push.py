@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest_remote import LOGIN_HOST, Laptop
+from tests.integration.conftest_slurm import hpcdl
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.timeout(600)]
 
@@ -166,3 +167,40 @@ def test_the_same_content_under_another_name_is_linked_not_sent(
     finally:
         for path in (first, renamed, *remote):
             path.unlink(missing_ok=True)
+
+
+def test_a_packed_dataset_is_pushed_once_and_a_job_reads_it(
+        laptop: Laptop, cache_env: dict[str, str]) -> None:
+    """A packed dataset on the laptop: push copies it under its content's name (a second
+    push moves nothing); `submit --data` over the login node reads the pushed copy,
+    mounted natively on the node. (Packed here by the test: the laptop stand-in's PATH has
+    no mksquashfs.)"""
+    tree, packed = laptop.user.home / "push-tiny", laptop.user.home / "push-tiny.sqfs"
+    remote: Path | None = None
+    try:
+        for args in (("data", "make-tiny", str(tree), "--classes", "3", "--per-class", "4"),
+                     ("data", "pack", str(tree), "-o", str(packed))):
+            made = hpcdl(*args)
+            assert made.returncode == 0, made.stdout + made.stderr
+        shutil.chown(packed, laptop.user.uid, laptop.user.gid)
+        first = laptop.cli("push", str(packed), "-p", PROFILE, "--json", env=cache_env)
+        assert first.returncode == 0, first.stdout + first.stderr
+        done = json.loads(first.stdout)
+        remote = Path(done["remote_path"])
+        assert remote.name == f"push-tiny-{_sha256(packed)[:16]}.sqfs" and done["bytes_moved"] > 0
+        assert remote.read_bytes() == packed.read_bytes()
+        again = laptop.cli("push", str(packed), "-p", PROFILE, "--json", env=cache_env)
+        assert again.returncode == 0 and json.loads(again.stdout)["bytes_moved"] == 0, again.stdout
+        job = laptop.cli("submit", "-p", PROFILE, "-N", "1", "-G", "0", "--no-image", "--data",
+                         str(packed), "--wait", "--json", "--", "sh", "-c",
+                         'echo "classes=$(ls "$HPCDL_DATA/train" | wc -l)"', env=cache_env,
+                         timeout=420)
+        assert job.returncode == 0, job.stdout + job.stderr
+        record = json.loads(job.stdout.strip().splitlines()[-1])
+        # (the run's local copy; a relative path is the laptop user's, from their home)
+        assert "classes=3" in (laptop.user.home / record["stdout"]).read_text(), record
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+        packed.unlink(missing_ok=True)
+        if remote is not None:
+            remote.unlink(missing_ok=True)
