@@ -23,17 +23,15 @@ import shutil
 import sys
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import FAKE_BIN, counting  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
-from hpcdl.core import proc  # noqa: E402
 from hpcdl.jobs.follow import Watcher  # noqa: E402
 from hpcdl.jobs.submit import plan_run, submit  # noqa: E402
 from hpcdl.plan import JobRequest  # noqa: E402
@@ -41,27 +39,6 @@ from hpcdl.profiles import load_profile  # noqa: E402
 from hpcdl.schedulers.base import is_final  # noqa: E402
 from hpcdl.schedulers.slurm import query  # noqa: E402
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler  # noqa: E402
-
-SLURM_TOOLS = ("squeue", "sacct", "scontrol", "sbatch", "scancel", "sinfo")
-FAKE_BIN = REPO / "tests" / "fakeslurm" / "bin"
-
-
-@contextmanager
-def counting() -> Iterator[Counter[str]]:
-    """Count every Slurm command hpcdl runs (all go through hpcdl.core.proc.run)."""
-    counts: Counter[str] = Counter()
-    real = proc.run
-
-    def counted(argv: list[str], *args: Any, **kwargs: Any) -> Any:
-        if argv and Path(argv[0]).name in SLURM_TOOLS:
-            counts[Path(argv[0]).name] += 1
-        return real(argv, *args, **kwargs)
-
-    proc.run = counted  # type: ignore[assignment]
-    try:
-        yield counts
-    finally:
-        proc.run = real  # type: ignore[assignment]
 
 
 class SimClock:

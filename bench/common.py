@@ -1,14 +1,41 @@
 """What the cluster benchmarks share: running a command against a cluster of their own,
-reading the ranks' clocks, and printing a spread of repeats."""
+reading the ranks' clocks, printing a spread of repeats, and counting the Slurm commands
+hpcdl runs (against the fake Slurm of tests/fakeslurm or a real one)."""
 
 from __future__ import annotations
 
 import os
 import statistics
 import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+SLURM_TOOLS = ("squeue", "sacct", "scontrol", "sbatch", "scancel", "sinfo")
+FAKE_BIN = REPO / "tests" / "fakeslurm" / "bin"
+
+
+@contextmanager
+def counting() -> Iterator[Counter[str]]:
+    """Count every Slurm command hpcdl runs (all go through hpcdl.core.proc.run)."""
+    from hpcdl.core import proc
+
+    counts: Counter[str] = Counter()
+    real = proc.run
+
+    def counted(argv: list[str], *args: Any, **kwargs: Any) -> Any:
+        if argv and Path(argv[0]).name in SLURM_TOOLS:
+            counts[Path(argv[0]).name] += 1
+        return real(argv, *args, **kwargs)
+
+    proc.run = counted  # type: ignore[assignment]
+    try:
+        yield counts
+    finally:
+        proc.run = real  # type: ignore[assignment]
 
 
 def run(argv: list[str], env: dict[str, str], timeout: float = 600,
