@@ -185,6 +185,31 @@ def runtime_mode(image: str | None, binary: str | None = None,
     return mode, None
 
 
+def _pushed_copy(field: str, path: str, conn: Connection, profile: Profile,
+                 notes: list[str] | None) -> str:
+    """The cluster's copy of the local file ``path`` that `hpcdl push` made (an image or a
+    packed dataset: content-named there); a dry run (``notes``) names it from the hash
+    computed here and says it was not checked. Raises ValidationError when it was not
+    pushed."""
+    from hpcdl.remote.images import pushed_path, remote_image  # hashing: a local file
+
+    ex, login = conn.ssh, profile.login
+    assert ex is not None and login is not None
+    local = Path(path).expanduser().resolve()
+    if notes is not None:
+        there: str | None = pushed_path(ex, login, local)
+        notes.append(f"not checked: that {path} was pushed to {there} (hpcdl push {path} "
+                     f"-p {profile.name})")
+    else:
+        there = remote_image(ex, login, local)
+    if there is None:
+        raise ValidationError(
+            f"{field}: {path} is not on the cluster yet (profile {profile.name} reaches it "
+            f"through {ex.login.target})",
+            hint=f"copy it there once: hpcdl push {path} -p {profile.name}")
+    return there
+
+
 def for_cluster(profile: Profile, req: JobRequest, conn: Connection, *,
                 notes: list[str] | None = None) -> JobRequest:
     """``req`` as the cluster will see it: unchanged on a login node; for a cluster
@@ -217,21 +242,7 @@ def for_cluster(profile: Profile, req: JobRequest, conn: Connection, *,
                          f"home is not known here yet (set login.runs and login.images to "
                          f"plan without a connection)")
     if image and local_image:
-        from hpcdl.remote.images import pushed_path, remote_image  # hashing: a local image
-
-        local = Path(image).expanduser().resolve()
-        if notes is not None:
-            pushed: str | None = pushed_path(ex, login, local)
-            notes.append(f"not checked: that {image} was pushed to {pushed} (hpcdl push {image} "
-                             f"-p {profile.name})")
-        else:
-            pushed = remote_image(ex, login, local)
-        if pushed is None:
-            raise ValidationError(
-                f"image: {image} is not on the cluster yet (profile {profile.name} reaches "
-                f"it through {ex.login.target})",
-                hint=f"copy it there once: hpcdl push {image} -p {profile.name}")
-        req = dataclasses.replace(req, image=pushed)
+        req = dataclasses.replace(req, image=_pushed_copy("image", image, conn, profile, notes))
     elif image and not _REMOTE_IMAGE.fullmatch(image):
         if notes is not None:
             notes.append(f"not checked: that {image} is readable on the cluster")
@@ -243,21 +254,7 @@ def for_cluster(profile: Profile, req: JobRequest, conn: Connection, *,
     data = req.data
     if data and is_packed_name(data) and Path(data).expanduser().is_file():
         # A packed dataset here goes as an image does: pushed once, content-named there.
-        from hpcdl.remote.images import pushed_path, remote_image
-
-        local_data = Path(data).expanduser().resolve()
-        if notes is not None:
-            there: str | None = pushed_path(ex, login, local_data)
-            notes.append(f"not checked: that {data} was pushed to {there} (hpcdl push {data} "
-                         f"-p {profile.name})")
-        else:
-            there = remote_image(ex, login, local_data)
-        if there is None:
-            raise ValidationError(
-                f"data: {data} is not on the cluster yet (profile {profile.name} reaches it "
-                f"through {ex.login.target})",
-                hint=f"copy it there once: hpcdl push {data} -p {profile.name}")
-        req = dataclasses.replace(req, data=there)
+        req = dataclasses.replace(req, data=_pushed_copy("data", data, conn, profile, notes))
     if req.code_dir is None and req.command:
         script = command_script(req.command)
         if script and not Path(script).is_absolute() and Path(script).is_file():
