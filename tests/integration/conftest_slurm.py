@@ -185,12 +185,15 @@ class NetnsCluster:
 
 
 @pytest.fixture
-def netns_cluster() -> Iterator[Callable[..., NetnsCluster]]:
+def netns_cluster(tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[Callable[..., NetnsCluster]]:
     """Factory: ``netns_cluster(nodes=3)`` starts a cluster of its own (directory under
     /tmp, free ports, a free 10.x.y.0/24, node names no other cluster uses, no
     accounting), each node in its own network namespace; partition ``debug`` (default)
     holds all nodes. Everything it started is stopped at the end of the test, whatever
-    happens; the test fails if ``down`` leaves a daemon, namespace or bridge behind."""
+    happens; the test fails if ``down`` leaves a daemon, namespace or bridge behind. The
+    daemons' logs are kept under pytest's basetemp (``cluster-logs*``): a failure that
+    only CI met can be read afterwards."""
     require(os.geteuid() == 0, "a Slurm cluster with network namespaces needs root")
     require(all(shutil.which(t) for t in ("slurmctld", "slurmd", "munged", "unshare",
                                           "nsenter", "ip", "tc")),
@@ -232,6 +235,8 @@ def netns_cluster() -> Iterator[Callable[..., NetnsCluster]]:
             if res.returncode != 0 or left or gone:
                 problems.append(f"{cluster.dir}: down rc {res.returncode}, daemons left {left}, "
                                 f"namespaces left {gone}\n{res.stdout}{res.stderr}")
+            shutil.copytree(cluster.dir / "log", tmp_path_factory.mktemp("cluster-logs"),
+                            dirs_exist_ok=True)
             shutil.rmtree(cluster.dir, ignore_errors=True)
         assert not problems, "\n".join(problems)
 
