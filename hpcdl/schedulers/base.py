@@ -117,12 +117,36 @@ class SubmitOptions:
     array: str | None = None
 
 
+@dataclass(frozen=True)
+class RunFiles:
+    """The names a scheduler's job script gives the files of a run directory: the script
+    it submits, and the job's stdout and stderr with ``{job_id}`` for the job's id."""
+
+    script: str
+    stdout: str
+    stderr: str
+
+    def logs(self, job_id: str) -> tuple[str, str]:
+        """(stdout, stderr) file names of job ``job_id``."""
+        return self.stdout.format(job_id=job_id), self.stderr.format(job_id=job_id)
+
+
+# How a job ran out of time, as the scheduler's words tell: its time limit, or a
+# deadline it was given.
+TimeRanOut = Literal["limit", "deadline"]
+
+
 class Scheduler(Protocol):
     """What the job lifecycle needs from a batch scheduler. Implementations talk to
     the scheduler only: they return values and raise hpcdl errors, never print."""
 
     name: str  # the profile's scheduler.type
     label: str  # how messages name it
+    # The run directory's script and log names, as the scheduler's job script writes them.
+    run_files: RunFiles
+    # How the lines the scheduler's own tools write into a job's stderr begin: they
+    # report that something failed (a step, a task), not what it was.
+    stderr_noise: tuple[str, ...]
 
     def available(self) -> bool:
         """True when the scheduler's client tools can be used from here."""
@@ -189,6 +213,21 @@ class Scheduler(Protocol):
         state, start, end, reason) and the current one. Empty when unknown."""
         ...
 
+    def attempt_reason(self, native_state: str, *, last: bool,
+                       script_cause: str | None) -> str:
+        """Why one attempt of a requeued job ended, in hpcdl's words (COMPLETED, TIMEOUT,
+        PREEMPTED, NODE_FAIL, FAILED, CANCELLED; RUNNING, PENDING or REQUEUED while it
+        lasts), from the scheduler's accounting state of the attempt and the cause its
+        batch script recorded (None: it recorded none). ``last``: the job's newest
+        attempt. The script's cause wins unless the scheduler saw what the script
+        could not (a node failure)."""
+        ...
+
+    def time_ran_out(self, status: JobStatus, stderr: str = "") -> TimeRanOut | None:
+        """How the job ran out of time (its state, or for a state read while it ended,
+        the scheduler's note in its ``stderr``); None when it did not."""
+        ...
+
     def run_in_job(self, job_id: str, node: str, argv: Sequence[str], *,
                    timeout: float) -> Result:
         """Run ``argv`` once on ``node`` inside the running job, beside its own steps
@@ -237,6 +276,17 @@ class JobSpec:
         return self.nodes + self.spares
 
 
+@dataclass(frozen=True)
+class Allocation:
+    """An interactive allocation as a scheduler's dialect spells it: the command (run in
+    the foreground, it owns the terminal), the environment it needs, and the template
+    that shows it (``cpus_per_task`` for it)."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    template: str
+
+
 # What a scheduler may not do for a job: start the probe's ranks, copy an image to the
 # nodes before they start, start one torchrun agent per node, run on some nodes of its
 # allocation and replace a failed one.
@@ -260,6 +310,12 @@ class ScriptDialect(Protocol):
 
     def unsupported(self, profile: Profile, feature: Feature) -> str | None:
         """The one-line refusal when this scheduler cannot do ``feature``, else None."""
+        ...
+
+    def alloc(self, spec: JobSpec, command: Sequence[str]) -> Allocation:
+        """The interactive allocation of ``spec``'s nodes that runs ``command`` there (a
+        shell without one). Raises UserInputError (the one-line refusal) where hpcdl
+        cannot allocate interactively on this scheduler, ValidationError."""
         ...
 
     def log_paths(self, spec: JobSpec) -> tuple[str, str]:

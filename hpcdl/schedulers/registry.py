@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from hpcdl.core.errors import UserInputError
 from hpcdl.remote.ssh import LoginNode, SshExecutor
-from hpcdl.schedulers.base import Scheduler
+from hpcdl.schedulers.base import RunFiles, Scheduler
 from hpcdl.schedulers.executor import LOCAL, Executor
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 
@@ -29,6 +29,14 @@ def scheduler_for(profile_name: str | None = None, kind: str = "slurm",
         raise UserInputError(f"scheduler: hpcdl submits to {', '.join(ADAPTERS)} only "
                              f"(profile {profile_name}: {kind})")
     return adapter(profile_name, executor)
+
+
+def run_files(kind: str = "slurm") -> RunFiles:
+    """The names of a run directory's script and logs for jobs of scheduler type
+    ``kind``; by default scheduler_for()'s, since a run directory read by its path or
+    job id alone is one hpcdl submitted, and hpcdl submits through ADAPTERS only.
+    Raises UserInputError for a type no adapter submits to."""
+    return scheduler_for(None, kind).run_files
 
 
 def login_node(login: Login) -> LoginNode:

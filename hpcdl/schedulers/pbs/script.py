@@ -13,13 +13,14 @@ plain-token pattern (re.fullmatch) instead of being quoted: PBS would keep the q
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from hpcdl.core.errors import UserInputError, ValidationError
 from hpcdl.core.slurmtime import parse_time
 from hpcdl.core.templating import Raw
 from hpcdl.profiles.schema import Launcher, Partition, Profile
-from hpcdl.schedulers.base import Feature, JobSpec
+from hpcdl.schedulers.base import Allocation, Feature, JobSpec
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.+\-]+")
 _PATH = re.compile(r"/?[A-Za-z0-9_.+\-]+(?:/[A-Za-z0-9_.+\-]+)*/?")
@@ -95,9 +96,14 @@ def refuse(profile: Profile, command: str, dry_run_helps: bool = True) -> None:
     talks to Slurm only."""
     if profile.scheduler.type == "slurm":
         return
+    raise refusal(profile, command, dry_run_helps)
+
+
+def refusal(profile: Profile, command: str, dry_run_helps: bool = True) -> UserInputError:
+    """The one-line refusal of ``command`` for PBS profile ``profile`` (``refuse``)."""
     hint = ("use --dry-run to print the PBS script, then qsub it yourself" if dry_run_helps
             else "on PBS an interactive job is `qsub -I`")
-    raise UserInputError(
+    return UserInputError(
         f"scheduler: profile {profile.name} uses {profile.scheduler.type}; hpcdl {command} "
         f"works with Slurm only ({hint})")
 
@@ -126,6 +132,10 @@ class PbsDialect:
                     f"srun --nodelist); profile {profile.name} is {profile.scheduler.type}")
         return ("launcher: torchrun starts one agent per node through srun; a PBS "
                 "profile launches every rank with mpiexec (use --launcher mpirun)")
+
+    def alloc(self, spec: JobSpec, command: Sequence[str]) -> Allocation:
+        """Refused (``refusal``): hpcdl allocates interactively with Slurm only."""
+        raise refusal(spec.profile, "alloc", dry_run_helps=False)
 
     def log_paths(self, spec: JobSpec) -> tuple[str, str]:
         """PBS's own names: ``-o``/``-e`` name the run directory (else the directory

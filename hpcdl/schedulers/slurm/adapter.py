@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcdl.core.errors import ToolError, ValidationError
-from hpcdl.schedulers.base import JobStatus, SubmitOptions
+from hpcdl.schedulers.base import JobStatus, RunFiles, SubmitOptions, TimeRanOut
 from hpcdl.schedulers.executor import LOCAL, Executor
-from hpcdl.schedulers.slurm import commands, livecheck, query, states
+from hpcdl.schedulers.slurm import commands, livecheck, parse, query, states
+from hpcdl.schedulers.slurm.script import RUN_FILES
 
 if TYPE_CHECKING:
     from hpcdl.core.proc import Result
@@ -27,6 +28,8 @@ class SlurmScheduler:
 
     name = "slurm"
     label = "Slurm"
+    run_files: RunFiles = RUN_FILES
+    stderr_noise: tuple[str, ...] = parse.STDERR_NOISE
 
     def __init__(self, profile_name: str | None = None, executor: Executor = LOCAL) -> None:
         self.profile_name = profile_name
@@ -89,6 +92,13 @@ class SlurmScheduler:
 
     def history(self, job_id: str) -> list[JobStatus]:
         return query.history(job_id, self.executor)
+
+    def attempt_reason(self, native_state: str, *, last: bool,
+                       script_cause: str | None) -> str:
+        return states.attempt_reason(native_state, last=last, script_cause=script_cause)
+
+    def time_ran_out(self, status: JobStatus, stderr: str = "") -> TimeRanOut | None:
+        return parse.time_ran_out(status, stderr)
 
     def run_in_job(self, job_id: str, node: str, argv: Sequence[str], *,
                    timeout: float) -> Result:

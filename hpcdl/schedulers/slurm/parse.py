@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 
 from hpcdl.core.errors import SubmitError
-from hpcdl.schedulers.base import JobState, JobStatus, is_final
+from hpcdl.schedulers.base import JobState, JobStatus, TimeRanOut, is_final
 from hpcdl.schedulers.slurm.states import to_hpcdl
 
 # squeue -o: job id, state, reason, nodes, elapsed, time limit, partition, name (last).
@@ -219,3 +219,21 @@ def parse_key_values(line: str) -> dict[str, str]:
 def gpus_in_gres(gres: str) -> int:
     """GPUs per node in a sinfo %G string ("gpu:fake:4", "gpu:a100:8(S:0-1)", "(null)" -> 0)."""
     return sum(int(m.group(1)) for m in _GPU_GRES.finditer(gres.strip()))
+
+
+# What Slurm's own tools write into a job's stderr to report a failure, not what it was:
+# srun's lines ("srun: error: n1: task 0: Exited ...") and slurmstepd's.
+STDERR_NOISE: tuple[str, ...] = ("srun:", "slurmstepd")
+# slurmstepd's words in the job's stderr when it ends the job at its time limit.
+TIME_LIMIT_MARK = "DUE TO TIME LIMIT"
+
+
+def time_ran_out(status: JobStatus, stderr: str = "") -> TimeRanOut | None:
+    """How the job ran out of time (hpcdl.schedulers.base.Scheduler.time_ran_out):
+    "deadline" for Slurm's DEADLINE, "limit" for its time limit (state TIMEOUT, or
+    CANCELLED with slurmstepd's "DUE TO TIME LIMIT" in its stderr: a state read while
+    the job ended); None otherwise."""
+    if not (status.state == JobState.TIMEOUT
+            or (status.state == JobState.CANCELLED and TIME_LIMIT_MARK in stderr)):
+        return None
+    return "deadline" if status.native_state.upper().startswith("DEADLINE") else "limit"

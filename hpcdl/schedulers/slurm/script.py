@@ -8,13 +8,18 @@ ValidationError for a value an #SBATCH line cannot carry.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from hpcdl.core.errors import ValidationError
 from hpcdl.core.templating import Raw, shell_join
 from hpcdl.core.tokens import CONTROL
 from hpcdl.profiles.schema import Launcher, Partition, Profile
-from hpcdl.schedulers.base import Feature, JobSpec
+from hpcdl.schedulers.base import Allocation, Feature, JobSpec, RunFiles
+
+# A run directory's script (what sbatch is given) and the job's logs, as --output and
+# --error name them (slurm-%j.out: Slurm puts the job id for %j).
+RUN_FILES = RunFiles("job.sbatch", "slurm-{job_id}.out", "slurm-{job_id}.err")
 
 # Values Slurm's #SBATCH parser takes as they are; others go in double quotes.
 _PLAIN_SBATCH = re.compile(r"[A-Za-z0-9_.,:@%+=/\-]+")
@@ -94,9 +99,21 @@ class SlurmDialect:
     def unsupported(self, profile: Profile, feature: Feature) -> str | None:
         return None
 
+    def alloc(self, spec: JobSpec, command: Sequence[str]) -> Allocation:
+        """salloc with the same options as the #SBATCH lines; srun inside the allocation
+        is told the CPUs per task (Slurm >= 22.05 does not pass --cpus-per-task on)."""
+        argv = ("salloc", f"--job-name={spec.job_name}",
+                *scheduler_options(spec.profile, spec.partition, nodes=spec.nodes,
+                                   gpus=spec.gpus_per_node, tasks_per_node=spec.tasks_per_node,
+                                   cpus_per_task=spec.cpus_per_task, time=spec.time),
+                *command)
+        return Allocation(argv, (("SRUN_CPUS_PER_TASK", str(spec.cpus_per_task)),),
+                          "salloc.sh.j2")
+
     def log_paths(self, spec: JobSpec) -> tuple[str, str]:
         log_dir = spec.run_dir or "."
-        return f"{log_dir}/slurm-%j.out", f"{log_dir}/slurm-%j.err"
+        out, err = RUN_FILES.logs("%j")
+        return f"{log_dir}/{out}", f"{log_dir}/{err}"
 
     def launcher_tokens(self, spec: JobSpec, launcher: Launcher, *,
                         every_healthy_node: bool = False) -> list[str]:

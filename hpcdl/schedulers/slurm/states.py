@@ -60,3 +60,28 @@ MAY_COME_BACK = frozenset({"PREEMPTED", "NODE_FAIL", "REQUEUED", "REQUEUE_HOLD"}
 def may_come_back(raw: str) -> bool:
     """True for a Slurm state a requeue may follow (see MAY_COME_BACK)."""
     return normalize_slurm_state(raw) in MAY_COME_BACK
+
+
+# Slurm's accounting state of an ended attempt of a requeued job (sacct -D, one row per
+# attempt) -> hpcdl's reason, where Slurm's word is enough.
+ATTEMPT_REASONS = {"PREEMPTED": "PREEMPTED", "NODE_FAIL": "NODE_FAIL", "TIMEOUT": "TIMEOUT",
+                   "COMPLETED": "COMPLETED", "FAILED": "FAILED", "CANCELLED": "CANCELLED",
+                   "OUT_OF_MEMORY": "FAILED", "BOOT_FAIL": "NODE_FAIL"}
+# An attempt in one of these states has not ended (the newest) or was requeued (any other).
+_ATTEMPT_GOING = ("RUNNING", "PENDING", "REQUEUED")
+
+
+def attempt_reason(raw: str, *, last: bool, script_cause: str | None) -> str:
+    """Why an attempt ended (hpcdl.schedulers.base.Scheduler.attempt_reason): the batch
+    script's cause when it recorded one, else Slurm's word (ATTEMPT_REASONS); a
+    NODE_FAIL, which the script cannot see, wins over the script's cause."""
+    state = raw.split(" ", 1)[0]
+    if state == "NODE_FAIL":
+        return "NODE_FAIL"
+    if script_cause is not None:
+        return script_cause
+    if state in ATTEMPT_REASONS:
+        return ATTEMPT_REASONS[state]
+    if state in _ATTEMPT_GOING:
+        return state if last else "REQUEUED"
+    return state
