@@ -31,7 +31,8 @@ from hpcdl.results.logs import describe_failures, format_result_table
 from hpcdl.results.protocol import without_probe
 from hpcdl.results.record import JobLogs, ResultRecord
 from hpcdl.results.table import Row
-from hpcdl.schedulers.base import JobState, JobStatus
+from hpcdl.schedulers.base import JobState, JobStatus, Scheduler
+from hpcdl.schedulers.registry import scheduler_for
 
 
 def echo(message: str = "", err: bool = False, nl: bool = True) -> None:
@@ -110,7 +111,8 @@ def print_job_end(status: JobStatus, run_dir: Path, logs: JobLogs, record: Resul
            html: Path | None = None, straggler: dict[str, Any] | None = None,
            steps: bool | None = None, nodes: int = 1,
            recoveries: list[Recovery] | None = None,
-           excluded: list[dict[str, str]] | None = None) -> None:
+           excluded: list[dict[str, str]] | None = None,
+           scheduler: Scheduler | None = None) -> None:
     """What a user reads once the job ended: state and exit code, the log's tail, which
     rank crashed and its last lines (on failure), the result table (on success), and
     for a job that ran out of time the limit it hit and the fix (``max_time``: the
@@ -118,8 +120,11 @@ def print_job_end(status: JobStatus, run_dir: Path, logs: JobLogs, record: Resul
     completed no training step, so it looks hung), a requeued job's last attempt that
     failed before its first step, what the hang watchdog found (``hang``), the
     straggler verdict when it names one, and where the HTML report is (``html``).
+    ``scheduler``: the job's (default: scheduler_for()'s), which words its state and
+    its notes in the stderr.
     """
-    echo(f"job {status.job_id}: {status.state} (Slurm {status.native_state}), "
+    scheduler = scheduler or scheduler_for()
+    echo(f"job {status.job_id}: {status.state} ({scheduler.label} {status.native_state}), "
          f"exit code {status.exit_code if status.exit_code is not None else '?'}"
          f"{', signal ' + str(status.signal) if status.signal else ''}, elapsed {status.elapsed}")
     # At a time limit Slurm terminates every rank: srun's "Terminated" lines are not a
@@ -156,10 +161,11 @@ def print_job_end(status: JobStatus, run_dir: Path, logs: JobLogs, record: Resul
         if stopped_by_probe:
             echo(f"--- the probe found a slow node or link: the job stopped (exit "
                  f"{status.exit_code}) ---")
-    timed_out = timeout_message(status, logs.err, max_time=max_time, steps=steps, nodes=nodes)
+    timed_out = timeout_message(status, logs.err, scheduler=scheduler, max_time=max_time,
+                                steps=steps, nodes=nodes)
     if timed_out:
         echo(timed_out)
-    no_step = no_step_message(attempts or [], logs.err, nodes=nodes)
+    no_step = no_step_message(attempts or [], logs.err, scheduler=scheduler, nodes=nodes)
     if no_step:
         echo(no_step)
     if hang is not None:  # its lines were shown when it fired (hang_lines): the gist

@@ -16,7 +16,7 @@ from hpcdl.jobs.recoveries import lines as recovery_lines
 from hpcdl.jobs.rundir import find_array_runs, find_run
 from hpcdl.jobs.status import JobSnapshot, job_snapshot
 from hpcdl.jobs.timelimit import clock_text, timeout_message
-from hpcdl.schedulers.base import JobStatus
+from hpcdl.schedulers.base import JobStatus, Scheduler
 from hpcdl.schedulers.registry import scheduler_for
 
 
@@ -80,7 +80,7 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool,
         else:
             click.echo(_HEADER)
             click.echo(_row(row))
-            for line in _verdicts(snap):
+            for line in _verdicts(snap, conn.scheduler):
                 click.echo(line)
             if len(tried) > 1:
                 click.echo(f"{len(tried)} attempts (requeued):")
@@ -106,12 +106,13 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool,
         click.echo(_row(r))
 
 
-def _verdicts(snap: JobSnapshot) -> list[str]:
+def _verdicts(snap: JobSnapshot, scheduler: Scheduler) -> list[str]:
     """The lines below the table: the time-limit line (that the job looks hung when its
     run directory shows no step), and the one for a last attempt that failed before its
     first step."""
-    lines = [timeout_message(snap.status, steps=snap.steps, nodes=snap.nodes),
-             no_step_message(snap.attempts, snap.stderr, nodes=snap.nodes)]
+    lines = [timeout_message(snap.status, scheduler=scheduler, steps=snap.steps,
+                             nodes=snap.nodes),
+             no_step_message(snap.attempts, snap.stderr, scheduler=scheduler, nodes=snap.nodes)]
     return [line for line in lines if line]
 
 

@@ -404,7 +404,7 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
                   max_time=part.max_time if part else None, attempts=outcome.attempts,
                   hang=outcome.hang, html=outcome.report, straggler=outcome.straggler,
                   steps=outcome.steps, nodes=plan.nodes, recoveries=outcome.recoveries,
-                  excluded=outcome.excluded)
+                  excluded=outcome.excluded, scheduler=scheduler)
     return code
 
 

@@ -1,9 +1,10 @@
-"""`hpcdl alloc`: an interactive allocation (salloc), checked like a batch job.
+"""`hpcdl alloc`: an interactive allocation (salloc on Slurm), checked like a batch job.
 
 Users on Neuron type `salloc --partition=amd_a100nv_8 -J debug --nodes=2
 --time=2:00:00 --gres=gpu:4 --comment=horovod` by hand (KISTI's Neuron guide); this
-builds the same command from the profile after the same limit checks as `submit`,
-with the Slurm dialect's options (salloc is Slurm's).
+builds the same command from the profile after the same limit checks as `submit`: the
+profile's scheduler dialect spells it (ScriptDialect.alloc), with the same options as
+its job script, or refuses in one line where hpcdl has no interactive allocation.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from hpcdl.plan import (
     tasks_per_node,
 )
 from hpcdl.profiles.schema import Profile
-from hpcdl.schedulers.slurm.script import scheduler_options
+from hpcdl.schedulers.base import JobSpec
+from hpcdl.schedulers.dialects import dialect_for
 
 
 @dataclass(frozen=True)
@@ -31,40 +33,31 @@ class AllocPlan:
     partition_reason: str
     argv: tuple[str, ...]
     script: str
+    # What the command needs in its environment (the dialect's).
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def build_alloc(profile: Profile, req: JobRequest) -> AllocPlan:
-    """Validate ``req`` and build the salloc argv. Raises ValidationError, RenderError."""
+    """Validate ``req`` and build the allocation's argv. Raises ValidationError,
+    RenderError, UserInputError (a scheduler hpcdl cannot allocate on)."""
     check_request(req)
     part, reason = choose_partition(profile, req)
     cpus = req.cpus_per_task or default_cpus_per_task(part, req.gpus)
-    argv = [
-        "salloc",
-        f"--job-name={req.job_name or 'interactive'}",
-        *scheduler_options(profile, part, nodes=req.nodes, gpus=req.gpus,
-                           tasks_per_node=tasks_per_node(req.gpus), cpus_per_task=cpus,
-                           time=job_time(profile, part, req)),
-        *req.command,
-    ]
+    spec = JobSpec(profile=profile, partition=part, nodes=req.nodes, gpus_per_node=req.gpus,
+                   tasks_per_node=tasks_per_node(req.gpus), cpus_per_task=cpus,
+                   time=job_time(profile, part, req),
+                   job_name=req.job_name or "interactive", run_dir=None)
+    alloc = dialect_for(profile.scheduler.type).alloc(spec, req.command)
     script = render_template(
-        "salloc.sh.j2",
-        {"profile": profile, "modules": profile.modules, "salloc_line": shell_join(argv),
+        alloc.template,
+        {"profile": profile, "modules": profile.modules, "salloc_line": shell_join(alloc.argv),
          "cpus_per_task": cpus},
         template_file=req.template,
         template_dirs=[profile.template_dir] if profile.template_dir else (),
     )
-    return AllocPlan(profile.name, part.name, reason, tuple(argv), script)
+    return AllocPlan(profile.name, part.name, reason, alloc.argv, script, alloc.env)
 
 
 def run_alloc(plan: AllocPlan) -> int:
-    """Run salloc in the foreground (it owns the terminal). Returns its exit code."""
-    return proc.interactive(
-        list(plan.argv), env={"SRUN_CPUS_PER_TASK": _cpus_of(plan.argv)}
-    )
-
-
-def _cpus_of(argv: tuple[str, ...]) -> str:
-    for arg in argv:
-        if arg.startswith("--cpus-per-task="):
-            return arg.split("=", 1)[1]
-    return "1"
+    """Run the allocation in the foreground (it owns the terminal). Returns its exit code."""
+    return proc.interactive(list(plan.argv), env=dict(plan.env))

@@ -1,7 +1,8 @@
-"""The attempts of a requeued job: what Slurm's accounting says (sacct -D, one row per
-attempt) joined with what the batch script recorded itself (the run directory's
-attempts.tsv: why it stopped, as the script saw it). Pure: no I/O here; hpcdl.cli
-prints them, RunDir stores them.
+"""The attempts of a requeued job: what the scheduler's accounting says (Slurm's sacct
+-D, one row per attempt: Scheduler.history) joined with what the batch script recorded
+itself (the run directory's attempts.tsv: why it stopped, as the script saw it); the
+scheduler words each attempt's reason (Scheduler.attempt_reason). Pure: no I/O here;
+hpcdl.cli prints them, RunDir stores them.
 
 Slurm alone cannot tell a self-requeued time limit from a crash (both are REQUEUED),
 and the script alone does not see a NODE_FAIL; together they name each attempt's
@@ -18,17 +19,16 @@ from typing import Any
 
 from hpcdl.jobs.timelimit import hang_advice
 from hpcdl.results.protocol import unlabel
-from hpcdl.schedulers.base import NATIVE_STATE_KEY, JobStatus
+from hpcdl.schedulers.base import NATIVE_STATE_KEY, JobStatus, Scheduler
 
 # Causes the batch script gives an attempt that completed no training step (the run
 # directory's progress file was not there when it ended; hpcdl/requeue.py).
 STARTUP = "STARTUP"
 STALLED = "STALLED"
 NO_STEP = (STARTUP, STALLED)
-# Lines in a job's stderr that report a failure rather than say what it was: srun's and
-# slurmstepd's, and the batch shell's own (unlabelled; a rank's "hpcdl: command not
-# found" carries srun's rank label and is a cause).
-_NOISE = ("srun:", "slurmstepd")
+# Lines in a job's stderr that report a failure rather than say what it was: the
+# scheduler's tools' (Scheduler.stderr_noise), and the batch shell's own (unlabelled; a
+# rank's "hpcdl: command not found" carries the launcher's rank label and is a cause).
 _SHELL = "hpcdl:"
 
 
@@ -71,30 +71,18 @@ class Attempt:
                 for k, v in asdict(self).items()}
 
 
-# Slurm's state of an ended attempt -> the reason, where Slurm's word is enough.
-_BY_STATE = {"PREEMPTED": "PREEMPTED", "NODE_FAIL": "NODE_FAIL", "TIMEOUT": "TIMEOUT",
-             "COMPLETED": "COMPLETED", "FAILED": "FAILED", "CANCELLED": "CANCELLED",
-             "OUT_OF_MEMORY": "FAILED", "BOOT_FAIL": "NODE_FAIL"}
-
-
-def join(history: list[JobStatus], script: list[ScriptAttempt]) -> list[Attempt]:
-    """Slurm's rows of one job (oldest first) joined with the script's lines for it, by
-    order: the k-th row is restart k. A row the script has no line for (a node failure,
-    a kill before the script could write) keeps Slurm's reason."""
+def join(history: list[JobStatus], script: list[ScriptAttempt], *,
+         scheduler: Scheduler) -> list[Attempt]:
+    """The scheduler's rows of one job (oldest first) joined with the script's lines for
+    it, by order: the k-th row is restart k. A row the script has no line for (a node
+    failure, a kill before the script could write) keeps the scheduler's reason."""
     out = []
     for number, row in enumerate(history):
         mine = [s for s in script if s.job_id == row.job_id and s.restart == number]
+        # The native state's word, without its decorations ("CANCELLED by 0").
         state = row.native_state.split(" ", 1)[0]
-        if mine:
-            reason = mine[-1].cause
-        elif state in _BY_STATE:
-            reason = _BY_STATE[state]
-        elif state in ("RUNNING", "PENDING", "REQUEUED"):
-            reason = state if number == len(history) - 1 else "REQUEUED"
-        else:
-            reason = state
-        if state == "NODE_FAIL":
-            reason = "NODE_FAIL"
+        reason = scheduler.attempt_reason(row.native_state, last=number == len(history) - 1,
+                                          script_cause=mine[-1].cause if mine else None)
         code = mine[-1].exit_code if mine else row.exit_code
         out.append(Attempt(number, row.job_id, state, reason, row.start, row.end, code))
     return out
@@ -111,19 +99,21 @@ def from_script(script: list[ScriptAttempt]) -> list[Attempt]:
             for n, s in enumerate(script)]
 
 
-def stderr_cause(stderr: str) -> str | None:
+def stderr_cause(stderr: str, *, scheduler: Scheduler) -> str | None:
     """The last line of a job's stderr that says what went wrong: not the batch
-    script's, srun's or slurmstepd's reports of it, without srun's rank label."""
+    script's or the scheduler's tools' reports of it (Slurm's srun and slurmstepd),
+    without the launcher's rank label."""
     for line in reversed(stderr.splitlines()):
         rank, text = unlabel(line)
         text = text.strip()
-        if text and not text.startswith(_NOISE) and not (rank is None
+        if text and not text.startswith(scheduler.stderr_noise) and not (rank is None
                                                           and text.startswith(_SHELL)):
             return text
     return None
 
 
-def no_step_message(attempts: list[Attempt], stderr: str = "", *, nodes: int = 1) -> str | None:
+def no_step_message(attempts: list[Attempt], stderr: str = "", *, scheduler: Scheduler,
+                    nodes: int = 1) -> str | None:
     """One line when the job's last attempt completed no training step and so was not
     requeued (STARTUP: the cause from the job's stderr; STALLED: it looks hung, and what
     to run next); None for any other job."""
@@ -134,7 +124,7 @@ def no_step_message(attempts: list[Attempt], stderr: str = "", *, nodes: int = 1
     if last.reason == STALLED:
         return (f"attempt {last.number} completed no training step before its time limit "
                 f"(exit {code}): not requeued; it looks hung: {hang_advice(nodes)}")
-    cause = stderr_cause(stderr)
+    cause = stderr_cause(stderr, scheduler=scheduler)
     where = (f"the cause is in the job's stderr: {cause}" if cause
              else f"the job's stderr names no cause (hpcdl logs {last.job_id} shows it all)")
     return (f"attempt {last.number} failed before its first step (exit {code}): "

@@ -1,13 +1,14 @@
 """The run directory: one per submitted job, holding what was submitted and what came back.
 
     runs/<job-name>-<YYYYmmdd-HHMMSS>-<xxxx>/
-        job.sbatch     the exact script given to sbatch
+        job.sbatch     the exact script given to sbatch (the scheduler's RunFiles.script)
         plan.json      the validated plan (JobPlan.to_dict())
         job.json       job id, sbatch argv, submission time
         profile.yaml   the cluster profile as validated and used (all defaults filled in)
         image.json     the image's path, size and content hash (from `hpcdl build`'s record)
         image.def      the definition the image was built from (when hpcdl built it)
-        slurm-<id>.out / slurm-<id>.err   the job's stdout / stderr (written by Slurm)
+        slurm-<id>.out / slurm-<id>.err   the job's stdout / stderr (written by Slurm;
+                       the scheduler's RunFiles.stdout / .stderr)
         result.json    final state, exit code and the example's hpcdl_result (after --wait)
         checkpoints/   the bundled example's checkpoints (written by the job)
         attempts.tsv   with --requeue/--chain: one line per attempt, by the batch script
@@ -35,8 +36,9 @@ the plan's paths name; what the job writes is pulled back (hpcdl.jobs.place).
 
 ``RunDir`` owns these paths and reads and writes the records (plan.json read as a
 PlanRecord, job.json as a JobRecord, result.json as hpcdl.results.record.ResultRecord). The job script names
-two of them itself, ``slurm-%j.out/.err`` and ``checkpoints/`` (hpcdl.plan renders
-them; RunDir.logs and RunDir.checkpoints follow the same names). The root is ``$HPCDL_RUNS`` or ``./runs``. Every file hpcdl writes here is written
+two of them itself, its logs (``slurm-%j.out/.err``) and ``checkpoints/`` (hpcdl.plan
+renders them; RunDir.logs and RunDir.checkpoints follow the same names): the script's
+and the logs' names are the scheduler's (``RunFiles``, hpcdl.schedulers.registry.run_files). The root is ``$HPCDL_RUNS`` or ``./runs``. Every file hpcdl writes here is written
 atomically (temp file + rename), so a reader never sees half a file.
 """
 
@@ -66,8 +68,12 @@ from hpcdl.launch.staging import JOB_DIR_NAME, stage
 from hpcdl.requeue import PROGRESS_NAME
 from hpcdl.results.protocol import PROBE_ERROR_PREFIX
 from hpcdl.results.steps import metrics_dir
+from hpcdl.schedulers.base import RunFiles
+from hpcdl.schedulers.registry import run_files
 
 REPORT_NAME = "report.html"
+# The script's and the logs' names of the scheduler hpcdl submits to.
+RUN_FILES = run_files()
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
 
@@ -200,9 +206,11 @@ class JobRecord:
 
 @dataclass(frozen=True)
 class RunDir:
-    """One run directory: every path in it, and reading and writing its records."""
+    """One run directory: every path in it, and reading and writing its records.
+    ``files``: the script's and the logs' names, as the scheduler's job script writes them."""
 
     path: Path
+    files: RunFiles = RUN_FILES
 
     @property
     def name(self) -> str:
@@ -210,7 +218,7 @@ class RunDir:
 
     @property
     def script(self) -> Path:
-        return self.path / "job.sbatch"
+        return self.path / self.files.script
 
     @property
     def plan_file(self) -> Path:
@@ -356,8 +364,9 @@ class RunDir:
         write_json_atomic(self.attempts_file, {"attempts": [a.to_dict() for a in attempts]})
 
     def logs(self, job_id: str) -> tuple[Path, Path]:
-        """(stdout, stderr) of job ``job_id`` (the plan's slurm-%j.out/.err)."""
-        return self.path / f"slurm-{job_id}.out", self.path / f"slurm-{job_id}.err"
+        """(stdout, stderr) of job ``job_id`` (the plan's log names, e.g. slurm-%j.out/.err)."""
+        out, err = self.files.logs(job_id)
+        return self.path / out, self.path / err
 
     @property
     def job_dir(self) -> Path:
@@ -400,7 +409,7 @@ class RunDir:
         return str(target)
 
     def write_plan(self, script: str, plan: dict[str, Any]) -> Path:
-        """job.sbatch (exactly ``script``) + plan.json; returns the script's path."""
+        """The job script (exactly ``script``) + plan.json; returns the script's path."""
         write_atomic(self.script, script, mode=0o755)
         write_json_atomic(self.plan_file, plan)
         return self.script

@@ -59,4 +59,4 @@ def attempts(job_id: str, run: RunDir | None, scheduler: Scheduler) -> list[Atte
     directory's attempts.tsv; that record alone when the scheduler has no history)."""
     script = [s for s in run.read_script_attempts() if s.job_id == job_id] if run else []
     history = scheduler.history(job_id)
-    return join(history, script) if history else from_script(script)
+    return join(history, script, scheduler=scheduler) if history else from_script(script)

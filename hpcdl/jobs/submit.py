@@ -177,7 +177,7 @@ def attempts_of(sub_or_run: RunDir, job_ids: list[str], scheduler: Scheduler) ->
     for job_id in job_ids:
         history = scheduler.history(job_id)
         mine = [s for s in script if s.job_id == job_id]
-        found += join(history, mine) if history else from_script(mine)
+        found += join(history, mine, scheduler=scheduler) if history else from_script(mine)
     found = [dataclasses.replace(a, number=i) for i, a in enumerate(found)] if len(job_ids) > 1 else found
     if found:
         sub_or_run.write_attempts(found)

@@ -14,16 +14,12 @@ tell: no run directory, or a custom command that may never write the file).
 from __future__ import annotations
 
 from hpcdl.core.slurmtime import format_time, parse_time
-from hpcdl.schedulers.base import JobState, JobStatus
+from hpcdl.schedulers.base import JobState, JobStatus, Scheduler
 
 # `hpcdl submit --wait` exits with this when the job hit its time limit, as timeout(1)
 # does: a script can tell "give it more time" from a crash (the job's own exit code
 # would be 143 = 128 + SIGTERM, the same as a cancelled job's).
 EXIT_TIMEOUT = 124
-
-# slurmstepd's words in the job's stderr when it ends the job at its time limit.
-_TIME_LIMIT_MARK = "DUE TO TIME LIMIT"
-
 
 def clock_text(duration: str) -> str:
     """A Slurm time limit or elapsed time as HH:MM:SS (D-HH:MM:SS), whichever form Slurm
@@ -35,11 +31,11 @@ def clock_text(duration: str) -> str:
         return duration.strip()
 
 
-def ran_out_of_time(status: JobStatus, stderr: str = "") -> bool:
-    """True when Slurm ended the job at its time limit (state TIMEOUT, or DEADLINE,
-    which hpcdl also calls TIMEOUT), or it is CANCELLED and its stderr says slurmstepd
-    cancelled it "DUE TO TIME LIMIT" (a state read while the job ended)."""
-    return status.state == JobState.TIMEOUT or (status.state == JobState.CANCELLED and _TIME_LIMIT_MARK in stderr)
+def ran_out_of_time(status: JobStatus, stderr: str = "", *, scheduler: Scheduler) -> bool:
+    """True when the scheduler ended the job at its time limit or deadline (state
+    TIMEOUT), or its state was read while it ended and its stderr carries the
+    scheduler's note that the time limit ended it (Scheduler.time_ran_out)."""
+    return scheduler.time_ran_out(status, stderr) is not None
 
 
 def _headroom(limit: str, max_time: str | None, partition: str) -> str:
@@ -73,7 +69,7 @@ def steps_seen(records_steps: bool, progress_exists: bool) -> bool | None:
     return False if records_steps else None
 
 
-def timeout_message(status: JobStatus, stderr: str = "", *,
+def timeout_message(status: JobStatus, stderr: str = "", *, scheduler: Scheduler,
                     max_time: str | None = None, steps: bool | None = None,
                     nodes: int = 1) -> str | None:
     """One line for a job that ran out of time: the limit it hit and the fixes;
@@ -82,23 +78,25 @@ def timeout_message(status: JobStatus, stderr: str = "", *,
     step completed, known from the run directory): it looks hung instead, and the
     fix is the hang watchdog (``nodes`` > 1: and the probe), not more time.
     """
-    if not ran_out_of_time(status, stderr):
+    ran_out = scheduler.time_ran_out(status, stderr)
+    if ran_out is None:
         return None
     after = f" after {clock_text(status.elapsed)}" if status.elapsed else ""
+    said = f"{scheduler.label} {status.native_state or JobState.TIMEOUT}"
     if steps is False:
         limit = clock_text(status.time_limit)
-        what = ("its deadline" if status.native_state.upper().startswith("DEADLINE")
+        what = ("its deadline" if ran_out == "deadline"
                 else f"its time limit of {limit}" if limit else "its time limit")
-        return (f"job {status.job_id} hit {what}{after} (Slurm {status.native_state or JobState.TIMEOUT}) "
+        return (f"job {status.job_id} hit {what}{after} ({said}) "
                 f"without completing a single training step: it looks hung, not short of "
                 f"time; {hang_advice(nodes)}")
     shorter = "make it shorter (fewer steps: -X --max-steps=N, -X --epochs=N)"
-    if status.native_state.upper().startswith("DEADLINE"):
-        return (f"job {status.job_id} reached its deadline{after} (Slurm DEADLINE): "
+    if ran_out == "deadline":
+        return (f"job {status.job_id} reached its deadline{after} ({said}): "
                 f"set a later one, or {shorter}")
     limit = clock_text(status.time_limit)
     what = f"its time limit of {limit}" if limit else "its time limit"
     room = _headroom(limit, max_time, status.partition) if limit else ""
-    return (f"job {status.job_id} hit {what}{after} (Slurm {status.native_state or JobState.TIMEOUT}): "
+    return (f"job {status.job_id} hit {what}{after} ({said}): "
             f"give it more with --time{room}, or {shorter}, or let it continue: "
             f"--requeue (checkpoint, requeue, resume) or --chain N where requeue is off")

@@ -19,8 +19,10 @@ from hpcdl.jobs.timelimit import (
 )
 from hpcdl.results.record import JobLogs
 from hpcdl.schedulers.base import JobStatus
+from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 from hpcdl.schedulers.slurm.parse import parse_sacct, parse_squeue
 
+SLURM = SlurmScheduler()
 STDERR_TIMEOUT = ("slurmstepd: error: *** JOB 42 ON n1 CANCELLED AT 2026-11-23T18:01:07 "
                   "DUE TO TIME LIMIT ***\n")
 
@@ -42,7 +44,7 @@ def test_clock_text_reads_squeue_and_sacct_forms(raw, text):
 
 
 def test_timeout_line_names_the_limit_and_the_fixes():
-    line = timeout_message(status(), max_time="00:30:00")
+    line = timeout_message(status(), max_time="00:30:00", scheduler=SLURM)
     assert line == (
         "job 42 hit its time limit of 00:01:00 after 00:01:27 (Slurm TIMEOUT): give it more "
         "with --time (partition debug allows up to 00:30:00), or make it shorter (fewer "
@@ -52,37 +54,37 @@ def test_timeout_line_names_the_limit_and_the_fixes():
 
 
 def test_squeue_limit_form_and_no_partition_limit_known():
-    line = timeout_message(status(limit="10:00", elapsed="10:00"))
+    line = timeout_message(status(limit="10:00", elapsed="10:00"), scheduler=SLURM)
     assert line is not None
     assert line.startswith("job 42 hit its time limit of 00:10:00 after 00:10:00 (Slurm TIMEOUT): "
                            "give it more with --time, or make it shorter")
 
 
 def test_at_the_partitions_maximum_it_says_so():
-    line = timeout_message(status(limit="00:30:00"), max_time="00:30:00")
+    line = timeout_message(status(limit="00:30:00"), max_time="00:30:00", scheduler=SLURM)
     assert line is not None
     assert "(already partition debug's maximum: choose a partition with a longer one)" in line
-    unlimited = timeout_message(status(limit="02:00:00"), max_time="infinite")
+    unlimited = timeout_message(status(limit="02:00:00"), max_time="infinite", scheduler=SLURM)
     assert unlimited is not None and "allows up to infinite" in unlimited
 
 
 def test_deadline_and_cancelled_due_to_time_limit():
-    line = timeout_message(status(slurm="DEADLINE"))
+    line = timeout_message(status(slurm="DEADLINE"), scheduler=SLURM)
     assert line is not None
     assert line.startswith("job 42 reached its deadline after 00:01:27 (Slurm DEADLINE): "
                            "set a later one, or make it shorter")
     # The state read while slurmctld was still ending the job; its stderr already says why.
     early = status(state="CANCELLED", slurm="CANCELLED")
-    assert ran_out_of_time(early, STDERR_TIMEOUT)
-    assert timeout_message(early, STDERR_TIMEOUT) is not None
-    assert "its time limit of 00:01:00" in (timeout_message(early, STDERR_TIMEOUT) or "")
+    assert ran_out_of_time(early, STDERR_TIMEOUT, scheduler=SLURM)
+    assert timeout_message(early, STDERR_TIMEOUT, scheduler=SLURM) is not None
+    assert "its time limit of 00:01:00" in (timeout_message(early, STDERR_TIMEOUT, scheduler=SLURM) or "")
 
 
 @pytest.mark.parametrize("state, slurm", [("COMPLETED", "COMPLETED"), ("FAILED", "FAILED"),
                                           ("CANCELLED", "CANCELLED by 0"),
                                           ("RUNNING", "RUNNING")])
 def test_other_jobs_get_no_line(state, slurm):
-    assert timeout_message(status(state=state, slurm=slurm), "some error\n") is None
+    assert timeout_message(status(state=state, slurm=slurm), "some error\n", scheduler=SLURM) is None
 
 
 def test_submit_wait_exit_code_for_a_timeout_is_124():
@@ -152,22 +154,22 @@ def test_status_list_shows_each_jobs_limit(monkeypatch):
 
 def test_no_step_before_the_limit_looks_hung_not_short_of_time():
     line = timeout_message(status(limit="00:10:00", elapsed="00:10:04"), max_time="01:00:00",
-                           steps=False, nodes=2)
+                           steps=False, nodes=2, scheduler=SLURM)
     assert line == (
         "job 42 hit its time limit of 00:10:00 after 00:10:04 (Slurm TIMEOUT) without "
         "completing a single training step: it looks hung, not short of time; rerun with "
         "--wait --hang-timeout SECONDS to get every rank's stack when it stops making "
         "progress and `hpcdl probe -N 2` to test the nodes' links")
-    one_node = timeout_message(status(), steps=False)
+    one_node = timeout_message(status(), steps=False, scheduler=SLURM)
     assert one_node is not None and "--hang-timeout SECONDS" in one_node
     assert "hpcdl probe" not in one_node and "--time" not in one_node
-    deadline = timeout_message(status(slurm="DEADLINE"), steps=False)
+    deadline = timeout_message(status(slurm="DEADLINE"), steps=False, scheduler=SLURM)
     assert deadline is not None and deadline.startswith("job 42 hit its deadline after 00:01:27")
 
 
 @pytest.mark.parametrize("steps", [True, None])
 def test_steps_done_or_unknown_keep_the_time_line(steps):
-    line = timeout_message(status(), max_time="00:30:00", steps=steps, nodes=2)
+    line = timeout_message(status(), max_time="00:30:00", steps=steps, nodes=2, scheduler=SLURM)
     assert line is not None and "give it more with --time" in line and "hung" not in line
 
 
