@@ -70,7 +70,9 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
 
     Every point (a combination of the --param values, a --points file's entry or a
     --random draw) is planned and checked against the profile before anything is
-    written (exit 2 naming the point, the field and the limit); then one sbatch
+    written (exit 2 naming the point, the field and the limit; the number of points
+    against the cluster's MaxArraySize, read from scontrol show config when Slurm
+    answers here, and the profile's max_array_size); then one sbatch
     --array submits them all into one sweep directory under $HPCDL_RUNS, a run
     directory per point (point-000/...). `hpcdl results SWEEP_DIR` compares them
     (--sort COLUMN), `hpcdl report` draws them, `hpcdl track` exports them;
@@ -121,7 +123,9 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     conn = connect(prof, dry_run=dry_run)
     plan = arrays.plan_array(prof, base, points, sweep_dir=sweep_path(sweep_id),
                              max_concurrent=max_concurrent, image_facts=facts,
-                             runtime_mode=mode, place=conn.place)  # raises before writing
+                             runtime_mode=mode, place=conn.place,
+                             cluster_max_array_size=arrays.cluster_array_size(conn.scheduler)
+                             )  # raises before writing
     if dry_run:
         _show(plan, as_json)
         return
@@ -163,6 +167,7 @@ def _show(plan: Any, as_json: bool) -> None:
         click.echo(json.dumps({
             "sweep_dir": str(plan.sweep_dir), "array": plan.array,
             "max_concurrent": plan.max_concurrent, "partition": plan.plans[0].partition,
+            "size_limit": plan.size_limit or None,
             "points": [{"index": p.index, "params": p.params, "run_dir": pl.run_dir,
                         "launch_line": pl.launch_line}
                        for p, pl in zip(plan.points, plan.plans, strict=True)],
@@ -172,6 +177,8 @@ def _show(plan: Any, as_json: bool) -> None:
     click.echo(f"# {len(plan.points)} points, one array: sbatch --array={plan.array} "
                f"({plan.limit_reason}); partition {first.partition}: {first.partition_reason}",
                err=True)
+    if plan.size_limit:
+        click.echo(f"# {plan.size_limit}", err=True)
     click.echo(f"# sweep directory {plan.sweep_dir} (nothing is created)", err=True)
     if first.example_defaults:
         click.echo(f"# {defaults_line(first)}", err=True)

@@ -41,7 +41,9 @@ def track(paths: tuple[Path, ...], tb_dir: Path | None, mlflow_uri: str | None,
     rank 0; images_per_sec summed over the ranks; step_s, data_s, sync_s of the
     slowest rank), the result line's figures (result.*) once the job ended, and in
     MLflow the HTML report as an artifact. Tracking again writes only what is new. A
-    sweep directory tracks every point.
+    sweep directory tracks every point; in TensorBoard's HPARAMS tab each run is a
+    session with its hparams (an `hpcdl sweep` point's --param values, else the run's
+    parameters) and its metrics' last values (result/final_loss, ...) side by side.
 
     Needs the optional packages: pip install 'hpcdl[tensorboard]' or 'hpcdl[mlflow]'.
 
@@ -103,7 +105,8 @@ def track(paths: tuple[Path, ...], tb_dir: Path | None, mlflow_uri: str | None,
 
 def _wrote(entry: dict[str, Any]) -> bool:
     return any(entry.get(s, {}).get(k) for s in ("tensorboard", "mlflow")
-               for k in ("steps_written", "steps_logged", "result_logged", "report"))
+               for k in ("steps_written", "hparams_written", "steps_logged", "result_logged",
+                         "report"))
 
 
 def _line(entry: dict[str, Any], dry_run: bool) -> str:
@@ -112,7 +115,8 @@ def _line(entry: dict[str, Any], dry_run: bool) -> str:
              f"{entry['state'] or 'no result yet'}):"]
     tb = entry.get("tensorboard")
     if tb is not None:
-        parts.append(f"tensorboard {tb['dir']}: {verb} {tb['steps_written']} new steps;")
+        parts.append(f"tensorboard {tb['dir']}: {verb} {tb['steps_written']} new steps"
+                     f"{', the hparams' if tb.get('hparams_written') else ''};")
     ml = entry.get("mlflow")
     if ml is not None:
         if dry_run:

@@ -87,7 +87,10 @@ class Partition(_Strict):
     max_array_size: PositiveInt | None = Field(
         default=None,
         description="Slurm's MaxArraySize (slurm.conf): a job array's indices run 0 to this "
-                    "minus 1, so `hpcdl sweep` refuses more points (nothing submitted)")
+                    "minus 1, so `hpcdl sweep` refuses more points (nothing submitted). The "
+                    "live check reads the cluster's own value (scontrol show config) and "
+                    "both count; this one alone where the cluster cannot be asked "
+                    "(a dry run away from it)")
     max_submit_jobs: PositiveInt | None = Field(
         default=None,
         description="the QOS's MaxSubmitJobs per user: every array task counts as a job, so "

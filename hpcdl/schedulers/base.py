@@ -165,6 +165,13 @@ class Scheduler(Protocol):
         """
         ...
 
+    def max_array_size(self) -> int | None:
+        """How many tasks one job array may have, as the scheduler itself says (Slurm's
+        MaxArraySize: task ids 0 to this minus 1; 0 when arrays are off); asked once and
+        remembered. None when the scheduler does not say. Raises ToolError when it
+        cannot be asked."""
+        ...
+
     def submit_argv(self, script: str | Path, job_name: str,
                     options: SubmitOptions | None = None) -> list[str]:
         """The command that submits ``script`` as ``job_name``; pure (what a dry run

@@ -70,6 +70,7 @@ class ArrayPlan:
     array: str
     max_concurrent: int | None
     limit_reason: str
+    size_limit: str = ""  # the most points the array may have, and whose limit that is
 
     @property
     def job_name(self) -> str:
@@ -84,19 +85,54 @@ def point_request(base: JobRequest, point: Point) -> JobRequest:
     return dataclasses.replace(base, example_args=example_args(base.example_args, point))
 
 
+def cluster_array_size(scheduler: Scheduler, live_check: bool | None = None) -> int | None:
+    """The scheduler's own limit on an array's tasks (Slurm's MaxArraySize), asked once
+    when the live check runs and the scheduler can be asked from here; None otherwise
+    (a dry run on a laptop, $HPCDL_SKIP_LIVE_CHECK): the profile's max_array_size is
+    then the only limit checked before the submission."""
+    if not live_check_wanted(live_check) or not scheduler.available():
+        return None
+    try:
+        return scheduler.max_array_size()
+    except ToolError:
+        return None  # a submission's live check says so; a dry run goes on without it
+
+
+def check_array_size(profile: Profile, partition: str, count: int,
+                     cluster_max: int | None = None) -> str:
+    """Raise ValidationError (one line: the field, the number of points, the limit)
+    when ``count`` points exceed the cluster's MaxArraySize (``cluster_max``, from
+    cluster_array_size) or the partition's max_array_size or max_submit_jobs in the
+    profile; both are checked when both are known (the profile may be stricter).
+    Returns the limit that applies, in words ("" when none is known)."""
+    part = profile.partition(partition)
+    where = f"partition {partition} allows"
+    # (limit, who allows it, the field and what it is, the limit's name in the plan)
+    checks: list[tuple[int | None, str, str, str]] = [
+        (cluster_max, "the cluster allows",
+         f"MaxArraySize = {cluster_max} in scontrol show config", "the cluster's MaxArraySize"),
+        (part.max_array_size if part else None, where,
+         f"max_array_size in profile {profile.name}: Slurm's MaxArraySize",
+         "the profile's max_array_size"),
+        (part.max_submit_jobs if part else None, where,
+         f"max_submit_jobs in profile {profile.name}: the QOS's MaxSubmitJobs; each task "
+         f"counts", "the profile's max_submit_jobs")]
+    for limit, allows, field, _ in checks:
+        if limit is not None and count > limit:
+            raise ValidationError(f"points: {count} points, but {allows} {limit} ({field}); "
+                                  f"split the sweep")
+    known = [(limit, name) for limit, _, _, name in checks if limit is not None]
+    if not known:
+        return ""
+    limit, name = min(known, key=lambda k: k[0])
+    return f"at most {limit} points: {name}"
+
+
 def array_limits(profile: Profile, partition: str, count: int,
                  max_concurrent: int | None) -> tuple[int | None, str]:
     """The throttle for ``count`` points on ``partition``, and where it comes from.
-    Raises ValidationError (nothing is written yet) when the partition's
-    max_array_size or max_submit_jobs is below ``count``, or the throttle is below 1."""
+    Raises ValidationError (nothing is written yet) when the throttle is below 1."""
     part = profile.partition(partition)
-    for field, limit, words in (
-            ("max_array_size", part.max_array_size if part else None, "Slurm's MaxArraySize"),
-            ("max_submit_jobs", part.max_submit_jobs if part else None,
-             "the QOS's MaxSubmitJobs; each task counts")):
-        if limit is not None and count > limit:
-            raise ValidationError(f"points: {count} points, but partition {partition} allows "
-                                  f"{limit} ({field}: {words}); split the sweep")
     if max_concurrent is not None:
         if max_concurrent < 1:
             raise ValidationError(f"max-concurrent: {max_concurrent} must be 1 or more")
@@ -109,15 +145,19 @@ def array_limits(profile: Profile, partition: str, count: int,
 
 def plan_array(profile: Profile, base: JobRequest, points: list[Point], *, sweep_dir: Path,
                max_concurrent: int | None = None, image_facts: ImageArchFacts | None = None,
-               runtime_mode: RuntimeMode | None = None, place: RunPlace = HERE) -> ArrayPlan:
+               runtime_mode: RuntimeMode | None = None, place: RunPlace = HERE,
+               cluster_max_array_size: int | None = None) -> ArrayPlan:
     """Every point planned with its run directory in ``sweep_dir`` (nothing written).
     Raises ValidationError naming the first point that cannot run, or the limit the
-    number of points exceeds."""
+    number of points exceeds (``cluster_max_array_size``: the cluster's MaxArraySize,
+    cluster_array_size; checked once the first point has its partition, before the
+    others are planned)."""
     if not points:
         raise ValidationError("param: no point to run (give --param NAME=v1,v2, --points "
                               "FILE or --random N)")
     width = point_width(len(points))
-    plans = []
+    plans: list[JobPlan] = []
+    size_limit = ""
     for point in points:
         request = dataclasses.replace(
             point_request(base, point),
@@ -127,26 +167,32 @@ def plan_array(profile: Profile, base: JobRequest, points: list[Point], *, sweep
         except ValidationError as err:
             raise ValidationError(f"point {point.index} ({point.describe()}): {err.message}",
                                   hint=err.hint) from err
+        if len(plans) == 1:
+            size_limit = check_array_size(profile, plans[0].partition, len(points),
+                                          cluster_max_array_size)
     throttle, why = array_limits(profile, plans[0].partition, len(points), max_concurrent)
     script = array_script(
         [p.script for p in plans], [f"{p.run_dir}/job.sbatch" for p in plans],
         [p.describe() for p in points],
         log_dir_pattern=f"{place.cluster_path(sweep_dir)}/point-%{width}a")
     return ArrayPlan(sweep_dir, base, points, plans, script,
-                     array_spec([p.index for p in points], throttle), throttle, why)
+                     array_spec([p.index for p in points], throttle), throttle, why, size_limit)
 
 
 def submit_array(profile: Profile, sweep: ArrayPlan, *, scheduler: Scheduler,
                  live_check: bool | None = None) -> SweepRecord:
     """Write the sweep directory (every point's run directory, array.sbatch,
     sweep.json) and submit the array with one sbatch; returns sweep.json as written.
-    The live check of every point runs first (one read of the cluster). Raises
+    The live check of every point runs first (one read of the cluster), with the
+    number of points against the cluster's MaxArraySize (cluster_array_size). Raises
     ValidationError, SubmitError, ToolError; when the scheduler refuses, sweep.json
     says so (``aborted``) and no point has a job id."""
     scheduler.require()
     if live_check_wanted(live_check):
         scheduler.check(profile, {f"point {p.index}": plan
                                   for p, plan in zip(sweep.points, sweep.plans, strict=True)})
+        check_array_size(profile, sweep.plans[0].partition, len(sweep.points),
+                         scheduler.max_array_size())
     sweep_dir = sweep.sweep_dir
     sweep_dir.mkdir(parents=True)
     runs = [write_run(profile, plan, Path(str(plan.run_dir)),

@@ -7,10 +7,16 @@ recorded it: ``loss``, ``lr`` and ``epoch`` of the lowest rank (rank 0 normally;
 every rank logs its own loss, rank 0's is what the example prints); ``images_per_sec``
 summed over the ranks (the job's throughput); ``step_s``, ``data_s`` and ``sync_s``
 the largest over the ranks (the slowest rank sets the pace of a synchronous step).
+
+The hyperparameters (``hparams``: what TensorBoard's HPARAMS tab compares) are a
+parameter sweep's values of the point (sweep.json's ``params``, under their own names),
+else the run's parameters; a value that reads as a number is one, so the tab sorts
+and plots it as a number.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -57,6 +63,7 @@ class RunSource:
     ranks: int
     result: dict[str, float] = field(default_factory=dict)
     state: str | None = None  # result.json's state, once the job was followed to its end
+    hparams: dict[str, float | str] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:
@@ -109,6 +116,16 @@ def run_id_of(path: Path) -> str:
 def param_key(name: str) -> str:
     """A key MLflow and TensorBoard take (letters, digits, _ - . space /)."""
     return _UNSAFE_KEY.sub("_", name)[:250]
+
+
+def hparam_value(text: str) -> float | str:
+    """A parameter's value as TensorBoard's HPARAMS tab compares it: a (finite) number
+    when the text reads as one, else the text."""
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return number if math.isfinite(number) else text
 
 
 def _value(value: Any) -> str:
@@ -215,6 +232,7 @@ def read_run(path: Path) -> RunSource:
         except (OSError, ValueError) as exc:
             raise ValidationError(f"{run.plan_file}: unreadable ({exc})") from exc
         params = plan_params(plan)
+    swept: Any = None
     sweep = read_sweep(path.resolve().parent)
     if sweep is not None:
         tags["hpcdl.sweep_id"] = str(sweep.get("sweep_id", ""))
@@ -222,6 +240,10 @@ def read_run(path: Path) -> RunSource:
             if point.get("run_dir") == path.resolve().name:
                 params.update({f"point.{k}": _value(point[k]) for k in  # type: ignore[literal-required]
                                ("label", "batch_size") if point.get(k) is not None})
+                swept = point.get("params")  # a parameter sweep's point: its values
+    hparams = ({param_key(str(k)): hparam_value(_value(v)) for k, v in swept.items()}
+               if isinstance(swept, dict) and swept else
+               {key: hparam_value(value) for key, value in params.items()})
     job = run.read_job()
     if job is not None:
         tags["hpcdl.job_id"] = job.job_id
@@ -235,4 +257,5 @@ def read_run(path: Path) -> RunSource:
     metrics = step_metrics.read_metrics(run.metrics)
     return RunSource(path=path, run_id=tags["hpcdl.run_id"], params=params, tags=tags,
                      points=aggregate(metrics, complete_only=state is None),
-                     ranks=len(metrics), result=result_metrics(record), state=state)
+                     ranks=len(metrics), result=result_metrics(record), state=state,
+                     hparams=hparams)

@@ -5,10 +5,19 @@ written again: tracking twice adds nothing, and ``--follow`` adds only new steps
 
 Tags: ``train/<key>`` per step (hpcdl.track.source's series) and ``result/<key>`` once,
 at the last step, when the job's result is known.
+
+The HPARAMS tab: each run directory is one session of tensorboard's hparams plugin, its
+start (the run's hparams: a parameter sweep's values, tensorboard.plugins.hparams'
+summary_v2.hparams_pb) written once, its end (success or failure, from the job's state)
+once the job has ended. The plugin finds the sessions under DIR and takes the last value
+of each scalar tag of a session's directory as its metrics (``result/final_loss`` and
+the rest): no experiment summary is written, so runs of several sweeps tracked into one
+DIR are compared side by side. Both are written once, like the steps.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +27,11 @@ from hpcdl.track.source import RunSource
 EXTRA_HINT = "pip install 'hpcdl[tensorboard]'"
 STEP_PREFIX = "train/"
 RESULT_PREFIX = "result/"
+# tensorboard.plugins.hparams.metadata's SESSION_START_INFO_TAG / SESSION_END_INFO_TAG,
+# spelt here so a look at what a directory holds imports no plugin (tests/unit/test_track.py
+# holds them to the plugin's).
+SESSION_START_TAG = "_hparams_/session_start_info"
+SESSION_END_TAG = "_hparams_/session_end_info"
 
 
 def require() -> Any:
@@ -59,13 +73,26 @@ class TensorBoardSink:
     def run_dir(self, source: RunSource) -> Path:
         return self.root / source.run_id
 
+    def _have(self, source: RunSource) -> dict[str, set[int]]:
+        if source.run_id not in self._logged:
+            self._logged[source.run_id] = logged_steps(self.run_dir(source))
+        return self._logged[source.run_id]
+
+    def pending_session(self, source: RunSource) -> list[str]:
+        """The hparams session tags (start, end) the run's directory lacks."""
+        have = self._have(source)
+        todo = []
+        if source.hparams and not have.get(SESSION_START_TAG):
+            todo.append(SESSION_START_TAG)
+        if source.hparams and source.ended and not have.get(SESSION_END_TAG):
+            todo.append(SESSION_END_TAG)
+        return todo
+
     def pending(self, source: RunSource) -> tuple[list[tuple[str, float, int, float | None]],
                                                   int]:
         """(tag, value, step, wall time) not in the run's directory yet, and the number
         of steps they touch."""
-        if source.run_id not in self._logged:
-            self._logged[source.run_id] = logged_steps(self.run_dir(source))
-        have = self._logged[source.run_id]
+        have = self._have(source)
         todo: list[tuple[str, float, int, float | None]] = []
         steps: set[int] = set()
         for point in source.points:
@@ -85,9 +112,10 @@ class TensorBoardSink:
         """Write what ``source`` has that the directory has not. Raises ToolError when
         the directory cannot be written."""
         todo, steps = self.pending(source)
+        session = self.pending_session(source)
         out = {"dir": str(self.run_dir(source)), "steps_written": steps,
-               "points_written": len(todo)}
-        if dry_run or not todo:
+               "points_written": len(todo), "hparams_written": bool(session)}
+        if dry_run or not (todo or session):
             return out
         try:
             writer = self._writers.get(source.run_id)
@@ -98,15 +126,55 @@ class TensorBoardSink:
             for tag, value, step, wall_time in todo:
                 writer.add_scalar(tag, value, step, wall_time=wall_time)
             writer.flush()
+            if session:
+                write_session(self.run_dir(source), source, session)
         except OSError as exc:
             raise ToolError(f"tensorboard {self.run_dir(source)}: cannot write "
                             f"({exc.strerror or exc})") from exc
         have = self._logged[source.run_id]
         for tag, _, step, _ in todo:
             have.setdefault(tag, set()).add(step)
+        for tag in session:
+            have.setdefault(tag, set()).add(0)
         return out
 
     def close(self) -> None:
         writers, self._writers = self._writers, {}
         for writer in writers.values():
             writer.close()
+
+
+def _wall_time(source: RunSource, index: int) -> float | None:
+    return source.points[index].wall_time if source.points else None
+
+
+def write_session(run_dir: Path, source: RunSource, tags: list[str]) -> None:
+    """The run's hparams session start and/or end (``tags``) into ``run_dir``, at step 0,
+    with tensorboard's own hparams summaries, through its event file writer (a file of
+    its own beside the scalars'). Raises OSError."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2, summary_v2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    events = []
+    if SESSION_START_TAG in tags:
+        start = _wall_time(source, 0)
+        events.append((start, summary_v2.hparams_pb(dict(source.hparams),
+                                                    trial_id=source.run_id,
+                                                    start_time_secs=start)))
+    if SESSION_END_TAG in tags:
+        end = _wall_time(source, -1)
+        status = api_pb2.STATUS_SUCCESS if source.state == "COMPLETED" else api_pb2.STATUS_FAILURE
+        info = plugin_data_pb2.SessionEndInfo(status=status, end_time_secs=end or 0.0)
+        summary = summary_pb2.Summary()
+        summary.value.add(tag=SESSION_END_TAG, tensor=metadata.NULL_TENSOR,
+                          metadata=metadata.create_summary_metadata(
+                              plugin_data_pb2.HParamsPluginData(session_end_info=info)))
+        events.append((end, summary))
+    writer = EventFileWriter(str(run_dir))
+    try:
+        for wall_time, summary in events:
+            writer.add_event(event_pb2.Event(wall_time=wall_time or time.time(), step=0,
+                                             summary=summary))
+    finally:
+        writer.close()

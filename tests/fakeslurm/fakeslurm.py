@@ -23,7 +23,9 @@ first match by prefix), else ``default``:
      "jobs": {"crash": {"states": [["RUNNING", 1], ["FAILED", 0]], "exit": "1:0", ...}},
      "refuse": null,          # or Slurm's refusal message: sbatch exits 1 with it
      "min_job_age": 3,        # ticks a finished job stays visible to squeue
-     "sacct_lag": 1}          # ticks sacct shows its placeholder row after the end
+     "sacct_lag": 1,          # ticks sacct shows its placeholder row after the end
+     "max_array_size": 1001}  # MaxArraySize in `scontrol show config` (Slurm's default):
+                              # sbatch refuses an --array index at or above it, as Slurm does
 
 A requeued job's states pass through PREEMPTED, NODE_FAIL or REQUEUED and back to
 PENDING under the same id; ``sacct -D`` then lists one row per ended attempt first.
@@ -64,6 +66,7 @@ PARTITIONS = "".join(
     for name, nodes, limit in (("debug", 2, "00:30:00"), ("gpu", 2, "02:00:00"),
                                ("short", 1, "00:05:00"), ("lowprio", 2, "00:10:00"),
                                ("urgent", 2, "00:05:00")))
+MAX_ARRAY_SIZE = 1001  # Slurm's default, the sandbox's too
 SINFO = ("debug*|gpu:fake:4|8|2\ngpu|gpu:fake:4|8|2\nshort|gpu:fake:4|8|2\n"
          "lowprio|gpu:fake:4|8|2\nurgent|gpu:fake:4|8|2\n")
 
@@ -162,6 +165,10 @@ def sbatch(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
     if spec.get("spread") and index.isdigit() and len(states) > 2:
         states[1][1] += spec["spread"] * (int(index) % 7)
     array = opt(argv, "--array") or directives.get("array")
+    if array and max(array_indices(array)[0]) >= scen.get("max_array_size", MAX_ARRAY_SIZE):
+        stderr.write("sbatch: error: Batch job submission failed: Invalid job array "
+                     "specification\n")
+        return 1
     with Store() as data:
         job_id = str(data["next"])
         data["next"] += 1
@@ -329,6 +336,14 @@ def sacct(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
 def scontrol(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
     if argv[-1] == "partition":
         stdout.write(PARTITIONS)
+        return 0
+    if argv[-2:] == ["show", "config"]:  # a few lines of it, spaced as Slurm spaces them
+        size = scenario().get("max_array_size", MAX_ARRAY_SIZE)
+        stdout.write("Configuration data as of 2026-11-26T10:00:00\n"
+                     "ClusterName             = fake\n"
+                     f"MaxArraySize            = {size}\n"
+                     "MaxJobCount             = 10000\n"
+                     "SLURM_VERSION           = 23.11.4\n")
         return 0
     job_id = argv[-1]
     with Store() as data:

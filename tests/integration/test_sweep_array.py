@@ -1,19 +1,23 @@
 """`hpcdl sweep` on the real sandbox: a 6-point sweep of the bundled example in the image as
 one job array with at most 2 tasks at a time (checked from sacct's own Start/End), its
 table, the failed point alone resubmitted by --retry-failed; a user's script swept with
-{NAME} placeholders whose transient failure a retry mends; `cancel` of an array.
+{NAME} placeholders whose transient failure a retry mends; `cancel` of an array; one
+point more than the cluster's MaxArraySize refused before anything is written.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
+from hpcdl.core.resources import PACKAGE_DIR
 from tests.integration.conftest_slurm import hpcdl
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer]
@@ -148,3 +152,29 @@ def test_cancel_of_the_array_ends_every_task(slurm_cluster: Path, tmp_path: Path
     assert cancel.returncode == 0 and "CANCELLED" in cancel.stdout, cancel.stdout + cancel.stderr
     final = json.loads(hpcdl("status", array_id, "--json", env=env).stdout)
     assert final["state"] == "CANCELLED" and "CANCELLED" in final["reason"], final
+
+
+def test_one_point_more_than_the_clusters_max_array_size_is_refused(
+        slurm_cluster: Path, tmp_path: Path) -> None:
+    # The sandbox's slurm.conf leaves MaxArraySize at Slurm's default (1001); read it as
+    # the test's truth, and claim far more in the profile: the cluster's value decides.
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                            timeout=30, check=True).stdout
+    limit = int(re.search(r"^MaxArraySize\s*=\s*(\d+)", config, re.M).group(1))  # type: ignore[union-attr]
+    profile = yaml.safe_load((PACKAGE_DIR / "profiles" / "bundled" / "sandbox.yaml").read_text())
+    for part in profile["partitions"]:
+        part["max_array_size"] = limit + 1000
+    claims = tmp_path / "claims-more.yaml"
+    claims.write_text(yaml.safe_dump(profile))
+    runs = tmp_path / "runs"
+    env = {"HPCDL_RUNS": str(runs)}
+    base = ("sweep", "-p", str(claims), "-N", "1", "-G", "1", "-c", "1", "--no-image")
+    res = hpcdl(*base, "--random", str(limit + 1), "--param", "n=lin:0:1", "--", "echo", "{n}",
+                env=env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert (f"error: points: {limit + 1} points, but the cluster allows {limit} "
+            f"(MaxArraySize = {limit} in scontrol show config)") in res.stderr
+    assert not runs.exists()  # nothing written, nothing submitted
+    dry = hpcdl(*base, "--param", "n=1,2", "--dry-run", "--", "echo", "{n}", env=env)
+    assert dry.returncode == 0 and f"# at most {limit} points: the cluster's MaxArraySize" \
+        in dry.stderr, dry.stderr

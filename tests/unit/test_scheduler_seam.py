@@ -89,6 +89,25 @@ def test_a_refusal_and_a_missing_scheduler_are_worded_by_the_adapter(
         absent.require()
 
 
+CAPTURED_CONFIG = Path(__file__).resolve().parent / "slurm_outputs" / "sandbox" / "config.txt"
+
+
+def test_max_array_size_is_read_from_scontrol_show_config_once(no_local_commands: None) -> None:
+    ex = Recording({"scontrol": (0, CAPTURED_CONFIG.read_text(), "")})
+    slurm = SlurmScheduler("sandbox", ex)
+    assert slurm.max_array_size() == 1001 and slurm.max_array_size() == 1001
+    assert ex.argvs == [["scontrol", "show", "config"]]  # remembered, like available()
+    off = Recording({"scontrol": (0, "MaxArraySize            = 0\n", "")})
+    assert SlurmScheduler("sandbox", off).max_array_size() == 0  # arrays switched off
+    silent = Recording({"scontrol": (0, "ClusterName = x\n", "")})
+    assert SlurmScheduler("sandbox", silent).max_array_size() is None
+    down = SlurmScheduler("sandbox", Recording({"scontrol": (
+        1, "", "slurm_load_ctl_conf error: Unable to contact slurm controller")}))
+    with pytest.raises(ToolError, match="^Slurm's controller is not reachable") as err:
+        down.max_array_size()
+    assert err.value.hint and "sandbox up" in err.value.hint
+
+
 def test_the_registry_picks_the_adapter_by_the_profile_type() -> None:
     ex = Recording({})
     slurm = scheduler_for("sandbox", "slurm", ex)

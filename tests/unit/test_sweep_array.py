@@ -18,9 +18,11 @@ from click.testing import CliRunner
 from hpcdl.cli import cli
 from hpcdl.core.errors import ValidationError
 from hpcdl.core.resources import PACKAGE_DIR
+from hpcdl.plan import JobRequest
+from hpcdl.profiles import load_profile
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 from hpcdl.schedulers.slurm.array import array_script, array_spec, split_task_id
-from hpcdl.sweep import params
+from hpcdl.sweep import arrays, params
 from tests.fakeslurm.fixture import FakeSlurm
 
 
@@ -197,6 +199,82 @@ def test_bad_input_is_one_line_exit_2_and_nothing_submitted(
     assert len(lines) == 1 and words in lines[0], res.output
     assert fake.counts()["sbatch"] == 0
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
+def limited_profile(tmp_path: Path, max_array_size: int) -> str:
+    """The bundled sandbox profile with every partition's max_array_size set."""
+    path = tmp_path / f"limited-{max_array_size}.yaml"
+    profile = yaml.safe_load((PACKAGE_DIR / "profiles" / "bundled" / "sandbox.yaml").read_text())
+    profile["name"] = "limited"
+    for part in profile["partitions"]:
+        part["max_array_size"] = max_array_size
+    path.write_text(yaml.safe_dump(profile))
+    return str(path)
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_the_clusters_max_array_size_refuses_too_many_points_before_anything(
+        fake: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dry_run: bool) -> None:
+    # The live check on: MaxArraySize comes from the (fake) cluster's scontrol show config.
+    monkeypatch.delenv("HPCDL_SKIP_LIVE_CHECK")
+    fake.scenario(max_array_size=4)
+    res = sweep("--param", "lr=1,2,3,4,5", *(["--dry-run"] if dry_run else []))
+    assert res.exit_code == 2, res.output
+    (line,) = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert ("5 points, but the cluster allows 4 (MaxArraySize = 4 in scontrol show config)"
+            in line), res.output
+    assert fake.counts()["sbatch"] == 0
+    assert not (tmp_path / "runs").exists()
+    # A profile that claims more than the cluster allows changes nothing.
+    res = sweep("--param", "lr=1,2,3,4,5", "-p", limited_profile(tmp_path, 5000),
+                *(["--dry-run"] if dry_run else []))
+    assert res.exit_code == 2 and "MaxArraySize = 4 in scontrol" in res.output, res.output
+
+
+def test_the_clusters_limit_is_read_once_and_a_stricter_profile_still_counts(
+        fake: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HPCDL_SKIP_LIVE_CHECK")
+    fake.scenario(max_array_size=4, default={"states": [["COMPLETED", 0]]})
+    res = sweep("--param", "lr=1,2,3,4", "--json")  # 4 points: task ids 0-3 fit
+    assert res.exit_code == 0, res.output
+    configs = [c for c in fake.calls() if c["tool"] == "scontrol" and "config" in c["argv"]]
+    assert len(configs) == 1 and fake.counts()["sbatch"] == 1  # planned and checked: one read
+    dry = sweep("--param", "lr=1,2", "--dry-run", "--json")
+    assert json.loads(dry.stdout)["size_limit"] == "at most 4 points: the cluster's MaxArraySize"
+    # The profile stricter than the cluster: its limit refuses (the field named).
+    res = sweep("--param", "lr=1,2,3", "-p", limited_profile(tmp_path, 2))
+    assert res.exit_code == 2 and "3 points, but partition debug allows 2 (max_array_size in " \
+        "profile limited" in res.output, res.output
+
+
+def test_without_the_live_check_the_profile_is_the_only_limit(
+        fake: FakeSlurm, tmp_path: Path) -> None:
+    # No cluster to ask (a laptop's dry run; $HPCDL_SKIP_LIVE_CHECK): the profile's value.
+    fake.scenario(max_array_size=2)
+    dry = sweep("--param", "lr=1,2,3", "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.stdout)["size_limit"] is None  # the bundled profile sets none
+    assert not [c for c in fake.calls() if c["tool"] == "scontrol"]
+    res = sweep("--param", "lr=1,2,3", "-p", limited_profile(tmp_path, 2), "--dry-run")
+    assert res.exit_code == 2 and "allows 2 (max_array_size in profile limited" in res.output
+    ok = sweep("--param", "lr=1,2", "-p", limited_profile(tmp_path, 2), "--dry-run")
+    assert "# at most 2 points: the profile's max_array_size" in ok.output, ok.output
+
+
+def test_submit_array_checks_the_clusters_limit_in_its_live_check(
+        fake: FakeSlurm, tmp_path: Path) -> None:
+    # A plan made without asking the cluster (the library's callers): the live check of
+    # submit_array asks, and refuses before the sweep directory exists.
+    fake.scenario(max_array_size=2)
+    profile = load_profile("sandbox")
+    points = params.grid([params.parse_param("n=1,2,3", known=None)])
+    plan = arrays.plan_array(profile, JobRequest(nodes=1, gpus=1, cpus_per_task=1,
+                                                 command=("echo", "{n}"), no_image=True),
+                             points, sweep_dir=tmp_path / "runs" / "sweep-x")
+    with pytest.raises(ValidationError, match=r"3 points, but the cluster allows 2 "
+                                              r"\(MaxArraySize = 2 in scontrol show config\)"):
+        arrays.submit_array(profile, plan, scheduler=SlurmScheduler("sandbox"), live_check=True)
+    assert not plan.sweep_dir.exists() and fake.counts()["sbatch"] == 0
 
 
 def test_a_command_sweep_fills_its_placeholders_and_appends_the_rest(fake: FakeSlurm) -> None:

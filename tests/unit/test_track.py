@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -143,6 +144,130 @@ def test_a_sweep_goes_to_tensorboard_once(fake: FakeSlurm, tmp_path: Path):
     third = run_cli("track", str(runs[0]), "--tensorboard", str(tb), "--json")
     assert json.loads(third.stdout)["runs"][0]["tensorboard"]["steps_written"] == 5
     assert tb_counts(tb / runs[0].name)["train/loss"] == STEPS + 5
+
+
+def point_out(loss: float) -> str:
+    return "0: " + json.dumps({"hpcdl_result": {**RESULT, "final_loss": loss}}) + "\n"
+
+
+def hparams_sessions(tb: Path) -> dict[str, dict[str, Any]]:
+    """Per run directory under ``tb``: the hparams plugin's session start (its hparams as
+    Python values) and end (its status name), as tensorboard's reader and the plugin's
+    own parsers see them, and how many of each there are."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import api_pb2, metadata
+
+    out = {}
+    for run in sorted(p for p in tb.iterdir() if p.is_dir()):
+        acc = EventAccumulator(str(run), size_guidance={"tensors": 0})
+        acc.Reload()
+        content = acc.PluginTagToContent(metadata.PLUGIN_NAME)
+        start = metadata.parse_session_start_info_plugin_data(
+            content[metadata.SESSION_START_INFO_TAG])
+        values = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind"))
+                  for k, v in start.hparams.items()}
+        end = (api_pb2.Status.Name(metadata.parse_session_end_info_plugin_data(
+            content[metadata.SESSION_END_INFO_TAG]).status)
+            if metadata.SESSION_END_INFO_TAG in content else None)
+        counts = {tag: len(acc.Tensors(tag)) for tag in (metadata.SESSION_START_INFO_TAG,
+                                                          metadata.SESSION_END_INFO_TAG)
+                  if tag in acc.Tags()["tensors"]}
+        out[run.name] = {"hparams": values, "end": end, "counts": counts,
+                         "group": start.group_name}
+    return out
+
+
+def test_a_parameter_sweep_fills_tensorboards_hparams_tab_once(
+        fake: FakeSlurm, tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from tensorboard.plugins.hparams import metadata
+
+    from hpcdl.track import to_tensorboard
+
+    assert (to_tensorboard.SESSION_START_TAG, to_tensorboard.SESSION_END_TAG) == (
+        metadata.SESSION_START_INFO_TAG, metadata.SESSION_END_INFO_TAG)
+    fake.scenario(default={"states": [["RUNNING", 1], ["COMPLETED", 0]],
+                           "stdout": point_out(1.5)},
+                  task_specs={"100_0": {"stdout": point_out(0.7)},
+                              "100_3": {"states": [["RUNNING", 1], ["FAILED", 0]],
+                                        "exit": "1:0", "stdout": "0: Traceback\n"}},
+                  sacct_lag=1)
+    res = run_cli("sweep", "-p", "sandbox", "-N", "1", "-G", "1", "-c", "1", "--param",
+                  "lr=0.1,0.05", "--param", "opt=sgd,adam", "--wait", "--json", "--",
+                  "python3", "train.py", "--lr", "{lr}", "--opt", "{opt}")
+    assert res.exit_code == 1, res.output  # point 3 failed
+    (sweep_dir,) = (tmp_path / "runs").glob("sweep-*")
+    runs = sorted(p for p in sweep_dir.iterdir() if p.is_dir())
+    for run in runs:
+        write_metrics(run, ranks=1, n=5)
+    tb = tmp_path / "tb"
+    dry = run_cli("track", str(sweep_dir), "--tensorboard", str(tb), "--dry-run", "--json")
+    assert [r["tensorboard"]["hparams_written"] for r in json.loads(dry.stdout)["runs"]] == [
+        True] * 4 and not tb.exists()
+    first = run_cli("track", str(sweep_dir), "--tensorboard", str(tb))
+    assert first.exit_code == 0 and "5 new steps, the hparams" in first.stdout, first.output
+    sessions = hparams_sessions(tb)
+    assert list(sessions) == [r.name for r in runs]
+    # Each point's own values, numbers as numbers (the tab sorts and plots them so).
+    assert [s["hparams"] for s in sessions.values()] == [
+        {"lr": 0.1, "opt": "sgd"}, {"lr": 0.1, "opt": "adam"}, {"lr": 0.05, "opt": "sgd"},
+        {"lr": 0.05, "opt": "adam"}]
+    assert [s["end"] for s in sessions.values()] == ["STATUS_SUCCESS"] * 3 + ["STATUS_FAILURE"]
+    assert len({s["group"] for s in sessions.values()}) == 4  # one session group a point
+    # What the HPARAMS tab shows, asked of the plugin's own handlers: the sweep's
+    # parameters as columns, each point a row with its final loss (the failed point none).
+    names, rows = hparams_tab(tb, ["lr", "opt"], "result/final_loss")
+    assert names[0] == ["lr", "opt"] and "result/final_loss" in names[1]
+    assert rows == {runs[0].name: ({"lr": 0.1, "opt": "sgd"}, 0.7, "STATUS_SUCCESS"),
+                    runs[1].name: ({"lr": 0.1, "opt": "adam"}, 1.5, "STATUS_SUCCESS"),
+                    runs[2].name: ({"lr": 0.05, "opt": "sgd"}, 1.5, "STATUS_SUCCESS"),
+                    runs[3].name: ({"lr": 0.05, "opt": "adam"}, None, "STATUS_FAILURE")}
+    again = run_cli("track", str(sweep_dir), "--tensorboard", str(tb), "--json")
+    assert [r["tensorboard"]["hparams_written"] for r in json.loads(again.stdout)["runs"]] == [
+        False] * 4
+    assert all(s["counts"] == {metadata.SESSION_START_INFO_TAG: 1,
+                               metadata.SESSION_END_INFO_TAG: 1}
+               for s in hparams_sessions(tb).values())
+
+
+def hparams_tab(logdir: Path, hparams: list[str], metric: str) -> tuple[
+        tuple[list[str], list[str]], dict[str, tuple[dict[str, Any], float | None, str]]]:
+    """What TensorBoard's HPARAMS tab gets for ``logdir`` (the plugin's /experiment and
+    /session_groups handlers over tensorboard's own data provider): (the hparams' and
+    metrics' names, {session group: (hparams, the metric's value, status)})."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider
+    from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import (
+        api_pb2,
+        backend_context,
+        get_experiment,
+        list_session_groups,
+    )
+
+    mux = pem.EventMultiplexer()
+    mux.AddRunsFromDirectory(str(logdir))
+    mux.Reload()
+    backend = backend_context.Context(base_plugin.TBContext(
+        logdir=str(logdir), multiplexer=mux,
+        data_provider=data_provider.MultiplexerDataProvider(mux, str(logdir))))
+    request = context.RequestContext()
+    experiment = get_experiment.Handler(request, backend, "",
+                                        api_pb2.GetExperimentRequest()).run()
+    names = ([h.name for h in experiment.hparam_infos],
+             [m.name.tag for m in experiment.metric_infos])
+    listing = list_session_groups.Handler(request, backend, "", api_pb2.ListSessionGroupsRequest(
+        start_index=0, slice_size=100, allowed_statuses=list(api_pb2.Status.values()),
+        col_params=[*(api_pb2.ColParams(hparam=h) for h in hparams),
+                    api_pb2.ColParams(metric=api_pb2.MetricName(tag=metric))])).run()
+    rows = {}
+    for group in listing.session_groups:
+        values = {k: getattr(v, v.WhichOneof("kind")) for k, v in group.hparams.items()}
+        found = [round(m.value, 4) for m in group.metric_values if m.name.tag == metric]
+        rows[group.name] = (values, found[0] if found else None,
+                            api_pb2.Status.Name(group.sessions[0].status))
+    return names, rows
 
 
 def test_follow_logs_while_the_job_runs_and_stops_when_it_ended(fake: FakeSlurm, tmp_path: Path):

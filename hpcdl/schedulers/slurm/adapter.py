@@ -35,6 +35,7 @@ class SlurmScheduler:
         self.profile_name = profile_name
         self.executor = executor
         self._found = False  # Slurm's tools were found once: over SSH each look is a trip
+        self._config: dict[str, str] | None = None  # scontrol show config, read once
 
     def available(self) -> bool:
         self._found = self._found or query.slurm_available(self.executor)
@@ -61,6 +62,16 @@ class SlurmScheduler:
                     raise ValidationError(f"{label}: {err.message}", hint=err.hint) from err
                 raise
         return warnings
+
+    def max_array_size(self) -> int | None:
+        """MaxArraySize from ``scontrol show config`` (read once per scheduler, like
+        ``available``). Raises ToolError (slurmctld unreachable)."""
+        if self._config is None:
+            try:
+                self._config = livecheck.read_config(ex=self.executor)
+            except ToolError as err:
+                raise commands.unreachable(err, self.profile_name) from err
+        return livecheck.max_array_size(self._config)
 
     def submit_argv(self, script: str | Path, job_name: str,
                     options: SubmitOptions | None = None) -> list[str]:

@@ -4,12 +4,13 @@ A profile is a claim about a cluster; ``scontrol show partition`` and ``sinfo``
 are the truth. Before submitting, hpcdl checks the claims the request depends on:
 a partition that does not exist, fewer GPUs or CPUs per node, fewer nodes or a
 shorter max time than the profile says. Those that break the request are errors;
-the others are warnings that the profile needs fixing.
+the others are warnings that the profile needs fixing. A job array's size limit
+(MaxArraySize) comes from ``scontrol show config`` (read_config, max_array_size).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from hpcdl.core.errors import ValidationError
 from hpcdl.core.slurmtime import format_time, parse_time
 from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.schedulers.executor import LOCAL, Executor
+from hpcdl.schedulers.slurm.detect import parse_config
 from hpcdl.schedulers.slurm.parse import gpus_in_gres, parse_key_values
 
 if TYPE_CHECKING:
@@ -78,6 +80,21 @@ def read_cluster(timeout: float = 30, ex: Executor = LOCAL) -> dict[str, Cluster
     sc = ex.run(["scontrol", "-o", "show", "partition"], timeout=timeout)
     si = ex.run(["sinfo", "-h", "-o", SINFO_FORMAT], timeout=timeout)
     return parse_partitions(sc.stdout, si.stdout)
+
+
+CONFIG_ARGV = ("scontrol", "show", "config")
+
+
+def read_config(timeout: float = 30, ex: Executor = LOCAL) -> dict[str, str]:
+    """``scontrol show config`` as Key -> Value. Raises ToolError when scontrol fails."""
+    return parse_config(ex.run(list(CONFIG_ARGV), timeout=timeout).stdout)
+
+
+def max_array_size(config: Mapping[str, str]) -> int | None:
+    """Slurm's MaxArraySize (task ids 0 to this minus 1; 0: job arrays are off), or None
+    when the config does not say. Pure."""
+    value = config.get("MaxArraySize", "").strip()
+    return int(value) if value.isdigit() else None
 
 
 def _node_limit(cp: ClusterPartition) -> int:
