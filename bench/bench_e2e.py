@@ -27,7 +27,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,10 +34,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import SHARED_IMAGE, shared_tmp  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
-
-DEFAULT_IMAGE = Path(os.environ.get("HPCDL_CACHE") or "/var/cache/hpcdl") / "images" / \
-    "pytorch-horovod-cpu.sif"
 
 
 def submit(args: argparse.Namespace, image: Path | None) -> dict[str, Any]:
@@ -83,7 +80,10 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--gpus", type=int, default=2, help="ranks per node")
-    ap.add_argument("--image", type=Path, default=DEFAULT_IMAGE)
+    ap.add_argument("--image", type=Path, default=SHARED_IMAGE,
+                    help="a path the nodes see (default: %(default)s)")
+    ap.add_argument("--warmups", type=int, default=1,
+                    help="untimed runs each way first (0 for a smoke run)")
     ap.add_argument("--json-out", help="also write every run's figures here")
     args = ap.parse_args()
     if not shutil.which("sbatch"):
@@ -93,11 +93,14 @@ def main() -> int:
         print(f"no image at {args.image}: scripts/build-image.sh builds it", file=sys.stderr)
         return 1
 
-    work = Path(tempfile.mkdtemp(prefix="hpcdl-bench-e2e-"))
+    work = shared_tmp("hpcdl-bench-e2e-")  # the nodes see only /home and /scratch
     os.environ["HPCDL_RUNS"] = str(work / "runs")
-    print("warm-up: one run each (page cache, first contact with slurmctld)", flush=True)
-    submit(args, None)
-    submit(args, args.image)
+    if args.warmups:
+        print(f"warm-up: {args.warmups} run(s) each (page cache, first contact with slurmctld)",
+              flush=True)
+    for _ in range(args.warmups):
+        submit(args, None)
+        submit(args, args.image)
     native: list[dict[str, Any]] = []
     image: list[dict[str, Any]] = []
     for i in range(args.pairs):
@@ -125,8 +128,7 @@ def main() -> int:
           f"median {statistics.median(ratios):.3f} (goal >= 0.98)")
     print("machine: " + facts_line(describe(packages=("torch", "horovod"),
                                            tools=("sbatch", "apptainer"))))
-    print(f"reproduce: python3 bench/bench_e2e.py --pairs {args.pairs} --steps {args.steps} "
-          f"--backend {args.backend} --arch {args.arch} --batch-size {args.batch_size}")
+    print("reproduce: python3 bench/bench_e2e.py " + " ".join(sys.argv[1:]))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(
             {"args": {k: str(v) for k, v in vars(args).items()}, "native": native,

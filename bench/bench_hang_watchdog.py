@@ -23,33 +23,32 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import SHARED_IMAGE, shared_copy, shared_tmp  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
 
 SCRIPT = REPO / "tests" / "integration" / "hang" / "gloo_hang.py"
 
 
-def default_image() -> Path:
-    cache = os.environ.get("HPCDL_CACHE") or "/var/cache/hpcdl"
-    return Path(cache) / "images" / "pytorch-horovod-cpu.sif"
-
-
-def one_run(runs: Path, args: argparse.Namespace, i: int) -> dict[str, float]:
+def one_run(runs: Path, script: Path, args: argparse.Namespace, i: int) -> dict[str, float]:
     argv = [sys.executable, "-m", "hpcdl", "submit", "-p", "sandbox", "-N", str(args.nodes),
             "-G", str(args.gpus), "-c", "1", "--image", str(args.image),
             "--job-name", f"bench-hang-{i}", "--hang-timeout", str(args.timeout), "--wait",
-            "--json", "--", "python3", str(SCRIPT), "--steps", "3", "--slow-rank",
+            "--json", "--", "python3", str(script), "--steps", "3", "--slow-rank",
             str(args.nodes * max(args.gpus, 1) - 1)]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False,
                          env={**os.environ, "HPCDL_RUNS": str(runs)})
+    if not res.stdout.strip():
+        raise SystemExit(f"run {i}: hpcdl submit printed nothing (exit {res.returncode}):\n"
+                         f"{res.stderr[-3000:]}")
     out = json.loads(res.stdout.strip().splitlines()[-1])
     hang = out.get("hang")
     if not hang:
@@ -68,20 +67,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=10.0, help="--hang-timeout (s)")
-    parser.add_argument("--image", type=Path, default=default_image())
+    parser.add_argument("--image", type=Path, default=SHARED_IMAGE,
+                        help="a path the nodes see (default: %(default)s)")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--gpus", type=int, default=2, help="ranks per node (fake GPUs)")
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-hang-") as tmp:
+    # The nodes see only /home and /scratch: the run directories and the script go there.
+    work = shared_tmp("bench-hang-")
+    try:
+        script = shared_copy(SCRIPT, work)
         for i in range(args.runs):
-            row = one_run(Path(tmp), args, i)
+            row = one_run(work / "runs", script, args, i)
             rows.append(row)
             print(f"run {i}: {row['total_s']:.1f} s from the hang to the diagnosis "
                   f"(silent {row['silent_s']:.1f} + collect {row['collect_s']:.1f} + rest "
                   f"{row['rest_s']:.1f}); {row['straggler']} in {row['frame']}; job "
                   f"{row['state']}", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     med = {k: statistics.median(r[k] for r in rows)
            for k in ("total_s", "silent_s", "collect_s", "rest_s")}
     ranks = args.nodes * max(args.gpus, 1)

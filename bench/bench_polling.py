@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.common import FAKE_BIN, counting  # noqa: E402
+from bench.common import FAKE_BIN, counting, shared_tmp  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl.jobs.follow import Watcher  # noqa: E402
 from hpcdl.jobs.submit import plan_run, submit  # noqa: E402
@@ -143,7 +142,7 @@ def main() -> int:
                     help="largest fake case that also runs the per-job baseline")
     ap.add_argument("--json-out", help="also write the rows here")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="hpcdl-bench-polling-"))
+    work = shared_tmp("hpcdl-bench-polling-")  # the real jobs' run dirs: nodes see /scratch
     rows = []
     for n in (int(x) for x in args.jobs.split(",")):
         for how in ("batched", "per-job") if n <= args.baseline_max_jobs else ("batched",):

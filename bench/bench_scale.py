@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -41,15 +42,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import SHARED_IMAGE, shared_tmp  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
-
-DEFAULT_IMAGE = Path(os.environ.get("HPCDL_CACHE") or "/var/cache/hpcdl") / "images" / \
-    "pytorch-horovod-cpu.sif"
 
 
 def sweep_argv(args: argparse.Namespace) -> list[str]:
-    return ["hpcdl", "scale", "--profile", "sandbox", "--nodes", "1,2", "--gpus", "1,2",
-            "--backend", "horovod,ddp", "--batch-size", str(args.batch_size), "--synthetic",
+    return ["hpcdl", "scale", "--profile", "sandbox", "--nodes", args.nodes, "--gpus", args.gpus,
+            "--backend", args.backends, "--batch-size", str(args.batch_size), "--synthetic",
             "--image", str(args.image), "--cpus-per-task", "1",
             # Every size that matters is given: each -X replaces the sandbox profile's
             # default for it; the rest (--threads=1 --workers=0, as -c 1 gives anyway; --lr;
@@ -148,7 +147,11 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--arch", default="resnet18")
     p.add_argument("--image-size", type=int, default=32)
-    p.add_argument("--image", type=Path, default=DEFAULT_IMAGE)
+    p.add_argument("--image", type=Path, default=SHARED_IMAGE,
+                   help="a path the nodes see (default: %(default)s)")
+    p.add_argument("--nodes", default="1,2", help="the sweep's node counts")
+    p.add_argument("--gpus", default="1,2", help="the sweep's ranks per node")
+    p.add_argument("--backends", default="horovod,ddp")
     p.add_argument("--json-out", type=Path)
     p.add_argument("--planning", action="store_true",
                    help="measure planning (profile, plan, scale --dry-run) instead of a sweep")
@@ -165,11 +168,14 @@ def main() -> int:
                                           tools=("apptainer", "sinfo", "mpirun"))))
     print("command: " + " ".join(argv))
     sweeps = []
-    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+    work = shared_tmp("bench-scale-")  # run directories: the nodes see only /home, /scratch
+    try:
         for i in range(args.repeats):
-            sweeps.append(run_sweep(argv, Path(tmp)))
+            sweeps.append(run_sweep(argv, work / "runs"))
             print(f"repeat {i + 1}/{args.repeats}: {sweeps[-1]['sweep_id']} in "
                   f"{sweeps[-1]['seconds']} s", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     by_label: dict[str, list[dict[str, Any]]] = {}
     for sweep in sweeps:
         for row in sweep["rows"]:
@@ -193,6 +199,7 @@ def main() -> int:
         summary.append({"label": label, "ranks": ok[0]["ranks"], **{
             f"{k}_median": statistics.median(v) if v else None for k, v in cols.items()},
             "repeats": len(ok)})
+    print("rerun: python3 bench/bench_scale.py " + " ".join(sys.argv[1:]))
     if args.json_out:
         args.json_out.write_text(json.dumps({"command": argv, "sweeps": sweeps,
                                              "summary": summary}, indent=2))

@@ -21,7 +21,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import shared_tmp  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl.jobs.submit import plan_run, submit  # noqa: E402
 from hpcdl.launch.staging import stage  # noqa: E402
@@ -74,7 +74,7 @@ def main() -> int:
         print("sbatch not found: start the sandbox first (scripts/sandbox.sh up)", file=sys.stderr)
         return 1
 
-    work = Path(tempfile.mkdtemp(prefix="hpcdl-bench-"))
+    work = shared_tmp("hpcdl-bench-submit-")  # the nodes see only /home and /scratch
     os.environ["HPCDL_RUNS"] = str(work / "runs")
     profile = load_profile("sandbox")
     req = JobRequest(nodes=NODES, gpus=GPUS, command=COMMAND, job_name="bench",

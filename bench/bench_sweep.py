@@ -20,7 +20,6 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.common import FAKE_BIN, counting  # noqa: E402
+from bench.common import FAKE_BIN, counting, shared_tmp  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl.jobs.follow import Watcher  # noqa: E402
 from hpcdl.jobs.submit import submit  # noqa: E402
@@ -127,8 +126,7 @@ def main() -> int:
                     help="also submit these sizes to the sandbox (e.g. 10,100), then cancel")
     args = ap.parse_args()
     sizes = [int(x) for x in args.points.split(",") if x]
-    work = Path(tempfile.mkdtemp(prefix="bench-sweep-", dir="/scratch/tmp"
-                                 if Path("/scratch/tmp").is_dir() else None))
+    work = shared_tmp("bench-sweep-")  # the real jobs' run dirs: the nodes see /scratch
     os.environ["HPCDL_RUNS"] = str(work / "runs")
     rows = []
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +17,34 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 SLURM_TOOLS = ("squeue", "sacct", "scontrol", "sbatch", "scancel", "sinfo")
 FAKE_BIN = REPO / "tests" / "fakeslurm" / "bin"
+
+# The sandbox's nodes see only the host's /home and /scratch (scripts/sandbox.sh): a
+# bench's run directories, scripts and image must live there, not under /tmp or the
+# build cache (/var/cache/hpcdl), or the job fails on the nodes.
+SHARED = Path(os.environ.get("HPCDL_SANDBOX_SHARED") or "/scratch")
+SHARED_IMAGE = SHARED / "images" / "pytorch-horovod-cpu.sif"
+
+
+def shared_tmp(prefix: str) -> Path:
+    """A fresh directory under SHARED/tmp (made world-writable and sticky, like /tmp, when
+    this is root) that the sandbox's nodes can read; under the usual temporary directory
+    when there is no SHARED (a machine without the sandbox). The caller removes it."""
+    base = SHARED / "tmp"
+    if SHARED.is_dir() or os.geteuid() == 0:
+        base.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0 and base.stat().st_uid == 0:
+            base.chmod(0o1777)
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def shared_copy(path: Path, work: Path) -> Path:
+    """``path`` (a file of the checkout a job runs) copied into ``work`` (a shared_tmp
+    directory), readable by every user: the nodes do not see the checkout."""
+    target = work / path.name
+    target.write_bytes(path.read_bytes())
+    target.chmod(0o644)
+    return target
 
 
 @contextmanager
