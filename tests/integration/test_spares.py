@@ -211,7 +211,7 @@ def test_a_node_slowed_before_the_start_is_excluded_by_the_probe(
     cluster.shape(victim, rate_mbit=RATE_MBIT)
     try:
         # The default --probe-slow-ratio, as test_probe's 3-node test: chosen so that 3
-        # nodes' ranks on 2 cores name the slowed node (3-5%) and no healthy one (39% seen).
+        # nodes' ranks on 2 cores name the slowed node (3-7%) and no healthy one (38% seen).
         res = hpcdl("submit", "-p", str(profile), "-N", "2", "--spares", "1", "--image",
                     str(cpu_image), *example("ddp"), "--probe-first", "--probe-sizes",
                     "4K,64K,1M", "--wait", "--json", "--run-dir", str(run), env=env,
