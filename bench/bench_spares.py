@@ -33,32 +33,23 @@ synthetic, 30 steps, a checkpoint every 5, --step-sleep 1), 2 ranks on 2 nodes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.common import run, spread  # noqa: E402
+from bench.common import own_cluster, run, spread  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
 from tests.own_cluster import (  # noqa: E402
-    cluster_env,
-    cluster_profile,
-    free_port,
-    free_subnet,
     kill_node,
-    node_names,
-    unique_prefix,
     wait_checkpoint,
 )
 
@@ -69,36 +60,11 @@ PARTS = ("recovery", "requeue", "gate", "healthy", "probe")
 GATE = re.compile(r"hpcdl: gate: (\d+) of (\d+) nodes healthy in ([0-9.]+) s")
 
 
-@contextmanager
-def cluster(nodes: int, slurmd_timeout: int | None = None) -> Iterator[dict[str, Any]]:
-    """A cluster of ``nodes`` of its own; yields env, profile, node names, directory."""
-    folder = Path(tempfile.mkdtemp(prefix="hpcdl-bs-", dir="/tmp"))
-    prefix, subnet = unique_prefix(), free_subnet()
-    names = node_names(prefix, nodes)
-    lines = [f"node {n} {subnet}.{10 + i} {free_port()} 8 4096 gpu:fake:4 up"
-             for i, n in enumerate(names, 1)]
-    lines.append(f"partition debug {','.join(names)} Default=YES MaxNodes={nodes} "
-                 "MaxTime=00:30:00")
-    env = {**cluster_env(folder, "\n".join(lines) + "\n", f"bs{prefix}"),
-           "HPCDL_RUNS": f"/scratch/hpcdl-bench-spares-{prefix}"}
-    profile = folder / "profile.yaml"
-    cluster_profile(folder, f"bs{prefix}", profile)
-    # Each node has its own address: rank 0 is reached by its node's name.
-    import yaml
-    data = yaml.safe_load(profile.read_text())
-    data["env"]["vars"].pop("MASTER_ADDR", None)
-    profile.write_text(yaml.safe_dump(data, sort_keys=False))
-    try:
-        run(["bash", str(SANDBOX), "up"], env)
-        if slurmd_timeout is not None:
-            conf = folder / "etc" / "slurm.conf"
-            conf.write_text(conf.read_text() + f"SlurmdTimeout={slurmd_timeout}\n")
-            run(["scontrol", "reconfigure"], env)
-        yield {"env": env, "profile": profile, "nodes": names, "dir": folder}
-    finally:
-        run(["bash", str(SANDBOX), "down"], env, timeout=180, check=False)
-        shutil.rmtree(folder, ignore_errors=True)
-        shutil.rmtree(env["HPCDL_RUNS"], ignore_errors=True)
+def cluster(nodes: int, slurmd_timeout: int | None = None
+            ) -> contextlib.AbstractContextManager[dict[str, Any]]:
+    """A cluster of ``nodes`` of its own (bench.common.own_cluster); yields env, profile,
+    node names, directory."""
+    return own_cluster(nodes, "bs", slurmd_timeout)
 
 
 def hpcdl(args: list[str], env: dict[str, str], timeout: float = 900

@@ -5,6 +5,7 @@ hpcdl runs (against the fake Slurm of tests/fakeslurm or a real one)."""
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -17,6 +18,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 SLURM_TOOLS = ("squeue", "sacct", "scontrol", "sbatch", "scancel", "sinfo")
 FAKE_BIN = REPO / "tests" / "fakeslurm" / "bin"
+SANDBOX = REPO / "scripts" / "sandbox.sh"
 
 # The sandbox's nodes see only the host's /home and /scratch (scripts/sandbox.sh): a
 # bench's run directories, scripts and image must live there, not under /tmp or the
@@ -77,6 +79,54 @@ def run(argv: list[str], env: dict[str, str], timeout: float = 600,
         raise RuntimeError(f"{' '.join(argv)} failed ({res.returncode}):\n"
                            f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
     return res
+
+
+@contextmanager
+def own_cluster(nodes: int, tag: str, slurmd_timeout: int | None = None
+                ) -> Iterator[dict[str, Any]]:
+    """A scripts/sandbox.sh cluster of ``nodes`` of its own beside the sandbox (own
+    directory under /tmp, ports, subnet, node names; a network namespace per node; no
+    slurmdbd), stopped and removed at the end whatever happens. Its profile reaches rank
+    0 by its node's name (no MASTER_ADDR: each node has its own loopback); run
+    directories go under /scratch/hpcdl-bench-TAG-* (HPCDL_RUNS), where the nodes see
+    them. Yields {"env", "profile", "nodes", "dir"}; ``env`` points hpcdl, Slurm's
+    commands and sandbox.sh (``shape``) at the cluster."""
+    import yaml
+
+    from tests.own_cluster import (
+        cluster_env,
+        cluster_profile,
+        free_port,
+        free_subnet,
+        node_names,
+        unique_prefix,
+    )
+
+    folder = Path(tempfile.mkdtemp(prefix=f"hpcdl-{tag}-", dir="/tmp"))  # short: socket paths
+    prefix, subnet = unique_prefix(), free_subnet()
+    names = node_names(prefix, nodes)
+    lines = [f"node {n} {subnet}.{10 + i} {free_port()} 8 4096 gpu:fake:4 up"
+             for i, n in enumerate(names, 1)]
+    lines.append(f"partition debug {','.join(names)} Default=YES MaxNodes={nodes} "
+                 "MaxTime=00:30:00")
+    env = {**cluster_env(folder, "\n".join(lines) + "\n", f"{tag}{prefix}"),
+           "HPCDL_RUNS": f"/scratch/hpcdl-bench-{tag}-{prefix}"}
+    profile = folder / "profile.yaml"
+    cluster_profile(folder, f"{tag}{prefix}", profile)
+    data = yaml.safe_load(profile.read_text())
+    data["env"]["vars"].pop("MASTER_ADDR", None)
+    profile.write_text(yaml.safe_dump(data, sort_keys=False))
+    try:
+        run(["bash", str(SANDBOX), "up"], env)
+        if slurmd_timeout is not None:
+            conf = folder / "etc" / "slurm.conf"
+            conf.write_text(conf.read_text() + f"SlurmdTimeout={slurmd_timeout}\n")
+            run(["scontrol", "reconfigure"], env)
+        yield {"env": env, "profile": profile, "nodes": names, "dir": folder}
+    finally:
+        run(["bash", str(SANDBOX), "down"], env, timeout=180, check=False)
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(env["HPCDL_RUNS"], ignore_errors=True)
 
 
 def stamps(text: str) -> list[float]:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hpcdl.probe.worker import DEFAULT_SLOW_RATIO
 from tests.integration.conftest_slurm import NetnsCluster, hpcdl, shared_copy
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.mpi, pytest.mark.torch]
@@ -162,11 +163,11 @@ def test_slow_link_names_that_node_healthy_names_none(
     cluster = netns_cluster(nodes=3)
     profile = probe_profile(cluster)
     # 5 timed calls after 2 untimed per size: the pairs' new groups connect during the
-    # warm-up. Even so, 3 nodes' ranks on 2 shared cores measured one healthy node's
-    # links at 39% of the others' (0.30 against 0.77 GB/s, a CI run): the threshold here
-    # is 25%, still far above the slowed link's ~3% (0.025 against ~0.8 GB/s).
-    args = ("-p", str(profile), "-N", "3", "--image", str(cpu_image), "--sizes", "4K,64K,1M",
-            "--slow-ratio", "0.25")
+    # warm-up. The default threshold (DEFAULT_SLOW_RATIO, 0.15) is what is tested: 3
+    # nodes' ranks on 2 shared cores have measured a healthy node at 38% of the others
+    # (0.5, the old default, named one in CI), the slowed node at 3-7%
+    # (bench/bench_probe.py).
+    args = ("-p", str(profile), "-N", "3", "--image", str(cpu_image), "--sizes", "4K,64K,1M")
     env = {**cluster.env, "HPCDL_RUNS": str(runs_dir)}
 
     code, healthy, err = probe_json(*args, env=env)
@@ -199,5 +200,5 @@ def test_slow_link_names_that_node_healthy_names_none(
     healthy_pair = pairs[(cluster.nodes[0], cluster.nodes[1])]
     assert verdict["node_ratio"][slow] == pytest.approx(max(
         bw for (a, b), bw in pairs.items() if slow in (a, b)) / healthy_pair, rel=1e-3)
-    assert verdict["node_ratio"][slow] < 0.25
+    assert verdict["node_ratio"][slow] < DEFAULT_SLOW_RATIO
     assert slow in verdict["message"]

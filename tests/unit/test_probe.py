@@ -168,10 +168,11 @@ def test_healthy_ring_needs_no_second_round(nodes):
 
 def test_a_good_node_slowed_by_load_is_cleared_alone():
     # Noise, not a link: node 7's two ring pairs ran slow, and then it is re-measured in
-    # a round of its own against the fastest good node it has not met.
+    # a round of its own against the fastest good node it has not met. (Slowed below the
+    # default threshold, as heavy load on a shared machine can.)
     nodes = 20
     ring = {p: 1.0 for r in worker.pair_rounds(nodes) for p in r}
-    ring[(6, 7)] = ring[(7, 8)] = 0.3
+    ring[(6, 7)] = ring[(7, 8)] = worker.DEFAULT_SLOW_RATIO / 2
     ring[(11, 12)] = 2.0  # the fastest good nodes: 11 and 12
     assert worker.confirm_rounds(nodes, ring) == [[(7, 11)]]
     slow = {0, 5, 10, 15}
@@ -229,7 +230,7 @@ def test_one_slow_link_between_good_nodes_names_no_node():
 def test_threshold_is_the_slow_ratio():
     nodes = ["a", "b", "c"]
     pairs = _matrix(nodes, slow={"c"}, bad=0.6)
-    assert worker.verdict(nodes, pairs)["slow_nodes"] == []           # 60% >= 50%
+    assert worker.verdict(nodes, pairs)["slow_nodes"] == []  # 60% >= the default
     assert worker.verdict(nodes, pairs, slow_ratio=0.7)["slow_nodes"] == ["c"]
 
 
@@ -349,7 +350,8 @@ def test_worker_args_carry_the_profile_interconnect():
     args = worker_args(ProbeOptions(sizes="1M,4K"), _profile(expected_busbw_gbs=12.5,
                                                              socket_ifname="eth"))
     assert args == ("--sizes", "4K,1M", "--iters", "5", "--warmup", "2", "--backend", "auto",
-                    "--mpi", "auto", "--slow-ratio", "0.5", "--ifname", "eth",
+                    "--mpi", "auto", "--slow-ratio", f"{worker.DEFAULT_SLOW_RATIO:g}",
+                    "--ifname", "eth",
                     "--expected-gbs", "12.5")
     mine = worker_args(ProbeOptions(ifname="ib0"), _profile(socket_ifname="eth"))
     assert mine[mine.index("--ifname") + 1] == "ib0"
@@ -422,7 +424,7 @@ def test_probe_job_runs_the_worker_bound_from_the_host():
     plan = _probe_plan()
     assert plan.launch_line.endswith("hpcdl-rank-env python3 /hpcdl/hpcdl/probe/worker.py "
                                      "--sizes 4K --iters 5 --warmup 2 --backend auto --mpi auto "
-                                     "--slow-ratio 0.5")
+                                     f"--slow-ratio {worker.DEFAULT_SLOW_RATIO:g}")
     assert ":/hpcdl/hpcdl:ro" in plan.launch_line and "PYTHONPATH=/hpcdl" in plan.launch_line
     assert plan.launch_line.startswith("srun --label --kill-on-bad-exit=1 --mpi=pmix ")
     assert plan.example_defaults == () and "probe first" not in plan.script
