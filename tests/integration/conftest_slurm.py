@@ -156,6 +156,15 @@ class NetnsCluster:
     def conf(self) -> Path:
         return self.dir / "etc" / "slurm.conf"
 
+    def log_tails(self, lines: int = 25) -> str:
+        """The last ``lines`` of slurmctld's and every slurmd's log: for an assertion's
+        message when Slurm did something a test did not expect."""
+        parts = []
+        for log in sorted((self.dir / "log").glob("slurm*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {log.name}\n" + "\n".join(tail))
+        return "\n".join(parts)
+
     def sandbox(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """``scripts/sandbox.sh ARGS`` for this cluster."""
         return subprocess.run(["bash", str(SANDBOX), *args], capture_output=True, text=True,

@@ -80,20 +80,23 @@ def reference(backend: str, common: list[str], runs_dir: Path, env: dict[str, st
 
 
 def follow_requeued(cluster: NetnsCluster, job: str, timeout: float = 600,
-                    pending: Callable[[], None] | None = None) -> None:
-    """Until ``job`` has ended, letting a requeued attempt go from Slurm's BeginTime hold
-    (~2 min) at once; ``pending`` runs at each poll that finds it pending."""
+                    pending: Callable[[], None] | None = None) -> list[str]:
+    """Until ``job`` has ended, letting a requeued attempt go from Slurm's hold (~2 min
+    BeginTime) at once, whatever reason squeue shows for it; ``pending`` runs at each poll
+    that finds it pending. Returns the distinct ``STATE|REASON`` seen, in order."""
     deadline = time.monotonic() + timeout
+    seen: list[str] = []
     while True:
         state = cluster.run("squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip()
+        if state and state not in seen:
+            seen.append(state)
         if state.startswith("PENDING"):
             if pending is not None:
                 pending()
-            if state == "PENDING|BeginTime":
-                cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now")
+            cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now")
         if not state or state.split("|")[0] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
-            return
-        assert time.monotonic() < deadline, f"job {job}: {state}"
+            return seen
+        assert time.monotonic() < deadline, f"job {job}: {state} (seen: {seen})"
         time.sleep(2)
 
 
@@ -292,9 +295,10 @@ def test_without_spares_a_dead_node_is_a_real_node_fail_and_requeue(
     wait_checkpoint(run, 10)
     victim = cluster.nodes[1]
     kill_node(cluster.dir, victim)
-    follow_requeued(cluster, job)
+    seen = follow_requeued(cluster, job)
     shown = cluster.run("scontrol", "show", "job", job).stdout
-    assert "Restarts=1" in shown and "JobState=COMPLETED" in shown, shown
+    assert "Restarts=1" in shown and "JobState=COMPLETED" in shown, \
+        f"{shown}\nsqueue saw: {seen}\n{cluster.log_tails()}"
     log = (run / f"slurm-{job}.out").read_text()
     sums = {m.group(3) for m in CHECKSUM.finditer(log)}
     assert sums == expected, (sums, expected)
@@ -333,13 +337,14 @@ def test_out_of_spares_the_job_requeues_without_its_bad_nodes(
         if found and found.group(1) != "(null)":
             excluded[:] = [found.group(1)]
 
-    follow_requeued(cluster, job, pending=read_exclusions)
-    assert excluded, "the requeued job was never seen with exclusions"
+    seen = follow_requeued(cluster, job, pending=read_exclusions)
+    assert excluded, f"the requeued job was never seen with exclusions (squeue saw: {seen})"
     # (Slurm shows a host list expression: qx[2-3])
     assert set(cluster.run("scontrol", "show", "hostnames", excluded[0]).stdout.split()) \
         == {b, c}, excluded
     shown = cluster.run("scontrol", "show", "job", job).stdout
-    assert "JobState=COMPLETED" in shown and "Restarts=1" in shown, shown
+    assert "JobState=COMPLETED" in shown and "Restarts=1" in shown, \
+        f"{shown}\nsqueue saw: {seen}\n{cluster.log_tails()}"
     log = (run / f"slurm-{job}.out").read_text()
     assert set(checksums(log).values()) == expected
     assert {m.group(2) for m in CHECKSUM.finditer(log)} <= {a, *cluster.nodes[3:]}
