@@ -78,6 +78,9 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     directory per point (point-000/...). `hpcdl results SWEEP_DIR` compares them
     (--sort COLUMN), `hpcdl report` draws them, `hpcdl track` exports them;
     `hpcdl status|cancel JOBID` takes the array or one task (JOBID_TASK).
+    With a profile that names a login node (login:), from a laptop, it goes as
+    `hpcdl submit` does: the sweep directory is copied to the cluster's login.runs
+    and each point's files are pulled back as it ends.
 
     \b
     Examples:
