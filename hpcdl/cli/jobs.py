@@ -13,7 +13,7 @@ from hpcdl.jobs.follow import log_chunks
 from hpcdl.jobs.place import connect, reconnect
 from hpcdl.jobs.recoveries import excluded_line
 from hpcdl.jobs.recoveries import lines as recovery_lines
-from hpcdl.jobs.rundir import find_array_runs, find_run
+from hpcdl.jobs.rundir import RunDir, find_array_runs, find_run
 from hpcdl.jobs.status import JobSnapshot, job_snapshot
 from hpcdl.jobs.timelimit import clock_text, timeout_message
 from hpcdl.schedulers.base import JobStatus, Scheduler
@@ -61,7 +61,8 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool,
     """
     if job_id:
         run = find_run(job_id)
-        conn = reconnect(run)  # through the login node the run's profile names, if any
+        # Through the login node the run's profile names, if any (an array: its tasks').
+        conn = reconnect(run or _array_task(job_id))
         if run is not None:
             conn.place.fetch(run)
         snap = job_snapshot(job_id, conn.scheduler)
@@ -104,6 +105,13 @@ def status(job_id: str | None, as_json: bool, since: str, all_users: bool,
     click.echo(_HEADER)
     for r in rows:
         click.echo(_row(r))
+
+
+def _array_task(job_id: str) -> RunDir | None:
+    """A run directory of array ``job_id``'s tasks (an `hpcdl sweep` point), whose
+    records say how to reach its cluster; None when no task of it is here."""
+    tasks = find_array_runs(job_id)
+    return tasks[0] if tasks else None
 
 
 def _verdicts(snap: JobSnapshot, scheduler: Scheduler) -> list[str]:
@@ -158,5 +166,5 @@ def cancel(job_id: str) -> None:
     # Lazy, as in logs: the planner is not the status command's.
     from hpcdl.jobs.submit import cancel as cancel_job
 
-    final = cancel_job(job_id, reconnect(find_run(job_id)).scheduler)
+    final = cancel_job(job_id, reconnect(find_run(job_id) or _array_task(job_id)).scheduler)
     click.echo(f"job {job_id}: {final.state} (Slurm {final.native_state})")

@@ -12,8 +12,9 @@ import click
 
 from hpcdl.cli.display import SweepBar
 from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
-from hpcdl.cli.submit import defaults_line
+from hpcdl.cli.submit import connect_for_cluster, defaults_line
 from hpcdl.core.errors import ValidationError
+from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.plan import BACKENDS, JobRequest, job_image
 
 
@@ -77,6 +78,9 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     directory per point (point-000/...). `hpcdl results SWEEP_DIR` compares them
     (--sort COLUMN), `hpcdl report` draws them, `hpcdl track` exports them;
     `hpcdl status|cancel JOBID` takes the array or one task (JOBID_TASK).
+    With a profile that names a login node (login:), from a laptop, it goes as
+    `hpcdl submit` does: the sweep directory is copied to the cluster's login.runs
+    and each point's files are pulled back as it ends.
 
     \b
     Examples:
@@ -85,7 +89,6 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
       hpcdl sweep -p sandbox -G 1 --random 20 --param lr=log:1e-4:1e-1 --seed 1 --dry-run
       hpcdl sweep --retry-failed runs/sweep-20261126-101500-ab12 --wait
     """
-    from hpcdl.jobs.place import connect
     from hpcdl.jobs.preflight import check_inputs, image_arch_facts
     from hpcdl.profiles import load_profile
     from hpcdl.schedulers.pbs import script as pbs
@@ -104,10 +107,6 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     prof = load_profile(profile)
     if not dry_run:
         pbs.refuse(prof, "sweep")  # a PBS profile's scripts are for reading (exit 2)
-    if prof.login is not None:
-        raise ValidationError(f"sweep: not yet for a cluster reached over SSH (profile "
-                              f"{prof.name} has login: {prof.login.host})",
-                              hint="run hpcdl sweep on the cluster's login node")
     known = None if command else sweep_params.example_options()
     points = _points(params, points_file, random_count, seed, known)
     sweep_id = new_sweep_id()
@@ -118,30 +117,46 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
                       command=command, data=data, synthetic=synthetic,
                       example_args=example_args, template=template, no_image=no_image,
                       launcher=launcher, gpu_bind=gpu_bind)
-    facts = image_arch_facts(job_image(prof, base)[0])
+    # The image's build record (its GPU architectures): a local image's, as submit reads it.
+    facts = image_arch_facts(job_image(prof, base)[0]) if prof.login is None else None
     mode = runtime_mode_for(prof, base)
-    conn = connect(prof, dry_run=dry_run)
+    # As submit: over a login: profile the image and code as the cluster sees them, and
+    # every point's run directory mapped to the cluster's (conn.place).
+    conn, base, notes = connect_for_cluster(prof, base, dry_run=dry_run)
+    if notes is not None and conn.ssh is not None:  # a dry run asks the cluster nothing
+        cluster_max = None
+        notes.append(f"not checked: the number of points against the cluster's "
+                     f"MaxArraySize (a submission asks {conn.ssh.login.target})")
+    else:
+        cluster_max = arrays.cluster_array_size(conn.scheduler)
     plan = arrays.plan_array(prof, base, points, sweep_dir=sweep_path(sweep_id),
                              max_concurrent=max_concurrent, image_facts=facts,
                              runtime_mode=mode, place=conn.place,
-                             cluster_max_array_size=arrays.cluster_array_size(conn.scheduler)
-                             )  # raises before writing
+                             cluster_max_array_size=cluster_max)  # raises before writing
+    cluster_dir = conn.place.cluster_path(plan.sweep_dir) if conn.place.remote else None
     if dry_run:
-        _show(plan, as_json)
+        _show(plan, as_json, notes=notes or [], cluster_dir=cluster_dir)
         return
-    check_inputs(base, image=plan.plans[0].image)
-    record = arrays.submit_array(prof, plan, scheduler=conn.scheduler)
+    if conn.ssh is None:  # over SSH the inputs are the cluster's paths (for_cluster checked)
+        check_inputs(base, image=plan.plans[0].image)
+    record = arrays.submit_array(prof, plan, scheduler=conn.scheduler, place=conn.place)
     array_id = record["arrays"][0]["job_id"]
     if not as_json:
         click.echo(f"submitted array {array_id}: {len(points)} points (--array={plan.array}; "
                    f"{plan.limit_reason}) into {plan.sweep_dir}", err=True)
+        if cluster_dir is not None:
+            click.echo(f"copied the sweep directory to {conn.place.describe()} "
+                       f"({cluster_dir})", err=True)
     if not wait:
-        click.echo(json.dumps({"sweep_dir": str(plan.sweep_dir), "array_job_id": array_id,
-                               "array": plan.array, "points": len(points)}) if as_json else
+        info = {"sweep_dir": str(plan.sweep_dir), "array_job_id": array_id,
+                "array": plan.array, "points": len(points)}
+        if cluster_dir is not None:
+            info["cluster_sweep_dir"] = cluster_dir
+        click.echo(json.dumps(info) if as_json else
                    f"sweep {sweep_id}: array job {array_id}; follow with `hpcdl results "
                    f"{plan.sweep_dir}`")
         return
-    _follow(plan.sweep_dir, conn.scheduler, len(points), as_json)
+    _follow(plan.sweep_dir, conn.scheduler, len(points), as_json, place=conn.place)
 
 
 def _points(params: tuple[str, ...], points_file: Path | None, random_count: int | None,
@@ -162,10 +177,15 @@ def _points(params: tuple[str, ...], points_file: Path | None, random_count: int
     return sweep_params.grid([sweep_params.parse_param(p, known=known) for p in params])
 
 
-def _show(plan: Any, as_json: bool) -> None:
+def _show(plan: Any, as_json: bool, *, notes: list[str], cluster_dir: str | None) -> None:
+    """What --dry-run prints: the points and the array script with the paths the
+    submission uses (the cluster's, ``cluster_dir``, over a login: profile), and
+    ``notes``: what the dry run left unchecked (stderr)."""
     if as_json:
         click.echo(json.dumps({
-            "sweep_dir": str(plan.sweep_dir), "array": plan.array,
+            "sweep_dir": str(plan.sweep_dir),
+            **({"cluster_sweep_dir": cluster_dir} if cluster_dir is not None else {}),
+            "array": plan.array,
             "max_concurrent": plan.max_concurrent, "partition": plan.plans[0].partition,
             "size_limit": plan.size_limit or None,
             "points": [{"index": p.index, "params": p.params, "run_dir": pl.run_dir,
@@ -179,7 +199,13 @@ def _show(plan: Any, as_json: bool) -> None:
                err=True)
     if plan.size_limit:
         click.echo(f"# {plan.size_limit}", err=True)
-    click.echo(f"# sweep directory {plan.sweep_dir} (nothing is created)", err=True)
+    if cluster_dir is not None:
+        click.echo(f"# sweep directory on the cluster {cluster_dir}, here {plan.sweep_dir} "
+                   f"(nothing is created)", err=True)
+    else:
+        click.echo(f"# sweep directory {plan.sweep_dir} (nothing is created)", err=True)
+    for note in notes:
+        click.echo(f"# {note}", err=True)
     if first.example_defaults:
         click.echo(f"# {defaults_line(first)}", err=True)
     for point, pl in zip(plan.points, plan.plans, strict=True):
@@ -187,14 +213,17 @@ def _show(plan: Any, as_json: bool) -> None:
     click.echo(plan.script, nl=False)
 
 
-def _follow(sweep_dir: Path, scheduler: Any, total: int, as_json: bool) -> None:
+def _follow(sweep_dir: Path, scheduler: Any, total: int, as_json: bool, *,
+            place: RunPlace = HERE) -> None:
+    """Follow every task to its end (each point's files pulled back from ``place`` as
+    it ends), then print the comparison table."""
     from hpcdl.sweep import arrays
     from hpcdl.sweep.compare import format_table, to_json
     from hpcdl.sweep.run import follow_sweep
 
     bar = SweepBar(total)
     try:
-        follow_sweep(sweep_dir, scheduler=scheduler,
+        follow_sweep(sweep_dir, scheduler=scheduler, place=place,
                      on_done=lambda p, t: bar.finished(
                          f"{p.entry['label']}: {(p.record or {}).get('state', p.state)} "
                          f"after {t:.0f} s"))
@@ -216,9 +245,10 @@ def _retry(sweep_dir: Path, *, max_concurrent: int | None, wait: bool, as_json: 
     from hpcdl.jobs.results import connection_for
     from hpcdl.sweep import arrays
 
-    scheduler = connection_for(sweep_dir).scheduler
+    conn = connection_for(sweep_dir)  # through the login node its points' profile names
+    scheduler = conn.scheduler
     indices, array_id = arrays.retry_failed(sweep_dir, scheduler=scheduler,
-                                            max_concurrent=max_concurrent)
+                                            max_concurrent=max_concurrent, place=conn.place)
     if not indices:
         click.echo(json.dumps({"sweep_dir": str(sweep_dir), "retried": []}) if as_json
                    else f"{sweep_dir}: no failed point (points still queued or running are "
@@ -231,4 +261,5 @@ def _retry(sweep_dir: Path, *, max_concurrent: int | None, wait: bool, as_json: 
                 f"array {array_id}")
         click.echo(text, err=wait)
     if wait:
-        _follow(sweep_dir, scheduler, len(arrays.read_array_sweep(sweep_dir)["points"]), as_json)
+        _follow(sweep_dir, scheduler, len(arrays.read_array_sweep(sweep_dir)["points"]), as_json,
+                place=conn.place)

@@ -107,16 +107,10 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     warnings = (scheduler.check(profile, {plan.job_name: plan})
                 if live_check_wanted(live_check) else [])
     local = place.local_path(plan.run_dir)
-    code = (scan_code(Path(plan.code_dir), limit_bytes=_code_limit(profile),
-                      skip=(rundir.runs_root(), local.parent)) if plan.code_dir else None)
+    code = code_of(profile, plan, local)
     place.prepare()
     run = write_run(profile, plan, local, code=code)
-    try:
-        moved = place.ship(run)
-    except HpcdlError:
-        place.discard(run)
-        shutil.rmtree(run.path, ignore_errors=True)
-        raise
+    moved = ship_or_undo(place, run)
     script = place.cluster_path(run.script)
     argv = scheduler.submit_argv(script, plan.job_name, SubmitOptions(one_at_a_time))
     try:
@@ -136,6 +130,28 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     run.write_job(JobRecord.now(job_id, argv, tuple(chain) if plan.chain > 1 else ()))
     return Submitted(job_id, run, plan, tuple(warnings), tuple(chain) if plan.chain > 1 else (),
                      place, moved)
+
+
+def code_of(profile: Profile, plan: JobPlan, local: Path) -> Any:
+    """The files of ``plan.code_dir`` that go with the run directory ``local`` (a
+    scan_code result; None without a code directory), leaving out the runs root and
+    ``local``'s parent. Raises ValidationError for a code directory over its limit."""
+    if not plan.code_dir:
+        return None
+    return scan_code(Path(plan.code_dir), limit_bytes=_code_limit(profile),
+                     skip=(rundir.runs_root(), local.parent))
+
+
+def ship_or_undo(place: RunPlace, run: RunDir) -> int:
+    """Copy the directory ``run`` (a run directory, or a sweep directory of them) to
+    where the cluster reads it (``place``); returns the bytes moved. A copy that fails
+    leaves neither side behind (the cluster's copy and the local one are removed)."""
+    try:
+        return place.ship(run)
+    except HpcdlError:
+        place.discard(run)
+        shutil.rmtree(run.path, ignore_errors=True)
+        raise
 
 
 def write_run(profile: Profile, plan: JobPlan, local: Path, *, code: Any = None,

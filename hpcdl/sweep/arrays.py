@@ -25,7 +25,7 @@ from hpcdl.core.errors import ToolError, ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import JobRecord, RunDir
-from hpcdl.jobs.submit import live_check_wanted, write_run
+from hpcdl.jobs.submit import code_of, live_check_wanted, ship_or_undo, write_run
 from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import Scheduler, SubmitOptions
@@ -180,13 +180,16 @@ def plan_array(profile: Profile, base: JobRequest, points: list[Point], *, sweep
 
 
 def submit_array(profile: Profile, sweep: ArrayPlan, *, scheduler: Scheduler,
-                 live_check: bool | None = None) -> SweepRecord:
+                 live_check: bool | None = None, place: RunPlace = HERE) -> SweepRecord:
     """Write the sweep directory (every point's run directory, array.sbatch,
     sweep.json) and submit the array with one sbatch; returns sweep.json as written.
     The live check of every point runs first (one read of the cluster), with the
-    number of points against the cluster's MaxArraySize (cluster_array_size). Raises
-    ValidationError, SubmitError, ToolError; when the scheduler refuses, sweep.json
-    says so (``aborted``) and no point has a job id."""
+    number of points against the cluster's MaxArraySize (cluster_array_size). For a
+    cluster elsewhere (``place``, the one plan_array mapped the paths with) the sweep
+    directory is written here, then copied there whole (as submit copies a run
+    directory: ship_or_undo) before sbatch sees it. Raises ValidationError,
+    SubmitError, ToolError; when the scheduler refuses, sweep.json says so
+    (``aborted``) and no point has a job id."""
     scheduler.require()
     if live_check_wanted(live_check):
         scheduler.check(profile, {f"point {p.index}": plan
@@ -194,10 +197,14 @@ def submit_array(profile: Profile, sweep: ArrayPlan, *, scheduler: Scheduler,
         check_array_size(profile, sweep.plans[0].partition, len(sweep.points),
                          scheduler.max_array_size())
     sweep_dir = sweep.sweep_dir
+    locals_ = [place.local_path(str(plan.run_dir)) for plan in sweep.plans]
+    # Every point runs the same code: scanned once (a COMMAND's directory, see for_cluster).
+    code = code_of(profile, sweep.plans[0], locals_[0])
+    place.prepare()
     sweep_dir.mkdir(parents=True)
-    runs = [write_run(profile, plan, Path(str(plan.run_dir)),
+    runs = [write_run(profile, plan, local, code=code,
                       extra={"sweep_point": {"index": p.index, "params": p.params}})
-            for p, plan in zip(sweep.points, sweep.plans, strict=True)]
+            for p, plan, local in zip(sweep.points, sweep.plans, locals_, strict=True)]
     script = sweep_dir / ARRAY_SCRIPT
     write_atomic(script, sweep.script)
     entries: list[PointEntry] = [_entry(p, plan, run) for p, plan, run
@@ -207,7 +214,9 @@ def submit_array(profile: Profile, sweep: ArrayPlan, *, scheduler: Scheduler,
                    "max_concurrent": sweep.max_concurrent, "job_name": sweep.job_name,
                    "arrays": [], "partition": sweep.plans[0].partition})
     write_sweep(sweep_dir, record)
-    argv = scheduler.submit_argv(script, sweep.job_name, SubmitOptions(array=sweep.array))
+    ship_or_undo(place, RunDir(sweep_dir))  # the whole sweep directory, in one copy
+    argv = scheduler.submit_argv(place.cluster_path(script), sweep.job_name,
+                                 SubmitOptions(array=sweep.array))
     try:
         array_id = scheduler.submit(argv)
     except ToolError as err:
@@ -247,12 +256,14 @@ def read_array_sweep(sweep_dir: Path) -> SweepRecord:
     return record
 
 
-def failed_points(sweep_dir: Path, *, scheduler: Scheduler) -> list[PointState]:
+def failed_points(sweep_dir: Path, *, scheduler: Scheduler,
+                  place: RunPlace = HERE) -> list[PointState]:
     """The points that ended without completing (their result.json written now if the
-    scheduler has their end); points still queued or running are not among them."""
+    scheduler has their end, their files pulled back first from ``place``); points
+    still queued or running are not among them."""
     read_array_sweep(sweep_dir)
     _, points = load_points(sweep_dir)
-    points = refresh(sweep_dir, points, scheduler=scheduler)
+    points = refresh(sweep_dir, points, scheduler=scheduler, place=place)
     return [p for p in points if p.final and not _completed(p)]
 
 
@@ -261,14 +272,15 @@ def _completed(point: PointState) -> bool:
     return record.get("state") == "COMPLETED" and record.get("exit_code") in (0, None)
 
 
-def retry_failed(sweep_dir: Path, *, scheduler: Scheduler, max_concurrent: int | None = None
-                 ) -> tuple[list[int], str | None]:
+def retry_failed(sweep_dir: Path, *, scheduler: Scheduler, max_concurrent: int | None = None,
+                 place: RunPlace = HERE) -> tuple[list[int], str | None]:
     """Submit the failed points again as one new array over their indices (``--array=3,5``)
-    with the same array script; each keeps its run directory (the earlier result.json
-    kept as result-<task id>.json, the earlier logs stay). Returns (indices, array job id);
+    with the same array script (its copy on the cluster, ``place``); each keeps its run
+    directory (the earlier result.json kept as result-<task id>.json, the earlier logs
+    stay). Returns (indices, array job id);
     ([], None) when no point failed. Raises ValidationError, SubmitError, ToolError."""
     record = read_array_sweep(sweep_dir)
-    failed = failed_points(sweep_dir, scheduler=scheduler)
+    failed = failed_points(sweep_dir, scheduler=scheduler, place=place)
     if not failed:
         return [], None
     indices = sorted(int(p.entry.get("index", -1)) for p in failed)  # type: ignore[call-overload]
@@ -280,8 +292,8 @@ def retry_failed(sweep_dir: Path, *, scheduler: Scheduler, max_concurrent: int |
         run = point.run_dir(sweep_dir)
         if run.result_file.is_file():  # a new result.json comes with the new task
             run.result_file.replace(run.path / f"result-{point.job_id}.json")
-    argv = scheduler.submit_argv(sweep_dir / ARRAY_SCRIPT, record["job_name"],
-                                 SubmitOptions(array=spec))
+    argv = scheduler.submit_argv(place.cluster_path(sweep_dir / ARRAY_SCRIPT),
+                                 record["job_name"], SubmitOptions(array=spec))
     array_id = scheduler.submit(argv)
     _submitted(sweep_dir, record, array_id, indices, argv, [runs[i] for i in indices])
     return indices, array_id

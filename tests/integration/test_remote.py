@@ -233,6 +233,42 @@ def test_a_script_from_a_laptop_directory_runs_in_its_copy_and_unchanged_code_mo
     laptop.cli("cancel", again["job_id"], cwd=project, env=env)
 
 
+SWEEP_SCRIPT = """\
+import os, sys
+print(f"SWEPT lr={sys.argv[sys.argv.index('--lr') + 1]} cwd={os.getcwd()} "
+      f"task={os.environ['SLURM_ARRAY_TASK_ID']}", flush=True)
+"""
+
+
+def test_a_parameter_sweep_from_the_laptop_runs_each_point_in_its_copy_on_the_cluster(
+        laptop: Laptop, project: Path) -> None:
+    env = {"HPCDL_RUNS": str(project / "runs")}
+    _write(laptop, project / "sweep_me.py", SWEEP_SCRIPT)
+    res = laptop.cli("sweep", "-p", "sandbox-remote", "-N", "1", "-G", "1", "-c", "1",
+                     "--no-image", "--param", "lr=0.1,0.05", "--wait", "--json", "--",
+                     "python3", "sweep_me.py", "--lr", "{lr}", cwd=project, env=env,
+                     timeout=JOB_TIMEOUT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    table = json.loads(res.stdout)
+    sweep = Path(table["sweep_dir"])
+    assert sweep.is_relative_to(project / "runs")
+    rows = table["rows"]
+    assert [(r["lr"], r["state"]) for r in rows] == [("0.1", "COMPLETED"),
+                                                     ("0.05", "COMPLETED")], rows
+    cluster = laptop.remote_runs / sweep.name  # as the cluster sees it
+    assert (cluster / "array.sbatch").read_bytes() == (sweep / "array.sbatch").read_bytes()
+    for index, lr in enumerate(("0.1", "0.05")):
+        point = f"point-{index:03d}"
+        (out,) = (cluster / point).glob("slurm-*.out")
+        assert f"SWEPT lr={lr} cwd={cluster / point}/code task={index}" in out.read_text()
+        assert (sweep / point / out.name).read_text() == out.read_text()  # pulled back
+        assert (sweep / point / "result.json").is_file()
+    # From the laptop again (a new process): the table from the laptop's records.
+    again = laptop.cli("results", str(sweep), "--json", cwd=project, env=env)
+    assert again.returncode == 0, again.stderr
+    assert [r["state"] for r in json.loads(again.stdout)["rows"]] == ["COMPLETED"] * 2
+
+
 def test_logs_follow_a_running_job_from_the_laptop(laptop: Laptop, project: Path) -> None:
     env = {"HPCDL_RUNS": str(project / "runs")}
     res = laptop.cli("submit", "-p", "sandbox-remote", "-N", "1", "-G", "0", "--no-image",
