@@ -166,13 +166,72 @@ def _scheduler_words(module: str) -> list[str]:
             or ("slurm" in w.lower() and w not in NEUTRAL_WORDS)]
 
 
-@pytest.mark.parametrize("module", LIFECYCLE)
+# The planning layer and the command line, over the same seam: they pick a dialect or an
+# adapter through hpcdl.schedulers.dialects / .registry and word nothing of a scheduler's.
+FRONT = sorted(str(p.relative_to(ROOT)) for d in ("plan", "cli") for p in (ROOT / d).glob("*.py"))
+# Modules of the command line left out whole, each with why:
+FRONT_EXEMPT_MODULES = {
+    # `hpcdl sandbox` starts, stops and writes the configuration of a local Slurm
+    # cluster: Slurm (slurm.conf, SLURM_CONF) is its subject, not a seam it crosses.
+    "cli/sandbox.py": "a local Slurm cluster is what it manages",
+}
+# Single words of the command line that name Slurm to the user, each (module, how the
+# word begins) with why. Help text that explains a Slurm mechanism a flag turns on is
+# the user's documentation; a column or a field that carries Slurm's own word is output
+# scripts already read. Anything else goes behind the seam.
+FRONT_EXEMPT_WORDS = {
+    ("cli/__init__.py", "Check host and image: runtime, Slurm"):
+        "doctor's one-line help: it checks this host's Slurm client tools",
+    ("cli/__init__.py", "Start/stop/check the local Slurm sandbox"):
+        "sandbox's one-line help: the sandbox is a Slurm cluster",
+    ("cli/doctor.py", "  slurm             : "):
+        "doctor's report line of the host's Slurm tools (hpcdl.doctor's HostFacts)",
+    ("cli/doctor.py", "slurm_version"): "hpcdl.doctor's HostFacts field, printed on that line",
+    ("cli/doctor.py", "slurm_tools"): "hpcdl.doctor's HostFacts field, printed on that line",
+    ("cli/display.py", "SLURM"):
+        "the attempts table's column of the native state, as scripts and docs read it",
+    ("cli/jobs.py", "SLURM"):
+        "the status table's column of the native state, as scripts and docs read it",
+    ("cli/jobs.py", "Without JOBID: list finished jobs since this time (sacct -S"):
+        "--since takes Slurm's accounting time syntax, which the help names",
+    ("cli/submit.py", "Survive time limits and preemption: Slurm signals"):
+        "--requeue's help: explains the Slurm signal and requeue it turns on",
+    ("cli/submit.py", "Requeues after a time limit or a crash"):
+        "--max-restarts' help: names SLURM_RESTART_COUNT, which counts every requeue",
+    ("cli/submit.py", "Allocate S nodes more than --nodes"):
+        "--spares' help: says which launchers it works with (Slurm's srun, torchrun)",
+    ("cli/submit.py", "Signal and lead time in seconds before the time limit"):
+        "--signal's help: shows the #SBATCH line its value becomes",
+    ("cli/submit.py", "Copy the image to every node's local scratch"):
+        "--stage-image's help: names sbcast, the copy it turns on (refused on PBS)",
+    # cli/sweep.py is being changed on another branch: its PBS refusal moves to
+    # hpcdl.schedulers.dialects.refuse (as submit's and scale's did) once that lands.
+    ("cli/sweep.py", "hpcdl.schedulers.pbs"): "pending: cli/sweep.py changes elsewhere",
+    ("cli/sweep.py", " points, one array: sbatch --array="): "pending: as above",
+}
+
+
+def _front_hits(module: str) -> list[str]:
+    return [w for w in _scheduler_words(module)
+            if not any(module == m and w.startswith(start) for m, start in FRONT_EXEMPT_WORDS)]
+
+
+@pytest.mark.parametrize("module", LIFECYCLE + [m for m in FRONT
+                                                if m not in FRONT_EXEMPT_MODULES])
 def test_the_lifecycle_code_names_no_scheduler(module: str) -> None:
     # Code, not prose: a docstring or comment may explain with Slurm as the example; the
     # code may not spell a scheduler's commands or import an adapter. (The record key
-    # slurm_state is kept for the records already written: NATIVE_STATE_KEY.)
-    hits = _scheduler_words(module)
+    # slurm_state is kept for the records already written: NATIVE_STATE_KEY.) The plan
+    # and cli modules have their few named exemptions above.
+    hits = _front_hits(module)
     assert not hits, hits
+
+
+def test_every_front_exemption_is_still_needed() -> None:
+    assert all((ROOT / m).is_file() for m in FRONT_EXEMPT_MODULES)
+    stale = [(m, start) for m, start in FRONT_EXEMPT_WORDS
+             if not any(w.startswith(start) for w in _scheduler_words(m))]
+    assert not stale, stale
 
 
 def test_the_adapter_words_attempts_time_limits_and_its_run_files() -> None:
