@@ -36,7 +36,9 @@ from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.probe.worker import DEFAULT_SLOW_RATIO
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
+from hpcdl.remote.ssh import SshExecutor
 from hpcdl.schedulers.dialects import dialect_for, refuse
+from hpcdl.schedulers.registry import login_node
 
 # Starts the line above each job-side file a dry run prints after the script (the
 # arrow of `head FILE...`): a reader or a test finds where each file begins.
@@ -417,7 +419,8 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
     """Allocate nodes for interactive work (salloc), checked like `submit`.
 
     Without COMMAND salloc opens a shell in the allocation; with it, salloc runs
-    COMMAND there and returns its exit code.
+    COMMAND there and returns its exit code. A profile with a login: node runs it
+    there, over `ssh -t` (from the remote home directory).
 
     \b
     Examples:
@@ -432,6 +435,10 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
     plan = build_alloc(prof, request)
     if dry_run:
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
+        if prof.login:
+            click.echo(f"# runs on the login node {login_node(prof.login).target} (ssh -t)",
+                       err=True)
         click.echo(plan.script, nl=False)
         return
-    raise SystemExit(run_alloc(plan))
+    login = SshExecutor.for_login(login_node(prof.login)) if prof.login else None
+    raise SystemExit(run_alloc(plan, login))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -263,3 +264,48 @@ def test_an_interactive_allocation_is_the_dialects_or_its_refusal() -> None:
                                              r"alloc works with Slurm only \(on PBS an "
                                              r"interactive job is `qsub -I`\)$"):
         build_alloc(load_profile("polaris"), JobRequest(nodes=1, gpus=1))
+
+
+def test_an_allocation_of_a_login_profile_runs_there_over_ssh_t(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcdl.jobs.alloc import alloc_command, build_alloc, run_alloc
+    from hpcdl.plan import JobRequest
+    from hpcdl.profiles import load_profile
+    from hpcdl.remote.ssh import LoginNode, SshExecutor
+
+    plan = build_alloc(load_profile("sandbox-remote"), JobRequest(
+        nodes=1, gpus=1, job_name="it's me", command=("sh", "-c", "echo $HOSTNAME; hostname")))
+    login = SshExecutor(LoginNode("10.77.0.250", user="jdoe", port=2222),
+                        Path("/run/user/1000/hpcdl/ssh"))
+    argv, env = alloc_command(plan, login)
+    # The master connection every other command of this login node rides on.
+    master = next(a for a in login.ssh_argv(["true"]) if a.startswith("ControlPath="))
+    remote = ("env SRUN_CPUS_PER_TASK=2 salloc '--job-name=it'\"'\"'s me' --partition=debug "
+              "--nodes=1 --ntasks-per-node=1 --gres=gpu:1 --cpus-per-task=2 --time=00:10:00 "
+              "sh -c 'echo $HOSTNAME; hostname'")
+    assert argv == ["ssh", "-t", "-o", "ControlMaster=auto", "-o", master,
+                    "-o", "ControlPersist=300", "-o", "ConnectTimeout=15",
+                    "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3",
+                    "-o", "BatchMode=no", "-l", "jdoe", "-p", "2222", "10.77.0.250", "--",
+                    remote]
+    assert shlex.split(remote) == ["env", "SRUN_CPUS_PER_TASK=2", *plan.argv]
+    assert env == {}  # the environment goes by `env` there; ssh carries none
+    # Here, without a login node: the dialect's argv and environment as they are.
+    assert alloc_command(plan) == (list(plan.argv), {"SRUN_CPUS_PER_TASK": "2"})
+
+    ran: list[object] = []
+    monkeypatch.setattr(SshExecutor, "connect", lambda self, **kw: ran.append("connect"))
+    monkeypatch.setattr(proc, "interactive", lambda a, env=None: ran.append((a, env)) or 7)
+    assert run_alloc(plan, login) == 7
+    assert ran == ["connect", (argv, {})]
+
+
+def test_a_dry_run_alloc_of_a_login_profile_says_where_it_runs() -> None:
+    from click.testing import CliRunner
+
+    from hpcdl.cli import cli
+
+    res = CliRunner().invoke(cli, ["alloc", "-p", "sandbox-remote", "-N", "1", "-G", "1",
+                                   "--dry-run", "--", "hostname"])
+    assert res.exit_code == 0, res.output
+    assert "# runs on the login node 10.77.0.250 (ssh -t)" in res.output
