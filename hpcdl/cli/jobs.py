@@ -38,7 +38,7 @@ _HEADER = (f"{'JOBID':<10} {'STATE':<10} {'SLURM':<12} {'EXIT':<8} {'PARTITION':
 @click.option("--all-users", is_flag=True, help="Without JOBID: every user's jobs.")
 @click.option("--profile", "-p", "profile", metavar="NAME|PATH",
               help="Without JOBID: the cluster of this profile (through its login node when "
-                   "it names one); default: this machine's Slurm.")
+                   "it names one); default: this machine's scheduler.")
 def status(job_id: str | None, as_json: bool, since: str, all_users: bool,
            profile: str | None) -> None:
     """Show a job's state (or your recent jobs): squeue while it runs, sacct after.
@@ -166,5 +166,6 @@ def cancel(job_id: str) -> None:
     # Lazy, as in logs: the planner is not the status command's.
     from hpcdl.jobs.submit import cancel as cancel_job
 
-    final = cancel_job(job_id, reconnect(find_run(job_id) or _array_task(job_id)).scheduler)
-    click.echo(f"job {job_id}: {final.state} (Slurm {final.native_state})")
+    scheduler = reconnect(find_run(job_id) or _array_task(job_id)).scheduler
+    final = cancel_job(job_id, scheduler)
+    click.echo(f"job {job_id}: {final.state} ({scheduler.label} {final.native_state})")

@@ -48,7 +48,7 @@ def request_options(func):  # type: ignore[no-untyped-def]
                      help="Wall time limit (HH:MM:SS, D-HH:MM:SS or minutes)."),
         click.option("--cpus-per-task", "-c", type=int,
                      help="CPUs per rank; default: the node's CPUs shared between its GPUs."),
-        click.option("--job-name", "-J", help="Slurm job name."),
+        click.option("--job-name", "-J", help="Job name (as the scheduler shows it)."),
         click.option("--template", type=click.Path(dir_okay=False),
                      help="Use this Jinja2 template instead of the bundled one."),
     ]

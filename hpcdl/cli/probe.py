@@ -37,7 +37,7 @@ from hpcdl.profiles import load_profile
               help="GPUs per node, one rank each (0: one rank per node, CPU/Gloo).")
 @click.option("--time", "-t", metavar="HH:MM:SS", help="Wall time limit (default: the profile's).")
 @click.option("--cpus-per-task", "-c", type=int, help="CPUs per rank.")
-@click.option("--job-name", "-J", default="hpcdl-probe", show_default=True, help="Slurm job name.")
+@click.option("--job-name", "-J", default="hpcdl-probe", show_default=True, help="Job name (as the scheduler shows it).")
 @example_options
 @click.option("--no-image", is_flag=True, help="Run natively, even when the profile names an image.")
 @click.option("--sizes", default=DEFAULT_SIZES, show_default=True, metavar="LIST",

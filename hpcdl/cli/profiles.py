@@ -14,7 +14,7 @@ from hpcdl.profiles import list_profiles, load_profile, load_profile_file
 
 if TYPE_CHECKING:
     from hpcdl.profiles.schema import Login
-    from hpcdl.schedulers.slurm.detect import ClusterFacts
+    from hpcdl.schedulers.registry import ClusterFacts
 
 
 @click.group()
@@ -87,7 +87,7 @@ def validate(file: str) -> None:
 
 
 @profiles.command("detect")
-@click.option("--name", help="Profile name (default: Slurm's ClusterName).")
+@click.option("--name", help="Profile name (default: the cluster's own name).")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
               help="Write the profile to FILE (atomically) instead of printing it.")
 @click.option("--force", is_flag=True, help="Overwrite FILE when it exists.")
@@ -186,15 +186,10 @@ def _login_of(login_at: str | None, port: int | None, identity: str | None,
 
 
 def _gather(login: Login | None) -> ClusterFacts:
-    """The live cluster's facts: this machine's Slurm, or the login node's over SSH."""
-    from hpcdl.schedulers.slurm.detect import gather, gather_remote
+    """The live cluster's facts: this machine's, or the login node's over SSH."""
+    from hpcdl.schedulers.registry import detect_cluster
 
-    if login is None:
-        return gather()
-    from hpcdl.remote.ssh import SshExecutor
-    from hpcdl.schedulers.registry import login_node
-
-    return gather_remote(SshExecutor.for_login(login_node(login)))
+    return detect_cluster(login)
 
 
 def _check_name(name: str) -> None:
@@ -219,12 +214,12 @@ def diff(profile: str, as_json: bool) -> None:
     SSH, as `profiles detect --login` reads it).
     """
     from hpcdl.profiles.detect import describe
-    from hpcdl.schedulers.slurm.livecheck import differences
+    from hpcdl.schedulers.registry import profile_differences
 
     prof = load_profile(profile)
     facts = _gather(prof.login)
     found = describe(facts, name=prof.name, login=prof.login)
-    lines = differences(prof, found.profile,
+    lines = profile_differences(prof, found.profile,
                         mpi_offered=facts.mpi.types if facts.mpi is not None else None,
                         runtime_found=facts.runtime.name is not None)
     if as_json:

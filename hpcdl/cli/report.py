@@ -26,7 +26,7 @@ from hpcdl.sweep.grid import read_sweep
               metavar="X", help="A rank (or node) whose median busy time per step is X "
                                 "times the others' is named a straggler.")
 @click.option("--no-refresh", is_flag=True,
-              help="Sweep: use only what is on disk; do not ask Slurm about unfinished points.")
+              help="Sweep: use only what is on disk; do not ask the scheduler about unfinished points.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print where the report went and the straggler verdict(s) as JSON.")
 def report(path: Path, output: Path | None, straggler_threshold: float, no_refresh: bool,

@@ -22,7 +22,7 @@ from hpcdl.plan import JobRequest, job_image
 from hpcdl.profiles import load_profile
 from hpcdl.results.plot import build_figure, write_png
 from hpcdl.results.table import FIELDS, Row, count, format_table, to_csv, to_json
-from hpcdl.schedulers.pbs import script as pbs
+from hpcdl.schedulers.dialects import refuse
 from hpcdl.sweep.arrays import KIND as ARRAY_KIND
 from hpcdl.sweep.grid import (
     SweepPoint,
@@ -63,8 +63,8 @@ from hpcdl.sweep.grid import (
 @example_options
 @launch_options
 @click.option("--concurrent", is_flag=True,
-              help="Let the points run at the same time (default: one after another, via "
-                   "Slurm's singleton dependency, so they do not time each other).")
+              help="Let the points run at the same time (default: one after another, no point "
+                   "starting while another runs, so they do not time each other).")
 @click.option("--dry-run", is_flag=True, help="Show the points and their partitions; submit nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--wait", "-w", is_flag=True,
@@ -97,7 +97,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     batches = parse_int_list("batch-size", batch_text) if batch_text else None
     prof = load_profile(profile)
     if not dry_run:
-        pbs.refuse(prof, "scale")  # a PBS profile's scripts are for reading (exit 2)
+        refuse(prof, "scale")  # a PBS profile's scripts are for reading (exit 2)
     sweep_id = new_sweep_id()
     base = JobRequest(partition=partition, time=time, cpus_per_task=cpus_per_task,
                       job_name=job_name or default_job_name(sweep_id), image=image,
@@ -184,7 +184,7 @@ def _show_plans(plans: list[Any], why: str, as_json: bool) -> None:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
               metavar="OUT.png", help="Also draw speedup, efficiency and sync share vs ranks.")
 @click.option("--no-refresh", is_flag=True,
-              help="Use only what is on disk; do not ask Slurm about unfinished points.")
+              help="Use only what is on disk; do not ask the scheduler about unfinished points.")
 @click.option("--sort", "sort_by", metavar="COLUMN",
               help="Order the rows by COLUMN (a table column or, for `hpcdl sweep`, a "
                    "parameter); -COLUMN for descending. Empty cells go last.")

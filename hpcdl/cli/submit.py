@@ -36,8 +36,9 @@ from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.probe.worker import DEFAULT_SLOW_RATIO
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
-from hpcdl.schedulers.dialects import dialect_for
-from hpcdl.schedulers.pbs import script as pbs
+from hpcdl.remote.ssh import SshExecutor
+from hpcdl.schedulers.dialects import dialect_for, refuse
+from hpcdl.schedulers.registry import login_node
 
 # Starts the line above each job-side file a dry run prints after the script (the
 # arrow of `head FILE...`): a reader or a test finds where each file begins.
@@ -55,7 +56,7 @@ JOB_FILE_HEADER = "# ==>"
 @click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Run directory for this job (must not exist yet; default: a new one under "
                    "$HPCDL_RUNS named after the job). With --dry-run, the script shown is "
-                   "byte for byte the job.sbatch a submission with the same --run-dir writes, "
+                   "byte for byte the job script a submission with the same --run-dir writes, "
                    "and each file shown after it what that submission stages in job/.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--wait", "-w", is_flag=True,
@@ -173,7 +174,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
                               f"(profile {prof.name} has login: {prof.login.host})",
                               hint="run hpcdl on the cluster's login node for --hang-timeout")
     if not dry_run:
-        pbs.refuse(prof, "submit")  # a PBS profile's script is for reading (exit 2)
+        refuse(prof, "submit")  # a PBS profile's script is for reading (exit 2)
     for name, value in (("probe-sizes", probe_sizes), ("probe-slow-ratio", probe_slow_ratio)):
         if value is not None and not probe_first:
             raise ValidationError(f"{name}: only with --probe-first")
@@ -431,7 +432,8 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
     """Allocate nodes for interactive work (salloc), checked like `submit`.
 
     Without COMMAND salloc opens a shell in the allocation; with it, salloc runs
-    COMMAND there and returns its exit code.
+    COMMAND there and returns its exit code. A profile with a login: node runs it
+    there, over `ssh -t` (from the remote home directory).
 
     \b
     Examples:
@@ -439,13 +441,17 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
       hpcdl alloc -p sandbox -N 2 -G 4 -- srun hostname
     """
     prof = load_profile(profile)
-    pbs.refuse(prof, "alloc", dry_run_helps=False)  # salloc means Slurm
+    refuse(prof, "alloc", dry_run_helps=False)  # hpcdl allocates where it submits
     request = JobRequest(nodes=nodes, gpus=gpus, partition=partition, time=time,
                          cpus_per_task=cpus_per_task, job_name=job_name or "interactive",
                          command=command, template=template)
     plan = build_alloc(prof, request)
     if dry_run:
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
+        if prof.login:
+            click.echo(f"# runs on the login node {login_node(prof.login).target} (ssh -t)",
+                       err=True)
         click.echo(plan.script, nl=False)
         return
-    raise SystemExit(run_alloc(plan))
+    login = SshExecutor.for_login(login_node(prof.login)) if prof.login else None
+    raise SystemExit(run_alloc(plan, login))

@@ -91,7 +91,7 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     """
     from hpcdl.jobs.preflight import check_inputs, image_arch_facts
     from hpcdl.profiles import load_profile
-    from hpcdl.schedulers.pbs import script as pbs
+    from hpcdl.schedulers.dialects import refuse
     from hpcdl.sweep import arrays
     from hpcdl.sweep import params as sweep_params
     from hpcdl.sweep.grid import new_sweep_id, sweep_path
@@ -106,7 +106,7 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
         raise ValidationError("gpus: -G/--gpus N is required (GPUs per node of every point)")
     prof = load_profile(profile)
     if not dry_run:
-        pbs.refuse(prof, "sweep")  # a PBS profile's scripts are for reading (exit 2)
+        refuse(prof, "sweep")  # a PBS profile's scripts are for reading (exit 2)
     known = None if command else sweep_params.example_options()
     points = _points(params, points_file, random_count, seed, known)
     sweep_id = new_sweep_id()
@@ -194,7 +194,7 @@ def _show(plan: Any, as_json: bool, *, notes: list[str], cluster_dir: str | None
             "script": plan.script}, indent=2))
         return
     first = plan.plans[0]
-    click.echo(f"# {len(plan.points)} points, one array: sbatch --array={plan.array} "
+    click.echo(f"# {len(plan.points)} points, one job array with tasks {plan.array} "
                f"({plan.limit_reason}); partition {first.partition}: {first.partition_reason}",
                err=True)
     if plan.size_limit:

@@ -9,6 +9,7 @@ its job script, or refuses in one line where hpcdl has no interactive allocation
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from hpcdl.core import proc
@@ -22,8 +23,11 @@ from hpcdl.plan import (
     tasks_per_node,
 )
 from hpcdl.profiles.schema import Profile
+from hpcdl.remote.ssh import SshExecutor
 from hpcdl.schedulers.base import JobSpec
 from hpcdl.schedulers.dialects import dialect_for
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,27 @@ def build_alloc(profile: Profile, req: JobRequest) -> AllocPlan:
     return AllocPlan(profile.name, part.name, reason, alloc.argv, script, alloc.env)
 
 
-def run_alloc(plan: AllocPlan) -> int:
-    """Run the allocation in the foreground (it owns the terminal). Returns its exit code."""
-    return proc.interactive(list(plan.argv), env=dict(plan.env))
+def alloc_command(plan: AllocPlan, login: SshExecutor | None = None
+                  ) -> tuple[list[str], dict[str, str]]:
+    """The local command that runs the allocation, and what it adds to the environment:
+    here, the dialect's argv and environment; through ``login`` (a profile with a
+    ``login:`` node), ``ssh -t LOGIN -- env NAME=VALUE ... ARGV`` with every word quoted
+    for the remote shell (ssh does not carry the environment; ``env`` sets it there)."""
+    if login is None:
+        return list(plan.argv), dict(plan.env)
+    for name, _ in plan.env:
+        if not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"environment variable name {name!r}")
+    return login.terminal_argv(["env", *(f"{k}={v}" for k, v in plan.env), *plan.argv]
+                               if plan.env else list(plan.argv)), {}
+
+
+def run_alloc(plan: AllocPlan, login: SshExecutor | None = None) -> int:
+    """Run the allocation in the foreground (it owns the terminal), on this machine or
+    through the login node ``login`` (its master connection opened first, prompts
+    allowed, so a host key or key refused is one line, not ssh's). Returns its exit
+    code."""
+    if login is not None:
+        login.connect()
+    argv, env = alloc_command(plan, login)
+    return proc.interactive(argv, env=env)

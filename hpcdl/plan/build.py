@@ -441,9 +441,8 @@ def packed_stage(profile: Profile, req: JobRequest, spec: JobSpec,
                         f"pack {tree} -o {tree}.sqfs)")
         raise _fail(f"stage-data: needs a packed --data DATA.sqfs (this job has "
                     f"{'--synthetic' if req.synthetic else 'no --data'})")
-    if dialect.unsupported(profile, "stage"):
-        raise _fail(f"stage-data: staging uses Slurm's sbcast; profile {profile.name} is "
-                    f"{profile.scheduler.type}")
+    if refused := dialect.unsupported(profile, "stage-data"):
+        raise _fail(refused)
     local = profile.paths.local_scratch
     if not local:
         raise _fail(f"stage-data: profile {profile.name} has no paths.local_scratch (the "
@@ -474,11 +473,13 @@ def data_mount(profile: Profile, req: JobRequest, image: str | None,
                     f"node with srun; profile {profile.name} is {profile.scheduler.type}: "
                     f"give --image (the container runtime mounts it)")
     head = native_mount_dir(profile.paths.local_scratch)
+    # The note shows the directory as the script names it: the job-id expression bare.
+    shown = f"{head}{dialect.job_id_word.strip(chr(34))}"
     return {"source": source,
             "source_q": f'"${STAGED_DATA_VARIABLE}"' if staged else shell_join([source]),
             "mount": shell_join([head]) + dialect.job_id_word,
             "note": f"dataset: {where}, mounted read-only with squashfuse "
-                    f"on every node at {head}$SLURM_JOB_ID ($HPCDL_DATA, below), unmounted "
+                    f"on every node at {shown} ($HPCDL_DATA, below), unmounted "
                     f"at the end."}
 
 

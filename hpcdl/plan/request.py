@@ -141,7 +141,7 @@ def check_request(req: JobRequest) -> None:
             raise _fail("job-name: must not be empty")
         if CONTROL.search(req.job_name):
             raise _fail(
-                f"job-name: control characters (newline, tab) cannot be part of a Slurm job "
+                f"job-name: control characters (newline, tab) cannot be part of a job "
                 f"name (got {req.job_name!r})"
             )
     if req.partition is not None:

@@ -230,6 +230,13 @@ class SshExecutor:
         return ["ssh", *ssh_options(self.login, self.sockets), self.login.host, "--",
                 remote_command(argv)]
 
+    def terminal_argv(self, argv: Sequence[str]) -> list[str]:
+        """The local argv that runs ``argv`` on the login node attached to this terminal:
+        ``ssh -t`` (a terminal there, for a program that asks, such as an allocation's
+        shell), prompts allowed, on the same master connection and options as ``run``."""
+        return ["ssh", "-t", *ssh_options(self.login, self.sockets, batch=False),
+                self.login.host, "--", remote_command(argv)]
+
     def run(self, argv: Sequence[str], *, timeout: float = 60, check: bool = True,
             input: str | None = None) -> proc.Result:
         """Run ``argv`` on the login node. A connection failure raises the one-line

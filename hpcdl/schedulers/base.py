@@ -294,10 +294,10 @@ class Allocation:
     template: str
 
 
-# What a scheduler may not do for a job: start the probe's ranks, copy an image to the
-# nodes before they start, start one torchrun agent per node, run on some nodes of its
-# allocation and replace a failed one.
-Feature = Literal["probe", "stage", "torchrun", "spares"]
+# What a scheduler may not do for a job: start the probe's ranks, copy an image (or a
+# packed dataset: stage-data) to the nodes before they start, start one torchrun agent
+# per node, run on some nodes of its allocation and replace a failed one.
+Feature = Literal["probe", "stage", "stage-data", "torchrun", "spares"]
 
 
 class ScriptDialect(Protocol):

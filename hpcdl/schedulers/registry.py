@@ -13,6 +13,7 @@ from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 
 if TYPE_CHECKING:
     from hpcdl.profiles.schema import Login, Profile
+    from hpcdl.schedulers.slurm.detect import ClusterFacts
 
 # scheduler.type -> the adapter that submits to it. PBS scripts are rendered for
 # reading only (hpcdl.schedulers.pbs): no adapter submits them.
@@ -56,3 +57,25 @@ def executor_for(profile: Profile) -> Executor:
 def scheduler_of(profile: Profile) -> Scheduler:
     """The profile's scheduler, its commands run where executor_for says."""
     return scheduler_for(profile.name, profile.scheduler.type, executor_for(profile))
+
+
+def detect_cluster(login: Login | None = None) -> ClusterFacts:
+    """The live cluster's facts for `profiles detect` and `profiles diff` (hpcdl detects
+    Slurm clusters only): this machine's, or those of the cluster behind ``login`` over
+    SSH. Raises ToolError, UserInputError (a login node that cannot be used)."""
+    from hpcdl.schedulers.slurm.detect import gather, gather_remote
+
+    if login is None:
+        return gather()
+    return gather_remote(SshExecutor.for_login(login_node(login)))
+
+
+def profile_differences(profile: Profile, detected: Profile, *,
+                        mpi_offered: tuple[str, ...] | None = None,
+                        runtime_found: bool = True) -> list[str]:
+    """What differs between ``profile`` and the one detect_cluster's facts describe, one
+    line each (the Slurm adapter's comparison)."""
+    from hpcdl.schedulers.slurm.livecheck import differences
+
+    return differences(profile, detected, mpi_offered=mpi_offered,
+                       runtime_found=runtime_found)

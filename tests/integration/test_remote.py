@@ -48,6 +48,17 @@ def _write(laptop: Laptop, path: Path, text: str) -> Path:
     return path
 
 
+def test_alloc_from_the_laptop_runs_salloc_on_the_login_node(laptop: Laptop,
+                                                             project: Path) -> None:
+    # The laptop has no salloc: the allocation can only have come through ssh -t (no
+    # terminal here: ssh says so and runs it without one), its srun step on a node.
+    res = laptop.cli("alloc", "-p", "sandbox-remote", "-N", "1", "-G", "0", "-J",
+                     "laptop alloc", "--", "srun", "sh", "-c", "echo on-$(hostname)",
+                     cwd=project, timeout=JOB_TIMEOUT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert re.search(r"^on-n\d+$", res.stdout, re.M), res.stdout + res.stderr
+
+
 def test_status_logs_and_cancel_from_the_laptop(laptop: Laptop, project: Path) -> None:
     env = {"HPCDL_RUNS": str(project / "runs")}
     res = laptop.cli("submit", "-p", "sandbox-remote", "-N", "1", "-G", "0", "--no-image",

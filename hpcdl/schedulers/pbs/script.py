@@ -127,6 +127,9 @@ class PbsDialect:
         if feature == "stage":
             return (f"stage-image: staging uses Slurm's sbcast; profile {profile.name} is "
                     f"{profile.scheduler.type}")
+        if feature == "stage-data":
+            return (f"stage-data: staging uses Slurm's sbcast; profile {profile.name} is "
+                    f"{profile.scheduler.type}")
         if feature == "spares":
             return (f"spares: spare nodes are replaced inside a Slurm job (sbatch --no-kill, "
                     f"srun --nodelist); profile {profile.name} is {profile.scheduler.type}")
