@@ -49,7 +49,7 @@ def build_alloc(profile: Profile, req: JobRequest) -> AllocPlan:
     cpus = req.cpus_per_task or default_cpus_per_task(part, req.gpus)
     spec = JobSpec(profile=profile, partition=part, nodes=req.nodes, gpus_per_node=req.gpus,
                    tasks_per_node=tasks_per_node(req.gpus), cpus_per_task=cpus,
-                   time=job_time(profile, part, req),
+                   time_seconds=job_time(profile, part, req),
                    job_name=req.job_name or "interactive", run_dir=None)
     alloc = dialect_for(profile.scheduler.type).alloc(spec, req.command)
     script = render_template(

@@ -13,7 +13,7 @@ tell: no run directory, or a custom command that may never write the file).
 
 from __future__ import annotations
 
-from hpcdl.core.slurmtime import format_time, parse_time
+from hpcdl.core.duration import format_time, parse_time
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler
 
 # `hpcdl submit --wait` exits with this when the job hit its time limit, as timeout(1)

@@ -14,9 +14,9 @@ from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Any, Literal, cast
 
+from hpcdl.core.duration import format_time
 from hpcdl.core.errors import ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts, check_partition
-from hpcdl.core.slurmtime import parse_time
 from hpcdl.core.templating import Raw, render_template, shell_join
 from hpcdl.data.mount import (
     CONTAINER_MOUNT,
@@ -136,7 +136,7 @@ def build_plan(profile: Profile, req: JobRequest,
             raise _fail(f"spares: launcher {launcher} starts ranks on every node of the "
                         f"allocation; spare nodes need srun or torchrun (--launcher srun)")
     spec = JobSpec(profile=profile, partition=part, nodes=req.nodes, gpus_per_node=req.gpus,
-                   tasks_per_node=tasks, cpus_per_task=cpus, time=time, job_name=job_name,
+                   tasks_per_node=tasks, cpus_per_task=cpus, time_seconds=time, job_name=job_name,
                    run_dir=req.run_dir, requeue=requeue, spares=spares)
     stage = image_stage(profile, req, image, spec, dialect)
     data_stage = packed_stage(profile, req, spec, dialect)
@@ -264,7 +264,7 @@ def build_plan(profile: Profile, req: JobRequest,
         tasks_per_node=tasks,
         ntasks=spec.ntasks,
         cpus_per_task=cpus,
-        time=time,
+        time_seconds=time,
         job_name=job_name,
         backend=backend,
         image=image,
@@ -498,7 +498,7 @@ def _run_dir_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]
     return exports
 
 
-def _hang_exports(req: JobRequest, env: tuple[tuple[str, str], ...], time: str,
+def _hang_exports(req: JobRequest, env: tuple[tuple[str, str], ...], limit: int | None,
                   log_dir: str) -> tuple[list[tuple[str, str]], list[str]]:
     """With --hang-timeout: where the rank wrapper records the ranks' pids, and
     PYTHONUNBUFFERED (a Python rank's prints must reach the log as they happen: the
@@ -508,9 +508,8 @@ def _hang_exports(req: JobRequest, env: tuple[tuple[str, str], ...], time: str,
     exports = [("HPCDL_PID_DIR", f"{log_dir}/pids")]
     if "PYTHONUNBUFFERED" not in dict(env):
         exports.append(("PYTHONUNBUFFERED", "1"))
-    limit = parse_time(time)
     warnings = []
     if limit is not None and req.hang_timeout >= limit:
         warnings.append(f"hang-timeout: {req.hang_timeout:g} s is not shorter than the job's "
-                        f"time limit {time}: the watchdog cannot fire before it")
+                        f"time limit {format_time(limit)}: the watchdog cannot fire before it")
     return exports, warnings

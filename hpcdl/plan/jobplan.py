@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hpcdl import __version__
+from hpcdl.core.duration import format_time
 from hpcdl.launch.staging import JOB_DIR_NAME, job_dir
 from hpcdl.profiles.schema import Backend, GpuBind, Launcher, SchedulerType
 
@@ -25,7 +26,7 @@ class JobPlan:
     tasks_per_node: int
     ntasks: int
     cpus_per_task: int
-    time: str
+    time_seconds: int | None  # the time limit; None: unlimited
     job_name: str
     backend: Backend
     image: str | None
@@ -81,8 +82,17 @@ class JobPlan:
     spares: int = 0
     hpcdl_version: str = __version__
 
+    @property
+    def time(self) -> str:
+        """The time limit in hpcdl's duration syntax (D-HH:MM:SS or 'infinite'), as
+        plan.json keeps it."""
+        return format_time(self.time_seconds)
+
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        # plan.json keeps "time" as text in its place (readers: hpcdl.track.source,
+        # scripts): the seconds are the plan's, the text is their display form.
+        data = {("time" if k == "time_seconds" else k): (self.time if k == "time_seconds" else v)
+                for k, v in asdict(self).items()}
         data["env"] = dict(self.env)
         data["binds"] = list(self.binds)
         data["command"] = list(self.command)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from hpcdl.core.slurmtime import format_time, parse_time
+from hpcdl.core.duration import format_time
 from hpcdl.plan.request import JobRequest, _fail
 from hpcdl.profiles.schema import Partition, Profile
 
@@ -14,10 +14,7 @@ from hpcdl.profiles.schema import Partition, Profile
 def _requested_seconds(req: JobRequest) -> float | None:
     """The requested time in seconds: None when none was asked for, ``math.inf`` for
     'infinite'/'UNLIMITED' (which a partition with a time limit cannot take)."""
-    if not req.time:
-        return None
-    seconds = parse_time(req.time)
-    return math.inf if seconds is None else seconds
+    return req.time_seconds if req.time else None
 
 
 def job_spares(profile: Profile, req: JobRequest) -> int:
@@ -125,11 +122,14 @@ def choose_partition(profile: Profile, req: JobRequest) -> tuple[Partition, str]
     return best, f"smallest partition that fits (candidates: {fit_names})"
 
 
-def job_time(profile: Profile, part: Partition, req: JobRequest) -> str:
-    if req.time:
-        return format_time(parse_time(req.time))
-    default = parse_time(profile.scheduler.default_time)
+def job_time(profile: Profile, part: Partition, req: JobRequest) -> int | None:
+    """The job's time limit in seconds (None: unlimited): --time, else the profile's
+    default_time capped at the partition's max_time. A scheduler dialect spells it."""
+    seconds = _requested_seconds(req)
+    if seconds is not None:
+        return None if math.isinf(seconds) else int(seconds)
+    default = profile.scheduler.default_seconds
     limit = part.max_seconds
     if default is not None and limit is not None and default > limit:
         default = limit
-    return format_time(default)
+    return default

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
+from hpcdl.core.duration import parse_time
 from hpcdl.core.errors import ValidationError
-from hpcdl.core.slurmtime import parse_time
 from hpcdl.core.tokens import (
     BIND,
     BIND_SOURCE,
@@ -87,6 +88,16 @@ class JobRequest:
     # scheduler.spares): a failed node is replaced inside the job (hpcdl.launch.nodes).
     spares: int | None = None
 
+    @cached_property
+    def time_seconds(self) -> float | None:
+        """--time in seconds, parsed once: None without --time, ``math.inf`` for
+        'infinite'/'UNLIMITED'. Raises ValueError (check_request words it) when ``time``
+        is not hpcdl's duration syntax."""
+        if self.time is None:
+            return None
+        seconds = parse_time(self.time)
+        return math.inf if seconds is None else seconds
+
     @property
     def probe_only(self) -> bool:
         """The job is `hpcdl probe`: the probe worker instead of a COMMAND or example."""
@@ -133,7 +144,7 @@ def check_request(req: JobRequest) -> None:
         raise _fail(f"no-image: --no-image and --image {req.image!r} exclude each other")
     if req.time is not None:
         try:
-            parse_time(req.time)
+            req.time_seconds  # noqa: B018 (parses --time: raises ValueError)
         except ValueError as exc:
             raise _fail(f"time: {exc}") from exc
     if req.job_name is not None:

@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hpcdl.core.duration import parse_time
 from hpcdl.core.resources import examples_dir
-from hpcdl.core.slurmtime import parse_time
 from hpcdl.core.tokens import (
     Bind,
     BindSource,
@@ -118,6 +118,9 @@ class Partition(_Strict):
 
     @property
     def max_seconds(self) -> int | None:
+        """max_time in seconds (None: unlimited), what planning and the checks compare;
+        max_time keeps the profile's text for messages. (Read from the validated field,
+        not cached: a model_copy(update=...) skips the validators.)"""
         return parse_time(self.max_time)
 
 
@@ -161,6 +164,11 @@ class Scheduler(_Strict):
     def _time(cls, v: str) -> str:
         parse_time(v)
         return v
+
+    @property
+    def default_seconds(self) -> int | None:
+        """default_time in seconds (None: unlimited)."""
+        return parse_time(self.default_time)
 
 
 class Container(_Strict):

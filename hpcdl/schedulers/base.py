@@ -266,7 +266,7 @@ class JobSpec:
     gpus_per_node: int
     tasks_per_node: int
     cpus_per_task: int
-    time: str
+    time_seconds: int | None  # the time limit; None: unlimited (each dialect spells it)
     job_name: str
     run_dir: str | None
     requeue: RequeueSpec | None = None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.core.slurmtime import parse_time
+from hpcdl.core.duration import parse_time
 from tests.integration.conftest_slurm import hpcdl
 from tests.integration.conftest_user import ClusterUser
 

@@ -43,9 +43,9 @@ from hypothesis import strategies as st
 
 from hpcdl.container.definition import RenderContext, render_definition
 from hpcdl.container.spec import ImageSpec, parse_spec
+from hpcdl.core.duration import parse_time
 from hpcdl.core.errors import UserInputError
 from hpcdl.core.resources import REPO_ROOT, containers_dir
-from hpcdl.core.slurmtime import parse_time
 from hpcdl.core.tokens import CONTROL, KINDS, TEXT, Kind, check_token
 from hpcdl.core.yamlmodel import parse_yaml_model
 from hpcdl.jobs.alloc import build_alloc

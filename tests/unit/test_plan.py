@@ -10,7 +10,9 @@ from hpcdl.plan import JobRequest, build_plan, choose_partition
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import SubmitOptions
+from hpcdl.schedulers.pbs.script import walltime
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
+from hpcdl.schedulers.slurm.script import slurm_time
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +143,22 @@ def test_malformed_values(sandbox, kw, start):
 def test_default_time_is_clipped_to_partition(sandbox):
     plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, partition="short"))
     assert plan.time == "00:05:00"
+
+
+def test_the_plan_carries_seconds_and_each_dialect_spells_them(sandbox):
+    # --time is parsed once (the request); the plan holds seconds, plan.json keeps its
+    # "time" text in its place, and the Slurm and PBS dialects each format the seconds.
+    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, time="62:03", command=("true",)))
+    assert plan.time_seconds == 3723 and plan.time == "01:02:03"
+    data = plan.to_dict()
+    keys = list(data)
+    assert data["time"] == "01:02:03" and "time_seconds" not in data
+    assert keys[keys.index("cpus_per_task") + 1] == "time"
+    assert "#SBATCH --time=01:02:03" in plan.script
+    assert slurm_time(93780) == "1-02:03:00" and slurm_time(None) == "infinite"
+    assert walltime(93780) == "26:03:00"
+    with pytest.raises(ValidationError, match="PBS needs a finite walltime"):
+        walltime(None)
 
 
 def test_choose_partition_prefers_default_on_ties(sandbox):

@@ -153,9 +153,6 @@ LIFECYCLE = ["sweep/run.py", "hang/watchdog.py", "schedulers/base.py",
 NEUTRAL_WORDS = {
     # The record key of the native state, kept for the records already written.
     "slurm_state": "NATIVE_STATE_KEY",
-    # hpcdl's own --time syntax (D-HH:MM:SS) is Slurm's, parsed in core; the PBS
-    # dialect converts it too. The module's name says where the syntax comes from.
-    "hpcdl.core.slurmtime": "hpcdl's duration syntax",
 }
 
 

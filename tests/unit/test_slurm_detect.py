@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpcdl.core.duration import parse_time
 from hpcdl.core.errors import ConfigError, ToolError
-from hpcdl.core.slurmtime import parse_time
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.detect import Leaf, Map, Seq, describe, to_yaml
 from hpcdl.schedulers.slurm import detect as sd

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from hpcdl.core.errors import UserInputError, ValidationError
-from hpcdl.core.slurmtime import parse_time
 from hpcdl.core.templating import Raw
 from hpcdl.profiles.schema import Launcher, Partition, Profile
 from hpcdl.schedulers.base import Allocation, Feature, JobSpec
@@ -33,9 +32,9 @@ def job_name(name: str) -> str:
     return cleaned if cleaned[:1].isalpha() else f"j{cleaned}"
 
 
-def walltime(time: str) -> str:
-    """Slurm time -> PBS walltime HH:MM:SS (hours past 24, no days). Raises ValidationError."""
-    seconds = parse_time(time)
+def walltime(seconds: int | None) -> str:
+    """Seconds -> PBS walltime HH:MM:SS (hours past 24, no days); None (unlimited) is
+    refused: raises ValidationError."""
     if seconds is None:
         raise ValidationError("time: PBS needs a finite walltime (got an unlimited time)")
     hours, rest = divmod(seconds, 3600)
@@ -52,7 +51,8 @@ def _token(field: str, value: str, pattern: re.Pattern[str] = _TOKEN) -> str:
 
 
 def directives(profile: Profile, part: Partition, *, nodes: int, gpus: int, tasks_per_node: int,
-               cpus_per_task: int, time: str, run_dir: str | None) -> list[str]:
+               cpus_per_task: int, time_seconds: int | None,
+               run_dir: str | None) -> list[str]:
     """The ``#PBS`` lines (without '#PBS ') in order. Raises ValidationError for a value
     that cannot be written into a directive."""
     chunk = f"select={nodes}:ncpus={tasks_per_node * cpus_per_task}"
@@ -61,7 +61,7 @@ def directives(profile: Profile, part: Partition, *, nodes: int, gpus: int, task
     out = [f"-l {chunk}",
            # One chunk per node: without it PBS may pack several chunks onto one host.
            "-l place=scatter",
-           f"-l walltime={walltime(time)}",
+           f"-l walltime={walltime(time_seconds)}",
            f"-q {_token('partition', part.name)}"]
     if profile.scheduler.account:
         out.append(f"-A {_token('scheduler.account', profile.scheduler.account)}")
@@ -157,7 +157,7 @@ class PbsDialect:
                 "pbs_directives": directives(
                     spec.profile, spec.partition, nodes=spec.nodes, gpus=spec.gpus_per_node,
                     tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
-                    time=spec.time, run_dir=spec.run_dir)}
+                    time_seconds=spec.time_seconds, run_dir=spec.run_dir)}
 
     def stage_file(self, spec: JobSpec, local: str, name: str, what: str) -> dict[str, str]:
         raise ValidationError(self.unsupported(spec.profile, "stage") or "stage-image")

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hpcdl.core.duration import format_time, parse_time
 from hpcdl.core.errors import ValidationError
-from hpcdl.core.slurmtime import format_time, parse_time
 from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.schedulers.executor import LOCAL, Executor
 from hpcdl.schedulers.slurm.detect import parse_config
@@ -144,7 +144,7 @@ def compare(profile: Profile, cluster: dict[str, ClusterPartition],
         if real_s is not None and (claim_s is None or claim_s > real_s):
             msg = (f"max time: {who} claims {part.max_time}, "
                    f"the cluster's limit is {format_time(real_s)}")
-            need_s = parse_time(plan.time) if in_plan and plan else None
+            need_s = plan.time_seconds if in_plan and plan else None
             if need_s is not None and need_s > real_s:
                 errors.append(f"{msg} (the request needs {plan.time})" if plan else msg)
             else:

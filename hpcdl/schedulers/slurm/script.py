@@ -25,8 +25,21 @@ RUN_FILES = RunFiles("job.sbatch", "slurm-{job_id}.out", "slurm-{job_id}.err")
 _PLAIN_SBATCH = re.compile(r"[A-Za-z0-9_.,:@%+=/\-]+")
 
 
+def slurm_time(seconds: int | None) -> str:
+    """Seconds as Slurm's --time: D-HH:MM:SS (the day only when there is one), or
+    'infinite' for None (unlimited)."""
+    if seconds is None:
+        return "infinite"
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
 def scheduler_options(profile: Profile, part: Partition, *, nodes: int, gpus: int,
-                      tasks_per_node: int, cpus_per_task: int, time: str) -> list[str]:
+                      tasks_per_node: int, cpus_per_task: int,
+                      time_seconds: int | None) -> list[str]:
     """The Slurm options shared by sbatch (#SBATCH lines) and salloc (argv), in order."""
     options = [
         f"--partition={part.name}",
@@ -38,7 +51,7 @@ def scheduler_options(profile: Profile, part: Partition, *, nodes: int, gpus: in
             f"--gres=gpu:{gpus}" if profile.scheduler.gpu_request == "gres"
             else f"--gpus-per-node={gpus}"
         )
-    options += [f"--cpus-per-task={cpus_per_task}", f"--time={time}"]
+    options += [f"--cpus-per-task={cpus_per_task}", f"--time={slurm_time(time_seconds)}"]
     if profile.scheduler.account:
         options.append(f"--account={profile.scheduler.account}")
     if profile.scheduler.qos:
@@ -105,7 +118,8 @@ class SlurmDialect:
         argv = ("salloc", f"--job-name={spec.job_name}",
                 *scheduler_options(spec.profile, spec.partition, nodes=spec.nodes,
                                    gpus=spec.gpus_per_node, tasks_per_node=spec.tasks_per_node,
-                                   cpus_per_task=spec.cpus_per_task, time=spec.time),
+                                   cpus_per_task=spec.cpus_per_task,
+                                   time_seconds=spec.time_seconds),
                 *command)
         return Allocation(argv, (("SRUN_CPUS_PER_TASK", str(spec.cpus_per_task)),),
                           "salloc.sh.j2")
@@ -156,7 +170,7 @@ class SlurmDialect:
         options = scheduler_options(
             spec.profile, spec.partition, nodes=spec.allocated_nodes, gpus=spec.gpus_per_node,
             tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
-            time=spec.time)
+            time_seconds=spec.time_seconds)
         return {
             "job_name": sbatch_job_name(spec.job_name),
             "options": [*(sbatch_option(o) for o in options),

@@ -1,8 +1,12 @@
-"""Slurm time strings <-> seconds.
+"""hpcdl's duration syntax (Slurm's time syntax) <-> seconds.
 
-Slurm accepts "MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS" and
-"infinite"/"UNLIMITED". Pure functions, shared by profile validation, request
-validation and the live check against a real cluster.
+hpcdl's --time and a profile's max_time/default_time take what Slurm takes: "MM",
+"MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS" and "infinite"/"UNLIMITED".
+The text is parsed once where it comes in (request and profile validation, a
+scheduler's output read by its adapter); the plan and the job spec carry seconds
+(None: unlimited), and each scheduler dialect spells them in its own script
+(hpcdl.schedulers.slurm.script, hpcdl.schedulers.pbs.script). ``format_time`` is
+hpcdl's own display form (plan.json's "time", messages).
 """
 
 from __future__ import annotations
