@@ -3,8 +3,8 @@ by the plan (which binds or mounts it) and the packer.
 
 In an image the file is bound with Apptainer's image mount (``-B
 DATA.sqfs:/data:image-src=/,ro``: Apptainer mounts the SquashFS itself, setuid or
-unprivileged); natively the job script mounts it on every node with squashfuse, below
-the node-local scratch, and the ranks get that directory as ``--data`` ($HPCDL_DATA).
+unprivileged); natively the job script mounts it on every node with squashfuse_ll
+(squashfuse where a node has no squashfuse_ll), below the node-local scratch, and the ranks get that directory as ``--data`` ($HPCDL_DATA).
 """
 
 from __future__ import annotations

@@ -456,11 +456,11 @@ def packed_stage(profile: Profile, req: JobRequest, spec: JobSpec,
 def data_mount(profile: Profile, req: JobRequest, image: str | None,
                dialect: ScriptDialect, *, staged: bool = False) -> dict[str, str] | None:
     """How the ranks see a packed dataset (hpcdl.data.mount), or None: in an image a bind
-    (container_binds adds it), natively a squashfuse mount on every node that the
-    script makes before the first rank and removes when it ends (the template's
-    ``packed``). ``staged``: from each node's copy ($HPCDL_DATA_FILE, packed_stage), not
-    the shared file. Raises ValidationError where the scheduler's script has no such
-    block."""
+    (container_binds adds it), natively a squashfuse_ll (else squashfuse) mount on every
+    node that the script makes before the first rank and removes when it ends (the
+    template's ``packed``). ``staged``: from each node's copy ($HPCDL_DATA_FILE,
+    packed_stage), not the shared file. Raises ValidationError where the scheduler's
+    script has no such block."""
     source = packed_data(profile, req)
     if not source:
         return None
@@ -478,9 +478,9 @@ def data_mount(profile: Profile, req: JobRequest, image: str | None,
     return {"source": source,
             "source_q": f'"${STAGED_DATA_VARIABLE}"' if staged else shell_join([source]),
             "mount": shell_join([head]) + dialect.job_id_word,
-            "note": f"dataset: {where}, mounted read-only with squashfuse "
-                    f"on every node at {shown} ($HPCDL_DATA, below), unmounted "
-                    f"at the end."}
+            "note": f"dataset: {where}, mounted read-only with squashfuse_ll (else "
+                    f"squashfuse) on every node at {shown} ($HPCDL_DATA, below), "
+                    f"unmounted at the end."}
 
 
 def _run_dir_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]]:

@@ -1,8 +1,9 @@
 """`hpcdl submit --data DATA.sqfs` on the real two-node sandbox: the bundled example
 (2 nodes x 1 rank, same seed) trained from the directory tree, from the packed file bound
 into the image (Apptainer's image mount) and from the packed file mounted natively with
-squashfuse on each node ends with the same loss; the native mounts are gone when the job
-ends; a file that is not SquashFS is refused in one line before anything is submitted.
+squashfuse_ll (squashfuse without it) on each node ends with the same loss, each node
+saying which it ran; the native mounts are gone when the job ends; a file that is not
+SquashFS is refused in one line before anything is submitted.
 With --stage-data the packed file is first copied to each node's /local with sbcast (in
 the image beside the image's own copy, --stage-image) and read from there: the same
 loss again, no copy left on any node; a file larger than the nodes' free space stops the
@@ -62,6 +63,15 @@ def _left_on_nodes(*job_ids: str) -> dict[str, list[str]]:
             for local in (sandbox_dir() / "nodes").glob("*/local")}
 
 
+def _mounters(out: str) -> list[tuple[str, str]]:
+    """What each node said it mounts the packed file with (node, mounter), sorted."""
+    return sorted(re.findall(r"^hpcdl: node (\S+) mounts the dataset with (\S+)$", out, re.M))
+
+
+# The sandbox's nodes run this machine's programs: squashfuse_ll where it has one.
+MOUNTER = "squashfuse_ll" if shutil.which("squashfuse_ll") else "squashfuse"
+
+
 def _train(*args: str, runs: Path) -> tuple[dict[str, Any], str]:
     res = hpcdl("submit", "--profile", "sandbox", "--nodes", "2", "--gpus", "1",
                 "--cpus-per-task", "1", "--backend", "ddp", "--wait", "--json", *args,
@@ -83,6 +93,8 @@ def test_packed_data_trains_as_the_tree_in_the_image_and_natively(
     in_image, _ = _train(*image, "--data", str(packed), runs=runs_dir)
     native, out = _train("--no-image", "--data", str(packed), runs=runs_dir)
     assert "hpcdl: dataset " in out and " mounted at /local/hpcdl-data-" in out, out
+    mounters = _mounters(out)
+    assert [m for _, m in mounters] == [MOUNTER] * 2 and len({n for n, _ in mounters}) == 2, out
     assert in_image["final_loss"] == pytest.approx(from_tree["final_loss"], rel=1e-6)
     assert native["final_loss"] == pytest.approx(from_tree["final_loss"], rel=1e-6)
     # Unmounted and removed on every node (each node's /local is nodes/NODE/local here).
@@ -116,6 +128,7 @@ def test_stage_data_trains_as_the_tree_from_each_nodes_copy(
     mounted = re.search(r"hpcdl: dataset (/local/hpcdl-(\d+)-data-tiny\.sqfs) mounted at "
                         r"/local/hpcdl-data-(\d+) on 2 nodes", out)
     assert mounted and mounted[2] == mounted[3], out
+    assert [m for _, m in _mounters(out)] == [MOUNTER] * 2, out
     assert in_image["final_loss"] == pytest.approx(from_tree["final_loss"], rel=1e-6)
     assert native["final_loss"] == pytest.approx(from_tree["final_loss"], rel=1e-6)
     # No copy and no mount point left on any node.
@@ -148,8 +161,8 @@ def test_stage_data_without_room_on_the_nodes_stops_the_job_in_one_line(
 
 def test_the_ordinary_user_mounts_a_packed_file_natively(
         sandbox_user: Any, tiny: tuple[Path, Path]) -> None:
-    """hpcdl from the user's own wheel, natively: squashfuse mounts as the user through the
-    setuid fusermount3 (the fuse3 package, as on cluster nodes), every rank reads the
+    """hpcdl from the user's own wheel, natively: squashfuse_ll mounts as the user through
+    the setuid fusermount3 (the fuse3 package, as on cluster nodes), every rank reads the
     classes, and the mount is gone at the end. (The user's Python here has no torch, so
     the command lists the dataset rather than training on it.)"""
     mine = sandbox_user.own(Path("/scratch") / f"hpcdl-packed-{tiny[1].parent.name}")
@@ -166,6 +179,7 @@ def test_the_ordinary_user_mounts_a_packed_file_natively(
         record = json.loads(res.stdout.strip().splitlines()[-1])
         out = Path(record["stdout"]).read_text()
         assert " mounted at /local/hpcdl-data-" in out, out[-3000:]
+        assert [m for _, m in _mounters(out)] == [MOUNTER] * 2, out[-3000:]
         assert sorted(re.findall(r"^(\d+): classes=(\d+)$", out, re.M)) == [
             ("0", "4"), ("1", "4")], out[-3000:]
         assert _left_on_nodes(str(record["job_id"])) == {n: [] for n in _left_on_nodes()}

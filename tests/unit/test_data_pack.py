@@ -154,7 +154,10 @@ def test_packed_data_golden(case, req):
         assert '--data "$HPCDL_DATA"' in plan.launch_line
         assert 'export HPCDL_DATA=/local/hpcdl-data-"$SLURM_JOB_ID"' in plan.script
         assert "trap hpcdl_data_unmount EXIT" in plan.script
-        assert plan.script.index("squashfuse -f") < plan.script.index(plan.launch_line)
+        # squashfuse_ll where the node has it, else squashfuse: chosen on the node.
+        mount = plan.script.index('exec "$m" -f "$1" "$2"')
+        assert plan.script.index("command -v squashfuse_ll") < mount
+        assert mount < plan.script.index(plan.launch_line)
 
 
 def test_packed_data_refusals():

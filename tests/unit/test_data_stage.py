@@ -129,6 +129,11 @@ while :; do case $1 in --nv) shift ;; -B) [[ $2 == *:/data:* ]] && bind=${2%%:*}
 echo "rank on $SLURMD_NODENAME runs $1 with data $bind ($(stat -c %s "$bind") bytes)"
 """,
     "squashfuse": """#!/bin/bash
+echo "squashfuse $*" >> "$FAKE_LOG"
+mkdir -p "$3/train" && echo "$2 ($(stat -c %s "$2") bytes)" > "$3/source"
+""",
+    "squashfuse_ll": """#!/bin/bash
+echo "squashfuse_ll $*" >> "$FAKE_LOG"
 mkdir -p "$3/train" && echo "$2 ($(stat -c %s "$2") bytes)" > "$3/source"
 """,
     "fusermount": """#!/bin/bash
@@ -139,16 +144,34 @@ NATIVE_RANK = ('echo "rank on $SLURMD_NODENAME reads $(cat "$HPCDL_DATA/source")
                '$HPCDL_DATA"')
 
 
-def run_staged(tmp_path: Path, free_kib: dict[str, int], *, image: bool
+def without(name: str, into: Path) -> str:
+    """A PATH with everything on this one but ``name``: ``into`` filled with links to
+    every other command (a node without that command)."""
+    into.mkdir()
+    for d in os.environ["PATH"].split(os.pathsep):
+        if not os.path.isdir(d):
+            continue
+        for entry in os.scandir(d):
+            if entry.name != name and not (into / entry.name).exists():
+                (into / entry.name).symlink_to(entry.path)
+    return str(into)
+
+
+def run_staged(tmp_path: Path, free_kib: dict[str, int], *, image: bool, ll: bool = True
                ) -> tuple[subprocess.CompletedProcess[str], Path, str, JobPlan]:
     """A --stage-data plan's script (with --stage-image in an image), run by bash with
-    the stand-ins first on PATH: the exit, the local scratch and the srun/sbcast calls."""
+    the stand-ins first on PATH: the exit, the local scratch and the srun/sbcast calls.
+    ``ll=False``: the nodes have no squashfuse_ll (neither the stand-in nor this
+    machine's)."""
     bin_dir, local = tmp_path / "bin", tmp_path / "local"
     bin_dir.mkdir()
     local.mkdir()
     for name, text in DATA_FAKES.items():
+        if name == "squashfuse_ll" and not ll:
+            continue
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
+    path = os.environ["PATH"] if ll else without("squashfuse_ll", tmp_path / "sys")
     img, data = tmp_path / "img.sif", tmp_path / "d.sqfs"
     img.write_bytes(b"\0" * (1 << 20))  # 1 MiB
     data.write_bytes(b"hsqs" + b"\0" * ((3 << 20) - 4))  # 3 MiB
@@ -158,7 +181,7 @@ def run_staged(tmp_path: Path, free_kib: dict[str, int], *, image: bool
     plan = build_plan(profile(local=str(local)), req)
     stage_job_scripts(plan, tmp_path)
     log = tmp_path / "log"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(log),
+    env = {**os.environ, "PATH": f"{bin_dir}:{path}", "FAKE_LOG": str(log),
            "FAKE_NODES": " ".join(free_kib), "SLURM_JOB_ID": "78",
            "SLURM_JOB_NUM_NODES": str(len(free_kib)), "SLURM_JOB_NODELIST": ",".join(free_kib),
            **{f"FAKE_FREE_{n}": str(k) for n, k in free_kib.items()}}
@@ -179,13 +202,23 @@ def test_in_the_image_both_are_staged_and_removed(tmp_path: Path) -> None:
     assert f"rm -f {img} {data}" in log and not list(local.iterdir())  # the EXIT trap
 
 
-def test_natively_the_copy_is_mounted_then_unmounted_and_removed(tmp_path: Path) -> None:
-    res, local, log, _ = run_staged(tmp_path, {"f1": 1 << 20, "f2": 1 << 20}, image=False)
+@pytest.mark.parametrize("ll", [True, False])
+def test_natively_the_copy_is_mounted_then_unmounted_and_removed(
+        tmp_path: Path, ll: bool) -> None:
+    # squashfuse_ll where a node has it, else squashfuse: each node says which.
+    res, local, log, _ = run_staged(tmp_path, {"f1": 1 << 20, "f2": 1 << 20}, image=False,
+                                    ll=ll)
     assert res.returncode == 0, res.stdout + res.stderr
     data = f"{local}/hpcdl-78-data-d.sqfs"
     ranks = [line for line in res.stdout.splitlines() if line.startswith("rank on")]
     assert ranks == [f"rank on {n} reads {data} ({3 << 20} bytes) at {local}/hpcdl-data-78"
                      for n in ("f1", "f2")], res.stdout + res.stderr
+    mounter = "squashfuse_ll" if ll else "squashfuse"
+    said = [line for line in res.stdout.splitlines() if " mounts the dataset with " in line]
+    assert said == [f"hpcdl: node {n} mounts the dataset with {mounter}"
+                    for n in ("f1", "f2")], res.stdout
+    mounts = [line for line in log.splitlines() if line.startswith("squashfuse")]
+    assert mounts == [f"{mounter} -f {data} {local}/hpcdl-data-78"] * 2, log
     assert f"rm -f {data}" in log and not list(local.iterdir())
 
 

@@ -34,7 +34,7 @@ export HPCDL_PROGRESS_FILE=/scratch/runs/p3/progress
 # - MASTER_PORT: 15000 + job id % 15000, so jobs sharing a node do not collide (below the ephemeral port range); the next free one if something on the first node listens on it.
 # - GPUs: every rank sees the 2 GPUs of its node and uses GPU LOCAL_RANK (torch.cuda.set_device(LOCAL_RANK), as torchrun and Horovod scripts do).
 # - dataset staged: each node's copy /local/hpcdl-$SLURM_JOB_ID-data-imagenet.sqfs (sbcast, below), removed at the end.
-# - dataset: each node's copy of /scratch/data/imagenet.sqfs, mounted read-only with squashfuse on every node at /local/hpcdl-data-$SLURM_JOB_ID ($HPCDL_DATA, below), unmounted at the end.
+# - dataset: each node's copy of /scratch/data/imagenet.sqfs, mounted read-only with squashfuse_ll (else squashfuse) on every node at /local/hpcdl-data-$SLURM_JOB_ID ($HPCDL_DATA, below), unmounted at the end.
 export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"
 MASTER_PORT=$(/bin/sh /scratch/runs/p3/job/bin/hpcdl-master-port)
 export MASTER_PORT
@@ -83,9 +83,11 @@ export HPCDL_DATA_FILE=/local/hpcdl-"$SLURM_JOB_ID"-data-imagenet.sqfs
 # ---- packed dataset (hpcdl submit --data DATA.sqfs, natively; hpcdl data pack) ----
 # The ranks read the dataset from one SquashFS file, mounted read-only with squashfuse in
 # every node's local scratch: the shared filesystem serves one open of one file per node
-# instead of one per image and epoch. squashfuse runs in the foreground as a step of its
-# own (--overlap: it takes no CPU from the training) for as long as the job; the mounts
-# are removed when this script ends, also after a failure.
+# instead of one per image and epoch. Each node runs squashfuse_ll (squashfuse's
+# low-level FUSE variant, faster; what Apptainer prefers) where it has it, else
+# squashfuse, in the foreground as a step of its own (--overlap: it takes no CPU from the
+# training) for as long as the job; the mounts are removed when this script ends, also
+# after a failure.
 export HPCDL_DATA=/local/hpcdl-data-"$SLURM_JOB_ID"
 hpcdl_data_src="$HPCDL_DATA_FILE"
 hpcdl_data_nodes=$SLURM_JOB_NUM_NODES
@@ -99,7 +101,7 @@ hpcdl_data_unmount() {
 }
 hpcdl_data_step=""
 trap hpcdl_data_unmount EXIT
-hpcdl_data_each_node sh -c 'mkdir -p "$2" && exec squashfuse -f "$1" "$2"' sh "$hpcdl_data_src" "$HPCDL_DATA" &
+hpcdl_data_each_node sh -c 'm=squashfuse; command -v squashfuse_ll >/dev/null 2>&1 && m=squashfuse_ll; echo "hpcdl: node ${SLURMD_NODENAME:-$(hostname)} mounts the dataset with $m"; mkdir -p "$2" && exec "$m" -f "$1" "$2"' sh "$hpcdl_data_src" "$HPCDL_DATA" &
 hpcdl_data_step=$!
 # Every node must show the dataset's train/ (at most 60 s) before the first rank starts.
 hpcdl_data_ready=0
@@ -110,7 +112,7 @@ for _ in $(seq 60); do
   sleep 1
 done
 if [[ $hpcdl_data_ready != 1 ]]; then
-  echo "hpcdl: packed dataset: squashfuse did not mount ${hpcdl_data_src} at ${HPCDL_DATA} on every node (its error is above); no rank was started" >&2
+  echo "hpcdl: packed dataset: squashfuse_ll (squashfuse on a node without it) did not mount ${hpcdl_data_src} at ${HPCDL_DATA} on every node (its error is above); no rank was started" >&2
   exit 1
 fi
 echo "hpcdl: dataset ${hpcdl_data_src} mounted at ${HPCDL_DATA} on ${hpcdl_data_nodes} nodes"
