@@ -104,7 +104,7 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     if plan.run_dir is None:
         raise SubmitError("the plan has no run directory: plan it with plan_run()")
     scheduler.require()
-    warnings = (scheduler.check(profile, {plan.job_name: plan})
+    warnings = (scheduler.check(profile, {plan.job_name: plan.demand()})
                 if live_check_wanted(live_check) else [])
     local = place.local_path(plan.run_dir)
     code = code_of(profile, plan, local)

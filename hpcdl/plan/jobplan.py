@@ -11,6 +11,7 @@ from hpcdl import __version__
 from hpcdl.core.duration import format_time
 from hpcdl.launch.staging import JOB_DIR_NAME, job_dir
 from hpcdl.profiles.schema import Backend, GpuBind, Launcher, SchedulerType
+from hpcdl.schedulers.base import Demand
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,14 @@ class JobPlan:
         """The time limit in hpcdl's duration syntax (D-HH:MM:SS or 'infinite'), as
         plan.json keeps it."""
         return format_time(self.time_seconds)
+
+    def demand(self) -> Demand:
+        """What this job asks of its partition, for the scheduler's live check: the
+        allocation (the training's nodes and the spares), per node GPUs and CPUs."""
+        return Demand(partition=self.partition, nodes=self.nodes + self.spares,
+                      gpus_per_node=self.gpus_per_node,
+                      cpus_per_node=self.cpus_per_task * self.tasks_per_node,
+                      time_seconds=self.time_seconds)
 
     def to_dict(self) -> dict[str, Any]:
         # plan.json keeps "time" as text in its place (readers: hpcdl.track.source,

@@ -30,7 +30,6 @@ from hpcdl.profiles.schema import Launcher, Partition, Profile
 
 if TYPE_CHECKING:
     from hpcdl.core.proc import Result
-    from hpcdl.plan import JobPlan
 
 
 class JobState(StrEnum):
@@ -136,6 +135,19 @@ class RunFiles:
 TimeRanOut = Literal["limit", "deadline"]
 
 
+@dataclass(frozen=True)
+class Demand:
+    """What one job asks of its partition, as a live check compares it with the
+    cluster: the nodes it allocates (spares included), GPUs and CPUs per node, and its
+    time limit (None: unlimited)."""
+
+    partition: str
+    nodes: int
+    gpus_per_node: int
+    cpus_per_node: int
+    time_seconds: int | None
+
+
 class Scheduler(Protocol):
     """What the job lifecycle needs from a batch scheduler. Implementations talk to
     the scheduler only: they return values and raise hpcdl errors, never print."""
@@ -156,11 +168,11 @@ class Scheduler(Protocol):
         """Raise ToolError, in the scheduler's words, when ``available()`` is False."""
         ...
 
-    def check(self, profile: Profile, plans: Mapping[str, JobPlan]) -> list[str]:
-        """Compare the plans (by a label that names them in errors) with the live
-        cluster, one read for all; return warnings.
+    def check(self, profile: Profile, demands: Mapping[str, Demand]) -> list[str]:
+        """Compare what the jobs ask (by a label that names each in errors) with the
+        live cluster, one read for all; return warnings.
 
-        Raises ValidationError when the cluster cannot run a plan the profile allows,
+        Raises ValidationError when the cluster cannot run a job the profile allows,
         ToolError when the cluster cannot be asked.
         """
         ...

@@ -192,7 +192,7 @@ def submit_array(profile: Profile, sweep: ArrayPlan, *, scheduler: Scheduler,
     (``aborted``) and no point has a job id."""
     scheduler.require()
     if live_check_wanted(live_check):
-        scheduler.check(profile, {f"point {p.index}": plan
+        scheduler.check(profile, {f"point {p.index}": plan.demand()
                                   for p, plan in zip(sweep.points, sweep.plans, strict=True)})
         check_array_size(profile, sweep.plans[0].partition, len(sweep.points),
                          scheduler.max_array_size())

@@ -50,7 +50,8 @@ def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoin
     runs after each submission. Raises ValidationError, SubmitError, ToolError.
     """
     if scheduler.available():  # one cluster read for all points
-        scheduler.check(profile, {f"point {point.label}": plan for point, plan in plans})
+        scheduler.check(profile, {f"point {point.label}": plan.demand()
+                                  for point, plan in plans})
     sweep_id = sweep_dir.name
     sweep_dir.mkdir(parents=True)
     entries = [point_entry(point) for point, _ in plans]

@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcdl.core.errors import ToolError, ValidationError
-from hpcdl.schedulers.base import JobStatus, RunFiles, SubmitOptions, TimeRanOut
+from hpcdl.schedulers.base import Demand, JobStatus, RunFiles, SubmitOptions, TimeRanOut
 from hpcdl.schedulers.executor import LOCAL, Executor
 from hpcdl.schedulers.slurm import commands, livecheck, parse, query, states
 from hpcdl.schedulers.slurm.script import RUN_FILES
 
 if TYPE_CHECKING:
     from hpcdl.core.proc import Result
-    from hpcdl.plan import JobPlan
     from hpcdl.profiles.schema import Profile
 
 
@@ -45,20 +44,20 @@ class SlurmScheduler:
         if not self.available():
             raise commands.not_on_path(self.executor)
 
-    def check(self, profile: Profile, plans: Mapping[str, JobPlan]) -> list[str]:
-        """The live check of every plan against one read of the cluster; returns the
-        warnings. Raises ValidationError (prefixed with the plan's label when there
-        are several) or ToolError (slurmctld unreachable)."""
+    def check(self, profile: Profile, demands: Mapping[str, Demand]) -> list[str]:
+        """The live check of every job's demand against one read of the cluster;
+        returns the warnings. Raises ValidationError (prefixed with the job's label when
+        there are several) or ToolError (slurmctld unreachable)."""
         try:
             cluster = livecheck.read_cluster(ex=self.executor)
         except ToolError as err:
             raise commands.unreachable(err, self.profile_name) from err
         warnings: list[str] = []
-        for label, plan in plans.items():
+        for label, demand in demands.items():
             try:
-                warnings += livecheck.check_plan(profile, plan, cluster)
+                warnings += livecheck.check_demand(profile, demand, cluster)
             except ValidationError as err:
-                if len(plans) > 1:
+                if len(demands) > 1:
                     raise ValidationError(f"{label}: {err.message}", hint=err.hint) from err
                 raise
         return warnings

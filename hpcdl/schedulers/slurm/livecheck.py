@@ -12,17 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from hpcdl.core.duration import format_time, parse_time
 from hpcdl.core.errors import ValidationError
 from hpcdl.profiles.schema import Partition, Profile
+from hpcdl.schedulers.base import Demand
 from hpcdl.schedulers.executor import LOCAL, Executor
 from hpcdl.schedulers.slurm.detect import parse_config
 from hpcdl.schedulers.slurm.parse import gpus_in_gres, parse_key_values
-
-if TYPE_CHECKING:
-    from hpcdl.plan import JobPlan
 
 SINFO_FORMAT = "%R|%G|%c|%D"
 
@@ -102,11 +99,11 @@ def _node_limit(cp: ClusterPartition) -> int:
 
 
 def compare(profile: Profile, cluster: dict[str, ClusterPartition],
-            plan: JobPlan | None = None,
+            demand: Demand | None = None,
             partitions: Iterable[Partition] | None = None) -> tuple[list[str], list[str]]:
     """(errors, warnings): where ``profile`` claims more than ``cluster`` has.
 
-    Errors are the differences that make ``plan`` impossible on the real cluster;
+    Errors are the differences that make ``demand`` impossible on the real cluster;
     every other overclaim of the checked partitions is a warning. Pure.
     """
     errors: list[str] = []
@@ -114,8 +111,8 @@ def compare(profile: Profile, cluster: dict[str, ClusterPartition],
     names = ", ".join(sorted(cluster)) or "none"
     checked = list(partitions if partitions is not None else profile.partitions)
     for part in checked:
-        in_plan = plan is not None and plan.partition == part.name
-        sink = errors if in_plan else warnings
+        need = demand if demand is not None and demand.partition == part.name else None
+        sink = errors if need else warnings
         cp = cluster.get(part.name)
         who = f"profile {profile.name} partition {part.name}"
         if cp is None:
@@ -123,43 +120,40 @@ def compare(profile: Profile, cluster: dict[str, ClusterPartition],
             continue
         # (claim, real, what the plan needs, label)
         checks: list[tuple[int | None, int | None, int | None, str]] = [
-            (part.gpus_per_node, cp.gpus_per_node, plan.gpus_per_node if in_plan and plan else None,
+            (part.gpus_per_node, cp.gpus_per_node, need.gpus_per_node if need else None,
              "GPUs per node"),
-            (part.cpus_per_node, cp.cpus_per_node,
-             plan.cpus_per_task * plan.tasks_per_node if in_plan and plan else None,
+            (part.cpus_per_node, cp.cpus_per_node, need.cpus_per_node if need else None,
              "CPUs per node"),
-            # (the allocation's nodes: the training's and its spares)
-            (part.node_limit, _node_limit(cp),
-             plan.nodes + plan.spares if in_plan and plan else None, "nodes per job"),
+            (part.node_limit, _node_limit(cp), need.nodes if need else None, "nodes per job"),
         ]
-        for claim, real, need, label in checks:
+        for claim, real, needed, label in checks:
             if claim is None or real is None or real >= claim:
                 continue
             msg = f"{label}: {who} claims {claim}, the cluster has {real}"
-            if need is not None and need > real:
-                errors.append(f"{msg} (the request needs {need})")
+            if needed is not None and needed > real:
+                errors.append(f"{msg} (the request needs {needed})")
             else:
                 warnings.append(msg)
         claim_s, real_s = part.max_seconds, cp.max_seconds
         if real_s is not None and (claim_s is None or claim_s > real_s):
             msg = (f"max time: {who} claims {part.max_time}, "
                    f"the cluster's limit is {format_time(real_s)}")
-            need_s = plan.time_seconds if in_plan and plan else None
+            need_s = need.time_seconds if need else None
             if need_s is not None and need_s > real_s:
-                errors.append(f"{msg} (the request needs {plan.time})" if plan else msg)
+                errors.append(f"{msg} (the request needs {format_time(need_s)})")
             else:
                 warnings.append(msg)
     return errors, warnings
 
 
-def check_plan(profile: Profile, plan: JobPlan,
-               cluster: dict[str, ClusterPartition] | None = None) -> list[str]:
-    """Raise ValidationError when the cluster cannot run ``plan`` although the profile
-    says it can; return the warnings about the plan's partition otherwise.
+def check_demand(profile: Profile, demand: Demand,
+                 cluster: dict[str, ClusterPartition] | None = None) -> list[str]:
+    """Raise ValidationError when the cluster cannot run a job asking ``demand``
+    although the profile says it can; return the warnings about its partition otherwise.
     """
     cluster = read_cluster() if cluster is None else cluster
-    part = profile.partition(plan.partition)
-    errors, warnings = compare(profile, cluster, plan, [part] if part else None)
+    part = profile.partition(demand.partition)
+    errors, warnings = compare(profile, cluster, demand, [part] if part else None)
     if errors:
         raise ValidationError(
             "live check: " + "; ".join(errors),
