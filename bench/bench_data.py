@@ -15,6 +15,10 @@ side by side in one run, each variant in its own process (no Slurm needed):
               batch of the example's loader (TrainData: shuffled, batch --batch)
   loader      images/s through that loader with 0, 1 and 2 workers, over --images
               training images drawn at random (the first batch left out)
+  mount CPU   (--mount-cpu N) every file of a fresh mount read once (open, read whole,
+              close) by this process, N fresh mounts per mounter: the user+sys CPU the
+              FUSE process spent (from /proc), the reader's CPU and wall time; medians.
+              Steadier than the loader rates on a loaded machine: CPU, not wall time
 
 The packed variants mount the file as root with squashfuse (what a native job runs) and
 with the kernel's squashfs on a loop device (what Apptainer's setuid mode uses), and
@@ -26,6 +30,7 @@ the CPU cost, not a cold disk.
   python3 bench/bench_data.py                                  # ~105k files, ~7 min
   python3 bench/bench_data.py --classes 50 --per-class 40      # quick
   python3 bench/bench_data.py --dir /scratch/inet --json out.json   # reuse a made tree
+  python3 bench/bench_data.py --classes 200 --per-class 100 --fuse squashfuse,squashfuse_ll,kernel --mount-cpu 5
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -187,6 +194,43 @@ class Mount:
             self.proc.wait(timeout=30)
 
 
+def _process_cpu(pid: int) -> float:
+    """User+system CPU seconds process ``pid`` has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _read_every_file(root: Path) -> int:
+    total = 0
+    for folder, _, names in os.walk(root):
+        for name in names:
+            with open(os.path.join(folder, name), "rb") as f:
+                total += len(f.read())
+    return total
+
+
+def mount_cpu(sqfs: Path, mnt: Path, fuse: str, repeats: int) -> dict[str, float]:
+    """Medians over ``repeats`` fresh mounts of ``fuse``: the mounter's CPU seconds
+    (0 for the kernel's squashfs: its work is not a process of its own) and this
+    process's CPU and wall seconds to read every file once."""
+    rows = []
+    for _ in range(repeats):
+        mount = Mount(sqfs, mnt, None, fuse)
+        try:
+            before = _process_cpu(mount.proc.pid) if mount.proc else 0.0
+            r0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+            _read_every_file(mnt)
+            wall = time.perf_counter() - w0
+            r1 = resource.getrusage(resource.RUSAGE_SELF)
+            mounter = (_process_cpu(mount.proc.pid) - before) if mount.proc else 0.0
+        finally:
+            mount.stop()
+        reader = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+        rows.append((mounter, reader, wall))
+    return {key: round(statistics.median(r[i] for r in rows), 3)
+            for i, key in enumerate(("mounter_cpu_s", "reader_cpu_s", "reader_wall_s"))}
+
+
 # ---- the run -------------------------------------------------------------------------
 
 def main() -> None:
@@ -207,6 +251,9 @@ def main() -> None:
                         "native job runs), squashfuse_ll (its low-level FUSE variant), "
                         "kernel (mount -t squashfs -o loop: Apptainer's setuid mode); "
                         "default squashfuse,kernel")
+    p.add_argument("--mount-cpu", type=int, default=0, metavar="N",
+                   help="also read every file of N fresh mounts per mounter and report the "
+                        "CPU the mounter spent (medians; default 0: off)")
     p.add_argument("--dir", metavar="DIR",
                    help="the dataset tree: made there when missing (default: a temporary "
                         "one, removed at the end)")
@@ -220,7 +267,8 @@ def main() -> None:
     command = (f"python3 bench/bench_data.py --classes {args.classes} --per-class "
                f"{args.per_class} --val-per-class {args.val_per_class} --size {args.size} "
                f"--image-size {args.image_size} --batch {args.batch} --images {args.images} "
-               f"--compression {args.compression} --fuse {args.fuse}")
+               f"--compression {args.compression} --fuse {args.fuse}"
+               + (f" --mount-cpu {args.mount_cpu}" if args.mount_cpu else ""))
     print("machine: " + facts_line(describe(packages=("torch", "pillow"), tools=("strace",))))
     print(f"command: {command}")
     notes: list[str] = []
@@ -289,6 +337,8 @@ def main() -> None:
                 packed.update(run_child("loader", str(mnt), args))
             finally:
                 mount.stop()
+            if args.mount_cpu > 0:
+                packed.update(mount_cpu(sqfs, mnt, fuse, args.mount_cpu))
             variants[VARIANT[fuse]] = packed
         figures["variants"] = variants
     finally:
@@ -314,7 +364,10 @@ def main() -> None:
                        ("mount, s", "mount_s"),
                        ("loader images/s, 0 workers", "images_per_s_0w"),
                        ("loader images/s, 1 worker", "images_per_s_1w"),
-                       ("loader images/s, 2 workers", "images_per_s_2w")):
+                       ("loader images/s, 2 workers", "images_per_s_2w"),
+                       ("read every file once: mounter CPU, s", "mounter_cpu_s"),
+                       ("read every file once: reader CPU, s", "reader_cpu_s"),
+                       ("read every file once: reader wall, s", "reader_wall_s")):
         cells = [figures["variants"][n].get(key) for n in names]
         cells = [round(c["seconds"], 1) if isinstance(c, dict) else c for c in cells]
         if any(c is not None for c in cells):
