@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import describe, facts_line  # noqa: E402
-from hpcdl.profiles.detect import describe as describe_profile  # noqa: E402
+from hpcdl.schedulers.slurm.describe import describe as describe_profile  # noqa: E402
 from hpcdl.schedulers.slurm.detect import capture_all, facts_from  # noqa: E402
 from tests.own_cluster import cluster_env, free_port  # noqa: E402
 

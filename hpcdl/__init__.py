@@ -13,7 +13,6 @@ circle exists (imports made only for type checking are not part of the graph).
     core        hpcdl.core
     inputs      hpcdl.profiles hpcdl.container hpcdl.data hpcdl.sandbox hpcdl.remote
     schedulers  hpcdl.schedulers
-    detection   hpcdl.profiles.detect
     planning    hpcdl.plan hpcdl.launch hpcdl.probe hpcdl.hang
     jobs        hpcdl.jobs hpcdl.hang.watchdog hpcdl.sweep hpcdl.results hpcdl.report hpcdl.track
     doctor      hpcdl.doctor

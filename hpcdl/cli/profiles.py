@@ -128,7 +128,7 @@ def detect(name: str | None, output: str | None, force: bool, login_at: str | No
     """
     from hpcdl.core.atomic import write_atomic
     from hpcdl.core.errors import UserInputError
-    from hpcdl.profiles.detect import describe
+    from hpcdl.schedulers.registry import describe_cluster
 
     if name is not None:
         _check_name(name)
@@ -140,7 +140,7 @@ def detect(name: str | None, output: str | None, force: bool, login_at: str | No
         if not target.parent.is_dir():
             raise UserInputError(f"output: folder {target.parent} does not exist")
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    found = describe(_gather(login), name=name, when=when, login=login)
+    found = describe_cluster(_gather(login), name=name, when=when, login=login)
     for note in found.notes:
         click.echo(f"note: {note}", err=True)
     if target is None:
@@ -213,12 +213,11 @@ def diff(profile: str, as_json: bool) -> None:
     with a login: block is compared with the cluster behind that login node (over
     SSH, as `profiles detect --login` reads it).
     """
-    from hpcdl.profiles.detect import describe
-    from hpcdl.schedulers.registry import profile_differences
+    from hpcdl.schedulers.registry import describe_cluster, profile_differences
 
     prof = load_profile(profile)
     facts = _gather(prof.login)
-    found = describe(facts, name=prof.name, login=prof.login)
+    found = describe_cluster(facts, name=prof.name, login=prof.login)
     lines = profile_differences(prof, found.profile,
                         mpi_offered=facts.mpi.types if facts.mpi is not None else None,
                         runtime_found=facts.runtime.name is not None)

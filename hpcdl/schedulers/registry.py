@@ -13,6 +13,7 @@ from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 
 if TYPE_CHECKING:
     from hpcdl.profiles.schema import Login, Profile
+    from hpcdl.schedulers.slurm.describe import Detected
     from hpcdl.schedulers.slurm.detect import ClusterFacts
 
 # scheduler.type -> the adapter that submits to it. PBS scripts are rendered for
@@ -68,6 +69,16 @@ def detect_cluster(login: Login | None = None) -> ClusterFacts:
     if login is None:
         return gather()
     return gather_remote(SshExecutor.for_login(login_node(login)))
+
+
+def describe_cluster(facts: ClusterFacts, name: str | None = None, when: str | None = None,
+                     login: Login | None = None) -> Detected:
+    """The profile detect_cluster's ``facts`` describe: validated model, commented YAML,
+    caveats (the Slurm adapter's writer). Raises ConfigError when no partition can be
+    described."""
+    from hpcdl.schedulers.slurm.describe import describe
+
+    return describe(facts, name=name, when=when, login=login)
 
 
 def profile_differences(profile: Profile, detected: Profile, *,

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from hpcdl.profiles import load_profile, load_profile_file
-from hpcdl.profiles.detect import MODE_NOTE
 from hpcdl.profiles.schema import Login
+from hpcdl.schedulers.slurm.describe import MODE_NOTE
 from hpcdl.schedulers.slurm.detect import COMMANDS
 from tests.integration.conftest_remote import LAPTOP_BIN, LOGIN_HOST, Laptop
 from tests.integration.conftest_slurm import sandbox_dir

@@ -18,7 +18,6 @@ from hpcdl.cli import cli
 from hpcdl.core import proc
 from hpcdl.core.errors import ToolError, UserInputError
 from hpcdl.profiles import load_profile_file
-from hpcdl.profiles.detect import MODE_NOTE, describe
 from hpcdl.profiles.schema import Login
 from hpcdl.remote.ssh import (
     LoginNode,
@@ -28,6 +27,7 @@ from hpcdl.remote.ssh import (
     connection_error,
 )
 from hpcdl.schedulers.slurm import detect as sd
+from hpcdl.schedulers.slurm.describe import MODE_NOTE, describe
 
 OUT = Path(__file__).resolve().parent / "slurm_outputs" / "sandbox"
 # What the login node answers, by the remote argv.

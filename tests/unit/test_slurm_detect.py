@@ -18,8 +18,8 @@ import yaml
 from hpcdl.core.duration import parse_time
 from hpcdl.core.errors import ConfigError, ToolError
 from hpcdl.profiles import load_profile
-from hpcdl.profiles.detect import Leaf, Map, Seq, describe, to_yaml
 from hpcdl.schedulers.slurm import detect as sd
+from hpcdl.schedulers.slurm.describe import Leaf, Map, Seq, describe, to_yaml
 from hpcdl.schedulers.slurm.livecheck import differences
 
 OUT = Path(__file__).resolve().parent / "slurm_outputs"

@@ -7,6 +7,7 @@ Slurm's output), ``query`` (squeue/sacct/scontrol: one job, many jobs in one
 batched query, the job list), ``commands`` (sbatch and its argv, scancel, log paths,
 refusal hints, srun --overlap into a running job), ``livecheck`` (profile vs cluster,
 and the report `hpcdl profiles diff` prints), ``detect`` (what the cluster says about
-itself, for `hpcdl profiles detect`), ``adapter`` (SlurmScheduler, the
+itself, for `hpcdl profiles detect`), ``describe`` (those facts as a commented
+profile), ``adapter`` (SlurmScheduler, the
 hpcdl.schedulers.base.Scheduler the job lifecycle uses).
 """

@@ -6,7 +6,7 @@ config``, ``srun --mpi=list``, ``sacctmgr -P show qos`` and a runtime's
 which runs those commands through an Executor (this machine, or a login node over SSH:
 ``gather_remote``) and keeps each command's failure as a *gap* instead of raising, so a
 partial cluster still gives a partial answer. Nothing here prints; the profile writer
-lives in hpcdl.profiles.detect.
+lives beside it, in hpcdl.schedulers.slurm.describe.
 """
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ def check_demand(profile: Profile, demand: Demand,
 
 
 def as_cluster(detected: Profile) -> dict[str, ClusterPartition]:
-    """A detected profile (hpcdl.profiles.detect) in the shape ``compare`` checks. Pure."""
+    """A detected profile (hpcdl.schedulers.slurm.describe) in the shape ``compare`` checks. Pure."""
     return {
         p.name: ClusterPartition(
             name=p.name, max_nodes=p.max_nodes_per_job, max_seconds=p.max_seconds,

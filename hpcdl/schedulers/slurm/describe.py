@@ -1,6 +1,6 @@
 """A cluster profile written from what the live Slurm says (``hpcdl profiles detect``).
 
-``describe(facts)`` turns hpcdl.schedulers.slurm.detect.ClusterFacts into a profile whose every
+``describe(facts)`` turns the facts ``detect`` read (ClusterFacts) into a profile whose every
 value carries a comment saying where it came from, and ``to_yaml`` writes it. The
 writer is a tiny emitter of its own (not yaml.dump) so the comments can sit beside
 the values; every string is written double-quoted (JSON escaping, valid YAML), every
