@@ -48,7 +48,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -58,13 +57,13 @@ from typing import Any
 import yaml
 
 from hpcdl.container.hashing import read_record, sidecar
-from hpcdl.core.atomic import atomic_dir, write_atomic, write_json_atomic
+from hpcdl.core.atomic import write_atomic, write_json_atomic
 from hpcdl.hang.diagnosis import RankPid, parse_pid_file
 from hpcdl.jobs.attempts import Attempt, ScriptAttempt
 from hpcdl.jobs.timelimit import steps_seen
 from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.nodes import RELAUNCH_REQUEST_NAME
-from hpcdl.launch.staging import JOB_DIR_NAME, stage
+from hpcdl.launch.staging import JOB_DIR_NAME
 from hpcdl.requeue import PROGRESS_NAME
 from hpcdl.results.protocol import PROBE_ERROR_PREFIX
 from hpcdl.results.steps import metrics_dir
@@ -373,40 +372,10 @@ class RunDir:
         """job/: the job-side files staged at submission (hpcdl.launch.staging)."""
         return self.path / JOB_DIR_NAME
 
-    def stage_job_files(self, files: tuple[str, ...],
-                        scripts: tuple[tuple[str, str], ...] = ()) -> int:
-        """Copy the job-side ``files`` into job/ and write the plan's ``scripts`` there
-        (all or nothing); returns the bytes."""
-        return stage(self.path, files, scripts)
-
     @property
     def code_dir(self) -> Path:
         """code/: the copy of the user's --code directory the job starts in."""
         return self.path / CODE_DIR_NAME
-
-    def stage_code(self, root: Path, files: tuple[str, ...]) -> int:
-        """Copy ``files`` (relative to ``root``; hpcdl.launch.code.scan_code) into code/,
-        with their times (rsync then links what an earlier run sent), all or nothing;
-        returns the bytes."""
-        copied = 0
-        with atomic_dir(self.code_dir) as tmp:
-            for rel in files:
-                dest = tmp / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(root / rel, dest)
-                copied += dest.stat().st_size
-        return copied
-
-    def stage_tool(self, path: str) -> str:
-        """A copy of the host executable ``path`` in job/bin/, where the nodes can run it
-        (the login node's venv is not theirs); returns the copy's path."""
-        target = self.job_dir / "bin" / Path(path).name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        shutil.copyfile(path, tmp)
-        tmp.chmod(0o755)
-        tmp.replace(target)
-        return str(target)
 
     def write_plan(self, script: str, plan: dict[str, Any]) -> Path:
         """The job script (exactly ``script``) + plan.json; returns the script's path."""

@@ -24,7 +24,8 @@ from hpcdl.jobs.attempts import Attempt, from_script, join
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import JobRecord, RunDir
 from hpcdl.jobs.timelimit import EXIT_TIMEOUT
-from hpcdl.launch.code import scan_code
+from hpcdl.launch.code import scan_code, stage_code
+from hpcdl.launch.staging import stage
 from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Login, Profile
 from hpcdl.results.record import refused_record
@@ -168,9 +169,9 @@ def write_run(profile: Profile, plan: JobPlan, local: Path, *, code: Any = None,
     if plan.hang_timeout is not None:  # the rank wrapper records the ranks' pids here
         run.pids.mkdir()
     if plan.job_files or plan.job_scripts:  # the nodes need not see the submitting hpcdl
-        run.stage_job_files(plan.job_files, plan.job_scripts)
+        stage(run.path, plan.job_files, plan.job_scripts)
     if code is not None:
-        run.stage_code(code.root, code.files)
+        stage_code(run.path, code.root, code.files)
     run.write_plan(plan.script, {**plan.to_dict(), **(extra or {})})
     run.record_inputs(profile.model_dump(mode="json"), plan.image)
     return run
