@@ -58,11 +58,9 @@ import yaml
 
 from hpcdl.container.hashing import read_record, sidecar
 from hpcdl.core.atomic import write_atomic, write_json_atomic
-from hpcdl.hang.diagnosis import RankPid, parse_pid_file
 from hpcdl.jobs.attempts import Attempt, ScriptAttempt
 from hpcdl.jobs.timelimit import steps_seen
 from hpcdl.launch.code import CODE_DIR_NAME
-from hpcdl.launch.nodes import RELAUNCH_REQUEST_NAME
 from hpcdl.launch.staging import JOB_DIR_NAME
 from hpcdl.requeue import PROGRESS_NAME
 from hpcdl.results.protocol import PROBE_ERROR_PREFIX
@@ -310,46 +308,6 @@ class RunDir:
     def report(self) -> Path:
         """report.html: the run's HTML report (hpcdl.report)."""
         return self.path / REPORT_NAME
-
-    def hang_dump(self, node: str) -> Path:
-        """py-spy's dumps of the ranks on ``node`` (a Slurm node name)."""
-        return self.hang_dir / f"stacks-{safe_name(node)}.txt"
-
-    def read_pids(self) -> list[RankPid]:
-        """The processes the rank wrapper recorded (files being written are skipped)."""
-        out = []
-        for path in sorted(self.pids.glob("*")):
-            try:
-                found = parse_pid_file(path.name, path.read_text(encoding="utf-8"))
-            except OSError:
-                continue
-            if found is not None:
-                out.append(found)
-        return out
-
-    def request_relaunch(self, node: str, why: str) -> bool:
-        """Ask the job's node guard (hpcdl.launch.nodes) to end the training step and
-        relaunch it, without ``node`` ("" for none): RELAUNCH_REQUEST_NAME, one line
-        "NODE<TAB>WHY", written atomically. False when it cannot be written."""
-        line = f"{node or '-'}\t{' '.join(why.split())[:300]}\n"
-        try:
-            write_atomic(self.path / RELAUNCH_REQUEST_NAME, line)
-        except OSError:
-            return False
-        return True
-
-    def write_hang(self, diagnosis: dict[str, Any], text: str,
-                   dumps: dict[str, str]) -> list[Path]:
-        """hang/: every node's dumps, diagnosis.json and diagnosis.txt (atomically);
-        returns the dump files written."""
-        self.hang_dir.mkdir(exist_ok=True)
-        written = []
-        for node, dump in dumps.items():
-            write_atomic(self.hang_dump(node), dump)
-            written.append(self.hang_dump(node))
-        write_json_atomic(self.hang_json, diagnosis)
-        write_atomic(self.hang_text, text)
-        return written
 
     def read_script_attempts(self) -> list[ScriptAttempt]:
         """attempts.tsv's lines (malformed ones left out); empty when there is none."""
