@@ -56,14 +56,13 @@ from typing import Any
 
 import yaml
 
-from hpcdl.container.hashing import read_record, sidecar
+from hpcdl.container.hashing import image_record
 from hpcdl.core.atomic import write_atomic, write_json_atomic
 from hpcdl.jobs.attempts import Attempt, ScriptAttempt
 from hpcdl.jobs.timelimit import steps_seen
 from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.staging import JOB_DIR_NAME
 from hpcdl.requeue import PROGRESS_NAME
-from hpcdl.results.protocol import PROBE_ERROR_PREFIX
 from hpcdl.results.steps import metrics_dir
 from hpcdl.schedulers.base import RunFiles
 from hpcdl.schedulers.registry import run_files
@@ -270,18 +269,6 @@ class RunDir:
             records = False
         return steps_seen(records, self.progress.exists())
 
-    def probe_errors(self) -> str:
-        """The report lines of probe ranks that refused their input (probe-error.RANK,
-        hpcdl.results.protocol), joined; '' when none wrote one."""
-        lines = []
-        for path in sorted(self.path.glob(f"{PROBE_ERROR_PREFIX}*")):
-            if not path.name.endswith(".tmp"):
-                try:
-                    lines.append("\n" + path.read_text(encoding="utf-8", errors="replace"))
-                except OSError:
-                    pass
-        return "".join(lines)
-
     @property
     def pids(self) -> Path:
         """pids/: one file per rank, written by the rank wrapper (hpcdl.launch.rankenv)."""
@@ -357,26 +344,9 @@ class RunDir:
         write_atomic(self.profile_file, yaml.safe_dump(profile, sort_keys=False))
         if not image:
             return
-        path = Path(image).expanduser().resolve()
-        info: dict[str, Any] = {"path": str(path)}
-        try:
-            st = path.stat()
-            info.update(size=st.st_size, mtime=time.strftime("%Y-%m-%dT%H:%M:%S%z",
-                                                             time.localtime(st.st_mtime)))
-        except OSError as exc:
-            info["error"] = f"cannot stat the image: {exc.strerror}"
-        record = read_record(sidecar(path, ".hash"))
-        if record:
-            info.update({k: record.get(k) for k in (
-                "spec", "built_at", "runtime", "definition_sha256")},
-                content_hash=record.get("hash"))
-        else:
-            info["content_hash"] = None
-            info["note"] = ("no `hpcdl build` record beside the image; "
-                            "`apptainer inspect --deffile IMAGE` shows its definition")
+        info, definition = image_record(image)
         write_json_atomic(self.image_file, info)
-        definition = sidecar(path, ".def")
-        if record and definition.is_file():
+        if definition is not None:
             write_atomic(self.image_def, definition.read_text(encoding="utf-8"))
 
     def write_job(self, record: JobRecord) -> None:
