@@ -58,8 +58,6 @@ import yaml
 
 from hpcdl.container.hashing import image_record
 from hpcdl.core.atomic import write_atomic, write_json_atomic
-from hpcdl.jobs.attempts import Attempt, ScriptAttempt
-from hpcdl.jobs.timelimit import steps_seen
 from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.staging import JOB_DIR_NAME
 from hpcdl.requeue import PROGRESS_NAME
@@ -259,16 +257,6 @@ class RunDir:
         """progress: the job's mark that its attempt completed a step (hpcdl/requeue.py)."""
         return self.path / PROGRESS_NAME
 
-    def steps_seen(self) -> bool | None:
-        """Whether the job (its last attempt) completed a training step: True, False, or
-        None when it cannot be told (the command may never write the progress file, or
-        plan.json is unreadable). See hpcdl.jobs.timelimit.steps_seen."""
-        try:
-            records = self.read_plan().data.get("records_steps") is True
-        except (OSError, ValueError):
-            records = False
-        return steps_seen(records, self.progress.exists())
-
     @property
     def pids(self) -> Path:
         """pids/: one file per rank, written by the rank wrapper (hpcdl.launch.rankenv)."""
@@ -295,17 +283,6 @@ class RunDir:
     def report(self) -> Path:
         """report.html: the run's HTML report (hpcdl.report)."""
         return self.path / REPORT_NAME
-
-    def read_script_attempts(self) -> list[ScriptAttempt]:
-        """attempts.tsv's lines (malformed ones left out); empty when there is none."""
-        try:
-            text = self.attempts_log.read_text(encoding="utf-8")
-        except OSError:
-            return []
-        return [a for line in text.splitlines() if (a := ScriptAttempt.parse(line))]
-
-    def write_attempts(self, attempts: list[Attempt]) -> None:
-        write_json_atomic(self.attempts_file, {"attempts": [a.to_dict() for a in attempts]})
 
     def logs(self, job_id: str) -> tuple[Path, Path]:
         """(stdout, stderr) of job ``job_id`` (the plan's log names, e.g. slurm-%j.out/.err)."""

@@ -20,7 +20,7 @@ from typing import Any
 from hpcdl.core.errors import HpcdlError, SubmitError, ToolError
 from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.jobs import rundir
-from hpcdl.jobs.attempts import Attempt, from_script, join
+from hpcdl.jobs.attempts import Attempt, from_script, join, read_script_attempts, write_attempts
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import JobRecord, RunDir
 from hpcdl.jobs.timelimit import EXIT_TIMEOUT
@@ -189,7 +189,7 @@ def attempts_of(sub_or_run: RunDir, job_ids: list[str], scheduler: Scheduler) ->
     """Every attempt of the run's job(s): the scheduler's accounting joined with the
     batch script's own record (attempts.tsv); from the script's record alone when the
     scheduler has no history. Written to the run directory's attempts.json."""
-    script = sub_or_run.read_script_attempts()
+    script = read_script_attempts(sub_or_run)
     found: list[Attempt] = []
     for job_id in job_ids:
         history = scheduler.history(job_id)
@@ -197,7 +197,7 @@ def attempts_of(sub_or_run: RunDir, job_ids: list[str], scheduler: Scheduler) ->
         found += join(history, mine, scheduler=scheduler) if history else from_script(mine)
     found = [dataclasses.replace(a, number=i) for i, a in enumerate(found)] if len(job_ids) > 1 else found
     if found:
-        sub_or_run.write_attempts(found)
+        write_attempts(sub_or_run, found)
     return found
 
 
