@@ -35,7 +35,12 @@ submitting machine and copied to the same name under login.runs on the cluster, 
 the plan's paths name; what the job writes is pulled back (hpcdl.jobs.place).
 
 ``RunDir`` owns these paths and reads and writes the records (plan.json read as a
-PlanRecord, job.json as a JobRecord, result.json as hpcdl.results.record.ResultRecord). The job script names
+PlanRecord, job.json as a JobRecord, result.json as hpcdl.results.record.ResultRecord,
+profile.yaml, image.json and image.def). What other files hold is their owners' to read
+and write: attempts.tsv/.json hpcdl.jobs.attempts, progress hpcdl.jobs.timelimit
+(run_steps_seen), pids/ and hang/ hpcdl.hang.watchdog, relaunch.request
+hpcdl.launch.nodes, job/ hpcdl.launch.staging, code/ hpcdl.launch.code, probe-error.R
+hpcdl.results.protocol, image.json's content hpcdl.container.hashing (image_record). The job script names
 two of them itself, its logs (``slurm-%j.out/.err``) and ``checkpoints/`` (hpcdl.plan
 renders them; RunDir.logs and RunDir.checkpoints follow the same names): the script's
 and the logs' names are the scheduler's (``RunFiles``, hpcdl.schedulers.registry.run_files). The root is ``$HPCDL_RUNS`` or ``./runs``. Every file hpcdl writes here is written

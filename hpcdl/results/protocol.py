@@ -53,7 +53,7 @@ def write_probe_error(run_dir: str, rank: int, line: str) -> None:
     os.replace(tmp, path)
 
 
-def probe_errors(run_dir: Path) -> str:
+def read_probe_errors(run_dir: Path) -> str:
     """The report lines of probe ranks that refused their input (write_probe_error's
     files in ``run_dir``), joined; '' when none wrote one."""
     lines = []

@@ -320,7 +320,7 @@ def test_a_refusal_reaches_result_json_when_srun_drops_the_ranks_stdout(
     status = JobStatus(job_id="7", name="hpcdl-probe", state=JobState.FAILED, native_state="FAILED",
                        exit_code=143)
     empty = JobLogs(tmp_path / "o", tmp_path / "e", "", "srun: error: n2: task 1: Exited\n")
-    record = result_record(status, empty, protocol.probe_errors(tmp_path))
+    record = result_record(status, empty, protocol.read_probe_errors(tmp_path))
     assert record["probe"]["node"] == "n2" and record["probe"]["rank"] == 1
     assert record["probe"]["error"].startswith("--ifname eth9: no interface of node n2")
     assert probe_exit(dict(record), 143) == 2
