@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,3 +137,31 @@ def previous_digests(record: Mapping[str, Any] | None) -> dict[str, FileDigest]:
         except (KeyError, TypeError, ValueError):
             continue
     return out
+
+
+def image_record(image: str) -> tuple[dict[str, Any], Path | None]:
+    """What a run records of the image it ran (its image.json: the image's path, size and
+    time, and the build record's hash, spec, build time, runtime and definition hash),
+    and the definition file the image was built from (None when there is no build record
+    or no definition beside the image)."""
+    path = Path(image).expanduser().resolve()
+    info: dict[str, Any] = {"path": str(path)}
+    try:
+        st = path.stat()
+        info.update(size=st.st_size, mtime=time.strftime("%Y-%m-%dT%H:%M:%S%z",
+                                                         time.localtime(st.st_mtime)))
+    except OSError as exc:
+        info["error"] = f"cannot stat the image: {exc.strerror}"
+    record = read_record(sidecar(path, ".hash"))
+    if record:
+        info.update({k: record.get(k) for k in (
+            "spec", "built_at", "runtime", "definition_sha256")},
+            content_hash=record.get("hash"))
+    else:
+        info["content_hash"] = None
+        info["note"] = ("no `hpcdl build` record beside the image; "
+                        "`apptainer inspect --deffile IMAGE` shows its definition")
+    definition = sidecar(path, ".def")
+    if record and definition.is_file():
+        return info, definition
+    return info, None

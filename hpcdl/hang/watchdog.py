@@ -21,7 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
+from hpcdl.core.atomic import write_atomic, write_json_atomic
 from hpcdl.core.errors import ToolError
 from hpcdl.hang.diagnosis import (
     Diagnosis,
@@ -32,11 +34,13 @@ from hpcdl.hang.diagnosis import (
     by_node,
     diagnose,
     node_command,
+    parse_pid_file,
     rank_stacks,
     split_node_output,
     suspect_node,
 )
-from hpcdl.jobs.rundir import RunDir
+from hpcdl.jobs.rundir import RunDir, safe_name
+from hpcdl.launch.nodes import request_relaunch
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler
 
 PY_SPY_ENV = "HPCDL_PY_SPY"
@@ -47,6 +51,39 @@ COLLECT_TIMEOUT_S = 120.0
 # Names in the run directory that are not the job's progress: the watchdog's own output
 # and what hpcdl writes after the end.
 _NOT_PROGRESS = frozenset({"hang", "result.json", "attempts.json"})
+
+
+def hang_dump(run: RunDir, node: str) -> Path:
+    """py-spy's dumps of the ranks on ``node`` (a Slurm node name), in the run's hang/."""
+    return run.hang_dir / f"stacks-{safe_name(node)}.txt"
+
+
+def read_pids(run: RunDir) -> list[RankPid]:
+    """The processes the rank wrapper recorded in the run's pids/ (files being written
+    are skipped)."""
+    out = []
+    for path in sorted(run.pids.glob("*")):
+        try:
+            found = parse_pid_file(path.name, path.read_text(encoding="utf-8"))
+        except OSError:
+            continue
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def write_hang(run: RunDir, diagnosis: dict[str, Any], text: str,
+               dumps: dict[str, str]) -> list[Path]:
+    """The run's hang/: every node's dumps, diagnosis.json and diagnosis.txt (atomically);
+    returns the dump files written."""
+    run.hang_dir.mkdir(exist_ok=True)
+    written = []
+    for node, dump in dumps.items():
+        write_atomic(hang_dump(run, node), dump)
+        written.append(hang_dump(run, node))
+    write_json_atomic(run.hang_json, diagnosis)
+    write_atomic(run.hang_text, text)
+    return written
 
 
 def find_py_spy() -> str:
@@ -195,7 +232,7 @@ class HangWatchdog:
         """Collect, diagnose, write hang/, act (cancel or leave); return the diagnosis."""
         started = time.monotonic()
         since = time.time() - silent
-        pids = self.run.read_pids()
+        pids = read_pids(self.run)
         dumps, raw, errors = self.collector(self.job_id, pids)
         stacks = rank_stacks(pids, dumps, errors)
         diag = diagnose(stacks, job_id=self.job_id, silent_s=silent, timeout_s=self.timeout,
@@ -208,7 +245,7 @@ class HangWatchdog:
         node = suspect_node(diag) if self.action == "relaunch" else ""
         if self.action == "relaunch":
             # The job's node guard reads it, ends the step, relaunches (without ``node``).
-            relaunched = self.run.request_relaunch(node, diag.summary)
+            relaunched = request_relaunch(self.run.path, node, diag.summary)
         if self.action == "cancel":
             try:
                 self.scheduler.cancel([self.job_id])
@@ -218,8 +255,8 @@ class HangWatchdog:
         diag = replace(diag, cancelled=cancelled, relaunched=relaunched,
                        relaunch_without=node, collect_s=round(time.monotonic() - started, 2),
                        detected_at=time.time(), silent_since=since,
-                       dumps=tuple(str(self.run.hang_dump(node)) for node in raw))
-        self.run.write_hang(diag.to_dict(), "\n".join(diag.lines()) + "\n", raw)
+                       dumps=tuple(str(hang_dump(self.run, node)) for node in raw))
+        write_hang(self.run, diag.to_dict(), "\n".join(diag.lines()) + "\n", raw)
         self.diagnosis = diag
         if self.on_hang:
             self.on_hang(diag)

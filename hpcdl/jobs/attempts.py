@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hpcdl.core.atomic import write_json_atomic
+from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.timelimit import hang_advice
 from hpcdl.results.protocol import unlabel
 from hpcdl.schedulers.base import NATIVE_STATE_KEY, JobStatus, Scheduler
@@ -69,6 +71,20 @@ class Attempt:
         """attempts.json's keys (``native_state`` under NATIVE_STATE_KEY, as written so far)."""
         return {(NATIVE_STATE_KEY if k == "native_state" else k): v
                 for k, v in asdict(self).items()}
+
+
+def read_script_attempts(run: RunDir) -> list[ScriptAttempt]:
+    """The run's attempts.tsv lines (malformed ones left out); empty when there is none."""
+    try:
+        text = run.attempts_log.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    return [a for line in text.splitlines() if (a := ScriptAttempt.parse(line))]
+
+
+def write_attempts(run: RunDir, attempts: list[Attempt]) -> None:
+    """The run's attempts.json: every attempt, atomically."""
+    write_json_atomic(run.attempts_file, {"attempts": [a.to_dict() for a in attempts]})
 
 
 def join(history: list[JobStatus], script: list[ScriptAttempt], *,

@@ -18,6 +18,8 @@ from hpcdl.jobs.attempts import Attempt
 from hpcdl.jobs.follow import MAX_INTERVAL_S, Backoff, OnLost, OnPoll, Reconnecting, Watcher, follow
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.submit import Submitted, attempts_of, exit_status, submit
+from hpcdl.jobs.timelimit import run_steps_seen
+from hpcdl.launch.staging import stage_tool
 from hpcdl.plan import JobPlan
 from hpcdl.probe.worker import EXIT_BAD_INPUT
 from hpcdl.profiles.schema import Profile
@@ -79,7 +81,7 @@ def submit_job(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     py_spy = find_py_spy() if plan.hang_timeout is not None and watch else None
     sub = submit(profile, plan, scheduler=scheduler, place=place)
     if py_spy is not None:
-        py_spy = sub.run.stage_tool(py_spy)
+        py_spy = stage_tool(sub.run.path, py_spy)
     return SubmittedJob(sub, py_spy)
 
 
@@ -119,7 +121,7 @@ def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
     return JobOutcome(final=final, record=record, logs=logs, exit_status=code,
                       attempts=tried, hang=dog.diagnosis if dog is not None else None,
                       report=html, report_error=why, straggler=straggler,
-                      steps=sub.run.steps_seen(),
+                      steps=run_steps_seen(sub.run),
                       recoveries=recoveries.read(sub.run_dir) if plan.spares else [],
                       excluded=recoveries.excluded(sub.run_dir) if plan.spares else [])
 

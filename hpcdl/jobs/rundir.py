@@ -35,7 +35,12 @@ submitting machine and copied to the same name under login.runs on the cluster, 
 the plan's paths name; what the job writes is pulled back (hpcdl.jobs.place).
 
 ``RunDir`` owns these paths and reads and writes the records (plan.json read as a
-PlanRecord, job.json as a JobRecord, result.json as hpcdl.results.record.ResultRecord). The job script names
+PlanRecord, job.json as a JobRecord, result.json as hpcdl.results.record.ResultRecord,
+profile.yaml, image.json and image.def). What other files hold is their owners' to read
+and write: attempts.tsv/.json hpcdl.jobs.attempts, progress hpcdl.jobs.timelimit
+(run_steps_seen), pids/ and hang/ hpcdl.hang.watchdog, relaunch.request
+hpcdl.launch.nodes, job/ hpcdl.launch.staging, code/ hpcdl.launch.code, probe-error.R
+hpcdl.results.protocol, image.json's content hpcdl.container.hashing (image_record). The job script names
 two of them itself, its logs (``slurm-%j.out/.err``) and ``checkpoints/`` (hpcdl.plan
 renders them; RunDir.logs and RunDir.checkpoints follow the same names): the script's
 and the logs' names are the scheduler's (``RunFiles``, hpcdl.schedulers.registry.run_files). The root is ``$HPCDL_RUNS`` or ``./runs``. Every file hpcdl writes here is written
@@ -48,7 +53,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -57,16 +61,11 @@ from typing import Any
 
 import yaml
 
-from hpcdl.container.hashing import read_record, sidecar
-from hpcdl.core.atomic import atomic_dir, write_atomic, write_json_atomic
-from hpcdl.hang.diagnosis import RankPid, parse_pid_file
-from hpcdl.jobs.attempts import Attempt, ScriptAttempt
-from hpcdl.jobs.timelimit import steps_seen
+from hpcdl.container.hashing import image_record
+from hpcdl.core.atomic import write_atomic, write_json_atomic
 from hpcdl.launch.code import CODE_DIR_NAME
-from hpcdl.launch.nodes import RELAUNCH_REQUEST_NAME
-from hpcdl.launch.staging import JOB_DIR_NAME, stage
+from hpcdl.launch.staging import JOB_DIR_NAME
 from hpcdl.requeue import PROGRESS_NAME
-from hpcdl.results.protocol import PROBE_ERROR_PREFIX
 from hpcdl.results.steps import metrics_dir
 from hpcdl.schedulers.base import RunFiles
 from hpcdl.schedulers.registry import run_files
@@ -263,28 +262,6 @@ class RunDir:
         """progress: the job's mark that its attempt completed a step (hpcdl/requeue.py)."""
         return self.path / PROGRESS_NAME
 
-    def steps_seen(self) -> bool | None:
-        """Whether the job (its last attempt) completed a training step: True, False, or
-        None when it cannot be told (the command may never write the progress file, or
-        plan.json is unreadable). See hpcdl.jobs.timelimit.steps_seen."""
-        try:
-            records = self.read_plan().data.get("records_steps") is True
-        except (OSError, ValueError):
-            records = False
-        return steps_seen(records, self.progress.exists())
-
-    def probe_errors(self) -> str:
-        """The report lines of probe ranks that refused their input (probe-error.RANK,
-        hpcdl.results.protocol), joined; '' when none wrote one."""
-        lines = []
-        for path in sorted(self.path.glob(f"{PROBE_ERROR_PREFIX}*")):
-            if not path.name.endswith(".tmp"):
-                try:
-                    lines.append("\n" + path.read_text(encoding="utf-8", errors="replace"))
-                except OSError:
-                    pass
-        return "".join(lines)
-
     @property
     def pids(self) -> Path:
         """pids/: one file per rank, written by the rank wrapper (hpcdl.launch.rankenv)."""
@@ -312,57 +289,6 @@ class RunDir:
         """report.html: the run's HTML report (hpcdl.report)."""
         return self.path / REPORT_NAME
 
-    def hang_dump(self, node: str) -> Path:
-        """py-spy's dumps of the ranks on ``node`` (a Slurm node name)."""
-        return self.hang_dir / f"stacks-{safe_name(node)}.txt"
-
-    def read_pids(self) -> list[RankPid]:
-        """The processes the rank wrapper recorded (files being written are skipped)."""
-        out = []
-        for path in sorted(self.pids.glob("*")):
-            try:
-                found = parse_pid_file(path.name, path.read_text(encoding="utf-8"))
-            except OSError:
-                continue
-            if found is not None:
-                out.append(found)
-        return out
-
-    def request_relaunch(self, node: str, why: str) -> bool:
-        """Ask the job's node guard (hpcdl.launch.nodes) to end the training step and
-        relaunch it, without ``node`` ("" for none): RELAUNCH_REQUEST_NAME, one line
-        "NODE<TAB>WHY", written atomically. False when it cannot be written."""
-        line = f"{node or '-'}\t{' '.join(why.split())[:300]}\n"
-        try:
-            write_atomic(self.path / RELAUNCH_REQUEST_NAME, line)
-        except OSError:
-            return False
-        return True
-
-    def write_hang(self, diagnosis: dict[str, Any], text: str,
-                   dumps: dict[str, str]) -> list[Path]:
-        """hang/: every node's dumps, diagnosis.json and diagnosis.txt (atomically);
-        returns the dump files written."""
-        self.hang_dir.mkdir(exist_ok=True)
-        written = []
-        for node, dump in dumps.items():
-            write_atomic(self.hang_dump(node), dump)
-            written.append(self.hang_dump(node))
-        write_json_atomic(self.hang_json, diagnosis)
-        write_atomic(self.hang_text, text)
-        return written
-
-    def read_script_attempts(self) -> list[ScriptAttempt]:
-        """attempts.tsv's lines (malformed ones left out); empty when there is none."""
-        try:
-            text = self.attempts_log.read_text(encoding="utf-8")
-        except OSError:
-            return []
-        return [a for line in text.splitlines() if (a := ScriptAttempt.parse(line))]
-
-    def write_attempts(self, attempts: list[Attempt]) -> None:
-        write_json_atomic(self.attempts_file, {"attempts": [a.to_dict() for a in attempts]})
-
     def logs(self, job_id: str) -> tuple[Path, Path]:
         """(stdout, stderr) of job ``job_id`` (the plan's log names, e.g. slurm-%j.out/.err)."""
         out, err = self.files.logs(job_id)
@@ -373,40 +299,10 @@ class RunDir:
         """job/: the job-side files staged at submission (hpcdl.launch.staging)."""
         return self.path / JOB_DIR_NAME
 
-    def stage_job_files(self, files: tuple[str, ...],
-                        scripts: tuple[tuple[str, str], ...] = ()) -> int:
-        """Copy the job-side ``files`` into job/ and write the plan's ``scripts`` there
-        (all or nothing); returns the bytes."""
-        return stage(self.path, files, scripts)
-
     @property
     def code_dir(self) -> Path:
         """code/: the copy of the user's --code directory the job starts in."""
         return self.path / CODE_DIR_NAME
-
-    def stage_code(self, root: Path, files: tuple[str, ...]) -> int:
-        """Copy ``files`` (relative to ``root``; hpcdl.launch.code.scan_code) into code/,
-        with their times (rsync then links what an earlier run sent), all or nothing;
-        returns the bytes."""
-        copied = 0
-        with atomic_dir(self.code_dir) as tmp:
-            for rel in files:
-                dest = tmp / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(root / rel, dest)
-                copied += dest.stat().st_size
-        return copied
-
-    def stage_tool(self, path: str) -> str:
-        """A copy of the host executable ``path`` in job/bin/, where the nodes can run it
-        (the login node's venv is not theirs); returns the copy's path."""
-        target = self.job_dir / "bin" / Path(path).name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        shutil.copyfile(path, tmp)
-        tmp.chmod(0o755)
-        tmp.replace(target)
-        return str(target)
 
     def write_plan(self, script: str, plan: dict[str, Any]) -> Path:
         """The job script (exactly ``script``) + plan.json; returns the script's path."""
@@ -430,26 +326,9 @@ class RunDir:
         write_atomic(self.profile_file, yaml.safe_dump(profile, sort_keys=False))
         if not image:
             return
-        path = Path(image).expanduser().resolve()
-        info: dict[str, Any] = {"path": str(path)}
-        try:
-            st = path.stat()
-            info.update(size=st.st_size, mtime=time.strftime("%Y-%m-%dT%H:%M:%S%z",
-                                                             time.localtime(st.st_mtime)))
-        except OSError as exc:
-            info["error"] = f"cannot stat the image: {exc.strerror}"
-        record = read_record(sidecar(path, ".hash"))
-        if record:
-            info.update({k: record.get(k) for k in (
-                "spec", "built_at", "runtime", "definition_sha256")},
-                content_hash=record.get("hash"))
-        else:
-            info["content_hash"] = None
-            info["note"] = ("no `hpcdl build` record beside the image; "
-                            "`apptainer inspect --deffile IMAGE` shows its definition")
+        info, definition = image_record(image)
         write_json_atomic(self.image_file, info)
-        definition = sidecar(path, ".def")
-        if record and definition.is_file():
+        if definition is not None:
             write_atomic(self.image_def, definition.read_text(encoding="utf-8"))
 
     def write_job(self, record: JobRecord) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcdl.jobs import recoveries, rundir
-from hpcdl.jobs.attempts import NO_STEP, Attempt, from_script, join
+from hpcdl.jobs.attempts import NO_STEP, Attempt, from_script, join, read_script_attempts
 from hpcdl.jobs.rundir import RunDir
+from hpcdl.jobs.timelimit import run_steps_seen
 from hpcdl.schedulers.base import JobStatus, Scheduler
 
 
@@ -40,7 +41,7 @@ def job_snapshot(job_id: str, scheduler: Scheduler) -> JobSnapshot:
     steps, nodes, stderr = None, 1, ""
     found = recoveries.read(run.path, job_id) if run is not None else []
     if run is not None:
-        steps = run.steps_seen()
+        steps = run_steps_seen(run)
         try:
             nodes = run.read_plan().nodes
         except (OSError, ValueError):
@@ -57,6 +58,6 @@ def job_snapshot(job_id: str, scheduler: Scheduler) -> JobSnapshot:
 def attempts(job_id: str, run: RunDir | None, scheduler: Scheduler) -> list[Attempt]:
     """A requeued job's attempts (the scheduler's history joined with its run
     directory's attempts.tsv; that record alone when the scheduler has no history)."""
-    script = [s for s in run.read_script_attempts() if s.job_id == job_id] if run else []
+    script = [s for s in read_script_attempts(run) if s.job_id == job_id] if run else []
     history = scheduler.history(job_id)
     return join(history, script, scheduler=scheduler) if history else from_script(script)

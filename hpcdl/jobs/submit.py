@@ -20,11 +20,12 @@ from typing import Any
 from hpcdl.core.errors import HpcdlError, SubmitError, ToolError
 from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.jobs import rundir
-from hpcdl.jobs.attempts import Attempt, from_script, join
+from hpcdl.jobs.attempts import Attempt, from_script, join, read_script_attempts, write_attempts
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import JobRecord, RunDir
 from hpcdl.jobs.timelimit import EXIT_TIMEOUT
-from hpcdl.launch.code import scan_code
+from hpcdl.launch.code import scan_code, stage_code
+from hpcdl.launch.staging import stage
 from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Login, Profile
 from hpcdl.results.record import refused_record
@@ -168,9 +169,9 @@ def write_run(profile: Profile, plan: JobPlan, local: Path, *, code: Any = None,
     if plan.hang_timeout is not None:  # the rank wrapper records the ranks' pids here
         run.pids.mkdir()
     if plan.job_files or plan.job_scripts:  # the nodes need not see the submitting hpcdl
-        run.stage_job_files(plan.job_files, plan.job_scripts)
+        stage(run.path, plan.job_files, plan.job_scripts)
     if code is not None:
-        run.stage_code(code.root, code.files)
+        stage_code(run.path, code.root, code.files)
     run.write_plan(plan.script, {**plan.to_dict(), **(extra or {})})
     run.record_inputs(profile.model_dump(mode="json"), plan.image)
     return run
@@ -188,7 +189,7 @@ def attempts_of(sub_or_run: RunDir, job_ids: list[str], scheduler: Scheduler) ->
     """Every attempt of the run's job(s): the scheduler's accounting joined with the
     batch script's own record (attempts.tsv); from the script's record alone when the
     scheduler has no history. Written to the run directory's attempts.json."""
-    script = sub_or_run.read_script_attempts()
+    script = read_script_attempts(sub_or_run)
     found: list[Attempt] = []
     for job_id in job_ids:
         history = scheduler.history(job_id)
@@ -196,7 +197,7 @@ def attempts_of(sub_or_run: RunDir, job_ids: list[str], scheduler: Scheduler) ->
         found += join(history, mine, scheduler=scheduler) if history else from_script(mine)
     found = [dataclasses.replace(a, number=i) for i, a in enumerate(found)] if len(job_ids) > 1 else found
     if found:
-        sub_or_run.write_attempts(found)
+        write_attempts(sub_or_run, found)
     return found
 
 

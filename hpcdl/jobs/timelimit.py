@@ -14,6 +14,7 @@ tell: no run directory, or a custom command that may never write the file).
 from __future__ import annotations
 
 from hpcdl.core.duration import format_time, parse_time
+from hpcdl.jobs.rundir import RunDir
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler
 
 # `hpcdl submit --wait` exits with this when the job hit its time limit, as timeout(1)
@@ -67,6 +68,17 @@ def steps_seen(records_steps: bool, progress_exists: bool) -> bool | None:
     if progress_exists:
         return True
     return False if records_steps else None
+
+
+def run_steps_seen(run: RunDir) -> bool | None:
+    """Whether the job of ``run`` (its last attempt) completed a training step: True,
+    False, or None when it cannot be told (the command may never write the progress
+    file, or plan.json is unreadable). See steps_seen."""
+    try:
+        records = run.read_plan().data.get("records_steps") is True
+    except (OSError, ValueError):
+        records = False
+    return steps_seen(records, run.progress.exists())
 
 
 def timeout_message(status: JobStatus, stderr: str = "", *, scheduler: Scheduler,

@@ -1,6 +1,6 @@
 """The user's code directory a remote job runs in (``submit --code DIR``): which files
 go, read from the directory and its ignore file, and the size limit. Pure apart from
-reading the directory; copying is hpcdl.jobs.rundir's (RunDir.stage_code).
+reading the directory, and copying it into a run directory (stage_code).
 
 The ignore file, ``.hpcdlignore`` in DIR, takes one fnmatch pattern per line (``#``
 starts a comment): a pattern with a '/' is matched against the path relative to DIR,
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcdl.core.atomic import atomic_dir
 from hpcdl.core.errors import ValidationError
 
 IGNORE_FILE = ".hpcdlignore"
@@ -96,3 +98,16 @@ def scan_code(root: Path, *, limit_bytes: int, skip: tuple[Path, ...] = ()) -> C
             hint=f"list what the job does not need in {root / IGNORE_FILE} (one pattern a "
                  f"line, e.g. data/), or give --code a smaller directory")
     return CodeDir(root, tuple(sorted(files)), total)
+
+
+def stage_code(run_dir: Path, root: Path, files: tuple[str, ...]) -> int:
+    """Copy ``files`` (relative to ``root``; scan_code) into ``run_dir``/code/, with their
+    times (rsync then links what an earlier run sent), all or nothing; returns the bytes."""
+    copied = 0
+    with atomic_dir(run_dir / CODE_DIR_NAME) as tmp:
+        for rel in files:
+            dest = tmp / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / rel, dest)
+            copied += dest.stat().st_size
+    return copied

@@ -139,3 +139,15 @@ def stage(run_dir: Path, files: tuple[str, ...],
             write_atomic(dest, text, mode=0o755)
             copied += dest.stat().st_size
     return copied
+
+
+def stage_tool(run_dir: Path, path: str) -> str:
+    """A copy of the host executable ``path`` in ``run_dir``/job/bin/, where the nodes can
+    run it (the login node's venv is not theirs); returns the copy's path."""
+    target = run_dir / JOB_DIR_NAME / "bin" / Path(path).name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.copyfile(path, tmp)
+    tmp.chmod(0o755)
+    tmp.replace(target)
+    return str(target)

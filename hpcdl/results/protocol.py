@@ -16,6 +16,7 @@ import json
 import os
 import re
 import socket
+from pathlib import Path
 from typing import Any
 
 RESULT_KEY = "hpcdl_result"
@@ -50,6 +51,19 @@ def write_probe_error(run_dir: str, rank: int, line: str) -> None:
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(line + "\n")
     os.replace(tmp, path)
+
+
+def read_probe_errors(run_dir: Path) -> str:
+    """The report lines of probe ranks that refused their input (write_probe_error's
+    files in ``run_dir``), joined; '' when none wrote one."""
+    lines = []
+    for path in sorted(run_dir.glob(f"{PROBE_ERROR_PREFIX}*")):
+        if not path.name.endswith(".tmp"):
+            try:
+                lines.append("\n" + path.read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                pass
+    return "".join(lines)
 
 
 def rank_line(rank: int, checksum: str, host: str | None = None) -> str:

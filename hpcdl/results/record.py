@@ -12,7 +12,7 @@ from typing import Any, TypedDict
 
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.results.logs import failed_ranks
-from hpcdl.results.protocol import parse_probe, parse_rank_table, parse_result
+from hpcdl.results.protocol import parse_probe, parse_rank_table, parse_result, read_probe_errors
 from hpcdl.schedulers.base import JobStatus
 
 
@@ -88,7 +88,7 @@ def record_result(run_dir: RunDir, status: JobStatus) -> tuple[ResultRecord, Job
     """An ended job's result.json, written from its status and logs; returns it and
     the logs (read once)."""
     logs = JobLogs.read(run_dir, status.job_id)
-    record = result_record(status, logs, run_dir.probe_errors())
+    record = result_record(status, logs, read_probe_errors(run_dir.path))
     run_dir.write_result(dict(record))
     return record, logs
 

@@ -32,7 +32,7 @@ from hpcdl.hang.diagnosis import (
     rank_stacks,
     split_node_output,
 )
-from hpcdl.hang.watchdog import HangWatchdog, find_py_spy, fingerprint
+from hpcdl.hang.watchdog import HangWatchdog, find_py_spy, fingerprint, hang_dump, write_hang
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.launch.rankenv import WRAPPER_NAME, rank_env_script
 from hpcdl.plan import JobRequest, build_plan
@@ -313,7 +313,7 @@ def test_fingerprint_sees_the_jobs_files_not_the_watchdogs(tmp_path: Path) -> No
     run = RunDir(tmp_path)
     (tmp_path / "slurm-1.out").write_text("a")
     before = fingerprint(run)
-    run.write_hang({"x": 1}, "x\n", {"n1": "dump"})
+    write_hang(run, {"x": 1}, "x\n", {"n1": "dump"})
     (tmp_path / "result.json").write_text("{}")
     assert fingerprint(run) == before
     (tmp_path / "checkpoints").mkdir()
@@ -520,7 +520,7 @@ def test_submit_wait_with_the_watchdog_against_fake_slurm(fake_slurm, monkeypatc
     assert [c["argv"] for c in fake_slurm.calls() if c["tool"] == "scancel"] == [["100"]]
     run = RunDir(Path(out["run_dir"]))
     assert json.loads(run.hang_json.read_text())["summary"] == out["hang"]["summary"]
-    assert run.hang_dump("n2").is_file()
+    assert hang_dump(run, "n2").is_file()
 
 
 def test_a_job_that_writes_is_left_alone(fake_slurm, monkeypatch: pytest.MonkeyPatch,

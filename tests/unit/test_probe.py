@@ -16,7 +16,6 @@ from hpcdl.cli import cli
 from hpcdl.cli.display import probe_view
 from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.flow import probe_exit
-from hpcdl.jobs.rundir import RunDir
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.probe import worker
 from hpcdl.probe.request import ProbeOptions, worker_args
@@ -321,7 +320,7 @@ def test_a_refusal_reaches_result_json_when_srun_drops_the_ranks_stdout(
     status = JobStatus(job_id="7", name="hpcdl-probe", state=JobState.FAILED, native_state="FAILED",
                        exit_code=143)
     empty = JobLogs(tmp_path / "o", tmp_path / "e", "", "srun: error: n2: task 1: Exited\n")
-    record = result_record(status, empty, RunDir(tmp_path).probe_errors())
+    record = result_record(status, empty, protocol.read_probe_errors(tmp_path))
     assert record["probe"]["node"] == "n2" and record["probe"]["rank"] == 1
     assert record["probe"]["error"].startswith("--ifname eth9: no interface of node n2")
     assert probe_exit(dict(record), 143) == 2

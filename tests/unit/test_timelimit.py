@@ -14,6 +14,7 @@ from hpcdl.jobs.timelimit import (
     EXIT_TIMEOUT,
     clock_text,
     ran_out_of_time,
+    run_steps_seen,
     steps_seen,
     timeout_message,
 )
@@ -196,13 +197,13 @@ def _run_dir(tmp_path, records_steps, progress):
 @pytest.mark.parametrize("records, progress, seen", [
     (True, False, False), (True, True, True), (False, False, None), (False, True, True)])
 def test_run_dir_reads_steps_from_plan_and_progress(tmp_path, records, progress, seen):
-    assert _run_dir(tmp_path, records, progress).steps_seen() is seen
+    assert run_steps_seen(_run_dir(tmp_path, records, progress)) is seen
 
 
 def test_run_dir_without_a_plan_cannot_tell(tmp_path):
     from hpcdl.jobs.rundir import RunDir
 
-    assert RunDir(tmp_path).steps_seen() is None
+    assert run_steps_seen(RunDir(tmp_path)) is None
 
 
 def test_submit_wait_report_says_hung_when_no_step(tmp_path, monkeypatch):
