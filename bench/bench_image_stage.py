@@ -41,7 +41,6 @@ import shutil
 import statistics
 import struct
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -50,18 +49,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.common import run, spread, stamps  # noqa: E402
+from bench.common import own_cluster, run, spread, stamps  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
-from tests.own_cluster import (  # noqa: E402
-    cluster_env,
-    cluster_profile,
-    free_port,
-    free_subnet,
-    node_names,
-    unique_prefix,
-)
 
-SANDBOX = REPO / "scripts" / "sandbox.sh"
 METHODS = ("shared", "staged")
 # What each rank runs in the image: its start (the clock), then, for --work torch, what
 # a training script's first line costs (the bytes it reads from the image).
@@ -203,30 +193,16 @@ def main() -> int:
     info = describe(packages=("torch",), tools=("srun", "sbcast", "apptainer"))
     nodes = [int(x) for x in args.nodes.split(",") if x]
     biggest = max(nodes)
-    folder = Path(tempfile.mkdtemp(prefix="hpcdl-bis-", dir="/tmp"))  # short: socket paths
-    shared = Path(tempfile.mkdtemp(prefix="hpcdl-bis-", dir="/scratch/tmp"))
-    prefix = unique_prefix()
-    names = node_names(prefix, biggest)
-    subnet = free_subnet()
-    lines = [f"node {x} {subnet}.{10 + i} {free_port()} 8 4096 gpu:fake:4 up"
-             for i, x in enumerate(names, 1)]
-    lines.append(f"partition debug {','.join(names)} Default=YES MaxNodes={biggest} "
-                 "MaxTime=00:30:00 DefaultTime=00:10:00")
-    env = cluster_env(folder, "\n".join(lines) + "\n", f"bis{prefix}")
-    env["HPCDL_RUNS"] = str(shared / "runs")
-    profile = folder / f"bis{prefix}.yaml"
-    cluster_profile(folder, f"bis{prefix}", biggest, profile)
     results: dict[str, dict[int, list[dict[str, Any]]]] = {m: {} for m in METHODS}
-    up = False
-    try:
-        image = shared / args.image.name
+    t0 = time.perf_counter()
+    with own_cluster(biggest, "bis", default_time="00:10:00", up_timeout=900) as cluster:
+        up_s = time.perf_counter() - t0
+        env, profile, names = cluster["env"], cluster["profile"], cluster["nodes"]
+        cluster["runs"].mkdir(parents=True)
+        image = cluster["runs"] / args.image.name
         shutil.copyfile(args.image, image)  # a copy: inotify watches this inode alone
         image.chmod(0o644)
-        t0 = time.perf_counter()
-        run(["bash", str(SANDBOX), "up"], env, timeout=900)
-        up = True
-        up_s = time.perf_counter() - t0
-        local_dirs = [folder / "nodes" / x / "local" for x in names]
+        local_dirs = [cluster["dir"] / "nodes" / x / "local" for x in names]
         for n in nodes:
             for r in range(args.repeats):
                 order = METHODS[r % 2:] + METHODS[:r % 2]
@@ -234,11 +210,6 @@ def main() -> int:
                     got = launch(method, n, env, profile, image, local_dirs[:n], WORK[args.work])
                     results[method].setdefault(n, []).append(got)
             print(f"{n} nodes done", file=sys.stderr, flush=True)
-    finally:
-        if up or (folder / "etc").exists():
-            run(["bash", str(SANDBOX), "down"], env, timeout=300, check=False)
-        shutil.rmtree(folder, ignore_errors=True)
-        shutil.rmtree(shared, ignore_errors=True)
     size = args.image.stat().st_size
     if args.json_out:
         args.json_out.write_text(json.dumps({"machine": info, "image_bytes": size,

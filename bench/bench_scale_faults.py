@@ -19,7 +19,7 @@ requeue  the bundled example (DDP, ResNet-18 32 px, synthetic data, --checkpoint
 
 Prints what hpcdl printed and found, the timings, the machine and the command to rerun.
 Costs ~6-10 min here (16 ranks of torch on 2 cores). Needs root. BENCH_KEEP_RUNS=1
-keeps the run directories (under /scratch/tmp/hpcdl-bsf-*) for a look afterwards.
+keeps the run directories (under /scratch/hpcdl-bench-bsf-*) for a look afterwards.
 
     sudo python3 bench/bench_scale_faults.py [--nodes 16] [--hang-timeout 60]
         [--image /scratch/images/pytorch-horovod-cpu.sif] [--skip-hang] [--skip-requeue]
@@ -34,7 +34,6 @@ import re
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,18 +41,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.common import run  # noqa: E402
+from bench.common import own_cluster, run  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
-from tests.own_cluster import (  # noqa: E402
-    cluster_env,
-    cluster_profile,
-    free_port,
-    free_subnet,
-    node_names,
-    unique_prefix,
-)
 
-SANDBOX = REPO / "scripts" / "sandbox.sh"
 HANG_SCRIPT = REPO / "tests" / "integration" / "hang" / "gloo_hang.py"
 EXAMPLE = REPO / "examples" / "resnet50_imagenet.py"
 
@@ -176,35 +166,19 @@ def main() -> int:
         return 2
     # Before the cluster: a tool's --version can be slow on a loaded machine.
     info = describe(packages=("torch", "py-spy"), tools=("srun", "apptainer"))
-    folder = Path(tempfile.mkdtemp(prefix="hpcdl-bsf-", dir="/tmp"))  # short: socket paths
-    shared = Path(tempfile.mkdtemp(prefix="hpcdl-bsf-", dir="/scratch/tmp"))
-    prefix = unique_prefix()
-    names = node_names(prefix, args.nodes)
-    subnet = free_subnet()
-    lines = [f"node {x} {subnet}.{10 + i} {free_port()} 8 4096 gpu:fake:4 up"
-             for i, x in enumerate(names, 1)]
-    lines.append(f"partition debug {','.join(names)} Default=YES MaxNodes={args.nodes} "
-                 "MaxTime=00:30:00 DefaultTime=00:20:00")
-    env = cluster_env(folder, "\n".join(lines) + "\n", f"bsf{prefix}")
-    env["HPCDL_RUNS"] = str(shared / "runs")
-    profile = folder / f"bsf{prefix}.yaml"
-    cluster_profile(folder, f"bsf{prefix}", args.nodes, profile)
     results: dict[str, Any] = {}
-    try:
-        script = shared / HANG_SCRIPT.name  # the nodes do not see the checkout
+    with own_cluster(args.nodes, "bsf", default_time="00:20:00", up_timeout=900,
+                     keep_runs=bool(os.environ.get("BENCH_KEEP_RUNS"))) as cluster:
+        env, profile, names, runs = (cluster["env"], cluster["profile"], cluster["nodes"],
+                                     cluster["runs"])
+        runs.mkdir(parents=True)
+        script = runs / HANG_SCRIPT.name  # the nodes do not see the checkout
         shutil.copyfile(HANG_SCRIPT, script)
-        run(["bash", str(SANDBOX), "up"], env, timeout=900)
         if not args.skip_hang:
             results["hang"] = hang_run(env, profile, names, args.image, script, args.hang_timeout)
             print(f"hang done: {results['hang']['named']}", file=sys.stderr, flush=True)
         if not args.skip_requeue:
-            results["requeue"] = requeue_run(env, profile, names, shared / "runs")
-    finally:
-        run(["bash", str(SANDBOX), "down"], env, timeout=300, check=False)
-        shutil.rmtree(folder, ignore_errors=True)
-        keep = os.environ.get("BENCH_KEEP_RUNS")
-        if not keep:
-            shutil.rmtree(shared, ignore_errors=True)
+            results["requeue"] = requeue_run(env, profile, names, runs)
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=2, default=str))
     print(f"cluster: {args.nodes} nodes {names[0]}..{names[-1]}, one rank per node")

@@ -82,15 +82,17 @@ def run(argv: list[str], env: dict[str, str], timeout: float = 600,
 
 
 @contextmanager
-def own_cluster(nodes: int, tag: str, slurmd_timeout: int | None = None
-                ) -> Iterator[dict[str, Any]]:
+def own_cluster(nodes: int, tag: str, slurmd_timeout: int | None = None, *,
+                default_time: str | None = None, up_timeout: float = 600,
+                keep_runs: bool = False) -> Iterator[dict[str, Any]]:
     """A scripts/sandbox.sh cluster of ``nodes`` of its own beside the sandbox (own
     directory under /tmp, ports, subnet, node names; a network namespace per node; no
     slurmdbd), stopped and removed at the end whatever happens. Its profile reaches rank
     0 by its node's name (no MASTER_ADDR: each node has its own loopback); run
     directories go under /scratch/hpcdl-bench-TAG-* (HPCDL_RUNS), where the nodes see
-    them. Yields {"env", "profile", "nodes", "dir"}; ``env`` points hpcdl, Slurm's
-    commands and sandbox.sh (``shape``) at the cluster."""
+    them (kept at the end with ``keep_runs``). ``default_time``: the partition's
+    DefaultTime. Yields {"env", "profile", "nodes", "dir", "runs"}; ``env`` points
+    hpcdl, Slurm's commands and sandbox.sh (``shape``) at the cluster."""
     import yaml
 
     from tests.own_cluster import (
@@ -108,25 +110,27 @@ def own_cluster(nodes: int, tag: str, slurmd_timeout: int | None = None
     lines = [f"node {n} {subnet}.{10 + i} {free_port()} 8 4096 gpu:fake:4 up"
              for i, n in enumerate(names, 1)]
     lines.append(f"partition debug {','.join(names)} Default=YES MaxNodes={nodes} "
-                 "MaxTime=00:30:00")
+                 "MaxTime=00:30:00" + (f" DefaultTime={default_time}" if default_time else ""))
+    runs = Path(f"/scratch/hpcdl-bench-{tag}-{prefix}")
     env = {**cluster_env(folder, "\n".join(lines) + "\n", f"{tag}{prefix}"),
-           "HPCDL_RUNS": f"/scratch/hpcdl-bench-{tag}-{prefix}"}
+           "HPCDL_RUNS": str(runs)}
     profile = folder / "profile.yaml"
     cluster_profile(folder, f"{tag}{prefix}", profile)
     data = yaml.safe_load(profile.read_text())
     data["env"]["vars"].pop("MASTER_ADDR", None)
     profile.write_text(yaml.safe_dump(data, sort_keys=False))
     try:
-        run(["bash", str(SANDBOX), "up"], env)
+        run(["bash", str(SANDBOX), "up"], env, timeout=up_timeout)
         if slurmd_timeout is not None:
             conf = folder / "etc" / "slurm.conf"
             conf.write_text(conf.read_text() + f"SlurmdTimeout={slurmd_timeout}\n")
             run(["scontrol", "reconfigure"], env)
-        yield {"env": env, "profile": profile, "nodes": names, "dir": folder}
+        yield {"env": env, "profile": profile, "nodes": names, "dir": folder, "runs": runs}
     finally:
-        run(["bash", str(SANDBOX), "down"], env, timeout=180, check=False)
+        run(["bash", str(SANDBOX), "down"], env, timeout=max(180, up_timeout / 3), check=False)
         shutil.rmtree(folder, ignore_errors=True)
-        shutil.rmtree(env["HPCDL_RUNS"], ignore_errors=True)
+        if not keep_runs:
+            shutil.rmtree(runs, ignore_errors=True)
 
 
 def stamps(text: str) -> list[float]:
