@@ -195,7 +195,8 @@ def main() -> int:
     biggest = max(nodes)
     results: dict[str, dict[int, list[dict[str, Any]]]] = {m: {} for m in METHODS}
     t0 = time.perf_counter()
-    with own_cluster(biggest, "bis", default_time="00:10:00", up_timeout=900) as cluster:
+    with own_cluster(biggest, "bis", default_time="00:10:00", up_timeout=900,
+                     down_timeout=300) as cluster:
         up_s = time.perf_counter() - t0
         env, profile, names = cluster["env"], cluster["profile"], cluster["nodes"]
         cluster["runs"].mkdir(parents=True)

@@ -168,6 +168,7 @@ def main() -> int:
     info = describe(packages=("torch", "py-spy"), tools=("srun", "apptainer"))
     results: dict[str, Any] = {}
     with own_cluster(args.nodes, "bsf", default_time="00:20:00", up_timeout=900,
+                     down_timeout=300,
                      keep_runs=bool(os.environ.get("BENCH_KEEP_RUNS"))) as cluster:
         env, profile, names, runs = (cluster["env"], cluster["profile"], cluster["nodes"],
                                      cluster["runs"])

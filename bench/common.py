@@ -84,7 +84,7 @@ def run(argv: list[str], env: dict[str, str], timeout: float = 600,
 @contextmanager
 def own_cluster(nodes: int, tag: str, slurmd_timeout: int | None = None, *,
                 default_time: str | None = None, up_timeout: float = 600,
-                keep_runs: bool = False) -> Iterator[dict[str, Any]]:
+                down_timeout: float = 180, keep_runs: bool = False) -> Iterator[dict[str, Any]]:
     """A scripts/sandbox.sh cluster of ``nodes`` of its own beside the sandbox (own
     directory under /tmp, ports, subnet, node names; a network namespace per node; no
     slurmdbd), stopped and removed at the end whatever happens. Its profile reaches rank
@@ -127,7 +127,7 @@ def own_cluster(nodes: int, tag: str, slurmd_timeout: int | None = None, *,
             run(["scontrol", "reconfigure"], env)
         yield {"env": env, "profile": profile, "nodes": names, "dir": folder, "runs": runs}
     finally:
-        run(["bash", str(SANDBOX), "down"], env, timeout=max(180, up_timeout / 3), check=False)
+        run(["bash", str(SANDBOX), "down"], env, timeout=down_timeout, check=False)
         shutil.rmtree(folder, ignore_errors=True)
         if not keep_runs:
             shutil.rmtree(runs, ignore_errors=True)
