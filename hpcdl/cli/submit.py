@@ -26,7 +26,7 @@ from hpcdl.jobs.flow import follow_job, submit_job
 from hpcdl.jobs.place import Connection, connect
 from hpcdl.jobs.preflight import (
     check_inputs,
-    for_cluster,
+    connect_for_cluster,
     image_arch_facts,
     many_files_warning,
 )
@@ -261,20 +261,6 @@ def prepare(prof: Profile, request: JobRequest, *, dry_run: bool, run_name: str 
             notes.insert(0, f"run directory{where} {plan.run_dir} (--run-dir); nothing is "
                             f"created")
     return Prepared(conn, request, plan, notes)
-
-
-def connect_for_cluster(prof: Profile, request: JobRequest, *, dry_run: bool,
-                        local_root: Path | None = None
-                        ) -> tuple[Connection, JobRequest, list[str] | None]:
-    """The profile's connection and ``request`` as the cluster sees it (for_cluster: a
-    pushed image's copy, the code of a COMMAND), for submit and sweep alike. A dry run
-    plans only (the connection's place moves nothing, the cluster is asked nothing it
-    can do without) and gets the list of what it left unchecked (``notes``; None for
-    real). Raises ValidationError before anything is written."""
-    conn = connect(prof, local_root=local_root, dry_run=dry_run)
-    notes: list[str] | None = [] if dry_run else None
-    request = for_cluster(prof, request, conn, notes=notes)  # the image and code as the nodes see them
-    return conn, request, notes
 
 
 def print_dry_run(plan: JobPlan, *, as_json: bool, notes: Sequence[str] = ()) -> None:

@@ -12,7 +12,7 @@ import click
 
 from hpcdl.cli.display import SweepBar
 from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
-from hpcdl.cli.submit import connect_for_cluster, defaults_line
+from hpcdl.cli.submit import defaults_line
 from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.plan import BACKENDS, JobRequest, job_image
@@ -89,7 +89,7 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
       hpcdl sweep -p sandbox -G 1 --random 20 --param lr=log:1e-4:1e-1 --seed 1 --dry-run
       hpcdl sweep --retry-failed runs/sweep-20261126-101500-ab12 --wait
     """
-    from hpcdl.jobs.preflight import check_inputs, image_arch_facts
+    from hpcdl.jobs.preflight import check_inputs, connect_for_cluster, image_arch_facts
     from hpcdl.profiles import load_profile
     from hpcdl.schedulers.dialects import refuse
     from hpcdl.sweep import arrays

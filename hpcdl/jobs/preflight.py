@@ -20,7 +20,7 @@ from hpcdl.core.errors import UserInputError, ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
 from hpcdl.data.mount import is_packed_name
 from hpcdl.data.packed import check_packed
-from hpcdl.jobs.place import Connection
+from hpcdl.jobs.place import Connection, connect
 from hpcdl.plan import JobRequest, RuntimeMode
 from hpcdl.plan.command import on_shared_path
 from hpcdl.profiles.schema import Profile
@@ -262,3 +262,16 @@ def for_cluster(profile: Profile, req: JobRequest, conn: Connection, *,
     if req.code_dir is not None:
         req = dataclasses.replace(req, code_dir=str(Path(req.code_dir).resolve()))
     return req
+
+
+def connect_for_cluster(profile: Profile, req: JobRequest, *, dry_run: bool,
+                        local_root: Path | None = None
+                        ) -> tuple[Connection, JobRequest, list[str] | None]:
+    """The profile's connection and ``req`` as the cluster sees it (``for_cluster``: a
+    pushed image's copy, the code of a COMMAND), for submit and sweep alike. A dry run
+    plans only (the connection's place moves nothing, the cluster is asked nothing it
+    can do without) and gets the list of what it left unchecked (``notes``; None for
+    real). Raises ValidationError before anything is written."""
+    conn = connect(profile, local_root=local_root, dry_run=dry_run)
+    notes: list[str] | None = [] if dry_run else None
+    return conn, for_cluster(profile, req, conn, notes=notes), notes
