@@ -188,7 +188,7 @@ def main() -> int:
         print("bench_probe: --repeats 1 or more, --shaped 0 or more", file=sys.stderr)
         return 2
     runs, slow, tables = measure(args)
-    machine = describe(packages=("torch",), tools=("slurmctld", "apptainer"))
+    machine = describe(packages=("torch",), tools=("sbatch", "apptainer"))
     limit_gbs = args.rate * 1e6 / 8 / 1e9
     print(f"hpcdl probe: {NODES} nodes (a network namespace each), one rank per node, sizes "
           f"{args.sizes}, --slow-ratio {args.slow_ratio:g}; {slow} limited to {args.rate:g} "

@@ -166,8 +166,7 @@ def slowed(image: str, backend: str) -> dict[str, Any]:
         t0 = time.monotonic()
         res = hpcdl(["submit", "--wait", "--json", "-p", str(c["profile"]), "-N", "2",
                      "--image", image, "--backend", backend, *EXAMPLE, "--spares", "1",
-                     "--probe-first", "--probe-sizes", "4K,64K,1M", "--probe-slow-ratio",
-                     "0.25", "--run-dir", str(run_dir)], c["env"])
+                     "--probe-first", "--probe-sizes", "4K,64K,1M", "--run-dir", str(run_dir)], c["env"])
         if res.returncode != 0:
             raise RuntimeError(res.stdout + res.stderr)
         out = json.loads(res.stdout.strip().splitlines()[-1])
@@ -219,7 +218,7 @@ def main() -> int:
             print(f"measured: gate {n} {data['gate'][str(n)][-1]}", file=sys.stderr, flush=True)
         if "healthy" in parts:
             data["healthy"].append(healthy(args.image, backends[0]))
-    machine = describe(packages=("torch",), tools=("slurmctld", "apptainer"))
+    machine = describe(packages=("torch",), tools=("sbatch", "apptainer"))
     print("spare nodes: the bundled example (ResNet-18, 32 px, 2 ranks on 2 nodes, 30 steps, a "
           "checkpoint every 5) in the CPU image; a node's processes all killed after step 10")
     print(f"machine: {facts_line(machine)}")
