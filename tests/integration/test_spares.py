@@ -16,7 +16,8 @@ slowed before the start, named by the --probe-first step.
 
 The DDP case also runs as the ordinary user (hpcdl from a wheel in the user's venv,
 ``cluster_user``): shrinking the allocation and requeueing with exclusions are what a job
-owner may do. Cost (14 min for the module before the reference runs were shared): about
+owner may do; and natively (``--no-image``: the guard is the same, the ranks are the nodes'
+own Python). Cost (14 min for the module before the reference runs were shared): about
 1.5-2 minutes per node-death test and for the NODE_FAIL requeue, 2.5 for running out of
 spares (the uninterrupted reference run once per backend, by the first test that needs
 it); the gate test about 30 s in the image and 20 s natively; the hang test about 50 s;
@@ -66,17 +67,18 @@ def checksums(text: str) -> dict[str, str]:
 _REFERENCE: dict[str, set[str]] = {}
 
 
-def reference(backend: str, common: list[str], runs_dir: Path, env: dict[str, str],
+def reference(key: str, common: list[str], runs_dir: Path, env: dict[str, str],
               cli: Callable[..., subprocess.CompletedProcess[str]] = hpcdl) -> set[str]:
-    """The final parameter checksum of ``common`` run to the end with nothing in its way."""
-    if backend not in _REFERENCE:
-        ref = cli("submit", *common, "--wait", "--run-dir", str(runs_dir / "ref"), env=env,
-                  timeout=400)
+    """The final parameter checksum of ``common`` run to the end with nothing in its way
+    (``key``: the backend, and the runtime when it is not the image)."""
+    if key not in _REFERENCE:
+        ref = cli("submit", *common, "--wait", "--run-dir", str(runs_dir / f"ref-{key}"),
+                  env=env, timeout=400)
         assert ref.returncode == 0, ref.stdout + ref.stderr
         found = set(checksums(ref.stdout).values())
         assert len(found) == 1, ref.stdout
-        _REFERENCE[backend] = found
-    return _REFERENCE[backend]
+        _REFERENCE[key] = found
+    return _REFERENCE[key]
 
 
 def follow_requeued(cluster: NetnsCluster, job: str, timeout: float = 600,
@@ -120,11 +122,15 @@ def three_nodes(netns_cluster: Callable[..., NetnsCluster], runs_dir: Path
     return cluster, {**cluster.env, "HPCDL_RUNS": str(runs_dir)}, probe_profile(cluster)
 
 
-@pytest.mark.parametrize(("backend", "who"), [("ddp", "root"), ("horovod", "root"),
-                                           ("ddp", "hpcuser")])
+@pytest.mark.parametrize(("backend", "who", "where"), [
+    ("ddp", "root", "image"), ("horovod", "root", "image"), ("ddp", "hpcuser", "image"),
+    ("ddp", "root", "native")])
 def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
-        backend: str, who: str, three_nodes: tuple[NetnsCluster, dict[str, str], Path],
-        runs_dir: Path, cpu_image: Path, request: pytest.FixtureRequest) -> None:
+        backend: str, who: str, where: str,
+        three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
+        cpu_image: Path, request: pytest.FixtureRequest) -> None:
+    """In the image, or natively (the nodes' own Python and torch, the checkout's hpcdl):
+    the guard is the same bash either way; natively the ranks are plain processes."""
     cluster, env, profile = three_nodes
     cli: Callable[..., subprocess.CompletedProcess[str]] = hpcdl
     if who != "root":  # the ordinary user, hpcdl from a wheel in a venv of theirs
@@ -138,8 +144,10 @@ def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
         env = {k: v for k, v in env.items() if k == "SLURM_CONF"}
         env["HPCDL_RUNS"] = str(runs_dir)
         cli = user.cli
-    common = ["-p", str(profile), "-N", "2", "--image", str(cpu_image), *example(backend)]
-    expected = reference(backend, common, runs_dir, env, cli)
+    runtime = ["--image", str(cpu_image)] if where == "image" else ["--no-image"]
+    common = ["-p", str(profile), "-N", "2", *runtime, *example(backend)]
+    expected = reference(backend if where == "image" else f"{backend}-{where}", common,
+                         runs_dir, env, cli)
 
     run = runs_dir / "spare"
     res = cli("submit", "--json", *common, "--spares", "1", "-X", "--step-sleep=1",
