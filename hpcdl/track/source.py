@@ -241,6 +241,10 @@ def read_run(path: Path) -> RunSource:
                 params.update({f"point.{k}": _value(point[k]) for k in  # type: ignore[literal-required]
                                ("label", "batch_size") if point.get(k) is not None})
                 swept = point.get("params")  # a parameter sweep's point: its values
+                if isinstance(swept, dict):
+                    # Under their own names, as trackers compare runs: a `-- COMMAND`
+                    # sweep's values need not appear as an `--name value` argument.
+                    params.update({param_key(f"point.{k}"): _value(v) for k, v in swept.items()})
     hparams = ({param_key(str(k)): hparam_value(_value(v)) for k, v in swept.items()}
                if isinstance(swept, dict) and swept else
                {key: hparam_value(value) for key, value in params.items()})

@@ -214,6 +214,13 @@ def test_a_parameter_sweep_fills_tensorboards_hparams_tab_once(
         {"lr": 0.05, "opt": "adam"}]
     assert [s["end"] for s in sessions.values()] == ["STATUS_SUCCESS"] * 3 + ["STATUS_FAILURE"]
     assert len({s["group"] for s in sessions.values()}) == 4  # one session group a point
+    # MLflow's parameters carry each point's values under their own names too.
+    from hpcdl.track.source import read_run
+    assert [{k: v for k, v in read_run(r).params.items() if k in ("point.lr", "point.opt")}
+            for r in runs] == [{"point.lr": "0.1", "point.opt": "sgd"},
+                               {"point.lr": "0.1", "point.opt": "adam"},
+                               {"point.lr": "0.05", "point.opt": "sgd"},
+                               {"point.lr": "0.05", "point.opt": "adam"}]
     # What the HPARAMS tab shows, asked of the plugin's own handlers: the sweep's
     # parameters as columns, each point a row with its final loss (the failed point none).
     names, rows = hparams_tab(tb, ["lr", "opt"], "result/final_loss")
