@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from hpcdl.results.straggler import busy_seconds
@@ -177,9 +178,12 @@ def split_chart(medians: list[dict[str, Any]], metrics: dict[int, dict[str, Any]
     return to_svg(fig, "split")
 
 
-def attempts_chart(spans: list[dict[str, Any]]) -> str | None:
+def attempts_chart(spans: list[dict[str, Any]],
+                   recoveries: Sequence[dict[str, Any]] = ()) -> str | None:
     """Steps done over wall time, one colour per attempt: a requeue shows as a gap, and
-    steps done again after a resume as a line starting below the previous one's end."""
+    steps done again after a resume as a line starting below the previous one's end. A
+    node failure survived inside the job (hpcdl.jobs.recoveries) is a shaded band from
+    its detection to the first training step after the relaunch."""
     drawn = [s for s in spans if s.get("first_step") is not None and s.get("start_t")]
     if not drawn:
         return None
@@ -192,6 +196,18 @@ def attempts_chart(spans: list[dict[str, Any]]) -> str | None:
                 color=f"C{s['attempt'] % 10}",
                 label=f"attempt {s['attempt']}: steps {s['first_step']}-{s['last_step']}"
                       + (f" ({s['redone']} done again)" if s.get("redone") else ""))
+    t_end = max(float(s.get("end_t") or s["start_t"]) for s in drawn)
+    for r in recoveries:
+        if not t0 <= float(r["detected_at"]) <= t_end:
+            continue  # not during the steps drawn (records of another clock or attempt)
+        detected = float(r["detected_at"]) - t0
+        back = r.get("first_step_at") or r.get("relaunched_at")
+        end = float(back) - t0 if back is not None else detected
+        took = (f"back to training after {r['seconds_to_train']:g} s"
+                if r.get("seconds_to_train") is not None else "not relaunched")
+        # At least a sliver wide, so a recovery faster than the axis' resolution shows.
+        ax.axvspan(detected, max(end, detected + 0.002 * max(end, 1.0)), color="red",
+                   alpha=0.2, label=f"node failure ({', '.join(r['nodes'])}): {took}")
     ax.set_xlabel("seconds since the first attempt started")
     ax.set_ylabel("step")
     ax.grid(True, alpha=0.3)

@@ -196,8 +196,11 @@ def render_run(facts: dict[str, Any]) -> str:
                     "the slow one", no_metrics),
              "</section>",
              '<section id="attempts"><h2>Attempts</h2>',
-             _chart("chart-attempts", charts.attempts_chart(spans) if spans else None,
-                    "steps over wall time per attempt (requeue, chain or resume)",
+             _chart("chart-attempts",
+                    charts.attempts_chart(spans, facts.get("recoveries") or [])
+                    if spans else None,
+                    "steps over wall time per attempt (requeue, chain or resume) and the "
+                    "node failures survived inside the job",
                     "no attempt timeline: no per-step metrics"),
              _attempts_table(facts["attempts"], spans),
              _recoveries_table(facts.get("recoveries") or []),

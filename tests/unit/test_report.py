@@ -243,6 +243,14 @@ def test_a_run_with_spares_shows_its_node_failures(tmp_path: Path):
     page = out.read_text()
     assert 'id="recovery-table"' in page and "n2: gate: no answer in 11 s" in page
     assert "n1, n3 from checkpoint-00000005.pt" in page
+    assert "node failure (n2)" not in page  # detected long before these steps: off the axis
+    # A failure during the steps: a band on the attempts chart, labelled with its node.
+    span = facts["spans"][0]
+    (run / "recoveries.tsv").write_text(
+        f"7\t0\t1\t{span['start_t']}\tn2\tn2: gate: no answer in 11 s\t{span['end_t']}\tn1,n3\t"
+        "checkpoint-00000005.pt\n")
+    page = write_run_report(run)[0].read_text()
+    assert "node failure (n2): " in page.split('id="chart-attempts"', 1)[1], page
     # Nodes left out before the first rank (the gate, the probe) are listed too.
     (run / "bad-nodes.tsv").write_text(
         "n2\tgate: no answer in 11 s\nn4\tprobe: slow: best link 0.024 GB/s, 3% <b>\n")
