@@ -52,7 +52,7 @@ from hpcdl.plan import BACKENDS, JobRequest, job_image
 @click.option("--requeue/--no-requeue", default=None,
               help="Each task survives time limits, preemption and a crash after its first "
                    "step as `hpcdl submit --requeue` does: it checkpoints, requeues itself "
-                   "alone (scontrol requeue 123_4) and resumes from its point's newest "
+                   "alone, by its task id (123_4), and resumes from its point's newest "
                    "checkpoint; its attempts are recorded in its point's run directory under "
                    "its task id. Default: the profile's scheduler.requeue.")
 @click.option("--max-restarts", type=int, metavar="N",
@@ -256,10 +256,12 @@ def _show(plan: Any, as_json: bool, *, notes: list[str], cluster_dir: str | None
         click.echo(f"# point {point.index}: {point.describe()}: {pl.launch_line}", err=True)
     click.echo(plan.script, nl=False)
     if first.requeue or first.spares:
-        # The requeue and the node guard live in each point's own job.sbatch, which the
+        # The requeue and the node guard live in each point's own job script, which the
         # array's task runs: point 0's, byte for byte (the others differ in their values).
-        click.echo(f"{JOB_FILE_HEADER} {first.run_dir}/job.sbatch (point 0's job script, "
-                   f"which its task runs; every point has its own, differing only in its "
+        from hpcdl.jobs.rundir import RUN_FILES
+
+        click.echo(f"{JOB_FILE_HEADER} {first.run_dir}/{RUN_FILES.script} (point 0's job "
+                   f"script, which its task runs; every point has its own, differing only in its "
                    f"values; --json has each)", err=True)
         click.echo(first.script, nl=False, err=True)
 
@@ -269,7 +271,7 @@ def _resilience_lines(plan: Any) -> list[str]:
     lines = []
     if plan.requeue:
         lines.append(f"requeue: each task on SIG{plan.signal} checkpoints and requeues itself "
-                     f"alone (scontrol requeue ARRAY_TASK), at most {plan.max_restarts} times "
+                     f"alone, at most {plan.max_restarts} times "
                      f"after a time limit or a crash, resuming from its point's newest "
                      f"checkpoint; its attempts go to its point's attempts.tsv under its task "
                      f"id (123_4)")
