@@ -55,6 +55,10 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
 fi
 
 # ---- in the batch shell: the supervisor ------------------------------------------------
+# The job as scontrol, squeue and the run's records name it: an array task (hpcdl sweep) by
+# its own id, 123_4, since its SLURM_JOB_ID may be the array's, which names every task.
+hpcdl_job=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-}}
+hpcdl_job=${hpcdl_job:-${SLURM_JOB_ID:-}}
 hpcdl_now() { date +%s; }
 hpcdl_join() { local IFS=,; echo "$*"; }
 
@@ -150,18 +154,20 @@ hpcdl_probe_nodes() {
 # shell runs there). Slurm writes slurm_job_ID_resize.sh, which brings the SLURM_*
 # variables in line with the smaller allocation; it is written and read in a scratch dir.
 hpcdl_release() {
-  local keep=() gone=() node dir
+  local keep=() gone=() node dir f
   for node in "${hpcdl_all[@]}"; do
     if [[ -n ${hpcdl_bad[$node]+x} && $node != "$hpcdl_host" ]]; then gone+=("$node"); else keep+=("$node"); fi
   done
   (( ${#gone[@]} )) || return 0
   hpcdl_all=("${keep[@]}")
   dir=$(mktemp -d)
-  if (cd "$dir" && scontrol update JobId="$SLURM_JOB_ID" NodeList="$(hpcdl_join "${keep[@]}")" >/dev/null 2>&1); then
+  if (cd "$dir" && scontrol update JobId="$hpcdl_job" NodeList="$(hpcdl_join "${keep[@]}")" >/dev/null 2>&1); then
+    # The file's name holds a job number scontrol picks (an array task's may be the
+    # array's): any in this private directory is this job's.
     # shellcheck disable=SC1090
-    [[ -f $dir/slurm_job_${SLURM_JOB_ID}_resize.sh ]] && . "$dir/slurm_job_${SLURM_JOB_ID}_resize.sh"
+    for f in "$dir"/slurm_job_*_resize.sh; do [[ -f $f ]] && . "$f"; done
     echo "hpcdl: released $(hpcdl_join "${gone[@]}") (the job keeps $(hpcdl_join "${keep[@]}"))" >&2
-  elif [[ ,$(scontrol show hostnames "$(squeue -h -j "$SLURM_JOB_ID" -o %N)" | paste -sd, -), != *,"${gone[0]}",* ]]; then
+  elif [[ ,$(scontrol show hostnames "$(squeue -h -j "$hpcdl_job" -o %N)" | paste -sd, -), != *,"${gone[0]}",* ]]; then
     echo "hpcdl: $(hpcdl_join "${gone[@]}") left the job (Slurm took the node back when it declared it down)" >&2
   else
     echo "hpcdl: could not release $(hpcdl_join "${gone[@]}") (scontrol update NodeList refused); the job keeps them, unused" >&2
@@ -235,7 +241,7 @@ hpcdl_wait_step() {
 }
 
 hpcdl_time_left() {
-  squeue -h -j "$SLURM_JOB_ID" -o %L 2>/dev/null | awk -F'[-:]' '{s = 0; for (i = 1; i <= NF; i++) s = s * 60 + $i; print s}'
+  squeue -h -j "$hpcdl_job" -o %L 2>/dev/null | awk -F'[-:]' '{s = 0; for (i = 1; i <= NF; i++) s = s * 60 + $i; print s}'
 }
 
 hpcdl_newest_checkpoint() {
@@ -330,7 +336,7 @@ hpcdl_record() {
   done
   (( ${#why[@]} )) || why=("hang watchdog: a hang on healthy nodes")
   local IFS=';'
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$SLURM_JOB_ID" "${SLURM_RESTART_COUNT:-0}" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$hpcdl_job" "${SLURM_RESTART_COUNT:-0}" \
     "$hpcdl_cycle" "$1" "$(hpcdl_join "${nodes[@]}")" "${why[*]}" "$2" \
     "$([[ $2 == - ]] && echo - || hpcdl_join "${hpcdl_healthy[@]:0:hpcdl_want}")" \
     "$(hpcdl_newest_checkpoint)" >>"$hpcdl_recoveries"
@@ -346,15 +352,15 @@ hpcdl_record() {
 hpcdl_exclude_and_requeue() {
   local bad
   bad=$(hpcdl_join "${!hpcdl_bad[@]}")
-  if [[ -z $bad ]] || ! scontrol update JobId="$SLURM_JOB_ID" Comment="hpcdl: bad nodes ${bad}" >/dev/null 2>&1; then
+  if [[ -z $bad ]] || ! scontrol update JobId="$hpcdl_job" Comment="hpcdl: bad nodes ${bad}" >/dev/null 2>&1; then
     [[ -n $bad ]] && echo "hpcdl: the job cannot be updated now (Slurm refused a change of its comment): requeued without ExcNodeList; the next attempt leaves ${bad} out itself" >&2
-    scontrol requeue "$SLURM_JOB_ID"
+    scontrol requeue "$hpcdl_job"
     return
   fi
   trap '' TERM
-  scontrol requeuehold "$SLURM_JOB_ID" || return 1
-  scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$bad" \
+  scontrol requeuehold "$hpcdl_job" || return 1
+  scontrol update JobId="$hpcdl_job" ExcNodeList="$bad" \
     || echo "hpcdl: could not exclude ${bad} from the requeued job" >&2
   echo "hpcdl: requeued with ExcNodeList=${bad}" >&2
-  scontrol release "$SLURM_JOB_ID"
+  scontrol release "$hpcdl_job"
 }

@@ -12,7 +12,7 @@ import click
 
 from hpcdl.cli.display import SweepBar
 from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
-from hpcdl.cli.submit import defaults_line
+from hpcdl.cli.submit import JOB_FILE_HEADER, defaults_line
 from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.plan import BACKENDS, JobRequest, job_image
@@ -49,6 +49,27 @@ from hpcdl.plan import BACKENDS, JobRequest, job_image
 @click.option("--max-concurrent", type=int, metavar="M",
               help="At most M points run at once (--array=0-K%M); default: the partition's "
                    "max_jobs_per_user, else no limit.")
+@click.option("--requeue/--no-requeue", default=None,
+              help="Each task survives time limits, preemption and a crash after its first "
+                   "step as `hpcdl submit --requeue` does: it checkpoints, requeues itself "
+                   "alone, by its task id (123_4), and resumes from its point's newest "
+                   "checkpoint; its attempts are recorded in its point's run directory under "
+                   "its task id. Default: the profile's scheduler.requeue.")
+@click.option("--max-restarts", type=int, metavar="N",
+              help="Requeues of each task after a time limit or a crash (default: the "
+                   "profile's scheduler.max_restarts, 3); preemptions use up none.")
+@click.option("--signal", "signal", metavar="SIG@LEAD",
+              help="With --requeue: the signal and its lead time in seconds before each "
+                   "task's time limit (default USR2@120).")
+@click.option("--spares", type=int, metavar="S",
+              help="Each task allocates S nodes more than --nodes and replaces a node that "
+                   "dies inside the task (as `hpcdl submit --spares`). Default: the "
+                   "profile's scheduler.spares (0).")
+@click.option("--chain", type=int, metavar="N",
+              help="Not for sweeps (refused): a chain is N jobs in a row; use --requeue.")
+@click.option("--hang-timeout", "hang_timeout", metavar="SECONDS",
+              help="Not for sweeps (refused): the watchdog follows one job "
+                   "(`hpcdl submit --wait --hang-timeout`).")
 @click.option("--retry-failed", "retry", type=click.Path(exists=True, file_okay=False,
                                                          path_type=Path),
               metavar="SWEEP_DIR", help="Submit the failed points of SWEEP_DIR again as one new "
@@ -65,7 +86,9 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
           binds: tuple[str, ...], data: str | None, synthetic: bool,
           example_args: tuple[str, ...], no_image: bool, launcher: str | None,
           gpu_bind: str | None, params: tuple[str, ...], points_file: Path | None,
-          random_count: int | None, seed: int, max_concurrent: int | None, retry: Path | None,
+          random_count: int | None, seed: int, max_concurrent: int | None,
+          requeue: bool | None, max_restarts: int | None, signal: str | None,
+          spares: int | None, chain: int | None, hang_timeout: str | None, retry: Path | None,
           dry_run: bool, as_json: bool, wait: bool, command: tuple[str, ...]) -> None:
     """Run a hyperparameter sweep as one Slurm job array.
 
@@ -96,10 +119,13 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     from hpcdl.sweep import params as sweep_params
     from hpcdl.sweep.grid import new_sweep_id, sweep_path
 
+    _refuse_per_task(chain, hang_timeout)
     if retry is not None:
-        if params or points_file or random_count or command or dry_run:
+        if (params or points_file or random_count or command or dry_run or requeue is not None
+                or max_restarts is not None or signal is not None or spares is not None):
             raise ValidationError("retry-failed: takes only --max-concurrent, --wait, --json "
-                                  "(the points and their scripts are the sweep's)")
+                                  "(the points and their scripts, --requeue and --spares "
+                                  "included, are the sweep's)")
         _retry(retry, max_concurrent=max_concurrent, wait=wait, as_json=as_json)
         return
     if gpus is None:
@@ -116,7 +142,8 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
                       image=image, backend=backend, env=parse_env(env), binds=binds,
                       command=command, data=data, synthetic=synthetic,
                       example_args=example_args, template=template, no_image=no_image,
-                      launcher=launcher, gpu_bind=gpu_bind)
+                      launcher=launcher, gpu_bind=gpu_bind, requeue=requeue,
+                      max_restarts=max_restarts, signal=signal, spares=spares)
     # The image's build record (its GPU architectures): a local image's, as submit reads it.
     facts = image_arch_facts(job_image(prof, base)[0]) if prof.login is None else None
     mode = runtime_mode_for(prof, base)
@@ -159,6 +186,19 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     _follow(plan.sweep_dir, conn.scheduler, len(points), as_json, place=conn.place)
 
 
+def _refuse_per_task(chain: int | None, hang_timeout: str | None) -> None:
+    """What `hpcdl submit` offers and a sweep's tasks cannot have: one line, exit 2,
+    before anything is planned."""
+    if chain is not None and chain != 1:
+        raise ValidationError(f"chain: {chain} jobs in a row (--dependency=afterany) is one "
+                              f"job's; an array's tasks are not chained: use --requeue "
+                              f"(each task requeues itself and resumes its point)")
+    if hang_timeout is not None:
+        raise ValidationError(f"hang-timeout: {hang_timeout} s: the hang watchdog follows one "
+                              f"job (`hpcdl submit --wait`); it does not watch a sweep's "
+                              f"tasks: submit the point alone with --hang-timeout")
+
+
 def _points(params: tuple[str, ...], points_file: Path | None, random_count: int | None,
             seed: int, known: frozenset[str] | None) -> list[Any]:
     from hpcdl.sweep import params as sweep_params
@@ -181,6 +221,7 @@ def _show(plan: Any, as_json: bool, *, notes: list[str], cluster_dir: str | None
     """What --dry-run prints: the points and the array script with the paths the
     submission uses (the cluster's, ``cluster_dir``, over a login: profile), and
     ``notes``: what the dry run left unchecked (stderr)."""
+    first = plan.plans[0]
     if as_json:
         click.echo(json.dumps({
             "sweep_dir": str(plan.sweep_dir),
@@ -188,12 +229,13 @@ def _show(plan: Any, as_json: bool, *, notes: list[str], cluster_dir: str | None
             "array": plan.array,
             "max_concurrent": plan.max_concurrent, "partition": plan.plans[0].partition,
             "size_limit": plan.size_limit or None,
+            "requeue": first.requeue, "max_restarts": first.max_restarts if first.requeue
+            else None, "signal": first.signal, "spares": first.spares,
             "points": [{"index": p.index, "params": p.params, "run_dir": pl.run_dir,
-                        "launch_line": pl.launch_line}
+                        "launch_line": pl.launch_line, "job_script": pl.script}
                        for p, pl in zip(plan.points, plan.plans, strict=True)],
             "script": plan.script}, indent=2))
         return
-    first = plan.plans[0]
     click.echo(f"# {len(plan.points)} points, one job array with tasks {plan.array} "
                f"({plan.limit_reason}); partition {first.partition}: {first.partition_reason}",
                err=True)
@@ -208,9 +250,35 @@ def _show(plan: Any, as_json: bool, *, notes: list[str], cluster_dir: str | None
         click.echo(f"# {note}", err=True)
     if first.example_defaults:
         click.echo(f"# {defaults_line(first)}", err=True)
+    for line in _resilience_lines(first):
+        click.echo(f"# {line}", err=True)
     for point, pl in zip(plan.points, plan.plans, strict=True):
         click.echo(f"# point {point.index}: {point.describe()}: {pl.launch_line}", err=True)
     click.echo(plan.script, nl=False)
+    if first.requeue or first.spares:
+        # The requeue and the node guard live in each point's own job script, which the
+        # array's task runs: point 0's, byte for byte (the others differ in their values).
+        from hpcdl.jobs.rundir import RUN_FILES
+
+        click.echo(f"{JOB_FILE_HEADER} {first.run_dir}/{RUN_FILES.script} (point 0's job "
+                   f"script, which its task runs; every point has its own, differing only in its "
+                   f"values; --json has each)", err=True)
+        click.echo(first.script, nl=False, err=True)
+
+
+def _resilience_lines(plan: Any) -> list[str]:
+    """What --requeue and --spares do per task (the dry run's notes)."""
+    lines = []
+    if plan.requeue:
+        lines.append(f"requeue: each task on SIG{plan.signal} checkpoints and requeues itself "
+                     f"alone, at most {plan.max_restarts} times "
+                     f"after a time limit or a crash, resuming from its point's newest "
+                     f"checkpoint; its attempts go to its point's attempts.tsv under its task "
+                     f"id (123_4)")
+    if plan.spares:
+        lines.append(f"spares: each task allocates {plan.nodes} + {plan.spares} nodes; a node "
+                     f"that fails is replaced inside the task")
+    return lines
 
 
 def _follow(sweep_dir: Path, scheduler: Any, total: int, as_json: bool, *,

@@ -272,18 +272,39 @@ def _completed(point: PointState) -> bool:
     return record.get("state") == "COMPLETED" and record.get("exit_code") in (0, None)
 
 
+def check_retry_size(indices: list[int], cluster_max: int | None) -> None:
+    """Raise ValidationError (one line) when a point's index is not a task id the
+    cluster takes: a retried point keeps its index, and Slurm numbers an array's tasks
+    0 to MaxArraySize - 1 (``cluster_max``; None: not known, nothing checked)."""
+    if cluster_max is None or not indices or max(indices) < cluster_max:
+        return
+    top = max(indices)
+    allows = f"tasks 0-{cluster_max - 1}" if cluster_max > 0 else "no job array"
+    raise ValidationError(
+        f"retry-failed: point {top} is array task {top}, but the cluster allows {allows} "
+        f"(MaxArraySize = {cluster_max} in scontrol show config); nothing resubmitted",
+        hint="sweep those points again as a new sweep (--points FILE.yaml): its tasks are "
+             "numbered from 0")
+
+
 def retry_failed(sweep_dir: Path, *, scheduler: Scheduler, max_concurrent: int | None = None,
-                 place: RunPlace = HERE) -> tuple[list[int], str | None]:
+                 place: RunPlace = HERE, live_check: bool | None = None,
+                 ) -> tuple[list[int], str | None]:
     """Submit the failed points again as one new array over their indices (``--array=3,5``)
     with the same array script (its copy on the cluster, ``place``); each keeps its run
     directory (the earlier result.json kept as result-<task id>.json, the earlier logs
-    stay). Returns (indices, array job id);
+    stay; with --requeue, its checkpoints: it resumes from the newest). The indices are
+    checked against the cluster's MaxArraySize first (check_retry_size; asked once,
+    unless ``live_check`` is off). Returns (indices, array job id);
     ([], None) when no point failed. Raises ValidationError, SubmitError, ToolError."""
     record = read_array_sweep(sweep_dir)
     failed = failed_points(sweep_dir, scheduler=scheduler, place=place)
     if not failed:
         return [], None
     indices = sorted(int(p.entry.get("index", -1)) for p in failed)  # type: ignore[call-overload]
+    # The cluster's MaxArraySize again: it may have been lowered since the sweep was
+    # submitted (or that submission could not ask); nothing is moved before this.
+    check_retry_size(indices, cluster_array_size(scheduler, live_check))
     throttle = max_concurrent if max_concurrent is not None else record.get("max_concurrent")
     spec = array_spec(indices, throttle)  # type: ignore[arg-type]
     runs = {int(p.entry.get("index", -1)): p.run_dir(sweep_dir)  # type: ignore[call-overload]

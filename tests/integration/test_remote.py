@@ -274,6 +274,10 @@ def test_a_parameter_sweep_from_the_laptop_runs_each_point_in_its_copy_on_the_cl
         assert f"SWEPT lr={lr} cwd={cluster / point}/code task={index}" in out.read_text()
         assert (sweep / point / out.name).read_text() == out.read_text()  # pulled back
         assert (sweep / point / "result.json").is_file()
+    # One task's log by its task id (JOBID_TASK), from the laptop's pulled-back copy.
+    task = json.loads((sweep / "point-001" / "job.json").read_text())["job_id"]
+    logs = laptop.cli("logs", task, cwd=project, env=env)
+    assert logs.returncode == 0 and "SWEPT lr=0.05 " in logs.stdout, logs.stdout + logs.stderr
     # From the laptop again (a new process): the table from the laptop's records.
     again = laptop.cli("results", str(sweep), "--json", cwd=project, env=env)
     assert again.returncode == 0, again.stderr

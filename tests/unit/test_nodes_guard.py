@@ -36,6 +36,12 @@ echo "scontrol $*" >> "$FAKE/log"
 if [[ $1 == show && $2 == hostnames ]]; then tr ',' '\n' <<<"$3"; fi
 # A job Slurm cannot update now (a shrunk job without accounting): every update refused.
 [[ $1 == update && -e $FAKE/no_update ]] && exit 1
+# A shrink leaves slurm_job_N_resize.sh in the working directory; N is the job number
+# before any array task index (the guard must not assume it is $SLURM_JOB_ID).
+if [[ $1 == update && $3 == NodeList=* ]]; then
+  id=${2#JobId=}
+  echo "echo \"resized $3\" >> \"\$FAKE/log\"" > "slurm_job_${id%%_*}_resize.sh"
+fi
 exit 0
 """,
     "sinfo": "#!/bin/bash\nexit 0\n",
@@ -84,9 +90,10 @@ echo "rc=$? cause=$hpcdl_cause"
 def guard(tmp_path: Path, nodes: str, plan: list[str], *, want: int = 2,
           max_relaunches: int = 3, dead: tuple[str, ...] = (),
           sick: tuple[str, ...] = (), known_bad: str = "",
-          probe: str = "") -> tuple[str, str, Path]:
+          probe: str = "", slurm_env: dict[str, str] | None = None) -> tuple[str, str, Path]:
     """Run the guard over ``nodes`` with launches doing ``plan``; returns (its last
-    stdout line, the stand-ins' log, the run directory)."""
+    stdout line, the stand-ins' log, the run directory). ``slurm_env``: Slurm's job
+    variables (default: job 7, not an array task)."""
     fake, run, bin_dir = tmp_path / "fake", tmp_path / "run", tmp_path / "bin"
     for d in (fake, run, bin_dir):
         d.mkdir()
@@ -100,7 +107,8 @@ def guard(tmp_path: Path, nodes: str, plan: list[str], *, want: int = 2,
     (fake / "sick").write_text("".join(f"{n}\n" for n in sick))
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE": str(fake),
            "NODES_FILE": str(templates_dir() / "hpcdl-nodes.sh"), "WANT": str(want),
-           "HPCDL_RUN_DIR": str(run), "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": nodes,
+           "HPCDL_RUN_DIR": str(run), **(slurm_env or {"SLURM_JOB_ID": "7"}),
+           "SLURM_JOB_NODELIST": nodes,
            "SLURMD_NODENAME": nodes.split(",")[0], "HPCDL_NODES_FILE": "unused",
            "HPCDL_TASKS_PER_NODE": "1", "HPCDL_MAX_RELAUNCHES": str(max_relaunches),
            "HPCDL_GATE_TIMEOUT": "20", "HPCDL_STUCK_S": "2", "HPCDL_STALL_S": "60",
@@ -128,6 +136,21 @@ def test_a_node_that_dies_is_excluded_released_and_the_spare_takes_its_place(
     cols = line.split("\t")
     assert cols[:3] == ["7", "0", "1"] and cols[4] == "b" and cols[7] == "a,c"
     assert cols[5].startswith("b: gate: no answer") and cols[6] != "-"
+
+
+def test_an_array_task_releases_the_dead_node_and_records_it_under_its_task_id(
+        tmp_path: Path) -> None:
+    """A sweep's task (hpcdl sweep --spares): scontrol and the run's records name the
+    task (7_1), not its SLURM_JOB_ID (which may be the array's: every task)."""
+    task = {"SLURM_JOB_ID": "9", "SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "1"}
+    last, log, run = guard(tmp_path, "a,b,c", ["dies b", "ok"], slurm_env=task)
+    assert last == "rc=0 cause="
+    assert launches(log) == ["a,b", "a,c"]
+    assert "scontrol update JobId=7_1 NodeList=a,c" in log
+    assert "resized NodeList=a,c" in log  # Slurm's resize file read, whatever its number
+    assert "JobId=9" not in log and "JobId=7 " not in log
+    (line,) = (run / "recoveries.tsv").read_text().splitlines()
+    assert line.split("\t")[:3] == ["7_1", "0", "1"]
 
 
 def test_a_failure_on_healthy_nodes_is_the_codes_own_and_not_relaunched(
@@ -241,3 +264,21 @@ def test_out_of_spares_requeues_with_the_bad_nodes_excluded_or_plainly(
     else:
         assert calls[-1] == ["requeue", "7"] and "requeuehold" not in str(calls)
         assert "requeued without ExcNodeList" in res.stderr
+
+
+def test_an_array_task_out_of_spares_requeues_itself_alone(tmp_path: Path) -> None:
+    """Every scontrol call names the task (7_1): the bare 7 (its SLURM_JOB_ID here) would
+    hold, change and requeue every task of the array."""
+    fake, bin_dir = tmp_path / "fake", tmp_path / "bin"
+    fake.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(FAKES["scontrol"])
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {**os.environ, "FAKE": str(fake), "SLURM_JOB_ID": "7", "SLURM_ARRAY_JOB_ID": "7",
+           "SLURM_ARRAY_TASK_ID": "1", "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "NODES_FILE": str(templates_dir() / "hpcdl-nodes.sh")}
+    subprocess.run(["bash", "-c", REQUEUE], capture_output=True, text=True, timeout=60,
+                   check=False, env=env)
+    calls = [line.split(" ", 2)[1:] for line in (fake / "log").read_text().splitlines()]
+    assert [c[0] for c in calls] == ["update", "requeuehold", "update", "release"]
+    assert [c[1].split(" ")[0] for c in calls] == ["JobId=7_1", "7_1", "JobId=7_1", "7_1"]

@@ -69,10 +69,12 @@ def test_profile_default_turns_requeue_on(tmp_path: Path) -> None:
 
 
 def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
-              signal_after: float | None = None, left: str = "0:30") -> tuple[int, str, str]:
+              signal_after: float | None = None, left: str = "0:30",
+              slurm_env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """Run the rendered script with stub srun (runs ``step``), scontrol and squeue (whose
-    time left, ``left``, tells a time limit from a preemption); ``signal_after``: send
-    the job's signal that many seconds after the step started."""
+    time left, ``left``, tells a time limit from a preemption; its arguments go to
+    squeue.log); ``signal_after``: send the job's signal that many seconds after the step
+    started; ``slurm_env``: Slurm's variables (default: job 42, not an array task)."""
     run = tmp_path / "run"
     run.mkdir(exist_ok=True)
     p = build_plan(load_profile("sandbox"), JobRequest(
@@ -88,7 +90,8 @@ def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
     # `scontrol show hostnames` (MASTER_ADDR, the first node) answers; the rest is logged.
     (stub / "scontrol").write_text('#!/bin/bash\n[[ $1 == show ]] && { echo n1; exit 0; }\n'
                                    f'echo "$@" >> {tmp_path}/scontrol.log\n')
-    (stub / "squeue").write_text(f"#!/bin/bash\n[[ $* == *%L* ]] && echo {left}\nexit 0\n")
+    (stub / "squeue").write_text(f'#!/bin/bash\necho "$@" >> {tmp_path}/squeue.log\n'
+                                 f"[[ $* == *%L* ]] && echo {left}\nexit 0\n")
     # No 300 s wait after the requeue (Slurm would kill the script then), no 2 s for a
     # previous attempt's step to be cleaned up (there is none), and the fallback
     # SIGTERM after 1 s instead of wait_seconds(20) = 10 (the stepping ranks answer the
@@ -102,8 +105,8 @@ def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
         f.chmod(0o755)
     script = tmp_path / "job.sh"
     script.write_text(p.script)
-    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "SLURM_JOB_ID": "42",
-           "SLURM_RESTART_COUNT": str(restart), "SLURM_JOB_NODELIST": "n1",
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}",
+           **(slurm_env or {"SLURM_JOB_ID": "42"}), "SLURM_RESTART_COUNT": str(restart), "SLURM_JOB_NODELIST": "n1",
            "SLURM_SUBMIT_DIR": str(tmp_path)}
     proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -139,6 +142,26 @@ def test_signal_reaches_the_step_through_the_flag_and_the_job_requeues(tmp_path:
     assert scontrol.strip() == "requeue 42"
     line = (tmp_path / "run" / "attempts.tsv").read_text().split("\t")
     assert (line[0], line[1], line[4], line[5].strip()) == ("42", "0", "85", "TIMEOUT")
+    assert code == 85
+
+
+def test_an_array_task_requeues_itself_alone_by_its_task_id(tmp_path: Path) -> None:
+    """A sweep's task (hpcdl sweep --requeue): the task an array's job record ends as has
+    SLURM_JOB_ID equal to the array's, which for scontrol and squeue names every task of
+    the array; the task's own id (42_1) requeues it alone, and keys its attempts."""
+    tasks = {"SLURM_JOB_ID": "42", "SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_ID": "1"}
+    run = tmp_path / "run"
+    run.mkdir()
+    # Another task's attempt in the same file would not count against this one's restarts.
+    (run / "attempts.tsv").write_text("42_0\t0\t1\t2\t3\tFAILED\n")
+    code, err, scontrol = run_block(tmp_path, POLL, restart=1, max_restarts=1,
+                                    signal_after=0.1, slurm_env=tasks)
+    assert "(attempt 1, TIMEOUT)" in err and "requeueing" in err, err
+    assert scontrol.strip() == "requeue 42_1"
+    squeue = (tmp_path / "squeue.log").read_text().splitlines()
+    assert squeue and all("-j 42_1 " in f"{line} " for line in squeue), squeue
+    line = (run / "attempts.tsv").read_text().splitlines()[-1].split("\t")
+    assert (line[0], line[1], line[4], line[5]) == ("42_1", "1", "85", "TIMEOUT")
     assert code == 85
 
 

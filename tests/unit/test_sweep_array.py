@@ -183,6 +183,12 @@ def test_status_cancel_and_logs_take_the_array_and_one_task(fake: FakeSlurm,
     (("--param", "lr=1,2,3,4,5", "-p", "LIMITED"), "5 points, but partition debug allows 4 "
                                                    "(max_array_size"),
     (("--param", "lr=1,2", "--max-concurrent", "0"), "max-concurrent: 0 must be 1 or more"),
+    # What one job has and an array's tasks cannot: refused with the reason.
+    (("--param", "lr=1,2", "--chain", "3"), "chain: 3 jobs in a row (--dependency=afterany) "
+                                             "is one job's; an array's tasks are not chained"),
+    (("--param", "lr=1,2", "--hang-timeout", "60"), "hang-timeout: 60 s: the hang watchdog "
+                                                     "follows one job"),
+    (("--param", "lr=1,2", "--requeue", "--signal", "USR2"), "signal"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_submitted(
         fake: FakeSlurm, tmp_path: Path, args: tuple[str, ...], words: str) -> None:
@@ -322,3 +328,76 @@ def test_the_array_spec_and_script() -> None:
     with pytest.raises(ValidationError, match="point 1: its job differs"):
         array_script([header, other.replace("nodes=1", "nodes=2")], ["a", "b"], ["x", "y"],
                      log_dir_pattern="/r/p-%3a")
+
+
+def test_requeue_and_spares_apply_per_task_and_the_dry_run_shows_them(
+        fake: FakeSlurm, tmp_path: Path) -> None:
+    """Each task runs its point's job.sbatch, where the requeue block and the node guard
+    live: the array carries their #SBATCH lines, and each point's script names the task
+    by its own id (tests/unit/test_requeue_contract.py runs that block as an array task).
+    The real requeue of one task: tests/integration/test_sweep_requeue.py."""
+    args = ("--param", "lr=0.1,0.05", "--requeue", "--max-restarts", "2", "--spares", "1")
+    dry = sweep(*args, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "# requeue: each task on SIGUSR2@120 checkpoints and requeues itself alone" \
+        in dry.stderr and "at most 2 times" in dry.stderr
+    assert "# spares: each task allocates 1 + 1 nodes" in dry.stderr
+    assert "point-000/job.sbatch (point 0's job script" in dry.stderr
+    # Point 0's script, shown whole: with spares its requeue goes through the node guard.
+    assert "hpcdl_exclude_and_requeue && sleep 300" in dry.stderr
+    assert "hpcdl_job=${SLURM_ARRAY_JOB_ID:+" in dry.stderr
+    as_json = json.loads(sweep(*args, "--dry-run", "--json").stdout)
+    assert (as_json["requeue"], as_json["max_restarts"], as_json["spares"]) == (True, 2, 1)
+    assert "hpcdl_supervise" in as_json["points"][1]["job_script"]
+    res = sweep(*args, "--json")
+    assert res.exit_code == 0, res.output
+    assert fake.counts()["sbatch"] == 1
+    sweep_dir = Path(json.loads(res.stdout)["sweep_dir"])
+    array = (sweep_dir / "array.sbatch").read_text()
+    for line in ("#SBATCH --nodes=2", "#SBATCH --signal=B:USR2@120", "#SBATCH --requeue",
+                 "#SBATCH --open-mode=append", "#SBATCH --no-kill"):
+        assert line in array.splitlines(), array
+    for index in (0, 1):
+        point = sweep_dir / f"point-00{index}"
+        script = (point / "job.sbatch").read_text()
+        assert 'hpcdl_job=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_' in script
+        assert f"{point}/checkpoints" in script and "--resume" in script
+        plan = json.loads((point / "plan.json").read_text())
+        assert (plan["requeue"], plan["max_restarts"], plan["spares"]) == (True, 2, 1)
+    assert (sweep_dir / "point-001" / "job" / "bin" / "hpcdl-nodes").is_file()
+
+
+def test_retry_failed_takes_no_requeue_options_of_its_own(fake: FakeSlurm,
+                                                           tmp_path: Path) -> None:
+    assert sweep(*GRID, "--wait").exit_code == 1
+    fake.reset_calls()
+    res = run_cli("sweep", "--retry-failed", str(sweep_dir_of(tmp_path)), "--requeue")
+    assert res.exit_code == 2 and "--requeue and --spares included, are the sweep's" \
+        in res.output and fake.counts()["sbatch"] == 0
+
+
+def test_retry_failed_checks_the_failed_indices_against_max_array_size_again(
+        fake: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The failed point keeps its index (task 3): a cluster whose MaxArraySize went down
+    to 3 since the sweep takes tasks 0-2 only: refused before anything moves."""
+    first = sweep(*GRID, "--wait")
+    assert first.exit_code == 1 and "6 points, 5 completed" in first.stdout
+    sweep_dir = sweep_dir_of(tmp_path)
+    monkeypatch.delenv("HPCDL_SKIP_LIVE_CHECK")
+    fake.scenario(max_array_size=3, default={"states": [["COMPLETED", 0]],
+                                             "stdout": out_for(1.0)})
+    fake.reset_calls()
+    res = run_cli("sweep", "--retry-failed", str(sweep_dir))
+    assert res.exit_code == 2, res.output
+    (line,) = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert line == ("error: retry-failed: point 3 is array task 3, but the cluster allows "
+                    "tasks 0-2 (MaxArraySize = 3 in scontrol show config); nothing resubmitted")
+    assert fake.counts()["sbatch"] == 0
+    point = sweep_dir / "point-003"
+    assert (point / "result.json").is_file() and not list(point.glob("result-*.json"))
+    assert json.loads((point / "job.json").read_text())["job_id"] == "100_3"
+    fake.scenario(max_array_size=4, default={"states": [["COMPLETED", 0]],
+                                             "stdout": out_for(1.0)})
+    again = run_cli("sweep", "--retry-failed", str(sweep_dir), "--wait")
+    assert again.exit_code == 0 and "6 points, 6 completed" in again.stdout, again.output
+    assert [c for c in fake.calls() if c["tool"] == "scontrol" and "config" in c["argv"]]
