@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from hpcdl.core.errors import ConfigError, UserInputError
 from hpcdl.core.resources import containers_dir
@@ -28,12 +28,14 @@ from hpcdl.core.tokens import (
     ImageName,
     ImageRef,
     ImageTag,
+    Kind,
     LabelKey,
     OsVersion,
     Requirement,
     Text,
     Url,
     Version,
+    checker,
 )
 from hpcdl.core.yamlmodel import load_yaml_model, parse_yaml_model
 
@@ -125,6 +127,23 @@ class Horovod(_Strict):
         return v
 
 
+_PY_VERSION = Kind("python version (3.X)", re.compile(r"3\.\d{1,2}"), "3.11")
+_GLIBC = Kind("glibc version (2.X)", re.compile(r"2\.\d{1,2}"), "2.36")
+_MACHINE = Kind("machine", re.compile(r"x86_64|aarch64|ppc64le|s390x"), "x86_64")
+PyVersion = Annotated[str, Strict(), checker(_PY_VERSION), _PY_VERSION]
+GlibcVersion = Annotated[str, Strict(), checker(_GLIBC), _GLIBC]
+Machine = Annotated[str, Strict(), checker(_MACHINE), _MACHINE]
+
+
+class WheelTarget(_Strict):
+    """The image's Python and platform, for resolving pip.packages on the host when
+    hpcdl cannot read them (a docker base; or to pin them)."""
+
+    python: PyVersion = Field(description="the image python's version, e.g. '3.11'")
+    glibc: GlibcVersion = Field(description="the image's glibc version, e.g. '2.36' (bookworm)")
+    machine: Machine = Field(default="x86_64", description="the image's machine")
+
+
 class Pip(_Strict):
     """Python packages: from an index, or offline from a wheelhouse."""
 
@@ -140,6 +159,15 @@ class Pip(_Strict):
         default_factory=list, description="requirements installed --no-index from the wheelhouse"
     )
     packages: list[Requirement] = Field(default_factory=list, description="requirements from the index")
+    resolve: Literal["build", "host"] = Field(
+        default="build",
+        description="where pip.packages are resolved: build (pip in %post, from the index) "
+        "or host (pip download on the host for the image's Python and platform, installed "
+        "--no-index: the build needs no network; as `hpcdl build --offline`)")
+    target: WheelTarget | None = Field(
+        default=None,
+        description="the image's Python and platform for resolve: host (default: read from "
+        "a localimage base, or the debootstrap release's python3; needed for a docker base)")
 
     @field_validator("local", "packages")
     @classmethod
