@@ -40,7 +40,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,9 @@ class Target:
     python: str  # "3.11"
     glibc: str  # "2.36"
     machine: str  # "x86_64"
-    source: str = ""  # where it was read: "pip.target", "base image ...", "debootstrap bookworm"
+    # Where it was read ("pip.target", "base image ...", "debootstrap bookworm"): not
+    # part of what it is.
+    source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         for value, pattern, what in ((self.python, PY_VERSION, "python version (3.X)"),
