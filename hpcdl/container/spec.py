@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hpcdl.core.errors import ConfigError, UserInputError
 from hpcdl.core.resources import containers_dir
@@ -24,18 +24,19 @@ from hpcdl.core.tokens import (
     DefText,
     EnvName,
     Executable,
+    GlibcVersion,
     HostPath,
     ImageName,
     ImageRef,
     ImageTag,
-    Kind,
     LabelKey,
+    Machine,
     OsVersion,
+    PyVersion,
     Requirement,
     Text,
     Url,
     Version,
-    checker,
 )
 from hpcdl.core.yamlmodel import load_yaml_model, parse_yaml_model
 
@@ -125,14 +126,6 @@ class Horovod(_Strict):
         if not v:
             raise ValueError("at least one controller (mpi, gloo) is needed")
         return v
-
-
-_PY_VERSION = Kind("python version (3.X)", re.compile(r"3\.\d{1,2}"), "3.11")
-_GLIBC = Kind("glibc version (2.X)", re.compile(r"2\.\d{1,2}"), "2.36")
-_MACHINE = Kind("machine", re.compile(r"x86_64|aarch64|ppc64le|s390x"), "x86_64")
-PyVersion = Annotated[str, Strict(), checker(_PY_VERSION), _PY_VERSION]
-GlibcVersion = Annotated[str, Strict(), checker(_GLIBC), _GLIBC]
-Machine = Annotated[str, Strict(), checker(_MACHINE), _MACHINE]
 
 
 class WheelTarget(_Strict):

@@ -48,12 +48,9 @@ from hpcdl.container.definition import WHEELS_DEST as DEST
 from hpcdl.container.spec import ImageSpec
 from hpcdl.core import proc
 from hpcdl.core.errors import ToolError, UserInputError
+from hpcdl.core.tokens import GLIBC_VERSION, MACHINE, PY_VERSION, check_token
 
 KEY_VERSION = 1
-# What pip download is told; every value is checked with re.fullmatch before it is used.
-PY_VERSION = re.compile(r"3\.\d{1,2}")
-GLIBC = re.compile(r"2\.\d{1,2}")
-MACHINE = re.compile(r"x86_64|aarch64|ppc64le|s390x")
 # A wheelhouse root lands unquoted in %files (Apptainer cannot quote there).
 ROOT = re.compile(r"/[A-Za-z0-9._+\-/]*")
 # Python and glibc of each Debian/Ubuntu release's system python3 (debootstrap bases).
@@ -87,12 +84,14 @@ class Target:
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        for value, pattern, what in ((self.python, PY_VERSION, "python version (3.X)"),
-                                     (self.glibc, GLIBC, "glibc version (2.X)"),
-                                     (self.machine, MACHINE, "machine (x86_64, aarch64, ...)")):
-            if not pattern.fullmatch(value):
-                raise UserInputError(f"wheel target ({self.source or 'spec'}): {value!r} is "
-                                     f"not a {what}")
+        # What pip download is told (and a base image may print anything): checked with
+        # re.fullmatch, as the spec's pip.target is.
+        for value, kind in ((self.python, PY_VERSION), (self.glibc, GLIBC_VERSION),
+                            (self.machine, MACHINE)):
+            try:
+                check_token(value, kind)
+            except ValueError as exc:
+                raise UserInputError(f"wheel target ({self.source or 'spec'}): {exc}") from None
 
     @property
     def abi(self) -> str:
