@@ -10,8 +10,10 @@ from pathlib import Path
 
 import click
 
-from hpcdl.container.build import execute, plan_build, unprivileged_build
+from hpcdl.container.build import WheelOptions, execute, plan_build, unprivileged_build
+from hpcdl.container.definition import WHEELS_DEST
 from hpcdl.container.spec import bundled_spec_names
+from hpcdl.container.wheels import Resolution, wheel_names
 from hpcdl.core.errors import UserInputError
 from hpcdl.profiles import load_profile
 
@@ -23,6 +25,16 @@ def _default_ref() -> str:
         "build: no SPEC or DEF given and no ./Singularity.def "
         f"(bundled specs: {', '.join(bundled_spec_names())})"
     )
+
+
+def _show_wheels(res: Resolution) -> None:
+    """--dry-run: what resolves pip.packages on the host, and how the build gets them."""
+    state = (f"resolved ({len(wheel_names(res))} wheels)" if res.resolved
+             else "not resolved yet: a build runs")
+    click.echo(f"\n# pip.packages for {res.target.describe()} (from {res.target.source}), "
+               f"{state}:\n#   {res.shown()}", err=True)
+    click.echo(f"# wheelhouse: {res.path} -> {WHEELS_DEST} (%files; pip install --no-index "
+               "--find-links, removed in %post)", err=True)
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -73,10 +85,24 @@ def _profile_binary(profile: str | None) -> str | None:
               help="End the build with a %test that imports torch, torchvision (and runs "
                    "one of its operators), horovod.torch and mpi4py when installed: a "
                    "mismatch fails the build in one line and no image is written.")
+@click.option("--offline", is_flag=True,
+              help="Resolve the spec's pip.packages on this host (pip download of binary "
+                   "wheels for the image's Python and platform, through the host's pip "
+                   "configuration) into a wheelhouse kept by content, and install them in "
+                   "the build with --no-index: the build needs no network. As "
+                   "`pip.resolve: host` in the spec.")
+@click.option("--wheelhouse", "wheel_root", metavar="DIR",
+              help="Where resolved wheelhouses are kept, one folder per content key "
+                   "(default: <cache>/wheelhouses); implies --offline. A folder shared with "
+                   "a build node without network lets it build what a connected host resolved.")
+@click.option("--resolve-only", is_flag=True,
+              help="Resolve pip.packages on this host (as --offline) and stop: on a connected "
+                   "host, before `--offline --wheelhouse DIR` on a build node without network.")
 def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, remote: bool,
           force: bool, profile: str | None, dry_run: bool, as_json: bool, verbose: bool,
           base_image: str | None, host: bool, ca_bundle: str | None,
-          import_check: bool, bake_ca: bool) -> None:
+          import_check: bool, bake_ca: bool, offline: bool, wheel_root: str | None,
+          resolve_only: bool) -> None:
     """Build an image from a spec (containers/NAME.yaml or a bundled NAME), a .def file,
     or a Dockerfile.
 
@@ -98,22 +124,45 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
     host's proxy variables (--dry-run shows them, proxy passwords hidden). The image
     keeps its own CA list.
 
+    Offline (--offline, or `pip.resolve: host` in the spec): the spec's pip.packages are
+    downloaded on this host as binary wheels for the image's Python and platform (read
+    from a localimage base, the debootstrap release, or the spec's pip.target) into
+    <cache>/wheelhouses/KEY, reused while the requirements, indexes and target are the
+    same, copied into the build and installed with --no-index. A package with no wheel
+    for that platform stops the build before it starts (exit 2).
+
     \b
     Examples:
       hpcdl build pytorch-horovod-cpu              # buildable without a registry
       hpcdl build pytorch-horovod-gpu --fakeroot   # on a cluster login node
       hpcdl build my.def -o my.sif --dry-run
       hpcdl build ./Dockerfile --base-image base.sif --dry-run
+      hpcdl build my-spec.yaml --offline --dry-run  # shows the pip download
     """
+    binary = _profile_binary(profile)
+    wheels = WheelOptions(offline=offline or resolve_only or wheel_root is not None,
+                          root=wheel_root, resolve=not dry_run, binary=binary)
     plan = plan_build(ref or _default_ref(), output=output, sandbox=sandbox, fakeroot=fakeroot,
                       remote=remote, force=force, base_image=base_image,
                       host=host or ca_bundle is not None, ca_bundle=ca_bundle,
-                      import_check=import_check, bake_ca=bake_ca)
+                      import_check=import_check, bake_ca=bake_ca, wheels=wheels)
+    if resolve_only:
+        res = plan.wheels
+        if as_json:
+            click.echo(json.dumps({"wheels": res.to_dict() if res else None}, indent=2))
+        elif res is None:
+            click.echo(f"{plan.source}: no pip.packages to resolve")
+        else:
+            click.echo(f"resolved {len(wheel_names(res))} wheels for "
+                       f"{res.target.describe()} in {res.path}")
+        return
     if dry_run:
         if as_json:
             click.echo(json.dumps({**plan.to_dict(), "definition": plan.definition}, indent=2))
             return
         click.echo(plan.definition, nl=False)
+        if plan.wheels:
+            _show_wheels(plan.wheels)
         click.echo(f"\n# build: {plan.shown_command()}", err=True)
         if plan.trust:
             click.echo(f"# host trust: {plan.trust.summary()}", err=True)
@@ -121,7 +170,6 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
                  else "would build: " + "; ".join(plan.reasons))
         click.echo(f"# {plan.output}: {state}; content hash {plan.content_hash[:16]}", err=True)
         return
-    binary = _profile_binary(profile)
     start = time.monotonic()
 
     def progress(line: str) -> None:

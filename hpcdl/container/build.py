@@ -35,7 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.container.cache import cache_dirs
-from hpcdl.container.definition import RenderContext, cache_dir, render_definition
+from hpcdl.container.definition import (
+    WHEELS_DEST,
+    RenderContext,
+    cache_dir,
+    render_definition,
+)
 from hpcdl.container.hashing import (
     content_hash,
     previous_digests,
@@ -47,6 +52,14 @@ from hpcdl.container.recipes import convert_dockerfile, dockerfile_name, is_dock
 from hpcdl.container.runtime import Runtime, find_runtime, runtime_env
 from hpcdl.container.spec import ImageSpec, find_spec, load_spec
 from hpcdl.container.verify import ImportCheck, check_section, parse_import_check
+from hpcdl.container.wheels import (
+    Resolution,
+    check_root,
+    default_root,
+    resolution_for,
+    resolve,
+    target_for,
+)
 from hpcdl.core import proc
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.core.errors import BuildError, ToolError, UserInputError
@@ -79,6 +92,8 @@ class BuildPlan:
     # The host's CA bundle and proxies for %post (None: --no-host-trust or --remote).
     trust: HostTrust | None = None
     import_check: bool = True  # the definition ends with the import check's %test
+    # pip.packages resolved on the host (--offline, pip.resolve: host); None: none.
+    wheels: Resolution | None = None
 
     # Where the staged CA bundle's folder is shown before the build has its folder.
     STAGED_CA = "<build dir>/host-ca"
@@ -123,6 +138,7 @@ class BuildPlan:
             "reasons": list(self.reasons),
             "host_trust": self.trust.to_dict() if self.trust else None,
             "import_check": self.import_check,
+            "wheels": self.wheels.to_dict() if self.wheels else None,
             "log": str(self.log_path),
             "hash_record": str(self.hash_path),
         }
@@ -230,6 +246,7 @@ class _Recipe:
     name: str
     source: str  # the file the recipe came from
     compression: str | None = None  # a spec's squashfs compression
+    wheels: Resolution | None = None  # a spec's pip.packages resolved on the host
 
 
 def _recipe_from_dockerfile(path: Path, base_image: str | None) -> _Recipe:
@@ -251,34 +268,68 @@ def _recipe_from_definition(path: Path) -> _Recipe:
                    source=str(path))
 
 
-def _recipe_from_spec(ref: str) -> _Recipe:
+@dataclass(frozen=True)
+class WheelOptions:
+    """``--offline``/``--wheelhouse``: resolve pip.packages on the host (spec only)."""
+
+    offline: bool = False  # also on when the spec says pip.resolve: host
+    root: str | None = None  # where resolved wheelhouses are kept (default <cache>/wheelhouses)
+    resolve: bool = True  # False (--dry-run): show the pip download, run nothing
+    binary: str | None = None  # the runtime that reads a localimage base's python
+
+
+def _wheels_for(spec: ImageSpec, spec_dir: Path, opts: WheelOptions) -> Resolution | None:
+    """The host resolution of ``spec``'s pip.packages, downloaded unless ``opts.resolve``
+    is off or it is already there; None when the spec installs them from the index."""
+    if not (opts.offline or spec.pip.resolve == "host") or not spec.pip.packages:
+        return None
+    base = None
+    if spec.base.bootstrap == "localimage":
+        path = Path(spec.base.reference).expanduser()
+        base = str(path if path.is_absolute() else spec_dir / path)
+    target = target_for(spec, base_path=base, binary=opts.binary)
+    root = check_root(opts.root) if opts.root else check_root(default_root())
+    res = resolution_for(spec, root, target)
+    return resolve(res) if opts.resolve else res
+
+
+def _recipe_from_spec(ref: str, wheel_opts: WheelOptions | None = None) -> _Recipe:
     """An image spec (a YAML file or a bundled spec name), rendered to a definition."""
     spec_path = find_spec(ref)
     spec = load_spec(spec_path)
+    wheels = _wheels_for(spec, spec_path.resolve().parent, wheel_opts or WheelOptions())
     # A ${HPCDL_CACHE} path (the wheelhouse) is read from the first cache that has it:
     # the user's own, then a site cache they may read but not write (hpcdl.container.cache).
     dirs = cache_dirs()
+    described = wheels.target.describe() if wheels else ""
     ctx = RenderContext(spec_dir=str(spec_path.resolve().parent), cache_dir=dirs.write,
-                        cache_read=dirs.read)
+                        cache_read=dirs.read, wheels=str(wheels.path) if wheels else None,
+                        wheels_target=described)
+    # The resolved folder's place on this host is not content; its wheels are (%files).
+    hash_ctx = replace(HASH_CONTEXT, wheels="${HPCDL_WHEELS}" if wheels else None,
+                       wheels_target=described)
     rendered = render_definition(spec, ctx)
     files = list(rendered.files)
     _check_wheelhouse(spec, files, str(spec_path), dirs.read)
-    return _Recipe(text=rendered.text, hash_text=render_definition(spec, HASH_CONTEXT).text,
+    return _Recipe(text=rendered.text, hash_text=render_definition(spec, hash_ctx).text,
                    files=files, workdir=spec_path.resolve().parent, name=spec.name,
-                   source=str(spec_path), compression=spec.compression)
+                   source=str(spec_path), compression=spec.compression, wheels=wheels)
 
 
-def _recipe(ref: str, base_image: str | None) -> _Recipe:
+def _recipe(ref: str, base_image: str | None, wheels: WheelOptions | None = None) -> _Recipe:
     """Dispatch on the kind of ``ref``: Dockerfile, definition file, else an image spec."""
     path = Path(ref).expanduser()
     dockerfile = path.is_file() and is_dockerfile(path)
     if base_image and not dockerfile:
         raise UserInputError(f"base-image: only applies to a Dockerfile, not to '{ref}'")
+    if wheels and wheels.offline and path.is_file() and (dockerfile or _is_definition(path)):
+        raise UserInputError(f"offline: resolves an image spec's pip.packages, not those of "
+                             f"'{ref}' (a {'Dockerfile' if dockerfile else 'definition file'})")
     if dockerfile:
         return _recipe_from_dockerfile(path, base_image)
     if path.is_file() and _is_definition(path):
         return _recipe_from_definition(path)
-    return _recipe_from_spec(ref)
+    return _recipe_from_spec(ref, wheels)
 
 
 def plan_build(
@@ -295,6 +346,7 @@ def plan_build(
     ca_bundle: str | None = None,
     import_check: bool = True,
     bake_ca: bool = False,
+    wheels: WheelOptions | None = None,
 ) -> BuildPlan:
     """Decide what ``hpcdl build REF`` does. ``REF``: a spec file or bundled spec name,
     a definition file, or a Dockerfile (converted with spython; ``base_image`` replaces
@@ -306,14 +358,18 @@ def plan_build(
     %test (hpcdl.container.verify). Neither changes the content hash: an image built
     with or without them is the same software. ``bake_ca``: keep that CA bundle in the
     image as well (/etc/hpcdl/host-ca.crt, with the CA variables in %environment); it is
-    then content like any copied file.
+    then content like any copied file. ``wheels`` (``--offline``, or a spec's
+    ``pip.resolve: host``): the spec's pip.packages are resolved on this host for the
+    image's Python and platform (hpcdl.container.wheels; this downloads, once per
+    content key, unless ``wheels.resolve`` is off) and installed --no-index; the
+    resolved wheels are content.
 
     Raises UserInputError (unknown spec/file, bad combination, a proxy variable that is
     not a URL), ConfigError (spec) or BuildError (a copied file or wheel is missing).
     """
     if sandbox and remote:
         raise UserInputError("--sandbox and --remote cannot be combined (remote builds give a SIF)")
-    recipe = _recipe(ref, base_image)
+    recipe = _recipe(ref, base_image, wheels)
     trust = host_trust(ca_bundle) if (host or bake_ca) and not remote else None
     if bake_ca:
         if trust is None or not trust.ca_bundle:
@@ -333,6 +389,12 @@ def plan_build(
         + list(extra_options)
 
     inputs = recipe.files + _localimage_source(recipe.text, recipe.workdir)
+    pending: list[str] = []
+    if recipe.wheels and not recipe.wheels.resolved:
+        # --dry-run before the first resolve: the wheels are not known, nor the hash.
+        inputs = [(s, d) for s, d in inputs if d != WHEELS_DEST]
+        pending = [f"pip.packages not resolved yet ({recipe.wheels.key}): the content "
+                   "hash covers the wheels once they are"]
     for src, _dst in inputs:
         if not Path(src).exists():
             raise BuildError(f"{recipe.source}: file to copy in does not exist: {src}")
@@ -343,11 +405,11 @@ def plan_build(
         options=(["sandbox"] if sandbox else []) + ([squash] if squash else []),
         previous=previous_digests(record),
     )
-    up_to_date = bool(
+    up_to_date = not pending and bool(
         record and record.get("hash") == digest.digest and (out.is_dir() if sandbox else out.is_file())
     )
     return BuildPlan(
-        reasons=tuple(rebuild_reasons(record, digest.record(), out, sandbox)),
+        reasons=tuple(pending or rebuild_reasons(record, digest.record(), out, sandbox)),
         source=recipe.source,
         name=recipe.name,
         definition=recipe.text + (check_section() if import_check else ""),
@@ -362,6 +424,7 @@ def plan_build(
         workdir=recipe.workdir,
         trust=trust,
         import_check=import_check,
+        wheels=recipe.wheels,
     )
 
 
@@ -394,6 +457,9 @@ def execute(
     """
     if plan.up_to_date and not plan.force:
         return BuildResult(plan.output, False, 0.0, plan.content_hash, None, None)
+    if plan.wheels and not plan.wheels.resolved:
+        raise BuildError(f"{plan.source}: pip.packages are not resolved on the host "
+                         f"({plan.wheels.path} is missing); plan with wheels resolving")
     runtime = runtime or find_runtime(binary)
     out = plan.output
     out.parent.mkdir(parents=True, exist_ok=True)

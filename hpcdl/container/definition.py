@@ -20,6 +20,8 @@ TEMPLATE = "singularity.def.j2"
 DEFAULT_CACHE = SYSTEM_CACHE
 # Folders of the project copied into /opt/hpcdl (PYTHONPATH) when spec.project is set.
 PROJECT_DIRS = ("hpcdl", "examples")
+# Where a wheelhouse resolved on the host is copied for %post (hpcdl.container.wheels.DEST).
+WHEELS_DEST = "/opt/hpcdl-wheels"
 
 
 def cache_dir() -> str:
@@ -41,6 +43,10 @@ class RenderContext:
     # placeholder or ".") puts them at <project_dir>/hpcdl and <project_dir>/examples.
     project_dir: str | None = None
     spec_dir: str = field(default_factory=lambda: str(containers_dir()))
+    # The host folder pip.packages were resolved into (hpcdl.container.wheels), copied
+    # to WHEELS_DEST and installed from it with --no-index; None: from the index in %post.
+    wheels: str | None = None
+    wheels_target: str = ""  # what they were resolved for ("CPython 3.11 on manylinux_2_36_x86_64")
 
 
 def project_sources(ctx: RenderContext) -> list[tuple[str, str]]:
@@ -77,6 +83,8 @@ def copied_files(spec: ImageSpec, ctx: RenderContext) -> list[tuple[str, str]]:
         if len(candidates) > 1 and not Path(src).exists():
             src = next((c for c in candidates[1:] if Path(c).exists()), src)
         files.append((src, "/opt/wheelhouse"))
+    if ctx.wheels and spec.pip.packages:
+        files.append((ctx.wheels, WHEELS_DEST))
     if spec.project:
         for name, src in project_sources(ctx):
             files.append((src, f"/opt/hpcdl/{name}"))
@@ -135,6 +143,8 @@ def render_definition(spec: ImageSpec, ctx: RenderContext | None = None) -> Defi
             "files": files,
             "horovod_env": horovod_build_env(spec),
             "checks": capability_checks(spec),
+            "wheels": WHEELS_DEST if ctx.wheels and spec.pip.packages else None,
+            "wheels_target": ctx.wheels_target,
         },
     )
     return Definition(text=text, files=tuple(files))

@@ -24,12 +24,15 @@ from hpcdl.core.tokens import (
     DefText,
     EnvName,
     Executable,
+    GlibcVersion,
     HostPath,
     ImageName,
     ImageRef,
     ImageTag,
     LabelKey,
+    Machine,
     OsVersion,
+    PyVersion,
     Requirement,
     Text,
     Url,
@@ -125,6 +128,15 @@ class Horovod(_Strict):
         return v
 
 
+class WheelTarget(_Strict):
+    """The image's Python and platform, for resolving pip.packages on the host when
+    hpcdl cannot read them (a docker base; or to pin them)."""
+
+    python: PyVersion = Field(description="the image python's version, e.g. '3.11'")
+    glibc: GlibcVersion = Field(description="the image's glibc version, e.g. '2.36' (bookworm)")
+    machine: Machine = Field(default="x86_64", description="the image's machine")
+
+
 class Pip(_Strict):
     """Python packages: from an index, or offline from a wheelhouse."""
 
@@ -140,6 +152,15 @@ class Pip(_Strict):
         default_factory=list, description="requirements installed --no-index from the wheelhouse"
     )
     packages: list[Requirement] = Field(default_factory=list, description="requirements from the index")
+    resolve: Literal["build", "host"] = Field(
+        default="build",
+        description="where pip.packages are resolved: build (pip in %post, from the index) "
+        "or host (pip download on the host for the image's Python and platform, installed "
+        "--no-index: the build needs no network; as `hpcdl build --offline`)")
+    target: WheelTarget | None = Field(
+        default=None,
+        description="the image's Python and platform for resolve: host (default: read from "
+        "a localimage base, or the debootstrap release's python3; needed for a docker base)")
 
     @field_validator("local", "packages")
     @classmethod

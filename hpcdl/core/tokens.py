@@ -136,6 +136,11 @@ REQUIREMENT = _kind(
     "torch==2.5.1",
 )
 URL = _kind("URL", r"(https?|file)://[^\s\"'\\`]+", "https://download.pytorch.org/whl/cpu")
+# The image's python and platform for resolving wheels on the host (pip download
+# --python-version / --platform; hpcdl.container.wheels).
+PY_VERSION = _kind("python version (3.X)", r"3\.\d{1,2}", "3.11")
+GLIBC_VERSION = _kind("glibc version (2.X)", r"2\.\d{1,2}", "2.36")
+MACHINE = _kind("machine", r"x86_64|aarch64|ppc64le|s390x", "x86_64")
 LABEL_KEY = _kind("label name", r"[A-Za-z0-9_.\-]+", "org.example.owner")
 # Free text (env values, commands, descriptions): quoted where it lands, one line.
 # A network interface list in NCCL_SOCKET_IFNAME's syntax (prefixes, '=' exact, '^'
@@ -176,6 +181,9 @@ Version = Annotated[str, Strict(), checker(VERSION), VERSION]
 DebPackage = Annotated[str, Strict(), checker(DEB_PACKAGE), DEB_PACKAGE]
 Requirement = Annotated[str, Strict(), checker(REQUIREMENT), REQUIREMENT]
 Url = Annotated[str, Strict(), checker(URL), URL]
+PyVersion = Annotated[str, Strict(), checker(PY_VERSION), PY_VERSION]
+GlibcVersion = Annotated[str, Strict(), checker(GLIBC_VERSION), GLIBC_VERSION]
+Machine = Annotated[str, Strict(), checker(MACHINE), MACHINE]
 LabelKey = Annotated[str, Strict(), checker(LABEL_KEY), LABEL_KEY]
 Text = Annotated[str, Strict(), checker(TEXT), TEXT]
 SshHost = Annotated[str, Strict(), checker(SSH_HOST), SSH_HOST]
@@ -191,5 +199,6 @@ NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 KINDS: tuple[Kind, ...] = (
     NAME, SLURM_VALUE, OPTION_KEY, SLURM_TIME, EXAMPLE_ARG, FILESYSTEM, MODULE, ENV_NAME, REQUEUE_SIGNAL, EXECUTABLE, PATH, SHARED_DIR, BIND_SOURCE, BIND,
     IMAGE_NAME, IMAGE_REF, IMAGE_TAG, OS_VERSION, VERSION, DEB_PACKAGE, REQUIREMENT, URL,
-    LABEL_KEY, TEXT, DEF_TEXT, IFNAME, SSH_HOST, SSH_USER, SSH_JUMP,
+    LABEL_KEY, TEXT, DEF_TEXT, IFNAME, SSH_HOST, SSH_USER, SSH_JUMP, PY_VERSION, GLIBC_VERSION,
+    MACHINE,
 )

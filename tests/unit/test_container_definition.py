@@ -64,6 +64,24 @@ def test_the_torchvision_example_spec_installs_from_pytorchs_cpu_index() -> None
     assert "apt-get" not in text  # the base image's MPI and Python are kept
 
 
+def test_the_offline_example_spec_installs_resolved_wheels_with_no_index() -> None:
+    """examples/specs/cpu-offline-extras.yaml (pip.resolve: host), rendered with a
+    resolved wheelhouse (hpcdl.container.wheels; docs/guide/build.md)."""
+    spec = Path(__file__).resolve().parents[2] / "examples" / "specs" / \
+        "cpu-offline-extras.yaml"
+    ctx = RenderContext(cache_dir="/CACHE", project_dir="/PROJECT", spec_dir="/SPECS",
+                        wheels="/CACHE/wheelhouses/KEY",
+                        wheels_target="CPython 3.11 on manylinux_2_36_x86_64")
+    text = render_definition(load_spec(spec), ctx).text
+    check_golden(GOLDEN / "cpu-offline-extras.def", text)
+    assert "%files\n    /CACHE/wheelhouses/KEY /opt/hpcdl-wheels\n" in text
+    assert ("    python3 -m pip install --no-index --find-links /opt/hpcdl-wheels tqdm msgpack\n"
+            "    rm -rf /opt/hpcdl-wheels\n") in text
+    assert "PIP_INDEX_URL" not in text and "apt-get" not in text
+    # without a resolved wheelhouse the same spec would install from the index
+    assert "pip install tqdm msgpack\n" in render_definition(load_spec(spec), CTX).text
+
+
 def test_root_singularity_def_is_the_rendered_default_image() -> None:
     text = render_root_definition()
     if REGEN:

@@ -257,6 +257,7 @@ def _spec_doc(name: str) -> dict[str, Any]:
     doc["pip"].setdefault("index_url", "https://pypi.org/simple")
     doc["pip"].setdefault("extra_index_urls", ["https://download.pytorch.org/whl/cpu"])
     doc["pip"].setdefault("packages", ["tqdm==4.66.0"])
+    doc["pip"].setdefault("target", {"python": "3.11", "glibc": "2.36"})
     doc["base"].setdefault("include", ["ca-certificates"])
     return doc
 
