@@ -36,9 +36,8 @@ from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.probe.worker import DEFAULT_SLOW_RATIO
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
-from hpcdl.remote.ssh import SshExecutor
 from hpcdl.schedulers.dialects import dialect_for, refuse
-from hpcdl.schedulers.registry import login_node
+from hpcdl.schedulers.executor import executor_for
 
 # Starts the line above each job-side file a dry run prints after the script (the
 # arrow of `head FILE...`): a reader or a test finds where each file begins.
@@ -432,12 +431,11 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
                          cpus_per_task=cpus_per_task, job_name=job_name or "interactive",
                          command=command, template=template)
     plan = build_alloc(prof, request)
+    executor = executor_for(prof)  # opens nothing: a connection starts with its first use
     if dry_run:
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
-        if prof.login:
-            click.echo(f"# runs on the login node {login_node(prof.login).target} (ssh -t)",
-                       err=True)
+        if executor.remote:
+            click.echo(f"# runs on the login node {executor.target} (ssh -t)", err=True)
         click.echo(plan.script, nl=False)
         return
-    login = SshExecutor.for_login(login_node(prof.login)) if prof.login else None
-    raise SystemExit(run_alloc(plan, login))
+    raise SystemExit(run_alloc(plan, executor))
