@@ -63,6 +63,10 @@ class Executor(Protocol):
         """Where the commands run, in words, as the transport's errors begin."""
         ...
 
+    def __hash__(self) -> int:
+        """Hashable (remote.dirs asks a transport for the remote home once)."""
+        ...
+
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True) -> proc.Result:
         """Run ``argv``; raise ToolError when it is missing, times out, or (with
         ``check``) exits non-zero. The result carries ``argv`` as given."""
