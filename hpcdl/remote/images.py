@@ -313,6 +313,12 @@ class Progress:
                   f"{left} left)")
 
 
+def copy_argv(ex: SshExecutor, local: Path, tmp: str) -> list[str]:
+    """The local rsync that push_image runs to copy ``local`` to ``tmp`` on the login
+    node (what `hpcdl push --dry-run` shows). Pure."""
+    return ex.rsync_argv(str(local), ":" + tmp)
+
+
 def rename_argv(tmp: str, path: str) -> list[str]:
     """The remote command that puts the copy in place: ``mv -f`` (a rename within one
     directory, atomic), with ``-T`` so that a directory of that name is an error

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 # that went away for a moment (a follow loop tries again), one the profile names but that
 # cannot be used as given (exit 2), and any failure on it.
 __all__ = ["LOCAL", "ConnectionLost", "Executor", "LocalExecutor", "RemoteError",
-           "RemoteInputError", "executor_for", "executor_for_login", "login_node"]
+           "RemoteInputError", "executor_for", "executor_for_login", "login_node",
+           "ssh_transport"]
 
 
 class Executor(Protocol):
@@ -182,3 +183,10 @@ def executor_for(profile: Profile) -> Executor:
     """Where the profile's scheduler commands run: its login node over SSH when it names
     one, else this machine. The one place the ``login:`` block picks a transport."""
     return executor_for_login(profile.login)
+
+
+def ssh_transport(profile: Profile) -> SshExecutor | None:
+    """The SSH transport of the profile's ``login:`` block, for what only SSH does
+    (`hpcdl push`: an image rsynced into login.images, with its progress, and the rsync
+    shown by its dry run); None without a login node."""
+    return SshExecutor.for_login(login_node(profile.login)) if profile.login else None
