@@ -56,9 +56,8 @@ def detect_cluster(login: Login | None = None) -> ClusterFacts:
     SSH. Raises ToolError, UserInputError (a login node that cannot be used)."""
     from hpcdl.schedulers.slurm.detect import gather, gather_remote
 
-    if login is None:
-        return gather()
-    return gather_remote(executor_for_login(login))
+    executor = executor_for_login(login)  # the transport decides; this asks it
+    return gather_remote(executor) if executor.remote else gather()
 
 
 def describe_cluster(facts: ClusterFacts, name: str | None = None, when: str | None = None,
