@@ -250,7 +250,7 @@ def warm_master(laptop: Person) -> None:
     laptop.run([str(VENV / "bin" / "python"), "-c", WARM], timeout=120)
 
 
-WARM = ("from hpcdl.jobs.place import connect; from hpcdl.profiles import load_profile; "
+WARM = ("from hpcdl.jobs.cluster import connect; from hpcdl.profiles import load_profile; "
         "connect(load_profile('sandbox-remote')).executor.run(['true'], timeout=60)")
 
 # -- 2. SSH commands per polling cycle -------------------------------------------------------
@@ -259,7 +259,7 @@ DRIVER = r"""
 import json, sys, time
 from pathlib import Path
 from hpcdl.jobs.follow import Watcher
-from hpcdl.jobs.place import connect
+from hpcdl.jobs.cluster import connect
 from hpcdl.profiles import load_profile
 
 ids, cycles, log = sys.argv[1].split(","), int(sys.argv[2]), Path(sys.argv[3])

@@ -26,12 +26,12 @@ from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.timelimit import timeout_message
 from hpcdl.launch.nodes import RECOVERIES_NAME
 from hpcdl.probe.worker import format_size
-from hpcdl.remote.ssh import ConnectionLost
 from hpcdl.results.logs import describe_failures, format_result_table
 from hpcdl.results.protocol import without_probe
 from hpcdl.results.record import JobLogs, ResultRecord
 from hpcdl.results.table import Row
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler
+from hpcdl.schedulers.executor import ConnectionLost
 from hpcdl.schedulers.registry import scheduler_for
 
 

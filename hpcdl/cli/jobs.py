@@ -9,8 +9,8 @@ import click
 from hpcdl.cli.display import attempt_lines, lost_line
 from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.attempts import no_step_message
+from hpcdl.jobs.cluster import connect, reconnect
 from hpcdl.jobs.follow import log_chunks
-from hpcdl.jobs.place import connect, reconnect
 from hpcdl.jobs.recoveries import excluded_line
 from hpcdl.jobs.recoveries import lines as recovery_lines
 from hpcdl.jobs.rundir import RunDir, find_array_runs, find_run

@@ -5,19 +5,16 @@ from __future__ import annotations
 import click
 
 from hpcdl.core.errors import ValidationError
-from hpcdl.jobs.preflight import runtime_mode
-from hpcdl.plan import GPU_BINDS, LAUNCHERS, JobRequest, RuntimeMode, job_image
-from hpcdl.profiles.schema import Profile
+from hpcdl.jobs.cluster import Cluster
+from hpcdl.plan import GPU_BINDS, LAUNCHERS, JobRequest, RuntimeMode
 
 
-def runtime_mode_for(profile: Profile, request: JobRequest) -> RuntimeMode | None:
-    """How the request's container runtime will run its ranks (hpcdl.jobs.preflight's
+def runtime_mode_for(cluster: Cluster, request: JobRequest) -> RuntimeMode | None:
+    """How the request's container runtime will run its ranks (the Cluster's
     runtime_mode), printing its warning when this host cannot run images as this user.
-    None for a cluster reached over SSH: this machine is not its nodes (the profile's
+    None for a cluster elsewhere: this machine is not its nodes (the profile's
     container.mode says)."""
-    if profile.login is not None:
-        return None
-    mode, warning = runtime_mode(job_image(profile, request)[0], profile.container.binary)
+    mode, warning = cluster.runtime_mode(request)
     if warning:
         click.echo(f"warning: {warning}", err=True)
     return mode

@@ -50,20 +50,25 @@ def push(image: Path, profile: str | None, as_json: bool, dry_run: bool) -> None
     """
     from hpcdl.core.errors import UserInputError
     from hpcdl.profiles import load_profile
-    from hpcdl.remote.images import check_image, human_mb, plan_push, push_image, rename_argv
-    from hpcdl.remote.ssh import SshExecutor
-    from hpcdl.schedulers.registry import executor_for
+    from hpcdl.remote.images import (
+        check_image,
+        copy_argv,
+        human_mb,
+        plan_push,
+        push_image,
+        rename_argv,
+    )
+    from hpcdl.schedulers.executor import ssh_transport
 
     prof = load_profile(profile)
-    if prof.login is None:
+    ex = ssh_transport(prof)  # opens nothing yet
+    if ex is None or prof.login is None:
         raise UserInputError(f"profile {prof.name} has no login: node; push is for a cluster "
                              f"reached over SSH",
                              hint="on the cluster itself, pass the image's path to "
                                   "submit --image")
     local = image.expanduser().absolute()
     check_image(local)  # a missing image is refused before any connection
-    ex = executor_for(prof)
-    assert isinstance(ex, SshExecutor)
 
     def note(line: str) -> None:
         click.echo(line, err=True)
@@ -82,7 +87,7 @@ def push(image: Path, profile: str | None, as_json: bool, dry_run: bool) -> None
             tmp = plan.temp_path("RANDOM")
             click.echo(f"would push {image} ({human_mb(plan.size)}, sha256 {plan.sha256}) "
                        f"-> {plan.host}:{plan.remote_path}")
-            click.echo(f"  {shlex.join(ex.rsync_argv(str(local), ':' + tmp))}")
+            click.echo(f"  {shlex.join(copy_argv(ex, local, tmp))}")
             mv = shlex.join(rename_argv(tmp, plan.remote_path))
             click.echo(f"  then on {plan.host}: {mv}")
         return

@@ -13,12 +13,11 @@ from hpcdl.cli.display import SweepBar, done_line, probe_view
 from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
 from hpcdl.cli.submit import defaults_line
 from hpcdl.core.errors import ValidationError
-from hpcdl.jobs.place import connect
-from hpcdl.jobs.preflight import check_inputs, for_cluster, image_arch_facts
+from hpcdl.jobs.cluster import connect
 from hpcdl.jobs.results import connection_for, load_rows, probe_report, stragglers
 from hpcdl.jobs.submit import Submitted
 from hpcdl.jobs.sweep import finish_sweep, start_sweep
-from hpcdl.plan import JobRequest, job_image
+from hpcdl.plan import JobRequest
 from hpcdl.profiles import load_profile
 from hpcdl.results.plot import build_figure, write_png
 from hpcdl.results.table import FIELDS, Row, count, format_table, to_csv, to_json
@@ -108,8 +107,9 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     points = expand(backends, nodes, gpus, batches)
     base, why = pin_partition(prof, base, points)  # one partition: comparable speedups
     # The image's build record (its GPU architectures), read once for every point's check.
-    facts = image_arch_facts(job_image(prof, base)[0]) if prof.login is None else None
-    mode = runtime_mode_for(prof, base)
+    conn = connect(prof)
+    facts = conn.image_facts(base)
+    mode = runtime_mode_for(conn, base)
     if dry_run:
         _show_plans(plan_points(prof, base, points, image_facts=facts, runtime_mode=mode), why,
                     as_json)
@@ -117,12 +117,10 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     # Each point planned once, with its run directory in the sweep directory: those
     # plans are what gets submitted.
     sweep_dir = sweep_path(sweep_id)
-    conn = connect(prof)
-    base = for_cluster(prof, base, conn)  # the image and code as the nodes see them
+    base = conn.for_cluster(base)  # the image and code as the nodes see them
     plans = plan_points(prof, base, points, sweep_dir, facts, mode,
                         place=conn.place)  # raises before writing
-    if conn.ssh is None:
-        check_inputs(base, image=plans[0][1].image)
+    conn.check_inputs(base, image=plans[0][1].image)
 
     def submitted(point: SweepPoint, sub: Submitted) -> None:
         click.echo(f"submitted {point.label}: job {sub.job_id} ({count(point.ranks, 'rank')} on "

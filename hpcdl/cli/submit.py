@@ -22,23 +22,15 @@ from hpcdl.core.errors import ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.hang.diagnosis import HANG_ACTIONS, Diagnosis, parse_seconds
 from hpcdl.jobs.alloc import build_alloc, run_alloc
+from hpcdl.jobs.cluster import Cluster, connect
 from hpcdl.jobs.flow import follow_job, submit_job
-from hpcdl.jobs.place import Connection, connect
-from hpcdl.jobs.preflight import (
-    check_inputs,
-    connect_for_cluster,
-    image_arch_facts,
-    many_files_warning,
-)
 from hpcdl.jobs.submit import plan_run
-from hpcdl.plan import BACKENDS, JobPlan, JobRequest, RuntimeMode, build_plan, job_image
+from hpcdl.plan import BACKENDS, JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.probe.worker import DEFAULT_SLOW_RATIO
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
-from hpcdl.remote.ssh import SshExecutor
 from hpcdl.schedulers.dialects import dialect_for, refuse
-from hpcdl.schedulers.registry import login_node
 
 # Starts the line above each job-side file a dry run prints after the script (the
 # arrow of `head FILE...`): a reader or a test finds where each file begins.
@@ -168,11 +160,11 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     """
     hang_s = _hang_seconds(hang_timeout, wait=wait, dry_run=dry_run)
     prof = load_profile(profile)
-    if hang_s is not None and prof.login is not None and not dry_run:
-        # The watchdog reads the run directory as the job writes it: on the cluster.
-        raise ValidationError(f"hang-timeout: not yet for a cluster reached over SSH "
-                              f"(profile {prof.name} has login: {prof.login.host})",
-                              hint="run hpcdl on the cluster's login node for --hang-timeout")
+    # The one handle on the cluster: where its commands run and its run directories
+    # live; it answers every question below that turns on where the cluster is.
+    cluster = connect(prof, local_root=run_dir.resolve().parent if run_dir else None,
+                      dry_run=dry_run)
+    cluster.check_hang_watch(hang_s)  # the watchdog reads the run directory where it is
     if not dry_run:
         refuse(prof, "submit")  # a PBS profile's script is for reading (exit 2)
     for name, value in (("probe-sizes", probe_sizes), ("probe-slow-ratio", probe_slow_ratio)):
@@ -194,25 +186,22 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         stage_data=stage_data,
         code_dir=str(code) if code is not None else None,
     )
-    if code is not None and prof.login is None:
-        raise ValidationError(f"code: --code copies your code to a cluster reached over SSH; "
-                              f"profile {prof.name} has no login: (the job starts where you "
-                              f"submit)")
+    cluster.check_code(code)
     # Reads the image's build record (its GPU architectures) for the plan's check.
-    facts = image_arch_facts(job_image(prof, request)[0]) if prof.login is None else None
-    mode = runtime_mode_for(prof, request)
-    ready = prepare(prof, request, dry_run=dry_run, image_facts=facts, runtime_mode=mode)
+    facts = cluster.image_facts(request)
+    mode = runtime_mode_for(cluster, request)
+    ready = prepare(prof, request, dry_run=dry_run, image_facts=facts, runtime_mode=mode,
+                    cluster=cluster)
     # After the plan accepted the request (a refusal stays one line); on this host's
     # files only: over SSH --data is a path on the cluster.
-    if prof.login is None and (crowded := many_files_warning(prof, ready.request)):
+    if crowded := cluster.many_files_warning(ready.request):
         click.echo(f"warning: {crowded}", err=True)
     if ready.notes is not None:
         print_dry_run(ready.plan, as_json=as_json, notes=ready.notes)
         return
     conn, plan = ready.conn, ready.plan
     assert conn is not None  # a real submission always has its connection
-    if conn.ssh is None:
-        check_inputs(ready.request, image=plan.image)
+    conn.check_inputs(ready.request, image=plan.image)
     status = submit_and_show(prof, plan, wait=wait, as_json=as_json, conn=conn)
     if status:
         raise SystemExit(status)
@@ -225,7 +214,7 @@ class Prepared:
     ``notes``: for a dry run, what it left unchecked (stderr lines); None for real.
     ``conn`` is None for a PBS dry run: hpcdl connects to no PBS server."""
 
-    conn: Connection | None
+    conn: Cluster | None
     request: JobRequest
     plan: JobPlan
     notes: list[str] | None
@@ -233,26 +222,29 @@ class Prepared:
 
 def prepare(prof: Profile, request: JobRequest, *, dry_run: bool, run_name: str | None = None,
             image_facts: ImageArchFacts | None = None,
-            runtime_mode: RuntimeMode | None = None) -> Prepared:
+            runtime_mode: RuntimeMode | None = None, cluster: Cluster | None = None
+            ) -> Prepared:
     """The one road from a request to the plan a submission submits, for submit and
     probe, dry run or not: the same connection (its place maps the run directory to the
     cluster's path), the same image and code mapping (for_cluster) and the same run
     directory choice (plan_run: ``request.run_dir``, else a new name under $HPCDL_RUNS,
     chosen now). A dry run differs only in what it does not do: it asks the cluster
     nothing it can do without (see for_cluster's ``notes``), and it creates, ships and
-    submits nothing. Raises ValidationError, RenderError before anything is written."""
+    submits nothing. ``cluster``: the profile's handle when the caller has it (made
+    with the same dry_run and run directory root), else connected here.
+    Raises ValidationError, RenderError before anything is written."""
     if dry_run and not dialect_for(prof.scheduler.type).submits:
         # A PBS script is for reading: hpcdl never makes a run directory for it, so the
         # script shows none (./job, $PBS_O_WORKDIR) instead of one nobody creates.
         return Prepared(None, request, build_plan(prof, request, image_facts, runtime_mode), [])
     local_root = Path(request.run_dir).parent if request.run_dir is not None else None
-    conn, request, notes = connect_for_cluster(prof, request, dry_run=dry_run,
-                                               local_root=local_root)
+    conn = cluster or connect(prof, local_root=local_root, dry_run=dry_run)
+    request, notes = conn.request_for(request)
     # Planned once, with the run directory it will use; that plan is what gets submitted.
     plan = plan_run(prof, request, run_name=run_name, image_facts=image_facts,
                     runtime_mode=runtime_mode, place=conn.place)  # raises before writing
     if notes is not None and plan.run_dir is not None:
-        where = " on the cluster" if conn.place.remote else ""
+        where = " on the cluster" if conn.remote else ""
         if request.run_dir is None:
             notes.insert(0, f"run directory{where} {plan.run_dir}: the name a submission "
                             f"made now gets (one made later gets a new name; --run-dir "
@@ -325,7 +317,7 @@ def defaults_line(plan: JobPlan) -> str:
 
 def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
                     timeout: float | None = None, probe: bool = False,
-                    conn: Connection | None = None) -> int:
+                    conn: Cluster | None = None) -> int:
     """Submit ``plan`` and print the job id; with ``wait`` follow the job, showing its
     status line and what the hang watchdog finds, and print how it ended.
 
@@ -432,12 +424,11 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
                          cpus_per_task=cpus_per_task, job_name=job_name or "interactive",
                          command=command, template=template)
     plan = build_alloc(prof, request)
+    executor = connect(prof).executor  # opens nothing: a connection starts with its first use
     if dry_run:
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
-        if prof.login:
-            click.echo(f"# runs on the login node {login_node(prof.login).target} (ssh -t)",
-                       err=True)
+        if executor.remote:
+            click.echo(f"# runs on the login node {executor.target} (ssh -t)", err=True)
         click.echo(plan.script, nl=False)
         return
-    login = SshExecutor.for_login(login_node(prof.login)) if prof.login else None
-    raise SystemExit(run_alloc(plan, login))
+    raise SystemExit(run_alloc(plan, executor))

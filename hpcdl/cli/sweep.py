@@ -15,7 +15,7 @@ from hpcdl.cli.options import example_options, launch_options, parse_env, runtim
 from hpcdl.cli.submit import JOB_FILE_HEADER, defaults_line
 from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.place import HERE, RunPlace
-from hpcdl.plan import BACKENDS, JobRequest, job_image
+from hpcdl.plan import BACKENDS, JobRequest
 
 
 @click.command()
@@ -112,7 +112,7 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
       hpcdl sweep -p sandbox -G 1 --random 20 --param lr=log:1e-4:1e-1 --seed 1 --dry-run
       hpcdl sweep --retry-failed runs/sweep-20261126-101500-ab12 --wait
     """
-    from hpcdl.jobs.preflight import check_inputs, connect_for_cluster, image_arch_facts
+    from hpcdl.jobs.cluster import connect
     from hpcdl.profiles import load_profile
     from hpcdl.schedulers.dialects import refuse
     from hpcdl.sweep import arrays
@@ -144,16 +144,17 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
                       example_args=example_args, template=template, no_image=no_image,
                       launcher=launcher, gpu_bind=gpu_bind, requeue=requeue,
                       max_restarts=max_restarts, signal=signal, spares=spares)
+    conn = connect(prof, dry_run=dry_run)  # the one handle on the cluster (jobs.cluster)
     # The image's build record (its GPU architectures): a local image's, as submit reads it.
-    facts = image_arch_facts(job_image(prof, base)[0]) if prof.login is None else None
-    mode = runtime_mode_for(prof, base)
+    facts = conn.image_facts(base)
+    mode = runtime_mode_for(conn, base)
     # As submit: over a login: profile the image and code as the cluster sees them, and
     # every point's run directory mapped to the cluster's (conn.place).
-    conn, base, notes = connect_for_cluster(prof, base, dry_run=dry_run)
-    if notes is not None and conn.ssh is not None:  # a dry run asks the cluster nothing
+    base, notes = conn.request_for(base)
+    if notes is not None and conn.remote:  # a dry run asks the cluster nothing
         cluster_max = None
         notes.append(f"not checked: the number of points against the cluster's "
-                     f"MaxArraySize (a submission asks {conn.ssh.login.target})")
+                     f"MaxArraySize (a submission asks {conn.executor.target})")
     else:
         cluster_max = arrays.cluster_array_size(conn.scheduler)
     plan = arrays.plan_array(prof, base, points, sweep_dir=sweep_path(sweep_id),
@@ -164,8 +165,7 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     if dry_run:
         _show(plan, as_json, notes=notes or [], cluster_dir=cluster_dir)
         return
-    if conn.ssh is None:  # over SSH the inputs are the cluster's paths (for_cluster checked)
-        check_inputs(base, image=plan.plans[0].image)
+    conn.check_inputs(base, image=plan.plans[0].image)  # here's; the cluster's were checked
     record = arrays.submit_array(prof, plan, scheduler=conn.scheduler, place=conn.place)
     array_id = record["arrays"][0]["job_id"]
     if not as_json:

@@ -9,7 +9,6 @@ its job script, or refuses in one line where hpcdl has no interactive allocation
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from hpcdl.core import proc
@@ -23,11 +22,9 @@ from hpcdl.plan import (
     tasks_per_node,
 )
 from hpcdl.profiles.schema import Profile
-from hpcdl.remote.ssh import SshExecutor
 from hpcdl.schedulers.base import JobSpec
 from hpcdl.schedulers.dialects import dialect_for
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+from hpcdl.schedulers.executor import LOCAL, Executor
 
 
 @dataclass(frozen=True)
@@ -62,27 +59,21 @@ def build_alloc(profile: Profile, req: JobRequest) -> AllocPlan:
     return AllocPlan(profile.name, part.name, reason, alloc.argv, script, alloc.env)
 
 
-def alloc_command(plan: AllocPlan, login: SshExecutor | None = None
+def alloc_command(plan: AllocPlan, executor: Executor = LOCAL
                   ) -> tuple[list[str], dict[str, str]]:
-    """The local command that runs the allocation, and what it adds to the environment:
-    here, the dialect's argv and environment; through ``login`` (a profile with a
-    ``login:`` node), ``ssh -t LOGIN -- env NAME=VALUE ... ARGV`` with every word quoted
-    for the remote shell (ssh does not carry the environment; ``env`` sets it there)."""
-    if login is None:
-        return list(plan.argv), dict(plan.env)
-    for name, _ in plan.env:
-        if not _ENV_NAME.fullmatch(name):
-            raise ValueError(f"environment variable name {name!r}")
-    return login.terminal_argv(["env", *(f"{k}={v}" for k, v in plan.env), *plan.argv]
-                               if plan.env else list(plan.argv)), {}
+    """The local command that runs the allocation, and what it adds to the environment,
+    as the transport ``executor`` runs a program on a terminal where the scheduler's
+    commands run: here, the dialect's argv and environment; through a profile's
+    ``login:`` node, ``ssh -t LOGIN -- env NAME=VALUE ... ARGV`` with every word quoted
+    for the remote shell (see the transport's ``terminal``)."""
+    return executor.terminal(list(plan.argv), dict(plan.env))
 
 
-def run_alloc(plan: AllocPlan, login: SshExecutor | None = None) -> int:
-    """Run the allocation in the foreground (it owns the terminal), on this machine or
-    through the login node ``login`` (its master connection opened first, prompts
-    allowed, so a host key or key refused is one line, not ssh's). Returns its exit
-    code."""
-    if login is not None:
-        login.connect()
-    argv, env = alloc_command(plan, login)
+def run_alloc(plan: AllocPlan, executor: Executor = LOCAL) -> int:
+    """Run the allocation in the foreground (it owns the terminal), where ``executor``
+    runs the scheduler's commands (a login node's master connection is opened first,
+    prompts allowed, so a host key or key refused is one line, not ssh's). Returns its
+    exit code."""
+    executor.connect()
+    argv, env = alloc_command(plan, executor)
     return proc.interactive(argv, env=env)

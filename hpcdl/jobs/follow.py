@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from hpcdl.core.errors import ToolError
-from hpcdl.remote.ssh import ConnectionLost
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler, is_final
+from hpcdl.schedulers.executor import ConnectionLost
 
 T = TypeVar("T")
 

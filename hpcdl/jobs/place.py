@@ -2,9 +2,10 @@
 
 hpcdl on a login node writes the run directory where the nodes read it (``Here``:
 nothing moves). hpcdl on a laptop writes it locally and copies it to the profile's
-``login.runs`` on the cluster with rsync over the login node's SSH connection
-(``OverSsh``): the plan's paths are the cluster's, the local copy is the record, and
-what the job writes (logs, result files) is pulled back into it. The mapping is by
+``login.runs`` on the cluster with the transport's push (``Shipped``): the plan's paths
+are the cluster's, the local copy is the record, and what the job writes (logs, result
+files) is pulled back into it with the transport's pull. Which of the two a profile gets
+is the Cluster handle's decision (hpcdl.jobs.cluster.connect). The mapping is by
 path below a root on each side: a sweep's points stay inside its sweep directory.
 No terminal output: figures come back to the caller.
 """
@@ -16,15 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-import yaml
-
-from hpcdl.jobs.rundir import JOB_DIR_NAME, RunDir, runs_root
-from hpcdl.profiles.schema import Profile
+from hpcdl.jobs.rundir import JOB_DIR_NAME, RunDir
 from hpcdl.remote.dirs import DEFAULT_RUNS, ensure_writable, remote_dir
-from hpcdl.remote.ssh import RemoteError, SshExecutor
-from hpcdl.schedulers.base import Scheduler
-from hpcdl.schedulers.executor import LOCAL, Executor
-from hpcdl.schedulers.registry import executor_for, scheduler_for
+from hpcdl.schedulers.executor import Executor, RemoteError
 
 # What a pull leaves on the cluster: checkpoints (large; the job resumes from them
 # there) and what submit copied there (the local copy is the original).
@@ -96,15 +91,15 @@ HERE = Here()
 
 
 @dataclass
-class OverSsh:
+class Shipped:
     """Run directories under ``local_root`` here and under the profile's ``login.runs``
-    (default: DEFAULT_RUNS in the remote home) on the cluster, moved with rsync over
-    ``ex``'s connection. The remote root is asked for once, when first needed.
+    (default: DEFAULT_RUNS in the remote home) on the cluster, moved with the transport
+    ``ex``'s push and pull (rsync over a login node's connection). The remote root is asked for once, when first needed.
     ``planning``: a dry run's place: paths only (the remote home as remembered from an
     earlier connection when login.runs does not name the root); moving anything is a
     programming error."""
 
-    ex: SshExecutor
+    ex: Executor
     configured_root: str | None
     local_root: Path
     planning: bool = False
@@ -125,7 +120,7 @@ class OverSsh:
             raise RuntimeError("a dry run's place moves nothing")
 
     def describe(self) -> str:
-        return f"{self.ex.login.target}:{self.root}"
+        return f"{self.ex.target}:{self.root}"
 
     def cluster_path(self, local: Path) -> str:
         try:
@@ -176,65 +171,3 @@ def _siblings(path: Path, keep: int = 3) -> list[str]:
         return []
     found.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     return [f"../{p.name}" for p in found[:keep]]
-
-
-def place_for(profile: Profile, executor: Executor, *,
-              local_root: Path | None = None, planning: bool = False) -> RunPlace:
-    """Where ``profile``'s run directories live: on its login node's side when it names
-    one (``executor`` is then the SshExecutor its scheduler uses), else here.
-    ``local_root``: where the local copies go (default: runs_root()); ``planning``: a
-    dry run's (see OverSsh)."""
-    if profile.login is None or not isinstance(executor, SshExecutor):
-        return HERE
-    return OverSsh(executor, profile.login.runs, local_root or runs_root(), planning)
-
-
-@dataclass(frozen=True)
-class Connection:
-    """A profile's scheduler and where its run directories live, both through the same
-    executor (its login node's SSH connection, or this machine)."""
-
-    scheduler: Scheduler
-    place: RunPlace
-    executor: Executor
-
-    @property
-    def ssh(self) -> SshExecutor | None:
-        return self.executor if isinstance(self.executor, SshExecutor) else None
-
-
-def connect(profile: Profile, *, local_root: Path | None = None,
-            dry_run: bool = False) -> Connection:
-    """The profile's Connection; ``local_root``: where local run directories go. Opens
-    nothing: a connection to a login node starts with its first command. ``dry_run``:
-    the place only plans (OverSsh's ``planning``)."""
-    executor = executor_for(profile)
-    return Connection(scheduler_for(profile.name, profile.scheduler.type, executor),
-                      place_for(profile, executor, local_root=local_root, planning=dry_run),
-                      executor)
-
-
-def reconnect(run: RunDir | None) -> Connection:
-    """The scheduler and place of a run directory written by submit, from its own
-    records (profile.yaml, plan.json): a laptop closed mid-run finds its job again. A
-    run without them, or none, is this machine's."""
-    profile = _recorded_profile(run) if run is not None else None
-    if run is None or profile is None or profile.login is None:
-        return Connection(scheduler_for(), HERE, LOCAL)
-    executor = executor_for(profile)
-    assert isinstance(executor, SshExecutor)  # a login: block's
-    try:
-        cluster = run.read_plan().run_dir
-    except (OSError, ValueError):
-        cluster = ""
-    # The run's parent on both sides: a sweep's point maps into its sweep directory.
-    root = posixpath.dirname(cluster) if cluster else profile.login.runs
-    return Connection(scheduler_for(profile.name, profile.scheduler.type, executor),
-                      OverSsh(executor, root, run.path.parent), executor)
-
-
-def _recorded_profile(run: RunDir) -> Profile | None:
-    try:
-        return Profile.model_validate(yaml.safe_load(run.profile_file.read_text(encoding="utf-8")))
-    except (OSError, ValueError, yaml.YAMLError):
-        return None

@@ -8,7 +8,6 @@ missing here is missing in the job too.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from pathlib import Path, PurePosixPath
@@ -20,11 +19,9 @@ from hpcdl.core.errors import UserInputError, ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
 from hpcdl.data.mount import is_packed_name
 from hpcdl.data.packed import check_packed
-from hpcdl.jobs.place import Connection, connect
 from hpcdl.plan import JobRequest, RuntimeMode
 from hpcdl.plan.command import on_shared_path
 from hpcdl.profiles.schema import Profile
-from hpcdl.remote.dirs import known_offline
 
 # A dataset tree on a shared path with more files than this is worth packing: each rank
 # opens every file every epoch through the parallel filesystem's metadata servers (a
@@ -79,8 +76,8 @@ def many_files_warning(profile: Profile, req: JobRequest, *,
             f"{path}.sqfs")
 
 
-# Images that live elsewhere: nothing on this host to read.
-_REMOTE_IMAGE = re.compile(r"[a-z][a-z0-9+.-]*://.*")
+# Images that live elsewhere: nothing on this host to read (nor to push).
+REMOTE_IMAGE = re.compile(r"[a-z][a-z0-9+.-]*://.*")
 
 
 def image_arch_facts(image: str | None) -> ImageArchFacts | None:
@@ -90,7 +87,7 @@ def image_arch_facts(image: str | None) -> ImageArchFacts | None:
     """
     if not image:
         return None
-    if _REMOTE_IMAGE.fullmatch(image):
+    if REMOTE_IMAGE.fullmatch(image):
         return ImageArchFacts(image=image, unknown="a remote image is not read before submission")
     path = Path(image).expanduser()
     if not path.is_file():
@@ -183,95 +180,3 @@ def runtime_mode(image: str | None, binary: str | None = None,
                                 f"set up the same way the ranks will fail to start: see "
                                 f"hpcdl doctor")
     return mode, None
-
-
-def _pushed_copy(field: str, path: str, conn: Connection, profile: Profile,
-                 notes: list[str] | None) -> str:
-    """The cluster's copy of the local file ``path`` that `hpcdl push` made (an image or a
-    packed dataset: content-named there); a dry run (``notes``) names it from the hash
-    computed here and says it was not checked. Raises ValidationError when it was not
-    pushed."""
-    from hpcdl.remote.images import pushed_path, remote_image  # hashing: a local file
-
-    ex, login = conn.ssh, profile.login
-    assert ex is not None and login is not None
-    local = Path(path).expanduser().resolve()
-    if notes is not None:
-        there: str | None = pushed_path(ex, login, local)
-        notes.append(f"not checked: that {path} was pushed to {there} (hpcdl push {path} "
-                     f"-p {profile.name})")
-    else:
-        there = remote_image(ex, login, local)
-    if there is None:
-        raise ValidationError(
-            f"{field}: {path} is not on the cluster yet (profile {profile.name} reaches it "
-            f"through {ex.login.target})",
-            hint=f"copy it there once: hpcdl push {path} -p {profile.name}")
-    return there
-
-
-def for_cluster(profile: Profile, req: JobRequest, conn: Connection, *,
-                notes: list[str] | None = None) -> JobRequest:
-    """``req`` as the cluster will see it: unchanged on a login node; for a cluster
-    reached through the profile's login node (``conn.ssh``), checked there before
-    anything is written: Slurm is there (RemoteInputError), a local ``--image`` becomes its pushed copy on the
-    cluster (`hpcdl push`; refused when it was not pushed), any other image path must
-    be readable on the cluster, and a COMMAND whose script lies in the current
-    directory gets that directory as its code (``--code``), which submit copies along.
-
-    ``notes`` (a dry run): the same paths, decided without the cluster: nothing is
-    asked of it (the pushed image's name from its hash computed here, the remote home
-    from an earlier connection's record; only when neither login.runs/login.images nor
-    that record names it is the login node asked for $HOME, which writes nothing
-    there); each check left out, and that question, is appended to ``notes`` in words.
-    Raises ValidationError (exit 2)."""
-    ex, login = conn.ssh, profile.login
-    if ex is None or login is None:
-        return req
-    if notes is not None:
-        notes.append(f"not checked: that {conn.scheduler.label} answers on {ex.login.target} "
-                     f"(the live check)")
-    else:
-        conn.scheduler.require()  # first: a login node without Slurm is said as such
-    image = req.image
-    local_image = bool(image) and Path(str(image)).expanduser().is_file()
-    if notes is not None:
-        needs = [login.runs] + ([login.images] if local_image else [])
-        if not all(known_offline(ex, configured) for configured in needs):
-            notes.append(f"asked {ex.login.target} for $HOME (reads only): the cluster's "
-                         f"home is not known here yet (set login.runs and login.images to "
-                         f"plan without a connection)")
-    if image and local_image:
-        req = dataclasses.replace(req, image=_pushed_copy("image", image, conn, profile, notes))
-    elif image and not _REMOTE_IMAGE.fullmatch(image):
-        if notes is not None:
-            notes.append(f"not checked: that {image} is readable on the cluster")
-        elif not ex.run(["test", "-r", image], timeout=60, check=False).ok:
-            raise ValidationError(f"image: {image} is neither a file here nor readable on "
-                                  f"the cluster ({ex.login.target})",
-                                  hint=f"push a local image first: hpcdl push IMAGE -p "
-                                       f"{profile.name}")
-    data = req.data
-    if data and is_packed_name(data) and Path(data).expanduser().is_file():
-        # A packed dataset here goes as an image does: pushed once, content-named there.
-        req = dataclasses.replace(req, data=_pushed_copy("data", data, conn, profile, notes))
-    if req.code_dir is None and req.command:
-        script = command_script(req.command)
-        if script and not Path(script).is_absolute() and Path(script).is_file():
-            req = dataclasses.replace(req, code_dir=str(Path.cwd()))
-    if req.code_dir is not None:
-        req = dataclasses.replace(req, code_dir=str(Path(req.code_dir).resolve()))
-    return req
-
-
-def connect_for_cluster(profile: Profile, req: JobRequest, *, dry_run: bool,
-                        local_root: Path | None = None
-                        ) -> tuple[Connection, JobRequest, list[str] | None]:
-    """The profile's connection and ``req`` as the cluster sees it (``for_cluster``: a
-    pushed image's copy, the code of a COMMAND), for submit and sweep alike. A dry run
-    plans only (the connection's place moves nothing, the cluster is asked nothing it
-    can do without) and gets the list of what it left unchecked (``notes``; None for
-    real). Raises ValidationError before anything is written."""
-    conn = connect(profile, local_root=local_root, dry_run=dry_run)
-    notes: list[str] | None = [] if dry_run else None
-    return conn, for_cluster(profile, req, conn, notes=notes), notes

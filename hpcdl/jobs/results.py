@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.core.errors import ValidationError
-from hpcdl.jobs.place import HERE, Connection, RunPlace, reconnect
+from hpcdl.jobs.cluster import Cluster, reconnect
+from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.report.gather import straggler_of
 from hpcdl.results.table import Row, rows_from_csv, rows_from_json
@@ -19,7 +20,7 @@ from hpcdl.sweep.grid import read_sweep
 from hpcdl.sweep.run import collect
 
 
-def connection_for(path: Path) -> Connection:
+def connection_for(path: Path) -> Cluster:
     """How to reach the cluster of a run or sweep directory: through the login node its
     runs' recorded profile names (pulled back from there), else this machine."""
     run = None

@@ -27,7 +27,7 @@ from hpcdl.jobs.timelimit import EXIT_TIMEOUT
 from hpcdl.launch.code import scan_code, stage_code
 from hpcdl.launch.staging import stage
 from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan
-from hpcdl.profiles.schema import Login, Profile
+from hpcdl.profiles.schema import Profile
 from hpcdl.results.record import refused_record
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler, SubmitOptions, is_final
 
@@ -139,7 +139,7 @@ def code_of(profile: Profile, plan: JobPlan, local: Path) -> Any:
     ``local``'s parent. Raises ValidationError for a code directory over its limit."""
     if not plan.code_dir:
         return None
-    return scan_code(Path(plan.code_dir), limit_bytes=_code_limit(profile),
+    return scan_code(Path(plan.code_dir), limit_bytes=profile.code_limit_bytes,
                      skip=(rundir.runs_root(), local.parent))
 
 
@@ -175,14 +175,6 @@ def write_run(profile: Profile, plan: JobPlan, local: Path, *, code: Any = None,
     run.write_plan(plan.script, {**plan.to_dict(), **(extra or {})})
     run.record_inputs(profile.model_dump(mode="json"), plan.image)
     return run
-
-
-# A --code directory's limit without a login node: the profile field's default.
-CODE_LIMIT_MB: int = Login.model_fields["code_limit_mb"].default
-
-
-def _code_limit(profile: Profile) -> int:
-    return (profile.login.code_limit_mb if profile.login else CODE_LIMIT_MB) * 1_000_000
 
 
 def attempts_of(sub_or_run: RunDir, job_ids: list[str], scheduler: Scheduler) -> list[Attempt]:

@@ -382,3 +382,11 @@ class Profile(_Strict):
     @property
     def default_partition(self) -> Partition | None:
         return next((p for p in self.partitions if p.default), None)
+
+    @property
+    def code_limit_bytes(self) -> int:
+        """The most a --code directory may hold: the login: block's code_limit_mb, else
+        that field's default (without login: the job starts where the user submits and
+        nothing is copied, but a library caller may still scan a code directory)."""
+        mb = self.login.code_limit_mb if self.login else Login.model_fields["code_limit_mb"].default
+        return int(mb) * 1_000_000

@@ -33,7 +33,7 @@ from hpcdl.core.atomic import write_json_atomic
 from hpcdl.core.errors import HpcdlError, UserInputError
 from hpcdl.data.mount import is_packed_name
 from hpcdl.remote.dirs import DEFAULT_IMAGES, ensure_writable, remote_dir
-from hpcdl.remote.ssh import SshExecutor, rsync_progress
+from hpcdl.remote.ssh import Shell, SshExecutor, rsync_progress
 
 if TYPE_CHECKING:
     from hpcdl.profiles.schema import Login
@@ -204,13 +204,13 @@ def image_sha256(local: Path, *, cache: Path | None = None, note: Note | None = 
 
 # --- the cluster's side ----------------------------------------------------------------
 
-def images_dir(ex: SshExecutor, login: Login, *, remembered: bool = False) -> str:
+def images_dir(ex: Shell, login: Login, *, remembered: bool = False) -> str:
     """The profile's images directory on the cluster: ``login.images``, else
     ``hpcdl-images`` in the remote home (``remembered``: as hpcdl.remote.dirs.remote_dir)."""
     return remote_dir(ex, login.images, DEFAULT_IMAGES, remembered=remembered)
 
 
-def remote_size(ex: SshExecutor, path: str) -> int | None:
+def remote_size(ex: Shell, path: str) -> int | None:
     """The size of the regular file ``path`` on the login node, or None when there is
     none (or it cannot be read)."""
     res = ex.run(["stat", "-L", "-c", "%F %s", "--", path], timeout=60, check=False)
@@ -226,7 +226,7 @@ _TWINS = ["sh", "-c", 'for f in "$1"/*-"$2".sif "$1"/*-"$2".sqfs; do if [ -f "$f
                       'stat -c "%s %n" -- "$f"; fi; done', "sh"]
 
 
-def remote_twin(ex: SshExecutor, folder: str, sha256: str, size: int) -> str | None:
+def remote_twin(ex: Shell, folder: str, sha256: str, size: int) -> str | None:
     """A file of ``folder`` on the login node named for the same content (another stem,
     the same hash and size), or None."""
     res = ex.run([*_TWINS, folder, sha256[:HASH_HEX]], timeout=60, check=False)
@@ -237,7 +237,7 @@ def remote_twin(ex: SshExecutor, folder: str, sha256: str, size: int) -> str | N
     return None
 
 
-def remote_image(ex: SshExecutor, login: Login, local: Path) -> str | None:
+def remote_image(ex: Shell, login: Login, local: Path) -> str | None:
     """Where ``hpcdl push`` put ``local`` on the cluster, when it is there (same content
     name, same size), else None. Hashes ``local`` unless the cache knows it."""
     digest = image_sha256(local)
@@ -245,7 +245,7 @@ def remote_image(ex: SshExecutor, login: Login, local: Path) -> str | None:
     return path if remote_size(ex, path) == digest.size else None
 
 
-def pushed_path(ex: SshExecutor, login: Login, local: Path) -> str:
+def pushed_path(ex: Shell, login: Login, local: Path) -> str:
     """Where ``hpcdl push`` puts ``local`` on the cluster, decided here without asking
     whether it is there (a dry run): the hash is computed (or recalled) locally and not
     remembered, the images directory is ``login.images`` or the remembered remote home's
@@ -311,6 +311,12 @@ class Progress:
         sent, percent, rate, left = got
         self.note(f"sent {human_mb(sent)} of {human_mb(self.size)} ({percent}%, {rate}, "
                   f"{left} left)")
+
+
+def copy_argv(ex: SshExecutor, local: Path, tmp: str) -> list[str]:
+    """The local rsync that push_image runs to copy ``local`` to ``tmp`` on the login
+    node (what `hpcdl push --dry-run` shows). Pure."""
+    return ex.rsync_argv(str(local), ":" + tmp)
 
 
 def rename_argv(tmp: str, path: str) -> list[str]:

@@ -20,9 +20,10 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from hpcdl.core import proc
 from hpcdl.core.errors import ToolError, UserInputError
@@ -30,6 +31,9 @@ from hpcdl.core.tokens import SSH_HOST, SSH_JUMP, SSH_USER, check_token
 
 # The names reach the script as "$@", never as shell text.
 _WHICH_ALL = ["sh", "-c", 'for c do printf "%s\\n" "$(command -v "$c")"; done', "sh"]
+
+# A name ``env NAME=VALUE`` sets on the remote side (a value is quoted, a name must be one).
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # ssh's own exit status for "could not connect or authenticate" (a remote command's
 # status otherwise comes back unchanged).
@@ -52,6 +56,20 @@ class ConnectionLost(RemoteError):
 class RemoteInputError(UserInputError):
     """The login node named in the profile cannot be used as given (exit 2): unknown
     host, host key not accepted yet or changed, refused key."""
+
+
+class Shell(Hashable, Protocol):
+    """What the cluster-side helpers of hpcdl.remote (its directories, pushed images)
+    need of a transport: a command run there, and a name for messages. SshExecutor is
+    one; so is any hpcdl.schedulers.executor.Executor, which is how the layers above
+    hand theirs over without naming SSH. Hashable: the remote home is asked once per
+    transport (remote_home's cache)."""
+
+    @property
+    def target(self) -> str: ...
+
+    def run(self, argv: Sequence[str], *, timeout: float,
+            check: bool = True) -> proc.Result: ...
 
 
 @dataclass(frozen=True)
@@ -149,12 +167,16 @@ _UNREACHABLE = re.compile(r"Connection refused|Connection timed out|No route to 
                           r"kex_exchange_identification|timed out")
 
 
+def _where(login: LoginNode) -> str:
+    return f"login node {login.target}" + (f" port {login.port}" if login.port else "")
+
+
 def connection_error(login: LoginNode, stderr: str) -> UserInputError | RemoteError:
     """The one-line error for an ssh call that exited 255: an unknown host, a host key
     not yet accepted or changed, or a refused key is the profile's (or the user's) to fix
     (exit 2); an unreachable host may be passing (exit 1)."""
     said = " ".join(stderr.split())[:300] or "no message"
-    where = f"login node {login.target}" + (f" port {login.port}" if login.port else "")
+    where = _where(login)
     if _UNKNOWN_HOST.search(stderr):
         return RemoteInputError(f"{where}: unknown host ({said})")
     if _HOST_KEY_CHANGED.search(stderr):
@@ -221,9 +243,21 @@ class SshExecutor:
     login: LoginNode
     sockets: Path
 
+    # The Executor protocol's facts of a transport: the commands run elsewhere.
+    remote = True
+
     @classmethod
     def for_login(cls, login: LoginNode) -> SshExecutor:
         return cls(login, control_dir())
+
+    @property
+    def target(self) -> str:
+        return self.login.target
+
+    @property
+    def where(self) -> str:
+        """How the one-line errors name the login node (its port when not ssh's)."""
+        return _where(self.login)
 
     def ssh_argv(self, argv: Sequence[str]) -> list[str]:
         """The local argv that runs ``argv`` on the login node."""
@@ -236,6 +270,17 @@ class SshExecutor:
         shell), prompts allowed, on the same master connection and options as ``run``."""
         return ["ssh", "-t", *ssh_options(self.login, self.sockets, batch=False),
                 self.login.host, "--", remote_command(argv)]
+
+    def terminal(self, argv: Sequence[str], env: dict[str, str]
+                 ) -> tuple[list[str], dict[str, str]]:
+        """The Executor protocol's terminal: ``ssh -t LOGIN -- env NAME=VALUE ... ARGV``
+        (terminal_argv), every word quoted for the remote shell: ssh does not carry the
+        environment, ``env`` sets it there; nothing is added here."""
+        for name in env:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"environment variable name {name!r}")
+        words = ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else list(argv)
+        return self.terminal_argv(words), {}
 
     def run(self, argv: Sequence[str], *, timeout: float = 60, check: bool = True,
             input: str | None = None) -> proc.Result:

@@ -6,10 +6,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcdl.core.errors import UserInputError
-from hpcdl.remote.ssh import LoginNode, SshExecutor
 from hpcdl.schedulers.base import RunFiles, Scheduler
-from hpcdl.schedulers.executor import LOCAL, Executor
+from hpcdl.schedulers.executor import LOCAL, Executor, executor_for, executor_for_login
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
+
+# executor_for: re-exported, the one place a profile picks its transport is
+# hpcdl.schedulers.executor.
+__all__ = ["ADAPTERS", "describe_cluster", "detect_cluster", "executor_for",
+           "profile_differences", "run_files", "scheduler_for", "scheduler_of"]
 
 if TYPE_CHECKING:
     from hpcdl.profiles.schema import Login, Profile
@@ -41,20 +45,6 @@ def run_files(kind: str = "slurm") -> RunFiles:
     return scheduler_for(None, kind).run_files
 
 
-def login_node(login: Login) -> LoginNode:
-    """The profile's ``login:`` block as the SSH transport's LoginNode."""
-    return LoginNode(host=login.host, user=login.user, port=login.port,
-                     identity=login.identity, jump=login.jump)
-
-
-def executor_for(profile: Profile) -> Executor:
-    """Where the profile's scheduler commands run: its login node over SSH when it names
-    one, else this machine."""
-    if profile.login is None:
-        return LOCAL
-    return SshExecutor.for_login(login_node(profile.login))
-
-
 def scheduler_of(profile: Profile) -> Scheduler:
     """The profile's scheduler, its commands run where executor_for says."""
     return scheduler_for(profile.name, profile.scheduler.type, executor_for(profile))
@@ -66,9 +56,8 @@ def detect_cluster(login: Login | None = None) -> ClusterFacts:
     SSH. Raises ToolError, UserInputError (a login node that cannot be used)."""
     from hpcdl.schedulers.slurm.detect import gather, gather_remote
 
-    if login is None:
-        return gather()
-    return gather_remote(SshExecutor.for_login(login_node(login)))
+    executor = executor_for_login(login)  # the transport decides; this asks it
+    return gather_remote(executor) if executor.remote else gather()
 
 
 def describe_cluster(facts: ClusterFacts, name: str | None = None, when: str | None = None,

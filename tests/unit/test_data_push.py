@@ -15,9 +15,10 @@ from click.testing import CliRunner
 from hpcdl.cli import cli
 from hpcdl.container.hashing import file_sha256
 from hpcdl.core.errors import ValidationError
-from hpcdl.jobs import preflight
+from hpcdl.jobs.cluster import Cluster, connect
 from hpcdl.plan import JobRequest
 from hpcdl.profiles import load_profile
+from hpcdl.profiles.schema import Profile
 from hpcdl.remote import images
 from hpcdl.remote.images import check_image, remote_name
 from hpcdl.remote.ssh import SshExecutor
@@ -59,10 +60,11 @@ def test_a_remote_dry_run_reads_the_pushed_dataset(
     assert f"hpcdl_stage dataset {there} " in res.stdout and str(data) not in res.stdout
 
 
-def _conn() -> SimpleNamespace:
-    login = SimpleNamespace(target="jdoe@10.77.0.250")
-    return SimpleNamespace(ssh=SimpleNamespace(login=login),
-                           scheduler=SimpleNamespace(require=lambda: None, label="Slurm"))
+def _cluster(prof: Profile) -> Cluster:
+    """The profile's handle with a scheduler that finds Slurm there (nothing runs)."""
+    cluster = connect(prof)
+    cluster._scheduler = SimpleNamespace(require=lambda: None, label="Slurm")  # type: ignore[assignment]
+    return cluster
 
 
 def test_submit_maps_a_local_packed_file_to_its_pushed_copy_or_refuses(
@@ -72,13 +74,13 @@ def test_submit_maps_a_local_packed_file_to_its_pushed_copy_or_refuses(
     req = JobRequest(nodes=1, gpus=0, no_image=True, data=str(data))
     monkeypatch.setattr(images, "remote_image", lambda ex, login, local: None)
     with pytest.raises(ValidationError) as err:
-        preflight.for_cluster(prof, req, _conn())  # type: ignore[arg-type]
+        _cluster(prof).for_cluster(req)
     assert str(err.value) == (f"data: {data} is not on the cluster yet (profile "
-                              f"sandbox-remote reaches it through jdoe@10.77.0.250)")
+                              f"sandbox-remote reaches it through 10.77.0.250)")
     assert err.value.hint == f"copy it there once: hpcdl push {data} -p sandbox-remote"
     pushed = "/home/jdoe/hpcdl-images/inet-0123456789abcdef.sqfs"
     monkeypatch.setattr(images, "remote_image", lambda ex, login, local: pushed)
-    assert preflight.for_cluster(prof, req, _conn()).data == pushed  # type: ignore[arg-type]
+    assert _cluster(prof).for_cluster(req).data == pushed
     # A path that is no file here is the cluster's already: left as it is.
     there = JobRequest(nodes=1, gpus=0, no_image=True, data="/scratch/inet.sqfs")
-    assert preflight.for_cluster(prof, there, _conn()).data == "/scratch/inet.sqfs"  # type: ignore[arg-type]
+    assert _cluster(prof).for_cluster(there).data == "/scratch/inet.sqfs"

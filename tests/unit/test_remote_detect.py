@@ -38,7 +38,7 @@ ON_PATH = {"scontrol": "/usr/bin/scontrol", "apptainer": "/usr/bin/apptainer"}
 
 @dataclass
 class FakeLogin:
-    """An SshExecutor's surface (run, which, connect, login), recording what it is asked
+    """An SshExecutor's surface (run, which, connect, login, where), recording what it is asked
     in order: ("connect",), ("run", argv...), ("which", name)."""
 
     login: LoginNode = LoginNode("login.example.org", user="jdoe")
@@ -46,6 +46,15 @@ class FakeLogin:
     refuse: Exception | None = None      # connect raises it
     failing: dict[str, Exception] = field(default_factory=dict)  # argv[0] -> run raises it
     asked: list[tuple[str, ...]] = field(default_factory=list)
+    remote = True  # the transport facts an Executor has
+
+    @property
+    def target(self) -> str:
+        return self.login.target
+
+    @property
+    def where(self) -> str:
+        return f"login node {self.login.target}"
 
     def connect(self, *, timeout: float = 120) -> None:
         self.asked.append(("connect",))

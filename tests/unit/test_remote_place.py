@@ -17,8 +17,9 @@ from hpcdl.cli import cli
 from hpcdl.core.errors import ValidationError
 from hpcdl.core.proc import Result
 from hpcdl.core.resources import REPO_ROOT
+from hpcdl.jobs.cluster import connect, reconnect
 from hpcdl.jobs.follow import Reconnecting
-from hpcdl.jobs.place import HERE, OverSsh, _siblings, connect, reconnect
+from hpcdl.jobs.place import HERE, Shipped, _siblings
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.submit import plan_run
 from hpcdl.launch.code import ignored, scan_code
@@ -27,9 +28,9 @@ from hpcdl.profiles import load_profile
 from hpcdl.remote.ssh import ConnectionLost, LoginNode, SshExecutor
 
 
-def _over_ssh(local_root: Path, root: str = "/home/jdoe/hpcdl-runs") -> OverSsh:
+def _over_ssh(local_root: Path, root: str = "/home/jdoe/hpcdl-runs") -> Shipped:
     ex = SshExecutor(LoginNode("login.example.org", user="jdoe"), Path("/nonexistent"))
-    return OverSsh(ex, root, local_root)
+    return Shipped(ex, root, local_root)
 
 
 def test_run_directories_keep_their_names_and_nesting_on_the_cluster(tmp_path: Path) -> None:
@@ -57,10 +58,10 @@ def test_the_plan_names_the_clusters_paths_and_none_of_the_laptops(tmp_path: Pat
 
 def test_the_sandbox_remote_profile_reaches_its_login_node() -> None:
     conn = connect(load_profile("sandbox-remote"))
-    assert conn.ssh is not None and conn.ssh.login.host == "10.77.0.250"
-    assert conn.place.remote and conn.scheduler.name == "slurm"
+    assert isinstance(conn.executor, SshExecutor) and conn.executor.login.host == "10.77.0.250"
+    assert conn.remote and conn.place.remote and conn.scheduler.name == "slurm"
     local = connect(load_profile("sandbox"))
-    assert local.ssh is None and local.place is HERE
+    assert not local.remote and local.place is HERE
 
 
 def test_a_run_without_a_login_profile_is_this_machines(tmp_path: Path) -> None:

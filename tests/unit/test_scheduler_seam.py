@@ -17,15 +17,16 @@ from hpcdl.core import proc
 from hpcdl.core.errors import SubmitError, ToolError, UserInputError
 from hpcdl.jobs.follow import Watcher
 from hpcdl.schedulers.base import JobState, JobStatus, SubmitOptions
+from hpcdl.schedulers.executor import LocalExecutor
 from hpcdl.schedulers.registry import scheduler_for
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 
 ROOT = Path(__file__).resolve().parents[2] / "hpcdl"
 
 
-class Recording:
-    """An executor that answers from a table (tool -> (rc, stdout, stderr)) and
-    remembers every argv; nothing runs."""
+class Recording(LocalExecutor):
+    """An executor of this machine's kind (LocalExecutor's transport facts) that answers
+    from a table (tool -> (rc, stdout, stderr)) and remembers every argv; nothing runs."""
 
     def __init__(self, answers: dict[str, tuple[int, str, str]],
                  tools: tuple[str, ...] = ("sbatch", "squeue", "sacct", "scontrol")) -> None:

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from hpcdl.core import proc
 from hpcdl.core.errors import HpcdlError, SubmitError, ToolError
-from hpcdl.remote.ssh import RemoteInputError, SshExecutor
 from hpcdl.schedulers.base import SubmitOptions
-from hpcdl.schedulers.executor import LOCAL, Executor
+from hpcdl.schedulers.executor import LOCAL, Executor, RemoteInputError
 from hpcdl.schedulers.slurm.array import ARRAY_SPEC
 from hpcdl.schedulers.slurm.parse import parse_job_id
 
@@ -83,9 +82,9 @@ def sbatch_argv(script: str | Path, job_name: str,
 def not_on_path(ex: Executor = LOCAL) -> HpcdlError:
     """The error for a machine without Slurm's client tools: this one (exit 1), or the
     profile's login node, which then is not the cluster's (exit 2: the profile's to fix)."""
-    if isinstance(ex, SshExecutor):
+    if ex.remote:
         return RemoteInputError(
-            f"login node {ex.login.target}: Slurm's commands (sbatch, squeue, sacct, "
+            f"login node {ex.target}: Slurm's commands (sbatch, squeue, sacct, "
             f"scontrol) are not on its PATH; is it the cluster's login node? (profile "
             f"login.host)", hint="ssh there and run `command -v sbatch`; a site that needs "
                                  "`module load slurm` wants it in the remote ~/.bashrc")

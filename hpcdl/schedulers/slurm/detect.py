@@ -15,14 +15,9 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from hpcdl.core.errors import ToolError
-from hpcdl.remote.ssh import RemoteInputError
-from hpcdl.schedulers.executor import LOCAL, Executor
-
-if TYPE_CHECKING:
-    from hpcdl.remote.ssh import SshExecutor
+from hpcdl.schedulers.executor import LOCAL, Executor, RemoteInputError
 
 # "Key=" at the start of a token: Slurm's keys are CamelCase (gres/gpu=... inside a TRES
 # value follows a comma, not a blank, so it is not a key here).
@@ -437,7 +432,7 @@ def gather(timeout: float = 20) -> ClusterFacts:
 REQUIRED = COMMANDS["partitions"][0]
 
 
-def gather_remote(ex: SshExecutor, timeout: float = 20) -> ClusterFacts:
+def gather_remote(ex: Executor, timeout: float = 20) -> ClusterFacts:
     """Read the cluster behind a login node: every command over ``ex``'s one
     multiplexed connection, opened first with prompts allowed (a key's passphrase,
     2FA are asked once, not per command).
@@ -449,10 +444,8 @@ def gather_remote(ex: SshExecutor, timeout: float = 20) -> ClusterFacts:
     """
     ex.connect()
     if ex.which(REQUIRED) is None:
-        where = f"login node {ex.login.target}" + (f" port {ex.login.port}" if ex.login.port
-                                                   else "")
         raise RemoteInputError(
-            f"{where}: Slurm's {REQUIRED} is not on the remote PATH "
+            f"{ex.where}: Slurm's {REQUIRED} is not on the remote PATH "
             f"(of a non-interactive ssh shell there); is it the cluster's login node?",
             hint="a Slurm loaded by a module or a login profile is not seen by "
                  "`ssh HOST COMMAND`: put it on the PATH at the top of the remote "
