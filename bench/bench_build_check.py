@@ -4,6 +4,8 @@ check (%test: torch, torchvision + nms, horovod.torch, mpi4py) add to a derived 
 
     python3 bench/bench_build_check.py                  # 2 rounds, sandbox builds
     python3 bench/bench_build_check.py --repeat 3 --sif # SIF builds (adds mksquashfs)
+    python3 bench/bench_build_check.py --sif --compression lz4 \
+        --image /var/cache/hpcdl/images/pytorch-horovod-gpu-pypi.sif   # from the GPU image
 
 Each round builds the same tiny definition (``Bootstrap: localimage`` from the bundled
 CPU image, a one-line %post) three ways, in turn: ``--no-host-trust --no-import-check``,
@@ -38,9 +40,11 @@ VARIANTS = {
 }
 
 
-def build(definition: Path, out: Path, flags: list[str], sif: bool) -> float:
+def build(definition: Path, out: Path, flags: list[str], sif: bool,
+          compression: str | None = None) -> float:
     argv = [sys.executable, "-m", "hpcdl", "build", str(definition), "-o", str(out), "--force",
-            *([] if sif else ["--sandbox"]), *flags]
+            *([] if sif else ["--sandbox"]),
+            *(["--compression", compression] if compression else []), *flags]
     start = time.monotonic()
     r = subprocess.run(argv, capture_output=True, text=True, timeout=1800, cwd=definition.parent,
                        env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -58,7 +62,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="rounds of the three builds")
     parser.add_argument("--sif", action="store_true",
                         help="build SIF files (default: sandbox folders, no mksquashfs)")
+    parser.add_argument("--compression", choices=("gzip", "lz4", "lzo", "xz", "zstd"),
+                        help="with --sif: the SIF's squashfs codec (default: gzip, Apptainer's)")
     args = parser.parse_args()
+    if args.compression and not args.sif:
+        parser.error("--compression needs --sif (a sandbox folder is not compressed)")
     from hpcdl.container.runtime import find_runtime, runtime_env
     from hpcdl.container.verify import find_import_check, import_check_source
 
@@ -78,7 +86,7 @@ def main() -> None:
                 # A new target each time: replacing an old sandbox would time its removal.
                 out = Path(tmp) / f"img-{round_}-{len(times[name])}-{abs(hash(name))}"
                 out = out.with_suffix(".sif") if args.sif else out
-                seconds = build(definition, out, flags, args.sif)
+                seconds = build(definition, out, flags, args.sif, args.compression)
                 shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink()
                 times[name].append(seconds)
                 print(f"round {round_ + 1}: {name}: {seconds:.1f} s", flush=True)
@@ -91,7 +99,8 @@ def main() -> None:
                                env={**os.environ, **runtime_env()})
             check_s.append(time.monotonic() - start)
         result = find_import_check(r.stdout)
-    print(f"\nderived build from {image.name} ({'SIF' if args.sif else 'sandbox'}), "
+    kind = f"SIF, {args.compression or 'gzip'}" if args.sif else "sandbox"
+    print(f"\nderived build from {image.name} ({kind}), "
           f"{args.repeat} round(s), seconds: median (range)")
     for name, values in times.items():
         print(f"  {name:<44} {spread(values, '{:.1f}')}")

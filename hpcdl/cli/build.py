@@ -10,7 +10,13 @@ from pathlib import Path
 
 import click
 
-from hpcdl.container.build import WheelOptions, execute, plan_build, unprivileged_build
+from hpcdl.container.build import (
+    COMPRESSIONS,
+    WheelOptions,
+    execute,
+    plan_build,
+    unprivileged_build,
+)
 from hpcdl.container.definition import WHEELS_DEST
 from hpcdl.container.spec import bundled_spec_names
 from hpcdl.container.wheels import Resolution, wheel_names
@@ -98,11 +104,15 @@ def _profile_binary(profile: str | None) -> str | None:
 @click.option("--resolve-only", is_flag=True,
               help="Resolve pip.packages on this host (as --offline) and stop: on a connected "
                    "host, before `--offline --wheelhouse DIR` on a build node without network.")
+@click.option("--compression", type=click.Choice(COMPRESSIONS), default=None,
+              help="The SIF's squashfs compression (mksquashfs -comp), for a Dockerfile or "
+                   ".def, or instead of a spec's `compression`. Default: the spec's, else "
+                   "the runtime's (gzip). lz4 builds and starts faster, and is larger.")
 def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, remote: bool,
           force: bool, profile: str | None, dry_run: bool, as_json: bool, verbose: bool,
           base_image: str | None, host: bool, ca_bundle: str | None,
           import_check: bool, bake_ca: bool, offline: bool, wheel_root: str | None,
-          resolve_only: bool) -> None:
+          resolve_only: bool, compression: str | None) -> None:
     """Build an image from a spec (containers/NAME.yaml or a bundled NAME), a .def file,
     or a Dockerfile.
 
@@ -145,7 +155,8 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
     plan = plan_build(ref or _default_ref(), output=output, sandbox=sandbox, fakeroot=fakeroot,
                       remote=remote, force=force, base_image=base_image,
                       host=host or ca_bundle is not None, ca_bundle=ca_bundle,
-                      import_check=import_check, bake_ca=bake_ca, wheels=wheels)
+                      import_check=import_check, bake_ca=bake_ca, wheels=wheels,
+                      compression=compression)
     if resolve_only:
         res = plan.wheels
         if as_json:

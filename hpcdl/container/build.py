@@ -249,6 +249,10 @@ class _Recipe:
     wheels: Resolution | None = None  # a spec's pip.packages resolved on the host
 
 
+# mksquashfs -comp codecs Apptainer's SIF runtime reads (as a spec's ``compression``).
+COMPRESSIONS = ("gzip", "lz4", "lzo", "xz", "zstd")
+
+
 def _recipe_from_dockerfile(path: Path, base_image: str | None) -> _Recipe:
     """A Dockerfile, converted with spython (``base_image`` replaces its FROM)."""
     # The converted definition is the recipe: shown by --dry-run, hashed like any
@@ -347,6 +351,7 @@ def plan_build(
     import_check: bool = True,
     bake_ca: bool = False,
     wheels: WheelOptions | None = None,
+    compression: str | None = None,
 ) -> BuildPlan:
     """Decide what ``hpcdl build REF`` does. ``REF``: a spec file or bundled spec name,
     a definition file, or a Dockerfile (converted with spython; ``base_image`` replaces
@@ -363,13 +368,24 @@ def plan_build(
     image's Python and platform (hpcdl.container.wheels; this downloads, once per
     content key, unless ``wheels.resolve`` is off) and installed --no-index; the
     resolved wheels are content.
+    ``compression``: the SIF's squashfs codec (one of
+    COMPRESSIONS), instead of a spec's ``compression`` or the runtime's default (gzip);
+    part of the content hash, as the spec's is.
 
     Raises UserInputError (unknown spec/file, bad combination, a proxy variable that is
     not a URL), ConfigError (spec) or BuildError (a copied file or wheel is missing).
     """
     if sandbox and remote:
         raise UserInputError("--sandbox and --remote cannot be combined (remote builds give a SIF)")
+    if compression is not None and compression not in COMPRESSIONS:
+        raise UserInputError(f"--compression {compression!r} is not one of "
+                             f"{', '.join(COMPRESSIONS)}")
+    if compression is not None and sandbox:
+        raise UserInputError(f"--compression {compression}: a --sandbox folder is not "
+                             "compressed (drop one of them)")
     recipe = _recipe(ref, base_image, wheels)
+    if compression is not None:
+        recipe = replace(recipe, compression=compression)
     trust = host_trust(ca_bundle) if (host or bake_ca) and not remote else None
     if bake_ca:
         if trust is None or not trust.ca_bundle:

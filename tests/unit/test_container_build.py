@@ -47,6 +47,25 @@ def test_options_reach_the_argv(cache: Path, tmp_path: Path) -> None:
     assert sandbox.content_hash != plan.content_hash
 
 
+def test_compression_option_for_dockerfiles_and_specs(cache: Path, tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text(f"FROM localimage:{tmp_path}/base.sif\nRUN true\n")
+    (tmp_path / "base.sif").write_bytes(b"sif")
+    ref = str(tmp_path / "Dockerfile")
+    plain = plan_build(ref, output=tmp_path / "o.sif")
+    assert "--mksquashfs-args" not in plain.argv_options  # the runtime's default, gzip
+    lz4 = plan_build(ref, output=tmp_path / "o.sif", compression="lz4")
+    assert lz4.argv("apptainer", "t", "d")[2:4] == ["--mksquashfs-args", "-comp lz4"]
+    # Another codec is another image: the content hash tells them apart.
+    assert lz4.content_hash != plain.content_hash
+    # It replaces a spec's own compression (lz4 for the bundled spec).
+    spec = plan_build("pytorch-horovod-cpu", compression="zstd")
+    assert spec.argv("apptainer", "t", "d")[2:4] == ["--mksquashfs-args", "-comp zstd"]
+    with pytest.raises(UserInputError, match=r"^--compression 'brotli' is not one of gzip, lz4"):
+        plan_build(ref, compression="brotli")
+    with pytest.raises(UserInputError, match=r"^--compression lz4: a --sandbox folder"):
+        plan_build(ref, sandbox=True, compression="lz4")
+
+
 def test_sandbox_and_remote_refused(cache: Path) -> None:
     with pytest.raises(UserInputError, match="cannot be combined"):
         plan_build("pytorch-horovod-cpu", sandbox=True, remote=True)
