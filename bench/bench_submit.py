@@ -13,7 +13,7 @@ hpcdl's own time (hpcdl - sbatch, the goal: 0.5 s or less), the CLI's CPU second
 than wall time on a loaded machine), the machine, and the command to reproduce.
 
     python3 bench/bench_submit.py [--pairs 20] [--wait-pairs 5] [--baseline REF] [--pycache]
-        [--own-cluster] [--nodes 2] [--gpus 4] [--json-out FILE]
+        [--own-cluster | --profile NAME] [--nodes 2] [--gpus 4] [--json-out FILE]
 """
 
 from __future__ import annotations
@@ -119,12 +119,12 @@ def cli_env(path: Path, pycache: Path | None) -> dict[str, str]:
 
 
 @contextmanager
-def cluster(own: bool, nodes: int) -> Iterator[str]:
-    """The profile to submit with: the shared sandbox's, or (``own``) that of a cluster of
+def cluster(own: bool, nodes: int, profile: str) -> Iterator[str]:
+    """The profile to submit with: ``profile``, or (``own``) that of a cluster of
     ``nodes`` of its own, started here and stopped at the end (bench.common.own_cluster;
     Slurm's commands reach it through SLURM_CONF in this process's environment)."""
     if not own:
-        yield "sandbox"
+        yield profile
         return
     with own_cluster(nodes, "sub") as c:
         saved = dict(os.environ)
@@ -150,6 +150,10 @@ def main() -> int:
     ap.add_argument("--own-cluster", action="store_true",
                     help="a Slurm cluster of --nodes nodes of its own (scripts/sandbox.sh, "
                          "started and stopped here) instead of the shared sandbox")
+    ap.add_argument("--profile", default="sandbox",
+                    help="the profile (name or file) of the running cluster to submit to "
+                         "(default sandbox; e.g. sandbox-32n after `hpcdl sandbox up --nodes "
+                         "32`, with its SLURM_CONF)")
     ap.add_argument("--nodes", type=int, default=2, help="nodes of the job (default 2)")
     ap.add_argument("--gpus", type=int, default=4, help="GPUs per node (default 4)")
     ap.add_argument("--json-out", help="also write the raw timings here")
@@ -157,7 +161,7 @@ def main() -> int:
     if not shutil.which("sbatch"):
         print("sbatch not found: start the sandbox first (scripts/sandbox.sh up)", file=sys.stderr)
         return 1
-    with cluster(args.own_cluster, args.nodes) as profile_ref:
+    with cluster(args.own_cluster, args.nodes, args.profile) as profile_ref:
         return measure(args, profile_ref)
 
 
@@ -226,6 +230,8 @@ def measure(args: argparse.Namespace, profile_ref: str) -> int:
                      " --pycache" if args.pycache else "",
                      f" --own-cluster --nodes {nodes}" if args.own_cluster else
                      (f" --nodes {nodes}" if nodes != 2 else ""),
+                     f" --profile {args.profile}"
+                     if args.profile != "sandbox" and not args.own_cluster else "",
                      f" --gpus {gpus}" if gpus != 4 else ""])
     print(f"reproduce: {'' if args.own_cluster else 'scripts/sandbox.sh up && '}"
           f"python3 bench/bench_submit.py --pairs {args.pairs} --wait-pairs {args.wait_pairs}"
