@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 
 from hpcdl.cli import one_line
-from hpcdl.cli.display import StatusLine, hang_lines, lost_line, print_job_end, size_text
 from hpcdl.cli.options import (
     example_options,
     launch_options,
@@ -21,8 +20,7 @@ from hpcdl.cli.options import (
 from hpcdl.core.errors import ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.hang.diagnosis import HANG_ACTIONS, Diagnosis, parse_seconds
-from hpcdl.jobs.alloc import build_alloc, run_alloc
-from hpcdl.jobs.flow import follow_job, submit_job
+from hpcdl.jobs.flow import submit_job
 from hpcdl.jobs.place import Connection, connect
 from hpcdl.jobs.preflight import (
     check_inputs,
@@ -39,6 +37,10 @@ from hpcdl.profiles.schema import Profile
 from hpcdl.remote.ssh import SshExecutor
 from hpcdl.schedulers.dialects import dialect_for, refuse
 from hpcdl.schedulers.registry import login_node
+
+# hpcdl.cli.display (the status line, how a job ended) is imported where a followed
+# job is shown, and the salloc path (hpcdl.jobs.alloc) by `hpcdl alloc`: neither is on
+# the way to sbatch, whose start-up is most of hpcdl's own time (issue 31).
 
 # Starts the line above each job-side file a dry run prints after the script (the
 # arrow of `head FILE...`): a reader or a test finds where each file begins.
@@ -352,6 +354,9 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
             click.echo(f"chain of {len(sub.chain)} jobs (--dependency=afterany): "
                        f"{' -> '.join(sub.chain)}")
     if sub.place.remote:
+        # Lazy: the display module is for showing a job, not on the way to sbatch.
+        from hpcdl.cli.display import size_text
+
         info["cluster_run_dir"] = plan.run_dir
         info["bytes_moved"] = sub.moved
         if not as_json:
@@ -361,6 +366,10 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
         if as_json:
             click.echo(json.dumps(info))
         return 0
+    # Lazy: following a job (and showing it) is only --wait's; see the note at the top.
+    from hpcdl.cli.display import StatusLine, hang_lines, lost_line, print_job_end
+    from hpcdl.jobs.flow import follow_job
+
     line = StatusLine(sub.last_job_id, quiet=as_json)
 
     def shown(diagnosis: Diagnosis) -> None:
@@ -431,6 +440,9 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
     request = JobRequest(nodes=nodes, gpus=gpus, partition=partition, time=time,
                          cpus_per_task=cpus_per_task, job_name=job_name or "interactive",
                          command=command, template=template)
+    # Lazy: the salloc path is alloc's alone; see the note at the top.
+    from hpcdl.jobs.alloc import build_alloc, run_alloc
+
     plan = build_alloc(prof, request)
     if dry_run:
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
