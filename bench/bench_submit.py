@@ -52,9 +52,10 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def run(argv: list[str], timeout: float = 120, env: dict[str, str] | None = None) -> None:
+def run(argv: list[str], timeout: float = 120, env: dict[str, str] | None = None,
+        cwd: Path | None = None) -> None:
     res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                         env=env)
+                         env=env, cwd=cwd)
     if res.returncode != 0:
         raise SystemExit(f"failed ({res.returncode}): {' '.join(argv)}\n{res.stderr}")
 
@@ -81,16 +82,26 @@ def paired(n: int, a: Callable[[], object], b: Callable[[], object]) -> tuple[li
 
 
 class Cli:
-    """One hpcdl CLI (this checkout's or a baseline's) run with ``env``; records the CPU
-    seconds each run took."""
+    """One hpcdl CLI (this checkout's or a baseline's) run with ``env`` in ``cwd``; records
+    the CPU seconds each run took. ``cwd`` must hold no hpcdl: `python -m` puts the
+    current directory before PYTHONPATH, so from a checkout every CLI would be that one."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.argv, self.env = argv, env
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.argv, self.env, self.cwd = argv, env, cwd
         self.cpu: list[float] = []
+
+    def check(self, root: Path) -> None:
+        """Exits unless this CLI imports hpcdl from ``root``."""
+        res = subprocess.run([self.argv[0], "-c", "import hpcdl; print(hpcdl.__file__)"],
+                             capture_output=True, text=True, env=self.env, cwd=self.cwd,
+                             timeout=60, check=False)
+        if not res.stdout.startswith(str(root) + os.sep):
+            raise SystemExit(f"the CLI for {root} imports hpcdl from {res.stdout.strip()} "
+                             f"{res.stderr.strip()}")
 
     def __call__(self, extra: tuple[str, ...] = (), timeout: float = 120) -> None:
         before = child_cpu()
-        run([*self.argv[:4], *extra, *self.argv[4:]], timeout, self.env)
+        run([*self.argv[:4], *extra, *self.argv[4:]], timeout, self.env, self.cwd)
         if not extra:
             self.cpu.append(child_cpu() - before)
 
@@ -181,9 +192,13 @@ def measure(args: argparse.Namespace, profile_ref: str) -> int:
     argv = [sys.executable, "-m", "hpcdl", "submit", "-p", profile_ref, "-N", str(nodes),
             "-G", str(gpus), "-J", "bench", "--", *COMMAND]
     pycache = work / "pycache" if args.pycache else None
-    cli = Cli(argv, cli_env(REPO, pycache))
-    base = (Cli(argv, cli_env(export_revision(args.baseline, work / "baseline"), pycache))
-            if args.baseline else None)
+    cli = Cli(argv, cli_env(REPO, pycache), work)
+    cli.check(REPO)
+    base = None
+    if args.baseline:
+        old = export_revision(args.baseline, work / "baseline")
+        base = Cli(argv, cli_env(old, pycache), work)
+        base.check(old)
     lib_req = JobRequest(nodes=nodes, gpus=gpus, command=COMMAND, job_name="bench")
 
     def library() -> None:
