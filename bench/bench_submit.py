@@ -27,9 +27,11 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -104,6 +106,26 @@ class Cli:
         run([*self.argv[:4], *extra, *self.argv[4:]], timeout, self.env, self.cwd)
         if not extra:
             self.cpu.append(child_cpu() - before)
+
+
+def programs_run(fn: Callable[[], object]) -> Counter[str]:
+    """Every program ``fn`` makes hpcdl run, by name (hpcdl.core.proc.run is the one place
+    hpcdl runs programs; the Slurm adapter reaches it through the local executor)."""
+    from hpcdl.core import proc
+
+    counts: Counter[str] = Counter()
+    real = proc.run
+
+    def counted(argv: Any, *a: Any, **kw: Any) -> Any:
+        counts[" ".join(str(x) for x in argv[:2])] += 1
+        return real(argv, *a, **kw)
+
+    proc.run = counted  # type: ignore[assignment]
+    try:
+        fn()
+    finally:
+        proc.run = real  # type: ignore[assignment]
+    return counts
 
 
 def export_revision(ref: str, into: Path) -> Path:
@@ -217,6 +239,7 @@ def measure(args: argparse.Namespace, profile_ref: str) -> int:
         rows.append((f"cli: hpcdl submit @{args.baseline}", t_base[0], t_sb1, base.cpu))
     t_lib, t_sb2 = paired(args.pairs, library, lambda: run(plain))
     rows.append(("library: submit()", t_lib, t_sb2, []))
+    programs = programs_run(library)
     if args.wait_pairs:
         t_w, t_sw = paired(args.wait_pairs, lambda: cli(("--wait",), 300),
                            lambda: run([plain[0], "--wait", *plain[1:]], 300))
@@ -238,6 +261,8 @@ def measure(args: argparse.Namespace, profile_ref: str) -> int:
         out.append({"comparison": name, "n": len(ta), "hpcdl_median_s": ma,
                     "sbatch_median_s": mb, "own_s": ma - mb, "ratio": ma / mb,
                     "hpcdl_s": ta, "sbatch_s": tb, "cli_cpu_s": cpu})
+    print(f"programs one submission runs: {sum(programs.values())} ("
+          + ", ".join(f"{name} x{n}" for name, n in programs.items()) + ")")
     print(f"goal: hpcdl - sbatch <= {GOAL_S} s (and ratio <= 1.5)")
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (1, 5, 15 min) at the end")
     print("machine: " + facts_line(info))
@@ -252,7 +277,8 @@ def measure(args: argparse.Namespace, profile_ref: str) -> int:
           f"python3 bench/bench_submit.py --pairs {args.pairs} --wait-pairs {args.wait_pairs}"
           f"{flags}")
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"machine": info, "results": out}, indent=2))
+        Path(args.json_out).write_text(json.dumps({"machine": info, "results": out,
+                                                   "programs": dict(programs)}, indent=2))
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
