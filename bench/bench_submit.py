@@ -203,7 +203,10 @@ def measure(args: argparse.Namespace, profile_ref: str) -> int:
     work = shared_tmp("hpcdl-bench-submit-")  # the nodes see only /home and /scratch
     os.environ["HPCDL_RUNS"] = str(work / "runs")
     profile = load_profile(profile_ref)
-    req = JobRequest(nodes=nodes, gpus=gpus, command=COMMAND, job_name="bench",
+    # One name for every job of this run, so that the end cancels what is still queued:
+    # dozens of `true` jobs would otherwise hold the shared sandbox's queue for minutes.
+    name = f"bench-submit-{os.getpid()}"
+    req = JobRequest(nodes=nodes, gpus=gpus, command=COMMAND, job_name=name,
                      run_dir=str(work / "plain"))
     (work / "plain").mkdir()
     plan = build_plan(profile, req)  # the same script hpcdl submits (logs to work/plain)
@@ -212,7 +215,7 @@ def measure(args: argparse.Namespace, profile_ref: str) -> int:
     stage(work / "plain", plan.job_files, plan.job_scripts)  # the files the script runs
     plain = SlurmScheduler().submit_argv(script, plan.job_name)
     argv = [sys.executable, "-m", "hpcdl", "submit", "-p", profile_ref, "-N", str(nodes),
-            "-G", str(gpus), "-J", "bench", "--", *COMMAND]
+            "-G", str(gpus), "-J", name, "--", *COMMAND]
     pycache = work / "pycache" if args.pycache else None
     cli = Cli(argv, cli_env(REPO, pycache), work)
     cli.check(REPO)
@@ -221,7 +224,7 @@ def measure(args: argparse.Namespace, profile_ref: str) -> int:
         old = export_revision(args.baseline, work / "baseline")
         base = Cli(argv, cli_env(old, pycache), work)
         base.check(old)
-    lib_req = JobRequest(nodes=nodes, gpus=gpus, command=COMMAND, job_name="bench")
+    lib_req = JobRequest(nodes=nodes, gpus=gpus, command=COMMAND, job_name=name)
 
     def library() -> None:
         submit(profile, plan_run(profile, lib_req), scheduler=SlurmScheduler(profile.name))
@@ -279,6 +282,7 @@ def measure(args: argparse.Namespace, profile_ref: str) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"machine": info, "results": out,
                                                    "programs": dict(programs)}, indent=2))
+    subprocess.run(["scancel", "--name", name], capture_output=True, timeout=60, check=False)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
