@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 
 from hpcdl.cli import one_line
-from hpcdl.cli.display import StatusLine, hang_lines, lost_line, print_job_end, size_text
 from hpcdl.cli.options import (
     example_options,
     launch_options,
@@ -21,9 +20,8 @@ from hpcdl.cli.options import (
 from hpcdl.core.errors import ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.hang.diagnosis import HANG_ACTIONS, Diagnosis, parse_seconds
-from hpcdl.jobs.alloc import build_alloc, run_alloc
 from hpcdl.jobs.cluster import Cluster, connect
-from hpcdl.jobs.flow import follow_job, submit_job
+from hpcdl.jobs.flow import submit_job
 from hpcdl.jobs.submit import plan_run
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
@@ -31,6 +29,10 @@ from hpcdl.probe.worker import DEFAULT_SLOW_RATIO
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.dialects import dialect_for, refuse
+
+# hpcdl.cli.display (the status line, how a job ended) is imported where a followed
+# job is shown, and the salloc path (hpcdl.jobs.alloc) by `hpcdl alloc`: neither is on
+# the way to sbatch, whose start-up is most of hpcdl's own time (issue 31).
 
 # Starts the line above each job-side file a dry run prints after the script (the
 # arrow of `head FILE...`): a reader or a test finds where each file begins.
@@ -344,6 +346,9 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
             click.echo(f"chain of {len(sub.chain)} jobs (--dependency=afterany): "
                        f"{' -> '.join(sub.chain)}")
     if sub.place.remote:
+        # Lazy: the display module is for showing a job, not on the way to sbatch.
+        from hpcdl.cli.display import size_text
+
         info["cluster_run_dir"] = plan.run_dir
         info["bytes_moved"] = sub.moved
         if not as_json:
@@ -353,6 +358,10 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
         if as_json:
             click.echo(json.dumps(info))
         return 0
+    # Lazy: following a job (and showing it) is only --wait's; see the note at the top.
+    from hpcdl.cli.display import StatusLine, hang_lines, lost_line, print_job_end
+    from hpcdl.jobs.flow import follow_job
+
     line = StatusLine(sub.last_job_id, quiet=as_json)
 
     def shown(diagnosis: Diagnosis) -> None:
@@ -423,6 +432,9 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
     request = JobRequest(nodes=nodes, gpus=gpus, partition=partition, time=time,
                          cpus_per_task=cpus_per_task, job_name=job_name or "interactive",
                          command=command, template=template)
+    # Lazy: the salloc path is alloc's alone; see the note at the top.
+    from hpcdl.jobs.alloc import build_alloc, run_alloc
+
     plan = build_alloc(prof, request)
     executor = connect(prof).executor  # opens nothing: a connection starts with its first use
     if dry_run:

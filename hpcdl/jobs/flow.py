@@ -9,23 +9,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION, Diagnosis
-from hpcdl.hang.watchdog import HangWatchdog, collect, find_py_spy
-from hpcdl.jobs import recoveries
-from hpcdl.jobs.attempts import Attempt
-from hpcdl.jobs.follow import MAX_INTERVAL_S, Backoff, OnLost, OnPoll, Reconnecting, Watcher, follow
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.submit import Submitted, attempts_of, exit_status, submit
-from hpcdl.jobs.timelimit import run_steps_seen
 from hpcdl.launch.staging import stage_tool
 from hpcdl.plan import JobPlan
 from hpcdl.probe.worker import EXIT_BAD_INPUT
 from hpcdl.profiles.schema import Profile
-from hpcdl.report import write_run_report
-from hpcdl.results.record import JobLogs, ResultRecord, record_result
 from hpcdl.schedulers.base import JobStatus, Scheduler
+
+# What only following a job needs (the follow loop, the hang watchdog, the result
+# record, report.html) is imported where it is used: `hpcdl submit` without --wait
+# never follows, and its start-up is most of hpcdl's own time before sbatch.
+if TYPE_CHECKING:
+    from hpcdl.hang.watchdog import HangWatchdog
+    from hpcdl.jobs.attempts import Attempt
+    from hpcdl.jobs.follow import OnLost, OnPoll, Reconnecting, Watcher
+    from hpcdl.jobs.recoveries import Recovery
+    from hpcdl.results.record import JobLogs, ResultRecord
 
 OnHang = Callable[[Diagnosis], None]
 
@@ -57,7 +60,7 @@ class JobOutcome:
     straggler: dict[str, Any] | None
     steps: bool | None
     # The node failures a job with spares survived, or that ended it (hpcdl --spares).
-    recoveries: list[recoveries.Recovery] = field(default_factory=list)
+    recoveries: list[Recovery] = field(default_factory=list)
     excluded: list[dict[str, str]] = field(default_factory=list)  # (bad-nodes.tsv)
 
     @property
@@ -78,7 +81,12 @@ def submit_job(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     the run directory (hpcdl.jobs.place). Raises ValidationError,
     SubmitError, ToolError (see hpcdl.jobs.submit.submit, hpcdl.hang.watchdog.find_py_spy).
     """
-    py_spy = find_py_spy() if plan.hang_timeout is not None and watch else None
+    py_spy = None
+    if plan.hang_timeout is not None and watch:
+        # Lazy: the watchdog only for a job that is followed with a hang timeout.
+        from hpcdl.hang.watchdog import find_py_spy
+
+        py_spy = find_py_spy()
     sub = submit(profile, plan, scheduler=scheduler, place=place)
     if py_spy is not None:
         py_spy = stage_tool(sub.run.path, py_spy)
@@ -100,6 +108,12 @@ def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
     node out of reach is tried again (``on_lost`` hears of it) until RECONNECT_S.
     Raises ToolError, FollowTimeout (see hpcdl.jobs.follow.follow).
     """
+    # Lazy: what following needs, not submitting (see the note at the top).
+    from hpcdl.jobs import recoveries
+    from hpcdl.jobs.follow import Reconnecting, follow
+    from hpcdl.jobs.timelimit import run_steps_seen
+    from hpcdl.results.record import record_result
+
     sub = job.submitted
     plan = sub.plan
     watched = sub.last_job_id
@@ -139,6 +153,9 @@ def _write_report(run_dir: Path) -> tuple[Path | None, dict[str, Any] | None, st
     """The run's report.html (as `hpcdl report` writes it: no browser, a second or two
     of matplotlib) and its straggler verdict, or why it could not be written (the job's
     outcome stands either way)."""
+    # Lazy: the report only at a followed job's end.
+    from hpcdl.report import write_run_report
+
     try:
         html, facts = write_run_report(run_dir)
     except (OSError, ValueError) as exc:
@@ -153,6 +170,10 @@ def _hang_watch(profile: Profile, plan: JobPlan, sub: Submitted, scheduler: Sche
     """The follow loop's callback, watcher and watchdog: ``on_poll`` alone, or (with a
     hang timeout and py-spy) ``on_poll`` and the hang watchdog, with a watcher that
     polls at least every tenth of the timeout."""
+    # Lazy: as in follow_job.
+    from hpcdl.hang.watchdog import HangWatchdog, collect
+    from hpcdl.jobs.follow import MAX_INTERVAL_S, Backoff, Watcher
+
     if py_spy is None or plan.hang_timeout is None:
         return on_poll, Watcher(scheduler, link=link), None
     dog = HangWatchdog(

@@ -114,6 +114,28 @@ def test_help_is_fast_and_never_imports_torch():
     assert "Commands:" in out.stdout and out.stdout.rstrip().endswith("ok")
 
 
+# What `hpcdl submit` must not load on its way to sbatch (issue 31: hpcdl's own time
+# before sbatch is mostly start-up): ML and plotting libraries, and hpcdl's own follow
+# side (the status display, the follow loop, the hang watchdog, the report, salloc's
+# path), which only --wait and alloc use.
+HEAVY = ("torch", "numpy", "matplotlib", "rich", "pandas", "mlflow", "tensorboard",
+         "hpcdl.cli.display", "hpcdl.jobs.follow", "hpcdl.hang.watchdog", "hpcdl.report",
+         "hpcdl.jobs.alloc")
+
+
+def test_submit_dry_run_loads_nothing_heavy():
+    code = ("import sys; from hpcdl.cli import main\n"
+            "try:\n    main(['submit', '-p', 'neuron', '-N', '2', '-G', '4', '--dry-run', "
+            "'--', 'true'])\n"
+            "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            f"print('loaded:', *[m for m in {HEAVY!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("#!/bin/bash") and "srun" in out.stdout  # the script, planned
+    assert out.stdout.rstrip().splitlines()[-1] == "loaded:"
+
+
 def test_missing_image_and_dataset_are_refused_before_submission(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = invoke("submit", "-p", "sandbox", "-N", "2", "-G", "2",
