@@ -22,7 +22,15 @@ normalise), as the example does before its first step, and prints its times:
   job        from `hpcdl submit --wait` to its return (staging and mounts included)
   first      a rank's time from its start (after its imports) to its first batch: the scan of every class
              folder, then one batch (the slowest rank)
-  epoch      a rank's time to read its share of the epoch (the slowest rank)
+  epoch      a rank's time to read its share of each epoch (--epochs; the slowest rank):
+             the first from a fresh mount, the next from what the first left cached
+  fresh read (--fresh-read) one process in the image reads every training file once
+             (raw bytes), in the tree's order and shuffled: from the tree, from a fresh
+             mount of the packed file, and of the tree packed with mksquashfs
+             -no-fragments; wall and CPU seconds. Why a fresh mount's first shuffled
+             epoch of small files is slow: the kernel's squashfs keeps few decompressed
+             fragment blocks (CONFIG_SQUASHFS_FRAGMENT_CACHE_SIZE, 3 by default), and a
+             small file shares its fragment block with many others
 
 The cluster: the shared sandbox (-p sandbox, nodes n1 and n2) when it is up, else (or with
 --own-cluster) a 2-node scripts/sandbox.sh cluster of the bench's own (bench/common.py),
@@ -33,6 +41,7 @@ is this machine.
 
     sudo python3 bench/bench_data_nodes.py                        # 200 x 100: ~20k files
     sudo python3 bench/bench_data_nodes.py --classes 1000         # ~105k files
+    sudo python3 bench/bench_data_nodes.py --classes 200 --epochs 2 --fresh-read
     sudo python3 bench/bench_data_nodes.py --classes 10 --per-class 20 --own-cluster  # smoke
 """
 
@@ -71,9 +80,9 @@ EVENT = 24  # struct fanotify_event_metadata: u32 len, u8 vers, u8, u16, u64 mas
 
 # ---- the rank: the example's input pipeline, in the image ---------------------------
 
-def rank(root: str, batch: int, image_size: int, workers: int) -> None:
-    """One rank's share of one epoch through the example's loader; one JSON line. Its
-    clock starts after the imports (torch's, the same for every variant)."""
+def rank(root: str, batch: int, image_size: int, workers: int, epochs: int) -> None:
+    """One rank's share of ``epochs`` epochs through the example's loader; one JSON line.
+    Its clock starts after the imports (torch's, the same for every variant)."""
     import socket
 
     import torch
@@ -90,16 +99,19 @@ def rank(root: str, batch: int, image_size: int, workers: int) -> None:
     train = ImageFolderDataset(folder.samples["train"], image_size, train=True, seed=0)
     sampler = ResumableDistributedSampler(train, num_replicas=world, rank=me, shuffle=True,
                                           seed=0, drop_last=True)
-    loader = TrainData(dataset=train, sampler=sampler, batch=batch, workers=workers,
-                       pin_memory=False).loader(0, 0)
-    n, first = 0, 0.0
-    for x, _ in loader:
-        if not n:
-            first = time.perf_counter() - start
-        n += len(x)
+    data = TrainData(dataset=train, sampler=sampler, batch=batch, workers=workers,
+                     pin_memory=False)
+    n, first, ends = 0, 0.0, []
+    for epoch in range(epochs):
+        for x, _ in data.loader(epoch, 0):
+            if not n:
+                first = time.perf_counter() - start
+            n += len(x)
+        ends.append(time.perf_counter() - start)
     print("BENCH " + json.dumps({
         "rank": me, "host": socket.gethostname(), "images": n, "scan_s": round(scanned, 3),
-        "first_batch_s": round(first, 3), "epoch_s": round(time.perf_counter() - start, 3)}),
+        "first_batch_s": round(first, 3),
+        "epoch_s": [round(b - a, 3) for a, b in zip([0.0, *ends[:-1]], ends, strict=True)]}),
         flush=True)
 
 
@@ -212,6 +224,42 @@ def classifier(tree: Path, sqfs: Path) -> Any:
     return classify
 
 
+# ---- the first read from a fresh mount -------------------------------------------
+
+# Every training file read once (raw bytes), in the tree's order or shuffled; prints the
+# count, the wall and the CPU seconds (user+system: the kernel's decompression included).
+READ = ("import os, random, sys, time\n"
+        "files = sorted(os.path.join(d, n) for d, _, ns in os.walk(sys.argv[1] + '/train')"
+        " for n in ns)\n"
+        "if sys.argv[2] == 'shuffled':\n    random.Random(0).shuffle(files)\n"
+        "t, c = time.perf_counter(), time.process_time()\n"
+        "for f in files:\n    with open(f, 'rb') as fh:\n        fh.read()\n"
+        "print(len(files), time.perf_counter() - t, time.process_time() - c)\n")
+
+
+def fresh_read(image: str, tree: Path, sqfs: Path, work: Path) -> dict[str, Any]:
+    """One process in the image reads every training file once, sorted and shuffled: from
+    the tree, and from a fresh mount (each `apptainer exec` mounts the file anew) of the
+    packed file and of the same tree packed with mksquashfs -no-fragments (one block per
+    small file instead of many files per fragment block)."""
+    nofrag = work / "inet-no-fragments.sqfs"
+    subprocess.run(["mksquashfs", str(tree), str(nofrag), "-noappend", "-no-xattrs",
+                    "-all-root", "-no-fragments", "-comp", "gzip", "-no-progress", "-quiet"],
+                   check=True, capture_output=True, timeout=3600)
+    out: dict[str, Any] = {"no_fragments_mib": round(nofrag.stat().st_size / 2**20, 1)}
+    for name, packed in (("tree", None), ("packed", sqfs), ("packed -no-fragments", nofrag)):
+        for order in ("sorted", "shuffled"):
+            argv = ["apptainer", "exec", "-B", str(work)]
+            if packed is not None:
+                argv += ["-B", f"{packed}:/data:image-src=/,ro"]
+            argv += [image, "python3", "-c", READ, "/data" if packed else str(tree), order]
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=3600,
+                                 check=True)
+            _, wall, cpu = res.stdout.split()[-3:]
+            out[f"{name}, {order}"] = [round(float(wall), 2), round(float(cpu), 2)]
+    return out
+
+
 # ---- the run -------------------------------------------------------------------------
 
 def shared_sandbox_up() -> bool:
@@ -243,13 +291,18 @@ def main() -> None:
     p.add_argument("--image", default="/scratch/images/pytorch-horovod-cpu.sif")
     p.add_argument("--own-cluster", action="store_true",
                    help="a 2-node cluster of the bench's own even when the shared sandbox is up")
+    p.add_argument("--epochs", type=int, default=1,
+                   help="epochs per job (the opens are counted per job: all its epochs)")
     p.add_argument("--repeats", type=int, default=1,
                    help="jobs per variant, in rotating order; timings are medians")
+    p.add_argument("--fresh-read", action="store_true",
+                   help="also read every training file once from a fresh mount, sorted and "
+                        "shuffled (one process in the image; no job)")
     p.add_argument("--json", metavar="PATH", help="also write the figures here")
     p.add_argument("--rank", metavar="ROOT", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.rank:
-        rank(args.rank, args.batch, args.image_size, args.workers)
+        rank(args.rank, args.batch, args.image_size, args.workers, args.epochs)
         return
 
     sys.path.insert(0, str(REPO))
@@ -259,7 +312,8 @@ def main() -> None:
     command = (f"sudo python3 bench/bench_data_nodes.py --classes {args.classes} "
                f"--per-class {args.per_class} --val-per-class {args.val_per_class} "
                f"--size {args.size} --image-size {args.image_size} --batch {args.batch} "
-               f"--workers {args.workers} --gpus {args.gpus} --repeats {args.repeats}"
+               f"--workers {args.workers} --gpus {args.gpus} --epochs {args.epochs} "
+               f"--repeats {args.repeats}" + (" --fresh-read" if args.fresh_read else "")
                + (" --own-cluster" if args.own_cluster else ""))
     print("machine: " + facts_line(describe(packages=("torch", "pillow"),
                                             tools=("apptainer", "sbatch"))))
@@ -298,6 +352,8 @@ def main() -> None:
         for d, _, _files in os.walk(work):
             os.chmod(d, 0o755)
 
+        if args.fresh_read:
+            figures["fresh_read"] = fresh_read(args.image, tree, sqfs, work)
         if args.own_cluster or not shared_sandbox_up():
             from tests.own_cluster import netns_name
             with own_cluster(2, "data", default_time="00:20:00") as cl:
@@ -336,7 +392,8 @@ def one_job(args: argparse.Namespace, variant: str, work: Path, tree: Path, sqfs
         argv.append("--stage-data")
     argv += ["--", "python3", str(code / "bench_data_nodes.py"), "--rank",
              "/data" if packed else str(tree), "--batch", str(args.batch),
-             "--image-size", str(args.image_size), "--workers", str(args.workers)]
+             "--image-size", str(args.image_size), "--workers", str(args.workers),
+             "--epochs", str(args.epochs)]
     marks = [(Path(d), True, False) for d, _, _ in os.walk(tree)] + [(sqfs, False, True)] \
         + [(d, True, True) for d in local_dirs]
     watch = Opens(marks, node_namespaces(names), classifier(tree, sqfs))
@@ -357,7 +414,8 @@ def one_job(args: argparse.Namespace, variant: str, work: Path, tree: Path, sqfs
     return {"job_s": round(job_s, 1),
             "first_batch_s": max(r["first_batch_s"] for r in ranks),
             "scan_s": max(r["scan_s"] for r in ranks),
-            "epoch_s": max(r["epoch_s"] for r in ranks),
+            # per epoch, the slowest rank's
+            "epoch_s": [max(e) for e in zip(*(r["epoch_s"] for r in ranks), strict=True)],
             "images": sum(r["images"] for r in ranks),
             "opens": {node: {kind: counts[(node, kind)] for kind in KINDS}
                       for node in [*sorted(names), "?"]},
@@ -381,7 +439,9 @@ def jobs(args: argparse.Namespace, figures: dict[str, Any], work: Path, tree: Pa
     figures["runs"] = runs
     figures["variants"] = {
         variant: {**{key: statistics.median(r[key] for r in rows)
-                     for key in ("job_s", "first_batch_s", "scan_s", "epoch_s", "images")},
+                     for key in ("job_s", "first_batch_s", "scan_s", "images")},
+                  "epoch_s": [statistics.median(e)
+                              for e in zip(*(r["epoch_s"] for r in rows), strict=True)],
                   "opens": {node: {kind: sorted({r["opens"][node][kind] for r in rows})
                                    for kind in KINDS} for node in rows[0]["opens"]},
                   "overflow": any(r["overflow"] for r in rows)}
@@ -394,7 +454,8 @@ def report(figures: dict[str, Any]) -> None:
           f"make-tiny {figures['make_tiny_s']} s; pack {figures['pack_s']} s -> "
           f"{figures['packed_mib']} MiB; cluster: {figures['cluster']}")
     cols = list(v)
-    print(f"{'per epoch, per node (range over repeats)':48}" + "".join(f"{c:>15}" for c in cols))
+    epochs = len(v[cols[0]]["epoch_s"])
+    print(f"{f'per job of {epochs} epoch(s), per node':48}" + "".join(f"{c:>15}" for c in cols))
     for node in [*figures["nodes"], "?"]:
         if node == "?" and not any(max(v[c]["opens"]["?"][k]) for c in cols for k in KINDS):
             continue
@@ -408,9 +469,18 @@ def report(figures: dict[str, Any]) -> None:
     for label, key in (("images read (all ranks)", "images"),
                        ("scan of the class folders, s (slowest rank)", "scan_s"),
                        ("time to first batch, s (slowest rank)", "first_batch_s"),
-                       ("epoch, s (slowest rank)", "epoch_s"),
                        ("job, submit --wait to its end, s", "job_s")):
         print(f"{label:48}" + "".join(f"{v[c][key]:>15}" for c in cols))
+    for i in range(epochs):
+        print(f"{f'epoch {i + 1}, s (slowest rank)':48}"
+              + "".join(f"{v[c]['epoch_s'][i]:>15.3f}" for c in cols))
+    if "fresh_read" in figures:
+        f = figures["fresh_read"]
+        print("first read of every training file, one process in the image, a fresh mount "
+              f"(-no-fragments: {f['no_fragments_mib']} MiB): wall s (CPU s)")
+        for key, (wall, cpu) in f.items():
+            if key != "no_fragments_mib":
+                print(f"  {key:44}{wall:>10} ({cpu})")
     if any(v[c]["overflow"] for c in cols):
         print("note: the fanotify queue overflowed: counts are lower bounds")
 
