@@ -369,9 +369,9 @@ def main() -> None:
                  [SANDBOX_DIR / "nodes" / n / "local" for n in names])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report(figures)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
+    report(figures)
 
 
 def netns_name_shared(node: str) -> str:
@@ -478,9 +478,9 @@ def report(figures: dict[str, Any]) -> None:
         f = figures["fresh_read"]
         print("first read of every training file, one process in the image, a fresh mount "
               f"(-no-fragments: {f['no_fragments_mib']} MiB): wall s (CPU s)")
-        for key, (wall, cpu) in f.items():
+        for key, value in f.items():
             if key != "no_fragments_mib":
-                print(f"  {key:44}{wall:>10} ({cpu})")
+                print(f"  {key:44}{value[0]:>10} ({value[1]})")
     if any(v[c]["overflow"] for c in cols):
         print("note: the fanotify queue overflowed: counts are lower bounds")
 
