@@ -26,6 +26,10 @@ Left out, and why:
   bench_data.py           run by hand at its smallest size (--classes 2 --per-class 4
                           --val-per-class 1 --images 8 --batch 4): passes, but 79 s (the
                           loader with 0-2 workers, three variants, each a torch start)
+  bench_data_nodes.py     run by hand at its smallest size (--classes 10 --per-class 20
+                          --own-cluster): passes in 53 s, 85 s with --epochs 2 (three 2-node
+                          jobs in the image, each a torch start per rank), over the
+                          budget on a loaded machine; needs root (fanotify)
 The rest took 137 s together on this 2-core VM with the sandbox up and other tests
 running (load ~7; 2026-11-26): bench_e2e (42 s), the hang watchdog (28 s) and
 bench_track's MLflow set-up (20 s) are most of it.
