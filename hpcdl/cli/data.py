@@ -16,6 +16,7 @@ from hpcdl.data.packed import (
     DEFAULT_COMPRESSION,
     execute,
     pack_plan,
+    parse_block_size,
     scan_packed,
 )
 from hpcdl.data.tiny import TinySpec, make_tiny
@@ -105,12 +106,18 @@ def check_cmd(directory: str, as_json: bool) -> None:
                    "kernel and squashfuse, lz4 decodes faster (docs/guide/data.md).")
 @click.option("--processors", type=click.IntRange(min=1), metavar="N",
               help="mksquashfs threads (default: every CPU).")
+@click.option("--block-size", "block_size", default="auto", show_default=True,
+              metavar="auto|SIZE",
+              help="mksquashfs block size, a power of two from 4K to 1M. auto: the "
+                   "smallest one at least the median file size, 4K to 128K: a shuffled "
+                   "read of small images then decompresses little more than each image "
+                   "(docs/guide/data.md).")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists (once complete).")
 @click.option("--dry-run", is_flag=True, help="Check DIRECTORY, print the mksquashfs argv, "
                                               "write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def pack_cmd(directory: str, output: str, compression: str, processors: int | None,
-             force: bool, dry_run: bool, as_json: bool) -> None:
+             block_size: str, force: bool, dry_run: bool, as_json: bool) -> None:
     """Pack the ImageFolder dataset DIRECTORY into one read-only SquashFS file.
 
     A job reads it with `hpcdl submit --data DATA.sqfs`: bound into the image
@@ -126,7 +133,7 @@ def pack_cmd(directory: str, output: str, compression: str, processors: int | No
       hpcdl data check /scratch/tiny.sqfs
     """
     plan = pack_plan(directory, output, compression=compression, force=force,
-                     processors=processors)
+                     processors=processors, block_size=parse_block_size(block_size))
     if dry_run:
         if as_json:
             click.echo(json.dumps({"argv": list(plan.argv), "output": str(plan.output),
