@@ -8,6 +8,7 @@ then read the diff before committing it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -80,6 +81,43 @@ def test_pbs_golden(profile, case):
     plan = build_plan(load_profile(profile), REQUESTS[case])
     check_golden(GOLDEN / "pbs" / f"{profile}-{case}.sh", plan.script)
     assert plan.job_scripts == ()  # qsub'ed by hand: nothing staged, the script has it all
+
+
+# plan.json (JobPlan.to_dict()) for requests that set every part of a plan: the
+# launch, the container and its staging, requeue and chain, the hang watchdog, the
+# probe, spare nodes, the run's files. Dumped in to_dict's order (what `submit --dry-run
+# --json` prints; the run directory's plan.json is the same keys sorted).
+PLAN_JSON_CASES = {
+    "sandbox-command": ("sandbox", REQUESTS["command"]),
+    "sandbox-command-code": ("sandbox", REQUESTS["command-code"]),
+    "generic-image-ddp": ("generic", REQUESTS["image-ddp"]),
+    "polaris-image-ddp": ("polaris", REQUESTS["image-ddp"]),
+    "sandbox-requeue": ("sandbox", JobRequest(nodes=2, gpus=1, run_dir="/scratch/runs/r1",
+                                              requeue=True, max_restarts=2, signal="USR1@60",
+                                              hang_timeout=30.0)),
+    "sandbox-chain": ("sandbox", JobRequest(nodes=1, gpus=0, command=("true",), chain=3,
+                                            run_dir="/scratch/runs/c1", launcher="torchrun",
+                                            backend="ddp")),
+    "sandbox-spares-probe-first": ("sandbox", JobRequest(
+        nodes=1, gpus=1, spares=1, probe=("--sizes", "4K"), probe_first=True,
+        hang_timeout=20.0, run_dir="/scratch/runs/s1", image="/scratch/images/x.sif")),
+    "sandbox-probe": ("sandbox", JobRequest(nodes=2, gpus=0, probe=("--sizes", "4K"),
+                                            run_dir="/scratch/runs/p1")),
+    "sandbox-staged": ("sandbox", JobRequest(nodes=2, gpus=2, image="/scratch/images/x.sif",
+                                             data="/scratch/data/imagenet.sqfs",
+                                             stage_image=True, stage_data=True,
+                                             run_dir="/scratch/runs/p4", gpu_bind="local-rank")),
+}
+# How the container runtime runs, for the cases that depend on it (the rest: unknown).
+RUNTIME_MODES = {"sandbox-staged": "unprivileged"}
+
+
+@pytest.mark.parametrize("case", sorted(PLAN_JSON_CASES))
+def test_plan_json_golden(case):
+    profile, req = PLAN_JSON_CASES[case]
+    data = build_plan(load_profile(profile), req, runtime_mode=RUNTIME_MODES.get(case)).to_dict()
+    data["hpcdl_version"] = "<version>"  # a release must not drift the golden
+    check_golden(GOLDEN / "plan" / f"{case}.json", json.dumps(data, indent=2) + "\n")
 
 
 def test_polaris_pbs_lines_that_matter():
