@@ -83,8 +83,8 @@ def main() -> int:
     plan = build_plan(profile, req)  # the same script hpcdl submits (logs to work/plain)
     script = work / "plain" / "job.sbatch"
     script.write_text(plan.script)
-    stage(work / "plain", plan.job_files, plan.job_scripts)  # the files the script runs
-    plain = SlurmScheduler().submit_argv(script, plan.job_name)
+    stage(work / "plain", plan.files.job_files, plan.files.job_scripts)  # the files the script runs
+    plain = SlurmScheduler().submit_argv(script, plan.spec.job_name)
     cli = [sys.executable, "-m", "hpcdl", "submit", "-p", "sandbox", "-N", str(NODES),
            "-G", str(GPUS), "-J", "bench", "--", *COMMAND]
     lib_req = JobRequest(nodes=NODES, gpus=GPUS, command=COMMAND, job_name="bench")

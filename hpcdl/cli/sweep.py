@@ -138,7 +138,7 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
         _show(plan, as_json, notes=notes or [], cluster_dir=cluster_dir)
         return
     if conn.ssh is None:  # over SSH the inputs are the cluster's paths (for_cluster checked)
-        check_inputs(base, image=plan.plans[0].image)
+        check_inputs(base, image=plan.plans[0].container.image)
     record = arrays.submit_array(prof, plan, scheduler=conn.scheduler, place=conn.place)
     array_id = record["arrays"][0]["job_id"]
     if not as_json:
@@ -186,16 +186,17 @@ def _show(plan: Any, as_json: bool, *, notes: list[str], cluster_dir: str | None
             "sweep_dir": str(plan.sweep_dir),
             **({"cluster_sweep_dir": cluster_dir} if cluster_dir is not None else {}),
             "array": plan.array,
-            "max_concurrent": plan.max_concurrent, "partition": plan.plans[0].partition,
+            "max_concurrent": plan.max_concurrent, "partition": plan.plans[0].spec.partition.name,
             "size_limit": plan.size_limit or None,
-            "points": [{"index": p.index, "params": p.params, "run_dir": pl.run_dir,
-                        "launch_line": pl.launch_line}
+            "points": [{"index": p.index, "params": p.params, "run_dir": pl.spec.run_dir,
+                        "launch_line": pl.launch.launch_line}
                        for p, pl in zip(plan.points, plan.plans, strict=True)],
             "script": plan.script}, indent=2))
         return
     first = plan.plans[0]
     click.echo(f"# {len(plan.points)} points, one job array with tasks {plan.array} "
-               f"({plan.limit_reason}); partition {first.partition}: {first.partition_reason}",
+               f"({plan.limit_reason}); partition {first.spec.partition.name}: "
+               f"{first.partition_reason}",
                err=True)
     if plan.size_limit:
         click.echo(f"# {plan.size_limit}", err=True)
@@ -206,10 +207,10 @@ def _show(plan: Any, as_json: bool, *, notes: list[str], cluster_dir: str | None
         click.echo(f"# sweep directory {plan.sweep_dir} (nothing is created)", err=True)
     for note in notes:
         click.echo(f"# {note}", err=True)
-    if first.example_defaults:
+    if first.launch.example_defaults:
         click.echo(f"# {defaults_line(first)}", err=True)
     for point, pl in zip(plan.points, plan.plans, strict=True):
-        click.echo(f"# point {point.index}: {point.describe()}: {pl.launch_line}", err=True)
+        click.echo(f"# point {point.index}: {point.describe()}: {pl.launch.launch_line}", err=True)
     click.echo(plan.script, nl=False)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION, Diagnosis
+from hpcdl.hang.diagnosis import Diagnosis
 from hpcdl.hang.watchdog import HangWatchdog, collect, find_py_spy
 from hpcdl.jobs import recoveries
 from hpcdl.jobs.attempts import Attempt
@@ -72,13 +72,13 @@ def submit_job(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     """Submit ``plan`` (planned with its run directory, see hpcdl.jobs.submit.plan_run).
 
     ``watch``: the job will be followed, so the hang watchdog the plan asks for
-    (``plan.hang_timeout``) is readied: py-spy is found before submitting (a watchdog
+    (``plan.hang``) is readied: py-spy is found before submitting (a watchdog
     that cannot look is none: ToolError) and copied into the run directory, since the
     nodes run it from there and not from this venv. ``place``: where the cluster reads
     the run directory (hpcdl.jobs.place). Raises ValidationError,
     SubmitError, ToolError (see hpcdl.jobs.submit.submit, hpcdl.hang.watchdog.find_py_spy).
     """
-    py_spy = find_py_spy() if plan.hang_timeout is not None and watch else None
+    py_spy = find_py_spy() if plan.hang is not None and watch else None
     sub = submit(profile, plan, scheduler=scheduler, place=place)
     if py_spy is not None:
         py_spy = stage_tool(sub.run.path, py_spy)
@@ -116,14 +116,14 @@ def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
     if probe:
         code = probe_exit(record, code)
     tried = (attempts_of(sub.run, list(sub.chain or (sub.job_id,)), scheduler)
-             if plan.requeue or plan.chain > 1 else [])
+             if plan.spec.requeue is not None else [])
     html, straggler, why = _write_report(sub.run_dir)
     return JobOutcome(final=final, record=record, logs=logs, exit_status=code,
                       attempts=tried, hang=dog.diagnosis if dog is not None else None,
                       report=html, report_error=why, straggler=straggler,
                       steps=run_steps_seen(sub.run),
-                      recoveries=recoveries.read(sub.run_dir) if plan.spares else [],
-                      excluded=recoveries.excluded(sub.run_dir) if plan.spares else [])
+                      recoveries=recoveries.read(sub.run_dir) if plan.spec.spares else [],
+                      excluded=recoveries.excluded(sub.run_dir) if plan.spec.spares else [])
 
 
 def probe_exit(record: ResultRecord, job_code: int) -> int:
@@ -153,13 +153,13 @@ def _hang_watch(profile: Profile, plan: JobPlan, sub: Submitted, scheduler: Sche
     """The follow loop's callback, watcher and watchdog: ``on_poll`` alone, or (with a
     hang timeout and py-spy) ``on_poll`` and the hang watchdog, with a watcher that
     polls at least every tenth of the timeout."""
-    if py_spy is None or plan.hang_timeout is None:
+    if py_spy is None or plan.hang is None:
         return on_poll, Watcher(scheduler, link=link), None
     dog = HangWatchdog(
-        sub.run, job_id, timeout=plan.hang_timeout, action=plan.hang_action or DEFAULT_HANG_ACTION,
+        sub.run, job_id, timeout=plan.hang.timeout, action=plan.hang.action,
         scheduler=scheduler, on_hang=on_hang,
         collector=lambda job, pids: collect(
-            scheduler, job, pids, py_spy=py_spy, image=plan.image,
+            scheduler, job, pids, py_spy=py_spy, image=plan.container.image,
             runtime=profile.container.binary or profile.container.runtime))
 
     def both(pending: dict[str, JobStatus], elapsed: float) -> None:
@@ -170,5 +170,5 @@ def _hang_watch(profile: Profile, plan: JobPlan, sub: Submitted, scheduler: Sche
     # A hang is seen soon after its timeout: the files are read locally at every poll,
     # and the scheduler is asked at most once a second.
     watcher = Watcher(scheduler, link=link, backoff=Backoff(
-        maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang_timeout / 10))))
+        maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang.timeout / 10))))
     return both, watcher, dog

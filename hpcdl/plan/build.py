@@ -52,7 +52,15 @@ from hpcdl.plan.command import (
     probe_command,
     rank_tokens,
 )
-from hpcdl.plan.jobplan import JobPlan, job_script_path
+from hpcdl.plan.jobplan import (
+    ContainerPart,
+    FilesPart,
+    HangPart,
+    JobPlan,
+    LaunchPart,
+    ProbePart,
+    job_script_path,
+)
 from hpcdl.plan.partition import (
     choose_partition,
     default_cpus_per_task,
@@ -255,51 +263,29 @@ def build_plan(profile: Profile, req: JobRequest,
         template_dirs=[profile.template_dir] if profile.template_dir else (),
     )
     return JobPlan(
-        profile=profile.name,
-        cluster_type=profile.scheduler.type,
-        partition=part.name,
+        spec=spec,
         partition_reason=reason,
-        nodes=req.nodes,
-        gpus_per_node=req.gpus,
-        tasks_per_node=tasks,
-        ntasks=spec.ntasks,
-        cpus_per_task=cpus,
-        time_seconds=time,
-        job_name=job_name,
-        backend=backend,
-        image=image,
-        env=env,
-        binds=binds,
-        command=tuple(command),
-        launch_line=launch,
-        output=output,
-        error=error,
-        run_dir=req.run_dir,
+        launch=LaunchPart(
+            backend=backend, launcher=launcher, gpu_bind=gpu_bind, command=tuple(command),
+            example_defaults=defaults, env=env, launch_line=launch,
+            master_addr=master_addr or dict(env)["MASTER_ADDR"],
+            master_port=master_port or dict(env)["MASTER_PORT"],
+            records_steps=bool(req.run_dir) and dialect.submits
+                          and (req.runs_example or requeue is not None)),
+        container=ContainerPart(
+            image=image, image_source=image_source, binds=binds, mode=mode,
+            stage="sbcast" if stages else "none",
+            staged_image=stage["shown"] if stage else None,
+            staged_data=data_stage["shown"] if data_stage else None),
+        files=FilesPart(output=output, error=error,
+                        job_files=job_side_files() if req.run_dir else (),
+                        job_scripts=job_scripts, code_dir=req.code_dir, workdir=workdir),
         script=script,
         warnings=tuple(warnings),
-        example_defaults=defaults,
-        launcher=launcher,
-        gpu_bind=gpu_bind,
-        image_source=image_source,
-        master_addr=master_addr or dict(env)["MASTER_ADDR"],
-        master_port=master_port or dict(env)["MASTER_PORT"],
-        probe=req.probe,
-        probe_first=req.probe_first,
-        probe_line=probe_line,
-        hang_timeout=req.hang_timeout,
-        hang_action=_hang_action(req, spares),
-        job_files=job_side_files() if req.run_dir else (),
-        job_scripts=job_scripts,
-        container_mode=mode,
-        **_plan_requeue(requeue),
-        spares=spares,
-        records_steps=bool(req.run_dir) and dialect.submits
-                      and (req.runs_example or requeue is not None),
-        stage="sbcast" if stages else "none",
-        staged_image=stage["shown"] if stage else None,
-        staged_data=data_stage["shown"] if data_stage else None,
-        code_dir=req.code_dir,
-        workdir=workdir,
+        probe=(ProbePart(args=req.probe, first=req.probe_first, line=probe_line)
+               if req.probe is not None else None),
+        hang=(HangPart(timeout=req.hang_timeout, action=_hang_action(req, spares))
+              if req.hang_timeout is not None else None),
     )
 
 
@@ -360,23 +346,14 @@ def _guard_block(profile: Profile, spec: JobSpec, req: JobRequest, image: str | 
     }
 
 
-def _hang_action(req: JobRequest, spares: int) -> str | None:
+def _hang_action(req: JobRequest, spares: int) -> str:
     """What the hang watchdog does: --hang-action, else relaunch for a job with spares
     (its node guard restarts the training) and cancel for the others. Raises
     ValidationError for relaunch without spares."""
-    if req.hang_timeout is None:
-        return None
     if req.hang_action == "relaunch" and not spares:
         raise _fail("hang-action: relaunch restarts the training inside the job's "
                     "allocation; it needs spare nodes (--spares S)")
     return req.hang_action or ("relaunch" if spares else DEFAULT_HANG_ACTION)
-
-
-def _plan_requeue(requeue: RequeueSpec | None) -> dict[str, Any]:
-    if requeue is None:
-        return {}
-    return {"requeue": requeue.chain == 1, "max_restarts": requeue.max_restarts,
-            "signal": f"{requeue.signal}@{requeue.lead}", "chain": requeue.chain}
 
 
 def _progress(req: JobRequest, requeue: RequeueSpec | None,
