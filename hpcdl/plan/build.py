@@ -204,6 +204,7 @@ class _Staged:
 
 def _staged(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDialect,
             image: str | None) -> _Staged:
+    """The image's copy first (its refusals are named first), then the dataset's."""
     image_copy = image_stage(profile, req, image, spec, dialect)
     data = packed_stage(profile, req, spec, dialect)
     return _Staged(image=image_copy, data=data,
@@ -283,8 +284,7 @@ def _launch(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDia
     return LaunchPart(
         # check_request accepted it: it is the schema's word now.
         backend=cast(Backend, req.backend), launcher=launcher, gpu_bind=ranks.gpu_bind,
-        command=tuple(command),
-        example_defaults=defaults, env=env, launch_line=line,
+        command=tuple(command), example_defaults=defaults, env=env, launch_line=line,
         master_addr=master_addr or dict(env)["MASTER_ADDR"],
         master_port=master_port or dict(env)["MASTER_PORT"],
         records_steps=bool(req.run_dir) and dialect.submits
