@@ -212,8 +212,8 @@ def measure(args: argparse.Namespace, profile_ref: str) -> int:
     plan = build_plan(profile, req)  # the same script hpcdl submits (logs to work/plain)
     script = work / "plain" / "job.sbatch"
     script.write_text(plan.script)
-    stage(work / "plain", plan.job_files, plan.job_scripts)  # the files the script runs
-    plain = SlurmScheduler().submit_argv(script, plan.job_name)
+    stage(work / "plain", plan.files.job_files, plan.files.job_scripts)  # the files the script runs
+    plain = SlurmScheduler().submit_argv(script, plan.spec.job_name)
     argv = [sys.executable, "-m", "hpcdl", "submit", "-p", profile_ref, "-N", str(nodes),
             "-G", str(gpus), "-J", name, "--", *COMMAND]
     pycache = work / "pycache" if args.pycache else None

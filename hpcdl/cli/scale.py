@@ -17,7 +17,7 @@ from hpcdl.jobs.cluster import connect
 from hpcdl.jobs.results import connection_for, load_rows, probe_report, stragglers
 from hpcdl.jobs.submit import Submitted
 from hpcdl.jobs.sweep import finish_sweep, start_sweep
-from hpcdl.plan import JobRequest
+from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles import load_profile
 from hpcdl.results.plot import build_figure, write_png
 from hpcdl.results.table import FIELDS, Row, count, format_table, to_csv, to_json
@@ -120,7 +120,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     base = conn.for_cluster(base)  # the image and code as the nodes see them
     plans = plan_points(prof, base, points, sweep_dir, facts, mode,
                         place=conn.place)  # raises before writing
-    conn.check_inputs(base, image=plans[0][1].image)
+    conn.check_inputs(base, image=plans[0][1].container.image)
 
     def submitted(point: SweepPoint, sub: Submitted) -> None:
         click.echo(f"submitted {point.label}: job {sub.job_id} ({count(point.ranks, 'rank')} on "
@@ -159,20 +159,20 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
         raise SystemExit(1)
 
 
-def _show_plans(plans: list[Any], why: str, as_json: bool) -> None:
+def _show_plans(plans: list[tuple[SweepPoint, JobPlan]], why: str, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps({"partition": plans[0][1].partition, "partition_reason": why,
-                               "points": [
+        click.echo(json.dumps({"partition": plans[0][1].spec.partition.name,
+                               "partition_reason": why, "points": [
             {**point_entry(point), "plan": plan.to_dict()} for point, plan in plans]}, indent=2))
         return
     first = plans[0][1]
-    click.echo(f"partition {first.partition} for every point ({why})")
-    if first.example_defaults:
+    click.echo(f"partition {first.spec.partition.name} for every point ({why})")
+    if first.launch.example_defaults:
         click.echo(defaults_line(first))
     for point, plan in plans:
-        click.echo(f"{point.label:<24} {count(point.ranks, 'rank'):>9}  {plan.cpus_per_task} CPUs/rank  "
-                   f"time {plan.time}")
-    click.echo(f"{len(plans)} jobs; each runs: {first.launch_line}")
+        click.echo(f"{point.label:<24} {count(point.ranks, 'rank'):>9}  "
+                   f"{plan.spec.cpus_per_task} CPUs/rank  time {plan.time}")
+    click.echo(f"{len(plans)} jobs; each runs: {first.launch.launch_line}")
 
 
 @click.command()

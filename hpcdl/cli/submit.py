@@ -203,7 +203,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         return
     conn, plan = ready.conn, ready.plan
     assert conn is not None  # a real submission always has its connection
-    conn.check_inputs(ready.request, image=plan.image)
+    conn.check_inputs(ready.request, image=plan.container.image)
     status = submit_and_show(prof, plan, wait=wait, as_json=as_json, conn=conn)
     if status:
         raise SystemExit(status)
@@ -245,14 +245,14 @@ def prepare(prof: Profile, request: JobRequest, *, dry_run: bool, run_name: str 
     # Planned once, with the run directory it will use; that plan is what gets submitted.
     plan = plan_run(prof, request, run_name=run_name, image_facts=image_facts,
                     runtime_mode=runtime_mode, place=conn.place)  # raises before writing
-    if notes is not None and plan.run_dir is not None:
+    if notes is not None and plan.spec.run_dir is not None:
         where = " on the cluster" if conn.remote else ""
         if request.run_dir is None:
-            notes.insert(0, f"run directory{where} {plan.run_dir}: the name a submission "
+            notes.insert(0, f"run directory{where} {plan.spec.run_dir}: the name a submission "
                             f"made now gets (one made later gets a new name; --run-dir "
                             f"pins it); nothing is created")
         else:
-            notes.insert(0, f"run directory{where} {plan.run_dir} (--run-dir); nothing is "
+            notes.insert(0, f"run directory{where} {plan.spec.run_dir} (--run-dir); nothing is "
                             f"created")
     return Prepared(conn, request, plan, notes)
 
@@ -269,25 +269,26 @@ def print_dry_run(plan: JobPlan, *, as_json: bool, notes: Sequence[str] = ()) ->
         click.echo(f"# {note}", err=True)
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
-    click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
-    if plan.image_source == "profile default_image":
-        click.echo(f"# image {plan.image}: the profile's container.default_image "
+    click.echo(f"# partition {plan.spec.partition.name}: {plan.partition_reason}", err=True)
+    if plan.container.image_source == "profile default_image":
+        click.echo(f"# image {plan.container.image}: the profile's container.default_image "
                    "(--image overrides, --no-image runs natively)", err=True)
-    click.echo(f"# launcher {plan.launcher}; GPU binding {plan.gpu_bind}", err=True)
-    if plan.spares:
-        click.echo(f"# nodes: {plan.nodes} for the training + {plan.spares} spare"
-                   f"{'s' if plan.spares > 1 else ''} = {plan.nodes + plan.spares} allocated "
+    click.echo(f"# launcher {plan.launch.launcher}; GPU binding {plan.launch.gpu_bind}", err=True)
+    spec, container = plan.spec, plan.container
+    if spec.spares:
+        click.echo(f"# nodes: {spec.nodes} for the training + {spec.spares} spare"
+                   f"{'s' if spec.spares > 1 else ''} = {spec.allocated_nodes} allocated "
                    f"(--no-kill); a failed node is replaced inside the job", err=True)
-    if plan.staged_image:
-        click.echo(f"# image staged with sbcast to each node's {plan.staged_image}; the ranks "
-                   "run that copy", err=True)
-    if plan.staged_data:
-        click.echo(f"# dataset staged with sbcast to each node's {plan.staged_data}; the ranks "
-                   "read that copy", err=True)
-    if plan.hang_timeout is not None:
-        click.echo(f"# hang watchdog (with --wait): no progress for {plan.hang_timeout:g} s "
-                   f"-> py-spy stacks of every rank in hang/, then {plan.hang_action}", err=True)
-    if plan.example_defaults:
+    if container.staged_image:
+        click.echo(f"# image staged with sbcast to each node's {container.staged_image}; the "
+                   "ranks run that copy", err=True)
+    if container.staged_data:
+        click.echo(f"# dataset staged with sbcast to each node's {container.staged_data}; the "
+                   "ranks read that copy", err=True)
+    if plan.hang is not None:
+        click.echo(f"# hang watchdog (with --wait): no progress for {plan.hang.timeout:g} s "
+                   f"-> py-spy stacks of every rank in hang/, then {plan.hang.action}", err=True)
+    if plan.launch.example_defaults:
         click.echo(f"# {defaults_line(plan)}", err=True)
     click.echo(plan.script, nl=False)
     for path, text in plan.job_script_paths():
@@ -313,8 +314,8 @@ def _hang_seconds(text: str | None, *, wait: bool, dry_run: bool) -> float | Non
 
 def defaults_line(plan: JobPlan) -> str:
     """Where the bundled example's extra arguments come from (not a silent surprise)."""
-    return (f"example defaults from profile {plan.profile}: {' '.join(plan.example_defaults)} "
-            f"(a -X for the same option replaces one)")
+    return (f"example defaults from profile {plan.spec.profile.name}: "
+            f"{' '.join(plan.launch.example_defaults)} (a -X for the same option replaces one)")
 
 
 def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
@@ -334,14 +335,15 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
     sub = job.submitted
     for warning in (*plan.warnings, *sub.warnings):
         click.echo(f"warning: {warning}", err=True)
+    spec = plan.spec
     info: dict[str, object] = {
-        "job_id": sub.job_id, "run_dir": str(sub.run_dir), "partition": plan.partition,
-        "nodes": plan.nodes, "ntasks": plan.ntasks, "job_name": plan.job_name}
+        "job_id": sub.job_id, "run_dir": str(sub.run_dir), "partition": spec.partition.name,
+        "nodes": spec.nodes, "ntasks": spec.ntasks, "job_name": spec.job_name}
     if sub.chain:
         info["chain"] = list(sub.chain)
     if not as_json:
-        click.echo(f"Submitted job {sub.job_id} to partition {plan.partition} "
-                   f"({plan.nodes} nodes x {plan.tasks_per_node} ranks); run dir {sub.run_dir}")
+        click.echo(f"Submitted job {sub.job_id} to partition {spec.partition.name} "
+                   f"({spec.nodes} nodes x {spec.tasks_per_node} ranks); run dir {sub.run_dir}")
         if sub.chain:
             click.echo(f"chain of {len(sub.chain)} jobs (--dependency=afterany): "
                        f"{' -> '.join(sub.chain)}")
@@ -349,7 +351,7 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
         # Lazy: the display module is for showing a job, not on the way to sbatch.
         from hpcdl.cli.display import size_text
 
-        info["cluster_run_dir"] = plan.run_dir
+        info["cluster_run_dir"] = spec.run_dir
         info["bytes_moved"] = sub.moved
         if not as_json:
             click.echo(f"copied the run directory to {sub.place.describe()} "
@@ -400,11 +402,11 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
                    f"run directory {sub.run_dir}")
         click.echo(f"error: probe: {one_line(outcome.probe_error)}", err=True)
         return code
-    part = prof.partition(plan.partition)
+    part = prof.partition(plan.spec.partition.name)
     print_job_end(final, sub.run_dir, outcome.logs, outcome.record,
                   max_time=part.max_time if part else None, attempts=outcome.attempts,
                   hang=outcome.hang, html=outcome.report, straggler=outcome.straggler,
-                  steps=outcome.steps, nodes=plan.nodes, recoveries=outcome.recoveries,
+                  steps=outcome.steps, nodes=plan.spec.nodes, recoveries=outcome.recoveries,
                   excluded=outcome.excluded, scheduler=scheduler)
     return code
 

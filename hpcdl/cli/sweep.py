@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +16,9 @@ from hpcdl.cli.submit import JOB_FILE_HEADER, defaults_line
 from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.plan import BACKENDS, JobRequest
+
+if TYPE_CHECKING:
+    from hpcdl.sweep.arrays import ArrayPlan
 
 
 @click.command()
@@ -165,7 +168,7 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     if dry_run:
         _show(plan, as_json, notes=notes or [], cluster_dir=cluster_dir)
         return
-    conn.check_inputs(base, image=plan.plans[0].image)  # here's; the cluster's were checked
+    conn.check_inputs(base, image=plan.plans[0].container.image)  # here's; the cluster's were checked
     record = arrays.submit_array(prof, plan, scheduler=conn.scheduler, place=conn.place)
     array_id = record["arrays"][0]["job_id"]
     if not as_json:
@@ -217,27 +220,30 @@ def _points(params: tuple[str, ...], points_file: Path | None, random_count: int
     return sweep_params.grid([sweep_params.parse_param(p, known=known) for p in params])
 
 
-def _show(plan: Any, as_json: bool, *, notes: list[str], cluster_dir: str | None) -> None:
+def _show(plan: ArrayPlan, as_json: bool, *, notes: list[str], cluster_dir: str | None) -> None:
     """What --dry-run prints: the points and the array script with the paths the
     submission uses (the cluster's, ``cluster_dir``, over a login: profile), and
     ``notes``: what the dry run left unchecked (stderr)."""
     first = plan.plans[0]
+    facts = first.to_dict()  # requeue, max_restarts, signal (SIG@LEAD), spares as plan.json
     if as_json:
         click.echo(json.dumps({
             "sweep_dir": str(plan.sweep_dir),
             **({"cluster_sweep_dir": cluster_dir} if cluster_dir is not None else {}),
             "array": plan.array,
-            "max_concurrent": plan.max_concurrent, "partition": plan.plans[0].partition,
+            "max_concurrent": plan.max_concurrent, "partition": plan.plans[0].spec.partition.name,
             "size_limit": plan.size_limit or None,
-            "requeue": first.requeue, "max_restarts": first.max_restarts if first.requeue
-            else None, "signal": first.signal, "spares": first.spares,
-            "points": [{"index": p.index, "params": p.params, "run_dir": pl.run_dir,
-                        "launch_line": pl.launch_line, "job_script": pl.script}
+            "requeue": facts["requeue"],
+            "max_restarts": facts["max_restarts"] if facts["requeue"] else None,
+            "signal": facts["signal"], "spares": facts["spares"],
+            "points": [{"index": p.index, "params": p.params, "run_dir": pl.spec.run_dir,
+                        "launch_line": pl.launch.launch_line, "job_script": pl.script}
                        for p, pl in zip(plan.points, plan.plans, strict=True)],
             "script": plan.script}, indent=2))
         return
     click.echo(f"# {len(plan.points)} points, one job array with tasks {plan.array} "
-               f"({plan.limit_reason}); partition {first.partition}: {first.partition_reason}",
+               f"({plan.limit_reason}); partition {first.spec.partition.name}: "
+               f"{first.partition_reason}",
                err=True)
     if plan.size_limit:
         click.echo(f"# {plan.size_limit}", err=True)
@@ -248,35 +254,36 @@ def _show(plan: Any, as_json: bool, *, notes: list[str], cluster_dir: str | None
         click.echo(f"# sweep directory {plan.sweep_dir} (nothing is created)", err=True)
     for note in notes:
         click.echo(f"# {note}", err=True)
-    if first.example_defaults:
+    if first.launch.example_defaults:
         click.echo(f"# {defaults_line(first)}", err=True)
-    for line in _resilience_lines(first):
+    for line in _resilience_lines(facts):
         click.echo(f"# {line}", err=True)
     for point, pl in zip(plan.points, plan.plans, strict=True):
-        click.echo(f"# point {point.index}: {point.describe()}: {pl.launch_line}", err=True)
+        click.echo(f"# point {point.index}: {point.describe()}: {pl.launch.launch_line}", err=True)
     click.echo(plan.script, nl=False)
-    if first.requeue or first.spares:
+    if facts["requeue"] or facts["spares"]:
         # The requeue and the node guard live in each point's own job script, which the
         # array's task runs: point 0's, byte for byte (the others differ in their values).
         from hpcdl.jobs.rundir import RUN_FILES
 
-        click.echo(f"{JOB_FILE_HEADER} {first.run_dir}/{RUN_FILES.script} (point 0's job "
+        click.echo(f"{JOB_FILE_HEADER} {first.spec.run_dir}/{RUN_FILES.script} (point 0's job "
                    f"script, which its task runs; every point has its own, differing only in its "
                    f"values; --json has each)", err=True)
         click.echo(first.script, nl=False, err=True)
 
 
-def _resilience_lines(plan: Any) -> list[str]:
-    """What --requeue and --spares do per task (the dry run's notes)."""
+def _resilience_lines(plan: dict[str, Any]) -> list[str]:
+    """What --requeue and --spares do per task (the dry run's notes), from a point's
+    plan.json facts."""
     lines = []
-    if plan.requeue:
-        lines.append(f"requeue: each task on SIG{plan.signal} checkpoints and requeues itself "
-                     f"alone, at most {plan.max_restarts} times "
+    if plan["requeue"]:
+        lines.append(f"requeue: each task on SIG{plan['signal']} checkpoints and requeues itself "
+                     f"alone, at most {plan['max_restarts']} times "
                      f"after a time limit or a crash, resuming from its point's newest "
                      f"checkpoint; its attempts go to its point's attempts.tsv under its task "
                      f"id (123_4)")
-    if plan.spares:
-        lines.append(f"spares: each task allocates {plan.nodes} + {plan.spares} nodes; a node "
+    if plan["spares"]:
+        lines.append(f"spares: each task allocates {plan['nodes']} + {plan['spares']} nodes; a node "
                      f"that fails is replaced inside the task")
     return lines
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION, Diagnosis
+from hpcdl.hang.diagnosis import Diagnosis
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.submit import Submitted, attempts_of, exit_status, submit
 from hpcdl.launch.staging import stage_tool
@@ -75,14 +75,14 @@ def submit_job(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     """Submit ``plan`` (planned with its run directory, see hpcdl.jobs.submit.plan_run).
 
     ``watch``: the job will be followed, so the hang watchdog the plan asks for
-    (``plan.hang_timeout``) is readied: py-spy is found before submitting (a watchdog
+    (``plan.hang``) is readied: py-spy is found before submitting (a watchdog
     that cannot look is none: ToolError) and copied into the run directory, since the
     nodes run it from there and not from this venv. ``place``: where the cluster reads
     the run directory (hpcdl.jobs.place). Raises ValidationError,
     SubmitError, ToolError (see hpcdl.jobs.submit.submit, hpcdl.hang.watchdog.find_py_spy).
     """
     py_spy = None
-    if plan.hang_timeout is not None and watch:
+    if plan.hang is not None and watch:
         # Lazy: the watchdog only for a job that is followed with a hang timeout.
         from hpcdl.hang.watchdog import find_py_spy
 
@@ -130,14 +130,14 @@ def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
     if probe:
         code = probe_exit(record, code)
     tried = (attempts_of(sub.run, list(sub.chain or (sub.job_id,)), scheduler)
-             if plan.requeue or plan.chain > 1 else [])
+             if plan.spec.requeue is not None else [])
     html, straggler, why = _write_report(sub.run_dir)
     return JobOutcome(final=final, record=record, logs=logs, exit_status=code,
                       attempts=tried, hang=dog.diagnosis if dog is not None else None,
                       report=html, report_error=why, straggler=straggler,
                       steps=run_steps_seen(sub.run),
-                      recoveries=recoveries.read(sub.run_dir) if plan.spares else [],
-                      excluded=recoveries.excluded(sub.run_dir) if plan.spares else [])
+                      recoveries=recoveries.read(sub.run_dir) if plan.spec.spares else [],
+                      excluded=recoveries.excluded(sub.run_dir) if plan.spec.spares else [])
 
 
 def probe_exit(record: ResultRecord, job_code: int) -> int:
@@ -174,13 +174,13 @@ def _hang_watch(profile: Profile, plan: JobPlan, sub: Submitted, scheduler: Sche
     from hpcdl.hang.watchdog import HangWatchdog, collect
     from hpcdl.jobs.follow import MAX_INTERVAL_S, Backoff, Watcher
 
-    if py_spy is None or plan.hang_timeout is None:
+    if py_spy is None or plan.hang is None:
         return on_poll, Watcher(scheduler, link=link), None
     dog = HangWatchdog(
-        sub.run, job_id, timeout=plan.hang_timeout, action=plan.hang_action or DEFAULT_HANG_ACTION,
+        sub.run, job_id, timeout=plan.hang.timeout, action=plan.hang.action,
         scheduler=scheduler, on_hang=on_hang,
         collector=lambda job, pids: collect(
-            scheduler, job, pids, py_spy=py_spy, image=plan.image,
+            scheduler, job, pids, py_spy=py_spy, image=plan.container.image,
             runtime=profile.container.binary or profile.container.runtime))
 
     def both(pending: dict[str, JobStatus], elapsed: float) -> None:
@@ -191,5 +191,5 @@ def _hang_watch(profile: Profile, plan: JobPlan, sub: Submitted, scheduler: Sche
     # A hang is seen soon after its timeout: the files are read locally at every poll,
     # and the scheduler is asked at most once a second.
     watcher = Watcher(scheduler, link=link, backoff=Backoff(
-        maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang_timeout / 10))))
+        maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang.timeout / 10))))
     return both, watcher, dog

@@ -102,34 +102,35 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     run directory in the plan, it exists already, or the scheduler refused),
     ToolError (scheduler or login node unreachable).
     """
-    if plan.run_dir is None:
+    if plan.spec.run_dir is None:
         raise SubmitError("the plan has no run directory: plan it with plan_run()")
     scheduler.require()
-    warnings = (scheduler.check(profile, {plan.job_name: plan.demand()})
+    warnings = (scheduler.check(profile, {plan.spec.job_name: plan.demand()})
                 if live_check_wanted(live_check) else [])
-    local = place.local_path(plan.run_dir)
+    local = place.local_path(plan.spec.run_dir)
     code = code_of(profile, plan, local)
     place.prepare()
     run = write_run(profile, plan, local, code=code)
     moved = ship_or_undo(place, run)
     script = place.cluster_path(run.script)
-    argv = scheduler.submit_argv(script, plan.job_name, SubmitOptions(one_at_a_time))
+    argv = scheduler.submit_argv(script, plan.spec.job_name, SubmitOptions(one_at_a_time))
     try:
         job_id = scheduler.submit(argv)
     except ToolError as err:  # refused, or the controller went away: say so in the run dir
         run.write_result(dict(refused_record(err.message, argv)))
         raise
     chain = [job_id]
-    for _ in range(plan.chain - 1):  # each resumes from the one before (afterany: any end)
-        link = scheduler.submit_argv(script, plan.job_name,
+    links = plan.spec.requeue.chain if plan.spec.requeue else 1
+    for _ in range(links - 1):  # each resumes from the one before (afterany: any end)
+        link = scheduler.submit_argv(script, plan.spec.job_name,
                                      SubmitOptions(one_at_a_time, after=chain[-1]))
         try:
             chain.append(scheduler.submit(link))
         except ToolError:  # what is queued stays queued; the record says which jobs exist
             run.write_job(JobRecord.now(job_id, argv, tuple(chain)))
             raise
-    run.write_job(JobRecord.now(job_id, argv, tuple(chain) if plan.chain > 1 else ()))
-    return Submitted(job_id, run, plan, tuple(warnings), tuple(chain) if plan.chain > 1 else (),
+    run.write_job(JobRecord.now(job_id, argv, tuple(chain) if links > 1 else ()))
+    return Submitted(job_id, run, plan, tuple(warnings), tuple(chain) if links > 1 else (),
                      place, moved)
 
 
@@ -137,9 +138,9 @@ def code_of(profile: Profile, plan: JobPlan, local: Path) -> Any:
     """The files of ``plan.code_dir`` that go with the run directory ``local`` (a
     scan_code result; None without a code directory), leaving out the runs root and
     ``local``'s parent. Raises ValidationError for a code directory over its limit."""
-    if not plan.code_dir:
+    if not plan.files.code_dir:
         return None
-    return scan_code(Path(plan.code_dir), limit_bytes=profile.code_limit_bytes,
+    return scan_code(Path(plan.files.code_dir), limit_bytes=profile.code_limit_bytes,
                      skip=(rundir.runs_root(), local.parent))
 
 
@@ -166,14 +167,15 @@ def write_run(profile: Profile, plan: JobPlan, local: Path, *, code: Any = None,
     except FileExistsError as exc:
         raise SubmitError(f"run directory {local} already exists",
                           hint="give a new --run-dir, or leave it out for a fresh one") from exc
-    if plan.hang_timeout is not None:  # the rank wrapper records the ranks' pids here
+    if plan.hang is not None:  # the rank wrapper records the ranks' pids here
         run.pids.mkdir()
-    if plan.job_files or plan.job_scripts:  # the nodes need not see the submitting hpcdl
-        stage(run.path, plan.job_files, plan.job_scripts)
+    files = plan.files
+    if files.job_files or files.job_scripts:  # the nodes need not see the submitting hpcdl
+        stage(run.path, files.job_files, files.job_scripts)
     if code is not None:
         stage_code(run.path, code.root, code.files)
     run.write_plan(plan.script, {**plan.to_dict(), **(extra or {})})
-    run.record_inputs(profile.model_dump(mode="json"), plan.image)
+    run.record_inputs(profile.model_dump(mode="json"), plan.container.image)
     return run
 
 

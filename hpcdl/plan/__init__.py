@@ -6,7 +6,9 @@ no profile), ``partition`` (which partition, tasks, CPUs, time), ``command`` (wh
 rank runs: the command, the image and its binds, the rank-env wrapper, torchrun, the
 master address and port), ``build`` (build_plan: every derived value once, the
 scheduler's dialect for the script's header, launcher and log paths) and ``jobplan``
-(the JobPlan it returns). The names callers use are re-exported here.
+(the JobPlan it returns: the scheduler's JobSpec and the launch, container, files,
+probe and hang parts; plan.json flattens them). The names callers use are re-exported
+here.
 """
 
 from hpcdl.plan.build import UNPRIVILEGED_MPI_ENV, build_plan, image_stage, requeue_spec
@@ -22,7 +24,15 @@ from hpcdl.plan.command import (
     master_values,
     on_shared_path,
 )
-from hpcdl.plan.jobplan import JobPlan, job_script_path
+from hpcdl.plan.jobplan import (
+    ContainerPart,
+    FilesPart,
+    HangPart,
+    JobPlan,
+    LaunchPart,
+    ProbePart,
+    job_script_path,
+)
 from hpcdl.plan.partition import choose_partition, default_cpus_per_task, job_time, tasks_per_node
 from hpcdl.plan.request import (
     BACKENDS,
@@ -35,7 +45,8 @@ from hpcdl.plan.request import (
 
 __all__ = [
     "BACKENDS", "DEFAULT_EXAMPLE", "GPU_BINDS", "JOB_PROJECT_DIR", "LAUNCHERS", "PORT_TRIES",
-    "UNPRIVILEGED_MPI_ENV", "JobPlan", "JobRequest", "RuntimeMode", "build_plan",
+    "UNPRIVILEGED_MPI_ENV", "ContainerPart", "FilesPart", "HangPart", "JobPlan", "LaunchPart",
+    "ProbePart", "JobRequest", "RuntimeMode", "build_plan",
     "check_request", "check_shared_paths", "choose_partition", "container_binds",
     "default_cpus_per_task", "example_defaults", "image_stage", "job_image", "job_script_path", "job_time",
     "launch_notes", "master_values", "on_shared_path", "requeue_spec", "tasks_per_node",

@@ -2,15 +2,16 @@
 
 Pure: it decides everything (partition, tasks, CPUs, time, the launch line and the
 rendered script) and raises ValidationError naming the field, the value and the limit
-before anything is written or submitted. Every derived value (the job's time, its
-requeue settings, the example's defaults, the container's binds) is computed once
-here and handed on; the scheduler's dialect (hpcdl.schedulers.dialects) spells the
-script's header, launcher and log paths.
+before anything is written or submitted. It is a short row of pure stages, each
+building one part of the plan from the request and the parts before it (placement,
+launcher, the scheduler's JobSpec, staging, container, launch, probe, files, script,
+hang); every derived value is computed once, in its stage, and handed on. The
+scheduler's dialect (hpcdl.schedulers.dialects) spells the script's header, launcher
+and log paths.
 """
-
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any, Literal, cast
 
@@ -52,7 +53,15 @@ from hpcdl.plan.command import (
     probe_command,
     rank_tokens,
 )
-from hpcdl.plan.jobplan import JobPlan, job_script_path
+from hpcdl.plan.jobplan import (
+    ContainerPart,
+    FilesPart,
+    HangPart,
+    JobPlan,
+    LaunchPart,
+    ProbePart,
+    job_script_path,
+)
 from hpcdl.plan.partition import (
     choose_partition,
     default_cpus_per_task,
@@ -61,7 +70,7 @@ from hpcdl.plan.partition import (
     tasks_per_node,
 )
 from hpcdl.plan.request import JobRequest, RuntimeMode, _fail, check_request
-from hpcdl.profiles.schema import Backend, GpuBind, Launcher, Profile
+from hpcdl.profiles.schema import Backend, GpuBind, Launcher, Partition, Profile
 from hpcdl.requeue import (
     CHECKPOINT_ENV,
     EXIT_REQUEUE,
@@ -83,6 +92,8 @@ UNPRIVILEGED_MPI_ENV: tuple[tuple[str, str], ...] = (
     ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
     ("PMIX_MCA_gds", "hash"),
 )
+# The master port's range and how far the batch shell looks for a free one.
+_PORT_RANGE = {"base": PORT_BASE, "span": PORT_SPAN, "tries": PORT_TRIES}
 
 
 def build_plan(profile: Profile, req: JobRequest,
@@ -96,11 +107,37 @@ def build_plan(profile: Profile, req: JobRequest,
     container runtime runs on the cluster (the profile's container.mode, or detected on
     this host); "unprivileged" adds what MPI needs across per-rank user namespaces.
 
+    Each stage below is pure and builds one part from the request and the parts before
+    it; their order is the order of the checks (the first broken rule is the one named).
     Raises ValidationError (bad value, over a limit, a GPU the image cannot run on) or
     RenderError (template).
     """
     check_request(req)
     dialect = dialect_for(profile.scheduler.type)
+    part, reason, arch_warning = _placement(profile, req, image_facts)
+    launcher, gpu_bind = _launcher(profile, req, dialect)
+    image, image_source = job_image(profile, req)
+    check_shared_paths(profile, req, image)
+    spec = _spec(profile, req, dialect, part, launcher)
+    staged = _staged(profile, req, spec, dialect, image)
+    container = _container(profile, req, image, image_source, staged, runtime_mode)
+    ranks = _Ranks.of(req, dialect, launcher, gpu_bind, staged)
+    launch = _launch(profile, req, spec, dialect, container, ranks)
+    probe = _probe(profile, req, spec, dialect, container, ranks)
+    files = _files(req, spec, dialect, launch, ranks)
+    warnings = (*dialect.warnings(profile), *([arch_warning] if arch_warning else []),
+                *_hang_warnings(req, spec.time_seconds))
+    script = _script(profile, req, spec, dialect, launch, container, staged, ranks, probe,
+                     files)
+    hang = _hang(req, spec)
+    return JobPlan(spec=spec, partition_reason=reason, launch=launch, container=container,
+                   files=files, script=script, warnings=warnings, probe=probe, hang=hang)
+
+
+def _placement(profile: Profile, req: JobRequest, image_facts: ImageArchFacts | None
+               ) -> tuple[Partition, str, str | None]:
+    """The partition, why it was chosen, and a warning about its GPUs for the image (or
+    None). Raises ValidationError when none fits or the image cannot run on its GPUs."""
     part, reason = choose_partition(profile, req)
     arch = check_partition(part.name, part.gpu_type, req.gpus, image_facts)
     if arch.error:
@@ -110,11 +147,14 @@ def build_plan(profile: Profile, req: JobRequest,
             "whose torch was built for it (older GPUs need a CUDA 12 build, e.g. the NGC "
             "spec pytorch-horovod-gpu)",
         )
-    tasks = tasks_per_node(req.gpus)
-    cpus = req.cpus_per_task or default_cpus_per_task(part, req.gpus)
-    job_name = req.job_name or f"hpcdl-{req.backend}"
+    return part, reason, arch.warning
+
+
+def _launcher(profile: Profile, req: JobRequest,
+              dialect: ScriptDialect) -> tuple[Launcher, GpuBind]:
+    """The launcher and GPU binding (the request's, else the profile's), refused where
+    they cannot start what the job runs."""
     # check_request accepted these: they are the schema's words now.
-    backend = cast(Backend, req.backend)
     launcher = cast(Launcher, req.launcher or profile.mpi.launcher)
     gpu_bind = cast(GpuBind, req.gpu_bind or profile.mpi.gpu_bind)
     if req.probe is not None and (refused := dialect.unsupported(profile, "probe")):
@@ -124,8 +164,12 @@ def build_plan(profile: Profile, req: JobRequest,
     if launcher == "torchrun" and req.runs_example and req.backend == "horovod":
         raise _fail("launcher: torchrun starts ranks without MPI, which the bundled example's "
                     "--backend horovod needs: use --backend ddp, or --launcher srun")
-    image, image_source = job_image(profile, req)
-    check_shared_paths(profile, req, image)
+    return launcher, gpu_bind
+
+
+def _spec(profile: Profile, req: JobRequest, dialect: ScriptDialect, part: Partition,
+          launcher: Launcher) -> JobSpec:
+    """What the scheduler is asked for: tasks, CPUs, time, name, requeue, spares."""
     time = job_time(profile, part, req)
     requeue = requeue_spec(profile, req, dialect)
     spares = job_spares(profile, req)
@@ -135,171 +179,233 @@ def build_plan(profile: Profile, req: JobRequest,
         if launcher not in ("srun", "torchrun"):
             raise _fail(f"spares: launcher {launcher} starts ranks on every node of the "
                         f"allocation; spare nodes need srun or torchrun (--launcher srun)")
-    spec = JobSpec(profile=profile, partition=part, nodes=req.nodes, gpus_per_node=req.gpus,
-                   tasks_per_node=tasks, cpus_per_task=cpus, time_seconds=time, job_name=job_name,
+    return JobSpec(profile=profile, partition=part, nodes=req.nodes, gpus_per_node=req.gpus,
+                   tasks_per_node=tasks_per_node(req.gpus),
+                   cpus_per_task=req.cpus_per_task or default_cpus_per_task(part, req.gpus),
+                   time_seconds=time, job_name=req.job_name or f"hpcdl-{req.backend}",
                    run_dir=req.run_dir, requeue=requeue, spares=spares)
-    stage = image_stage(profile, req, image, spec, dialect)
-    data_stage = packed_stage(profile, req, spec, dialect)
-    packed = data_mount(profile, req, image, dialect, staged=data_stage is not None)
-    # What the ranks run: the image where it is, or the node's copy, whose path holds
-    # the job id and so is only known to the script ($HPCDL_IMAGE, set by it).
-    rank_image = Raw('"$HPCDL_IMAGE"') if stage else image
-    # Image first: its copy is what every rank starts from.
-    stages = [s for s in (stage, data_stage) if s]
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """What the script copies to every node before the ranks start (the template's
+    ``stage`` items: image_stage, packed_stage) and how the ranks see a packed dataset
+    (data_mount; the template's ``packed`` natively)."""
+
+    image: dict[str, Any] | None
+    data: dict[str, Any] | None
+    packed: dict[str, str] | None
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        # Image first: its copy is what every rank starts from.
+        return [s for s in (self.image, self.data) if s]
+
+
+def _staged(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDialect,
+            image: str | None) -> _Staged:
+    """The image's copy first (its refusals are named first), then the dataset's."""
+    image_copy = image_stage(profile, req, image, spec, dialect)
+    data = packed_stage(profile, req, spec, dialect)
+    return _Staged(image=image_copy, data=data,
+                   packed=data_mount(profile, req, image, dialect, staged=data is not None))
+
+
+def _container(profile: Profile, req: JobRequest, image: str | None, image_source: str | None,
+               staged: _Staged, runtime_mode: RuntimeMode | None) -> ContainerPart:
+    """The image, its binds (one list: the one the plan records is the one the ranks
+    get; natively the request's), how the runtime runs it, and what is staged (a
+    packed dataset is, natively too)."""
+    return ContainerPart(
+        image=image, image_source=image_source,
+        binds=(tuple(container_binds(profile, req, staged_data=staged.data is not None))
+               if image else req.binds),
+        mode=((runtime_mode if profile.container.mode == "auto" else profile.container.mode)
+              if image else None),
+        stage="sbcast" if staged.steps else "none",
+        staged_image=staged.image["shown"] if staged.image else None,
+        staged_data=staged.data["shown"] if staged.data else None)
+
+
+@dataclass(frozen=True)
+class _Ranks:
+    """How every rank starts, for the training and the probe step: the launcher, the
+    image (or the node's copy, whose path holds the job id and so is only known to the
+    script: $HPCDL_IMAGE), the rank-env wrapper (a file of the run for a job hpcdl
+    submits, which stages it; inline in a script it does not: PBS, qsub'ed by hand)."""
+
+    launcher: Launcher
+    gpu_bind: GpuBind
+    staged_image: bool
+    wrapper_file: str | None
+    wrapper_options: dict[str, bool]  # rank_env_script's and rank_env_file's
+
+    @classmethod
+    def of(cls, req: JobRequest, dialect: ScriptDialect, launcher: Launcher, gpu_bind: GpuBind,
+           staged: _Staged) -> _Ranks:
+        return cls(launcher=launcher, gpu_bind=gpu_bind, staged_image=staged.image is not None,
+                   wrapper_file=(job_script_path(req.run_dir, RANK_ENV_FILE)
+                                 if dialect.submits else None),
+                   wrapper_options={"gpu_bind": gpu_bind == "local-rank" and req.gpus > 0,
+                                    "record_pid": req.hang_timeout is not None})
+
+    @property
+    def wrapper_mode(self) -> Literal["ranks", "torchrun"]:
+        return "torchrun" if self.launcher == "torchrun" else "ranks"
+
+    def image(self, container: ContainerPart) -> str | None:
+        return Raw('"$HPCDL_IMAGE"') if self.staged_image else container.image
+
+
+def _launch(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDialect,
+            container: ContainerPart, ranks: _Ranks) -> LaunchPart:
+    """The command every rank runs, its environment, and the launch line."""
+    launcher = ranks.launcher
     defaults = example_defaults(profile, req)
     if req.probe_only:
-        command = probe_command(profile, req, image)
+        command = probe_command(profile, req, container.image)
     else:
         # A requeued attempt or a relaunch on other nodes continues from the checkpoint.
         command = list(req.command) or default_command(
-            profile, req, image, defaults, resume=requeue is not None or spares > 0)
+            profile, req, container.image, defaults,
+            resume=spec.requeue is not None or spec.spares > 0)
     if launcher == "torchrun" and (refused := dialect.unsupported(profile, "torchrun")):
         raise _fail(refused)
-    # One list of binds: the one the plan records is the one the ranks get.
-    binds = tuple(container_binds(profile, req, staged_data=bool(data_stage))) if image \
-        else req.binds
     prefix = dialect.launcher_tokens(spec, launcher)
     if launcher == profile.mpi.launcher:  # the profile's arguments are for its launcher
         prefix += list(profile.mpi.launcher_args)
-    # The rank wrapper and the port pick: files of the run for a job hpcdl submits (it
-    # stages them), inline in a script it does not (PBS, qsub'ed by hand).
-    wrapper_file = job_script_path(req.run_dir, RANK_ENV_FILE) if dialect.submits else None
-    launch = shell_join(prefix + rank_tokens(profile, req, command, launcher, rank_image,
-                                             binds, dialect.job_id_word, wrapper_file))
-    probe_line = None
-    if req.probe is not None and req.probe_first:
-        # Its own srun step with the worker bound in, whatever COMMAND's launcher is (a
-        # COMMAND has no bind of the bundled files: the worker's are added).
-        probe_binds = (tuple(container_binds(profile, _without_command(req),
-                                             staged_data=bool(data_stage)))
-                       if image else req.binds)
-        worker = probe_command(profile, req, image)
-        if spares:
-            # Over every node the guard found healthy; the nodes it names slow are
-            # excluded as the gate's are (hpcdl-nodes reads the file).
-            worker += ["--slow-nodes-out", probe_slow_path(req.run_dir)]
-        probe_line = shell_join(dialect.launcher_tokens(
-            spec, "srun", every_healthy_node=bool(spares)) + rank_tokens(
-            profile, _without_command(req), worker, "srun",
-            rank_image, probe_binds, dialect.job_id_word, wrapper_file))
-    output, error = dialect.log_paths(spec)
-    log_dir = req.run_dir or "."
-    omp = cpus if profile.env.omp_num_threads == "cpus-per-task" else profile.env.omp_num_threads
+    line = shell_join(prefix + rank_tokens(profile, req, command, launcher,
+                                           ranks.image(container), container.binds,
+                                           dialect.job_id_word, ranks.wrapper_file))
     env = tuple(profile.env.vars.items()) + tuple(req.env)
-    mode = (runtime_mode if profile.container.mode == "auto" else profile.container.mode) \
-        if image else None
-    if mode == "unprivileged":  # what the user or profile sets wins
+    if container.mode == "unprivileged":  # what the user or profile sets wins
         env += tuple((k, v) for k, v in UNPRIVILEGED_MPI_ENV if k not in dict(env))
-    warnings = dialect.warnings(profile)
-    if arch.warning:
-        warnings.append(arch.warning)
     master_addr, master_port = master_values(env, dialect)
-    wrapper_mode: Literal["ranks", "torchrun"] = "torchrun" if launcher == "torchrun" else "ranks"
-    wrapper_options = {"gpu_bind": gpu_bind == "local-rank" and req.gpus > 0,
-                       "record_pid": req.hang_timeout is not None}
-    wrapper = rank_env_script(wrapper_mode, **wrapper_options)
-    port_range = {"base": PORT_BASE, "span": PORT_SPAN, "tries": PORT_TRIES}
+    return LaunchPart(
+        # check_request accepted it: it is the schema's word now.
+        backend=cast(Backend, req.backend), launcher=launcher, gpu_bind=ranks.gpu_bind,
+        command=tuple(command), example_defaults=defaults, env=env, launch_line=line,
+        master_addr=master_addr or dict(env)["MASTER_ADDR"],
+        master_port=master_port or dict(env)["MASTER_PORT"],
+        records_steps=bool(req.run_dir) and dialect.submits
+                      and (req.runs_example or spec.requeue is not None))
+
+
+def _probe(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDialect,
+           container: ContainerPart, ranks: _Ranks) -> ProbePart | None:
+    """The probe's part; with --probe-first its own srun step with the worker bound in,
+    whatever COMMAND's launcher is (a COMMAND has no bind of the bundled files: the
+    worker's are added)."""
+    if req.probe is None:
+        return None
+    if not req.probe_first:
+        return ProbePart(args=req.probe, first=False, line=None)
+    image = container.image
+    probe_binds = (tuple(container_binds(profile, _without_command(req),
+                                         staged_data=container.staged_data is not None))
+                   if image else req.binds)
+    worker = probe_command(profile, req, image)
+    if spec.spares:
+        # Over every node the guard found healthy; the nodes it names slow are
+        # excluded as the gate's are (hpcdl-nodes reads the file).
+        worker += ["--slow-nodes-out", probe_slow_path(req.run_dir)]
+    line = shell_join(dialect.launcher_tokens(spec, "srun", every_healthy_node=bool(spec.spares))
+                      + rank_tokens(profile, _without_command(req), worker, "srun",
+                                    ranks.image(container), probe_binds, dialect.job_id_word,
+                                    ranks.wrapper_file))
+    return ProbePart(args=req.probe, first=True, line=line)
+
+
+def _files(req: JobRequest, spec: JobSpec, dialect: ScriptDialect, launch: LaunchPart,
+           ranks: _Ranks) -> FilesPart:
+    """The logs, the files written into the run's job/ (the rank wrapper, the port pick,
+    the node guard), and the directory the job starts in (--code)."""
+    output, error = dialect.log_paths(spec)
     job_scripts: tuple[tuple[str, str], ...] = ()
-    if wrapper_file is not None:
-        job_scripts = ((RANK_ENV_FILE, rank_env_file(wrapper_mode, **wrapper_options)),)
-        if master_port:
-            job_scripts += ((PORT_PICK_FILE, port_pick_file(master_port, **port_range)),)
-        if spares:
+    if ranks.wrapper_file is not None:
+        job_scripts = ((RANK_ENV_FILE, rank_env_file(ranks.wrapper_mode,
+                                                     **ranks.wrapper_options)),)
+        if _derived(launch, "MASTER_PORT"):
+            job_scripts += ((PORT_PICK_FILE, port_pick_file(launch.master_port,
+                                                            **_PORT_RANGE)),)
+        if spec.spares:
             job_scripts += ((NODES_FILE, nodes_file_text()),)
-    workdir = f"{req.run_dir}/{CODE_DIR_NAME}" if req.code_dir and req.run_dir else None
-    hang_exports, hang_warnings = _hang_exports(req, env, time, log_dir)
-    warnings += hang_warnings
+    return FilesPart(output=output, error=error,
+                     job_files=job_side_files() if req.run_dir else (),
+                     job_scripts=job_scripts, code_dir=req.code_dir,
+                     workdir=(f"{req.run_dir}/{CODE_DIR_NAME}" if req.code_dir and req.run_dir
+                              else None))
+
+
+def _derived(launch: LaunchPart, name: str) -> bool:
+    """Whether the script derives MASTER_ADDR or MASTER_PORT (master_values) rather than
+    exporting the profile's or --env's value."""
+    return name not in dict(launch.env)
+
+
+def _hang(req: JobRequest, spec: JobSpec) -> HangPart | None:
+    """The watchdog's part (--hang-timeout), checked last as it always was."""
+    if req.hang_timeout is None:
+        return None
+    return HangPart(timeout=req.hang_timeout, action=_hang_action(req, spec.spares))
+
+
+def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDialect,
+            launch: LaunchPart, container: ContainerPart, staged: _Staged, ranks: _Ranks,
+            probe: ProbePart | None, files: FilesPart) -> str:
+    """The job script: the dialect's template (or --template) filled from the parts."""
+    image = container.image
+    # The expressions the script evaluates; None where the profile or --env sets them.
+    master_addr = launch.master_addr if _derived(launch, "MASTER_ADDR") else None
+    master_port = launch.master_port if _derived(launch, "MASTER_PORT") else None
+    omp = (spec.cpus_per_task if profile.env.omp_num_threads == "cpus-per-task"
+           else profile.env.omp_num_threads)
+    exports = [*launch.env, *_hang_exports(req, launch.env, req.run_dir or ".")]
     context = {
         "profile": profile,
-        "job_name_q": shell_join([job_name]),
+        "job_name_q": shell_join([spec.job_name]),
         **dialect.header(spec),
-        "nodes": req.nodes,
-        "tasks_per_node": tasks,
+        "nodes": spec.nodes,
+        "tasks_per_node": spec.tasks_per_node,
         "ntasks": spec.ntasks,
         "modules": profile.modules,
-        "cpus_per_task": cpus,
+        "cpus_per_task": spec.cpus_per_task,
         "omp_num_threads": omp,
-        "exports": [(k, shell_join([v])) for k, v in (*env, *hang_exports)]
+        "exports": [(k, shell_join([v])) for k, v in exports]
                    + _run_dir_exports(req, image)
-                   + ([(DATA_VARIABLE, CONTAINER_MOUNT)] if packed and image else []),
+                   + ([(DATA_VARIABLE, CONTAINER_MOUNT)] if staged.packed and image else []),
         "backend": req.backend,
         "image_q": shell_join([image]) if image else None,
-        "launcher": launcher,
-        "launch_notes": launch_notes(req, launcher, gpu_bind, image, image_source,
-                                     master_addr, master_port)
-                        + [s["note"] for s in stages]
-                        + ([packed["note"]] if packed else []),
-        "stage": stages,
-        "packed": packed if packed and not image else None,
+        "launcher": launch.launcher,
+        "launch_notes": launch_notes(req, launch.launcher, launch.gpu_bind, image,
+                                     container.image_source, master_addr, master_port)
+                        + [s["note"] for s in staged.steps]
+                        + ([staged.packed["note"]] if staged.packed else []),
+        "stage": staged.steps,
+        "packed": staged.packed if staged.packed and not image else None,
         "master_addr": master_addr,
         "master_port": master_port,
         "port_base": PORT_BASE,
         "port_span": PORT_SPAN,
         "port_tries": PORT_TRIES,
         "port_listened": PORT_LISTENED,
-        "port_pick": port_pick_lines(master_port, **port_range).rstrip("\n") if master_port else "",
+        "port_pick": (port_pick_lines(master_port, **_PORT_RANGE).rstrip("\n")
+                      if master_port else ""),
         "port_pick_path": shell_join([job_script_path(req.run_dir, PORT_PICK_FILE)]),
         "rank_env_variable": SCRIPT_VARIABLE,
-        "rank_env_q": shell_join([wrapper]),
-        "launch_line": launch,
-        "probe_line": probe_line,
-        "requeue": _requeue_block(requeue, req, dialect),
-        "guard": _guard_block(profile, spec, req, image, master_addr, requeue),
-        "progress": _progress(req, requeue, dialect),
-        "workdir_q": shell_join([workdir]) if workdir else None,
+        "rank_env_q": shell_join([rank_env_script(ranks.wrapper_mode, **ranks.wrapper_options)]),
+        "launch_line": launch.launch_line,
+        "probe_line": probe.line if probe else None,
+        "requeue": _requeue_block(spec.requeue, req, dialect),
+        "guard": _guard_block(profile, spec, req, image, master_addr, spec.requeue),
+        "progress": _progress(req, spec.requeue, dialect),
+        "workdir_q": shell_join([files.workdir]) if files.workdir else None,
     }
-    script = render_template(
+    return render_template(
         dialect.template,
         context,
         template_file=req.template,
         template_dirs=[profile.template_dir] if profile.template_dir else (),
-    )
-    return JobPlan(
-        profile=profile.name,
-        cluster_type=profile.scheduler.type,
-        partition=part.name,
-        partition_reason=reason,
-        nodes=req.nodes,
-        gpus_per_node=req.gpus,
-        tasks_per_node=tasks,
-        ntasks=spec.ntasks,
-        cpus_per_task=cpus,
-        time_seconds=time,
-        job_name=job_name,
-        backend=backend,
-        image=image,
-        env=env,
-        binds=binds,
-        command=tuple(command),
-        launch_line=launch,
-        output=output,
-        error=error,
-        run_dir=req.run_dir,
-        script=script,
-        warnings=tuple(warnings),
-        example_defaults=defaults,
-        launcher=launcher,
-        gpu_bind=gpu_bind,
-        image_source=image_source,
-        master_addr=master_addr or dict(env)["MASTER_ADDR"],
-        master_port=master_port or dict(env)["MASTER_PORT"],
-        probe=req.probe,
-        probe_first=req.probe_first,
-        probe_line=probe_line,
-        hang_timeout=req.hang_timeout,
-        hang_action=_hang_action(req, spares),
-        job_files=job_side_files() if req.run_dir else (),
-        job_scripts=job_scripts,
-        container_mode=mode,
-        **_plan_requeue(requeue),
-        spares=spares,
-        records_steps=bool(req.run_dir) and dialect.submits
-                      and (req.runs_example or requeue is not None),
-        stage="sbcast" if stages else "none",
-        staged_image=stage["shown"] if stage else None,
-        staged_data=data_stage["shown"] if data_stage else None,
-        code_dir=req.code_dir,
-        workdir=workdir,
     )
 
 
@@ -360,23 +466,14 @@ def _guard_block(profile: Profile, spec: JobSpec, req: JobRequest, image: str | 
     }
 
 
-def _hang_action(req: JobRequest, spares: int) -> str | None:
+def _hang_action(req: JobRequest, spares: int) -> str:
     """What the hang watchdog does: --hang-action, else relaunch for a job with spares
     (its node guard restarts the training) and cancel for the others. Raises
     ValidationError for relaunch without spares."""
-    if req.hang_timeout is None:
-        return None
     if req.hang_action == "relaunch" and not spares:
         raise _fail("hang-action: relaunch restarts the training inside the job's "
                     "allocation; it needs spare nodes (--spares S)")
     return req.hang_action or ("relaunch" if spares else DEFAULT_HANG_ACTION)
-
-
-def _plan_requeue(requeue: RequeueSpec | None) -> dict[str, Any]:
-    if requeue is None:
-        return {}
-    return {"requeue": requeue.chain == 1, "max_restarts": requeue.max_restarts,
-            "signal": f"{requeue.signal}@{requeue.lead}", "chain": requeue.chain}
 
 
 def _progress(req: JobRequest, requeue: RequeueSpec | None,
@@ -498,18 +595,22 @@ def _run_dir_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]
     return exports
 
 
-def _hang_exports(req: JobRequest, env: tuple[tuple[str, str], ...], limit: int | None,
-                  log_dir: str) -> tuple[list[tuple[str, str]], list[str]]:
+def _hang_exports(req: JobRequest, env: tuple[tuple[str, str], ...],
+                  log_dir: str) -> list[tuple[str, str]]:
     """With --hang-timeout: where the rank wrapper records the ranks' pids, and
     PYTHONUNBUFFERED (a Python rank's prints must reach the log as they happen: the
-    log growing is progress); a warning when the job's time limit comes first."""
+    log growing is progress)."""
     if req.hang_timeout is None:
-        return [], []
+        return []
     exports = [("HPCDL_PID_DIR", f"{log_dir}/pids")]
     if "PYTHONUNBUFFERED" not in dict(env):
         exports.append(("PYTHONUNBUFFERED", "1"))
-    warnings = []
-    if limit is not None and req.hang_timeout >= limit:
-        warnings.append(f"hang-timeout: {req.hang_timeout:g} s is not shorter than the job's "
-                        f"time limit {format_time(limit)}: the watchdog cannot fire before it")
-    return exports, warnings
+    return exports
+
+
+def _hang_warnings(req: JobRequest, limit: int | None) -> list[str]:
+    """A warning when the job's time limit comes before the watchdog could fire."""
+    if req.hang_timeout is None or limit is None or req.hang_timeout < limit:
+        return []
+    return [f"hang-timeout: {req.hang_timeout:g} s is not shorter than the job's "
+            f"time limit {format_time(limit)}: the watchdog cannot fire before it"]

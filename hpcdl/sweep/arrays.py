@@ -74,7 +74,7 @@ class ArrayPlan:
 
     @property
     def job_name(self) -> str:
-        return self.plans[0].job_name
+        return self.plans[0].spec.job_name
 
 
 def point_request(base: JobRequest, point: Point) -> JobRequest:
@@ -168,11 +168,11 @@ def plan_array(profile: Profile, base: JobRequest, points: list[Point], *, sweep
             raise ValidationError(f"point {point.index} ({point.describe()}): {err.message}",
                                   hint=err.hint) from err
         if len(plans) == 1:
-            size_limit = check_array_size(profile, plans[0].partition, len(points),
+            size_limit = check_array_size(profile, plans[0].spec.partition.name, len(points),
                                           cluster_max_array_size)
-    throttle, why = array_limits(profile, plans[0].partition, len(points), max_concurrent)
+    throttle, why = array_limits(profile, plans[0].spec.partition.name, len(points), max_concurrent)
     script = array_script(
-        [p.script for p in plans], [f"{p.run_dir}/job.sbatch" for p in plans],
+        [p.script for p in plans], [f"{p.spec.run_dir}/job.sbatch" for p in plans],
         [p.describe() for p in points],
         log_dir_pattern=f"{place.cluster_path(sweep_dir)}/point-%{width}a")
     return ArrayPlan(sweep_dir, base, points, plans, script,
@@ -194,10 +194,10 @@ def submit_array(profile: Profile, sweep: ArrayPlan, *, scheduler: Scheduler,
     if live_check_wanted(live_check):
         scheduler.check(profile, {f"point {p.index}": plan.demand()
                                   for p, plan in zip(sweep.points, sweep.plans, strict=True)})
-        check_array_size(profile, sweep.plans[0].partition, len(sweep.points),
+        check_array_size(profile, sweep.plans[0].spec.partition.name, len(sweep.points),
                          scheduler.max_array_size())
     sweep_dir = sweep.sweep_dir
-    locals_ = [place.local_path(str(plan.run_dir)) for plan in sweep.plans]
+    locals_ = [place.local_path(str(plan.spec.run_dir)) for plan in sweep.plans]
     # Every point runs the same code: scanned once (a COMMAND's directory, see for_cluster).
     code = code_of(profile, sweep.plans[0], locals_[0])
     place.prepare()
@@ -212,7 +212,7 @@ def submit_array(profile: Profile, sweep: ArrayPlan, *, scheduler: Scheduler,
     record = sweep_record(sweep_dir.name, profile.name, sweep.base, True, entries)
     record.update({"kind": KIND, "params": [k for k, _ in sweep.points[0].values],
                    "max_concurrent": sweep.max_concurrent, "job_name": sweep.job_name,
-                   "arrays": [], "partition": sweep.plans[0].partition})
+                   "arrays": [], "partition": sweep.plans[0].spec.partition.name})
     write_sweep(sweep_dir, record)
     ship_or_undo(place, RunDir(sweep_dir))  # the whole sweep directory, in one copy
     argv = scheduler.submit_argv(place.cluster_path(script), sweep.job_name,
@@ -229,8 +229,8 @@ def submit_array(profile: Profile, sweep: ArrayPlan, *, scheduler: Scheduler,
 
 def _entry(point: Point, plan: JobPlan, run: RunDir) -> PointEntry:
     return ParamPointEntry(  # type: ignore[typeddict-item]
-        backend=plan.backend, nodes=plan.nodes, gpus=plan.gpus_per_node, batch_size=None,
-        ranks=plan.ntasks, label=point.describe() or run.name, job_id=None, run_dir=run.name,
+        backend=plan.launch.backend, nodes=plan.spec.nodes, gpus=plan.spec.gpus_per_node,
+        batch_size=None, ranks=plan.spec.ntasks, label=point.describe() or run.name, job_id=None, run_dir=run.name,
         index=point.index, params=point.params)
 
 

@@ -134,7 +134,7 @@ def pin_partition(profile: Profile, base: JobRequest,
     most_nodes, most_gpus = max(p.nodes for p in points), max(p.gpus for p in points)
     corner = next(p for p in points if (p.nodes, p.gpus) == (most_nodes, most_gpus))
     ((_, plan),) = plan_points(profile, base, [corner])
-    return (dataclasses.replace(base, partition=plan.partition),
+    return (dataclasses.replace(base, partition=plan.spec.partition.name),
             f"the largest point, {corner.label}: {plan.partition_reason}")
 
 

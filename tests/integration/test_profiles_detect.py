@@ -350,10 +350,10 @@ def judge(cluster: Cluster, prof: Profile, row: tuple[str | None, int, int, str 
     # hpcdl accepts: Slurm judges the very script hpcdl rendered.
     script = work / f"job-{len(jobs)}-{time.monotonic_ns()}.sbatch"
     script.write_text(plan.script)
-    argv = sbatch_argv(script, plan.job_name)[2:]  # drop "sbatch --parsable": _sbatch adds them
+    argv = sbatch_argv(script, plan.spec.job_name)[2:]  # drop "sbatch --parsable": _sbatch adds them
     ok, msg = _sbatch(cluster, argv, work, jobs)
-    slurm_says = f"accept ({plan.partition}, job {msg})" if ok else f"refuse: {msg}"
-    return Verdict(label, f"accept ({plan.partition})", slurm_says, kind)
+    slurm_says = f"accept ({plan.spec.partition.name}, job {msg})" if ok else f"refuse: {msg}"
+    return Verdict(label, f"accept ({plan.spec.partition.name})", slurm_says, kind)
 
 
 def format_table(rows: list[Verdict]) -> str:

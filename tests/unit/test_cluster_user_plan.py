@@ -59,7 +59,7 @@ def test_the_staged_modules_import_with_the_standard_library_alone(tmp_path: Pat
 
 def test_the_plans_sh_files_are_staged_executable_beside_the_copy(tmp_path: Path) -> None:
     plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=4, run_dir=str(tmp_path)))
-    copied = stage(tmp_path, plan.job_files, plan.job_scripts)
+    copied = stage(tmp_path, plan.files.job_files, plan.files.job_scripts)
     for path, text in plan.job_script_paths():
         assert Path(path).read_text() == text and Path(path).stat().st_mode & 0o777 == 0o755
         assert path.startswith(f"{tmp_path}/job/bin/")
@@ -85,22 +85,22 @@ def test_a_script_path_that_leaves_job_is_refused_and_nothing_staged(tmp_path: P
 def test_an_image_run_binds_the_run_directorys_copy_not_the_install() -> None:
     plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=4, image=IMAGE,
                                                           run_dir=RUN))
-    assert f"-B {RUN}/job:/hpcdl:ro" in plan.launch_line
+    assert f"-B {RUN}/job:/hpcdl:ro" in plan.launch.launch_line
     assert str(PACKAGE_DIR) not in plan.script
-    assert "python3 /hpcdl/examples/resnet50_imagenet.py" in plan.launch_line
-    assert plan.binds[-2:] == (RUN, f"{RUN}/job:/hpcdl:ro")  # what the launch line binds
-    assert plan.job_files == job_side_files()
+    assert "python3 /hpcdl/examples/resnet50_imagenet.py" in plan.launch.launch_line
+    assert plan.container.binds[-2:] == (RUN, f"{RUN}/job:/hpcdl:ro")  # what the launch line binds
+    assert plan.files.job_files == job_side_files()
     assert f"export HPCDL_RUN_DIR={RUN}\n" in plan.script
 
 
 def test_a_native_run_reads_the_copy_through_pythonpath() -> None:
     plan = build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1, run_dir=RUN))
-    assert f"python3 {RUN}/job/examples/resnet50_imagenet.py" in plan.launch_line
+    assert f"python3 {RUN}/job/examples/resnet50_imagenet.py" in plan.launch.launch_line
     assert f"export PYTHONPATH={RUN}/job${{PYTHONPATH:+:$PYTHONPATH}}\n" in plan.script
     assert str(PACKAGE_DIR) not in plan.script
     probe = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=1, run_dir=RUN,
                                                            probe=("--sizes", "4K")))
-    assert f"python3 {RUN}/job/hpcdl/probe/worker.py --sizes 4K" in probe.launch_line
+    assert f"python3 {RUN}/job/hpcdl/probe/worker.py --sizes 4K" in probe.launch.launch_line
 
 
 def test_a_users_command_finds_the_copy_but_not_on_its_path() -> None:
@@ -159,21 +159,21 @@ def test_unprivileged_ranks_get_what_mpi_needs_and_others_nothing() -> None:
     sandbox = load_profile("sandbox")
     req = JobRequest(nodes=2, gpus=4, image=IMAGE, run_dir=RUN)
     plan = build_plan(sandbox, req, runtime_mode="unprivileged")
-    assert plan.container_mode == "unprivileged"
+    assert plan.container.mode == "unprivileged"
     assert "export OMPI_MCA_btl_vader_single_copy_mechanism=none\n" in plan.script
     assert "export PMIX_MCA_gds=hash\n" in plan.script
     for mode in ("setuid", "root", None):
         other = build_plan(sandbox, req, runtime_mode=mode)
-        assert other.container_mode == mode and "single_copy" not in other.script
+        assert other.container.mode == mode and "single_copy" not in other.script
     native = build_plan(sandbox, dataclasses.replace(req, image=None), runtime_mode="unprivileged")
-    assert native.container_mode is None and "single_copy" not in native.script
+    assert native.container.mode is None and "single_copy" not in native.script
     # What the user sets wins; a profile that says how its nodes run wins over detection.
     mine = build_plan(sandbox, dataclasses.replace(
         req, env=(("OMPI_MCA_btl_vader_single_copy_mechanism", "cma"),)), runtime_mode="unprivileged")
-    assert dict(mine.env)["OMPI_MCA_btl_vader_single_copy_mechanism"] == "cma"
+    assert dict(mine.launch.env)["OMPI_MCA_btl_vader_single_copy_mechanism"] == "cma"
     site = sandbox.model_copy(update={"container": sandbox.container.model_copy(
         update={"mode": "setuid"})})
-    assert build_plan(site, req, runtime_mode="unprivileged").container_mode == "setuid"
+    assert build_plan(site, req, runtime_mode="unprivileged").container.mode == "setuid"
 
 
 @pytest.mark.parametrize("run_dir", ["/scratch/runs/a:b", "/scratch/runs/a,b"])

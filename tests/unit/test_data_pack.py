@@ -155,16 +155,16 @@ def test_packed_data_golden(case, req):
     check_golden(GOLDEN / "sbatch" / f"sandbox-{case}.sh", plan.script)
     if req.image:
         assert image_bind(DATA) == f"{DATA}:/data:image-src=/,ro"
-        assert plan.binds[-1] == image_bind(DATA) and "--data /data " in plan.launch_line
+        assert plan.container.binds[-1] == image_bind(DATA) and "--data /data " in plan.launch.launch_line
         assert "squashfuse" not in plan.script and "export HPCDL_DATA=/data" in plan.script
     else:
-        assert '--data "$HPCDL_DATA"' in plan.launch_line
+        assert '--data "$HPCDL_DATA"' in plan.launch.launch_line
         assert 'export HPCDL_DATA=/local/hpcdl-data-"$SLURM_JOB_ID"' in plan.script
         assert "trap hpcdl_data_unmount EXIT" in plan.script
         # squashfuse_ll where the node has it, else squashfuse: chosen on the node.
         mount = plan.script.index('exec "$m" -f "$1" "$2"')
         assert plan.script.index("command -v squashfuse_ll") < mount
-        assert mount < plan.script.index(plan.launch_line)
+        assert mount < plan.script.index(plan.launch.launch_line)
 
 
 def test_packed_data_refusals():
@@ -176,7 +176,7 @@ def test_packed_data_refusals():
         build_plan(load_profile("polaris"), JobRequest(nodes=1, gpus=1, no_image=True, data=DATA))
     # A directory tree stays what it was: no bind, no mount.
     plan = build_plan(sandbox, JobRequest(nodes=1, gpus=0, no_image=True, data="/scratch/d"))
-    assert "squashfuse" not in plan.script and "--data /scratch/d" in plan.launch_line
+    assert "squashfuse" not in plan.script and "--data /scratch/d" in plan.launch.launch_line
     assert is_packed_name("X.SquashFS") and not is_packed_name("x.sif")
 
 

@@ -40,18 +40,18 @@ def test_stage_data_golden(case: str, req: JobRequest) -> None:
     plan = build_plan(load_profile("sandbox"), req)
     check_golden(GOLDEN / "sbatch" / f"sandbox-{case}.sh", plan.script)
     copy = "/local/hpcdl-$SLURM_JOB_ID-data-imagenet.sqfs"
-    assert (plan.stage, plan.staged_data) == ("sbcast", copy)
+    assert (plan.container.stage, plan.container.staged_data) == ("sbcast", copy)
     assert json.loads(json.dumps(plan.to_dict()))["staged_data"] == copy  # plan.json
     script = plan.script
     assert (f"hpcdl_stage dataset {DATA} /local/hpcdl-\"$SLURM_JOB_ID\"-data-imagenet.sqfs "
             f"/local\n") in script
-    assert script.index("hpcdl_stage dataset") < script.index(plan.launch_line)
-    assert DATA not in plan.launch_line
+    assert script.index("hpcdl_stage dataset") < script.index(plan.launch.launch_line)
+    assert DATA not in plan.launch.launch_line
     if req.image:
         # The image first, then the dataset; the bind reads the node's copy.
         assert script.index("hpcdl_stage image") < script.index("hpcdl_stage dataset")
-        assert ' -B "$HPCDL_DATA_FILE":/data:image-src=/,ro ' in plan.launch_line
-        assert plan.binds[-1] == '"$HPCDL_DATA_FILE":/data:image-src=/,ro'
+        assert ' -B "$HPCDL_DATA_FILE":/data:image-src=/,ro ' in plan.launch.launch_line
+        assert plan.container.binds[-1] == '"$HPCDL_DATA_FILE":/data:image-src=/,ro'
     else:
         assert 'hpcdl_data_src="$HPCDL_DATA_FILE"' in script
         # The mount's trap replaces staging's: it removes the copy after unmounting.

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from hpcdl.cli import cli
 from hpcdl.core.errors import ConfigError
-from hpcdl.plan import DEFAULT_EXAMPLE, JobRequest, build_plan, example_defaults
+from hpcdl.plan import DEFAULT_EXAMPLE, JobPlan, JobRequest, build_plan, example_defaults
 from hpcdl.profiles import load_profile, load_profile_file
 from hpcdl.profiles.schema import Examples, Profile
 
@@ -34,9 +34,9 @@ def profile_with(examples: dict) -> Profile:
     return Profile.model_validate(data)
 
 
-def example_argv(plan) -> list[str]:
+def example_argv(plan: JobPlan) -> list[str]:
     """The bundled example's arguments on the launch line, after the script's path."""
-    argv = shlex.split(plan.launch_line)
+    argv = shlex.split(plan.launch.launch_line)
     return argv[next(i for i, a in enumerate(argv) if a.endswith(DEFAULT_EXAMPLE)) + 1:]
 
 
@@ -58,7 +58,7 @@ def test_sandbox_carries_the_demo_sizes_for_the_resnet_example(sandbox):
 def test_real_clusters_keep_the_examples_own_defaults(name):
     prof = load_profile(name)
     assert prof.examples == Examples()
-    assert build_plan(prof, JobRequest(nodes=1, gpus=1)).example_defaults == ()
+    assert build_plan(prof, JobRequest(nodes=1, gpus=1)).launch.example_defaults == ()
 
 
 @pytest.mark.parametrize("bad, needle", [
@@ -111,12 +111,12 @@ def test_valid_forms_load(tmp_path):
 
 def test_headline_request_gets_the_sandbox_defaults(sandbox):
     plan = build_plan(sandbox, JobRequest(nodes=2, gpus=4, image="/scratch/img.sif"))
-    assert plan.example_defaults == tuple(sandbox.examples.per_example[DEFAULT_EXAMPLE])
+    assert plan.launch.example_defaults == tuple(sandbox.examples.per_example[DEFAULT_EXAMPLE])
     argv = example_argv(plan)
     assert argv[:3] == ["--backend", "horovod", "--synthetic"]
-    assert argv[3:] == list(plan.example_defaults)
-    assert plan.to_dict()["example_defaults"] == list(plan.example_defaults)
-    assert list(plan.command[-len(plan.example_defaults):]) == list(plan.example_defaults)
+    assert argv[3:] == list(plan.launch.example_defaults)
+    assert plan.to_dict()["example_defaults"] == list(plan.launch.example_defaults)
+    assert list(plan.launch.command[-len(plan.launch.example_defaults):]) == list(plan.launch.example_defaults)
 
 
 def test_a_user_x_replaces_the_default_for_the_same_option(sandbox):
@@ -128,9 +128,9 @@ def test_a_user_x_replaces_the_default_for_the_same_option(sandbox):
     assert [a for a in argv if a.startswith("--max-steps")] == ["--max-steps=3"]
     assert [a for a in argv if a.startswith("--batch-size")] == ["--batch-size"]
     assert argv[argv.index("--batch-size") + 1] == "8"
-    assert "--max-steps=10" not in plan.example_defaults
-    assert "--batch-size=4" not in plan.example_defaults
-    assert "--image-size=32" in plan.example_defaults
+    assert "--max-steps=10" not in plan.launch.example_defaults
+    assert "--batch-size=4" not in plan.launch.example_defaults
+    assert "--image-size=32" in plan.launch.example_defaults
     # The user's arguments come last, so argparse ("the last one wins") agrees too.
     assert argv[-4:] == ["--max-steps=3", "--arch=resnet18", "--batch-size", "8"]
 
@@ -173,9 +173,9 @@ def test_defaults_follow_data_and_run_dir_and_skip_a_command(sandbox):
     argv = example_argv(plan)
     assert argv[:6] == ["--backend", "horovod", "--data", "/scratch/d", "--checkpoint-dir",
                         "/scratch/runs/r/checkpoints"]
-    assert argv[6:] == list(plan.example_defaults)
+    assert argv[6:] == list(plan.launch.example_defaults)
     cmd = build_plan(sandbox, JobRequest(nodes=1, gpus=1, command=("python3", "t.py")))
-    assert cmd.example_defaults == () and cmd.command == ("python3", "t.py")
+    assert cmd.launch.example_defaults == () and cmd.launch.command == ("python3", "t.py")
 
 
 # --- CLI ------------------------------------------------------------------------------

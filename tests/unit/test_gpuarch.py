@@ -173,7 +173,7 @@ def test_plan_refuses_neuron_v100_with_a_cuda13_image() -> None:
     assert build_plan(neuron, req).warnings == ()
     ok = build_plan(neuron, JobRequest(nodes=1, gpus=2, image="/img/gpu.sif",
                                        partition="amd_a100_2"), CU13_FACTS)
-    assert ok.partition == "amd_a100_2" and ok.warnings == ()
+    assert ok.spec.partition.name == "amd_a100_2" and ok.warnings == ()
 
 
 def test_plan_carries_the_not_checked_warning() -> None:

@@ -49,7 +49,7 @@ from hpcdl.core.resources import REPO_ROOT, containers_dir
 from hpcdl.core.tokens import CONTROL, KINDS, TEXT, Kind, check_token
 from hpcdl.core.yamlmodel import parse_yaml_model
 from hpcdl.jobs.alloc import build_alloc
-from hpcdl.plan import DEFAULT_EXAMPLE, JobRequest, build_plan
+from hpcdl.plan import DEFAULT_EXAMPLE, JobPlan, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
 from tests.unit.jobfiles import stage_job_scripts
 
@@ -299,7 +299,7 @@ def runs_root(tmp_path_factory) -> Path:
     return root
 
 
-def stage_in(plan, root: Path) -> None:
+def stage_in(plan: JobPlan, root: Path) -> None:
     """The plan's job-side files, where its script runs them (under ``root``)."""
     for path in stage_job_scripts(plan, root):
         assert Path(os.path.normpath(path)).is_relative_to(root.parents[11]), path

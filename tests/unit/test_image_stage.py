@@ -41,11 +41,11 @@ def staged(prof: Profile, **req: object) -> JobPlan:
 
 def test_stage_image_copies_with_sbcast_and_the_ranks_run_the_copy() -> None:
     plan = staged(profile(), image=IMAGE, stage_image=True)
-    assert (plan.stage, plan.staged_image) == (
+    assert (plan.container.stage, plan.container.staged_image) == (
         "sbcast", "/local/hpcdl-$SLURM_JOB_ID-pytorch-horovod-cpu.sif")
-    assert plan.image == IMAGE  # the source, which submit checks and records
+    assert plan.container.image == IMAGE  # the source, which submit checks and records
     data = json.loads(json.dumps(plan.to_dict()))  # plan.json
-    assert (data["stage"], data["staged_image"]) == ("sbcast", plan.staged_image)
+    assert (data["stage"], data["staged_image"]) == ("sbcast", plan.container.staged_image)
     script = plan.script
     assert 'export HPCDL_IMAGE=/local/hpcdl-"$SLURM_JOB_ID"-pytorch-horovod-cpu.sif' in script
     assert 'sbcast --compress --force "$src" "$dest"' in script
@@ -53,33 +53,34 @@ def test_stage_image_copies_with_sbcast_and_the_ranks_run_the_copy() -> None:
             'pytorch-horovod-cpu.sif /local\n') in script
     assert "trap hpcdl_unstage EXIT" in script
     # The ranks' image is the variable, set before the launch line, never the shared path.
-    assert ' "$HPCDL_IMAGE" /bin/sh ./job/bin/hpcdl-rank-env' in plan.launch_line
-    assert IMAGE not in plan.launch_line
-    assert script.index("sbcast --compress") < script.index(plan.launch_line)
+    assert ' "$HPCDL_IMAGE" /bin/sh ./job/bin/hpcdl-rank-env' in plan.launch.launch_line
+    assert IMAGE not in plan.launch.launch_line
+    assert script.index("sbcast --compress") < script.index(plan.launch.launch_line)
 
 
 def test_the_probe_first_step_runs_the_copy_too() -> None:
     plan = staged(profile(), image=IMAGE, stage_image=True, probe=("--sizes", "64K"),
                   probe_first=True)
-    assert plan.probe_line and ' "$HPCDL_IMAGE" /bin/sh ./job/bin/hpcdl-rank-env' in plan.probe_line
-    assert plan.script.index("sbcast --compress") < plan.script.index(plan.probe_line)
+    probe_line = plan.probe.line if plan.probe else None
+    assert probe_line and ' "$HPCDL_IMAGE" /bin/sh ./job/bin/hpcdl-rank-env' in probe_line
+    assert plan.script.index("sbcast --compress") < plan.script.index(probe_line)
 
 
 def test_the_profile_default_stages_and_the_flag_overrides_it() -> None:
     prof = profile(stage="sbcast", default_image=IMAGE)
-    assert staged(prof).stage == "sbcast"
+    assert staged(prof).container.stage == "sbcast"
     off = staged(prof, stage_image=False)
-    assert (off.stage, off.staged_image) == ("none", None)
-    assert "sbcast" not in off.script and IMAGE in off.launch_line
+    assert (off.container.stage, off.container.staged_image) == ("none", None)
+    assert "sbcast" not in off.script and IMAGE in off.launch.launch_line
     # A native run has nothing to stage: the profile's default does not apply to it.
     native = staged(prof, no_image=True)
-    assert native.stage == "none" and "sbcast" not in native.script
+    assert native.container.stage == "none" and "sbcast" not in native.script
 
 
 def test_without_staging_nothing_changes() -> None:
     plan = staged(profile(), image=IMAGE)
-    assert plan.stage == "none" and "sbcast" not in plan.script
-    assert f" {IMAGE} /bin/sh ./job/bin/hpcdl-rank-env" in plan.launch_line
+    assert plan.container.stage == "none" and "sbcast" not in plan.script
+    assert f" {IMAGE} /bin/sh ./job/bin/hpcdl-rank-env" in plan.launch.launch_line
 
 
 @pytest.mark.parametrize("prof, req, message", [

@@ -26,7 +26,7 @@ def port_file(scheduler_profile: str = "sandbox") -> str:
     """The port pick the job's batch shell runs (and exports what it prints)."""
     plan = build_plan(load_profile(scheduler_profile), JobRequest(nodes=1, gpus=1, command=("true",)))
     assert "MASTER_PORT=$(/bin/sh ./job/bin/hpcdl-master-port)\nexport MASTER_PORT\n" in plan.script
-    return dict(plan.job_scripts)[PORT_PICK_FILE]
+    return dict(plan.files.job_scripts)[PORT_PICK_FILE]
 
 
 def picked(job_id: int) -> int:

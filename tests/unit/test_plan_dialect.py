@@ -27,19 +27,19 @@ def test_the_plan_records_the_binds_the_ranks_get(tmp_path, command) -> None:
     plan = build_plan(load_profile("sandbox"), JobRequest(
         nodes=2, gpus=1, image="/scratch/images/x.sif", run_dir=run_dir, command=command,
         binds=("/scratch/data:/data",), synthetic=not command))
-    assert _binds_in(plan.launch_line) == list(plan.binds)
-    assert run_dir in plan.binds and "/scratch/data:/data" in plan.binds
+    assert _binds_in(plan.launch.launch_line) == list(plan.container.binds)
+    assert run_dir in plan.container.binds and "/scratch/data:/data" in plan.container.binds
 
 
 def test_a_pbs_plan_names_its_own_logs() -> None:
     plan = build_plan(load_profile("polaris"), JobRequest(
         nodes=2, gpus=4, run_dir="/lus/grand/me/run", job_name="my job"))
-    assert plan.output == "/lus/grand/me/run/my_job.o<sequence number>"
-    assert plan.error == "/lus/grand/me/run/my_job.e<sequence number>"
-    assert "slurm" not in plan.output + plan.error
+    assert plan.files.output == "/lus/grand/me/run/my_job.o<sequence number>"
+    assert plan.files.error == "/lus/grand/me/run/my_job.e<sequence number>"
+    assert "slurm" not in plan.files.output + plan.files.error
     assert "#PBS -o /lus/grand/me/run/" in plan.script
     slurm = build_plan(load_profile("sandbox"), JobRequest(nodes=1, run_dir="/scratch/r"))
-    assert (slurm.output, slurm.error) == ("/scratch/r/slurm-%j.out", "/scratch/r/slurm-%j.err")
+    assert (slurm.files.output, slurm.files.error) == ("/scratch/r/slurm-%j.out", "/scratch/r/slurm-%j.err")
 
 
 def test_each_derived_value_is_computed_once(monkeypatch) -> None:
@@ -72,4 +72,4 @@ def test_the_dialect_owns_what_its_scheduler_cannot_do() -> None:
     spec = plan_pkg.requeue_spec(sandbox, JobRequest(requeue=True, signal="USR1@90"), slurm)
     assert spec is not None and (spec.signal, spec.lead, spec.chain) == ("USR1", 90, 1)
     plan = build_plan(polaris, JobRequest(nodes=1, requeue=True, run_dir="/lus/r"))
-    assert not plan.requeue and not plan.records_steps and "HPCDL_PROGRESS_FILE" not in plan.script
+    assert plan.spec.requeue is None and not plan.launch.records_steps and "HPCDL_PROGRESS_FILE" not in plan.script

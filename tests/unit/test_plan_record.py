@@ -18,9 +18,9 @@ def test_what_submit_writes_reads_back(tmp_path: Path) -> None:
     run = rundir.make_run_dir(tmp_path / "r")
     run.write_plan(plan.script, plan.to_dict())
     record = run.read_plan()
-    assert (record.nodes, record.gpus_per_node, record.ntasks) == (2, 2, plan.ntasks)
+    assert (record.nodes, record.gpus_per_node, record.ntasks) == (2, 2, plan.spec.ntasks)
     assert (record.job_name, record.backend, record.profile, record.partition, record.image) \
-        == (plan.job_name, "ddp", "sandbox", plan.partition, plan.image)
+        == (plan.spec.job_name, "ddp", "sandbox", plan.spec.partition.name, plan.container.image)
     assert record.data == json.loads(json.dumps(plan.to_dict()))  # the whole object kept
     assert record.data["script"] == plan.script
 

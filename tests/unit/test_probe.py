@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -16,7 +17,7 @@ from hpcdl.cli import cli
 from hpcdl.cli.display import probe_view
 from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.flow import probe_exit
-from hpcdl.plan import JobRequest, build_plan
+from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.probe import worker
 from hpcdl.probe.request import ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
@@ -411,7 +412,7 @@ def test_parse_probe_names_the_lowest_ranks_error_whatever_the_order():
 # ---- plan and script -------------------------------------------------------------
 
 
-def _probe_plan(**kw):
+def _probe_plan(**kw: Any) -> JobPlan:
     prof = load_profile("sandbox")
     req = JobRequest(**{"nodes": 2, "gpus": 0, "launcher": "srun", "job_name": "hpcdl-probe",
                         "image": "/scratch/img/cpu.sif", "probe": worker_args(ProbeOptions(sizes="4K"), prof),
@@ -421,25 +422,26 @@ def _probe_plan(**kw):
 
 def test_probe_job_runs_the_worker_bound_from_the_host():
     plan = _probe_plan()
-    assert plan.launch_line.endswith("hpcdl-rank-env python3 /hpcdl/hpcdl/probe/worker.py "
+    assert plan.launch.launch_line.endswith("hpcdl-rank-env python3 /hpcdl/hpcdl/probe/worker.py "
                                      "--sizes 4K --iters 5 --warmup 2 --backend auto --mpi auto "
                                      f"--slow-ratio {worker.DEFAULT_SLOW_RATIO:g}")
-    assert ":/hpcdl/hpcdl:ro" in plan.launch_line and "PYTHONPATH=/hpcdl" in plan.launch_line
-    assert plan.launch_line.startswith("srun --label --kill-on-bad-exit=1 --mpi=pmix ")
-    assert plan.example_defaults == () and "probe first" not in plan.script
+    assert ":/hpcdl/hpcdl:ro" in plan.launch.launch_line and "PYTHONPATH=/hpcdl" in plan.launch.launch_line
+    assert plan.launch.launch_line.startswith("srun --label --kill-on-bad-exit=1 --mpi=pmix ")
+    assert plan.launch.example_defaults == () and "probe first" not in plan.script
     assert plan.to_dict()["probe"][:2] == ["--sizes", "4K"]
 
 
 def test_probe_first_is_a_step_before_the_command():
     plan = _probe_plan(probe_first=True, command=("python3", "train.py"), gpus=2)
     script = plan.script
-    assert plan.probe_line and plan.probe_line in script
-    probe_at, train_at = script.index(plan.probe_line), script.index(plan.launch_line)
+    probe_line = plan.probe.line if plan.probe else None
+    assert probe_line and probe_line in script
+    probe_at, train_at = script.index(probe_line), script.index(plan.launch.launch_line)
     assert probe_at < train_at
     between = script[probe_at:train_at]
     assert 'exit "$hpcdl_probe_rc"' in between and "the training command was not started" in between
-    assert plan.launch_line.endswith("hpcdl-rank-env python3 train.py")
-    assert ":/hpcdl/hpcdl:ro" not in plan.launch_line  # the user's command gets no hpcdl binds
+    assert plan.launch.launch_line.endswith("hpcdl-rank-env python3 train.py")
+    assert ":/hpcdl/hpcdl:ro" not in plan.launch.launch_line  # the user's command gets no hpcdl binds
 
 
 @pytest.mark.parametrize("kw, message", [

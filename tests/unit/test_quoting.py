@@ -93,4 +93,4 @@ def test_sbatch_header_carries_quoted_name_on_one_line(tmp_path):
     header = [line for line in plan.script.splitlines() if line.startswith("#SBATCH --job-name")]
     assert header == ["#SBATCH --job-name=\"a 'b' $(c)\""]
     # The exact name travels on sbatch's argv, where no parser touches it.
-    assert SlurmScheduler().submit_argv("j.sbatch", plan.job_name)[2] == '--job-name=a "b" $(c)'
+    assert SlurmScheduler().submit_argv("j.sbatch", plan.spec.job_name)[2] == '--job-name=a "b" $(c)'

@@ -49,11 +49,11 @@ def test_the_plan_names_the_clusters_paths_and_none_of_the_laptops(tmp_path: Pat
     plan = plan_run(profile, JobRequest(nodes=1, gpus=1, command=("python3", "train.py"),
                                         code_dir=str(tmp_path)),
                     runs_under=tmp_path / "runs", place=place)
-    assert plan.run_dir is not None and plan.run_dir.startswith("/home/jdoe/hpcdl-runs/")
-    assert plan.workdir == f"{plan.run_dir}/code"
-    assert f"cd {plan.run_dir}/code\n" in plan.script
+    assert plan.spec.run_dir is not None and plan.spec.run_dir.startswith("/home/jdoe/hpcdl-runs/")
+    assert plan.files.workdir == f"{plan.spec.run_dir}/code"
+    assert f"cd {plan.spec.run_dir}/code\n" in plan.script
     assert str(tmp_path) not in plan.script
-    assert place.local_path(plan.run_dir).parent == tmp_path / "runs"
+    assert place.local_path(plan.spec.run_dir).parent == tmp_path / "runs"
 
 
 def test_the_sandbox_remote_profile_reaches_its_login_node() -> None:

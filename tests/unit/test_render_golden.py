@@ -8,6 +8,7 @@ then read the diff before committing it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -20,7 +21,7 @@ from hpcdl.cli.submit import JOB_FILE_HEADER
 from hpcdl.core.errors import ValidationError
 from hpcdl.core.resources import REPO_ROOT
 from hpcdl.jobs.alloc import build_alloc
-from hpcdl.plan import JobRequest, build_plan
+from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
@@ -60,7 +61,7 @@ def check_golden(path: Path, text: str) -> None:
     assert text == path.read_text(), f"{path.name} drifted; HPCDL_REGEN_GOLDEN=1 regenerates"
 
 
-def job_files_text(plan) -> str:
+def job_files_text(plan: JobPlan) -> str:
     """The plan's job-side files under their headers, as a dry run prints them."""
     return "".join(f"{JOB_FILE_HEADER} {path} (written with the run; the script runs it)\n{text}"
                    for path, text in plan.job_script_paths())
@@ -79,7 +80,44 @@ def test_sbatch_golden(profile, case):
 def test_pbs_golden(profile, case):
     plan = build_plan(load_profile(profile), REQUESTS[case])
     check_golden(GOLDEN / "pbs" / f"{profile}-{case}.sh", plan.script)
-    assert plan.job_scripts == ()  # qsub'ed by hand: nothing staged, the script has it all
+    assert plan.files.job_scripts == ()  # qsub'ed by hand: nothing staged, the script has it all
+
+
+# plan.json (JobPlan.to_dict()) for requests that set every part of a plan: the
+# launch, the container and its staging, requeue and chain, the hang watchdog, the
+# probe, spare nodes, the run's files. Dumped in to_dict's order (what `submit --dry-run
+# --json` prints; the run directory's plan.json is the same keys sorted).
+PLAN_JSON_CASES = {
+    "sandbox-command": ("sandbox", REQUESTS["command"]),
+    "sandbox-command-code": ("sandbox", REQUESTS["command-code"]),
+    "generic-image-ddp": ("generic", REQUESTS["image-ddp"]),
+    "polaris-image-ddp": ("polaris", REQUESTS["image-ddp"]),
+    "sandbox-requeue": ("sandbox", JobRequest(nodes=2, gpus=1, run_dir="/scratch/runs/r1",
+                                              requeue=True, max_restarts=2, signal="USR1@60",
+                                              hang_timeout=30.0)),
+    "sandbox-chain": ("sandbox", JobRequest(nodes=1, gpus=0, command=("true",), chain=3,
+                                            run_dir="/scratch/runs/c1", launcher="torchrun",
+                                            backend="ddp")),
+    "sandbox-spares-probe-first": ("sandbox", JobRequest(
+        nodes=1, gpus=1, spares=1, probe=("--sizes", "4K"), probe_first=True,
+        hang_timeout=20.0, run_dir="/scratch/runs/s1", image="/scratch/images/x.sif")),
+    "sandbox-probe": ("sandbox", JobRequest(nodes=2, gpus=0, probe=("--sizes", "4K"),
+                                            run_dir="/scratch/runs/p1")),
+    "sandbox-staged": ("sandbox", JobRequest(nodes=2, gpus=2, image="/scratch/images/x.sif",
+                                             data="/scratch/data/imagenet.sqfs",
+                                             stage_image=True, stage_data=True,
+                                             run_dir="/scratch/runs/p4", gpu_bind="local-rank")),
+}
+# How the container runtime runs, for the cases that depend on it (the rest: unknown).
+RUNTIME_MODES = {"sandbox-staged": "unprivileged"}
+
+
+@pytest.mark.parametrize("case", sorted(PLAN_JSON_CASES))
+def test_plan_json_golden(case):
+    profile, req = PLAN_JSON_CASES[case]
+    data = build_plan(load_profile(profile), req, runtime_mode=RUNTIME_MODES.get(case)).to_dict()
+    data["hpcdl_version"] = "<version>"  # a release must not drift the golden
+    check_golden(GOLDEN / "plan" / f"{case}.json", json.dumps(data, indent=2) + "\n")
 
 
 def test_polaris_pbs_lines_that_matter():
@@ -199,7 +237,7 @@ def test_template_override(tmp_path):
     assert plan.script == ("#!/bin/sh\n# sandbox 8\nsrun --label --kill-on-bad-exit=1 --mpi=pmix "
                            "/bin/sh /scratch/runs/t2/job/bin/hpcdl-rank-env hostname\n")
     # The wrapper is a file of the run whatever the template: staged all the same.
-    assert [rel for rel, _ in plan.job_scripts] == ["bin/hpcdl-rank-env", "bin/hpcdl-master-port"]
+    assert [rel for rel, _ in plan.files.job_scripts] == ["bin/hpcdl-rank-env", "bin/hpcdl-master-port"]
 
 
 def test_an_edited_template_is_read_again_in_the_same_process(tmp_path):
@@ -223,7 +261,7 @@ def test_a_site_template_that_includes_the_inline_block_still_renders(tmp_path):
     custom.write_text('#!/bin/bash\n{% include "rank-env.sh.j2" %}\n{{ launch_line }}\n')
     plan = build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1, template=str(custom),
                                                           command=("hostname",)))
-    picked = dict(plan.job_scripts)["bin/hpcdl-master-port"]
+    picked = dict(plan.files.job_scripts)["bin/hpcdl-master-port"]
     block = picked.split("rendezvous) must not fail the job: the next free one is taken instead.\n")[1]
     assert block.removesuffix('echo "$MASTER_PORT"\n') + "export MASTER_PORT\n" in plan.script
     assert "\nHPCDL_RANK_ENV='# hpcdl-rank-env" in plan.script
@@ -236,4 +274,4 @@ def test_pbs_refuses_torchrun_as_launcher():
         build_plan(load_profile("polaris"), req)
     plan = build_plan(load_profile("polaris"), JobRequest(nodes=2, gpus=2, launcher="mpirun",
                                                           command=("python3", "ddp.py")))
-    assert plan.launch_line.startswith("mpiexec -n 4 --ppn 2 ")
+    assert plan.launch.launch_line.startswith("mpiexec -n 4 --ppn 2 ")

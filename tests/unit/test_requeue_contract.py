@@ -8,19 +8,21 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hpcdl import requeue
 from hpcdl.core.errors import ValidationError
-from hpcdl.plan import JobRequest, build_plan
+from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
+from hpcdl.schedulers.base import RequeueSpec
 from tests.unit.jobfiles import stage_job_scripts
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def plan(**kw: object):
+def plan(**kw: Any) -> JobPlan:
     return build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=1, run_dir="/scratch/r/x", **kw))
 
 
@@ -30,19 +32,20 @@ def test_requeue_options_and_block() -> None:
                  "export HPCDL_CHECKPOINT_DIR=/scratch/r/x/checkpoints",
                  "export HPCDL_REQUEUE_FLAG=/scratch/r/x/requeue.flag", "trap hpcdl_on_signal USR1"):
         assert line in p.script
-    assert "--resume" in p.command and (p.requeue, p.max_restarts, p.signal) == (True, 2, "USR1@90")
+    assert "--resume" in p.launch.command and p.spec.requeue == RequeueSpec(signal="USR1", lead=90,
+                                                                        max_restarts=2, chain=1)
     plain = plan()
     assert "--requeue" not in plain.script and "trap" not in plain.script
-    assert "--resume" not in plain.command
+    assert "--resume" not in plain.launch.command
     # Where a step is recorded, with or without requeue; a missing file means "no step"
     # for the bundled example and under the requeue contract, not for any COMMAND.
     for job in (p, plain):
         assert "export HPCDL_PROGRESS_FILE=/scratch/r/x/progress" in job.script.splitlines()
-    assert p.records_steps and plain.records_steps
-    assert plan(requeue=True, command=("python3", "t.py")).records_steps
-    assert not plan(command=("python3", "t.py")).records_steps
+    assert p.launch.records_steps and plain.launch.records_steps
+    assert plan(requeue=True, command=("python3", "t.py")).launch.records_steps
+    assert not plan(command=("python3", "t.py")).launch.records_steps
     no_dir = build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1))
-    assert "HPCDL_PROGRESS_FILE" not in no_dir.script and not no_dir.records_steps
+    assert "HPCDL_PROGRESS_FILE" not in no_dir.script and not no_dir.launch.records_steps
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -63,7 +66,7 @@ def test_profile_default_turns_requeue_on(tmp_path: Path) -> None:
     prof = prof.model_copy(update={"scheduler": prof.scheduler.model_copy(
         update={"requeue": True, "max_restarts": 5})})
     p = build_plan(prof, JobRequest(nodes=1, gpus=1, run_dir="/scratch/r/y"))
-    assert "#SBATCH --requeue" in p.script and p.max_restarts == 5
+    assert "#SBATCH --requeue" in p.script and p.spec.requeue is not None and p.spec.requeue.max_restarts == 5
     off = build_plan(prof, JobRequest(nodes=1, gpus=1, run_dir="/scratch/r/y", requeue=False))
     assert "--requeue" not in off.script
 

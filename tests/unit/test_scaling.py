@@ -196,10 +196,10 @@ def test_every_point_runs_on_the_partition_of_the_largest_point():
     # gpu2 for 4): a sweep must not mix them, or its speedups compare different GPUs.
     prof = load_profile("taurus")
     points = expand(("horovod",), (1, 2, 4), (1, 2, 4), None)
-    assert plan_points(prof, JobRequest(synthetic=True), points[:1])[0][1].partition == "hpdlf"
+    assert plan_points(prof, JobRequest(synthetic=True), points[:1])[0][1].spec.partition.name == "hpdlf"
     base, why = pin_partition(prof, JobRequest(synthetic=True), points)
     assert base.partition == "gpu2" and why.startswith("the largest point, horovod-n4-g4")
-    assert {plan.partition for _, plan in plan_points(prof, base, points)} == {"gpu2"}
+    assert {plan.spec.partition.name for _, plan in plan_points(prof, base, points)} == {"gpu2"}
     asked = JobRequest(synthetic=True, partition="alpha")
     assert pin_partition(prof, asked, points) == (asked, "requested with --partition")
 

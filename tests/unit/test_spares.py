@@ -5,34 +5,35 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hpcdl.core.errors import ValidationError
 from hpcdl.jobs import recoveries
 from hpcdl.launch.nodes import BAD_NODES_NAME, NODES_FILE, RECOVERIES_NAME
-from hpcdl.plan import JobRequest, build_plan
+from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.probe import worker
 from hpcdl.profiles import load_profile
 from tests.integration.conftest_slurm import hpcdl
 
 
-def plan_of(profile: str = "neuron", **req: object):  # type: ignore[no-untyped-def]
+def plan_of(profile: str = "neuron", **req: Any) -> JobPlan:
     return build_plan(load_profile(profile), JobRequest(**{"nodes": 2, "gpus": 1, **req}))
 
 
 def test_spares_allocate_n_plus_s_and_the_ranks_run_on_the_guards_nodes() -> None:
     plan = plan_of(spares=1, run_dir="/scratch/r", image="/scratch/i.sif")
-    assert (plan.nodes, plan.spares, plan.ntasks) == (2, 1, 2)
+    assert (plan.spec.nodes, plan.spec.spares, plan.spec.ntasks) == (2, 1, 2)
     header = [line for line in plan.script.splitlines() if line.startswith("#SBATCH")]
     assert "#SBATCH --nodes=3" in header and "#SBATCH --no-kill" in header
     # World size unchanged: 2 nodes x 1 rank on the nodes the guard names, beside a step
     # a dead node left behind.
-    assert plan.launch_line.startswith(
+    assert plan.launch.launch_line.startswith(
         'srun --label --kill-on-bad-exit=1 --nodes=2 --ntasks=2 '
         '--nodelist="$HPCDL_NODELIST" --overlap ')
-    assert "--resume" in plan.command  # a relaunch continues from the checkpoint
-    assert dict(plan.job_scripts)[NODES_FILE].startswith("#!/bin/bash\n# hpcdl-nodes")
+    assert "--resume" in plan.launch.command  # a relaunch continues from the checkpoint
+    assert dict(plan.files.job_scripts)[NODES_FILE].startswith("#!/bin/bash\n# hpcdl-nodes")
     assert "source /scratch/r/job/bin/hpcdl-nodes\nhpcdl_nodes_init 2\n" in plan.script
     assert "hpcdl_launch() { exec srun " in plan.script
     assert json.loads(json.dumps(plan.to_dict()))["spares"] == 1
@@ -40,17 +41,17 @@ def test_spares_allocate_n_plus_s_and_the_ranks_run_on_the_guards_nodes() -> Non
 
 def test_no_spares_renders_no_guard() -> None:
     plan = plan_of(run_dir="/scratch/r")
-    assert plan.spares == 0 and "--no-kill" not in plan.script
-    assert "hpcdl_supervise" not in plan.script and "HPCDL_NODELIST" not in plan.launch_line
+    assert plan.spec.spares == 0 and "--no-kill" not in plan.script
+    assert "hpcdl_supervise" not in plan.script and "HPCDL_NODELIST" not in plan.launch.launch_line
 
 
 def test_the_profile_default_applies_to_training_not_to_the_probe() -> None:
     prof = load_profile("neuron")
     prof = prof.model_copy(update={"scheduler": prof.scheduler.model_copy(update={"spares": 2})})
-    assert build_plan(prof, JobRequest(nodes=2, gpus=1)).spares == 2
-    assert build_plan(prof, JobRequest(nodes=2, gpus=1, spares=0)).spares == 0
+    assert build_plan(prof, JobRequest(nodes=2, gpus=1)).spec.spares == 2
+    assert build_plan(prof, JobRequest(nodes=2, gpus=1, spares=0)).spec.spares == 0
     probe = build_plan(prof, JobRequest(nodes=2, gpus=1, probe=("--sizes", "4K")))
-    assert probe.spares == 0 and "--no-kill" not in probe.script
+    assert probe.spec.spares == 0 and "--no-kill" not in probe.script
 
 
 def test_probe_first_with_spares_probes_every_healthy_node_and_feeds_the_guard() -> None:
@@ -61,13 +62,14 @@ def test_probe_first_with_spares_probes_every_healthy_node_and_feeds_the_guard()
     assert "# ---- probe first" not in plan.script
     # ... but a step the guard sizes (all the nodes its gate passed) and whose slow nodes
     # it reads back from the file the worker writes.
-    assert plan.probe_line is not None
-    assert plan.probe_line.startswith(
+    assert plan.probe is not None and plan.probe.line is not None
+    probe_line = plan.probe.line
+    assert probe_line.startswith(
         'srun --label --kill-on-bad-exit=1 --nodes="$HPCDL_STEP_NODES" '
         '--ntasks="$HPCDL_STEP_TASKS" ')
-    assert '--nodelist="$HPCDL_NODELIST" --overlap' in plan.probe_line
-    assert plan.probe_line.endswith("--slow-nodes-out /scratch/r/probe-slow-nodes.tsv")
-    assert f"hpcdl_probe() {{ {plan.probe_line}; }}" in plan.script
+    assert '--nodelist="$HPCDL_NODELIST" --overlap' in probe_line
+    assert probe_line.endswith("--slow-nodes-out /scratch/r/probe-slow-nodes.tsv")
+    assert f"hpcdl_probe() {{ {probe_line}; }}" in plan.script
     assert "export HPCDL_PROBE_SLOW=/scratch/r/probe-slow-nodes.tsv" in plan.script
     # Without spares: the plain block, the training's own node count, no file.
     plain = plan_of(run_dir="/scratch/r", image="/scratch/i.sif", probe_first=True,
@@ -93,8 +95,8 @@ def test_the_workers_slow_node_file_names_each_node_and_why(tmp_path: Path) -> N
 
 def test_torchrun_gets_the_guards_nodes_too() -> None:
     plan = plan_of(spares=1, launcher="torchrun", backend="ddp")
-    assert '--ntasks-per-node=1 --cpus-per-task=' in plan.launch_line
-    assert '--nodelist="$HPCDL_NODELIST" --overlap' in plan.launch_line
+    assert '--ntasks-per-node=1 --cpus-per-task=' in plan.launch.launch_line
+    assert '--nodelist="$HPCDL_NODELIST" --overlap' in plan.launch.launch_line
 
 
 @pytest.mark.parametrize(("profile", "req", "message"), [
