@@ -110,7 +110,7 @@ def check_cmd(directory: str, as_json: bool) -> None:
               metavar="auto|SIZE",
               help="mksquashfs block size, a power of two from 4K to 1M. auto: the "
                    "smallest one at least the median file size, 4K to 128K: a shuffled "
-                   "read of small images then decompresses little more than each image "
+                   "read of small images decompresses less of their neighbours "
                    "(docs/guide/data.md).")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists (once complete).")
 @click.option("--dry-run", is_flag=True, help="Check DIRECTORY, print the mksquashfs argv, "

@@ -43,12 +43,13 @@ MKSQUASHFS = "mksquashfs"
 # The block size: files smaller than a block are packed together into fragment blocks
 # of that size, and reading one such file decompresses its whole fragment. Images read
 # in a shuffled order hit a different fragment each time, so mksquashfs's 128 KiB
-# default costs 1 KB images about 100x their size in decompression: measured on 20,000
-# JPEGs of 1 KB, every file read once shuffled from a fresh loop mount took 9.7-12.0 s
-# with 128K blocks and 4.0 s with 4K (the packed file 1.5x larger); on 19 KB JPEGs,
-# 1.6-2.1 s with 128K against 1.0-1.2 s with 32K, 1.8-4.9 s with 4K (docs/guide/data.md).
-# So "auto" takes the smallest power of two at least the files' median size, between
-# mksquashfs's 4K and its 128K default (ImageNet's ~110 KB JPEGs keep 128K).
+# default makes 1 KB images cost ~100x their size in decompression. Measured (a fresh
+# loop mount, every file read once shuffled; bench/bench_pack_blocks.py, figures in
+# docs/guide/data.md): 20,200 JPEGs of 1 KB, 19.0 s and 12.2 s of CPU with 128K blocks,
+# 14.5 s and 7.1 s with 4K or 32K; 4,100 of 19 KB, 3.45 s / 2.14 s CPU with 128K, 3.19 s /
+# 1.55 s with 32K (the file 17% larger). So "auto" takes the smallest power of two at
+# least the files' median size, between mksquashfs's 4K and its 128K default
+# (ImageNet's ~110 KB JPEGs keep 128K).
 BLOCK_SIZES = tuple(4096 << i for i in range(9))  # 4K .. 1M, mksquashfs's range
 AUTO_BLOCK_MAX = 128 * 1024
 SIZE_SAMPLE = 1000  # files stat'ed to choose the block size (5 per directory at most)

@@ -69,6 +69,10 @@ BENCHES = [
                              "--repeats", "1"),
           r"hpcdl scale --dry-run, 8 points \(CLI\)\s+[\d.]+"),
     Bench("bench_detect.py", ("--nodes", "2", "--repeats", "1"), r"\s+2\s+2\s+[\d.]+"),
+    # Root (loop mounts, dropping the page cache): as make test runs.
+    Bench("bench_pack_blocks.py", ("--classes", "3", "--per-class", "4", "--blocks", "4K,auto",
+                                   "--repeats", "1"),
+          r"^--block-size auto\s+[\d.]+\s+[\d.]+\s+[\d.]+$"),
     Bench("bench_polling.py", ("--jobs", "1", "--real-jobs", "1", "--real-seconds", "1",
                                "--baseline-cycles", "2"),
           r"sandbox, 1 jobs\s+batched\s+\d+\s+[\d.]+\s+\d+", slurm=True),
