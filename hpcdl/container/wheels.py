@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.container.definition import WHEELS_DEST as DEST
+from hpcdl.container.hashing import file_sha256
 from hpcdl.container.spec import ImageSpec
 from hpcdl.core import proc
 from hpcdl.core.errors import ToolError, UserInputError
@@ -294,7 +295,7 @@ def resolve(res: Resolution, *, timeout: float = 3600,
             raise ToolError(f"pip download for {res.target.describe()} failed (exit "
                             f"{r.returncode}): {(last or [output.strip()[-300:]])[-1]}",
                             argv=list(r.argv), returncode=r.returncode, output=output)
-        wheels = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        wheels = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         # mkdtemp made it 0700: a wheelhouse shared with a build node (or other users)
         # must be readable there.
         tmp.chmod(0o755)
@@ -319,14 +320,6 @@ def resolve(res: Resolution, *, timeout: float = 3600,
 
 def wheel_names(res: Resolution) -> list[str]:
     return sorted(p.name for p in res.path.iterdir()) if res.resolved else []
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def default_root() -> Path:

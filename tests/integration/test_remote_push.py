@@ -5,7 +5,6 @@ is read back from the host's side, where the login node put it."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcdl.container.hashing import file_sha256
 from tests.integration.conftest_remote import LOGIN_HOST, Laptop
 from tests.integration.conftest_slurm import hpcdl
 
@@ -21,14 +21,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.timeout(600)
 
 PROFILE = "sandbox-remote"
 SIF_HEAD = b"#!/usr/bin/env run-singularity\n\x00SIF_MAGIC\x0001\x0002\x00"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +46,7 @@ def test_an_image_is_pushed_once_whole_and_then_found(laptop: Laptop, cpu_image:
     first = laptop.cli("push", str(cpu_image), "-p", PROFILE, "--json", env=cache_env)
     assert first.returncode == 0, first.stdout + first.stderr
     done = json.loads(first.stdout)
-    local_sha = _sha256(cpu_image)
+    local_sha = file_sha256(cpu_image)
     name = f"{cpu_image.stem}-{local_sha[:16]}.sif"
     assert done["remote_path"] == f"{laptop.user.home}/hpcdl-images/{name}"
     assert done["host"] == LOGIN_HOST and done["sha256"] == local_sha and done["size"] == size
@@ -67,7 +59,7 @@ def test_an_image_is_pushed_once_whole_and_then_found(laptop: Laptop, cpu_image:
 
     # The copy, as the cluster sees it: whole, with no temporary file left beside it.
     copy = laptop.remote_images / name
-    assert _sha256(copy) == local_sha
+    assert file_sha256(copy) == local_sha
     assert list(laptop.remote_images.glob(f".{name}.tmp-*")) == []
 
     before = copy.stat()
@@ -126,7 +118,7 @@ def test_a_failed_push_exits_1_in_one_line_and_leaves_nothing(laptop: Laptop,
     image = laptop.user.home / "push-fails.sif"
     image.write_bytes(SIF_HEAD + os.urandom(1 << 20))
     shutil.chown(image, laptop.user.uid, laptop.user.gid)
-    name = f"push-fails-{_sha256(image)[:16]}.sif"
+    name = f"push-fails-{file_sha256(image)[:16]}.sif"
     # A directory where the copy should go: the final rename fails on the cluster.
     blocker = laptop.user.own(laptop.remote_images / name)
     try:
@@ -151,7 +143,7 @@ def test_the_same_content_under_another_name_is_linked_not_sent(
     shutil.copy2(first, renamed)
     for path in (first, renamed):
         shutil.chown(path, laptop.user.uid, laptop.user.gid)
-    digest = _sha256(first)[:16]
+    digest = file_sha256(first)[:16]
     remote = [laptop.remote_images / f"{p.stem}-{digest}.sif" for p in (first, renamed)]
     try:
         sent = laptop.cli("push", str(first), "-p", PROFILE, "--json", env=cache_env)
@@ -187,7 +179,7 @@ def test_a_packed_dataset_is_pushed_once_and_a_job_reads_it(
         assert first.returncode == 0, first.stdout + first.stderr
         done = json.loads(first.stdout)
         remote = Path(done["remote_path"])
-        assert remote.name == f"push-tiny-{_sha256(packed)[:16]}.sqfs" and done["bytes_moved"] > 0
+        assert remote.name == f"push-tiny-{file_sha256(packed)[:16]}.sqfs" and done["bytes_moved"] > 0
         assert remote.read_bytes() == packed.read_bytes()
         again = laptop.cli("push", str(packed), "-p", PROFILE, "--json", env=cache_env)
         assert again.returncode == 0 and json.loads(again.stdout)["bytes_moved"] == 0, again.stdout
