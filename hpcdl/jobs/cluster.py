@@ -230,19 +230,6 @@ def connect(profile: Profile, *, local_root: Path | None = None,
                    planning=dry_run)
 
 
-def connect_for_cluster(profile: Profile, req: JobRequest, *, dry_run: bool,
-                        local_root: Path | None = None
-                        ) -> tuple[Cluster, JobRequest, list[str] | None]:
-    """The profile's Cluster and ``req`` as the cluster sees it (Cluster.for_cluster: a
-    pushed image's copy, the code of a COMMAND), for submit and sweep alike. A dry run
-    plans only (the handle's place moves nothing, the cluster is asked nothing it can do
-    without) and gets the list of what it left unchecked (``notes``; None for real).
-    Raises ValidationError before anything is written."""
-    cluster = connect(profile, local_root=local_root, dry_run=dry_run)
-    req, notes = cluster.request_for(req)
-    return cluster, req, notes
-
-
 def reconnect(run: RunDir | None) -> Cluster:
     """The Cluster of a run directory written by submit, from its own records
     (profile.yaml, plan.json): a laptop closed mid-run finds its job again. A run
