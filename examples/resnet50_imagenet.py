@@ -418,17 +418,19 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
     Returns (this rank's loss*n, top-1 hits, n; the last LR; when the epoch began).
     Sets ``out.requeue`` and stops when all ranks agree a requeue was asked for."""
     import torch
+    from trainkit.loop import DevicePrefetch
     from trainkit.schedule import lr_at
 
     from hpcdl import requeue
 
     loader = data.loader(progress.epoch, progress.step_in_epoch)
+    batches = DevicePrefetch(loader, t.device, t.memory_format) if t.cuda else loader
     t.model.train()
-    sums = torch.zeros(3, dtype=torch.float64)  # loss*n, top-1 hits, n
+    sums = torch.zeros(3, dtype=torch.float64, device=t.device)  # loss*n, top-1 hits, n
     epoch_start = time.monotonic()
     slow_s = args.slow_ms / 1000 if args.slow_rank == t.backend.rank else 0.0
     fetch_start = epoch_start
-    for x, y in loader:
+    for x, y in batches:
         step_start = time.monotonic()
         data_s = step_start - fetch_start
         if out.first_step_at is None:
@@ -469,7 +471,7 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
         if progress.global_step >= s.total_steps:
             break
         fetch_start = time.monotonic()
-    return sums, lr, epoch_start
+    return sums.cpu(), lr, epoch_start
 
 
 def header_line(args: argparse.Namespace, t: Training, s: RunSetup, data: TrainData,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from torch.utils.data import DataLoader
 from trainkit.checkpoint import load_checkpoint, load_latest_valid, save_checkpoint
 from trainkit.data import ResumableDistributedSampler
 from trainkit.dist import Backend
-from trainkit.metrics import topk_correct
+from trainkit.metrics import topk_correct, topk_hits
 from trainkit.say import say
 
 
@@ -95,14 +96,11 @@ class Training:
                 scaled = loss / n_chunks
                 self.backend.backward(self.scaler.scale(scaled) if self.scaler is not None
                                       else scaled)
-            sums += torch.tensor(
-                [
-                    float(loss.detach()) * len(ys),
-                    topk_correct(out.detach().float(), ys, (1,))[0],
-                    len(ys),
-                ],
-                dtype=torch.float64,
-            )
+            # Added up where ``sums`` lives (the GPU in CUDA runs: reading the loss here
+            # would make the host wait for the backward pass before queueing the step).
+            loss64 = loss.detach().to(sums.device, torch.float64)
+            hits = topk_hits(out.detach().float(), ys, (1,))[0].to(sums.device, torch.float64)
+            sums += torch.stack([loss64 * len(ys), hits, torch.ones_like(hits) * len(ys)])
         sync_seconds = self.backend.synchronize_then_step(self.optimizer, self.scaler)
         if self.cuda:
             torch.cuda.synchronize()
@@ -176,6 +174,46 @@ class TrainData:
             drop_last=True,
             **self.loader_kwargs,
         )
+
+
+class DevicePrefetch:
+    """A loader's batches already on the GPU, in the training's memory format: the next
+    batch's copy is queued on a side stream before the current step's kernels, so it
+    runs while they do instead of between two steps (154 MB per 256-image batch)."""
+
+    def __init__(self, loader: DataLoader, device: torch.device,
+                 memory_format: torch.memory_format) -> None:
+        self.loader = loader
+        self.device = device
+        self.memory_format = memory_format
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        copies = torch.cuda.Stream(self.device)
+        compute = torch.cuda.current_stream(self.device)
+        batches = iter(self.loader)
+
+        def queue_next() -> tuple[torch.Tensor, torch.Tensor] | None:
+            batch = next(batches, None)
+            if batch is None:
+                return None
+            with torch.cuda.stream(copies):
+                x = batch[0].to(self.device, non_blocking=True)
+                return (x.contiguous(memory_format=self.memory_format),
+                        batch[1].to(self.device, non_blocking=True))
+
+        upcoming = queue_next()
+        while upcoming is not None:
+            compute.wait_stream(copies)
+            x, y = upcoming
+            # Made on the side stream, used on this one: keep the allocator from
+            # handing their memory out again before the step has finished with them.
+            x.record_stream(compute)
+            y.record_stream(compute)
+            upcoming = queue_next()
+            yield x, y
 
 
 def worker_context(workers: int, backend: str) -> dict[str, Any]:

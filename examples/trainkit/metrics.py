@@ -12,10 +12,18 @@ def topk_correct(
     output: torch.Tensor, target: torch.Tensor, ks: tuple[int, ...] = (1, 5)
 ) -> list[int]:
     """How many rows have the target among the top-k logits, for each k (k capped at classes)."""
+    return [int(hits) for hits in topk_hits(output, target, ks)]
+
+
+def topk_hits(
+    output: torch.Tensor, target: torch.Tensor, ks: tuple[int, ...] = (1, 5)
+) -> list[torch.Tensor]:
+    """topk_correct's counts as tensors on the output's device: counting them costs the
+    training step no wait for the GPU."""
     maxk = min(max(ks), output.shape[1])
     pred = output.topk(maxk, dim=1).indices
     hits = pred.eq(target.view(-1, 1))
-    return [int(hits[:, : min(k, maxk)].any(dim=1).sum()) for k in ks]
+    return [hits[:, : min(k, maxk)].any(dim=1).sum() for k in ks]
 
 
 def param_checksum(model: nn.Module) -> str:

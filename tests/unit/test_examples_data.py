@@ -106,3 +106,30 @@ def test_synthetic_images_are_deterministic() -> None:
     a, b = SyntheticImages(10, 5, 32, seed=1), SyntheticImages(10, 5, 32, seed=1)
     assert torch.equal(a[3][0], b[3][0]) and a[3][1] == b[3][1]
     assert not torch.equal(a[3][0], a[4][0])
+
+
+def test_small_synthetic_images_draw_every_pixel() -> None:
+    from trainkit.data import SyntheticImages
+
+    # Up to 63 px every pixel is drawn, as before the coarse grid: the tests' and CPU
+    # runs' data (and so their reference checksums) did not change with it.
+    g = torch.Generator().manual_seed(1 * 1_000_003 + 3)
+    label = int(torch.randint(5, (1,), generator=g))
+    image, got_label = SyntheticImages(10, 5, 63, seed=1)[3]
+    assert got_label == label and torch.equal(image, torch.randn(3, 63, 63, generator=g))
+
+
+def test_large_synthetic_images_repeat_a_coarse_grid() -> None:
+    from trainkit.data import SyntheticImages, synthetic_block
+
+    assert [synthetic_block(n) for n in (8, 63, 64, 224, 225)] == [1, 1, 2, 7, 7]
+    data = SyntheticImages(50, 1000, 224, seed=0)
+    image, _ = data[7]
+    assert image.shape == (3, 224, 224) and image.dtype == torch.float32
+    assert torch.equal(image, SyntheticImages(50, 1000, 224, seed=0)[7][0])
+    # 7x7 blocks of one value, the blocks drawn independently (unit normal).
+    assert torch.equal(image[:, :7, :7], image[:, :1, :1].expand(3, 7, 7))
+    assert not torch.equal(image[:, :7, :7], image[:, 7:14, :7])
+    stack = torch.stack([data[i][0] for i in range(20)])
+    assert abs(float(stack.mean())) < 0.05 and 0.9 < float(stack.std()) < 1.1
+    assert len({data[i][0][0, 0, 0].item() for i in range(20)}) == 20

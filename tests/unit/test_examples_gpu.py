@@ -112,6 +112,48 @@ def test_two_sub_batches_accumulate_on_the_gpu() -> None:
     assert torch.isfinite(loss) and int(sums[2]) == len(y)
 
 
+def test_prefetched_batches_are_the_loaders_own_on_the_gpu() -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+    from trainkit.loop import DevicePrefetch
+
+    g = torch.Generator().manual_seed(2)
+    images, labels = torch.randn(40, 3, 16, 16, generator=g), torch.arange(40)
+    loader = DataLoader(TensorDataset(images, labels), batch_size=8, pin_memory=True)
+    got = list(DevicePrefetch(loader, torch.device("cuda", 0), torch.channels_last))
+    assert len(got) == len(loader) == 5
+    for i, (x, y) in enumerate(got):
+        assert x.is_cuda and y.is_cuda and x.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(x.cpu(), images[8 * i: 8 * i + 8])
+        assert torch.equal(y.cpu(), labels[8 * i: 8 * i + 8])
+
+
+def test_the_steps_sums_add_up_on_the_gpu_as_on_the_host() -> None:
+    x, y = _batch()
+    sums = {"cuda": torch.zeros(3, dtype=torch.float64, device="cuda"),
+            "cpu": torch.zeros(3, dtype=torch.float64)}
+    for where in sums:  # the same first step (same seed) adding into each
+        _training(init_scale=128.0).step(x, y, 0.05, 2, sums[where])
+    assert sums["cuda"].is_cuda and int(sums["cuda"][2]) == len(y)
+    assert torch.equal(sums["cuda"][1:].cpu(), sums["cpu"][1:])  # hits and images: counts
+    assert torch.allclose(sums["cuda"].cpu(), sums["cpu"], rtol=1e-5)
+
+
+def test_the_sync_wait_is_read_from_one_pair_of_events() -> None:
+    from trainkit.dist import GradReadyTimes
+
+    times = GradReadyTimes(torch.device("cuda", 0))
+    x = torch.randn(64, 64, device="cuda", requires_grad=True)
+    x.register_post_accumulate_grad_hook(times.ready)
+    events = []
+    for _ in range(3):
+        (x @ x).sum().backward()
+        times.returned()
+        events.append(times.marks)
+        waited = times.take_wait()
+        assert 0.0 <= waited < 1.0 and times.take_wait() == 0.0
+    assert events[0] == events[1] == events[2] and events[0][0] is not events[0][1]
+
+
 def test_a_checkpoint_of_cuda_tensors_resumes_the_same_state(tmp_path: Path) -> None:
     from trainkit.loop import Checkpoints, Progress, find_resume_state
 
