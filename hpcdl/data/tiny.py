@@ -35,7 +35,8 @@ class TinySpec:
         limits = {
             "classes": (self.classes, 1, 1000),
             "per_class": (self.per_class, 1, 100000),
-            "val_per_class": (self.val_per_class, 0, 100000),
+            # 1 at least: `data pack` and the examples refuse a split with empty classes.
+            "val_per_class": (self.val_per_class, 1, 100000),
             "size": (self.size, 8, 1024),
         }
         for name, (value, lo, hi) in limits.items():

@@ -32,7 +32,6 @@ from hpcdl.sweep.grid import read_sweep
 FROM_LOWEST_RANK = ("loss", "lr")
 SUMMED = ("images_per_sec",)
 SLOWEST = ("step_s", "data_s", "sync_s")
-STEP_KEYS = FROM_LOWEST_RANK + SUMMED + SLOWEST
 # plan.json keys that say what the run was (the rest is how it was run).
 PLAN_PARAMS = ("nodes", "gpus_per_node", "ntasks", "tasks_per_node", "cpus_per_task",
                "backend", "launcher", "profile", "partition", "time", "job_name", "image",

@@ -73,6 +73,8 @@ def test_make_tiny_refuses_non_empty_dir_and_leaves_no_temp(tmp_path: Path) -> N
         ("classes", TinySpec(classes=0)),
         ("size", TinySpec(size=4)),
         ("per-class", TinySpec(per_class=0)),
+        # Empty val classes would be written, then refused by `data pack` and the examples.
+        ("val-per-class", TinySpec(val_per_class=0)),
     ],
 )
 def test_tiny_spec_limits(field: str, spec: TinySpec, tmp_path: Path) -> None:
