@@ -146,6 +146,7 @@ def prepare_points(prof: Profile, base: JobRequest, points: list[SweepPoint],
     the image and code as the nodes see them: those plans are what gets submitted, the
     inputs checked here first. Returns the base request as submitted and the plans.
     Raises ValidationError (naming the point), RenderError before anything is written."""
+    # Lazy: the sweeps' modules are not on submit's way to sbatch (issue 31).
     from hpcdl.sweep.grid import plan_points
 
     facts = cluster.image_facts(base)
@@ -181,6 +182,7 @@ def prepare_array(prof: Profile, base: JobRequest, points: list[Point], cluster:
     number of points against the cluster's MaxArraySize (asked of the scheduler; a dry
     run over a transport asks nothing and says so), and for real the inputs checked
     here. Raises ValidationError, RenderError before anything is written."""
+    # Lazy: as in prepare_points.
     from hpcdl.sweep import arrays
 
     facts = cluster.image_facts(base)
