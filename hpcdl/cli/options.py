@@ -5,19 +5,7 @@ from __future__ import annotations
 import click
 
 from hpcdl.core.errors import ValidationError
-from hpcdl.jobs.cluster import Cluster
-from hpcdl.plan import GPU_BINDS, LAUNCHERS, JobRequest, RuntimeMode
-
-
-def runtime_mode_for(cluster: Cluster, request: JobRequest) -> RuntimeMode | None:
-    """How the request's container runtime will run its ranks (the Cluster's
-    runtime_mode), printing its warning when this host cannot run images as this user.
-    None for a cluster elsewhere: this machine is not its nodes (the profile's
-    container.mode says)."""
-    mode, warning = cluster.runtime_mode(request)
-    if warning:
-        click.echo(f"warning: {warning}", err=True)
-    return mode
+from hpcdl.plan import GPU_BINDS, LAUNCHERS
 
 
 def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import click
 
-from hpcdl.cli.options import example_options, parse_env, runtime_mode_for
-from hpcdl.cli.submit import prepare, print_dry_run, submit_and_show
+from hpcdl.cli.options import example_options, parse_env
+from hpcdl.cli.submit import echo_warning, print_dry_run, submit_and_show
 from hpcdl.core.errors import ValidationError
-from hpcdl.jobs.cluster import connect
+from hpcdl.jobs.prepare import open_cluster, prepare_job
 from hpcdl.plan import JobRequest
 from hpcdl.probe.request import (
     DEFAULT_SIZES,
@@ -106,11 +106,9 @@ def probe(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
         job_name=job_name, image=image, env=parse_env(env), binds=binds, no_image=no_image,
         launcher="srun", requeue=False, probe=args,
         run_dir=str(run_dir.resolve()) if run_dir is not None else None)
-    cluster = connect(prof, local_root=run_dir.resolve().parent if run_dir else None,
-                      dry_run=dry_run)
-    mode = runtime_mode_for(cluster, request)
-    ready = prepare(prof, request, dry_run=dry_run, run_name="probe", runtime_mode=mode,
-                    cluster=cluster)
+    cluster = open_cluster(prof, "probe", dry_run=dry_run, run_dir=run_dir)
+    ready = prepare_job(prof, request, cluster, run_name="probe", check_image=False,
+                        on_warning=echo_warning)
     if ready.notes is not None:
         print_dry_run(ready.plan, as_json=as_json, notes=ready.notes)
         return

@@ -10,10 +10,10 @@ from typing import Any
 import click
 
 from hpcdl.cli.display import SweepBar, done_line, probe_view
-from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
-from hpcdl.cli.submit import defaults_line
+from hpcdl.cli.options import example_options, launch_options, parse_env
+from hpcdl.cli.submit import defaults_line, echo_warning
 from hpcdl.core.errors import ValidationError
-from hpcdl.jobs.cluster import connect
+from hpcdl.jobs.prepare import open_cluster, prepare_points
 from hpcdl.jobs.results import connection_for, load_rows, probe_report, stragglers
 from hpcdl.jobs.submit import Submitted
 from hpcdl.jobs.sweep import finish_sweep, start_sweep
@@ -21,7 +21,6 @@ from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles import load_profile
 from hpcdl.results.plot import build_figure, write_png
 from hpcdl.results.table import FIELDS, Row, count, format_table, to_csv, to_json
-from hpcdl.schedulers.dialects import refuse
 from hpcdl.sweep.arrays import KIND as ARRAY_KIND
 from hpcdl.sweep.grid import (
     SweepPoint,
@@ -32,7 +31,6 @@ from hpcdl.sweep.grid import (
     parse_backends,
     parse_int_list,
     pin_partition,
-    plan_points,
     point_entry,
     read_sweep,
     sweep_path,
@@ -95,8 +93,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     backends = parse_backends(backends_text)
     batches = parse_int_list("batch-size", batch_text) if batch_text else None
     prof = load_profile(profile)
-    if not dry_run:
-        refuse(prof, "scale")  # a PBS profile's scripts are for reading (exit 2)
+    cluster = open_cluster(prof, "scale", dry_run=dry_run)  # a PBS profile's: --dry-run only
     sweep_id = new_sweep_id()
     base = JobRequest(partition=partition, time=time, cpus_per_task=cpus_per_task,
                       job_name=job_name or default_job_name(sweep_id), image=image,
@@ -106,29 +103,22 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     check_base(base, sweeping_batch=batches is not None)
     points = expand(backends, nodes, gpus, batches)
     base, why = pin_partition(prof, base, points)  # one partition: comparable speedups
-    # The image's build record (its GPU architectures), read once for every point's check.
-    conn = connect(prof)
-    facts = conn.image_facts(base)
-    mode = runtime_mode_for(conn, base)
-    if dry_run:
-        _show_plans(plan_points(prof, base, points, image_facts=facts, runtime_mode=mode), why,
-                    as_json)
+    # Each point planned once, for real with its run directory in the sweep directory:
+    # those plans are what gets submitted.
+    sweep_dir = None if dry_run else sweep_path(sweep_id)
+    base, plans = prepare_points(prof, base, points, cluster, sweep_dir=sweep_dir,
+                                 on_warning=echo_warning)
+    if sweep_dir is None:
+        _show_plans(plans, why, as_json)
         return
-    # Each point planned once, with its run directory in the sweep directory: those
-    # plans are what gets submitted.
-    sweep_dir = sweep_path(sweep_id)
-    base = conn.for_cluster(base)  # the image and code as the nodes see them
-    plans = plan_points(prof, base, points, sweep_dir, facts, mode,
-                        place=conn.place)  # raises before writing
-    conn.check_inputs(base, image=plans[0][1].container.image)
 
     def submitted(point: SweepPoint, sub: Submitted) -> None:
         click.echo(f"submitted {point.label}: job {sub.job_id} ({count(point.ranks, 'rank')} on "
                    f"{count(point.nodes, 'node')})", err=True)
 
-    scheduler = conn.scheduler
+    scheduler = cluster.scheduler
     record = start_sweep(prof, base, plans, sweep_dir=sweep_dir, concurrent=concurrent,
-                         scheduler=scheduler, on_submitted=submitted, place=conn.place)
+                         scheduler=scheduler, on_submitted=submitted, place=cluster.place)
     if not wait:
         if as_json:
             click.echo(json.dumps({"sweep_dir": str(sweep_dir), **record}))
@@ -138,7 +128,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
         return
     bar = SweepBar(len(plans))
     try:
-        outcome = finish_sweep(sweep_dir, sweep_id, scheduler=scheduler, place=conn.place,
+        outcome = finish_sweep(sweep_dir, sweep_id, scheduler=scheduler, place=cluster.place,
                                on_done=lambda row, t: bar.finished(done_line(row, t)),
                                on_progress=bar.status)
     except KeyboardInterrupt:

@@ -4,31 +4,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from hpcdl.cli import one_line
-from hpcdl.cli.options import (
-    example_options,
-    launch_options,
-    parse_env,
-    request_options,
-    runtime_mode_for,
-)
+from hpcdl.cli.options import example_options, launch_options, parse_env, request_options
 from hpcdl.core.errors import ValidationError
-from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.hang.diagnosis import HANG_ACTIONS, Diagnosis, parse_seconds
 from hpcdl.jobs.cluster import Cluster, connect
 from hpcdl.jobs.flow import submit_job
-from hpcdl.jobs.submit import plan_run
-from hpcdl.plan import BACKENDS, JobPlan, JobRequest, RuntimeMode, build_plan
+from hpcdl.jobs.prepare import open_cluster, prepare_job
+from hpcdl.plan import BACKENDS, JobPlan, JobRequest
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.probe.worker import DEFAULT_SLOW_RATIO
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
-from hpcdl.schedulers.dialects import dialect_for, refuse
+from hpcdl.schedulers.dialects import refuse
 
 # hpcdl.cli.display (the status line, how a job ended) is imported where a followed
 # job is shown, and the salloc path (hpcdl.jobs.alloc) by `hpcdl alloc`: neither is on
@@ -163,12 +155,9 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     hang_s = _hang_seconds(hang_timeout, wait=wait, dry_run=dry_run)
     prof = load_profile(profile)
     # The one handle on the cluster: where its commands run and its run directories
-    # live; it answers every question below that turns on where the cluster is.
-    cluster = connect(prof, local_root=run_dir.resolve().parent if run_dir else None,
-                      dry_run=dry_run)
-    cluster.check_hang_watch(hang_s)  # the watchdog reads the run directory where it is
-    if not dry_run:
-        refuse(prof, "submit")  # a PBS profile's script is for reading (exit 2)
+    # live; it answers every question that turns on where the cluster is.
+    cluster = open_cluster(prof, "submit", dry_run=dry_run, run_dir=run_dir,
+                           hang_timeout=hang_s)
     for name, value in (("probe-sizes", probe_sizes), ("probe-slow-ratio", probe_slow_ratio)):
         if value is not None and not probe_first:
             raise ValidationError(f"{name}: only with --probe-first")
@@ -188,73 +177,18 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         stage_data=stage_data,
         code_dir=str(code) if code is not None else None,
     )
-    cluster.check_code(code)
-    # Reads the image's build record (its GPU architectures) for the plan's check.
-    facts = cluster.image_facts(request)
-    mode = runtime_mode_for(cluster, request)
-    ready = prepare(prof, request, dry_run=dry_run, image_facts=facts, runtime_mode=mode,
-                    cluster=cluster)
-    # After the plan accepted the request (a refusal stays one line); on this host's
-    # files only: over SSH --data is a path on the cluster.
-    if crowded := cluster.many_files_warning(ready.request):
-        click.echo(f"warning: {crowded}", err=True)
+    ready = prepare_job(prof, request, cluster, on_warning=echo_warning)
     if ready.notes is not None:
         print_dry_run(ready.plan, as_json=as_json, notes=ready.notes)
         return
-    conn, plan = ready.conn, ready.plan
-    assert conn is not None  # a real submission always has its connection
-    conn.check_inputs(ready.request, image=plan.container.image)
-    status = submit_and_show(prof, plan, wait=wait, as_json=as_json, conn=conn)
+    status = submit_and_show(prof, ready.plan, wait=wait, as_json=as_json, conn=ready.conn)
     if status:
         raise SystemExit(status)
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A request made ready to submit: the connection it goes through, the request as
-    the cluster sees it and the plan (with its run directory) that gets submitted.
-    ``notes``: for a dry run, what it left unchecked (stderr lines); None for real.
-    ``conn`` is None for a PBS dry run: hpcdl connects to no PBS server."""
-
-    conn: Cluster | None
-    request: JobRequest
-    plan: JobPlan
-    notes: list[str] | None
-
-
-def prepare(prof: Profile, request: JobRequest, *, dry_run: bool, run_name: str | None = None,
-            image_facts: ImageArchFacts | None = None,
-            runtime_mode: RuntimeMode | None = None, cluster: Cluster | None = None
-            ) -> Prepared:
-    """The one road from a request to the plan a submission submits, for submit and
-    probe, dry run or not: the same connection (its place maps the run directory to the
-    cluster's path), the same image and code mapping (for_cluster) and the same run
-    directory choice (plan_run: ``request.run_dir``, else a new name under $HPCDL_RUNS,
-    chosen now). A dry run differs only in what it does not do: it asks the cluster
-    nothing it can do without (see for_cluster's ``notes``), and it creates, ships and
-    submits nothing. ``cluster``: the profile's handle when the caller has it (made
-    with the same dry_run and run directory root), else connected here.
-    Raises ValidationError, RenderError before anything is written."""
-    if dry_run and not dialect_for(prof.scheduler.type).submits:
-        # A PBS script is for reading: hpcdl never makes a run directory for it, so the
-        # script shows none (./job, $PBS_O_WORKDIR) instead of one nobody creates.
-        return Prepared(None, request, build_plan(prof, request, image_facts, runtime_mode), [])
-    local_root = Path(request.run_dir).parent if request.run_dir is not None else None
-    conn = cluster or connect(prof, local_root=local_root, dry_run=dry_run)
-    request, notes = conn.request_for(request)
-    # Planned once, with the run directory it will use; that plan is what gets submitted.
-    plan = plan_run(prof, request, run_name=run_name, image_facts=image_facts,
-                    runtime_mode=runtime_mode, place=conn.place)  # raises before writing
-    if notes is not None and plan.spec.run_dir is not None:
-        where = " on the cluster" if conn.remote else ""
-        if request.run_dir is None:
-            notes.insert(0, f"run directory{where} {plan.spec.run_dir}: the name a submission "
-                            f"made now gets (one made later gets a new name; --run-dir "
-                            f"pins it); nothing is created")
-        else:
-            notes.insert(0, f"run directory{where} {plan.spec.run_dir} (--run-dir); nothing is "
-                            f"created")
-    return Prepared(conn, request, plan, notes)
+def echo_warning(text: str) -> None:
+    """A warning of the job layer (hpcdl.jobs.prepare's on_warning), on stderr."""
+    click.echo(f"warning: {text}", err=True)
 
 
 def print_dry_run(plan: JobPlan, *, as_json: bool, notes: Sequence[str] = ()) -> None:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from hpcdl.cli.display import SweepBar
-from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
-from hpcdl.cli.submit import JOB_FILE_HEADER, defaults_line
+from hpcdl.cli.options import example_options, launch_options, parse_env
+from hpcdl.cli.submit import JOB_FILE_HEADER, defaults_line, echo_warning
 from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.plan import BACKENDS, JobRequest
@@ -115,9 +115,8 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
       hpcdl sweep -p sandbox -G 1 --random 20 --param lr=log:1e-4:1e-1 --seed 1 --dry-run
       hpcdl sweep --retry-failed runs/sweep-20261126-101500-ab12 --wait
     """
-    from hpcdl.jobs.cluster import connect
+    from hpcdl.jobs.prepare import open_cluster, prepare_array
     from hpcdl.profiles import load_profile
-    from hpcdl.schedulers.dialects import refuse
     from hpcdl.sweep import arrays
     from hpcdl.sweep import params as sweep_params
     from hpcdl.sweep.grid import new_sweep_id, sweep_path
@@ -134,8 +133,8 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     if gpus is None:
         raise ValidationError("gpus: -G/--gpus N is required (GPUs per node of every point)")
     prof = load_profile(profile)
-    if not dry_run:
-        refuse(prof, "sweep")  # a PBS profile's scripts are for reading (exit 2)
+    # The one handle on the cluster (a PBS profile's: --dry-run only).
+    cluster = open_cluster(prof, "sweep", dry_run=dry_run)
     known = None if command else sweep_params.example_options()
     points = _points(params, points_file, random_count, seed, known)
     sweep_id = new_sweep_id()
@@ -147,35 +146,21 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
                       example_args=example_args, template=template, no_image=no_image,
                       launcher=launcher, gpu_bind=gpu_bind, requeue=requeue,
                       max_restarts=max_restarts, signal=signal, spares=spares)
-    conn = connect(prof, dry_run=dry_run)  # the one handle on the cluster (jobs.cluster)
-    # The image's build record (its GPU architectures): a local image's, as submit reads it.
-    facts = conn.image_facts(base)
-    mode = runtime_mode_for(conn, base)
     # As submit: over a login: profile the image and code as the cluster sees them, and
-    # every point's run directory mapped to the cluster's (conn.place).
-    base, notes = conn.request_for(base)
-    if notes is not None and conn.remote:  # a dry run asks the cluster nothing
-        cluster_max = None
-        notes.append(f"not checked: the number of points against the cluster's "
-                     f"MaxArraySize (a submission asks {conn.executor.target})")
-    else:
-        cluster_max = arrays.cluster_array_size(conn.scheduler)
-    plan = arrays.plan_array(prof, base, points, sweep_dir=sweep_path(sweep_id),
-                             max_concurrent=max_concurrent, image_facts=facts,
-                             runtime_mode=mode, place=conn.place,
-                             cluster_max_array_size=cluster_max)  # raises before writing
-    cluster_dir = conn.place.cluster_path(plan.sweep_dir) if conn.place.remote else None
+    # every point's run directory mapped to the cluster's.
+    ready = prepare_array(prof, base, points, cluster, sweep_dir=sweep_path(sweep_id),
+                          max_concurrent=max_concurrent, on_warning=echo_warning)
+    plan, cluster_dir = ready.plan, ready.cluster_dir
     if dry_run:
-        _show(plan, as_json, notes=notes or [], cluster_dir=cluster_dir)
+        _show(plan, as_json, notes=ready.notes or [], cluster_dir=cluster_dir)
         return
-    conn.check_inputs(base, image=plan.plans[0].container.image)  # here's; the cluster's were checked
-    record = arrays.submit_array(prof, plan, scheduler=conn.scheduler, place=conn.place)
+    record = arrays.submit_array(prof, plan, scheduler=cluster.scheduler, place=cluster.place)
     array_id = record["arrays"][0]["job_id"]
     if not as_json:
         click.echo(f"submitted array {array_id}: {len(points)} points (--array={plan.array}; "
                    f"{plan.limit_reason}) into {plan.sweep_dir}", err=True)
         if cluster_dir is not None:
-            click.echo(f"copied the sweep directory to {conn.place.describe()} "
+            click.echo(f"copied the sweep directory to {cluster.place.describe()} "
                        f"({cluster_dir})", err=True)
     if not wait:
         info = {"sweep_dir": str(plan.sweep_dir), "array_job_id": array_id,
@@ -186,7 +171,7 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
                    f"sweep {sweep_id}: array job {array_id}; follow with `hpcdl results "
                    f"{plan.sweep_dir}`")
         return
-    _follow(plan.sweep_dir, conn.scheduler, len(points), as_json, place=conn.place)
+    _follow(plan.sweep_dir, cluster.scheduler, len(points), as_json, place=cluster.place)
 
 
 def _refuse_per_task(chain: int | None, hang_timeout: str | None) -> None:

@@ -1,0 +1,205 @@
+"""The one road from a request to what gets submitted, for every command that submits
+(submit, probe, scale, sweep), dry run or not.
+
+The job path reads one way: request -> ``prepare_job`` (here: the cluster's view of the
+request, the checks, the plan with its run directory decided) -> hpcdl.jobs.flow
+(submit, follow) -> result. A dry run walks the same road and differs only in what it
+does not do: it asks the cluster nothing it can do without (the Cluster's ``planning``
+handle, see Cluster.for_cluster's notes), and creates, ships and submits nothing; what
+it prints is the plan a submission made now submits.
+
+Policy lives here; hpcdl.cli parses options, calls, and prints. Nothing here prints:
+warnings go to the caller's ``on_warning`` as they arise (before a later refusal, as a
+command shows them), refusals go up as hpcdl errors (ValidationError, RenderError,
+UserInputError) before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hpcdl.core.gpuarch import ImageArchFacts
+from hpcdl.jobs.cluster import Cluster, connect
+from hpcdl.jobs.submit import plan_run
+from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan
+from hpcdl.profiles.schema import Profile
+from hpcdl.schedulers.dialects import dialect_for, refuse
+
+if TYPE_CHECKING:
+    from hpcdl.sweep.arrays import ArrayPlan
+    from hpcdl.sweep.grid import SweepPoint
+    from hpcdl.sweep.params import Point
+
+# One warning line's text (the caller prefixes "warning: ").
+OnWarning = Callable[[str], None]
+
+
+def _ignore(_: str) -> None:
+    return None
+
+
+def open_cluster(prof: Profile, command: str, *, dry_run: bool, run_dir: Path | None = None,
+                 hang_timeout: float | None = None) -> Cluster:
+    """The profile's Cluster for ``command``, and what it refuses before a request is
+    built: --hang-timeout over a transport to elsewhere (Cluster.check_hang_watch), and
+    a real ``command`` on a scheduler hpcdl does not submit to (a PBS script is for
+    reading). ``run_dir``: the --run-dir given, whose parent holds the local copy.
+    Opens nothing. Raises ValidationError, UserInputError."""
+    cluster = connect(prof, local_root=run_dir.resolve().parent if run_dir else None,
+                      dry_run=dry_run)
+    cluster.check_hang_watch(hang_timeout)  # the watchdog reads the run directory where it is
+    if not dry_run:
+        refuse(prof, command)  # exit 2; --dry-run offered where it prints the script
+    return cluster
+
+
+def runtime_mode(cluster: Cluster, request: JobRequest,
+                 on_warning: OnWarning = _ignore) -> RuntimeMode | None:
+    """How the request's container runtime will run its ranks (Cluster.runtime_mode),
+    its warning to ``on_warning`` when this host cannot run images as this user. None
+    for a cluster elsewhere: this machine is not its nodes."""
+    mode, warning = cluster.runtime_mode(request)
+    if warning:
+        on_warning(warning)
+    return mode
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request made ready to submit: the connection it goes through, the request as
+    the cluster sees it and the plan (with its run directory) that gets submitted.
+    ``notes``: for a dry run, what it left unchecked (lines to show); None for real.
+    ``conn`` is None for a PBS dry run: hpcdl connects to no PBS server."""
+
+    conn: Cluster | None
+    request: JobRequest
+    plan: JobPlan
+    notes: list[str] | None
+
+
+def prepare_job(prof: Profile, request: JobRequest, cluster: Cluster, *,
+                run_name: str | None = None, check_image: bool = True,
+                on_warning: OnWarning = _ignore) -> Prepared:
+    """``request`` made ready to submit through ``cluster`` (open_cluster's; a planning
+    handle is a dry run): --code only where it is copied (Cluster.check_code); the
+    image's build record for the plan's GPU-architecture check and the runtime mode,
+    read here where the cluster sees this host's files; the request as the cluster sees
+    it (for_cluster) and the plan with its run directory decided (plan_run:
+    ``request.run_dir``, else a new name under $HPCDL_RUNS from ``run_name``, chosen
+    now); the dataset's many-files warning; and for real the inputs (image, dataset,
+    script) checked here.
+
+    ``check_image``: False for the probe, whose job reads no build record and whose
+    inputs are not checked before submission (as `hpcdl probe` has always done).
+    Raises ValidationError, RenderError before anything is written."""
+    dry_run = cluster.planning
+    cluster.check_code(request.code_dir)
+    facts = cluster.image_facts(request) if check_image else None
+    mode = runtime_mode(cluster, request, on_warning)
+    ready = _plan(prof, request, cluster, run_name=run_name, image_facts=facts,
+                  runtime_mode=mode)
+    # After the plan accepted the request (a refusal stays one line); on this host's
+    # files only: over SSH --data is a path on the cluster.
+    if check_image and (crowded := cluster.many_files_warning(ready.request)):
+        on_warning(crowded)
+    if not dry_run and check_image:
+        assert ready.conn is not None  # a real submission always has its connection
+        ready.conn.check_inputs(ready.request, image=ready.plan.container.image)
+    return ready
+
+
+def _plan(prof: Profile, request: JobRequest, conn: Cluster, *, run_name: str | None,
+          image_facts: ImageArchFacts | None, runtime_mode: RuntimeMode | None) -> Prepared:
+    """The request as the cluster sees it and its plan, with the dry run's notes."""
+    facts = image_facts
+    if conn.planning and not dialect_for(prof.scheduler.type).submits:
+        # A PBS script is for reading: hpcdl never makes a run directory for it, so the
+        # script shows none (./job, $PBS_O_WORKDIR) instead of one nobody creates.
+        return Prepared(None, request, build_plan(prof, request, facts, runtime_mode), [])
+    request, notes = conn.request_for(request)
+    # Planned once, with the run directory it will use; that plan is what gets submitted.
+    plan = plan_run(prof, request, run_name=run_name, image_facts=facts,
+                    runtime_mode=runtime_mode, place=conn.place)  # raises before writing
+    if notes is not None and plan.spec.run_dir is not None:
+        where = " on the cluster" if conn.remote else ""
+        if request.run_dir is None:
+            notes.insert(0, f"run directory{where} {plan.spec.run_dir}: the name a submission "
+                            f"made now gets (one made later gets a new name; --run-dir "
+                            f"pins it); nothing is created")
+        else:
+            notes.insert(0, f"run directory{where} {plan.spec.run_dir} (--run-dir); nothing is "
+                            f"created")
+    return Prepared(conn, request, plan, notes)
+
+
+def prepare_points(prof: Profile, base: JobRequest, points: list[SweepPoint],
+                   cluster: Cluster, *, sweep_dir: Path | None,
+                   on_warning: OnWarning = _ignore
+                   ) -> tuple[JobRequest, list[tuple[SweepPoint, JobPlan]]]:
+    """A scaling sweep's points planned (hpcdl.sweep.grid.plan_points) from ``base``:
+    the image's build record read once for every point's check; without ``sweep_dir``
+    (a dry run) the points' plans as the profile sees them, without run directories;
+    with it each point planned once, with its run directory in the sweep directory and
+    the image and code as the nodes see them: those plans are what gets submitted, the
+    inputs checked here first. Returns the base request as submitted and the plans.
+    Raises ValidationError (naming the point), RenderError before anything is written."""
+    # Lazy: the sweeps' modules are not on submit's way to sbatch (issue 31).
+    from hpcdl.sweep.grid import plan_points
+
+    facts = cluster.image_facts(base)
+    mode = runtime_mode(cluster, base, on_warning)
+    if sweep_dir is None:
+        return base, plan_points(prof, base, points, image_facts=facts, runtime_mode=mode)
+    base = cluster.for_cluster(base)  # the image and code as the nodes see them
+    plans = plan_points(prof, base, points, sweep_dir, facts, mode,
+                        place=cluster.place)  # raises before writing
+    cluster.check_inputs(base, image=plans[0][1].container.image)
+    return base, plans
+
+
+@dataclass(frozen=True)
+class PreparedArray:
+    """A parameter sweep made ready to submit as one job array: the base request as the
+    cluster sees it, the array's plan, and for a dry run the notes of what it left
+    unchecked (None for real). ``cluster_dir``: the sweep directory on the cluster when
+    it is copied there (a login: profile), else None."""
+
+    request: JobRequest
+    plan: ArrayPlan
+    notes: list[str] | None
+    cluster_dir: str | None
+
+
+def prepare_array(prof: Profile, base: JobRequest, points: list[Point], cluster: Cluster, *,
+                  sweep_dir: Path, max_concurrent: int | None,
+                  on_warning: OnWarning = _ignore) -> PreparedArray:
+    """A parameter sweep's points planned as one job array (hpcdl.sweep.arrays.plan_array)
+    as `prepare_job` plans one job: the image's build record read here, the request as
+    the cluster sees it with every point's run directory mapped to the cluster's, the
+    number of points against the cluster's MaxArraySize (asked of the scheduler; a dry
+    run over a transport asks nothing and says so), and for real the inputs checked
+    here. Raises ValidationError, RenderError before anything is written."""
+    # Lazy: as in prepare_points.
+    from hpcdl.sweep import arrays
+
+    facts = cluster.image_facts(base)
+    mode = runtime_mode(cluster, base, on_warning)
+    base, notes = cluster.request_for(base)
+    if notes is not None and cluster.remote:  # a dry run asks the cluster nothing
+        cluster_max = None
+        notes.append(f"not checked: the number of points against the cluster's "
+                     f"MaxArraySize (a submission asks {cluster.executor.target})")
+    else:
+        cluster_max = arrays.cluster_array_size(cluster.scheduler)
+    plan = arrays.plan_array(prof, base, points, sweep_dir=sweep_dir,
+                             max_concurrent=max_concurrent, image_facts=facts,
+                             runtime_mode=mode, place=cluster.place,
+                             cluster_max_array_size=cluster_max)  # raises before writing
+    cluster_dir = cluster.place.cluster_path(plan.sweep_dir) if cluster.place.remote else None
+    if not cluster.planning:
+        # Here's inputs; the cluster's were checked (for_cluster).
+        cluster.check_inputs(base, image=plan.plans[0].container.image)
+    return PreparedArray(base, plan, notes, cluster_dir)
