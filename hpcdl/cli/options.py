@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.cluster import Cluster
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import GPU_BINDS, LAUNCHERS, JobRequest, RuntimeMode
 
 

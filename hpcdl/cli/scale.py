@@ -12,11 +12,11 @@ import click
 from hpcdl.cli.display import SweepBar, done_line, probe_view
 from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
 from hpcdl.cli.submit import defaults_line
-from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.cluster import connect
 from hpcdl.jobs.results import connection_for, load_rows, probe_report, stragglers
 from hpcdl.jobs.submit import Submitted
 from hpcdl.jobs.sweep import finish_sweep, start_sweep
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles import load_profile
 from hpcdl.results.plot import build_figure, write_png

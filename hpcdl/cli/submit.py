@@ -17,15 +17,15 @@ from hpcdl.cli.options import (
     request_options,
     runtime_mode_for,
 )
-from hpcdl.core.errors import ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.hang.diagnosis import HANG_ACTIONS, Diagnosis, parse_seconds
 from hpcdl.jobs.cluster import Cluster, connect
 from hpcdl.jobs.flow import submit_job
 from hpcdl.jobs.submit import plan_run
+from hpcdl.jobside.errors import ValidationError
+from hpcdl.jobside.probe_worker import DEFAULT_SLOW_RATIO
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
-from hpcdl.probe.worker import DEFAULT_SLOW_RATIO
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.dialects import dialect_for, refuse

@@ -13,8 +13,8 @@ import click
 from hpcdl.cli.display import SweepBar
 from hpcdl.cli.options import example_options, launch_options, parse_env, runtime_mode_for
 from hpcdl.cli.submit import JOB_FILE_HEADER, defaults_line
-from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.place import HERE, RunPlace
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import BACKENDS, JobRequest
 
 if TYPE_CHECKING:

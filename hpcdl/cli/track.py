@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from hpcdl.core.errors import ValidationError
+from hpcdl.jobside.errors import ValidationError
 
 
 @click.command()

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from hpcdl.hang.diagnosis import Diagnosis
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.submit import Submitted, attempts_of, exit_status, submit
+from hpcdl.jobside.probe_worker import EXIT_BAD_INPUT
 from hpcdl.launch.staging import stage_tool
 from hpcdl.plan import JobPlan
-from hpcdl.probe.worker import EXIT_BAD_INPUT
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import JobStatus, Scheduler
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.cluster import Cluster, reconnect
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import RunDir
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.report.gather import straggler_of
 from hpcdl.results.table import Row, rows_from_csv, rows_from_json
 from hpcdl.schedulers.base import Scheduler

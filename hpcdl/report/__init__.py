@@ -64,9 +64,9 @@ def write_param_sweep_report(path: Path, rows: list[dict[str, Any]], params: lis
     """Write an `hpcdl sweep` directory's report (``rows``: hpcdl.sweep.compare's) to
     ``out`` (default: path/report.html), each point's own report into its run
     directory (the table links to them); returns the file."""
+    from hpcdl.jobside.steps import read_metrics
     from hpcdl.report.charts import rank0_steps
     from hpcdl.report.html import render_param_sweep
-    from hpcdl.results.steps import read_metrics
 
     target = out or path / REPORT_NAME
     series: dict[str, list[tuple[int, float]]] = {}

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hpcdl.core.errors import HpcdlError, ToolError, ValidationError
 from hpcdl.jobs.follow import FollowTimeout, Watcher
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.submit import Submitted, submit
+from hpcdl.jobside.errors import HpcdlError, ToolError, ValidationError
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles.schema import Profile
 from hpcdl.results.record import ResultRecord, record_result

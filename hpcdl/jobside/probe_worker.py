@@ -8,7 +8,7 @@ first step of `hpcdl submit --probe-first`).
 Standalone: the standard library at import, torch (and mpi4py + numpy for the MPI
 sweep, when present) inside ``main``; hpcdl itself is not needed in the image. The job
 binds hpcdl's package read-only at /hpcdl/hpcdl, like the bundled examples, and the
-report line is written by hpcdl.results.protocol (stdlib only; found from this file's
+report line is written by hpcdl.jobside.protocol (stdlib only; found from this file's
 own location when it is not on the path). Rank and world come from torchrun's
 variables, which hpcdl's rank-env wrapper sets under srun.
 
@@ -396,13 +396,13 @@ def _fail(message: str, report: Callable[[dict[str, Any]], None]) -> int:
 
 
 def _protocol() -> Any:
-    """hpcdl.results.protocol (the report's writers), from the hpcdl tree this file is part of (bound
+    """hpcdl.jobside.protocol (the report's writers), from the hpcdl tree this file is part of (bound
     at /hpcdl/hpcdl in a job, or a checkout or installed package), so writer and parser
     always match; a python path that holds another hpcdl does not win."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if os.path.isfile(os.path.join(root, "hpcdl", "results", "protocol.py")):
+    if os.path.isfile(os.path.join(root, "hpcdl", "jobside", "protocol.py")):
         sys.path.insert(0, root)
-    from hpcdl.results import protocol
+    from hpcdl.jobside import protocol
 
     return protocol
 
