@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
-from hpcdl.jobs.results import connection_for, load_rows
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.report import write_run_report, write_sweep_report
 from hpcdl.results.straggler import DEFAULT_THRESHOLD
 from hpcdl.sweep.arrays import KIND as ARRAY_KIND
 from hpcdl.sweep.grid import read_sweep
+from hpcdl.sweep.run import connection_for, load_rows
 
 
 @click.command()

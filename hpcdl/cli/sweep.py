@@ -317,8 +317,8 @@ def _follow(sweep_dir: Path, scheduler: Any, total: int, as_json: bool, *,
 
 
 def _retry(sweep_dir: Path, *, max_concurrent: int | None, wait: bool, as_json: bool) -> None:
-    from hpcdl.jobs.results import connection_for
     from hpcdl.sweep import arrays
+    from hpcdl.sweep.run import connection_for
 
     conn = connection_for(sweep_dir)  # through the login node its points' profile names
     scheduler = conn.scheduler

@@ -37,8 +37,8 @@ def write_sweep_report(path: Path, rows: list[Any], meta: dict[str, Any],
     hpcdl.sweep.run.collect) to ``out`` (default: path/report.html), and with
     ``point_reports`` each point's own report into its run directory (the table links
     to them). Returns the file and {label: straggler verdict or None}."""
-    from hpcdl.report.gather import straggler_of
     from hpcdl.report.html import render_sweep
+    from hpcdl.results.read import straggler_of
 
     target = out or path / REPORT_NAME
     stragglers: dict[str, Any] = {}

@@ -114,7 +114,3 @@ def gather_run(path: Path, *, threshold: float = DEFAULT_THRESHOLD) -> dict[str,
     }
 
 
-def straggler_of(path: Path, *, threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any] | None:
-    """The straggler verdict of run directory ``path``; None when it has no metrics."""
-    metrics = step_metrics.read_metrics(RunDir(path).metrics)
-    return verdict(metrics, threshold=threshold) if metrics else None
