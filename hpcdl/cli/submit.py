@@ -363,6 +363,7 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
     # Lazy: following a job (and showing it) is only --wait's; see the note at the top.
     from hpcdl.cli.display import StatusLine, hang_lines, lost_line, print_job_end
     from hpcdl.jobs.flow import follow_job
+    from hpcdl.report import write_run_report
 
     line = StatusLine(sub.last_job_id, quiet=as_json)
 
@@ -376,7 +377,8 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
 
     try:
         outcome = follow_job(prof, job, scheduler=scheduler, on_poll=line, on_hang=shown,
-                             timeout=timeout, probe=probe, on_lost=lost_line(line))
+                             timeout=timeout, probe=probe, on_lost=lost_line(line),
+                             write_report=write_run_report)
     finally:
         line.close()
     if outcome.report_error is not None:

@@ -14,6 +14,7 @@ from hpcdl.jobs.flow import follow_job, probe_exit, submit_job
 from hpcdl.jobs.submit import plan_run
 from hpcdl.plan import JobRequest
 from hpcdl.profiles import load_profile
+from hpcdl.report import write_run_report
 from hpcdl.schedulers.base import JobState, JobStatus
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 from tests.fakeslurm.fixture import FakeSlurm
@@ -47,7 +48,8 @@ def _run(name: str, polls: list[str]):  # type: ignore[no-untyped-def]
     def polled(pending: dict[str, JobStatus], _elapsed: float) -> None:
         polls.extend(s.state for s in pending.values())
 
-    return job, follow_job(prof, job, scheduler=scheduler, on_poll=polled)
+    return job, follow_job(prof, job, scheduler=scheduler, on_poll=polled,
+                           write_report=write_run_report)
 
 
 def test_a_followed_job_comes_back_as_an_outcome_and_nothing_is_printed(
