@@ -1,9 +1,9 @@
 """hpcdl's allreduce probe: the script every rank of an `hpcdl probe` job runs (and the
 first step of `hpcdl submit --probe-first`).
 
-    python3 worker.py --sizes 4K,64K,1M --iters 5 [--warmup 2] [--backend auto|gloo|nccl]
-                      [--mpi auto|on|off] [--ifname eth0] [--slow-ratio 0.15]
-                      [--expected-gbs 12.5] [--slow-nodes-out FILE]
+    python3 probe_worker.py --sizes 4K,64K,1M --iters 5 [--warmup 2]
+                            [--backend auto|gloo|nccl] [--mpi auto|on|off] [--ifname eth0]
+                            [--slow-ratio 0.15] [--expected-gbs 12.5] [--slow-nodes-out FILE]
 
 Standalone: the standard library at import, torch (and mpi4py + numpy for the MPI
 sweep, when present) inside ``main``; hpcdl itself is not needed in the image. The job
@@ -396,9 +396,9 @@ def _fail(message: str, report: Callable[[dict[str, Any]], None]) -> int:
 
 
 def _protocol() -> Any:
-    """hpcdl.jobside.protocol (the report's writers), from the hpcdl tree this file is part of (bound
-    at /hpcdl/hpcdl in a job, or a checkout or installed package), so writer and parser
-    always match; a python path that holds another hpcdl does not win."""
+    """hpcdl.jobside.protocol (the report's writers), from the hpcdl tree this file is part
+    of (bound at /hpcdl/hpcdl in a job, or a checkout or installed package), so writer and
+    parser always match; a python path that holds another hpcdl does not win."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if os.path.isfile(os.path.join(root, "hpcdl", "jobside", "protocol.py")):
         sys.path.insert(0, root)
