@@ -97,7 +97,7 @@ def child(mode: str, root: str, batch: int, images: int, image_size: int) -> Non
     from trainkit.data import ImageFolderDataset, ResumableDistributedSampler
     from trainkit.loop import TrainData
 
-    from hpcdl.data.imagefolder import scan_imagefolder
+    from hpcdl.jobside.imagefolder import scan_imagefolder
 
     torch.set_num_threads(1)
     start = time.perf_counter()

@@ -89,7 +89,7 @@ def rank(root: str, batch: int, image_size: int, workers: int, epochs: int) -> N
     from trainkit.data import ImageFolderDataset, ResumableDistributedSampler
     from trainkit.loop import TrainData
 
-    from hpcdl.data.imagefolder import scan_imagefolder
+    from hpcdl.jobside.imagefolder import scan_imagefolder
 
     torch.set_num_threads(1)
     start = time.perf_counter()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the per-step metrics cost (hpcdl/results/steps.py), against the step time of the
+"""What the per-step metrics cost (hpcdl/jobside/steps.py), against the step time of the
 bundled example as the sandbox profile runs it, side by side in one run.
 
 1. The writer alone: ``StepWriter.step`` called ``--calls`` times with a step's real
@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl.core.proc import run  # noqa: E402
-from hpcdl.results.protocol import parse_result  # noqa: E402
-from hpcdl.results.steps import StepWriter, read_metrics  # noqa: E402
+from hpcdl.jobside.protocol import parse_result  # noqa: E402
+from hpcdl.jobside.steps import StepWriter, read_metrics  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "resnet50_imagenet.py"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How long `hpcdl track` takes for a 1,000-step, 8-rank run: the run's metrics written by
-the real writer (hpcdl.results.steps.StepWriter, default buffering, 8 rank files), then
+the real writer (hpcdl.jobside.steps.StepWriter, default buffering, 8 rank files), then
 tracked through hpcdl.track (what the CLI runs, in this process):
 
   read        reading and aggregating the 8 rank files (hpcdl.track.source.read_run)
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import describe, facts_line  # noqa: E402
-from hpcdl.results.steps import StepWriter, metrics_dir  # noqa: E402
+from hpcdl.jobside.steps import StepWriter, metrics_dir  # noqa: E402
 from hpcdl.track.run import Sinks, track_once  # noqa: E402
 from hpcdl.track.source import read_run  # noqa: E402
 

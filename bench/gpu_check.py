@@ -343,7 +343,7 @@ def run_example(c: Check, label: str, launcher: list[str], cap: float) -> dict[s
     s = c.sizes
     metrics = c.work / f"metrics-{label}"
     argv = [*launcher, str(EXAMPLE), *example_args(s, metrics)]
-    from hpcdl.results.protocol import parse_result
+    from hpcdl.jobside.protocol import parse_result
 
     env = c.env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())) if label == "plain" \
         else c.env()
@@ -899,8 +899,8 @@ def child_data(p: dict[str, Any]) -> dict[str, Any]:
     import torch
     from trainkit.data import ImageFolderDataset
 
-    from hpcdl.data.imagefolder import scan_imagefolder
     from hpcdl.data.tiny import TinySpec, make_tiny
+    from hpcdl.jobside.imagefolder import scan_imagefolder
 
     cuda = torch.cuda.is_available()
     start = time.perf_counter()

@@ -21,7 +21,7 @@ from typing import Any
 import trainkit  # noqa: F401  (puts hpcdl on sys.path when run from a checkout)
 from trainkit.say import say
 
-from hpcdl.results.protocol import rank_line, result_line
+from hpcdl.jobside.protocol import rank_line, result_line
 
 # Segments a..g of a seven-segment display as (row0, col0, row1, col1) on a 5x3 grid.
 _SEGMENTS = {
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     from trainkit.metrics import param_checksum
     from trainkit.schedule import scaled_lr
 
-    from hpcdl import requeue
+    from hpcdl.jobside import requeue
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
             loss = F.cross_entropy(train_model(x), y)
             loss.backward()
             optimizer.step()
-            if rank == 0:  # a step completed (written once, at the first; hpcdl/requeue.py)
+            if rank == 0:  # a step completed (written once, at the first; hpcdl/jobside/requeue.py)
                 requeue.mark_step(1)
             sums += torch.tensor([float(loss.detach()) * len(y), len(y)], dtype=torch.float64)
         model.eval()

@@ -3,7 +3,7 @@
 
     hpcdl submit -p sandbox -N 1 -G 1 --requeue -- python3 examples/requeue_contract.py
 
-What hpcdl's batch script gives every rank (hpcdl/requeue.py documents it):
+What hpcdl's batch script gives every rank (hpcdl/jobside/requeue.py documents it):
 
 * ``$HPCDL_CHECKPOINT_DIR``: keep checkpoints here; every attempt sees the same one.
 * ``$HPCDL_REQUEUE_FLAG``: a file that appears when Slurm's signal came (time limit
@@ -11,7 +11,7 @@ What hpcdl's batch script gives every rank (hpcdl/requeue.py documents it):
   finish the step, write a checkpoint atomically, exit 85.
 * Start by loading the newest checkpoint that loads (fall back past a damaged one).
 * ``$HPCDL_PROGRESS_FILE``: create it once this attempt has completed its first step
-  (any content; ``hpcdl.requeue.mark_step`` writes the attempt and step). The batch
+  (any content; ``hpcdl.jobside.requeue.mark_step`` writes the attempt and step). The batch
   shell removes it before each attempt: an attempt that fails without it (and without
   exiting 85) failed before its first step (container, imports, rendezvous) and is not
   requeued, since it would fail again the same way; one that runs into its time limit
@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-EXIT_REQUEUE = 85  # hpcdl.requeue.EXIT_REQUEUE: "checkpoint written, requeue me"
+EXIT_REQUEUE = 85  # hpcdl.jobside.requeue.EXIT_REQUEUE: "checkpoint written, requeue me"
 
 
 def requested() -> bool:

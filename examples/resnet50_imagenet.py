@@ -2,7 +2,7 @@
 """ResNet-50 (or -18) on ImageNet with Horovod or PyTorch DDP, on CPU or GPU.
 
 Runs unchanged under torchrun, mpirun, horovodrun and srun (rank and world come from
-hpcdl.launch.world). What it does, as the Horovod/DDP tutorials teach:
+hpcdl.jobside.world). What it does, as the Horovod/DDP tutorials teach:
 
 * one GPU per local rank; AMP and channels_last on GPU only;
 * LR scaled by world size x batches-per-allreduce (linear, or sqrt), warmed up per
@@ -23,7 +23,7 @@ carries the mean step time and the share of it spent waiting for gradient
 synchronisation (``sync_share``; see trainkit/dist.py for how). Every rank
 prints ``hpcdl_rank_checksum rank=R host=H checksum=C`` (its final weights' hash).
 Every rank also writes one JSON line per step into --metrics-dir (default
-$HPCDL_RUN_DIR/metrics under hpcdl; hpcdl.results.steps has the format): what
+$HPCDL_RUN_DIR/metrics under hpcdl; hpcdl.jobside.steps has the format): what
 `hpcdl report` draws.
 
 Quick CPU try:
@@ -47,10 +47,10 @@ from typing import TYPE_CHECKING, Any
 import trainkit  # noqa: F401  (puts hpcdl on sys.path when run from a checkout)
 from trainkit.say import say
 
-from hpcdl.core.errors import HpcdlError, UserInputError
-from hpcdl.launch.world import World, detect_world
-from hpcdl.results.protocol import rank_line, result_line
-from hpcdl.results.steps import StepWriter, default_dir
+from hpcdl.jobside.errors import HpcdlError, UserInputError
+from hpcdl.jobside.protocol import rank_line, result_line
+from hpcdl.jobside.steps import StepWriter, default_dir
+from hpcdl.jobside.world import World, detect_world
 
 if TYPE_CHECKING:  # torch is imported only once the run starts
     import torch
@@ -203,7 +203,7 @@ def build_datasets(args: argparse.Namespace, data_root: str | None) -> tuple[Any
             args.synthetic_val_size, args.num_classes, args.image_size, args.seed + 1
         )
         return train, val, args.num_classes
-    from hpcdl.data.imagefolder import scan_imagefolder
+    from hpcdl.jobside.imagefolder import scan_imagefolder
 
     assert data_root is not None
     folder = scan_imagefolder(data_root)
@@ -220,7 +220,7 @@ def prepare_data(args: argparse.Namespace, world: World) -> tuple[str | None, fl
         return args.data, None
     from trainkit.staging import stage_dataset
 
-    from hpcdl.data.imagefolder import scan_imagefolder
+    from hpcdl.jobside.imagefolder import scan_imagefolder
 
     scan_imagefolder(args.data)  # fail on a bad source before copying it anywhere
     path, seconds, copied = stage_dataset(args.data, args.stage_to, local_rank=world.local_rank)
@@ -368,7 +368,7 @@ def train(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress
     agreed on."""
     from trainkit.loop import RequeueWatch
 
-    from hpcdl import requeue
+    from hpcdl.jobside import requeue
 
     out = Outcome()
     watch = RequeueWatch(t.backend)
@@ -421,7 +421,7 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
     from trainkit.loop import DevicePrefetch
     from trainkit.schedule import lr_at
 
-    from hpcdl import requeue
+    from hpcdl.jobside import requeue
 
     loader = data.loader(progress.epoch, progress.step_in_epoch)
     batches = DevicePrefetch(loader, t.device, t.memory_format) if t.cuda else loader
@@ -450,7 +450,7 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
         step_s = time.monotonic() - step_start
         progress.step_in_epoch += 1
         progress.global_step += 1
-        if t.backend.rank == 0:  # this attempt completed a step (writes once; hpcdl/requeue.py)
+        if t.backend.rank == 0:  # this attempt completed a step (writes once; hpcdl/jobside/requeue.py)
             requeue.mark_step(progress.global_step)
         timing.add(data.batch * t.backend.size, step_start, sync_seconds)
         metrics.step(progress.global_step, epoch=progress.epoch, step_s=step_s, data_s=data_s,
@@ -590,7 +590,7 @@ def last_line(message: str) -> str:
     # message; the user needs only its last line.
     lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
     last = lines[-1] if lines else message
-    prefix = "hpcdl.core.errors."
+    prefix = "hpcdl.jobside.errors."
     if last.startswith(prefix) and ": " in last:
         last = last.split(": ", 1)[1]
     return last
@@ -606,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"hint: {err.hint}", sys.stderr)
         return err.exit_code
     if out.get("requeue"):
-        from hpcdl.requeue import EXIT_REQUEUE
+        from hpcdl.jobside.requeue import EXIT_REQUEUE
 
         return EXIT_REQUEUE
     if out["rank"] == 0:

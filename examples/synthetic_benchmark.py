@@ -23,7 +23,7 @@ from typing import Any
 import trainkit  # noqa: F401  (puts hpcdl on sys.path when run from a checkout)
 from trainkit.say import say
 
-from hpcdl.results.protocol import result_line
+from hpcdl.jobside.protocol import result_line
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     from trainkit.dist import Backend, init_backend, sync_figures
     from trainkit.resnet import build_model
 
-    from hpcdl import requeue
+    from hpcdl.jobside import requeue
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
             loss = F.cross_entropy(train_model(data), target)
         backend.backward(scaler.scale(loss) if scaler is not None else loss)
         sync = backend.synchronize_then_step(optimizer, scaler)
-        if rank == 0:  # a step completed (written once; hpcdl/requeue.py)
+        if rank == 0:  # a step completed (written once; hpcdl/jobside/requeue.py)
             requeue.mark_step(1)
         return sync
 

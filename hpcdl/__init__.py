@@ -9,7 +9,7 @@ examples and the probe, where hpcdl's own dependencies are not installed).
 tests/unit/test_layers.py builds the import graph and checks this, and that no import
 circle exists (imports made only for type checking are not part of the graph).
 
-    job-side    hpcdl.core.errors hpcdl.results.protocol hpcdl.results.steps hpcdl.probe.worker hpcdl.launch.world hpcdl.data.imagefolder hpcdl.requeue
+    job-side    hpcdl.jobside
     core        hpcdl.core
     inputs      hpcdl.profiles hpcdl.container hpcdl.data hpcdl.sandbox hpcdl.remote
     schedulers  hpcdl.schedulers

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch.utils.data import Dataset, DistributedSampler
 
-from hpcdl.core.errors import UserInputError
+from hpcdl.jobside.errors import UserInputError
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -75,7 +75,7 @@ def val_transform(img: object, size: int) -> torch.Tensor:
 
 
 class ImageFolderDataset(Dataset):
-    """Samples from ``hpcdl.data.imagefolder.scan_imagefolder`` decoded with PIL."""
+    """Samples from ``hpcdl.jobside.imagefolder.scan_imagefolder`` decoded with PIL."""
 
     def __init__(
         self, samples: Sequence[tuple[str, int]], size: int, train: bool, seed: int = 0

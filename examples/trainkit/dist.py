@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpcdl.core.errors import ConfigError
-from hpcdl.launch.world import World, detect_world, export_torch_env
+from hpcdl.jobside.errors import ConfigError
+from hpcdl.jobside.world import World, detect_world, export_torch_env
 
 
 class Backend:

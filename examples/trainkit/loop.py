@@ -297,13 +297,13 @@ def find_resume_state(resume: str, directory: str) -> tuple[Path, dict[str, Any]
 
 
 class RequeueWatch:
-    """The requeue contract (hpcdl/requeue.py): the batch shell creates
+    """The requeue contract (hpcdl/jobside/requeue.py): the batch shell creates
     $HPCDL_REQUEUE_FLAG on Slurm's signal; SIGTERM/SIGUSR2 reaching a rank only set a
     flag too. Checked after every step, agreed on by all ranks (one tiny allreduce),
     acted on outside any handler. Inactive (no collective) without the variable."""
 
     def __init__(self, backend: Backend) -> None:
-        from hpcdl import requeue
+        from hpcdl.jobside import requeue
 
         self.backend = backend
         self.active = bool(os.environ.get(requeue.FLAG_ENV))
@@ -312,7 +312,7 @@ class RequeueWatch:
 
     def agreed(self, step: int) -> bool:
         """Whether any rank was asked to stop (a collective: every rank calls it)."""
-        from hpcdl import requeue
+        from hpcdl.jobside import requeue
 
         asked = torch.tensor([1.0 if requeue.requested() else 0.0], dtype=torch.float64)
         asked = self.backend.allreduce_sum(asked, name=f"requeue.{step}")

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hpcdl.core.errors import UserInputError
+from hpcdl.jobside.errors import UserInputError
 
 MARKER = ".hpcdl-staged"
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from hpcdl.data.imagefolder import scan_imagefolder
 from hpcdl.data.mount import is_packed_name
 from hpcdl.data.packed import (
     COMPRESSIONS,
@@ -20,6 +19,7 @@ from hpcdl.data.packed import (
     scan_packed,
 )
 from hpcdl.data.tiny import TinySpec, make_tiny
+from hpcdl.jobside.imagefolder import scan_imagefolder
 
 
 @click.group()

@@ -24,10 +24,10 @@ from hpcdl.jobs.recoveries import Recovery, excluded_line
 from hpcdl.jobs.recoveries import lines as recovery_lines
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.timelimit import timeout_message
+from hpcdl.jobside.probe_worker import format_size
+from hpcdl.jobside.protocol import without_probe
 from hpcdl.launch.nodes import RECOVERIES_NAME
-from hpcdl.probe.worker import format_size
 from hpcdl.results.logs import describe_failures, format_result_table
-from hpcdl.results.protocol import without_probe
 from hpcdl.results.record import JobLogs, ResultRecord
 from hpcdl.results.table import Row
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hpcdl.core.errors import ValidationError
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import GPU_BINDS, LAUNCHERS
 
 

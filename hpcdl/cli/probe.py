@@ -1,7 +1,7 @@
 """`hpcdl probe`: an allreduce sweep over an allocation that names slow nodes.
 
 A job like any other (request -> plan -> submit -> follow -> result.json); the worker
-is hpcdl/probe/worker.py. Its report is printed as tables by hpcdl.cli.display's
+is hpcdl/jobside/probe_worker.py. Its report is printed as tables by hpcdl.cli.display's
 probe_view (or as JSON with --json).
 """
 
@@ -13,8 +13,9 @@ import click
 
 from hpcdl.cli.options import example_options, parse_env
 from hpcdl.cli.submit import echo_warning, print_dry_run, submit_and_show
-from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.prepare import open_cluster, prepare_job
+from hpcdl.jobside.errors import ValidationError
+from hpcdl.jobside.probe_worker import DEFAULT_SLOW_RATIO
 from hpcdl.plan import JobRequest
 from hpcdl.probe.request import (
     DEFAULT_SIZES,
@@ -24,7 +25,6 @@ from hpcdl.probe.request import (
     check_nodes,
     worker_args,
 )
-from hpcdl.probe.worker import DEFAULT_SLOW_RATIO
 from hpcdl.profiles import load_profile
 
 

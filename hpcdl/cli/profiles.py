@@ -127,7 +127,7 @@ def detect(name: str | None, output: str | None, force: bool, login_at: str | No
       hpcdl profiles diff mycluster
     """
     from hpcdl.core.atomic import write_atomic
-    from hpcdl.core.errors import UserInputError
+    from hpcdl.jobside.errors import UserInputError
     from hpcdl.schedulers.registry import describe_cluster
 
     if name is not None:
@@ -155,8 +155,8 @@ def _login_of(login_at: str | None, port: int | None, identity: str | None,
               jump: str | None) -> Login | None:
     """The profile's login: block from --login [USER@]HOST and its companions, each
     value checked as a token of its kind (exit 2 naming the option)."""
-    from hpcdl.core.errors import UserInputError
     from hpcdl.core.tokens import SSH_HOST, SSH_JUMP, SSH_USER, check_token
+    from hpcdl.jobside.errors import UserInputError
     from hpcdl.profiles.schema import Login
 
     if login_at is None:
@@ -193,7 +193,7 @@ def _gather(login: Login | None) -> ClusterFacts:
 
 
 def _check_name(name: str) -> None:
-    from hpcdl.core.errors import UserInputError
+    from hpcdl.jobside.errors import UserInputError
 
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
         raise UserInputError(f"name: {name!r} is not a profile name (letters, digits, '_', '.', '-')")

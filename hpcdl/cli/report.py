@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
-from hpcdl.core.errors import ValidationError
-from hpcdl.jobs.results import connection_for, load_rows
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.report import write_run_report, write_sweep_report
 from hpcdl.results.straggler import DEFAULT_THRESHOLD
 from hpcdl.sweep.arrays import KIND as ARRAY_KIND
 from hpcdl.sweep.grid import read_sweep
+from hpcdl.sweep.run import connection_for, load_rows
 
 
 @click.command()
@@ -39,7 +39,7 @@ def report(path: Path, output: Path | None, straggler_threshold: float, no_refre
     straggler rank or node is named), the attempts' timeline, the probe's node-pair
     matrix and the hang diagnosis when the run had them. The per-step figures come
     from the run's metrics/ (the bundled examples write them; your script can with
-    hpcdl.results.steps.StepWriter); without them the report shows what exists and
+    hpcdl.jobside.steps.StepWriter); without them the report shows what exists and
     says what is missing.
 
     A sweep: the speedup, efficiency and sync-share charts, the table, every

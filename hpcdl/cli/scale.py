@@ -12,16 +12,16 @@ import click
 from hpcdl.cli.display import SweepBar, done_line, probe_view
 from hpcdl.cli.options import example_options, launch_options, parse_env
 from hpcdl.cli.submit import defaults_line, echo_warning
-from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.prepare import open_cluster, prepare_points
-from hpcdl.jobs.results import connection_for, load_rows, probe_report, stragglers
 from hpcdl.jobs.submit import Submitted
-from hpcdl.jobs.sweep import finish_sweep, start_sweep
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles import load_profile
 from hpcdl.results.plot import build_figure, write_png
+from hpcdl.results.read import probe_report, stragglers
 from hpcdl.results.table import FIELDS, Row, count, format_table, to_csv, to_json
 from hpcdl.sweep.arrays import KIND as ARRAY_KIND
+from hpcdl.sweep.flow import finish_sweep, start_sweep
 from hpcdl.sweep.grid import (
     SweepPoint,
     check_base,
@@ -35,6 +35,7 @@ from hpcdl.sweep.grid import (
     read_sweep,
     sweep_path,
 )
+from hpcdl.sweep.run import connection_for, load_rows
 
 
 @click.command()

@@ -10,14 +10,14 @@ import click
 
 from hpcdl.cli import one_line
 from hpcdl.cli.options import example_options, launch_options, parse_env, request_options
-from hpcdl.core.errors import ValidationError
 from hpcdl.hang.diagnosis import HANG_ACTIONS, Diagnosis, parse_seconds
 from hpcdl.jobs.cluster import Cluster, connect
 from hpcdl.jobs.flow import submit_job
 from hpcdl.jobs.prepare import open_cluster, prepare_job
+from hpcdl.jobside.errors import ValidationError
+from hpcdl.jobside.probe_worker import DEFAULT_SLOW_RATIO
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
-from hpcdl.probe.worker import DEFAULT_SLOW_RATIO
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.dialects import refuse
@@ -297,6 +297,7 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
     # Lazy: following a job (and showing it) is only --wait's; see the note at the top.
     from hpcdl.cli.display import StatusLine, hang_lines, lost_line, print_job_end
     from hpcdl.jobs.flow import follow_job
+    from hpcdl.report import write_run_report
 
     line = StatusLine(sub.last_job_id, quiet=as_json)
 
@@ -310,7 +311,8 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
 
     try:
         outcome = follow_job(prof, job, scheduler=scheduler, on_poll=line, on_hang=shown,
-                             timeout=timeout, probe=probe, on_lost=lost_line(line))
+                             timeout=timeout, probe=probe, on_lost=lost_line(line),
+                             write_report=write_run_report)
     finally:
         line.close()
     if outcome.report_error is not None:

@@ -13,8 +13,8 @@ import click
 from hpcdl.cli.display import SweepBar
 from hpcdl.cli.options import example_options, launch_options, parse_env
 from hpcdl.cli.submit import JOB_FILE_HEADER, defaults_line, echo_warning
-from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.place import HERE, RunPlace
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import BACKENDS, JobRequest
 
 if TYPE_CHECKING:
@@ -302,8 +302,8 @@ def _follow(sweep_dir: Path, scheduler: Any, total: int, as_json: bool, *,
 
 
 def _retry(sweep_dir: Path, *, max_concurrent: int | None, wait: bool, as_json: bool) -> None:
-    from hpcdl.jobs.results import connection_for
     from hpcdl.sweep import arrays
+    from hpcdl.sweep.run import connection_for
 
     conn = connection_for(sweep_dir)  # through the login node its points' profile names
     scheduler = conn.scheduler

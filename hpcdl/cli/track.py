@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from hpcdl.core.errors import ValidationError
+from hpcdl.jobside.errors import ValidationError
 
 
 @click.command()
@@ -78,7 +78,7 @@ def track(paths: tuple[Path, ...], tb_dir: Path | None, mlflow_uri: str | None,
         sinks.mlflow = MlflowSink(mlflow_uri, experiment, dry_run=dry_run)
     try:
         if follow:
-            from hpcdl.jobs.results import connection_for
+            from hpcdl.sweep.run import connection_for
 
             conn = connection_for(runs[0])
 

@@ -16,7 +16,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hpcdl.core.errors import ConfigError, UserInputError
 from hpcdl.core.resources import containers_dir
 from hpcdl.core.tokens import (
     REQUIREMENT,
@@ -39,6 +38,7 @@ from hpcdl.core.tokens import (
     Version,
 )
 from hpcdl.core.yamlmodel import load_yaml_model, parse_yaml_model
+from hpcdl.jobside.errors import ConfigError, UserInputError
 
 _FRAMEWORKS: tuple[Literal["pytorch"], ...] = ("pytorch",)
 _CONTROLLERS: tuple[Literal["mpi", "gloo"], ...] = ("mpi", "gloo")

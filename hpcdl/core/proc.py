@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from hpcdl.core.errors import ToolError
+from hpcdl.jobside.errors import ToolError
 
 
 @dataclass(frozen=True)

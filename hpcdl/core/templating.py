@@ -22,8 +22,8 @@ import jinja2
 import jinja2.sandbox
 
 from hpcdl import __version__
-from hpcdl.core.errors import RenderError
 from hpcdl.core.resources import templates_dir
+from hpcdl.jobside.errors import RenderError
 
 
 class Raw(str):

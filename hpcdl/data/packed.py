@@ -23,9 +23,9 @@ from typing import Any
 from hpcdl.container.hashing import RECORD_VERSION, content_hash, file_sha256, sidecar
 from hpcdl.core import proc
 from hpcdl.core.atomic import write_json_atomic
-from hpcdl.core.errors import ToolError, UserInputError
-from hpcdl.data.imagefolder import ImageFolder, scan_imagefolder, scan_tree
 from hpcdl.data.mount import SQUASHFS_MAGIC, is_packed_name
+from hpcdl.jobside.errors import ToolError, UserInputError
+from hpcdl.jobside.imagefolder import ImageFolder, scan_imagefolder, scan_tree
 
 # Compression: real ImageNet JPEGs (~110 KB) are already entropy-coded, so the data
 # blocks barely shrink; what compresses is the metadata (inode and directory tables)

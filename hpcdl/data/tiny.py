@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdl.core.errors import UserInputError
+from hpcdl.jobside.errors import UserInputError
 
 MARKER = ".hpcdl-tiny"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from hpcdl.container.runtime import RuntimeFacts, find_runtime, gather_runtime_facts
 from hpcdl.core import proc
-from hpcdl.core.errors import ToolError
 from hpcdl.doctor.parse import parse_mpi_version, parse_shared_loop_devices, parse_srun_mpi_list
+from hpcdl.jobside.errors import ToolError
 
 
 @dataclass

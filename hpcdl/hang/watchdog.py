@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.core.atomic import write_atomic, write_json_atomic
-from hpcdl.core.errors import ToolError
 from hpcdl.hang.diagnosis import (
     Diagnosis,
     Fingerprint,
@@ -40,6 +39,7 @@ from hpcdl.hang.diagnosis import (
     suspect_node,
 )
 from hpcdl.jobs.rundir import RunDir, safe_name
+from hpcdl.jobside.errors import ToolError
 from hpcdl.launch.nodes import request_relaunch
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler
 

@@ -1,7 +1,8 @@
 """The job flows between the planning layer and the CLI: a job from its plan to its
-outcome (``flow``), a scaling sweep from its plans to its table (``sweep``), what a
-finished run or sweep holds (``results``) and what a job's run directory adds to its
-scheduler status (``status``).
+outcome (``flow``) and what a job's run directory adds to its scheduler status
+(``status``), over the run directory (``rundir``), submission, following and the
+cluster connection. A sweep's flow is hpcdl.sweep.flow; what a finished run or sweep
+holds, hpcdl.sweep.run.load_rows and hpcdl.results.read.
 
 These modules never print: progress goes to callbacks the caller passes (as
 hpcdl.jobs.follow's ``on_poll``), and what happened comes back as values that hpcdl.cli

@@ -20,11 +20,11 @@ from typing import Any
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.timelimit import hang_advice
-from hpcdl.results.protocol import unlabel
+from hpcdl.jobside.protocol import unlabel
 from hpcdl.schedulers.base import NATIVE_STATE_KEY, JobStatus, Scheduler
 
 # Causes the batch script gives an attempt that completed no training step (the run
-# directory's progress file was not there when it ended; hpcdl/requeue.py).
+# directory's progress file was not there when it ended; hpcdl/jobside/requeue.py).
 STARTUP = "STARTUP"
 STALLED = "STALLED"
 NO_STEP = (STARTUP, STALLED)

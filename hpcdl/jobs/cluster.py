@@ -20,12 +20,12 @@ from pathlib import Path
 
 import yaml
 
-from hpcdl.core.errors import ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.data.mount import is_packed_name
 from hpcdl.jobs import preflight
 from hpcdl.jobs.place import HERE, RunPlace, Shipped
 from hpcdl.jobs.rundir import RunDir, runs_root
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobRequest, RuntimeMode, job_image
 from hpcdl.profiles.schema import Profile
 from hpcdl.remote import images

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from hpcdl.hang.diagnosis import Diagnosis
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.submit import Submitted, attempts_of, exit_status, submit
+from hpcdl.jobside.probe_worker import EXIT_BAD_INPUT
 from hpcdl.launch.staging import stage_tool
 from hpcdl.plan import JobPlan
-from hpcdl.probe.worker import EXIT_BAD_INPUT
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import JobStatus, Scheduler
 
@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from hpcdl.results.record import JobLogs, ResultRecord
 
 OnHang = Callable[[Diagnosis], None]
+# Writes run directory PATH's report.html: (the file, the facts gathered for it, with
+# the straggler verdict under "straggler"); hpcdl.report.write_run_report. The caller
+# hands it in: the report reads the run directory these flows write, and sits above them.
+WriteReport = Callable[[Path], tuple[Path, dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -96,14 +100,14 @@ def submit_job(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
 def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
                on_poll: OnPoll | None = None, on_hang: OnHang | None = None,
                timeout: float | None = None, probe: bool = False,
-               on_lost: OnLost | None = None) -> JobOutcome:
+               on_lost: OnLost | None = None, write_report: WriteReport) -> JobOutcome:
     """Follow ``job`` to its end and gather its outcome.
 
     A requeued job keeps its id: following it follows every attempt; a chain is
     followed to its last job (the earlier ones end as it starts). ``on_poll`` runs
     after each poll, ``on_hang(diagnosis)`` when the hang watchdog fires. The result
-    record (result.json), attempts.json and report.html are written to the run
-    directory. ``probe``: a probe job, whose exit status is 2 when a node refused its
+    record (result.json), attempts.json and report.html (by ``write_report``) are written
+    to the run directory. ``probe``: a probe job, whose exit status is 2 when a node refused its
     input. For a cluster elsewhere the run directory is pulled back first, and a login
     node out of reach is tried again (``on_lost`` hears of it) until RECONNECT_S.
     Raises ToolError, FollowTimeout (see hpcdl.jobs.follow.follow).
@@ -131,7 +135,7 @@ def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
         code = probe_exit(record, code)
     tried = (attempts_of(sub.run, list(sub.chain or (sub.job_id,)), scheduler)
              if plan.spec.requeue is not None else [])
-    html, straggler, why = _write_report(sub.run_dir)
+    html, straggler, why = _report(sub.run_dir, write_report)
     return JobOutcome(final=final, record=record, logs=logs, exit_status=code,
                       attempts=tried, hang=dog.diagnosis if dog is not None else None,
                       report=html, report_error=why, straggler=straggler,
@@ -149,15 +153,13 @@ def probe_exit(record: ResultRecord, job_code: int) -> int:
     return job_code
 
 
-def _write_report(run_dir: Path) -> tuple[Path | None, dict[str, Any] | None, str | None]:
+def _report(run_dir: Path, write_report: WriteReport
+            ) -> tuple[Path | None, dict[str, Any] | None, str | None]:
     """The run's report.html (as `hpcdl report` writes it: no browser, a second or two
     of matplotlib) and its straggler verdict, or why it could not be written (the job's
     outcome stands either way)."""
-    # Lazy: the report only at a followed job's end.
-    from hpcdl.report import write_run_report
-
     try:
-        html, facts = write_run_report(run_dir)
+        html, facts = write_report(run_dir)
     except (OSError, ValueError) as exc:
         return None, None, str(exc)
     return html, facts["straggler"], None

@@ -15,10 +15,10 @@ from pathlib import Path, PurePosixPath
 from hpcdl.container.hashing import read_record, sidecar
 from hpcdl.container.runtime import RuntimeFacts, gather_runtime_facts, runtime_mode_reason
 from hpcdl.container.runtime import runtime_mode as container_runtime_mode
-from hpcdl.core.errors import UserInputError, ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
 from hpcdl.data.mount import is_packed_name
 from hpcdl.data.packed import check_packed
+from hpcdl.jobside.errors import UserInputError, ValidationError
 from hpcdl.plan import JobRequest, RuntimeMode
 from hpcdl.plan.command import on_shared_path
 from hpcdl.profiles.schema import Profile

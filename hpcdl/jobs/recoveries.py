@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from hpcdl.jobside.steps import metrics_dir, read_metrics
 from hpcdl.launch.nodes import BAD_NODES_NAME, RECOVERIES_NAME
-from hpcdl.results.steps import metrics_dir, read_metrics
 
 _CHECKPOINT_STEP = re.compile(r"checkpoint-0*(\d+)\.pt")
 
@@ -131,7 +131,7 @@ def excluded_line(nodes: list[dict[str, str]]) -> str:
 
 def with_steps(rec: Recovery, steps: list[dict[str, Any]]) -> Recovery:
     """``rec`` with the step it failed after and the first step after its relaunch, from
-    one rank's step records (hpcdl.results.steps: "step" and its end time "t")."""
+    one rank's step records (hpcdl.jobside.steps: "step" and its end time "t")."""
     timed = [(float(s["t"]), int(s["step"])) for s in steps
              if isinstance(s.get("t"), (int, float))]
     before = [step for t, step in timed if t <= rec.detected_at]

@@ -16,16 +16,16 @@
         attempts.json  every attempt, Slurm's view joined with the script's (after --wait)
         requeue.flag   created by the batch shell on Slurm's signal: the ranks stop
         progress       created by the job once an attempt completed its first training
-                       step (hpcdl/requeue.py); removed before each attempt of a requeued
+                       step (hpcdl/jobside/requeue.py); removed before each attempt of a requeued
                        job. None there: no step (for a job whose plan.json records_steps)
         pids/          with --hang-timeout: rank-R (or node-N under torchrun) = "NODE PID",
                        written by the rank wrapper before it execs the command
         hang/          what the hang watchdog collected: stacks-<node>.txt (py-spy's dumps),
                        diagnosis.json and diagnosis.txt
         metrics/       per-step metrics, rank-RRRRR.jsonl per rank (written by the job via
-                       $HPCDL_RUN_DIR; hpcdl.results.steps owns the format)
+                       $HPCDL_RUN_DIR; hpcdl.jobside.steps owns the format)
         probe-error.R  `hpcdl probe`: rank R's report that it refused its input (written by
-                       the job; hpcdl.results.protocol owns the line)
+                       the job; hpcdl.jobside.protocol owns the line)
         report.html    `hpcdl report` (and the end of `submit --wait`): hpcdl.report
         job/           the job-side files the script runs (hpcdl.launch.staging)
         code/          submit --code: the user's code directory, where the job starts
@@ -40,7 +40,7 @@ profile.yaml, image.json and image.def). What other files hold is their owners' 
 and write: attempts.tsv/.json hpcdl.jobs.attempts, progress hpcdl.jobs.timelimit
 (run_steps_seen), pids/ and hang/ hpcdl.hang.watchdog, relaunch.request
 hpcdl.launch.nodes, job/ hpcdl.launch.staging, code/ hpcdl.launch.code, probe-error.R
-hpcdl.results.protocol, image.json's content hpcdl.container.hashing (image_record). The job script names
+hpcdl.jobside.protocol, image.json's content hpcdl.container.hashing (image_record). The job script names
 two of them itself, its logs (``slurm-%j.out/.err``) and ``checkpoints/`` (hpcdl.plan
 renders them; RunDir.logs and RunDir.checkpoints follow the same names): the script's
 and the logs' names are the scheduler's (``RunFiles``, hpcdl.schedulers.registry.run_files). The root is ``$HPCDL_RUNS`` or ``./runs``. Every file hpcdl writes here is written
@@ -63,10 +63,10 @@ import yaml
 
 from hpcdl.container.hashing import image_record
 from hpcdl.core.atomic import write_atomic, write_json_atomic
+from hpcdl.jobside.requeue import PROGRESS_NAME
+from hpcdl.jobside.steps import metrics_dir
 from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.staging import JOB_DIR_NAME
-from hpcdl.requeue import PROGRESS_NAME
-from hpcdl.results.steps import metrics_dir
 from hpcdl.schedulers.base import RunFiles
 from hpcdl.schedulers.registry import run_files
 
@@ -259,7 +259,7 @@ class RunDir:
 
     @property
     def progress(self) -> Path:
-        """progress: the job's mark that its attempt completed a step (hpcdl/requeue.py)."""
+        """progress: the job's mark that its attempt completed a step (hpcdl/jobside/requeue.py)."""
         return self.path / PROGRESS_NAME
 
     @property
@@ -281,7 +281,7 @@ class RunDir:
 
     @property
     def metrics(self) -> Path:
-        """metrics/: one file per rank (hpcdl.results.steps, which the job writes with)."""
+        """metrics/: one file per rank (hpcdl.jobside.steps, which the job writes with)."""
         return metrics_dir(self.path)
 
     @property

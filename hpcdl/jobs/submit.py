@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpcdl.core.errors import HpcdlError, SubmitError, ToolError
 from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.jobs import rundir
 from hpcdl.jobs.attempts import Attempt, from_script, join, read_script_attempts, write_attempts
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import JobRecord, RunDir
 from hpcdl.jobs.timelimit import EXIT_TIMEOUT
+from hpcdl.jobside.errors import HpcdlError, SubmitError, ToolError
 from hpcdl.launch.code import scan_code, stage_code
 from hpcdl.launch.staging import stage
 from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan

@@ -6,7 +6,7 @@ functions over a job's status (and its stderr), shared by ``submit --wait`` and
 A job that hit its limit without completing a single training step did not need
 more time: it looks hung (a rendezvous or a first collective that never returned),
 and the line says so. Whether it completed one is read from the run directory's
-progress file (hpcdl/requeue.py) by the caller: ``steps`` is True (it did), False
+progress file (hpcdl/jobside/requeue.py) by the caller: ``steps`` is True (it did), False
 (it did not, and the command is one that records its first step) or None (cannot
 tell: no run directory, or a custom command that may never write the file).
 """

@@ -1,8 +1,7 @@
-"""Launcher-independent process placement (rank, world size, rendezvous address).
+"""How a job's ranks start: the rank environment wrapper (``rankenv``), the files
+staged into the run directory (``staging``), the user's code directory (``code``) and
+the node guard of a job with spare nodes (``nodes``).
 
-Standard library only: imported inside the training image with just PYTHONPATH.
+What runs inside the job (rank and world whatever the launcher included) is
+hpcdl.jobside, stdlib only.
 """
-
-from hpcdl.launch.world import World, detect_world, expand_hostlist, export_torch_env
-
-__all__ = ["World", "detect_world", "expand_hostlist", "export_torch_env"]

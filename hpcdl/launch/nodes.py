@@ -36,7 +36,7 @@ RECOVERIES_NAME = "recoveries.tsv"
 # The hang watchdog's request (request_relaunch, below): end the step,
 # relaunch, without the node it names.
 RELAUNCH_REQUEST_NAME = "relaunch.request"
-# The --probe-first step's slow nodes (hpcdl.probe.worker --slow-nodes-out), which the
+# The --probe-first step's slow nodes (hpcdl.jobside.probe_worker --slow-nodes-out), which the
 # guard excludes before the first rank.
 PROBE_SLOW_NAME = "probe-slow-nodes.tsv"
 

@@ -28,7 +28,7 @@ from hpcdl.core.resources import PACKAGE_DIR, examples_dir
 # RUN_DIR/<this>: examples/ and hpcdl/ below it, the layout the job's PYTHONPATH expects.
 JOB_DIR_NAME = "job"
 # Entry points beside the examples: what `hpcdl probe` runs.
-_ENTRY_MODULES = ("hpcdl.probe.worker",)
+_ENTRY_MODULES = ("hpcdl.jobside.probe_worker",)
 
 
 def job_dir(run_dir: str) -> str:

@@ -16,7 +16,6 @@ from pathlib import PurePosixPath
 from typing import Any, Literal, cast
 
 from hpcdl.core.duration import format_time
-from hpcdl.core.errors import ValidationError
 from hpcdl.core.gpuarch import ImageArchFacts, check_partition
 from hpcdl.core.templating import Raw, render_template, shell_join
 from hpcdl.data.mount import (
@@ -26,6 +25,17 @@ from hpcdl.data.mount import (
     native_mount_dir,
 )
 from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION
+from hpcdl.jobside.errors import ValidationError
+from hpcdl.jobside.requeue import (
+    CHECKPOINT_ENV,
+    EXIT_REQUEUE,
+    FLAG_ENV,
+    FLAG_NAME,
+    PROGRESS_ENV,
+    PROGRESS_NAME,
+    wait_seconds,
+)
+from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.nodes import NODES_FILE, guard_exports, nodes_file_text, probe_slow_path
 from hpcdl.launch.rankenv import (
@@ -39,7 +49,6 @@ from hpcdl.launch.rankenv import (
     rank_env_script,
 )
 from hpcdl.launch.staging import job_dir, job_side_files
-from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.plan.command import (
     PORT_TRIES,
     check_shared_paths,
@@ -71,15 +80,6 @@ from hpcdl.plan.partition import (
 )
 from hpcdl.plan.request import JobRequest, RuntimeMode, _fail, check_request
 from hpcdl.profiles.schema import Backend, GpuBind, Launcher, Partition, Profile
-from hpcdl.requeue import (
-    CHECKPOINT_ENV,
-    EXIT_REQUEUE,
-    FLAG_ENV,
-    FLAG_NAME,
-    PROGRESS_ENV,
-    PROGRESS_NAME,
-    wait_seconds,
-)
 from hpcdl.schedulers.base import JobSpec, RequeueSpec, ScriptDialect
 from hpcdl.schedulers.dialects import dialect_for
 
@@ -479,7 +479,7 @@ def _hang_action(req: JobRequest, spares: int) -> str:
 def _progress(req: JobRequest, requeue: RequeueSpec | None,
               dialect: ScriptDialect) -> dict[str, str] | None:
     """Where the job records that an attempt completed its first step
-    ($HPCDL_PROGRESS_FILE, hpcdl/requeue.py): in the run directory (beside attempts.tsv
+    ($HPCDL_PROGRESS_FILE, hpcdl/jobside/requeue.py): in the run directory (beside attempts.tsv
     when a requeued job has none). Only for jobs hpcdl submits (not a PBS script)."""
     if not dialect.submits:
         return None
@@ -582,7 +582,7 @@ def data_mount(profile: Profile, req: JobRequest, image: str | None,
 
 def _run_dir_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]]:
     """What the job is told of its run directory, rendered: HPCDL_RUN_DIR for any script
-    (per-step metrics go there, hpcdl.results.steps; the staged job-side files are in its
+    (per-step metrics go there, hpcdl.jobside.steps; the staged job-side files are in its
     job/); and for the bundled example or the probe run natively, those staged files on
     PYTHONPATH ahead of whatever the job has (the nodes need not see the hpcdl that
     submitted)."""

@@ -20,9 +20,9 @@ from hpcdl.data.mount import (
     image_bind,
     is_packed_name,
 )
+from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME
 from hpcdl.launch.staging import job_dir
-from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.plan.partition import tasks_per_node
 from hpcdl.plan.request import JobRequest, _fail
 from hpcdl.probe.request import worker_path
@@ -30,7 +30,7 @@ from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import ScriptDialect
 
 # Where a job sees the bundled examples and the stdlib-only hpcdl modules they import
-# (hpcdl.core.errors, hpcdl.launch.world, hpcdl.data.imagefolder): staged into the run
+# (hpcdl.jobside.errors, hpcdl.jobside.world, hpcdl.jobside.imagefolder): staged into the run
 # directory (hpcdl.launch.staging) and bound read-only from there at job time (from the
 # installed hpcdl when the plan has no run directory), so the examples run in any image
 # (a site's NGC image has no copy
@@ -199,7 +199,7 @@ def master_values(env: tuple[tuple[str, str], ...],
 
     MASTER_ADDR: the first node of the allocation (the batch shell runs there; the name
     resolves on real clusters). MASTER_PORT: PORT_BASE + job id % PORT_SPAN, so jobs
-    sharing a node use different ports (the same rule as hpcdl.launch.world). The
+    sharing a node use different ports (the same rule as hpcdl.jobside.world). The
     ``dialect`` says how its scheduler names the first node and the job id.
     """
     names = {k for k, _ in env}
@@ -243,7 +243,7 @@ def launch_notes(req: JobRequest, launcher: str, gpu_bind: str, image: str | Non
         notes.append(f"image: {image} ({origin}).")
         origin = "the run directory's copy (job/)" if req.run_dir else "the host"
         if req.probe_only:
-            notes.append(f"the probe worker (hpcdl/probe/worker.py: stdlib + torch) comes from "
+            notes.append(f"the probe worker (hpcdl/jobside/probe_worker.py: stdlib + torch) comes from "
                          f"{origin}, bound read-only at {JOB_PROJECT_DIR} (the image needs no "
                          f"copy of hpcdl).")
         elif not req.command:

@@ -13,7 +13,6 @@ from functools import cached_property
 from typing import Literal
 
 from hpcdl.core.duration import parse_time
-from hpcdl.core.errors import ValidationError
 from hpcdl.core.tokens import (
     BIND,
     BIND_SOURCE,
@@ -26,6 +25,7 @@ from hpcdl.core.tokens import (
     check_token,
 )
 from hpcdl.hang.diagnosis import HANG_ACTIONS
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.probe.request import check_nodes
 from hpcdl.profiles.schema import Backend, GpuBind, Launcher
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from hpcdl.core.errors import ValidationError
-from hpcdl.probe import worker
+from hpcdl.jobside import probe_worker as worker
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.profiles.schema import Profile
 
 # Small enough for a 2-core sandbox in seconds, large enough that the last size is
@@ -86,5 +86,5 @@ def worker_path(in_image: bool, package_dir: str, job_project_dir: PurePosixPath
     """Where the job finds the worker: bound read-only under ``job_project_dir`` in an
     image, hpcdl's own package directory on the host otherwise."""
     if in_image:
-        return str(job_project_dir / "hpcdl" / "probe" / "worker.py")
-    return str(PurePosixPath(package_dir) / "probe" / "worker.py")
+        return str(job_project_dir / "hpcdl" / "jobside" / "probe_worker.py")
+    return str(PurePosixPath(package_dir) / "jobside" / "probe_worker.py")

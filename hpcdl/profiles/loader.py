@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcdl.core.errors import UserInputError
 from hpcdl.core.resources import bundled_profiles_dir
 from hpcdl.core.yamlmodel import load_yaml_model
+from hpcdl.jobside.errors import UserInputError
 from hpcdl.profiles.schema import Profile
 
 ENV_VAR = "HPCDL_PROFILE"

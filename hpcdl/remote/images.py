@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from hpcdl.container.cache import user_cache
 from hpcdl.container.hashing import FileDigest, file_sha256
 from hpcdl.core.atomic import write_json_atomic
-from hpcdl.core.errors import HpcdlError, UserInputError
 from hpcdl.data.mount import is_packed_name
+from hpcdl.jobside.errors import HpcdlError, UserInputError
 from hpcdl.remote.dirs import DEFAULT_IMAGES, ensure_writable, remote_dir
 from hpcdl.remote.ssh import Shell, SshExecutor, rsync_progress
 

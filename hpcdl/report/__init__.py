@@ -37,8 +37,8 @@ def write_sweep_report(path: Path, rows: list[Any], meta: dict[str, Any],
     hpcdl.sweep.run.collect) to ``out`` (default: path/report.html), and with
     ``point_reports`` each point's own report into its run directory (the table links
     to them). Returns the file and {label: straggler verdict or None}."""
-    from hpcdl.report.gather import straggler_of
     from hpcdl.report.html import render_sweep
+    from hpcdl.results.read import straggler_of
 
     target = out or path / REPORT_NAME
     stragglers: dict[str, Any] = {}
@@ -64,9 +64,9 @@ def write_param_sweep_report(path: Path, rows: list[dict[str, Any]], params: lis
     """Write an `hpcdl sweep` directory's report (``rows``: hpcdl.sweep.compare's) to
     ``out`` (default: path/report.html), each point's own report into its run
     directory (the table links to them); returns the file."""
+    from hpcdl.jobside.steps import read_metrics
     from hpcdl.report.charts import rank0_steps
     from hpcdl.report.html import render_param_sweep
-    from hpcdl.results.steps import read_metrics
 
     target = out or path / REPORT_NAME
     series: dict[str, list[tuple[int, float]]] = {}

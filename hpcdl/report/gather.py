@@ -2,7 +2,7 @@
 result), its attempts, the probe's report, the hang diagnosis, every rank's per-step
 metrics and the straggler verdict, and, in plain sentences, what is missing and why.
 
-Reads only (RunDir and hpcdl.results.steps own the files); never asks Slurm.
+Reads only (RunDir and hpcdl.jobside.steps own the files); never asks Slurm.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from hpcdl.jobs import recoveries
 from hpcdl.jobs.rundir import RunDir
-from hpcdl.results import steps as step_metrics
+from hpcdl.jobside import steps as step_metrics
 from hpcdl.results.straggler import DEFAULT_THRESHOLD, verdict
 
 
@@ -79,7 +79,7 @@ def gather_run(path: Path, *, threshold: float = DEFAULT_THRESHOLD) -> dict[str,
     metrics = step_metrics.read_metrics(run.metrics)
     if not metrics:
         missing.append("metrics/: no per-step metrics (a run from before hpcdl wrote them, "
-                       "or a command that writes none: hpcdl.results.steps.StepWriter "
+                       "or a command that writes none: hpcdl.jobside.steps.StepWriter "
                        "writes them from any Python script). No loss, throughput, per-rank "
                        "or straggler charts")
     elif (expected := plan.get("ntasks")) and len(metrics) < expected:
@@ -114,7 +114,3 @@ def gather_run(path: Path, *, threshold: float = DEFAULT_THRESHOLD) -> dict[str,
     }
 
 
-def straggler_of(path: Path, *, threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any] | None:
-    """The straggler verdict of run directory ``path``; None when it has no metrics."""
-    metrics = step_metrics.read_metrics(RunDir(path).metrics)
-    return verdict(metrics, threshold=threshold) if metrics else None

@@ -2,7 +2,7 @@
 and the small result table of one run. Pure functions over log text.
 
 srun runs with ``--label``, so each line may carry a ``R: `` prefix naming the
-task. The result and rank lines themselves belong to hpcdl.results.protocol.
+task. The result and rank lines themselves belong to hpcdl.jobside.protocol.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpcdl.results.protocol import unlabel
+from hpcdl.jobside.protocol import unlabel
 
 # srun's own report of a failed task, e.g. "srun: error: n2: task 3: Exited with exit code 1"
 _SRUN_FAIL = re.compile(

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from hpcdl.jobs.rundir import RunDir
+from hpcdl.jobside.protocol import parse_probe, parse_rank_table, parse_result, read_probe_errors
 from hpcdl.results.logs import failed_ranks
-from hpcdl.results.protocol import parse_probe, parse_rank_table, parse_result, read_probe_errors
 from hpcdl.schedulers.base import JobStatus
 
 

@@ -3,7 +3,7 @@
 In synchronous data-parallel training every rank's step ends at the same allreduce,
 so their wall step times are equal; a slow rank shows instead in its own work: the
 others finish theirs and wait in the gradient sync. So the measure is each rank's
-*busy time* per step, from its per-step metrics (hpcdl.results.steps): the wait for
+*busy time* per step, from its per-step metrics (hpcdl.jobside.steps): the wait for
 its batch plus forward/backward, without the time it waited for the others
 (``data_s + compute_s`` = ``data_s + step_s - sync_s``). The first step of each
 attempt (warm-up: allocator, thread pools, first collectives) is left out.
@@ -68,7 +68,7 @@ def rank_medians(metrics: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any
 
 def verdict(metrics: Mapping[int, Mapping[str, Any]], *, threshold: float = DEFAULT_THRESHOLD,
             min_gap_s: float = MIN_GAP_S) -> dict[str, Any]:
-    """The straggler verdict over every rank's metrics (hpcdl.results.steps.read_metrics).
+    """The straggler verdict over every rank's metrics (hpcdl.jobside.steps.read_metrics).
 
     Returns {"measure", "threshold", "ranks" (rank_medians, each with its ``ratio`` to
     the others), "slow_ranks", "slow_nodes", "found", "message"}. ``found`` is False

@@ -29,8 +29,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import ValidationError as PydanticError
 
-from hpcdl.core.errors import ValidationError
 from hpcdl.core.tokens import Kind, check_token, checker
+from hpcdl.jobside.errors import ValidationError
 
 _NODE_NAME = re.compile(r"[a-z][a-z0-9]*")
 _PARTITION_NAME = re.compile(r"[a-z][a-z0-9_]*")

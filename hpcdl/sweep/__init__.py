@@ -1,2 +1,6 @@
-"""Scaling sweeps: ``grid`` (the points, their plans and sweep.json; pure) and
-``run`` (submit every point, follow them all, collect their results; no output)."""
+"""Sweeps: ``grid`` (a scaling sweep's points, their plans and sweep.json; pure),
+``params`` (a hyperparameter sweep's points), ``arrays`` (such a sweep as one job
+array), ``run`` (submit every point, follow them all, collect their results, and read
+a finished sweep's table; no output), ``flow`` (a scaling sweep from its plans to its
+table, results.json and scaling.png) and ``compare`` (the comparison table of a
+parameter sweep)."""

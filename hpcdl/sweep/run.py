@@ -1,7 +1,9 @@
 """A sweep's life: submit one job per point under one sweep directory, follow them
 all (one batched scheduler query per poll for every point), and collect each
 point's result.json. No terminal output: progress goes to callbacks (the CLI draws
-the progress bar), results are returned.
+the progress bar), results are returned. Afterwards, for `hpcdl results` and `hpcdl
+report`: the table of a sweep directory, a run directory or a saved table
+(``load_rows``), and how to reach the cluster its runs ran on (``connection_for``).
 
 By default the points run one at a time (SubmitOptions.one_at_a_time on a job name
 the sweep's jobs share; Slurm's singleton dependency): points sharing nodes, or one point's start-up
@@ -16,15 +18,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hpcdl.core.errors import HpcdlError, ToolError, ValidationError
+from hpcdl.jobs.cluster import Cluster, reconnect
 from hpcdl.jobs.follow import FollowTimeout, Watcher
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.submit import Submitted, submit
+from hpcdl.jobside.errors import HpcdlError, ToolError, ValidationError
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles.schema import Profile
 from hpcdl.results.record import ResultRecord, record_result
-from hpcdl.results.table import Row, row_from, with_scaling
+from hpcdl.results.table import Row, row_from, rows_from_csv, rows_from_json, with_scaling
 from hpcdl.schedulers.base import JobStatus, Scheduler, is_final
 from hpcdl.sweep.grid import (
     PointEntry,
@@ -248,3 +251,32 @@ def collect(path: Path, *, refresh_from_scheduler: bool = True,
     points = refresh(base, points, query=refresh_from_scheduler, scheduler=scheduler,
                      place=place)
     return rows_of(points), meta
+
+
+def connection_for(path: Path) -> Cluster:
+    """How to reach the cluster of a run or sweep directory: through the login node its
+    runs' recorded profile names (pulled back from there), else this machine."""
+    run = None
+    if path.is_dir():
+        sweep = read_sweep(path)
+        if sweep is None:
+            run = RunDir(path)
+        else:
+            dirs = [p["run_dir"] for p in sweep["points"] if p.get("run_dir")]
+            run = RunDir(path / str(dirs[0])) if dirs else None
+    return reconnect(run)
+
+
+def load_rows(path: Path, *, scheduler: Scheduler, refresh: bool,
+              place: RunPlace = HERE) -> tuple[list[Row], dict[str, Any]]:
+    """Rows and meta from a sweep dir, a run dir, or a saved .json/.csv table; with
+    ``refresh``, unfinished points are asked about in ``scheduler`` (and what ended is
+    pulled back from ``place``). Raises ValidationError for anything else."""
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".csv":
+            return rows_from_csv(text, str(path)), {"source": str(path)}
+        if path.suffix == ".json":
+            return rows_from_json(text, str(path)), {"source": str(path)}
+        raise ValidationError(f"{path}: expected a sweep or run directory, or a .json/.csv table")
+    return collect(path, refresh_from_scheduler=refresh, scheduler=scheduler, place=place)

@@ -1,5 +1,5 @@
 """What a tracker is given of one run directory: its identity, parameters, per-step
-series and result, read through RunDir and hpcdl.results.steps (the owners of the
+series and result, read through RunDir and hpcdl.jobside.steps (the owners of the
 files). Pure apart from reading the directory.
 
 The per-step series is one point per optimizer step, aggregated over the ranks that
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.rundir import RunDir
-from hpcdl.results import steps as step_metrics
+from hpcdl.jobside import steps as step_metrics
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.sweep.grid import read_sweep
 
 # Per-step keys and how ranks are combined (see the module doc).
@@ -167,7 +167,7 @@ def plan_params(plan: dict[str, Any]) -> dict[str, str]:
 
 
 def aggregate(metrics: dict[int, dict[str, Any]], *, complete_only: bool) -> list[StepPoint]:
-    """One point per step over every rank's steps (hpcdl.results.steps.read_metrics);
+    """One point per step over every rank's steps (hpcdl.jobside.steps.read_metrics);
     with ``complete_only``, only the steps every rank has written so far (a rank flushes
     its lines in batches: a step of a running job may not be on every rank's file yet,
     and a sum over some ranks would be logged once and never corrected)."""

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from hpcdl.results import protocol
+from hpcdl.jobside import protocol
 from tests.integration.conftest_slurm import hpcdl, sandbox_dir
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.horovod]

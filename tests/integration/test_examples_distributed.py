@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from hpcdl.jobside import protocol
 from hpcdl.launch.staging import JOB_DIR_NAME, job_side_files, stage
-from hpcdl.results import protocol
 from tests.conftest import require
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.results.steps import read_metrics
+from hpcdl.jobside.steps import read_metrics
 from tests.browser import load
 from tests.integration.conftest_slurm import hpcdl
 

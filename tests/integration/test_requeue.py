@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.usefixtures("slu
 
 STEPS = 30
 # The job runs this checkout's examples on the host's Python; PYTHONPATH makes its
-# `import hpcdl` this checkout's too (the requeue contract lives in hpcdl.requeue).
+# `import hpcdl` this checkout's too (the requeue contract lives in hpcdl.jobside.requeue).
 EXAMPLE = ["-p", "sandbox", "-N", "2", "-G", "1", "--backend", "ddp",
            "-e", f"PYTHONPATH={REPO}",
            "-X", "--arch=resnet18", "-X", f"--max-steps={STEPS}", "-X", "--epochs=1",

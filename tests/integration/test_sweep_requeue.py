@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.usefixtures("slu
 
 STEPS = 20
 # Two points of the bundled example on the host's Python (this checkout's hpcdl on the
-# ranks' PYTHONPATH: the requeue contract is hpcdl.requeue), one node and one rank each.
+# ranks' PYTHONPATH: the requeue contract is hpcdl.jobside.requeue), one node and one rank each.
 SWEEP = ["sweep", "-p", "sandbox", "-N", "1", "-G", "1", "-c", "1", "--backend", "ddp",
          "--no-image", "--synthetic", "-e", f"PYTHONPATH={REPO}",
          "-X", "--arch=resnet18", "-X", f"--max-steps={STEPS}", "-X", "--epochs=1",

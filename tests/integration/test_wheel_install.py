@@ -129,7 +129,7 @@ def test_real_build_from_the_wheel_carries_the_project(installed: tuple[Path, Pa
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
     probe = subprocess.run(
         [apptainer_bin, "exec", *HOST_BINDS, str(out), "python3", "-c",
-         "import hpcdl, hpcdl.launch.world, os; print(hpcdl.__file__); "
+         "import hpcdl, hpcdl.jobside.world, os; print(hpcdl.__file__); "
          "print(os.path.isfile('/opt/hpcdl/examples/resnet50_imagenet.py'))"],
         capture_output=True, text=True, timeout=300, cwd="/")
     assert probe.returncode == 0, probe.stderr

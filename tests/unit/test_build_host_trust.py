@@ -27,7 +27,7 @@ from hpcdl.container.verify import (
     import_check_source,
     parse_import_check,
 )
-from hpcdl.core.errors import UserInputError
+from hpcdl.jobside.errors import UserInputError
 
 SYSTEM = "/etc/ssl/certs/ca-certificates.crt"
 

@@ -13,9 +13,9 @@ import pydantic
 import pytest
 
 from hpcdl.container.runtime import RuntimeFacts
-from hpcdl.core.errors import ValidationError
 from hpcdl.core.resources import PACKAGE_DIR
 from hpcdl.jobs.preflight import runtime_mode
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.launch.staging import job_side_files, source_of, stage
 from hpcdl.plan import JobRequest, build_plan, on_shared_path
 from hpcdl.profiles import load_profile
@@ -28,10 +28,12 @@ RUN = "/scratch/runs/r1"
 def test_the_job_side_files_are_the_examples_and_the_stdlib_modules_they_import() -> None:
     files = job_side_files()
     assert "examples/resnet50_imagenet.py" in files and "examples/trainkit/loop.py" in files
-    assert "hpcdl/probe/worker.py" in files and "hpcdl/launch/world.py" in files
-    assert "hpcdl/results/protocol.py" in files and "hpcdl/__init__.py" in files
-    # Packages come with their __init__; nothing of the planning side travels.
-    assert "hpcdl/launch/__init__.py" in files and "hpcdl/results/__init__.py" in files
+    assert "hpcdl/jobside/probe_worker.py" in files and "hpcdl/jobside/world.py" in files
+    assert "hpcdl/jobside/protocol.py" in files and "hpcdl/__init__.py" in files
+    # The hpcdl files are the job-side package, whole (its __init__ included), and the
+    # top package's __init__: nothing of the planning side travels.
+    jobside = {f"hpcdl/jobside/{p.name}" for p in (PACKAGE_DIR / "jobside").glob("*.py")}
+    assert {f for f in files if f.startswith("hpcdl/")} == {"hpcdl/__init__.py"} | jobside
     assert not {"hpcdl/plan/build.py", "hpcdl/cli/__init__.py", "hpcdl/profiles/schema.py"} & set(files)
     assert all(source_of(f).is_file() for f in files)
 
@@ -41,8 +43,8 @@ def test_the_staged_modules_import_with_the_standard_library_alone(tmp_path: Pat
     job = tmp_path / "job"
     assert copied == sum((job / f).stat().st_size for f in job_side_files())
     assert {p.relative_to(job).as_posix() for p in job.rglob("*.py")} == set(job_side_files())
-    modules = sorted(f[:-3].replace("/", ".").removesuffix(".__init__")
-                     for f in job_side_files() if f.startswith("hpcdl/") and "probe/worker" not in f)
+    modules = sorted(f[:-3].replace("/", ".").removesuffix(".__init__") for f in job_side_files()
+                     if f.startswith("hpcdl/") and "jobside/probe_worker" not in f)
     # -S: no site-packages at all (no pydantic, yaml, jinja2, torch): stdlib + the copy.
     code = (f"import sys; sys.path.insert(0, {str(job)!r}); "
             f"import {', '.join(modules)}; "
@@ -51,7 +53,7 @@ def test_the_staged_modules_import_with_the_standard_library_alone(tmp_path: Pat
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
                          timeout=60, cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
-    assert (job / "hpcdl" / "core" / "errors.py").stat().st_mode & 0o777 == 0o644
+    assert (job / "hpcdl" / "jobside" / "errors.py").stat().st_mode & 0o777 == 0o644
     with pytest.raises(FileExistsError):  # a run directory is staged once
         stage(tmp_path, job_side_files())
     assert [p.name for p in tmp_path.iterdir()] == ["job"]  # no temporary left behind
@@ -100,7 +102,7 @@ def test_a_native_run_reads_the_copy_through_pythonpath() -> None:
     assert str(PACKAGE_DIR) not in plan.script
     probe = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=1, run_dir=RUN,
                                                            probe=("--sizes", "4K")))
-    assert f"python3 {RUN}/job/hpcdl/probe/worker.py --sizes 4K" in probe.launch.launch_line
+    assert f"python3 {RUN}/job/hpcdl/jobside/probe_worker.py --sizes 4K" in probe.launch.launch_line
 
 
 def test_a_users_command_finds_the_copy_but_not_on_its_path() -> None:

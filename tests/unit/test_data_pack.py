@@ -11,8 +11,6 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
-from hpcdl.core.errors import UserInputError, ValidationError
-from hpcdl.data.imagefolder import scan_tree
 from hpcdl.data.mount import image_bind, is_packed_name
 from hpcdl.data.packed import (
     SquashTree,
@@ -23,6 +21,8 @@ from hpcdl.data.packed import (
     parse_block_size,
 )
 from hpcdl.jobs.preflight import check_inputs
+from hpcdl.jobside.errors import UserInputError, ValidationError
+from hpcdl.jobside.imagefolder import scan_tree
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from tests.unit.test_render_golden import GOLDEN, check_golden

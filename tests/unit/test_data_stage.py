@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.preflight import MANY_FILES, count_files, many_files_warning
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from tests.integration.conftest_slurm import hpcdl

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
-from hpcdl.core.errors import UserInputError
-from hpcdl.data.imagefolder import scan_imagefolder
 from hpcdl.data.tiny import TinySpec, class_name, make_tiny
+from hpcdl.jobside.errors import UserInputError
+from hpcdl.jobside.imagefolder import scan_imagefolder
 
 
 def _digest(root: Path) -> dict[str, str]:

@@ -72,8 +72,8 @@ def test_imagefolder_dataset_on_tiny_jpegs(tmp_path: Path) -> None:
     pytest.importorskip("PIL")
     from trainkit.data import ImageFolderDataset
 
-    from hpcdl.data.imagefolder import scan_imagefolder
     from hpcdl.data.tiny import TinySpec, make_tiny
+    from hpcdl.jobside.imagefolder import scan_imagefolder
 
     make_tiny(tmp_path / "t", TinySpec(classes=2, per_class=3, val_per_class=1, size=48))
     folder = scan_imagefolder(tmp_path / "t")
@@ -92,7 +92,7 @@ def test_corrupt_image_is_a_user_error(tmp_path: Path) -> None:
     pytest.importorskip("PIL")
     from trainkit.data import ImageFolderDataset
 
-    from hpcdl.core.errors import UserInputError
+    from hpcdl.jobside.errors import UserInputError
 
     bad = tmp_path / "x.JPEG"
     bad.write_bytes(b"\xff\xd8\xff\xe0 truncated")

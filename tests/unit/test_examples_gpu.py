@@ -190,7 +190,7 @@ def test_ddp_over_nccl_reduces_the_loops_cpu_tensors(monkeypatch: pytest.MonkeyP
     from torch import nn
     from trainkit.dist import DDPBackend
 
-    from hpcdl.launch.world import World, torch_env
+    from hpcdl.jobside.world import World, torch_env
 
     world = World(rank=0, world_size=1, local_rank=0, local_size=1, nodes=1,
                   master_addr="127.0.0.1", master_port=_free_port(), launcher="single")

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from hpcdl.container.build import parse_image_facts_line
-from hpcdl.core.errors import ValidationError
 from hpcdl.core.gpuarch import (
     ImageArchFacts,
     check_partition,
@@ -25,6 +24,7 @@ from hpcdl.doctor.image import ImageFacts
 from hpcdl.doctor.parse import parse_cuda_archs
 from hpcdl.doctor.verdicts import verdicts
 from hpcdl.jobs.preflight import image_arch_facts
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.core.errors import ToolError
 from hpcdl.hang import diagnosis as hang
 from hpcdl.hang.diagnosis import (
     CONTAINER_PY_SPY,
@@ -34,6 +33,7 @@ from hpcdl.hang.diagnosis import (
 )
 from hpcdl.hang.watchdog import HangWatchdog, find_py_spy, fingerprint, hang_dump, write_hang
 from hpcdl.jobs.rundir import RunDir
+from hpcdl.jobside.errors import ToolError
 from hpcdl.launch.rankenv import WRAPPER_NAME, rank_env_script
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile

@@ -149,7 +149,7 @@ def test_no_import_circle(graph: dict[str, tuple[set[str], set[str]]]) -> None:
 
 def test_the_job_side_layer_needs_only_the_standard_library_and_the_runtime():
     job_side = [m for m in MODULES if layer_of(m, LAYERS) == 0]
-    assert "hpcdl.results.protocol" in job_side and "hpcdl.probe.worker" in job_side
+    assert "hpcdl.jobside.protocol" in job_side and "hpcdl.jobside.probe_worker" in job_side
     for module in job_side:
         ours, others = GRAPH[module]
         assert others <= set(sys.stdlib_module_names) | RUNTIME, (module, others)

@@ -16,8 +16,8 @@ from contextlib import ExitStack, contextmanager
 
 import pytest
 
+from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.rankenv import PORT_PICK_FILE
-from hpcdl.launch.world import PORT_BASE, PORT_SPAN
 from hpcdl.plan import PORT_TRIES, JobRequest, build_plan
 from hpcdl.profiles import load_profile
 

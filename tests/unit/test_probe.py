@@ -15,14 +15,14 @@ from click.testing import CliRunner
 
 from hpcdl.cli import cli
 from hpcdl.cli.display import probe_view
-from hpcdl.core.errors import ValidationError
 from hpcdl.jobs.flow import probe_exit
+from hpcdl.jobside import probe_worker as worker
+from hpcdl.jobside import protocol
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
-from hpcdl.probe import worker
 from hpcdl.probe.request import ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
-from hpcdl.results import protocol
 from hpcdl.results.record import JobLogs, result_record
 from hpcdl.schedulers.base import JobState, JobStatus
 
@@ -422,7 +422,7 @@ def _probe_plan(**kw: Any) -> JobPlan:
 
 def test_probe_job_runs_the_worker_bound_from_the_host():
     plan = _probe_plan()
-    assert plan.launch.launch_line.endswith("hpcdl-rank-env python3 /hpcdl/hpcdl/probe/worker.py "
+    assert plan.launch.launch_line.endswith("hpcdl-rank-env python3 /hpcdl/hpcdl/jobside/probe_worker.py "
                                      "--sizes 4K --iters 5 --warmup 2 --backend auto --mpi auto "
                                      f"--slow-ratio {worker.DEFAULT_SLOW_RATIO:g}")
     assert ":/hpcdl/hpcdl:ro" in plan.launch.launch_line and "PYTHONPATH=/hpcdl" in plan.launch.launch_line
@@ -543,7 +543,7 @@ def test_cli_dry_run_shows_the_script(tmp_path: Path):
     res = CliRunner().invoke(cli, ["probe", "-p", "sandbox", "-N", "2", "--sizes", "4K,1M",
                                    "--no-image", "--dry-run", "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
-    assert "probe/worker.py --sizes 4K,1M --iters 5" in res.output
+    assert "jobside/probe_worker.py --sizes 4K,1M --iters 5" in res.output
     assert f"#SBATCH --output={tmp_path}/r/slurm-%j.out" in res.output
     res = CliRunner().invoke(cli, ["probe", "-p", "sandbox", "--no-image", "--dry-run", "--json"])
     assert json.loads(res.output)["job_name"] == "hpcdl-probe"
@@ -556,7 +556,7 @@ def test_submit_probe_sizes_needs_probe_first():
         "error: probe-sizes: only with --probe-first"
     res = CliRunner().invoke(cli, ["submit", "-p", "sandbox", "-N", "2", "-G", "1", "--no-image",
                                    "--probe-first", "--probe-sizes", "4K", "--dry-run"])
-    assert res.exit_code == 0 and "probe/worker.py --sizes 4K" in res.output
+    assert res.exit_code == 0 and "jobside/probe_worker.py --sizes 4K" in res.output
 
 
 def test_profiles_show_lists_the_interconnect(tmp_path: Path):

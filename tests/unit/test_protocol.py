@@ -1,4 +1,4 @@
-"""hpcdl.results.protocol: the result line and the rank line, written and parsed by
+"""hpcdl.jobside.protocol: the result line and the rank line, written and parsed by
 one module (the examples print with it, hpcdl reads with it)."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.results.logs import format_result_table
-from hpcdl.results.protocol import (
+from hpcdl.jobside.protocol import (
     parse_rank_table,
     parse_result,
     rank_line,
     result_line,
     unlabel,
 )
+from hpcdl.results.logs import format_result_table
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -80,7 +80,7 @@ def test_the_examples_print_through_the_protocol(example: str, needs: set[str]) 
 
 def test_protocol_is_stdlib_only() -> None:
     # The examples import it inside jobs (from the image's /opt/hpcdl) before anything else.
-    source = (Path(__file__).resolve().parents[2] / "hpcdl" / "results" / "protocol.py")
+    source = (Path(__file__).resolve().parents[2] / "hpcdl" / "jobside" / "protocol.py")
     tree = ast.parse(source.read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                 if isinstance(node, ast.Import) for alias in node.names}

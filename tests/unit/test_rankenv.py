@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
+from hpcdl.jobside.world import detect_world
 from hpcdl.launch.rankenv import WRAPPER_NAME, rank_env_script
-from hpcdl.launch.world import detect_world
 
 SHELLS = [s for s in ("/bin/sh", shutil.which("bash"), shutil.which("dash")) if s]
 SHOW = ["env"]

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
+from hpcdl.jobside import steps
 from hpcdl.report import write_run_report, write_sweep_report
 from hpcdl.report.gather import attempt_spans, gather_run
-from hpcdl.results import steps
 from hpcdl.results.straggler import busy_seconds, verdict
 from hpcdl.results.table import Row
 

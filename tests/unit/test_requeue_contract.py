@@ -1,4 +1,4 @@
-"""The requeue contract (hpcdl/requeue.py), the batch script's requeue block, and the
+"""The requeue contract (hpcdl/jobside/requeue.py), the batch script's requeue block, and the
 user-script example, without Slurm: the rendered block runs in bash with stub srun,
 scontrol and squeue."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from hpcdl import requeue
-from hpcdl.core.errors import ValidationError
+from hpcdl.jobside import requeue
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.schedulers.base import RequeueSpec

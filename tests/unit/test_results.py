@@ -1,5 +1,6 @@
 """Parsing job logs: result line, rank table, failed ranks."""
 
+from hpcdl.jobside.protocol import parse_rank_table, parse_result
 from hpcdl.results.logs import (
     describe_failures,
     failed_ranks,
@@ -7,7 +8,6 @@ from hpcdl.results.logs import (
     parse_failures,
     rank_lines,
 )
-from hpcdl.results.protocol import parse_rank_table, parse_result
 
 LOG = """\
 hpcdl: job 12 on n[1-2]: 4 ranks (2 nodes x 2)

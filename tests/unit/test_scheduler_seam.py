@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from hpcdl.core import proc
-from hpcdl.core.errors import SubmitError, ToolError, UserInputError
 from hpcdl.jobs.follow import Watcher
+from hpcdl.jobside.errors import SubmitError, ToolError, UserInputError
 from hpcdl.schedulers.base import JobState, JobStatus, SubmitOptions
 from hpcdl.schedulers.executor import LocalExecutor
 from hpcdl.schedulers.registry import scheduler_for
@@ -147,8 +147,8 @@ def _code_words(source: str) -> list[str]:
 
 
 # The job lifecycle: hpcdl's flows (and the jobs layer, where there is one) over the seam.
-LIFECYCLE = ["sweep/run.py", "hang/watchdog.py", "schedulers/base.py",
-             "schedulers/executor.py",
+LIFECYCLE = ["sweep/run.py", "sweep/flow.py", "results/read.py", "hang/watchdog.py",
+             "schedulers/base.py", "schedulers/executor.py",
              *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "jobs").glob("*.py"))]
 # Words that look like a scheduler's and are not a call to it, each with why:
 NEUTRAL_WORDS = {

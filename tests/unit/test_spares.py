@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from hpcdl.core.errors import ValidationError
 from hpcdl.jobs import recoveries
+from hpcdl.jobside import probe_worker as worker
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.launch.nodes import BAD_NODES_NAME, NODES_FILE, RECOVERIES_NAME
 from hpcdl.plan import JobPlan, JobRequest, build_plan
-from hpcdl.probe import worker
 from hpcdl.profiles import load_profile
 from tests.integration.conftest_slurm import hpcdl
 

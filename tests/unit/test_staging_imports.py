@@ -48,4 +48,4 @@ def test_job_side_files_as_from_whole_parses(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(staging, "_hpcdl_imports",
                         lambda path: imports_parsed(path.read_text(), str(path)))
     assert fast == staging._job_side_files.__wrapped__()
-    assert "hpcdl/probe/worker.py" in fast and "hpcdl/results/steps.py" in fast
+    assert "hpcdl/jobside/probe_worker.py" in fast and "hpcdl/jobside/steps.py" in fast

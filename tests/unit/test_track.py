@@ -1,6 +1,6 @@
 """`hpcdl track`: run directories made by hpcdl itself (submit/scale against the fake
 Slurm: plan.json, job.json, result.json as hpcdl writes them) with per-step metrics
-written by the real writer (hpcdl.results.steps.StepWriter, as the job does), exported
+written by the real writer (hpcdl.jobside.steps.StepWriter, as the job does), exported
 to TensorBoard (read back with tensorboard's own reader) and to a real MLflow tracking
 server started here (read back with MLflow's own client); tracked twice, nothing
 duplicated. Bad input is one line."""
@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
-from hpcdl.results import steps
+from hpcdl.jobside import steps
 from hpcdl.track.source import aggregate, command_args, read_run
 from tests.fakeslurm.fixture import FakeSlurm
 from tests.unit.test_lifecycle import GOOD_OUT, RESULT

@@ -1,4 +1,4 @@
-"""hpcdl.launch.world: rank/world from crafted launcher environments (pure, no processes)."""
+"""hpcdl.jobside.world: rank/world from crafted launcher environments (pure, no processes)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from hpcdl.core.errors import ConfigError
-from hpcdl.launch.world import (
+from hpcdl.jobside.errors import ConfigError
+from hpcdl.jobside.world import (
     DEFAULT_PORT,
     PORT_BASE,
     PORT_SPAN,
@@ -244,7 +244,7 @@ def test_export_torch_env_sets_env_init_variables() -> None:
 def test_world_module_imports_only_the_stdlib() -> None:
     # Inside the image only PYTHONPATH is set: importing must not pull in torch/numpy.
     code = (
-        "import sys, hpcdl.launch.world; "
+        "import sys, hpcdl.jobside.world; "
         "bad = [m for m in ('torch', 'numpy', 'click', 'pydantic', 'yaml') if m in sys.modules]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -16,8 +16,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from hpcdl.core.errors import UserInputError, ValidationError
 from hpcdl.core.templating import Raw
+from hpcdl.jobside.errors import UserInputError, ValidationError
 from hpcdl.profiles.schema import Launcher, Partition, Profile
 from hpcdl.schedulers.base import Allocation, Feature, JobSpec
 

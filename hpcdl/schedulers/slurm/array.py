@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from hpcdl.core.errors import ValidationError
 from hpcdl.core.templating import shell_join
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.schedulers.slurm.script import sbatch_value
 
 # "0-5", "3,5", "0-999" with an optional "%M" throttle: what sbatch --array takes.

@@ -28,8 +28,8 @@ from typing import Any, Union
 import pydantic
 
 from hpcdl.core.duration import format_time, parse_time
-from hpcdl.core.errors import ConfigError, ToolError
 from hpcdl.core.yamlmodel import describe_validation_error, parse_yaml_model
+from hpcdl.jobside.errors import ConfigError, ToolError
 from hpcdl.profiles.schema import Login, Partition, Profile
 from hpcdl.schedulers.slurm.detect import ClusterFacts, Node, PartitionInfo
 

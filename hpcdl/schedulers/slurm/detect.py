@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from hpcdl.core.errors import ToolError
+from hpcdl.jobside.errors import ToolError
 from hpcdl.schedulers.executor import LOCAL, Executor, RemoteInputError
 
 # "Key=" at the start of a token: Slurm's keys are CamelCase (gres/gpu=... inside a TRES

@@ -11,9 +11,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from hpcdl.core.errors import ValidationError
 from hpcdl.core.templating import Raw, shell_join
 from hpcdl.core.tokens import CONTROL
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.profiles.schema import Launcher, Partition, Profile
 from hpcdl.schedulers.base import Allocation, Feature, JobSpec, RunFiles
 

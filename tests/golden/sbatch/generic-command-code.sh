@@ -26,7 +26,7 @@ export HPCDL_RUN_DIR=/scratch/runs/t2
 export HPCDL_JOB_NAME=t2
 export HPCDL_BACKEND=horovod
 # The training script creates this file once it completed its first step (the
-# bundled examples do; hpcdl/requeue.py): no file, no step.
+# bundled examples do; hpcdl/jobside/requeue.py): no file, no step.
 export HPCDL_PROGRESS_FILE=/scratch/runs/t2/progress
 
 # Every rank starts through the run's job/bin/hpcdl-rank-env (--dry-run prints it): it

@@ -26,7 +26,7 @@ export HPCDL_JOB_NAME=t1
 export HPCDL_BACKEND=horovod
 export HPCDL_IMAGE=/apps/applications/singularity_images/ngc/pytorch_22.03-hd-py3.sif
 # The training script creates this file once it completed its first step (the
-# bundled examples do; hpcdl/requeue.py): no file, no step.
+# bundled examples do; hpcdl/jobside/requeue.py): no file, no step.
 export HPCDL_PROGRESS_FILE=/scratch/runs/t1/progress
 
 # Every rank starts through the run's job/bin/hpcdl-rank-env (--dry-run prints it): it

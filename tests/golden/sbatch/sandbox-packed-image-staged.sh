@@ -25,7 +25,7 @@ export HPCDL_JOB_NAME=hpcdl-horovod
 export HPCDL_BACKEND=horovod
 export HPCDL_IMAGE=/scratch/images/pytorch-horovod.sif
 # The training script creates this file once it completed its first step (the
-# bundled examples do; hpcdl/requeue.py): no file, no step.
+# bundled examples do; hpcdl/jobside/requeue.py): no file, no step.
 export HPCDL_PROGRESS_FILE=/scratch/runs/p4/progress
 
 # Every rank starts through the run's job/bin/hpcdl-rank-env (--dry-run prints it): it

@@ -24,7 +24,7 @@ export PYTHONPATH=/scratch/runs/p3/job${PYTHONPATH:+:$PYTHONPATH}
 export HPCDL_JOB_NAME=hpcdl-horovod
 export HPCDL_BACKEND=horovod
 # The training script creates this file once it completed its first step (the
-# bundled examples do; hpcdl/requeue.py): no file, no step.
+# bundled examples do; hpcdl/jobside/requeue.py): no file, no step.
 export HPCDL_PROGRESS_FILE=/scratch/runs/p3/progress
 
 # Every rank starts through the run's job/bin/hpcdl-rank-env (--dry-run prints it): it

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from hpcdl.core.errors import UserInputError
+from hpcdl.jobside.errors import UserInputError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".webp")
 LAYOUT = "expected ImageFolder layout DIR/train/<class>/<image> and DIR/val/<class>/<image>"

@@ -1,14 +1,14 @@
 """hpcdl's allreduce probe: the script every rank of an `hpcdl probe` job runs (and the
 first step of `hpcdl submit --probe-first`).
 
-    python3 worker.py --sizes 4K,64K,1M --iters 5 [--warmup 2] [--backend auto|gloo|nccl]
-                      [--mpi auto|on|off] [--ifname eth0] [--slow-ratio 0.15]
-                      [--expected-gbs 12.5] [--slow-nodes-out FILE]
+    python3 probe_worker.py --sizes 4K,64K,1M --iters 5 [--warmup 2]
+                            [--backend auto|gloo|nccl] [--mpi auto|on|off] [--ifname eth0]
+                            [--slow-ratio 0.15] [--expected-gbs 12.5] [--slow-nodes-out FILE]
 
 Standalone: the standard library at import, torch (and mpi4py + numpy for the MPI
 sweep, when present) inside ``main``; hpcdl itself is not needed in the image. The job
 binds hpcdl's package read-only at /hpcdl/hpcdl, like the bundled examples, and the
-report line is written by hpcdl.results.protocol (stdlib only; found from this file's
+report line is written by hpcdl.jobside.protocol (stdlib only; found from this file's
 own location when it is not on the path). Rank and world come from torchrun's
 variables, which hpcdl's rank-env wrapper sets under srun.
 
@@ -396,13 +396,13 @@ def _fail(message: str, report: Callable[[dict[str, Any]], None]) -> int:
 
 
 def _protocol() -> Any:
-    """hpcdl.results.protocol (the report's writers), from the hpcdl tree this file is part of (bound
-    at /hpcdl/hpcdl in a job, or a checkout or installed package), so writer and parser
-    always match; a python path that holds another hpcdl does not win."""
+    """hpcdl.jobside.protocol (the report's writers), from the hpcdl tree this file is part
+    of (bound at /hpcdl/hpcdl in a job, or a checkout or installed package), so writer and
+    parser always match; a python path that holds another hpcdl does not win."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if os.path.isfile(os.path.join(root, "hpcdl", "results", "protocol.py")):
+    if os.path.isfile(os.path.join(root, "hpcdl", "jobside", "protocol.py")):
         sys.path.insert(0, root)
-    from hpcdl.results import protocol
+    from hpcdl.jobside import protocol
 
     return protocol
 

@@ -3,7 +3,7 @@
 One answer for torchrun, Open MPI's ``mpirun`` (and ``horovodrun``, which uses it or
 Gloo), and Slurm's ``srun``, so the same training script runs under all of them.
 This module is imported inside the container image with only ``PYTHONPATH`` set, so
-it imports nothing but the standard library (and ``hpcdl.core.errors``, itself stdlib-only).
+it imports nothing but the standard library (and ``hpcdl.jobside.errors``, itself stdlib-only).
 
 Precedence, most specific first (an ``mpirun`` inside an ``sbatch`` job sees both
 Open MPI and Slurm variables; the Open MPI ones describe the processes it started):
@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hpcdl.core.errors import ConfigError
+from hpcdl.jobside.errors import ConfigError
 
 # Ports derived from a job id land in [PORT_BASE, PORT_BASE + PORT_SPAN): above the
 # well-known/registered services people run on clusters (< 15000) and below Linux's

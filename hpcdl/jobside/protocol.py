@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 RESULT_KEY = "hpcdl_result"
-# `hpcdl probe`'s report (hpcdl/probe/worker.py): rank 0 prints the measurements; a rank
+# `hpcdl probe`'s report (hpcdl/jobside/probe_worker.py): rank 0 prints the measurements; a rank
 # that cannot run prints ``{"error": ...}`` (with its node) before it exits 2.
 PROBE_KEY = "hpcdl_probe"
 # ... and writes the same line to RUN_DIR/probe-error.RANK: srun --kill-on-bad-exit can end
