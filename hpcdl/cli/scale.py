@@ -12,7 +12,7 @@ import click
 from hpcdl.cli.display import SweepBar, done_line, probe_view
 from hpcdl.cli.options import example_options, launch_options, parse_env
 from hpcdl.cli.submit import defaults_line, echo_warning
-from hpcdl.jobs.prepare import open_cluster, prepare_points
+from hpcdl.jobs.prepare import open_cluster
 from hpcdl.jobs.submit import Submitted
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest
@@ -35,6 +35,7 @@ from hpcdl.sweep.grid import (
     read_sweep,
     sweep_path,
 )
+from hpcdl.sweep.prepare import prepare_points
 from hpcdl.sweep.run import connection_for, load_rows
 
 

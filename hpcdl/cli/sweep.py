@@ -115,11 +115,12 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
       hpcdl sweep -p sandbox -G 1 --random 20 --param lr=log:1e-4:1e-1 --seed 1 --dry-run
       hpcdl sweep --retry-failed runs/sweep-20261126-101500-ab12 --wait
     """
-    from hpcdl.jobs.prepare import open_cluster, prepare_array
+    from hpcdl.jobs.prepare import open_cluster
     from hpcdl.profiles import load_profile
     from hpcdl.sweep import arrays
     from hpcdl.sweep import params as sweep_params
     from hpcdl.sweep.grid import new_sweep_id, sweep_path
+    from hpcdl.sweep.prepare import prepare_array
 
     _refuse_per_task(chain, hang_timeout)
     if retry is not None:

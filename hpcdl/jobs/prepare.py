@@ -1,5 +1,5 @@
 """The one road from a request to what gets submitted, for every command that submits
-(submit, probe, scale, sweep), dry run or not.
+(submit, probe; scale and sweep take it through hpcdl.sweep.prepare), dry run or not.
 
 The job path reads one way: request -> ``prepare_job`` (here: the cluster's view of the
 request, the checks, the plan with its run directory decided) -> hpcdl.jobs.flow
@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.jobs.cluster import Cluster, connect
@@ -28,16 +27,11 @@ from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.dialects import dialect_for, refuse
 
-if TYPE_CHECKING:
-    from hpcdl.sweep.arrays import ArrayPlan
-    from hpcdl.sweep.grid import SweepPoint
-    from hpcdl.sweep.params import Point
-
 # One warning line's text (the caller prefixes "warning: ").
 OnWarning = Callable[[str], None]
 
 
-def _ignore(_: str) -> None:
+def no_warning(_: str) -> None:
     return None
 
 
@@ -57,7 +51,7 @@ def open_cluster(prof: Profile, command: str, *, dry_run: bool, run_dir: Path | 
 
 
 def runtime_mode(cluster: Cluster, request: JobRequest,
-                 on_warning: OnWarning = _ignore) -> RuntimeMode | None:
+                 on_warning: OnWarning = no_warning) -> RuntimeMode | None:
     """How the request's container runtime will run its ranks (Cluster.runtime_mode),
     its warning to ``on_warning`` when this host cannot run images as this user. None
     for a cluster elsewhere: this machine is not its nodes."""
@@ -82,7 +76,7 @@ class Prepared:
 
 def prepare_job(prof: Profile, request: JobRequest, cluster: Cluster, *,
                 run_name: str | None = None, check_image: bool = True,
-                on_warning: OnWarning = _ignore) -> Prepared:
+                on_warning: OnWarning = no_warning) -> Prepared:
     """``request`` made ready to submit through ``cluster`` (open_cluster's; a planning
     handle is a dry run): --code only where it is copied (Cluster.check_code); the
     image's build record for the plan's GPU-architecture check and the runtime mode,
@@ -133,73 +127,3 @@ def _plan(prof: Profile, request: JobRequest, conn: Cluster, *, run_name: str | 
             notes.insert(0, f"run directory{where} {plan.spec.run_dir} (--run-dir); nothing is "
                             f"created")
     return Prepared(conn, request, plan, notes)
-
-
-def prepare_points(prof: Profile, base: JobRequest, points: list[SweepPoint],
-                   cluster: Cluster, *, sweep_dir: Path | None,
-                   on_warning: OnWarning = _ignore
-                   ) -> tuple[JobRequest, list[tuple[SweepPoint, JobPlan]]]:
-    """A scaling sweep's points planned (hpcdl.sweep.grid.plan_points) from ``base``:
-    the image's build record read once for every point's check; without ``sweep_dir``
-    (a dry run) the points' plans as the profile sees them, without run directories;
-    with it each point planned once, with its run directory in the sweep directory and
-    the image and code as the nodes see them: those plans are what gets submitted, the
-    inputs checked here first. Returns the base request as submitted and the plans.
-    Raises ValidationError (naming the point), RenderError before anything is written."""
-    # Lazy: the sweeps' modules are not on submit's way to sbatch (issue 31).
-    from hpcdl.sweep.grid import plan_points
-
-    facts = cluster.image_facts(base)
-    mode = runtime_mode(cluster, base, on_warning)
-    if sweep_dir is None:
-        return base, plan_points(prof, base, points, image_facts=facts, runtime_mode=mode)
-    base = cluster.for_cluster(base)  # the image and code as the nodes see them
-    plans = plan_points(prof, base, points, sweep_dir, facts, mode,
-                        place=cluster.place)  # raises before writing
-    cluster.check_inputs(base, image=plans[0][1].container.image)
-    return base, plans
-
-
-@dataclass(frozen=True)
-class PreparedArray:
-    """A parameter sweep made ready to submit as one job array: the base request as the
-    cluster sees it, the array's plan, and for a dry run the notes of what it left
-    unchecked (None for real). ``cluster_dir``: the sweep directory on the cluster when
-    it is copied there (a login: profile), else None."""
-
-    request: JobRequest
-    plan: ArrayPlan
-    notes: list[str] | None
-    cluster_dir: str | None
-
-
-def prepare_array(prof: Profile, base: JobRequest, points: list[Point], cluster: Cluster, *,
-                  sweep_dir: Path, max_concurrent: int | None,
-                  on_warning: OnWarning = _ignore) -> PreparedArray:
-    """A parameter sweep's points planned as one job array (hpcdl.sweep.arrays.plan_array)
-    as `prepare_job` plans one job: the image's build record read here, the request as
-    the cluster sees it with every point's run directory mapped to the cluster's, the
-    number of points against the cluster's MaxArraySize (asked of the scheduler; a dry
-    run over a transport asks nothing and says so), and for real the inputs checked
-    here. Raises ValidationError, RenderError before anything is written."""
-    # Lazy: as in prepare_points.
-    from hpcdl.sweep import arrays
-
-    facts = cluster.image_facts(base)
-    mode = runtime_mode(cluster, base, on_warning)
-    base, notes = cluster.request_for(base)
-    if notes is not None and cluster.remote:  # a dry run asks the cluster nothing
-        cluster_max = None
-        notes.append(f"not checked: the number of points against the cluster's "
-                     f"MaxArraySize (a submission asks {cluster.executor.target})")
-    else:
-        cluster_max = arrays.cluster_array_size(cluster.scheduler)
-    plan = arrays.plan_array(prof, base, points, sweep_dir=sweep_dir,
-                             max_concurrent=max_concurrent, image_facts=facts,
-                             runtime_mode=mode, place=cluster.place,
-                             cluster_max_array_size=cluster_max)  # raises before writing
-    cluster_dir = cluster.place.cluster_path(plan.sweep_dir) if cluster.place.remote else None
-    if not cluster.planning:
-        # Here's inputs; the cluster's were checked (for_cluster).
-        cluster.check_inputs(base, image=plan.plans[0].container.image)
-    return PreparedArray(base, plan, notes, cluster_dir)
