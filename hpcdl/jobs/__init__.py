@@ -1,5 +1,6 @@
-"""The job flows between the planning layer and the CLI: a job from its plan to its
-outcome (``flow``) and what a job's run directory adds to its scheduler status
+"""The job flows between the planning layer and the CLI: a request made ready to submit,
+dry run or not (``prepare``: the cluster's view, the checks, the plan), a job from its
+plan to its outcome (``flow``) and what a job's run directory adds to its scheduler status
 (``status``), over the run directory (``rundir``), submission, following and the
 cluster connection. A sweep's flow is hpcdl.sweep.flow; what a finished run or sweep
 holds, hpcdl.sweep.run.load_rows and hpcdl.results.read.
