@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -58,8 +58,8 @@ FOLDERS = pytest.StashKey[list[Path]]()
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
-                              ) -> Iterator[pytest.TestReport]:
-    report: pytest.TestReport = yield
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
     item.stash.setdefault(PHASES, {})[report.when] = report
     return report
 
