@@ -177,6 +177,9 @@ def test_check_section_is_one_test_section_running_the_shipped_script() -> None:
     assert body in text
 
 
+# `make test` only: a Python start that imports torch (~2 s), the script run as a whole
+# program; the tests above check its parts and its line's parsing in process.
+@pytest.mark.slow
 def test_the_script_reports_on_this_python(tmp_path: Path) -> None:
     """On the host's python (torch CPU, no torchvision here, or whatever is there): one
     line, ok or FAIL, and the exit code agrees with it."""

@@ -20,7 +20,7 @@ from hpcdl.jobs.preflight import MANY_FILES, count_files, many_files_warning
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
-from tests.integration.conftest_slurm import hpcdl
+from tests.unit.clirun import hpcdl
 from tests.unit.jobfiles import stage_job_scripts
 from tests.unit.test_image_stage import FAKES, profile
 from tests.unit.test_render_golden import GOLDEN, check_golden
@@ -87,13 +87,13 @@ def test_stage_data_needs_local_scratch_and_slurm() -> None:
 
 def test_the_cli_refuses_in_one_line_and_dry_run_shows_the_staging() -> None:
     res = hpcdl("submit", "-p", "sandbox", "-N", "2", "-G", "0", "--no-image", "--synthetic",
-                "--stage-data", "--dry-run", timeout=60)
+                "--stage-data", "--dry-run")
     assert res.returncode == 2, res.stdout + res.stderr
     assert [line for line in res.stderr.splitlines() if line.strip()] == [
         "error: stage-data: needs a packed --data DATA.sqfs (this job has --synthetic)"]
     assert res.stdout == ""
     res = hpcdl("submit", "-p", "sandbox", "-N", "2", "-G", "0", "--no-image", "--data", DATA,
-                "--stage-data", "--dry-run", timeout=60)
+                "--stage-data", "--dry-run")
     assert res.returncode == 0, res.stderr
     assert ("# dataset staged with sbcast to each node's "
             "/local/hpcdl-$SLURM_JOB_ID-data-imagenet.sqfs; the ranks read that copy"
@@ -138,6 +138,12 @@ mkdir -p "$3/train" && echo "$2 ($(stat -c %s "$2") bytes)" > "$3/source"
 """,
     "fusermount": """#!/bin/bash
 rm -rf "$2/train" "$2/source"
+""",
+    # The block polls every node for the mounted train/ each `sleep 1`; the stand-in
+    # mounts take milliseconds, so a tenth of it (still 6 s for the block's 60 tries).
+    "sleep": """#!/bin/bash
+[[ $1 == 1 ]] && exec /bin/sleep 0.1
+exec /bin/sleep "$@"
 """,
 }
 NATIVE_RANK = ('echo "rank on $SLURMD_NODENAME reads $(cat "$HPCDL_DATA/source") at '

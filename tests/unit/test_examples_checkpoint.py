@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.conftest import SEALED_DIRS, UNSET
 from tests.unit.conftest_examples import EXAMPLES
 
 torch = pytest.importorskip("torch")
@@ -78,13 +80,22 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_process_killed_mid_write_leaves_previous_checkpoint_loadable(tmp_path: Path) -> None:
-    from trainkit.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-
-    ckpt, marker = tmp_path / "ckpt", tmp_path / "writing"
-    script = tmp_path / "child.py"
+@pytest.fixture(scope="module")
+def killed_mid_write(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint folder whose writer, a child process, was SIGKILLed halfway through
+    its second checkpoint (after a whole first one). One child (~1.5 s: a Python start
+    and torch's import) for the tests below, each of which works on its own copy. The
+    child gets a HOME and caches of its own (this fixture outlives one test's
+    sealed_home, tests/unit/conftest.py)."""
+    base = tmp_path_factory.mktemp("killed")
+    ckpt, marker = base / "ckpt", base / "writing"
+    script = base / "child.py"
     script.write_text(CHILD.format(examples=str(EXAMPLES)))
-    proc = subprocess.Popen([sys.executable, str(script), str(ckpt), str(marker)])
+    env = {k: v for k, v in os.environ.items() if k not in UNSET}
+    for var, rel in SEALED_DIRS.items():
+        (base / rel).mkdir(parents=True, exist_ok=True)
+        env[var] = str(base / rel)
+    proc = subprocess.Popen([sys.executable, str(script), str(ckpt), str(marker)], env=env)
     try:
         deadline = time.monotonic() + 60
         while not marker.exists():
@@ -98,6 +109,14 @@ def test_process_killed_mid_write_leaves_previous_checkpoint_loadable(tmp_path: 
             proc.kill()
             proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
+    return ckpt
+
+
+def test_process_killed_mid_write_leaves_previous_checkpoint_loadable(
+        killed_mid_write: Path, tmp_path: Path) -> None:
+    from trainkit.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+
+    ckpt = Path(shutil.copytree(killed_mid_write, tmp_path / "ckpt"))
     leftovers = [n for n in os.listdir(ckpt) if n.endswith(".tmp")]
     assert len(leftovers) == 1 and (ckpt / leftovers[0]).stat().st_size > 0  # really half-written
     latest = latest_checkpoint(ckpt)
@@ -131,27 +150,12 @@ def test_resume_skips_a_damaged_newest_checkpoint(tmp_path: Path) -> None:
     assert "no optimizer, progress" in skipped[0]
 
 
-def test_killed_mid_write_is_never_resumed_from(tmp_path: Path) -> None:
+def test_killed_mid_write_is_never_resumed_from(killed_mid_write: Path, tmp_path: Path) -> None:
     """The requeue path's loader after a SIGKILL mid-write: the half-written temp file is
     not a candidate, the previous checkpoint is what the next attempt resumes from."""
     from trainkit.checkpoint import load_latest_valid
 
-    ckpt, marker = tmp_path / "ckpt", tmp_path / "writing"
-    script = tmp_path / "child.py"
-    script.write_text(CHILD.format(examples=str(EXAMPLES)))
-    proc = subprocess.Popen([sys.executable, str(script), str(ckpt), str(marker)])
-    try:
-        deadline = time.monotonic() + 60
-        while not marker.exists():
-            assert proc.poll() is None, "child exited before writing"
-            assert time.monotonic() < deadline, "child never reached the middle of the write"
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+    ckpt = Path(shutil.copytree(killed_mid_write, tmp_path / "ckpt"))
     assert any(n.endswith(".tmp") for n in os.listdir(ckpt))
     found = load_latest_valid(ckpt, required=("step",))
     assert found is not None

@@ -218,14 +218,11 @@ def test_preflight_without_a_record(tmp_path: Path) -> None:
 
 
 def test_submit_dry_run_refuses_in_one_line_exit_2(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+    from tests.unit.clirun import hpcdl
 
     img = _image_with_record(tmp_path, {"image_facts": {
         "torch": "2.14.1+cu130", "torch_cuda": "13.0", "cuda_archs": list(CU13)}})
-    r = subprocess.run([sys.executable, "-m", "hpcdl", "submit", "-p", "neuron", "-N", "1",
-                        "-G", "2", "--image", str(img), "--dry-run"],
-                       capture_output=True, text=True, timeout=120)
+    r = hpcdl("submit", "-p", "neuron", "-N", "1", "-G", "2", "--image", str(img), "--dry-run")
     assert r.returncode == 2 and r.stdout == ""
     first = r.stderr.strip().splitlines()[0]
     assert "cas_v100_2: GPU type V100 is sm_70" in first and str(img) in first, r.stderr

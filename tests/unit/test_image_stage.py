@@ -19,7 +19,7 @@ from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
-from tests.integration.conftest_slurm import hpcdl
+from tests.unit.clirun import hpcdl
 from tests.unit.jobfiles import stage_job_scripts
 
 IMAGE = "/scratch/images/pytorch-horovod-cpu.sif"
@@ -106,7 +106,7 @@ def test_the_cli_refuses_in_one_line_with_exit_2(tmp_path: Path) -> None:
     data["name"] = "nolocal"
     path.write_text(yaml.safe_dump(data))
     res = hpcdl("submit", "-p", str(path), "-N", "2", "-G", "0", "--image", IMAGE,
-                "--stage-image", "--dry-run", "--", "true", timeout=60)
+                "--stage-image", "--dry-run", "--", "true")
     assert res.returncode == 2, res.stdout + res.stderr
     errors = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and "paths.local_scratch" in errors[0], res.stderr
@@ -115,13 +115,13 @@ def test_the_cli_refuses_in_one_line_with_exit_2(tmp_path: Path) -> None:
 
 def test_dry_run_shows_the_staging(tmp_path: Path) -> None:
     res = hpcdl("submit", "-p", "sandbox", "-N", "2", "-G", "0", "--image", IMAGE,
-                "--stage-image", "--dry-run", "--", "true", timeout=60)
+                "--stage-image", "--dry-run", "--", "true")
     assert res.returncode == 0, res.stderr
     assert ("# image staged with sbcast to each node's "
             "/local/hpcdl-$SLURM_JOB_ID-pytorch-horovod-cpu.sif") in res.stderr
     assert 'hpcdl_stage image "$HPCDL_IMAGE" /local/hpcdl-' in res.stdout
     js = hpcdl("submit", "-p", "sandbox", "-N", "2", "-G", "0", "--image", IMAGE,
-               "--stage-image", "--dry-run", "--json", "--", "true", timeout=60)
+               "--stage-image", "--dry-run", "--json", "--", "true")
     assert json.loads(js.stdout)["stage"] == "sbcast"
 
 

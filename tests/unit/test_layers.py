@@ -7,6 +7,7 @@ the standard library, the training runtime and itself."""
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -39,6 +40,12 @@ def modules() -> dict[str, Path]:
     return found
 
 
+@functools.cache
+def _parse(path: Path) -> ast.Module:
+    """Each module parsed once at collection (GRAPH and TYPED_GRAPH both read them)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports_of(path: Path, known: dict[str, Path], typing: bool = False
                ) -> tuple[set[str], set[str]]:
     """(hpcdl modules, other top-level modules) that ``path`` imports; ``typing``: the
@@ -50,7 +57,7 @@ def imports_of(path: Path, known: dict[str, Path], typing: bool = False
             name = name.rpartition(".")[0]
         return name
 
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parse(path)
     typing_only = set() if typing else {
         id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
         and _is_type_checking(block.test) for stmt in block.body for n in ast.walk(stmt)}

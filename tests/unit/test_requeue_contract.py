@@ -4,9 +4,12 @@ scontrol and squeue."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +101,7 @@ def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
     # No 300 s wait after the requeue (Slurm would kill the script then), no 2 s for a
     # previous attempt's step to be cleaned up (there is none), and the fallback
     # SIGTERM after 1 s instead of wait_seconds(20) = 10 (the stepping ranks answer the
-    # flag within 0.05 s; the shell's background sleep would hold its pipes open for the
-    # full wait); other sleeps stay.
+    # flag within 0.05 s); other sleeps stay.
     (stub / "sleep").write_text(
         '#!/bin/bash\n[[ $1 == 300 || $1 == 2 ]] && exit 0\n'
         f'[[ $1 == {requeue.wait_seconds(20)} ]] && exec /bin/sleep 1\n'
@@ -111,21 +113,30 @@ def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
     env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}",
            **(slurm_env or {"SLURM_JOB_ID": "42"}), "SLURM_RESTART_COUNT": str(restart), "SLURM_JOB_NODELIST": "n1",
            "SLURM_SUBMIT_DIR": str(tmp_path)}
-    proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    # Output to files, not pipes, and wait for bash alone: the block's background
+    # `( sleep ...; kill -TERM ... ) &` can outlive the script, and would hold pipes open
+    # for its whole sleep (1 s a test). What is left of the script's process group once
+    # it ended is killed, as Slurm ends a job's processes with the job.
+    out_file, err_file = (tmp_path / "job.out").open("w"), (tmp_path / "job.err").open("w")
+    with out_file, err_file:
+        proc = subprocess.Popen(["bash", str(script)], env=env, stdout=out_file,
+                                stderr=err_file, text=True, start_new_session=True)
     if signal_after is not None:
         flag = run / "requeue.flag"
-        import signal as sig
-        import time
         deadline = time.monotonic() + 20
         while not started.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(signal_after)
-        proc.send_signal(sig.SIGUSR2)
+        proc.send_signal(signal.SIGUSR2)
         deadline = time.monotonic() + 20
         while not flag.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-    out, err = proc.communicate(timeout=60)
+    try:
+        proc.wait(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = (tmp_path / "job.err").read_text()
     log = tmp_path / "scontrol.log"
     return proc.returncode, err, log.read_text() if log.exists() else ""
 

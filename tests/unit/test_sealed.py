@@ -17,15 +17,19 @@ from hpcdl.remote.ssh import control_dir
 REAL_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
 
 
-def test_every_user_location_is_the_tests_own(sealed_home: Path) -> None:
+def test_every_user_location_is_the_tests_own(sealed_home: Path,
+                                              sealed_folders: list[Path]) -> None:
     assert Path.home() == sealed_home
-    sealed = sealed_home.parent
-    places = {"profiles": user_profiles_dir(), "runs": runs_root(),
-              "user cache": Path(user_cache()), "hash cache": hash_cache_path(),
-              "write cache": Path(cache_dirs().write)}
+    sealed, runs = sealed_folders
+    assert sealed_home.parent == sealed
+    places = {"profiles": user_profiles_dir(), "user cache": Path(user_cache()),
+              "hash cache": hash_cache_path(), "write cache": Path(cache_dirs().write)}
     for what, path in places.items():
         assert path.is_relative_to(sealed), f"{what}: {path}"
         assert not path.is_relative_to(REAL_HOME), f"{what}: {path}"
+    # Run directories: on the tests' disk (the sandbox profile's nodes must see them).
+    assert runs_root() == runs and not runs.is_relative_to(REAL_HOME), runs_root()
+    assert runs.is_dir() and not any(runs.iterdir())
     sockets = control_dir()
     assert not sockets.is_relative_to(REAL_HOME) and len(str(sockets)) < 60, sockets
 

@@ -15,7 +15,7 @@ from hpcdl.jobside.errors import ValidationError
 from hpcdl.launch.nodes import BAD_NODES_NAME, NODES_FILE, RECOVERIES_NAME
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
-from tests.integration.conftest_slurm import hpcdl
+from tests.unit.clirun import hpcdl
 
 
 def plan_of(profile: str = "neuron", **req: Any) -> JobPlan:
