@@ -22,8 +22,12 @@ test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS) tests
 
 # The fast tier (docs/testing.md says what it leaves to `make test`).
+# Bytecode is kept in .cache/pycache even where the environment sets
+# PYTHONDONTWRITEBYTECODE: recompiling hpcdl, its tests and their imports on every run
+# was about a sixth of the tier's time (docs/benchmarks.md).
 unit:
-	$(PY) -m pytest -m "not slow" --hypothesis-profile=unit $(PYTEST_ARGS) tests/unit
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.cache/pycache \
+		$(PY) -m pytest -m "not slow" --hypothesis-profile=unit $(PYTEST_ARGS) tests/unit
 
 demo:
 	scripts/demo.sh
