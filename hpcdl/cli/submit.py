@@ -202,7 +202,7 @@ def print_dry_run(plan: JobPlan, *, as_json: bool, notes: Sequence[str] = ()) ->
     for note in notes:
         click.echo(f"# {note}", err=True)
     for warning in plan.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        echo_warning(warning)
     click.echo(f"# partition {plan.spec.partition.name}: {plan.partition_reason}", err=True)
     if plan.container.image_source == "profile default_image":
         click.echo(f"# image {plan.container.image}: the profile's container.default_image "
@@ -268,7 +268,7 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
     job = submit_job(prof, plan, scheduler=scheduler, watch=wait, place=conn.place)
     sub = job.submitted
     for warning in (*plan.warnings, *sub.warnings):
-        click.echo(f"warning: {warning}", err=True)
+        echo_warning(warning)
     spec = plan.spec
     info: dict[str, object] = {
         "job_id": sub.job_id, "run_dir": str(sub.run_dir), "partition": spec.partition.name,
