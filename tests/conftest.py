@@ -1,6 +1,7 @@
 """Shared pytest set-up. Each area registers its fixtures module here (one line each)."""
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -32,3 +33,11 @@ def require(condition: bool, why: str) -> None:
     if IN_CI:
         pytest.fail(f"CI must have this: {why}")
     pytest.skip(why)
+
+
+def pytest_report_header() -> str:
+    """The free disk where the tests write, first in the log: the image builds need
+    ~15 GB at their peak, and a full disk otherwise shows only as a build's ENOSPC."""
+    folder = SHARED_TMP if SHARED_TMP.is_dir() else Path(tempfile.gettempdir())
+    free = shutil.disk_usage(folder).free / 2**30
+    return f"free disk under {folder}: {free:.1f} GiB"

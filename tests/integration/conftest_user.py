@@ -17,7 +17,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,9 @@ USER = "hpcuser"
 # $HPCDL_TEST_USER_VENV: another venv for a second checkout's tests on the same machine.
 VENV = Path(os.environ.get("HPCDL_TEST_USER_VENV") or "/opt/hpcdl-user/venv")
 SYSTEM_PYTHON = "/usr/bin/python3"
+# The user's folders that tests submit runs into: ./runs (HPCDL_RUNS's default, from
+# the home) and ~/hpcdl-runs (a `login:` profile's default remote runs folder).
+RUN_FOLDERS = ("hpcdl-runs", "runs")
 
 
 def ensure_user(name: str = USER) -> pwd.struct_passwd:
@@ -105,14 +108,30 @@ class ClusterUser:
 
 
 @pytest.fixture(scope="session")
-def cluster_user() -> ClusterUser:
-    """An ordinary user with hpcdl installed from a wheel into a venv outside /home."""
+def cluster_user(request: pytest.FixtureRequest) -> Iterator[ClusterUser]:
+    """An ordinary user with hpcdl installed from a wheel into a venv outside /home.
+
+    The account and its home outlive the session (the next run reuses them), so the run
+    directories this session's jobs left in the user's run folders are removed at its
+    end when every test passed: a ResNet run keeps ~100 MB of checkpoints and a sweep
+    ~700 MB, and a machine that runs the suite many times fills its disk otherwise."""
     require(os.geteuid() == 0, "creating the test user needs root")
     require(shutil.which("runuser") is not None, "runuser (util-linux) is missing")
     require(Path(SYSTEM_PYTHON).exists(), f"{SYSTEM_PYTHON} (Debian's python3) is missing")
     entry = ensure_user()
     _install_venv(VENV)
-    return ClusterUser(entry.pw_name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir), VENV)
+    home = Path(entry.pw_dir)
+    before = {folder: _entries(home / folder) for folder in RUN_FOLDERS}
+    yield ClusterUser(entry.pw_name, entry.pw_uid, entry.pw_gid, home, VENV)
+    if request.session.testsfailed:
+        return  # kept for whoever reads the failure
+    for folder, old in before.items():
+        for name in _entries(home / folder) - old:
+            shutil.rmtree(home / folder / name, ignore_errors=True)
+
+
+def _entries(folder: Path) -> set[str]:
+    return set(os.listdir(folder)) if folder.is_dir() else set()
 
 
 @pytest.fixture(scope="session")

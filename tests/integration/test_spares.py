@@ -137,6 +137,8 @@ def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
         user = request.getfixturevalue("cluster_user")
         cluster.dir.chmod(0o755)  # its slurm.conf and munge socket, as a site's are
         runs_dir = user.own(Path("/scratch") / f"hpcdl-spares-{cluster.dir.name}")
+        # Outside pytest's tmp folders (which the user cannot enter): removed here.
+        request.addfinalizer(lambda: shutil.rmtree(runs_dir, ignore_errors=True))
         mine = user.own(user.home / "hpcdl-spares") / profile.name
         shutil.copy(profile, mine)
         os.chown(mine, user.uid, user.gid)
