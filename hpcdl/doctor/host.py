@@ -14,8 +14,9 @@ from pathlib import Path
 
 from hpcdl.container.runtime import RuntimeFacts, find_runtime, gather_runtime_facts
 from hpcdl.core import proc
-from hpcdl.doctor.parse import parse_mpi_version, parse_shared_loop_devices, parse_srun_mpi_list
+from hpcdl.doctor.parse import parse_mpi_version, parse_shared_loop_devices
 from hpcdl.jobside.errors import ToolError
+from hpcdl.schedulers.slurm.detect import parse_mpi_list
 
 
 @dataclass
@@ -73,7 +74,8 @@ def host_facts(binary: str | None = None) -> HostFacts:
             f.slurm_version = version.split()[-1]
         listing = _try(["srun", "--mpi=list"])
         if listing:
-            f.srun_mpi, f.pmix_plugins = parse_srun_mpi_list(listing)
+            offered = parse_mpi_list(listing)
+            f.srun_mpi, f.pmix_plugins = list(offered.types), sorted(offered.pmix_versions)
     smi = _try(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
     if smi:
         rows = [r.split(",") for r in smi.strip().splitlines() if r.strip()]

@@ -21,24 +21,6 @@ def parse_mpi_version(text: str) -> tuple[str | None, str | None]:
     return None, None
 
 
-def parse_srun_mpi_list(text: str) -> tuple[list[str], list[str]]:
-    """(plugin types, pmix versions) from `srun --mpi=list` (Slurm 22.05 .. 24.x)."""
-    types: list[str] = []
-    versions: list[str] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.lower().startswith("mpi plugin types"):
-            continue
-        if line.lower().startswith("specific pmix plugin versions"):
-            versions += re.findall(r"pmix_v\d+", line)
-            continue
-        m = re.fullmatch(r"(?:srun:\s*)?(?:mpi/)?([A-Za-z0-9_]+)", line)
-        if m:
-            types.append(m.group(1))
-    versions += [t for t in types if re.fullmatch(r"pmix_v\d+", t)]
-    return types, sorted(set(versions))
-
-
 def parse_horovod_cb(text: str) -> dict[str, dict[str, bool]]:
     """`horovodrun -cb` -> {"frameworks": {...}, "controllers": {...}, "operations": {...}}."""
     sections = {"available frameworks": "frameworks", "available controllers": "controllers",

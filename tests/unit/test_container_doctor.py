@@ -11,7 +11,6 @@ from hpcdl.doctor.parse import (
     parse_horovod_cb,
     parse_mpi_version,
     parse_shared_loop_devices,
-    parse_srun_mpi_list,
 )
 from hpcdl.doctor.profile import ProfileFacts
 from hpcdl.doctor.verdicts import Verdict, verdicts
@@ -33,14 +32,6 @@ Available Tensor Operations:
     [ ] CCL
     [X] MPI
     [X] Gloo
-"""
-
-SRUN_LIST_2205 = """MPI plugin types are...
-\tcray_shasta
-\tnone
-\tpmi2
-\tpmix
-specific pmix plugin versions available: pmix_v4
 """
 
 
@@ -84,14 +75,6 @@ def test_parse_horovod_cb() -> None:
     assert p["frameworks"] == {"TensorFlow": False, "PyTorch": True, "MXNet": False}
     assert p["controllers"] == {"MPI": True, "Gloo": True}
     assert p["operations"]["NCCL"] is False and p["operations"]["Gloo"] is True
-
-
-def test_parse_srun_mpi_list() -> None:
-    types, pmix = parse_srun_mpi_list(SRUN_LIST_2205)
-    assert types == ["cray_shasta", "none", "pmi2", "pmix"]
-    assert pmix == ["pmix_v4"]
-    types, pmix = parse_srun_mpi_list("srun: MPI types are...\nsrun: none\nsrun: pmix_v3\nsrun: pmix\n")
-    assert "pmix" in types and pmix == ["pmix_v3"]
 
 
 @pytest.mark.parametrize("text,expected", [

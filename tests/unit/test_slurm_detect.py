@@ -103,6 +103,11 @@ def test_mpi_list_other_layouts():
     assert sd.parse_mpi_list(newer) == sd.MpiPlugins(("none", "pmix"), ("pmix_v4", "pmix_v5"))
     old = "srun: MPI types are...\nsrun: none\nsrun: pmi2\n"
     assert sd.parse_mpi_list(old).types == ("none", "pmi2")
+    # Before 21 a PMIx version is a type of its own; before 20 the names had "mpi/".
+    assert sd.parse_mpi_list("srun: MPI types are...\nsrun: none\nsrun: pmix_v3\nsrun: pmix\n"
+                             ) == sd.MpiPlugins(("none", "pmix_v3", "pmix"), ("pmix_v3",))
+    assert sd.parse_mpi_list("srun: MPI types are...\nsrun: mpi/none\nsrun: mpi/pmi2\n"
+                             ).types == ("none", "pmi2")
 
 
 def test_qos_limits():

@@ -209,21 +209,23 @@ class MpiPlugins:
 def parse_mpi_list(text: str) -> MpiPlugins:
     """Both 22.05's layout ("MPI plugin types are...", one per tab-indented line,
     "specific pmix plugin versions available: pmix_v4") and 23.x's ("MPI plugin types
-    are...\\n\\tnone\\n\\tpmix\\nspecific pmix plugin versions available: pmix_v4,pmix_v5"). Pure.
+    are...\n\tnone\n\tpmix\nspecific pmix plugin versions available: pmix_v4,pmix_v5"),
+    and before 21 "srun: NAME" lines, "srun: mpi/NAME" before 20, where a PMIx version
+    is a type of its own ("srun: pmix_v3"). Pure; the one reader of this output (the
+    doctor's host check too).
     """
     types: list[str] = []
     versions: list[str] = []
     for line in text.splitlines():
         stripped = line.strip()
-        if not stripped:
-            continue
         if stripped.lower().startswith("specific pmix plugin versions available:"):
             rest = stripped.split(":", 1)[1]
             versions += [v for v in re.split(r"[\s,]+", rest) if v]
-        elif line[:1].isspace() and re.fullmatch(r"[A-Za-z0-9_]+", stripped):
-            types.append(stripped)
-        elif stripped.lower().startswith("srun: ") and re.fullmatch(r"srun: [A-Za-z0-9_]+", stripped):
-            types.append(stripped.split()[1])  # Slurm < 21: "srun: pmix"
+            continue
+        m = re.fullmatch(r"(?:srun:\s*)?(?:mpi/)?([A-Za-z0-9_]+)", stripped)
+        if m:  # a header ("MPI plugin types are...") has spaces and dots: not a name
+            types.append(m.group(1))
+    versions += [t for t in types if re.fullmatch(r"pmix_v\d+", t) and t not in versions]
     return MpiPlugins(tuple(types), tuple(versions))
 
 
