@@ -34,7 +34,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -91,14 +90,17 @@ def planning(args: argparse.Namespace) -> int:
     base = yaml.safe_load((REPO / "hpcdl" / "profiles" / "bundled" / "sandbox.yaml").read_text())
     times: dict[str, list[float]] = {"profile": [], "plan": [], "scale": []}
     script_lines = 0
-    with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
-        path = Path(tmp) / "big.yaml"
+    # The dry run plans each point's run directory (creating none), which must be on a
+    # path the profile's nodes share, as a submission's.
+    tmp = shared_tmp("bench-plan-")
+    try:
+        path = tmp / "big.yaml"
         argv = [sys.executable, "-m", "hpcdl", "scale", "-p", str(path),
                 "-N", ",".join(str(n) for n in range(1, counts + 1)), "-G", "1,2",
                 "--backend", "horovod,ddp", "--synthetic", "--dry-run"]
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            data = sandbox.profile_data(base, args.profile_nodes, Path(tmp))
+            data = sandbox.profile_data(base, args.profile_nodes, tmp)
             path.write_text(yaml.safe_dump(data, sort_keys=False))
             profile = load_profile_file(path)
             times["profile"].append(time.perf_counter() - t0)
@@ -109,12 +111,14 @@ def planning(args: argparse.Namespace) -> int:
             script_lines = len(plan.script.splitlines())
             t0 = time.perf_counter()
             res = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False,
-                                 env={**os.environ, "HPCDL_RUNS": str(Path(tmp) / "runs")})
+                                 env={**os.environ, "HPCDL_RUNS": str(tmp / "runs")})
             times["scale"].append(time.perf_counter() - t0)
             if res.returncode != 0:
                 raise SystemExit(f"hpcdl scale --dry-run failed ({res.returncode}):\n"
                                  f"{res.stdout[-2000:]}{res.stderr[-2000:]}")
             jobs = [line for line in res.stdout.splitlines() if " jobs; each runs" in line]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     print("machine: " + facts_line(describe(packages=("pydantic", "jinja2", "PyYAML"))))
     print(f"hpcdl planning cost at scale, median (min-max) of {args.repeats} repeats, seconds")
     print(f"{'what':<62} {'seconds':>20}")

@@ -15,7 +15,7 @@ from hpcdl.cli.submit import defaults_line, echo_warning
 from hpcdl.jobs.prepare import open_cluster
 from hpcdl.jobs.submit import Submitted
 from hpcdl.jobside.errors import ValidationError
-from hpcdl.plan import JobPlan, JobRequest
+from hpcdl.plan import JobRequest
 from hpcdl.profiles import load_profile
 from hpcdl.results.plot import build_figure, write_png
 from hpcdl.results.read import probe_report, stragglers
@@ -35,7 +35,7 @@ from hpcdl.sweep.grid import (
     read_sweep,
     sweep_path,
 )
-from hpcdl.sweep.prepare import prepare_points
+from hpcdl.sweep.prepare import PreparedPoints, prepare_points
 from hpcdl.sweep.run import connection_for, load_rows
 
 
@@ -64,7 +64,11 @@ from hpcdl.sweep.run import connection_for, load_rows
 @click.option("--concurrent", is_flag=True,
               help="Let the points run at the same time (default: one after another, no point "
                    "starting while another runs, so they do not time each other).")
-@click.option("--dry-run", is_flag=True, help="Show the points and their partitions; submit nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Show the points, their partition and what each runs, with the run "
+                   "directories (the cluster's, for a login: profile) a submission made now "
+                   "would use; --json adds each point's plan and job script byte for byte. "
+                   "Creates and submits nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--wait", "-w", is_flag=True,
               help="Follow every point to its end, then print the table and write results.json, "
@@ -105,13 +109,14 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     check_base(base, sweeping_batch=batches is not None)
     points = expand(backends, nodes, gpus, batches)
     base, why = pin_partition(prof, base, points)  # one partition: comparable speedups
-    # Each point planned once, for real with its run directory in the sweep directory:
-    # those plans are what gets submitted.
-    sweep_dir = None if dry_run else sweep_path(sweep_id)
-    base, plans = prepare_points(prof, base, points, cluster, sweep_dir=sweep_dir,
-                                 on_warning=echo_warning)
-    if sweep_dir is None:
-        _show_plans(plans, why, as_json)
+    # Each point planned once with its run directory in the sweep directory, for a dry
+    # run too (nothing is created): those plans are what gets submitted.
+    sweep_dir = sweep_path(sweep_id)
+    ready = prepare_points(prof, base, points, cluster, sweep_dir=sweep_dir,
+                           on_warning=echo_warning)
+    base, plans = ready.request, ready.plans
+    if ready.notes is not None:
+        _show_plans(ready, why, as_json, sweep_dir=sweep_dir)
         return
 
     def submitted(point: SweepPoint, sub: Submitted) -> None:
@@ -151,13 +156,28 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
         raise SystemExit(1)
 
 
-def _show_plans(plans: list[tuple[SweepPoint, JobPlan]], why: str, as_json: bool) -> None:
+def _show_plans(ready: PreparedPoints, why: str, as_json: bool, *, sweep_dir: Path) -> None:
+    """What --dry-run prints: the points, their run directories and scripts as the
+    submission would send them (``--json``: each point's plan.json and job script), and
+    the notes of what was left unchecked (stderr)."""
+    plans, cluster_dir = ready.plans, ready.cluster_dir
+    planned = plans[0][1].spec.run_dir is not None  # a PBS profile's are for reading
     if as_json:
-        click.echo(json.dumps({"partition": plans[0][1].spec.partition.name,
-                               "partition_reason": why, "points": [
-            {**point_entry(point), "plan": plan.to_dict()} for point, plan in plans]}, indent=2))
+        click.echo(json.dumps({
+            "partition": plans[0][1].spec.partition.name, "partition_reason": why,
+            **({"sweep_dir": str(sweep_dir)} if planned else {}),
+            **({"cluster_sweep_dir": cluster_dir} if cluster_dir is not None else {}),
+            "points": [{**point_entry(point), "plan": plan.to_dict(), "job_script": plan.script}
+                       for point, plan in plans]}, indent=2))
         return
     first = plans[0][1]
+    if cluster_dir is not None:
+        click.echo(f"# sweep directory on the cluster {cluster_dir}, here {sweep_dir} "
+                   f"(nothing is created)", err=True)
+    elif planned:
+        click.echo(f"# sweep directory {sweep_dir} (nothing is created)", err=True)
+    for note in ready.notes or ():
+        click.echo(f"# {note}", err=True)
     click.echo(f"partition {first.spec.partition.name} for every point ({why})")
     if first.launch.example_defaults:
         click.echo(defaults_line(first))

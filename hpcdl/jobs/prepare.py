@@ -105,13 +105,18 @@ def prepare_job(prof: Profile, request: JobRequest, cluster: Cluster, *,
     return ready
 
 
+def for_reading(prof: Profile, cluster: Cluster) -> bool:
+    """A dry run for a scheduler hpcdl only writes scripts for (PBS): hpcdl never makes a
+    run directory for it, so the script shows none (./job, $PBS_O_WORKDIR) instead of
+    one nobody creates."""
+    return cluster.planning and not dialect_for(prof.scheduler.type).submits
+
+
 def _plan(prof: Profile, request: JobRequest, conn: Cluster, *, run_name: str | None,
           image_facts: ImageArchFacts | None, runtime_mode: RuntimeMode | None) -> Prepared:
     """The request as the cluster sees it and its plan, with the dry run's notes."""
     facts = image_facts
-    if conn.planning and not dialect_for(prof.scheduler.type).submits:
-        # A PBS script is for reading: hpcdl never makes a run directory for it, so the
-        # script shows none (./job, $PBS_O_WORKDIR) instead of one nobody creates.
+    if for_reading(prof, conn):
         return Prepared(None, request, build_plan(prof, request, facts, runtime_mode), [])
     request, notes = conn.request_for(request)
     # Planned once, with the run directory it will use; that plan is what gets submitted.

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcdl.jobs.cluster import Cluster
-from hpcdl.jobs.prepare import OnWarning, no_warning, runtime_mode
+from hpcdl.jobs.prepare import OnWarning, for_reading, no_warning, runtime_mode
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles.schema import Profile
 from hpcdl.sweep import arrays
@@ -18,26 +18,41 @@ from hpcdl.sweep.grid import SweepPoint, plan_points
 from hpcdl.sweep.params import Point
 
 
+@dataclass(frozen=True)
+class PreparedPoints:
+    """A scaling sweep made ready to submit: the base request as the cluster sees it,
+    every point's plan, for a dry run the notes of what it left unchecked (None for
+    real), and ``cluster_dir``, the sweep directory on the cluster when it is copied
+    there (a login: profile), else None."""
+
+    request: JobRequest
+    plans: list[tuple[SweepPoint, JobPlan]]
+    notes: list[str] | None
+    cluster_dir: str | None
+
+
 def prepare_points(prof: Profile, base: JobRequest, points: list[SweepPoint],
-                   cluster: Cluster, *, sweep_dir: Path | None,
-                   on_warning: OnWarning = no_warning
-                   ) -> tuple[JobRequest, list[tuple[SweepPoint, JobPlan]]]:
-    """A scaling sweep's points planned (hpcdl.sweep.grid.plan_points) from ``base``:
-    the image's build record read once for every point's check; without ``sweep_dir``
-    (a dry run) the points' plans as the profile sees them, without run directories;
-    with it each point planned once, with its run directory in the sweep directory and
-    the image and code as the nodes see them: those plans are what gets submitted, the
-    inputs checked here first. Returns the base request as submitted and the plans.
+                   cluster: Cluster, *, sweep_dir: Path,
+                   on_warning: OnWarning = no_warning) -> PreparedPoints:
+    """A scaling sweep's points planned (hpcdl.sweep.grid.plan_points) from ``base`` as
+    `prepare_job` plans one job, dry run or not: the image's build record read once for
+    every point's check, the request as the cluster sees it (the image and code as the
+    nodes see them), and each point planned once with its run directory in
+    ``sweep_dir`` (created by the submission, never here), mapped to the cluster's;
+    those plans are what gets submitted, the inputs checked here first for real.
     Raises ValidationError (naming the point), RenderError before anything is written."""
     facts = cluster.image_facts(base)
     mode = runtime_mode(cluster, base, on_warning)
-    if sweep_dir is None:
-        return base, plan_points(prof, base, points, image_facts=facts, runtime_mode=mode)
-    base = cluster.for_cluster(base)  # the image and code as the nodes see them
+    if for_reading(prof, cluster):
+        return PreparedPoints(base, plan_points(prof, base, points, image_facts=facts,
+                                                runtime_mode=mode), [], None)
+    base, notes = cluster.request_for(base)
     plans = plan_points(prof, base, points, sweep_dir, facts, mode,
                         place=cluster.place)  # raises before writing
-    cluster.check_inputs(base, image=plans[0][1].container.image)
-    return base, plans
+    if not cluster.planning:
+        cluster.check_inputs(base, image=plans[0][1].container.image)
+    cluster_dir = cluster.place.cluster_path(sweep_dir) if cluster.place.remote else None
+    return PreparedPoints(base, plans, notes, cluster_dir)
 
 
 @dataclass(frozen=True)

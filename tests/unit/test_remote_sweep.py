@@ -8,6 +8,7 @@ the laptop's records."""
 from __future__ import annotations
 
 import json
+import posixpath
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -161,3 +162,43 @@ def test_retry_failed_of_a_remote_sweep_submits_the_clusters_script(
     assert json.loads(res.stdout)["retried"] == [1]
     (call,) = [c for c in fake_slurm.calls() if c["tool"] == "sbatch"]
     assert call["argv"][-1] == f"{info['cluster_sweep_dir']}/array.sbatch"
+
+
+def scale(profile: str, *extra: str) -> Any:
+    return run_cli("scale", "-p", profile, "-N", "1", "-G", "1", "-c", "1", "--synthetic",
+                   "--no-image", *extra)
+
+
+def test_a_remote_scale_dry_run_shows_what_it_submits_and_touches_nothing(
+        fake_slurm: FakeSlurm, moved: list[tuple[str, str, str]], remote: str,
+        cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ssh_run = SshExecutor.run
+    monkeypatch.setattr(SshExecutor, "run", lambda *a, **k: pytest.fail("ssh was run"))
+    text = scale(remote, "--dry-run")
+    assert text.exit_code == 0, text.output
+    assert f"# sweep directory on the cluster {cluster}/sweep-" in text.stderr
+    assert "# not checked: that Slurm answers on 10.77.0.250 (the live check)" in text.stderr
+    assert f"each runs: srun --label --kill-on-bad-exit=1 --mpi=pmix /bin/sh {cluster}/sweep-" \
+        in text.stdout
+    dry = json.loads(scale(remote, "--dry-run", "--json").stdout)
+    runs = tmp_path / "runs"
+    assert not cluster.exists() and not runs.exists() and moved == []
+    (point,) = dry["points"]
+    assert point["plan"]["run_dir"].startswith(dry["cluster_sweep_dir"] + "/horovod-n1-g1-")
+    assert dry["sweep_dir"].startswith(f"{runs}/sweep-")
+
+    # The submission sends the same script, but for the names a later run gets anew.
+    monkeypatch.setattr(SshExecutor, "run", ssh_run)
+    res = scale(remote, "--json")
+    assert res.exit_code == 0, res.output
+    local = Path(json.loads(res.stdout.strip().splitlines()[-1])["sweep_dir"])
+    (sent,) = (cluster / local.name).glob("horovod-n1-g1-*/job.sbatch")
+    (call,) = [c for c in fake_slurm.calls() if c["tool"] == "sbatch"]
+    assert call["argv"][-1] == str(sent)
+    renamed = point["job_script"]
+    for was, now in ((posixpath.basename(point["plan"]["run_dir"]), sent.parent.name),
+                     (posixpath.basename(dry["cluster_sweep_dir"]), local.name),
+                     (dry["points"][0]["plan"]["job_name"],
+                      json.loads((sent.parent / "plan.json").read_text())["job_name"])):
+        renamed = renamed.replace(was, now)
+    assert sent.read_text() == renamed
