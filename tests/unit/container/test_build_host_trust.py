@@ -210,7 +210,7 @@ def test_bake_ca_keeps_it_in_the_image_and_in_the_hash(tmp_path: Path,
 def test_doctor_reports_the_same_check() -> None:
     from hpcdl.container.verify import ImportCheck
     from hpcdl.doctor.verdicts import verdicts
-    from tests.unit.test_container_doctor import host, image, problem
+    from tests.unit.doctor.test_container_doctor import host, image, problem
 
     why = ("torchvision 0.28.0 does not match torch 2.13.0+cpu: operator torchvision::nms "
            "does not exist")

@@ -1,7 +1,7 @@
 """Golden renders of the bundled image specs, and the root Singularity.def drift check.
 
 Regenerate after an intended change with:
-    HPCDL_REGEN_GOLDEN=1 pytest tests/unit/test_container_definition.py
+    HPCDL_REGEN_GOLDEN=1 pytest tests/unit/container/test_container_definition.py
 (that also rewrites the repo's Singularity.def).
 """
 
@@ -53,7 +53,7 @@ def test_golden(name: str) -> None:
 def test_the_torchvision_example_spec_installs_from_pytorchs_cpu_index() -> None:
     """examples/specs/pytorch-cpu-torchvision.yaml: the CPU image plus the torchvision
     built for its torch, where PyTorch's index answers (docs/guide/build.md)."""
-    spec = Path(__file__).resolve().parents[2] / "examples" / "specs" / \
+    spec = Path(__file__).resolve().parents[3] / "examples" / "specs" / \
         "pytorch-cpu-torchvision.yaml"
     text = render_definition(load_spec(spec), CTX).text
     check_golden(GOLDEN / "pytorch-cpu-torchvision.def", text)
@@ -67,7 +67,7 @@ def test_the_torchvision_example_spec_installs_from_pytorchs_cpu_index() -> None
 def test_the_offline_example_spec_installs_resolved_wheels_with_no_index() -> None:
     """examples/specs/cpu-offline-extras.yaml (pip.resolve: host), rendered with a
     resolved wheelhouse (hpcdl.container.wheels; docs/guide/build.md)."""
-    spec = Path(__file__).resolve().parents[2] / "examples" / "specs" / \
+    spec = Path(__file__).resolve().parents[3] / "examples" / "specs" / \
         "cpu-offline-extras.yaml"
     ctx = RenderContext(cache_dir="/CACHE", project_dir="/PROJECT", spec_dir="/SPECS",
                         wheels="/CACHE/wheelhouses/KEY",
@@ -88,7 +88,7 @@ def test_root_singularity_def_is_the_rendered_default_image() -> None:
         root_definition_path().write_text(text)
     assert root_definition_path().read_text() == text, (
         "Singularity.def drifted from containers/pytorch-horovod-gpu.yaml; "
-        "HPCDL_REGEN_GOLDEN=1 pytest tests/unit/test_container_definition.py rewrites it"
+        "HPCDL_REGEN_GOLDEN=1 pytest tests/unit/container/test_container_definition.py rewrites it"
     )
     assert render("pytorch-horovod-gpu", ROOT_CONTEXT) == text
 

@@ -25,7 +25,7 @@ from hpcdl.jobside.errors import UserInputError, ValidationError
 from hpcdl.jobside.imagefolder import scan_tree
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
-from tests.unit.test_render_golden import GOLDEN, check_golden
+from tests.unit.plan.test_render_golden import GOLDEN, check_golden
 
 JPEG = b"\xff\xd8\xff\xe0" + b"\0" * 16
 

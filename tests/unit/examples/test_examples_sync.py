@@ -113,7 +113,7 @@ class _DoublingDist:
 
 def test_ddp_allreduce_sum_reduces_a_tensor_on_the_ranks_device_in_place():
     # The gloo path (a CPU rank, CPU sums) reduces the caller's tensor itself, no copy;
-    # only a CUDA rank's CPU tensors go through a GPU copy (tests/unit/test_examples_gpu.py).
+    # only a CUDA rank's CPU tensors go through a GPU copy (tests/unit/examples/test_examples_gpu.py).
     from trainkit.dist import DDPBackend
 
     backend = object.__new__(DDPBackend)

@@ -18,9 +18,9 @@ from hpcdl.report import write_run_report
 from hpcdl.schedulers.base import JobState, JobStatus
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 from tests.fakeslurm.fixture import FakeSlurm
-from tests.unit.test_lifecycle import CRASH_ERR, GOOD_OUT, RESULT
+from tests.unit.jobs.test_lifecycle import CRASH_ERR, GOOD_OUT, RESULT
 
-HPCDL = Path(__file__).resolve().parents[2] / "hpcdl"
+HPCDL = Path(__file__).resolve().parents[3] / "hpcdl"
 
 
 @pytest.fixture

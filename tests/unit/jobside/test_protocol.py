@@ -19,7 +19,7 @@ from hpcdl.jobside.protocol import (
 )
 from hpcdl.results.logs import format_result_table
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def test_result_line_round_trips_under_every_launchers_prefix() -> None:
@@ -80,7 +80,7 @@ def test_the_examples_print_through_the_protocol(example: str, needs: set[str]) 
 
 def test_protocol_is_stdlib_only() -> None:
     # The examples import it inside jobs (from the image's /opt/hpcdl) before anything else.
-    source = (Path(__file__).resolve().parents[2] / "hpcdl" / "jobside" / "protocol.py")
+    source = (Path(__file__).resolve().parents[3] / "hpcdl" / "jobside" / "protocol.py")
     tree = ast.parse(source.read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                 if isinstance(node, ast.Import) for alias in node.names}

@@ -22,7 +22,7 @@ from hpcdl.profiles import load_profile
 from hpcdl.schedulers.base import RequeueSpec
 from tests.unit.jobfiles import stage_job_scripts
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def plan(**kw: Any) -> JobPlan:

@@ -22,8 +22,8 @@ from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from tests.unit.clirun import hpcdl
 from tests.unit.jobfiles import stage_job_scripts
-from tests.unit.test_image_stage import FAKES, profile
-from tests.unit.test_render_golden import GOLDEN, check_golden
+from tests.unit.plan.test_image_stage import FAKES, profile
+from tests.unit.plan.test_render_golden import GOLDEN, check_golden
 
 DATA = "/scratch/data/imagenet.sqfs"
 IMAGE = "/scratch/images/pytorch-horovod.sif"

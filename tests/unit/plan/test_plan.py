@@ -200,7 +200,7 @@ def test_plan_json_roundtrip(sandbox):
 def test_example_args_follow_the_bundled_example(sandbox):
     plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, example_args=("--arch=resnet18", "a b")))
     assert plan.launch.command[-2:] == ("--arch=resnet18", "a b")
-    # After the profile's example defaults (tests/unit/test_example_defaults.py).
+    # After the profile's example defaults (tests/unit/plan/test_example_defaults.py).
     assert plan.launch.launch_line.endswith(" --num-classes=10 --arch=resnet18 'a b'")
     assert refused(sandbox, nodes=1, gpus=1, example_args=("-x",), command=("true",)).startswith(
         "example-arg: only applies to the bundled example")

@@ -2,7 +2,7 @@
 A Slurm case's job-side files (the rank wrapper and the port pick the script runs) are
 in a second golden beside its script, ``.files``, as --dry-run prints them.
 
-Regenerate after an intended change with:  HPCDL_REGEN_GOLDEN=1 pytest tests/unit/test_render_golden.py
+Regenerate after an intended change with:  HPCDL_REGEN_GOLDEN=1 pytest tests/unit/plan/test_render_golden.py
 then read the diff before committing it.
 """
 
@@ -24,7 +24,7 @@ from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 REGEN = os.environ.get("HPCDL_REGEN_GOLDEN") == "1"
 SLURM_PROFILES = ["generic", "karolina", "neuron", "sandbox", "taurus"]
 PBS_PROFILES = ["polaris"]  # scheduler.type: pbs -> templates/pbs.sh.j2

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+BENCH = Path(__file__).resolve().parents[3] / "bench"
 # A Python start and the bench's imports each (~0.25 s, 20 benches): `make test`, not
 # `make unit`.
 pytestmark = pytest.mark.slow

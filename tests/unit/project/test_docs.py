@@ -20,7 +20,7 @@ from hpcdl.container.spec import ImageSpec
 from hpcdl.profiles.schema import Profile
 from tests.conftest import require
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 README_MAX_LINES = 200
 # Material for MkDocs prints a banner about MkDocs 2.0 on every build unless told not to.
 MKDOCS_ENV = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}

@@ -29,7 +29,7 @@ from hpcdl.remote.ssh import (
 from hpcdl.schedulers.slurm import detect as sd
 from hpcdl.schedulers.slurm.describe import MODE_NOTE, describe
 
-OUT = Path(__file__).resolve().parent / "slurm_outputs" / "sandbox"
+OUT = Path(__file__).resolve().parents[1] / "slurm_outputs" / "sandbox"
 # What the login node answers, by the remote argv.
 ANSWERS = {" ".join(argv): (OUT / f"{key}.txt").read_text() for key, argv in sd.COMMANDS.items()}
 ANSWERS["/usr/bin/apptainer --version"] = (OUT / "apptainer-version.txt").read_text()

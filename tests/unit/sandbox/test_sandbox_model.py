@@ -4,7 +4,7 @@ files rendered from it (slurm.conf and gres.conf byte for byte what scripts/sand
 rendered in bash before: tests/golden/sandbox/default.conf was captured from it), the
 bundled profile generated from it, and sandbox.sh reading what it renders.
 
-    HPCDL_REGEN_GOLDEN=1 pytest tests/unit/test_sandbox_model.py   (regenerates the golden)
+    HPCDL_REGEN_GOLDEN=1 pytest tests/unit/sandbox/test_sandbox_model.py   (regenerates the golden)
 
 A changed slurm.conf restarts a running sandbox on its next `up` (cancelling its jobs):
 regenerate the golden only for a change that is meant."""
@@ -29,7 +29,7 @@ from hpcdl.sandbox import cluster_profile, profile_data
 from hpcdl.sandbox.cluster import DEFAULT_SHAPE, Cluster, Partition, parse_shape
 from hpcdl.sandbox.render import bundled_profile, render_files
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "golden" / "sandbox" / "default.conf"
 BUNDLED = REPO / "hpcdl" / "profiles" / "bundled" / "sandbox.yaml"
 SANDBOX_SH = REPO / "scripts" / "sandbox.sh"

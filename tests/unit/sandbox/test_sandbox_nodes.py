@@ -20,7 +20,7 @@ from hpcdl.cli import cli
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.profiles.schema import Profile
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BUNDLED = yaml.safe_load((REPO / "hpcdl" / "profiles" / "bundled" / "sandbox.yaml").read_text())
 
 

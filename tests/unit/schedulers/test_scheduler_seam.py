@@ -21,7 +21,7 @@ from hpcdl.schedulers.executor import LocalExecutor
 from hpcdl.schedulers.registry import scheduler_for
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 
-ROOT = Path(__file__).resolve().parents[2] / "hpcdl"
+ROOT = Path(__file__).resolve().parents[3] / "hpcdl"
 
 
 class Recording(LocalExecutor):
@@ -91,7 +91,7 @@ def test_a_refusal_and_a_missing_scheduler_are_worded_by_the_adapter(
         absent.require()
 
 
-CAPTURED_CONFIG = Path(__file__).resolve().parent / "slurm_outputs" / "sandbox" / "config.txt"
+CAPTURED_CONFIG = Path(__file__).resolve().parents[1] / "slurm_outputs" / "sandbox" / "config.txt"
 
 
 def test_max_array_size_is_read_from_scontrol_show_config_once(no_local_commands: None) -> None:

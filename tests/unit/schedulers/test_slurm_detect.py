@@ -22,7 +22,7 @@ from hpcdl.schedulers.slurm import detect as sd
 from hpcdl.schedulers.slurm.describe import Leaf, Map, Seq, describe, to_yaml
 from hpcdl.schedulers.slurm.livecheck import differences
 
-OUT = Path(__file__).resolve().parent / "slurm_outputs"
+OUT = Path(__file__).resolve().parents[1] / "slurm_outputs"
 QOS_DOWN = "sacctmgr failed (exit 1): You are not running a supported accounting_storage plugin"
 
 

@@ -51,7 +51,7 @@ def test_local_and_ssh_are_two_executors_picked_by_the_profile() -> None:
 
 # -- the seam: nothing above the transport asks whether the cluster is remote ------------
 
-ROOT = Path(__file__).resolve().parents[2] / "hpcdl"
+ROOT = Path(__file__).resolve().parents[3] / "hpcdl"
 # Where SSH may be named: the SSH transport itself and the module that picks a transport.
 TRANSPORT = ("remote/", "schedulers/executor.py")
 # Modules that read a profile's login: block, each with why. Anything else asks the

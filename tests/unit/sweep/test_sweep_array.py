@@ -334,7 +334,7 @@ def test_requeue_and_spares_apply_per_task_and_the_dry_run_shows_them(
         fake: FakeSlurm, tmp_path: Path) -> None:
     """Each task runs its point's job.sbatch, where the requeue block and the node guard
     live: the array carries their #SBATCH lines, and each point's script names the task
-    by its own id (tests/unit/test_requeue_contract.py runs that block as an array task).
+    by its own id (tests/unit/jobside/test_requeue_contract.py runs that block as an array task).
     The real requeue of one task: tests/integration/test_sweep_requeue.py."""
     args = ("--param", "lr=0.1,0.05", "--requeue", "--max-restarts", "2", "--spares", "1")
     dry = sweep(*args, "--dry-run")

@@ -25,7 +25,7 @@ from hpcdl.cli import cli
 from hpcdl.jobside import steps
 from hpcdl.track.source import aggregate, command_args, read_run
 from tests.fakeslurm.fixture import FakeSlurm
-from tests.unit.test_lifecycle import GOOD_OUT, RESULT
+from tests.unit.jobs.test_lifecycle import GOOD_OUT, RESULT
 
 STEPS = 30
 RANKS = 2
