@@ -32,6 +32,6 @@ unit:
 demo:
 	scripts/demo.sh
 
-# The same strict build tests/unit/test_docs.py runs in `make test` (a broken link fails).
+# The same strict build tests/unit/project/test_docs.py runs in `make test` (a broken link fails).
 docs:
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict

@@ -44,7 +44,7 @@ NODES = 3
 PROBE_TIMEOUT = 600  # s: a shaped probe took ~20 s; the job may queue behind nothing here
 
 
-# ---- pure parts (tests/unit/test_bench_probe.py) --------------------------------------
+# ---- pure parts (tests/unit/project/test_bench_probe.py) ------------------------------
 def ratio_summary(ratios: Sequence[dict[str, float]]) -> dict[str, dict[str, float]]:
     """Per node, over probes (each a verdict's ``node_ratio``: node -> best link over the
     median node's best): ``{"n", "min", "median", "max"}``. A node missing from a probe

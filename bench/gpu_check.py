@@ -7,7 +7,7 @@ Steps, each with its own time budget; a failed step is recorded with its error's
 lines and the next one still runs (the report is rewritten after every step, so even a
 killed run leaves what it finished):
 
-  1. gpu_tests     the gpu-marked tests, natively: tests/unit/test_examples_gpu.py with
+  1. gpu_tests     the gpu-marked tests, natively: tests/unit/examples/test_examples_gpu.py with
                    pytest --noconftest (skipped, saying so, when pytest is missing); the
                    other gpu-marked tests need Apptainer and the GPU image
   2. example       examples/resnet50_imagenet.py (synthetic data, ResNet-50, AMP and
@@ -61,7 +61,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).resolve()
 EXAMPLE = ROOT / "examples" / "resnet50_imagenet.py"
-NATIVE_GPU_TESTS = ROOT / "tests" / "unit" / "test_examples_gpu.py"
+NATIVE_GPU_TESTS = ROOT / "tests" / "unit" / "examples" / "test_examples_gpu.py"
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]  # hpcdl, bench and trainkit
 
 from bench.machine import describe, facts_line  # noqa: E402

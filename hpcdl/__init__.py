@@ -6,7 +6,7 @@ Layers, lowest first. A module imports from its own layer and the layers listed 
 it, never from a later one; the job-side layer needs nothing but the standard library and
 the job's training runtime (it is staged into every job and imported there by the
 examples and the probe, where hpcdl's own dependencies are not installed).
-tests/unit/test_layers.py builds the import graph and checks this, and that no import
+tests/unit/project/test_layers.py builds the import graph and checks this, and that no import
 circle exists (imports made only for type checking are not part of the graph).
 
     job-side    hpcdl.jobside

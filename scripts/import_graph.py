@@ -7,7 +7,7 @@
 Prints the number of modules and lines under hpcdl/, the package -> package import
 edges (hpcdl.<package>, imports anywhere in a module counted, those under
 TYPE_CHECKING too) and the pairs of packages that import each other. Module-level
-circles are tests/unit/test_layers.py's business; a two-way pair of packages is a
+circles are tests/unit/project/test_layers.py's business; a two-way pair of packages is a
 coarser sign of two homes for one concern.
 """
 

@@ -24,7 +24,7 @@ if ! command -v mpicc >/dev/null; then
 fi
 "$PY" -m pip install -q "torch==2.13.0"
 "$PY" -m pip install -q -e '.[dev,train,tensorboard]'
-# The full mlflow (not only the hpcdl[mlflow] client): tests/unit/test_track.py starts a
+# The full mlflow (not only the hpcdl[mlflow] client): tests/unit/track/test_track.py starts a
 # real `mlflow server` with a sqlite store. Pinned: the version the tests were written on.
 "$PY" -m pip install -q "mlflow==3.17.2"
 touch "$stamp_dir/python-deps-$key"

@@ -3,7 +3,7 @@
 
 Standard library and the job's training runtime only (torch, numpy, mpi4py, horovod,
 imported where they are used): hpcdl's own dependencies are not installed in a job's
-image. tests/unit/test_layers.py checks it.
+image. tests/unit/project/test_layers.py checks it.
 
 ``errors``: hpcdl's error types (the CLI's one-line errors, exit 2). ``protocol``: the
 lines a job prints, the result line and the per-rank checksum line, written and parsed

@@ -41,7 +41,7 @@ def job_dir(run_dir: str) -> str:
 # statements are parsed, not the whole file: parsing the ~30 job-side files whole took
 # 60 to 240 ms of every submission. A statement this cannot cut out alone (a syntax error
 # when parsed by itself) has the whole file parsed instead; one that looks like an import
-# inside a string would count, so tests/unit/test_staging_imports.py checks every bundled
+# inside a string would count, so tests/unit/launch/test_staging_imports.py checks every bundled
 # file against a parse of the whole file.
 _IMPORT_START = re.compile(r"^[ \t]*(?:from[ \t]+hpcdl\b|import[ \t][^\n]*\bhpcdl\b)", re.M)
 

@@ -302,7 +302,7 @@ def parse_shape(text: str) -> Shape:
 
 # The default sandbox: two nodes of 8 CPUs, 4096 MB and 4 fake GPUs each, and
 # partitions for what hpcdl's tests and demo need. The bundled `sandbox` profile is
-# generated from this (tests/unit/test_sandbox_model.py keeps the committed file equal).
+# generated from this (tests/unit/sandbox/test_sandbox_model.py keeps the committed file equal).
 _EVERY = "n1,n2"
 DEFAULT_SHAPE = Shape(
     nodes=(Node(name="n1", address="10.77.0.11", port=16821, cpus=8, memory_mb=4096,

@@ -12,7 +12,7 @@ adapter.
 This module and hpcdl/remote/ are the only ones that name SSH: ``executor_for(profile)``
 is where a profile's ``login:`` block picks the transport, and everything above asks
 the transport (``remote``, ``where``, ``target``) rather than its type
-(tests/unit/test_transport_seam.py).
+(tests/unit/schedulers/test_transport.py).
 """
 
 from __future__ import annotations

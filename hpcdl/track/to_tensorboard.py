@@ -28,7 +28,7 @@ EXTRA_HINT = "pip install 'hpcdl[tensorboard]'"
 STEP_PREFIX = "train/"
 RESULT_PREFIX = "result/"
 # tensorboard.plugins.hparams.metadata's SESSION_START_INFO_TAG / SESSION_END_INFO_TAG,
-# spelt here so a look at what a directory holds imports no plugin (tests/unit/test_track.py
+# spelt here so a look at what a directory holds imports no plugin (tests/unit/track/test_track.py
 # holds them to the plugin's).
 SESSION_START_TAG = "_hparams_/session_start_info"
 SESSION_END_TAG = "_hparams_/session_end_info"

@@ -200,7 +200,7 @@ def test_slurm_refusal_is_reported_verbatim(tmp_path: Path, runs_dir: Path, args
 
 
 def _evil(marker: Path) -> list[str]:
-    # The foundation's quoting cases (tests/unit/test_quoting.py), now run by Slurm.
+    # The foundation's quoting cases (tests/unit/project/test_quoting.py), now run by Slurm.
     return [
         f"$(touch {marker})",
         f"`touch {marker}`",

@@ -7,7 +7,7 @@ refusal): the same click group, error handling and exit codes as the console ent
 point (hpcdl.cli.main -> cli.main), without a Python start that imports and, where
 bytecode is not written, compiles hpcdl again (0.5-1 s each on a 2-core machine). That
 `python -m hpcdl` starts and answers is the integration tests' to check
-(tests/integration), and tests/unit/test_cli.py's, which start Python on purpose."""
+(tests/integration), and tests/unit/cli/test_cli.py's, which start Python on purpose."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ cache, runtime and runs directories (in a folder of its own outside its tmp_path
 many tests expect to find empty), and none of the variables that
 point hpcdl at a profile or a cache comes in from the caller's shell. Without this a
 profile written by `hpcdl sandbox up --nodes 3` into ~/.config/hpcdl/profiles changed
-what `profiles list` printed in tests/unit/test_cli.py."""
+what `profiles list` printed in tests/unit/cli/test_cli.py."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from hypothesis import settings
 
 # `make unit` runs pytest with --hypothesis-profile=unit: the property tests each try their
 # explicit examples (the four classic injections) and 4 generated values instead of their
-# own count (40 or 150 in tests/unit/test_hostile_property.py, most of them running a
+# own count (40 or 150 in tests/unit/project/test_hostile_property.py, most of them running a
 # script in bash), which `make test` runs. 4 rather than 8: the generated values are the
 # same at each run (derandomize), and the 4 more cost ~4 s of CPU, a tenth of the tier.
 # Registered here, before the hypothesis plugin loads it.
@@ -51,7 +51,7 @@ def matplotlib_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # Each test's outcome, for sealed_home's teardown (a failed test's folders are kept),
-# and its sealed folders, for tests/unit/test_sealed.py.
+# and its sealed folders, for tests/unit/project/test_sealed.py.
 PHASES = pytest.StashKey[dict[str, pytest.TestReport]]()
 FOLDERS = pytest.StashKey[list[Path]]()
 

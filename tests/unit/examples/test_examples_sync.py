@@ -1,0 +1,124 @@
+"""The examples' gradient-sync timing (trainkit.dist): for DDP, the time backward()
+went on after the last gradient was accumulated, which is the wait for allreduces
+still in flight; the timing hooks leave DDP's gradients as they were. (Horovod's
+timing is checked in the distributed example tests: it needs a Horovod job.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trainkit.dist import GradReadyTimes, sync_figures  # noqa: E402
+
+
+def test_wait_runs_from_the_last_gradient_to_backward_returning():
+    times = GradReadyTimes(torch.device("cpu"))
+    param = torch.zeros(1)
+    times.ready(param)
+    time.sleep(0.05)
+    times.ready(param)  # the last gradient counts, not the first
+    time.sleep(0.1)
+    times.returned()
+    assert 0.09 <= times.take_wait() < 0.5
+    assert times.take_wait() == 0.0  # reset: a step without a backward waited nothing
+    times.returned()  # backward without any gradient (nothing registered fired)
+    assert times.take_wait() == 0.0
+
+
+def _delayed_allreduce(seconds: float):
+    """A DDP comm hook whose 'allreduce' (identity, one rank) finishes ``seconds`` later."""
+
+    def hook(state, bucket):
+        fut = torch.futures.Future()
+        threading.Timer(seconds, fut.set_result, args=(bucket.buffer(),)).start()
+        return fut
+
+    return hook
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdzv", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _ddp_grads(delay: float | None) -> tuple[list, float]:
+    """Gradients of one backward through a DDP-wrapped model with the timing hooks of
+    DDPBackend.wrap, and the wait they measured."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 2))
+    model = DDP(module)
+    if delay is not None:
+        model.register_comm_hook(None, _delayed_allreduce(delay))
+    times = GradReadyTimes(torch.device("cpu"))
+    for param in module.parameters():
+        param.register_post_accumulate_grad_hook(times.ready)
+    model(torch.ones(4, 8)).sum().backward()
+    times.returned()
+    return [p.grad.clone() for p in module.parameters()], times.take_wait()
+
+
+def test_a_slow_allreduce_shows_up_as_the_wait(one_rank_group):
+    _, fast = _ddp_grads(None)
+    _, slow = _ddp_grads(0.3)
+    assert fast < 0.1
+    assert 0.25 <= slow < 1.5
+
+
+def test_the_timing_hooks_leave_ddp_gradients_unchanged(one_rank_group):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    plain = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 2)))
+    plain(torch.ones(4, 8)).sum().backward()
+    timed, _ = _ddp_grads(None)
+    assert all(torch.equal(p.grad, g) for p, g in zip(plain.parameters(), timed, strict=True))
+
+
+class _OneRank:
+    size = 1
+
+    def allreduce_sum(self, tensor, name):
+        return tensor
+
+
+def test_sync_figures_are_means_per_step_and_a_share():
+    figures = sync_figures(_OneRank(), steps=4, step_seconds=2.0, sync_seconds=0.5)
+    assert figures == {"step_seconds": 0.5, "sync_seconds": 0.125, "sync_share": 0.25}
+    assert sync_figures(_OneRank(), 0, 0.0, 0.0)["sync_share"] is None
+
+
+class _DoublingDist:
+    """torch.distributed's all_reduce as two ranks holding the same values would give."""
+
+    class ReduceOp:
+        SUM = "sum"
+
+    def __init__(self) -> None:
+        self.reduced: list = []
+
+    def all_reduce(self, tensor, op):
+        self.reduced.append(tensor)
+        tensor.mul_(2)
+
+
+def test_ddp_allreduce_sum_reduces_a_tensor_on_the_ranks_device_in_place():
+    # The gloo path (a CPU rank, CPU sums) reduces the caller's tensor itself, no copy;
+    # only a CUDA rank's CPU tensors go through a GPU copy (tests/unit/examples/test_examples_gpu.py).
+    from trainkit.dist import DDPBackend
+
+    backend = object.__new__(DDPBackend)
+    backend.device = torch.device("cpu")
+    backend.dist = _DoublingDist()
+    sums = torch.tensor([1.0, 2.5], dtype=torch.float64)
+    assert backend.allreduce_sum(sums, name="sums") is sums
+    assert sums.tolist() == [2.0, 5.0] and backend.dist.reduced == [sums]
