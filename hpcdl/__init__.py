@@ -14,7 +14,7 @@ circle exists (imports made only for type checking are not part of the graph).
     inputs      hpcdl.profiles hpcdl.container hpcdl.data hpcdl.sandbox hpcdl.remote
     schedulers  hpcdl.schedulers
     planning    hpcdl.plan hpcdl.launch hpcdl.probe hpcdl.hang
-    jobs        hpcdl.jobs hpcdl.hang.watchdog hpcdl.sweep hpcdl.results hpcdl.report hpcdl.track
+    jobs        hpcdl.jobs hpcdl.sweep hpcdl.results hpcdl.report hpcdl.track
     doctor      hpcdl.doctor
     cli         hpcdl.cli hpcdl.__main__
 """

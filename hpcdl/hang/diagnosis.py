@@ -1,6 +1,6 @@
 """The hang watchdog's decisions, pure: when a job counts as silent, what the stack
 collection runs on a node, how py-spy's dumps read, and which rank is not where the
-others are. No I/O here (hpcdl.hang.watchdog does the polling, collecting and writing;
+others are. No I/O here (hpcdl.jobs.watchdog does the polling, collecting and writing;
 hpcdl.cli.display prints), so every rule is unit-tested with fake stacks.
 
 Progress: the ranks' files in the run directory change. Any file counts (the job's
@@ -495,7 +495,7 @@ Fingerprint = frozenset[tuple[str, int, int]]
 
 class Silence:
     """How long a job has shown no progress, from fingerprints of its run directory
-    (hpcdl.hang.watchdog.fingerprint) taken at each poll. The clock starts when the job is
+    (hpcdl.jobs.watchdog.fingerprint) taken at each poll. The clock starts when the job is
     first seen running and restarts whenever the fingerprint changes (or the job is
     not running: queued again after a requeue). Pure: the caller passes the time."""
 

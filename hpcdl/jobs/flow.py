@@ -24,10 +24,10 @@ from hpcdl.schedulers.base import JobStatus, Scheduler
 # record, report.html) is imported where it is used: `hpcdl submit` without --wait
 # never follows, and its start-up is most of hpcdl's own time before sbatch.
 if TYPE_CHECKING:
-    from hpcdl.hang.watchdog import HangWatchdog
     from hpcdl.jobs.attempts import Attempt
     from hpcdl.jobs.follow import OnLost, OnPoll, Reconnecting, Watcher
     from hpcdl.jobs.recoveries import Recovery
+    from hpcdl.jobs.watchdog import HangWatchdog
     from hpcdl.results.record import JobLogs, ResultRecord
 
 OnHang = Callable[[Diagnosis], None]
@@ -83,12 +83,12 @@ def submit_job(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     that cannot look is none: ToolError) and copied into the run directory, since the
     nodes run it from there and not from this venv. ``place``: where the cluster reads
     the run directory (hpcdl.jobs.place). Raises ValidationError,
-    SubmitError, ToolError (see hpcdl.jobs.submit.submit, hpcdl.hang.watchdog.find_py_spy).
+    SubmitError, ToolError (see hpcdl.jobs.submit.submit, hpcdl.jobs.watchdog.find_py_spy).
     """
     py_spy = None
     if plan.hang is not None and watch:
         # Lazy: the watchdog only for a job that is followed with a hang timeout.
-        from hpcdl.hang.watchdog import find_py_spy
+        from hpcdl.jobs.watchdog import find_py_spy
 
         py_spy = find_py_spy()
     sub = submit(profile, plan, scheduler=scheduler, place=place)
@@ -173,8 +173,8 @@ def _hang_watch(profile: Profile, plan: JobPlan, sub: Submitted, scheduler: Sche
     hang timeout and py-spy) ``on_poll`` and the hang watchdog, with a watcher that
     polls at least every tenth of the timeout."""
     # Lazy: as in follow_job.
-    from hpcdl.hang.watchdog import HangWatchdog, collect
     from hpcdl.jobs.follow import MAX_INTERVAL_S, Backoff, Watcher
+    from hpcdl.jobs.watchdog import HangWatchdog, collect
 
     if py_spy is None or plan.hang is None:
         return on_poll, Watcher(scheduler, link=link), None

@@ -38,7 +38,7 @@ the plan's paths name; what the job writes is pulled back (hpcdl.jobs.place).
 PlanRecord, job.json as a JobRecord, result.json as hpcdl.results.record.ResultRecord,
 profile.yaml, image.json and image.def). What other files hold is their owners' to read
 and write: attempts.tsv/.json hpcdl.jobs.attempts, progress hpcdl.jobs.timelimit
-(run_steps_seen), pids/ and hang/ hpcdl.hang.watchdog, relaunch.request
+(run_steps_seen), pids/ and hang/ hpcdl.jobs.watchdog, relaunch.request
 hpcdl.launch.nodes, job/ hpcdl.launch.staging, code/ hpcdl.launch.code, probe-error.R
 hpcdl.jobside.protocol, image.json's content hpcdl.container.hashing (image_record). The job script names
 two of them itself, its logs (``slurm-%j.out/.err``) and ``checkpoints/`` (hpcdl.plan

@@ -198,7 +198,7 @@ def rank_env_script(mode: Mode = "ranks", *, gpu_bind: bool = False,
     ``torchrun``: one task per node runs torchrun, which sets its workers' variables
     itself; only the checks run (node 0 hosts the c10d rendezvous on MASTER_PORT).
     ``record_pid``: write "NODE PID" to $HPCDL_PID_DIR/rank-RANK (torchrun: node-N)
-    before exec, for the hang watchdog (hpcdl.hang.watchdog).
+    before exec, for the hang watchdog (hpcdl.jobs.watchdog).
     """
     parts = [f"# {WRAPPER_NAME}: the torchrun variables for every rank (POSIX sh; any image)\n"]
     if mode == "ranks":

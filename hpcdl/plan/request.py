@@ -72,7 +72,7 @@ class JobRequest:
     probe: tuple[str, ...] | None = None
     probe_first: bool = False
 
-    # The hang watchdog of `submit --wait` (hpcdl.hang.watchdog): seconds without
+    # The hang watchdog of `submit --wait` (hpcdl.jobs.watchdog): seconds without
     # progress before it collects stacks, and what it does then (cancel, leave).
     hang_timeout: float | None = None
     hang_action: str | None = None

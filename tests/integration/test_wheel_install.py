@@ -142,7 +142,7 @@ def test_the_watchdogs_py_spy_comes_with_the_wheel(installed: tuple[Path, Path])
     (what `submit --hang-timeout` binds into the image), not a shim on PATH."""
     env_dir, elsewhere = installed
     py = env_dir / "bin" / "python"
-    out = subprocess.run([str(py), "-c", "from hpcdl.hang.watchdog import find_py_spy; "
+    out = subprocess.run([str(py), "-c", "from hpcdl.jobs.watchdog import find_py_spy; "
                           "print(find_py_spy())"], capture_output=True, text=True, timeout=60,
                          cwd=elsewhere, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr

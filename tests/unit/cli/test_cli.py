@@ -119,7 +119,7 @@ def test_help_is_fast_and_never_imports_torch():
 # side (the status display, the follow loop, the hang watchdog, the report, salloc's
 # path), which only --wait and alloc use.
 HEAVY = ("torch", "numpy", "matplotlib", "rich", "pandas", "mlflow", "tensorboard",
-         "hpcdl.cli.display", "hpcdl.jobs.follow", "hpcdl.hang.watchdog", "hpcdl.report",
+         "hpcdl.cli.display", "hpcdl.jobs.follow", "hpcdl.jobs.watchdog", "hpcdl.report",
          "hpcdl.jobs.alloc")
 
 

@@ -7,8 +7,6 @@ tests/integration/test_hang_watchdog.py."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -31,13 +29,10 @@ from hpcdl.hang.diagnosis import (
     rank_stacks,
     split_node_output,
 )
-from hpcdl.hang.watchdog import HangWatchdog, find_py_spy, fingerprint, hang_dump, write_hang
-from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobside.errors import ToolError
 from hpcdl.launch.rankenv import WRAPPER_NAME, rank_env_script
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
-from hpcdl.schedulers.base import JobState, JobStatus
 from hpcdl.schedulers.slurm.commands import overlap_argv
 
 TORCH = "/usr/local/lib/python3.11/dist-packages/torch/distributed"
@@ -295,7 +290,7 @@ def test_the_node_script_reads_a_torchrun_workers_rank(tmp_path: Path) -> None:
     assert sorted(hang.worker_ranks(dump.text).values()) == [6, 7]
 
 
-# ---- silence and the watchdog ---------------------------------------------------------------
+# ---- silence ------------------------------------------------------------------------------------
 
 
 def test_silence_starts_when_running_and_restarts_on_progress() -> None:
@@ -307,116 +302,6 @@ def test_silence_starts_when_running_and_restarts_on_progress() -> None:
     assert s.observe(30, True, b) == 0  # the log grew
     assert s.observe(31, False, b) == 0  # requeued: starts again when it runs
     assert s.observe(40, True, b) == 0 and s.observe(45, True, b) == 5
-
-
-def test_fingerprint_sees_the_jobs_files_not_the_watchdogs(tmp_path: Path) -> None:
-    run = RunDir(tmp_path)
-    (tmp_path / "slurm-1.out").write_text("a")
-    before = fingerprint(run)
-    write_hang(run, {"x": 1}, "x\n", {"n1": "dump"})
-    (tmp_path / "result.json").write_text("{}")
-    assert fingerprint(run) == before
-    (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "step-1.pt").write_bytes(b"1")
-    assert fingerprint(run) != before
-
-
-class FakeScheduler:
-    name = "fake"
-
-    def __init__(self) -> None:
-        self.cancelled: list[str] = []
-
-    def cancel(self, job_ids: list[str]) -> None:
-        self.cancelled += job_ids
-
-
-def make_dog(tmp_path: Path, action: str, clock: list[float]) -> tuple[HangWatchdog, FakeScheduler,
-                                                                        list]:
-    run = RunDir(tmp_path)
-    run.pids.mkdir()
-    (run.pids / "rank-0").write_text("n1 21367\n")
-    (run.pids / "rank-1").write_text("n2 21416\n")
-    (tmp_path / "slurm-9.out").write_text("step 0\n")
-    sched = FakeScheduler()
-    seen: list = []
-
-    def collector(job_id: str, pids: list[RankPid]):
-        assert job_id == "9" and [p.rank for p in pids] == [0, 1]
-        dumps = {"n1": [NodeDump("0", 21367, WAITING, 0)],
-                 "n2": [NodeDump("1", 21416, SLEEPING, 0)]}
-        return dumps, {"n1": "=== rank 0 ===\n" + WAITING, "n2": "=== rank 1 ===\n" + SLEEPING}, {}
-
-    dog = HangWatchdog(run, "9", timeout=30, action=action, scheduler=sched,  # type: ignore[arg-type]
-                       collector=collector, on_hang=seen.append, clock=lambda: clock[0])
-    return dog, sched, seen
-
-
-def running() -> dict[str, JobStatus]:
-    return {"9": JobStatus("9", "x", JobState.RUNNING, "RUNNING")}
-
-
-def test_the_watchdog_diagnoses_writes_and_cancels_once(tmp_path: Path) -> None:
-    clock = [100.0]
-    dog, sched, seen = make_dog(tmp_path, "cancel", clock)
-    dog(running(), 0)
-    clock[0] = 129
-    dog(running(), 29)
-    assert not seen and not (tmp_path / "hang").exists()
-    clock[0] = 131
-    dog(running(), 31)
-    (diag,) = seen
-    assert sched.cancelled == ["9"] and diag.cancelled
-    assert diag.stragglers[0].label == "rank 1" and diag.stragglers[0].line == 16
-    data = json.loads((tmp_path / "hang" / "diagnosis.json").read_text())
-    assert data["stragglers"][0]["frame"] == "<module> (hang_ddp.py:16)"
-    assert data["silent_s"] == pytest.approx(31) and data["action"] == "cancel"
-    assert (tmp_path / "hang" / "diagnosis.txt").read_text().startswith("job 9: no progress")
-    assert "hang_ddp.py:16" in (tmp_path / "hang" / "stacks-n2.txt").read_text()
-    assert sorted(data["dumps"]) == [str(tmp_path / "hang" / f"stacks-{n}.txt")
-                                     for n in ("n1", "n2")]
-    clock[0] = 200
-    dog(running(), 100)  # the same silence is diagnosed once
-    assert len(seen) == 1 and sched.cancelled == ["9"]
-
-
-def test_leave_keeps_the_job_and_watches_again_after_progress(tmp_path: Path) -> None:
-    clock = [0.0]
-    dog, sched, seen = make_dog(tmp_path, "leave", clock)
-    dog(running(), 0)
-    clock[0] = 31
-    dog(running(), 31)
-    assert len(seen) == 1 and not sched.cancelled and not seen[0].cancelled
-    clock[0] = 40
-    with (tmp_path / "slurm-9.out").open("a") as fh:
-        fh.write("step 1\n")
-    os.utime(tmp_path / "slurm-9.out", ns=(time.time_ns() + 10**9,) * 2)
-    dog(running(), 40)  # progress: the clock restarts
-    clock[0] = 65
-    dog(running(), 65)
-    assert len(seen) == 1
-    clock[0] = 71
-    dog(running(), 71)
-    assert len(seen) == 2 and not sched.cancelled
-
-
-def test_find_py_spy_takes_the_binary_not_a_shim(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    shim = tmp_path / "py-spy"
-    shim.write_text("#!/bin/sh\nexec real-py-spy \"$@\"\n")
-    shim.chmod(0o755)
-    monkeypatch.setenv("HPCDL_PY_SPY", str(shim))
-    with pytest.raises(ToolError, match="no py-spy executable"):
-        find_py_spy()
-    monkeypatch.delenv("HPCDL_PY_SPY")
-    found = find_py_spy()  # the dependency, installed with hpcdl
-    odd = tmp_path / "a:b"
-    odd.mkdir()
-    shutil.copy2(found, odd / "py-spy")
-    monkeypatch.setenv("HPCDL_PY_SPY", str(odd / "py-spy"))
-    with pytest.raises(ToolError, match="a container bind cannot carry"):
-        find_py_spy()
-    assert Path(found).read_bytes()[:4] == b"\x7fELF"
 
 
 # ---- the rank wrapper and the plan ------------------------------------------------------------
@@ -481,75 +366,3 @@ def test_submit_refuses_bad_watchdog_input_in_one_line() -> None:
     assert res.exit_code == 0
     assert ("warning: hang-timeout: 900 s is not shorter than the job's time limit 00:10:00: "
             "the watchdog cannot fire before it") in res.stderr
-
-
-# ---- the lifecycle through the CLI, against the fake Slurm -------------------------------------
-
-
-def test_submit_wait_with_the_watchdog_against_fake_slurm(fake_slurm, monkeypatch: pytest.MonkeyPatch,
-                                                          tmp_path: Path) -> None:
-    """submit --wait --hang-timeout: the job never writes a file, so after the timeout the
-    watchdog runs one srun --overlap per node, names rank 1, cancels; --json carries it."""
-    from click.testing import CliRunner
-
-    from hpcdl.cli import cli
-
-    monkeypatch.setenv("HPCDL_SKIP_LIVE_CHECK", "1")
-    monkeypatch.setattr("hpcdl.jobs.follow.MIN_INTERVAL_S", 0.01)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.py").write_text("print('never run: the fake Slurm runs nothing')\n")
-    fake_slurm.scenario(jobs={"hung": {
-        "states": [["RUNNING", 10**6], ["COMPLETED", 0]],
-        "pids": {"rank-0": "n1 21367", "rank-1": "n2 21416"},
-        "srun": {"n1": f"@@hpcdl-stack 0 21367\n{WAITING}@@hpcdl-end 0\n",
-                 "n2": f"@@hpcdl-stack 1 21416\n{SLEEPING}@@hpcdl-end 0\n"}}})
-    started = time.monotonic()
-    res = CliRunner().invoke(cli, ["submit", "-p", "sandbox", "-N", "2", "-G", "0", "-J", "hung",
-                                   "--no-image", "--hang-timeout", "1", "--wait", "--json", "--",
-                                   "python3", "train.py"], catch_exceptions=False)
-    assert time.monotonic() - started < 60
-    assert res.exit_code != 2, res.output
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert out["state"] == "CANCELLED", res.output
-    assert out["hang"]["stragglers"][0]["label"] == "rank 1"
-    assert out["hang"]["stragglers"][0]["frame"] == "<module> (hang_ddp.py:16)"
-    assert out["hang"]["cancelled"] is True
-    sruns = [c["argv"] for c in fake_slurm.calls() if c["tool"] == "srun"]
-    assert sorted(a[1:3] for a in sruns) == [["--jobid=100", "--nodelist=n1"],
-                                            ["--jobid=100", "--nodelist=n2"]]
-    assert [c["argv"] for c in fake_slurm.calls() if c["tool"] == "scancel"] == [["100"]]
-    run = RunDir(Path(out["run_dir"]))
-    assert json.loads(run.hang_json.read_text())["summary"] == out["hang"]["summary"]
-    assert hang_dump(run, "n2").is_file()
-
-
-def test_a_job_that_writes_is_left_alone(fake_slurm, monkeypatch: pytest.MonkeyPatch,
-                                        tmp_path: Path) -> None:
-    """The fake job 'prints' (its log grows every poll through a stand-in for the ranks):
-    no srun, no cancel, the job completes."""
-    from click.testing import CliRunner
-
-    import hpcdl.hang.watchdog as watchdog
-    from hpcdl.cli import cli
-
-    monkeypatch.setenv("HPCDL_SKIP_LIVE_CHECK", "1")
-    monkeypatch.setattr("hpcdl.jobs.follow.MIN_INTERVAL_S", 0.01)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.py").write_text("print('never run: the fake Slurm runs nothing')\n")
-    fake_slurm.scenario(jobs={"busy": {"states": [["RUNNING", 8], ["COMPLETED", 0]],
-                                       "pids": {"rank-0": "n1 5"}}})
-    real = watchdog.fingerprint
-    ticks = iter(range(10**6))
-
-    def growing(run: RunDir) -> hang.Fingerprint:  # a log line per poll
-        (run.path / "progress.log").write_text("x" * next(ticks))
-        return real(run)
-
-    monkeypatch.setattr(watchdog, "fingerprint", growing)
-    res = CliRunner().invoke(cli, ["submit", "-p", "sandbox", "-N", "1", "-G", "0", "-J", "busy",
-                                   "--no-image", "--hang-timeout", "0.5", "--wait", "--json",
-                                   "--", "python3", "train.py"], catch_exceptions=False)
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert out["state"] == "COMPLETED" and "hang" not in out
-    assert not [c for c in fake_slurm.calls() if c["tool"] in ("srun", "scancel")]
-

@@ -147,7 +147,7 @@ def _code_words(source: str) -> list[str]:
 
 
 # The job lifecycle: hpcdl's flows (and the jobs layer, where there is one) over the seam.
-LIFECYCLE = ["sweep/run.py", "sweep/flow.py", "results/read.py", "hang/watchdog.py",
+LIFECYCLE = ["sweep/run.py", "sweep/flow.py", "results/read.py", "jobs/watchdog.py",
              "schedulers/base.py", "schedulers/executor.py",
              *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "jobs").glob("*.py"))]
 # Words that look like a scheduler's and are not a call to it, each with why:
