@@ -20,15 +20,15 @@ import click
 from hpcdl.hang.diagnosis import Diagnosis
 from hpcdl.jobs.attempts import Attempt, no_step_message
 from hpcdl.jobs.follow import RETRY_S
+from hpcdl.jobs.logs import describe_failures, format_result_table
 from hpcdl.jobs.recoveries import Recovery, excluded_line
 from hpcdl.jobs.recoveries import lines as recovery_lines
+from hpcdl.jobs.result import JobLogs, ResultRecord
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.timelimit import timeout_message
 from hpcdl.jobside.probe_worker import format_size
 from hpcdl.jobside.protocol import without_probe
 from hpcdl.launch.nodes import RECOVERIES_NAME
-from hpcdl.results.logs import describe_failures, format_result_table
-from hpcdl.results.record import JobLogs, ResultRecord
 from hpcdl.results.table import Row
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler
 from hpcdl.schedulers.executor import ConnectionLost

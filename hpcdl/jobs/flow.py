@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from hpcdl.jobs.attempts import Attempt
     from hpcdl.jobs.follow import OnLost, OnPoll, Reconnecting, Watcher
     from hpcdl.jobs.recoveries import Recovery
+    from hpcdl.jobs.result import JobLogs, ResultRecord
     from hpcdl.jobs.watchdog import HangWatchdog
-    from hpcdl.results.record import JobLogs, ResultRecord
 
 OnHang = Callable[[Diagnosis], None]
 # Writes run directory PATH's report.html: (the file, the facts gathered for it, with
@@ -115,8 +115,8 @@ def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
     # Lazy: what following needs, not submitting (see the note at the top).
     from hpcdl.jobs import recoveries
     from hpcdl.jobs.follow import Reconnecting, follow
+    from hpcdl.jobs.result import record_result
     from hpcdl.jobs.timelimit import run_steps_seen
-    from hpcdl.results.record import record_result
 
     sub = job.submitted
     plan = sub.plan

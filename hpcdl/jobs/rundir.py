@@ -35,7 +35,7 @@ submitting machine and copied to the same name under login.runs on the cluster, 
 the plan's paths name; what the job writes is pulled back (hpcdl.jobs.place).
 
 ``RunDir`` owns these paths and reads and writes the records (plan.json read as a
-PlanRecord, job.json as a JobRecord, result.json as hpcdl.results.record.ResultRecord,
+PlanRecord, job.json as a JobRecord, result.json as hpcdl.jobs.result.ResultRecord,
 profile.yaml, image.json and image.def). What other files hold is their owners' to read
 and write: attempts.tsv/.json hpcdl.jobs.attempts, progress hpcdl.jobs.timelimit
 (run_steps_seen), pids/ and hang/ hpcdl.jobs.watchdog, relaunch.request
@@ -342,7 +342,7 @@ class RunDir:
             return None
 
     def write_result(self, result: dict[str, Any]) -> None:
-        """result.json (hpcdl.results.record.ResultRecord, or a refusal's record)."""
+        """result.json (hpcdl.jobs.result.ResultRecord, or a refusal's record)."""
         write_json_atomic(self.result_file, result)
 
     def read_result(self) -> dict[str, Any] | None:

@@ -5,7 +5,7 @@ hpcdl errors raised; hpcdl.cli prints.
 
 The job path reads one way: request -> ``plan_run`` (plan.py's build_plan, once,
 with the run directory decided) -> ``submit`` (writes exactly ``plan.script``) ->
-hpcdl.jobs.follow -> hpcdl.results.record.record_result (result.json).
+hpcdl.jobs.follow -> hpcdl.jobs.result.record_result (result.json).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.jobs import rundir
 from hpcdl.jobs.attempts import Attempt, from_script, join, read_script_attempts, write_attempts
 from hpcdl.jobs.place import HERE, RunPlace
+from hpcdl.jobs.result import refused_record
 from hpcdl.jobs.rundir import JobRecord, RunDir
 from hpcdl.jobs.timelimit import EXIT_TIMEOUT
 from hpcdl.jobside.errors import HpcdlError, SubmitError, ToolError
@@ -28,7 +29,6 @@ from hpcdl.launch.code import scan_code, stage_code
 from hpcdl.launch.staging import stage
 from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Profile
-from hpcdl.results.record import refused_record
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler, SubmitOptions, is_final
 
 SKIP_LIVE_CHECK_ENV = "HPCDL_SKIP_LIVE_CHECK"

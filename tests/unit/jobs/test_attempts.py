@@ -86,7 +86,7 @@ def test_other_jobs_get_no_line(reasons):
 
 def test_submit_wait_report_carries_the_line(tmp_path, monkeypatch):
     from hpcdl.cli import display
-    from hpcdl.results.record import JobLogs
+    from hpcdl.jobs.result import JobLogs
 
     final = JobStatus("42", "j", "FAILED", "FAILED", 255, 0, "n1", "00:00:04", "00:10:00",
                       "debug", "", "sacct")

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli, display
+from hpcdl.jobs.result import JobLogs
 from hpcdl.jobs.submit import exit_status
 from hpcdl.jobs.timelimit import (
     EXIT_TIMEOUT,
@@ -18,7 +19,6 @@ from hpcdl.jobs.timelimit import (
     steps_seen,
     timeout_message,
 )
-from hpcdl.results.record import JobLogs
 from hpcdl.schedulers.base import JobStatus
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 from hpcdl.schedulers.slurm.parse import parse_sacct, parse_squeue

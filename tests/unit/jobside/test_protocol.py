@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcdl.jobs.logs import format_result_table
 from hpcdl.jobside.protocol import (
     parse_rank_table,
     parse_result,
@@ -17,7 +18,6 @@ from hpcdl.jobside.protocol import (
     result_line,
     unlabel,
 )
-from hpcdl.results.logs import format_result_table
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

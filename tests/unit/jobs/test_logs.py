@@ -1,13 +1,13 @@
 """Parsing job logs: result line, rank table, failed ranks."""
 
-from hpcdl.jobside.protocol import parse_rank_table, parse_result
-from hpcdl.results.logs import (
+from hpcdl.jobs.logs import (
     describe_failures,
     failed_ranks,
     format_result_table,
     parse_failures,
     rank_lines,
 )
+from hpcdl.jobside.protocol import parse_rank_table, parse_result
 
 LOG = """\
 hpcdl: job 12 on n[1-2]: 4 ranks (2 nodes x 2)

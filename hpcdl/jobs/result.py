@@ -10,9 +10,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any, TypedDict
 
+from hpcdl.jobs.logs import failed_ranks
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobside.protocol import parse_probe, parse_rank_table, parse_result, read_probe_errors
-from hpcdl.results.logs import failed_ranks
 from hpcdl.schedulers.base import JobStatus
 
 
