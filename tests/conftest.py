@@ -36,8 +36,9 @@ def require(condition: bool, why: str) -> None:
 
 
 def pytest_report_header() -> str:
-    """The free disk where the tests write, first in the log: the image builds need
-    ~15 GB at their peak, and a full disk otherwise shows only as a build's ENOSPC."""
+    """The free disk where the tests write, first in the log: a run uses about 10 GB at
+    its peak (the derived GPU image's build), and a full disk otherwise shows only as a
+    build's ENOSPC."""
     folder = SHARED_TMP if SHARED_TMP.is_dir() else Path(tempfile.gettempdir())
     free = shutil.disk_usage(folder).free / 2**30
     return f"free disk under {folder}: {free:.1f} GiB"

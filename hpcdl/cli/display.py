@@ -295,6 +295,14 @@ def hang_lines(diagnosis: Diagnosis, run: RunDir) -> list[str]:
     return lines
 
 
+def sweep_dir_line(here: Path, cluster: str | None) -> str:
+    """A sweep dry run's line naming its sweep directory (the cluster's too, when it is
+    copied there); the dry run creates it nowhere."""
+    if cluster is not None:
+        return f"# sweep directory on the cluster {cluster}, here {here} (nothing is created)"
+    return f"# sweep directory {here} (nothing is created)"
+
+
 def done_line(row: Row, elapsed: float) -> str:
     """One finished sweep point: its throughput, or its state and why."""
     what = (f"{row.images_per_sec:.1f} img/s" if row.ok and row.images_per_sec is not None

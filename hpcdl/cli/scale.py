@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from hpcdl.cli.display import SweepBar, done_line, probe_view
+from hpcdl.cli.display import SweepBar, done_line, probe_view, sweep_dir_line
 from hpcdl.cli.options import example_options, launch_options, parse_env
 from hpcdl.cli.submit import defaults_line, echo_warning
 from hpcdl.jobs.prepare import open_cluster
@@ -171,11 +171,8 @@ def _show_plans(ready: PreparedPoints, why: str, as_json: bool, *, sweep_dir: Pa
                        for point, plan in plans]}, indent=2))
         return
     first = plans[0][1]
-    if cluster_dir is not None:
-        click.echo(f"# sweep directory on the cluster {cluster_dir}, here {sweep_dir} "
-                   f"(nothing is created)", err=True)
-    elif planned:
-        click.echo(f"# sweep directory {sweep_dir} (nothing is created)", err=True)
+    if planned:
+        click.echo(sweep_dir_line(sweep_dir, cluster_dir), err=True)
     for note in ready.notes or ():
         click.echo(f"# {note}", err=True)
     click.echo(f"partition {first.spec.partition.name} for every point ({why})")

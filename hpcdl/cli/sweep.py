@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from hpcdl.cli.display import SweepBar
+from hpcdl.cli.display import SweepBar, sweep_dir_line
 from hpcdl.cli.options import example_options, launch_options, parse_env
 from hpcdl.cli.submit import JOB_FILE_HEADER, defaults_line, echo_warning
 from hpcdl.jobs.place import HERE, RunPlace
@@ -233,11 +233,7 @@ def _show(plan: ArrayPlan, as_json: bool, *, notes: list[str], cluster_dir: str 
                err=True)
     if plan.size_limit:
         click.echo(f"# {plan.size_limit}", err=True)
-    if cluster_dir is not None:
-        click.echo(f"# sweep directory on the cluster {cluster_dir}, here {plan.sweep_dir} "
-                   f"(nothing is created)", err=True)
-    else:
-        click.echo(f"# sweep directory {plan.sweep_dir} (nothing is created)", err=True)
+    click.echo(sweep_dir_line(plan.sweep_dir, cluster_dir), err=True)
     for note in notes:
         click.echo(f"# {note}", err=True)
     if first.launch.example_defaults:

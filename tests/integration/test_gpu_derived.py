@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcdl.container.hashing import sidecar
 from tests.integration.conftest_apptainer import HOST_BINDS, image_path
 from tests.integration.conftest_slurm import hpcdl, submit_json, wait_final
 
@@ -58,20 +59,19 @@ def derived_image(gpu_image: Path, tmp_path_factory: pytest.TempPathFactory
     # under /scratch makes spython warn that Docker Hub's `scratch` is gone.
     (context / "Dockerfile").write_text(DOCKERFILE.format(base=image_path("pytorch-horovod-gpu-pypi")))
     out = gpu_image.with_name(DERIVED)
-    # A stale derived image (its base was rebuilt) is only a test's leftover: removed
-    # before the build instead of kept beside the new one, ~3.8 GB less at the peak
-    # (the unpacked ~10 GB tree and the new SIF are on the same disk).
-    plan = hpcdl("build", "Dockerfile", "-o", str(out), "--compression", "lz4", "--dry-run",
-                 "--json", cwd=context)
-    assert plan.returncode == 0, plan.stderr
-    if not json.loads(plan.stdout)["up_to_date"]:
-        for stale in (out, out.with_name(out.name + ".hash")):
-            stale.unlink(missing_ok=True)
     # lz4 as the GPU image itself: a Dockerfile's SIF is otherwise gzip, whose mksquashfs
     # of the ~10 GB tree took 18 min here (lz4: docs/guide/build.md) and whose ranks
     # start about twice as slowly.
-    res = hpcdl("build", "Dockerfile", "-o", str(out), "--compression", "lz4", "--json",
-                cwd=context, timeout=BUILD_TIMEOUT)
+    build = ("build", "Dockerfile", "-o", str(out), "--compression", "lz4", "--json")
+    # A stale derived image (its base was rebuilt) is only a test's leftover: removed
+    # before the build instead of kept beside the new one, ~3.8 GB less at the peak
+    # (the unpacked ~10 GB tree and the new SIF are on the same disk).
+    plan = hpcdl(*build, "--dry-run", cwd=context)
+    assert plan.returncode == 0, plan.stderr
+    if not json.loads(plan.stdout)["up_to_date"]:
+        for stale in (out, sidecar(out, ".hash")):
+            stale.unlink(missing_ok=True)
+    res = hpcdl(*build, cwd=context, timeout=BUILD_TIMEOUT)
     log = out.with_name(out.name + ".build.log")
     assert res.returncode == 0, (f"{res.stdout}\n{res.stderr[-3000:]}\n"
                                  f"{log.read_text(errors='replace')[-3000:] if log.exists() else ''}")
