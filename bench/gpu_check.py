@@ -109,7 +109,7 @@ GPU_SIZES = Sizes(
     # read again and again (sampled with replacement) from the page cache.
     tiny_classes=8, tiny_per_class=64, tiny_size=416,
     loader_batch=64, workers=(4, 8, 16), gpu_decode_batches=8, threads=0,
-    budgets={"gpu_tests": 90, "example": 200, "data": 100, "checkpoint": 45,
+    budgets={"gpu_tests": 90, "example": 200, "tuning": 240, "data": 100, "checkpoint": 45,
              "apptainer_nv": 15},
 )  # fmt: skip
 CPU_SIZES = Sizes(
@@ -118,13 +118,14 @@ CPU_SIZES = Sizes(
     tiny_classes=4, tiny_per_class=12, tiny_size=64,
     # One thread: two processes on 2 shared cores would otherwise oversubscribe them.
     loader_batch=8, workers=(0, 1), gpu_decode_batches=0, threads=1,
-    budgets={"gpu_tests": 60, "example": 90, "data": 45, "checkpoint": 30,
+    budgets={"gpu_tests": 60, "example": 90, "tuning": 60, "data": 45, "checkpoint": 30,
              "apptainer_nv": 15},
 )  # fmt: skip
 
 STEPS = (
     ("gpu_tests", "gpu-marked tests"),
     ("example", "bundled example, synthetic"),
+    ("tuning", "the example's step, part by part"),
     ("data", "JPEG data path"),
     ("checkpoint", "checkpoint round trip"),
     ("apptainer_nv", "apptainer --nv"),
@@ -359,12 +360,16 @@ def run_example(c: Check, label: str, launcher: list[str], cap: float) -> dict[s
                          f"{result.get('amp')}, not on {expected}", last_lines(ran.output))
     header = re.search(r"workers (\d+), threads (\d+)", ran.output)
     out = {**steady_rate(metrics, s.batch, s.example_warmup),
+           "step_images_per_sec": steady_rate(metrics, s.batch, s.example_warmup)["images_per_sec"],
            "example_images_per_sec": result.get("images_per_sec"),
            "device": result.get("device"), "amp": result.get("amp"),
            "launcher": result.get("launcher"), "world_size": result.get("world_size"),
            "workers": int(header.group(1)) if header else None,
            "wall_s": round(ran.seconds, 1),
            "command": shlex.join(["python3", *argv[1:]]).replace(str(ROOT) + "/", "")}
+    # The host's clock between step ends: on a GPU the loop reads a step's figures
+    # after it has queued the next, so the steps' own times can overlap the data wait.
+    out["images_per_sec"] = wall_rate(metrics, s.batch, s.example_warmup) or out["images_per_sec"]
     return out
 
 
@@ -445,6 +450,161 @@ def step_example(c: Check) -> dict[str, Any]:
     if errors:
         raise StepFailed("; ".join(errors), "\n".join(tails), figures)
     return passed(summary, figures)
+
+
+# ---------------------------------------------------------------------------------------
+# Step 2b: what the example's step costs, part by part (variants side by side, one trace)
+
+# Each variant runs the example in-process (plain launch, DDP world 1) with one change
+# patched in, so a change is measured before it is made in the example. None of them
+# changes the maths except where the name says so (no_ddp: no DDP wrapper at all).
+TUNING_VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "sync_each_step": {"sync_each_step": True},  # the host waits for every step (the old loop)
+    "no_grad_hooks": {"no_grad_hooks": True},
+    "ddp_no_broadcast_buffers": {"ddp": {"broadcast_buffers": False}},
+    "ddp_bucket_view": {"ddp": {"gradient_as_bucket_view": True}},
+    "ddp_static_graph": {"ddp": {"static_graph": True}},
+    "fused_sgd": {"fused_sgd": True},
+    "ddp_all": {"ddp": {"broadcast_buffers": False, "gradient_as_bucket_view": True,
+                        "static_graph": True}, "fused_sgd": True},
+    "no_ddp": {"no_ddp": True},
+}
+CPU_TUNING_VARIANTS = ("default", "sync_each_step", "ddp_all")
+
+
+def wall_rate(metrics: Path, batch: int, warmup: int) -> float | None:
+    """Images/s from the host's clock stamps of the step lines after ``warmup``: the
+    period between step ends, whatever the step's own figures say."""
+    lines = [json.loads(ln) for ln in (metrics / "rank-00000.jsonl").read_text().splitlines()
+             if ln.strip()]
+    stamps = [ln["t"] for ln in lines if "step" in ln and "t" in ln][warmup:]
+    if len(stamps) < 3 or stamps[-1] <= stamps[0]:
+        return None
+    return round((len(stamps) - 1) * batch / (stamps[-1] - stamps[0]), 1)
+
+
+def step_tuning(c: Check) -> dict[str, Any]:
+    s = c.sizes
+    names = CPU_TUNING_VARIANTS if c.cpu else tuple(TUNING_VARIANTS)
+    figures: dict[str, Any] = {"variants": {}}
+    for name in names:
+        metrics = c.work / f"metrics-tuning-{name}"
+        params = {"variant": name, **TUNING_VARIANTS[name], "metrics": str(metrics),
+                  "args": example_args(s, metrics), "batch": s.batch,
+                  "warmup": s.example_warmup, "port": free_port()}
+        try:
+            figures["variants"][name] = c.child("variant", params, cap=60, log=f"tuning-{name}")
+        except StepFailed as exc:
+            figures["variants"][name] = {"error": str(exc), "error_tail": exc.tail}
+    if not c.cpu:
+        metrics = c.work / "metrics-tuning-profile"
+        params = {"variant": "default", "profile": str(c.logs / "profile.txt"),
+                  "metrics": str(metrics), "args": example_args(s, metrics), "batch": s.batch,
+                  "warmup": s.example_warmup, "port": free_port()}
+        try:
+            figures["profile"] = c.child("variant", params, cap=90, log="tuning-profile")
+        except StepFailed as exc:
+            figures["profile"] = {"error": str(exc), "error_tail": exc.tail}
+    rates = {n: v.get("images_per_sec") for n, v in figures["variants"].items()}
+    base = rates.get("default")
+    parts = [f"{n} {r:,.0f}" + (f" ({r / base:.2f})" if base else "")
+             for n, r in rates.items() if r]
+    failed = [n for n, r in rates.items() if not r]
+    if failed and len(failed) == len(rates):
+        raise StepFailed(f"no variant ran: {', '.join(failed)}", "", figures)
+    return passed("img/s: " + ", ".join(parts) + (f"; failed: {', '.join(failed)}" if failed
+                                                    else ""), figures)
+
+
+def child_variant(p: dict[str, Any]) -> dict[str, Any]:
+    """The example in this process with one variant's changes patched in."""
+    import runpy
+
+    import torch
+    import trainkit.dist as tdist
+    import trainkit.loop as tloop
+
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(p["port"])})
+    cuda = torch.cuda.is_available()
+    if p.get("ddp"):
+        base = torch.nn.parallel.DistributedDataParallel
+        extra = dict(p["ddp"])
+
+        class PatchedDDP(base):  # type: ignore[misc, valid-type]
+            def __init__(self, *a: Any, **k: Any) -> None:
+                super().__init__(*a, **{**k, **extra})
+
+        torch.nn.parallel.DistributedDataParallel = PatchedDDP  # type: ignore[misc]
+    if p.get("no_ddp"):
+        def wrap(self: Any, model: Any, optimizer: Any, **_: Any) -> Any:
+            return model, optimizer
+        tdist.DDPBackend.wrap = wrap  # type: ignore[method-assign]
+    if p.get("no_grad_hooks"):
+        tdist.GradReadyTimes.ready = lambda self, param: None  # type: ignore[method-assign]
+    if p.get("fused_sgd") and cuda:
+        sgd = torch.optim.SGD
+
+        def fused(*a: Any, **k: Any) -> Any:
+            return sgd(*a, **{**k, "fused": True})
+        torch.optim.SGD = fused  # type: ignore[misc, assignment]
+    queue_step = tloop.Training.queue_step
+    hooks: list[Callable[[], None]] = []
+    if p.get("sync_each_step"):
+        def wait_for_step() -> None:
+            if cuda:
+                torch.cuda.synchronize()
+        hooks.append(wait_for_step)
+    prof = None
+    if p.get("profile"):
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                       schedule=schedule(wait=p["warmup"], warmup=3, active=5, repeat=1))
+        prof.start()
+        hooks.append(prof.step)
+
+    def patched(self: Any, *a: Any, **k: Any) -> Any:
+        queued = queue_step(self, *a, **k)
+        for hook in hooks:
+            hook()
+        return queued
+    tloop.Training.queue_step = patched  # type: ignore[method-assign]
+    sys.argv = [str(EXAMPLE), *p["args"]]
+    try:
+        runpy.run_path(str(EXAMPLE), run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise
+    metrics = Path(p["metrics"])
+    out: dict[str, Any] = {"variant": p["variant"],
+                           **steady_rate(metrics, p["batch"], p["warmup"]),
+                           "wall_images_per_sec": wall_rate(metrics, p["batch"], p["warmup"])}
+    out["images_per_sec"] = out["wall_images_per_sec"] or out["images_per_sec"]
+    if prof is not None:
+        prof.stop()
+        out["profile"] = profile_summary(prof, Path(p["profile"]))
+    return out
+
+
+def profile_summary(prof: Any, path: Path) -> dict[str, Any]:
+    """The trace's top rows (host and GPU time) into ``path``; the GPU's busy share."""
+    averages = prof.key_averages()
+    tables = []
+    for key in ("self_cpu_time_total", "self_cuda_time_total", "cpu_time_total"):
+        with contextlib.suppress(Exception):
+            tables.append(f"## sorted by {key}\n" + averages.table(sort_by=key, row_limit=30))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\n".join(tables))
+    kernels = [e for e in prof.events() if getattr(e, "device_type", None) is not None
+               and str(e.device_type).endswith("CUDA")]
+    busy = sum(getattr(e, "device_time", 0.0) or getattr(e, "cuda_time", 0.0) for e in kernels)
+    spans = [(e.time_range.start, e.time_range.end) for e in prof.events()
+             if getattr(e, "time_range", None) is not None]
+    wall = (max(e for _, e in spans) - min(s for s, _ in spans)) if spans else 0.0
+    return {"table": str(path), "gpu_kernel_us": round(busy, 1), "trace_wall_us": round(wall, 1),
+            "gpu_busy_share": round(busy / wall, 3) if wall else None,
+            "steps": 5}
 
 
 def ceiling_params(c: Check) -> dict[str, Any]:
@@ -538,7 +698,8 @@ def skipped(reason: str, figures: dict[str, Any] | None = None) -> dict[str, Any
 
 
 STEP_FUNCS: dict[str, Callable[[Check], dict[str, Any]]] = {
-    "gpu_tests": step_gpu_tests, "example": step_example, "data": step_data,
+    "gpu_tests": step_gpu_tests, "example": step_example, "tuning": step_tuning,
+    "data": step_data,
     "checkpoint": step_checkpoint, "apptainer_nv": step_apptainer,
 }
 
@@ -624,7 +785,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="FILE", help="the report [default: $OUT or . /gpu_check.json]")
     p.add_argument("--md", metavar="FILE", help="the markdown table [default: $OUT or . /gpu_check.md]")
     p.add_argument("--budget", type=float, default=None, metavar="S",
-                   help="seconds for all steps together [default: 460 (GPU), 240 (--cpu)]")
+                   help="seconds for all steps together [default: 560 (GPU), 240 (--cpu)]")
     p.add_argument("--image", metavar="SIF", help="GPU image for the apptainer --nv step")
     p.add_argument("--only", metavar="STEP,...", type=lambda v: v.split(","),
                    help=f"run only these steps ({', '.join(n for n, _ in STEPS)}); the others "
@@ -645,7 +806,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = json_path.parent / f"{json_path.stem}-logs"
     shutil.rmtree(logs, ignore_errors=True)
     sizes = CPU_SIZES if args.cpu else GPU_SIZES
-    budget = args.budget or (240.0 if args.cpu else 460.0)
+    budget = args.budget or (240.0 if args.cpu else 560.0)
     work = Path(tempfile.mkdtemp(prefix="hpcdl-gpu-check-"))
     c = Check(args.cpu, sizes, budget, work, logs, args.image)
     started = time.monotonic()
@@ -697,7 +858,7 @@ def main(argv: list[str] | None = None) -> int:
 def child_main(name: str, params: dict[str, Any]) -> int:
     funcs: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "facts": child_facts, "ceiling": child_ceiling, "data": child_data,
-        "checkpoint": child_checkpoint}
+        "checkpoint": child_checkpoint, "variant": child_variant}
     result = funcs[name](params)
     print(CHILD_TAG + json.dumps(result), flush=True)
     return 0

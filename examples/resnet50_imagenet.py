@@ -418,7 +418,7 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
     Returns (this rank's loss*n, top-1 hits, n; the last LR; when the epoch began).
     Sets ``out.requeue`` and stops when all ranks agree a requeue was asked for."""
     import torch
-    from trainkit.loop import DevicePrefetch
+    from trainkit.loop import DevicePrefetch, QueuedStep
     from trainkit.schedule import lr_at
 
     from hpcdl.jobside import requeue
@@ -430,6 +430,21 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
     epoch_start = time.monotonic()
     slow_s = args.slow_ms / 1000 if args.slow_rank == t.backend.rank else 0.0
     fetch_start = epoch_start
+    # A step's figures are read (waiting for it) once the next step is queued, so the
+    # GPU never sits idle while the host prepares a step: (step, data wait, lr, step).
+    unread: tuple[int, float, float, QueuedStep] | None = None
+
+    def record(step: int, data_s: float, lr: float, queued: QueuedStep) -> None:
+        step_s, sync_s = queued.seconds(), queued.sync_seconds()
+        loss = float(queued.loss.detach())
+        if t.backend.rank == 0:  # this attempt completed a step (writes once; hpcdl/jobside/requeue.py)
+            requeue.mark_step(step)
+        timing.add(data.batch * t.backend.size, step_s, sync_s)
+        metrics.step(step, epoch=progress.epoch, step_s=step_s, data_s=data_s,
+                     sync_s=sync_s, images=data.batch, loss=loss, lr=lr)
+        if args.log_every and step % args.log_every == 0:
+            log(t.backend.rank, f"  step {step}/{s.total_steps} loss {loss:.4f} lr {lr:.5f}")
+
     for x, y in batches:
         step_start = time.monotonic()
         data_s = step_start - fetch_start
@@ -444,23 +459,22 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
             warmup_epochs=args.warmup_epochs,
             total_epochs=args.epochs,
         )
+        # On the GPU a step's time runs from the previous step's end (the period
+        # between two steps, whatever the GPU waited for in between) when there is one.
+        start = unread[3].end if t.cuda and unread is not None else t.mark()
         if slow_s:  # --slow-rank: this rank's own work takes longer; the others wait in sync
             time.sleep(slow_s)
-        loss, sync_seconds = t.step(x, y, lr, args.batches_per_allreduce, sums)
-        step_s = time.monotonic() - step_start
+        queued = t.queue_step(x, y, lr, args.batches_per_allreduce, sums, start=start)
         progress.step_in_epoch += 1
         progress.global_step += 1
-        if t.backend.rank == 0:  # this attempt completed a step (writes once; hpcdl/jobside/requeue.py)
-            requeue.mark_step(progress.global_step)
-        timing.add(data.batch * t.backend.size, step_start, sync_seconds)
-        metrics.step(progress.global_step, epoch=progress.epoch, step_s=step_s, data_s=data_s,
-                     sync_s=sync_seconds, images=data.batch, loss=float(loss.detach()), lr=lr)
-        if args.log_every and progress.global_step % args.log_every == 0:
-            log(
-                t.backend.rank,
-                f"  step {progress.global_step}/{s.total_steps} loss {float(loss.detach()):.4f} lr {lr:.5f}",
-            )
-        if args.checkpoint_every and progress.global_step % args.checkpoint_every == 0:
+        if unread is not None:
+            record(*unread)
+        unread = (progress.global_step, data_s, lr, queued)
+        checkpoint = bool(args.checkpoint_every) and progress.global_step % args.checkpoint_every == 0
+        if not t.cuda or checkpoint:  # on the CPU the step is done: nothing to overlap
+            record(*unread)
+            unread = None
+        if checkpoint:
             ckpt.save(t, progress)
         if args.step_sleep:
             time.sleep(args.step_sleep)
@@ -471,6 +485,8 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
         if progress.global_step >= s.total_steps:
             break
         fetch_start = time.monotonic()
+    if unread is not None:
+        record(*unread)
     return sums.cpu(), lr, epoch_start
 
 

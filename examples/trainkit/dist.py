@@ -20,7 +20,7 @@ import datetime
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -86,6 +86,14 @@ class Backend:
         """
         _step(optimizer, scaler)
         return 0.0
+
+    def step_deferred(self, optimizer: torch.optim.Optimizer,
+                      scaler: Any) -> Callable[[], float]:
+        """``synchronize_then_step`` whose wait is read later, by calling what it
+        returns: a backend that times the wait on the GPU (DDP) does not make the host
+        wait for the step here."""
+        waited = self.synchronize_then_step(optimizer, scaler)
+        return lambda: waited
 
     def barrier(self) -> None:
         pass
@@ -227,9 +235,13 @@ class DDPBackend(Backend):
         self.grads.returned()
 
     def synchronize_then_step(self, optimizer: torch.optim.Optimizer, scaler: Any) -> float:
+        return self.step_deferred(optimizer, scaler)()
+
+    def step_deferred(self, optimizer: torch.optim.Optimizer,
+                      scaler: Any) -> Callable[[], float]:
         # DDP has already waited for its allreduces at the end of backward().
         _step(optimizer, scaler)
-        return self.grads.take_wait()
+        return self.grads.take_deferred()
 
     def _broadcast_object(self, obj: Any) -> Any:
         box = [obj if self.rank == 0 else None]
@@ -319,9 +331,10 @@ class GradReadyTimes:
         # then the optimizer step is queued too, so waiting for the events leaves the
         # GPU no gap to sit idle in (reading them in returned() did: a gap per step).
         self.marks: tuple[Any, Any] | None = None
-        # One pair of events, recorded again and again: creating an event per gradient
-        # cost ~0.1 ms of host time per parameter in backward on an H200 (profiled:
-        # 17 ms of a 76 ms ResNet-50 step), time the GPU then waited for its kernels.
+        # One pair of events per backward pass, the first recorded again at every
+        # gradient: creating an event per gradient cost ~0.1 ms of host time per
+        # parameter (profiled on an H200). A pair taken by take_deferred() is not
+        # recorded again, so it can be read after the next step has been queued.
         self._events: tuple[Any, Any] | None = None
 
     def _mark(self, which: int = 0) -> Any:
@@ -356,11 +369,18 @@ class GradReadyTimes:
 
     def take_wait(self) -> float:
         """The last backward pass's wait, then 0 until the next one."""
+        return self.take_deferred()()
+
+    def take_deferred(self) -> Callable[[], float]:
+        """``take_wait`` to be called later: on CUDA the backward pass's events are
+        read (waited for) only when the returned function is called."""
         if self.marks is not None:
-            self.wait = max(0.0, self._seconds(*self.marks))
+            start, end = self.marks
             self.marks = None
+            self._events = None  # the next backward pass records a pair of its own
+            return lambda: max(0.0, self._seconds(start, end))
         waited, self.wait = self.wait, 0.0
-        return waited
+        return lambda: waited
 
 
 def _check_resolves(world: World) -> None:

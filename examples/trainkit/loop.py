@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,33 @@ class Progress:
 
 
 @dataclass
+class QueuedStep:
+    """A step that may still be running on the GPU: its loss (a tensor) and how to read
+    its time once it is done. Reading either figure waits for the step, so the loop
+    reads a step's figures after it has queued the next one."""
+
+    loss: torch.Tensor
+    start: Any  # Training.mark() where the step began: a CUDA event or host seconds
+    end: Any
+    sync: Callable[[], float]  # seconds waited for gradient synchronisation
+    cuda: bool
+
+    def seconds(self) -> float:
+        """The step's time from its start mark to its end (on the GPU's clock on CUDA:
+        from when the GPU reached the step, so a step queued ahead is not charged for
+        the one before it)."""
+        if not self.cuda:
+            return float(self.end - self.start)
+        self.end.synchronize()
+        return float(self.start.elapsed_time(self.end)) / 1000.0
+
+    def sync_seconds(self) -> float:
+        if self.cuda:
+            self.end.synchronize()
+        return self.sync()
+
+
+@dataclass
 class Training:
     """The objects one run steps. ``model`` is the bare module (evaluation,
     checkpoints, checksum); ``train_model`` is what forward/backward go through (the
@@ -73,11 +100,29 @@ class Training:
         return (x.to(self.device, non_blocking=True, memory_format=self.memory_format),
                 y.to(self.device, non_blocking=True))
 
+    def mark(self) -> Any:
+        """Where a step begins: a CUDA event recorded now on the GPU, else the host clock."""
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.monotonic()
+
     def step(self, x: torch.Tensor, y: torch.Tensor, lr: float, n_chunks: int,
              sums: torch.Tensor) -> tuple[torch.Tensor, float]:
-        """One optimizer step at ``lr`` over ``n_chunks`` sub-batches of (x, y). Adds
-        (loss*n, top-1 hits, n) of every sub-batch to ``sums`` in place. Returns the last
-        sub-batch's loss and the seconds spent waiting for gradient synchronisation."""
+        """One optimizer step, finished: (the last sub-batch's loss, the seconds spent
+        waiting for gradient synchronisation). See ``queue_step``."""
+        queued = self.queue_step(x, y, lr, n_chunks, sums, start=self.mark())
+        return queued.loss, queued.sync_seconds()
+
+    def queue_step(self, x: torch.Tensor, y: torch.Tensor, lr: float, n_chunks: int,
+                   sums: torch.Tensor, start: Any) -> QueuedStep:
+        """One optimizer step at ``lr`` over ``n_chunks`` sub-batches of (x, y), queued
+        and not waited for: on a GPU the host returns while the kernels run, so the
+        caller can queue the next step before it reads this one's figures (reading
+        them here, or synchronising, left the GPU idle while the host prepared every
+        step). Adds (loss*n, top-1 hits, n) of every sub-batch to ``sums`` in place.
+        ``start`` is ``mark()`` taken where the caller's step began."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad()
@@ -101,10 +146,8 @@ class Training:
             loss64 = loss.detach().to(sums.device, torch.float64)
             hits = topk_hits(out.detach().float(), ys, (1,))[0].to(sums.device, torch.float64)
             sums += torch.stack([loss64 * len(ys), hits, torch.ones_like(hits) * len(ys)])
-        sync_seconds = self.backend.synchronize_then_step(self.optimizer, self.scaler)
-        if self.cuda:
-            torch.cuda.synchronize()
-        return loss, sync_seconds
+        sync = self.backend.step_deferred(self.optimizer, self.scaler)
+        return QueuedStep(loss=loss, start=start, end=self.mark(), sync=sync, cuda=self.cuda)
 
     def evaluate(self, loader: DataLoader, max_batches: int, name: str) -> tuple[float, float, int]:
         """(top-1, top-5, images) over every rank's shard of ``loader`` (a collective:
@@ -238,12 +281,12 @@ class Timing:
     seconds: float = 0.0
     sync: float = 0.0  # of ``seconds``, waiting for gradient synchronisation
 
-    def add(self, images: int, step_start: float, sync_seconds: float) -> None:
-        """Count a step that began at ``step_start`` (time.monotonic()) and ends now."""
+    def add(self, images: int, seconds: float, sync_seconds: float) -> None:
+        """Count a step of ``images`` that took ``seconds``."""
         self.steps += 1
         if self.steps > 1:
             self.images += images
-            self.seconds += time.monotonic() - step_start
+            self.seconds += seconds
             self.sync += sync_seconds
 
     @property
