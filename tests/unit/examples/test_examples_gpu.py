@@ -138,20 +138,28 @@ def test_the_steps_sums_add_up_on_the_gpu_as_on_the_host() -> None:
     assert torch.allclose(sums["cuda"].cpu(), sums["cpu"], rtol=1e-5)
 
 
-def test_the_sync_wait_is_read_from_one_pair_of_events() -> None:
+def test_the_sync_wait_takes_one_pair_of_events_per_backward_pass() -> None:
+    """Not an event per gradient (host time in backward), and a pass's pair is not
+    recorded again by the next pass: the loop reads a step's wait after queueing the
+    next step."""
     from trainkit.dist import GradReadyTimes
 
     times = GradReadyTimes(torch.device("cuda", 0))
-    x = torch.randn(64, 64, device="cuda", requires_grad=True)
-    x.register_post_accumulate_grad_hook(times.ready)
-    events = []
-    for _ in range(3):
-        (x @ x).sum().backward()
-        times.returned()
-        events.append(times.marks)
-        waited = times.take_wait()
-        assert 0.0 <= waited < 1.0 and times.take_wait() == 0.0
-    assert events[0] == events[1] == events[2] and events[0][0] is not events[0][1]
+    a = torch.randn(64, 64, device="cuda", requires_grad=True)
+    b = torch.randn(64, 64, device="cuda", requires_grad=True)
+    for param in (a, b):
+        param.register_post_accumulate_grad_hook(times.ready)
+    (a @ b).sum().backward()
+    times.returned()
+    first = times.marks
+    deferred = times.take_deferred()
+    (a @ b).sum().backward()
+    times.returned()
+    second = times.marks
+    assert first is not None and second is not None and first[0] is not first[1]
+    assert {id(e) for e in first}.isdisjoint(id(e) for e in second)
+    assert 0.0 <= deferred() < 1.0  # read after the next pass: still its own events
+    assert 0.0 <= times.take_wait() < 1.0 and times.take_wait() == 0.0
 
 
 def test_a_checkpoint_of_cuda_tensors_resumes_the_same_state(tmp_path: Path) -> None:
