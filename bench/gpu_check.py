@@ -216,6 +216,8 @@ class Check:
         self.facts: dict[str, Any] = {}
         self.results: dict[str, dict[str, Any]] = {}
         self.step_deadline = self.deadline
+        self.variants: tuple[str, ...] = ()  # --variants: the tuning step's subset
+        self.profile = True  # the tuning step's profiler trace
 
     def left(self) -> float:
         return min(self.step_deadline, self.deadline) - time.monotonic()
@@ -466,9 +468,14 @@ TUNING_VARIANTS: dict[str, dict[str, Any]] = {
     "ddp_bucket_view": {"ddp": {"gradient_as_bucket_view": True}},
     "ddp_static_graph": {"ddp": {"static_graph": True}},
     "fused_sgd": {"fused_sgd": True},
+    # fused SGD under the GradScaler gave a NaN loss in the first epoch (H200, torch 2.11)
     "ddp_all": {"ddp": {"broadcast_buffers": False, "gradient_as_bucket_view": True,
-                        "static_graph": True}, "fused_sgd": True},
+                        "static_graph": True}},
     "no_ddp": {"no_ddp": True},
+    # The first batch again and again, already on the GPU: the loader, pinning and the
+    # copy out of the step (what the minimal loop never pays).
+    "device_batch": {"device_batch": True},
+    "device_batch_no_ddp": {"device_batch": True, "no_ddp": True},
 }
 CPU_TUNING_VARIANTS = ("default", "sync_each_step", "ddp_all")
 
@@ -486,7 +493,7 @@ def wall_rate(metrics: Path, batch: int, warmup: int) -> float | None:
 
 def step_tuning(c: Check) -> dict[str, Any]:
     s = c.sizes
-    names = CPU_TUNING_VARIANTS if c.cpu else tuple(TUNING_VARIANTS)
+    names = c.variants or (CPU_TUNING_VARIANTS if c.cpu else tuple(TUNING_VARIANTS))
     figures: dict[str, Any] = {"variants": {}}
     for name in names:
         metrics = c.work / f"metrics-tuning-{name}"
@@ -497,7 +504,7 @@ def step_tuning(c: Check) -> dict[str, Any]:
             figures["variants"][name] = c.child("variant", params, cap=60, log=f"tuning-{name}")
         except StepFailed as exc:
             figures["variants"][name] = {"error": str(exc), "error_tail": exc.tail}
-    if not c.cpu:
+    if not c.cpu and c.profile:
         metrics = c.work / "metrics-tuning-profile"
         params = {"variant": "default", "profile": str(c.logs / "profile.txt"),
                   "metrics": str(metrics), "args": example_args(s, metrics), "batch": s.batch,
@@ -548,6 +555,15 @@ def child_variant(p: dict[str, Any]) -> dict[str, Any]:
         def fused(*a: Any, **k: Any) -> Any:
             return sgd(*a, **{**k, "fused": True})
         torch.optim.SGD = fused  # type: ignore[misc, assignment]
+    if p.get("device_batch"):
+        prefetch_iter = tloop.DevicePrefetch.__iter__
+
+        def same_batch(self: Any) -> Any:
+            batches = prefetch_iter(self)
+            first = next(batches)
+            for _ in range(len(self)):
+                yield first
+        tloop.DevicePrefetch.__iter__ = same_batch  # type: ignore[method-assign]
     queue_step = tloop.Training.queue_step
     hooks: list[Callable[[], None]] = []
     if p.get("sync_each_step"):
@@ -790,6 +806,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", metavar="STEP,...", type=lambda v: v.split(","),
                    help=f"run only these steps ({', '.join(n for n, _ in STEPS)}); the others "
                    "are reported as skipped")
+    p.add_argument("--variants", metavar="NAME,...", type=lambda v: tuple(v.split(",")),
+                   help=f"the tuning step's variants ({', '.join(TUNING_VARIANTS)}) "
+                   "[default: all on a GPU, a few with --cpu]")
+    p.add_argument("--no-profile", action="store_true",
+                   help="leave out the tuning step's profiler trace")
     p.add_argument("--keep", action="store_true", help="keep the working directory")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--params", default="{}", help=argparse.SUPPRESS)
@@ -797,6 +818,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.only or ()) - {n for n, _ in STEPS})
     if unknown:
         p.error(f"--only: no step {', '.join(unknown)}")
+    unknown = sorted(set(args.variants or ()) - set(TUNING_VARIANTS))
+    if unknown:
+        p.error(f"--variants: no variant {', '.join(unknown)}")
     if args.child:
         return child_main(args.child, json.loads(args.params))
 
@@ -809,6 +833,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.budget or (240.0 if args.cpu else 560.0)
     work = Path(tempfile.mkdtemp(prefix="hpcdl-gpu-check-"))
     c = Check(args.cpu, sizes, budget, work, logs, args.image)
+    c.variants, c.profile = args.variants or (), not args.no_profile
     started = time.monotonic()
     command = shlex.join([sys.executable, *sys.argv])
     try:
