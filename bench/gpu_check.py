@@ -218,6 +218,7 @@ class Check:
         self.step_deadline = self.deadline
         self.variants: tuple[str, ...] = ()  # --variants: the tuning step's subset
         self.profile = True  # the tuning step's profiler trace
+        self.ceiling_in_tuning = False  # the minimal loop measured in the tuning step too
 
     def left(self) -> float:
         return min(self.step_deadline, self.deadline) - time.monotonic()
@@ -476,6 +477,10 @@ TUNING_VARIANTS: dict[str, dict[str, Any]] = {
     # copy out of the step (what the minimal loop never pays).
     "device_batch": {"device_batch": True},
     "device_batch_no_ddp": {"device_batch": True, "no_ddp": True},
+    # No Python hook per gradient at all (no_grad_hooks keeps the call, empty): each
+    # one runs on autograd's thread and must take the GIL from the main thread.
+    "no_param_hooks": {"no_param_hooks": True},
+    "device_batch_no_param_hooks": {"device_batch": True, "no_param_hooks": True},
 }
 CPU_TUNING_VARIANTS = ("default", "sync_each_step", "ddp_all")
 
@@ -513,7 +518,15 @@ def step_tuning(c: Check) -> dict[str, Any]:
             figures["profile"] = c.child("variant", params, cap=90, log="tuning-profile")
         except StepFailed as exc:
             figures["profile"] = {"error": str(exc), "error_tail": exc.tail}
+    if c.ceiling_in_tuning:
+        try:
+            figures["ceiling"] = c.child("ceiling", {"model": "trainkit", **ceiling_params(c)},
+                                         cap=50, log="tuning-ceiling")
+        except StepFailed as exc:
+            figures["ceiling"] = {"error": str(exc), "error_tail": exc.tail}
     rates = {n: v.get("images_per_sec") for n, v in figures["variants"].items()}
+    if figures.get("ceiling", {}).get("images_per_sec"):
+        rates["ceiling"] = figures["ceiling"]["images_per_sec"]
     base = rates.get("default")
     parts = [f"{n} {r:,.0f}" + (f" ({r / base:.2f})" if base else "")
              for n, r in rates.items() if r]
@@ -547,6 +560,9 @@ def child_variant(p: dict[str, Any]) -> dict[str, Any]:
         def wrap(self: Any, model: Any, optimizer: Any, **_: Any) -> Any:
             return model, optimizer
         tdist.DDPBackend.wrap = wrap  # type: ignore[method-assign]
+    if p.get("no_param_hooks"):
+        torch.Tensor.register_post_accumulate_grad_hook = (  # type: ignore[method-assign]
+            lambda self, hook: None)
     if p.get("no_grad_hooks"):
         tdist.GradReadyTimes.ready = lambda self, param: None  # type: ignore[method-assign]
     if p.get("fused_sgd") and cuda:
@@ -811,6 +827,8 @@ def main(argv: list[str] | None = None) -> int:
                    "[default: all on a GPU, a few with --cpu]")
     p.add_argument("--no-profile", action="store_true",
                    help="leave out the tuning step's profiler trace")
+    p.add_argument("--tuning-ceiling", action="store_true",
+                   help="measure the minimal loop in the tuning step too (for --only tuning)")
     p.add_argument("--keep", action="store_true", help="keep the working directory")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--params", default="{}", help=argparse.SUPPRESS)
@@ -834,6 +852,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="hpcdl-gpu-check-"))
     c = Check(args.cpu, sizes, budget, work, logs, args.image)
     c.variants, c.profile = args.variants or (), not args.no_profile
+    c.ceiling_in_tuning = args.tuning_ceiling
     started = time.monotonic()
     command = shlex.join([sys.executable, *sys.argv])
     try:
