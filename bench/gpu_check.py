@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU check: one command that proves hpcdl's GPU paths on a lent GPU machine (one
 NVIDIA GPU, torch with CUDA and torchvision, no Slurm, Apptainer, Horovod or network)
-in under 8 minutes, and writes what it found as JSON and as a markdown table.
+in under 10 minutes, and writes what it found as JSON and as a markdown table.
 
 Steps, each with its own time budget; a failed step is recorded with its error's last
 lines and the next one still runs (the report is rewritten after every step, so even a
