@@ -246,7 +246,10 @@ class DeviceDecode:
                 left, top = (rw - s) // 2, (rh - s) // 2
                 out[k] = self._resize(img, rh, rw)[:, top:top + s, left:left + s]
         if flips:  # one gather for the batch, not a kernel per image
-            which = torch.tensor(flips, device=self.device)
+            which = torch.tensor(flips)
+            if self.device.type == "cuda":  # pinned: no host wait for the stream's work
+                which = which.pin_memory()
+            which = which.to(self.device, non_blocking=True)
             out[which] = out[which].flip(-1)
         return out.div_(255).sub_(self.mean).div_(self.std)
 
@@ -292,13 +295,17 @@ class DecodedBatches:
                     continue
             return False
 
+        # Started here, in the training thread: the loader's worker processes are forked
+        # from it, not from the decode thread.
+        batches = iter(self.loader)
+
         def produce() -> None:
             try:
                 with contextlib.ExitStack() as ctx:
                     if cuda:
                         ctx.enter_context(torch.cuda.device(device))
                         ctx.enter_context(torch.cuda.stream(torch.cuda.Stream(device)))
-                    for batch in self.loader:
+                    for batch in batches:
                         x, y = self.decoder(batch, self.epoch)
                         event = None
                         if cuda:
