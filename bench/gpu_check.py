@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU check: one command that proves hpcdl's GPU paths on a lent GPU machine (one
 NVIDIA GPU, torch with CUDA and torchvision, no Slurm, Apptainer, Horovod or network)
-in under 8 minutes, and writes what it found as JSON and as a markdown table.
+in under 10 minutes, and writes what it found as JSON and as a markdown table.
 
 Steps, each with its own time budget; a failed step is recorded with its error's last
 lines and the next one still runs (the report is rewritten after every step, so even a
@@ -20,7 +20,10 @@ killed run leaves what it finished):
                    (hpcdl.data.tiny) with 4, 8 and 16 workers; decoding only (what any
                    lighter PIL pipeline is bounded by); nvJPEG decode and augmentation on
                    the GPU (torchvision.io.decode_jpeg(device='cuda')); whether each can
-                   feed the rate the example trains at in step 2
+                   feed the rate the example trains at in step 2; then the example itself
+                   training from those JPEGs with --decode gpu (--decode tensor, its CPU
+                   equivalent, with --cpu), --decode cpu and --synthetic, at most 8 loader
+                   workers: images/s and the share of each step waiting for data
   4. checkpoint    a checkpoint written from GPU tensors with the example's own code
                    (trainkit.loop.Checkpoints), resumed into a fresh model: the same state
   5. apptainer_nv  `apptainer exec --nv`: skipped where there is no apptainer
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -99,17 +103,21 @@ class Sizes:
     workers: tuple[int, ...]
     gpu_decode_batches: int
     threads: int  # torch threads per process, 0: the example's own default
+    jpeg_steps: int = 0  # steps of each example run from the JPEGs (one epoch at most)
+    jpeg_warmup: int = 0  # of them, left out of images/s
     budgets: dict[str, float] = field(default_factory=dict)  # seconds per step
 
 
 GPU_SIZES = Sizes(
     arch="resnet50", image_size=224, batch=256, classes=1000,
     example_steps=50, example_warmup=15, ceiling_steps=40, ceiling_warmup=15,
-    # 416 x 416 ~ the pixel count of an average ImageNet photo (~470 x 390); 520 files,
-    # read again and again (sampled with replacement) from the page cache.
-    tiny_classes=8, tiny_per_class=64, tiny_size=416,
+    # 416 x 416 ~ the pixel count of an average ImageNet photo (~470 x 390); 5,128 files,
+    # read again and again (sampled with replacement) from the page cache; 20 steps of
+    # 256 for the example's own runs from them.
+    tiny_classes=8, tiny_per_class=640, tiny_size=416,
     loader_batch=64, workers=(4, 8, 16), gpu_decode_batches=8, threads=0,
-    budgets={"gpu_tests": 90, "example": 200, "tuning": 240, "data": 100, "checkpoint": 45,
+    jpeg_steps=20, jpeg_warmup=6,
+    budgets={"gpu_tests": 120, "example": 200, "tuning": 240, "data": 220, "checkpoint": 45,
              "apptainer_nv": 15},
 )  # fmt: skip
 CPU_SIZES = Sizes(
@@ -118,7 +126,8 @@ CPU_SIZES = Sizes(
     tiny_classes=4, tiny_per_class=12, tiny_size=64,
     # One thread: two processes on 2 shared cores would otherwise oversubscribe them.
     loader_batch=8, workers=(0, 1), gpu_decode_batches=0, threads=1,
-    budgets={"gpu_tests": 60, "example": 90, "tuning": 60, "data": 45, "checkpoint": 30,
+    jpeg_steps=6, jpeg_warmup=2,
+    budgets={"gpu_tests": 60, "example": 90, "tuning": 60, "data": 90, "checkpoint": 30,
              "apptainer_nv": 15},
 )  # fmt: skip
 
@@ -665,7 +674,8 @@ def step_data(c: Check) -> dict[str, Any]:
               "size": s.tiny_size, "image_size": s.image_size, "batch": s.loader_batch,
               "workers": list(s.workers), "gpu_decode_batches": s.gpu_decode_batches,
               "gpu_batch": s.batch, "target": target, "target_from": target_from}
-    figures = c.child("data", params)
+    # Capped: the example's runs from the JPEGs below need the rest of the step.
+    figures = c.child("data", params, cap=45 if c.cpu else 100)
     rates = figures["loader"]
     best = max(rates, key=lambda r: r["images_per_sec"])
     summary = ("example loader img/s: "
@@ -677,7 +687,77 @@ def step_data(c: Check) -> dict[str, Any]:
     figures["best_loader"] = best
     if target:
         summary += f"; feeds {target:,.0f} img/s: {'yes' if figures['feeds'] else 'no'}"
+    errors, tails = [], []
+    training: dict[str, Any] = {}
+    for label, extra in jpeg_runs(c):
+        try:
+            training[label] = run_jpeg_example(c, label, extra, cap=90 if c.cpu else 75)
+        except StepFailed as exc:
+            training[label] = {"error": str(exc), "error_tail": exc.tail}
+            errors.append(f"{label}: {exc}")
+            tails.append(exc.tail)
+    plain = example.get("plain", {})
+    if "synthetic" not in training and plain.get("images_per_sec"):
+        # --cpu: step 2's plain run stands in (same model and batch), keeping the mode
+        # under a minute; the GPU mode runs its own with the JPEG runs' steps.
+        training["synthetic"] = {**plain, "from": "step example, plain run"}
+    synthetic = training.get("synthetic", {}).get("images_per_sec")
+    for run in training.values():
+        if run.get("images_per_sec") and synthetic:
+            run["of_synthetic"] = round(run["images_per_sec"] / synthetic, 3)
+    figures["training"] = training
+    parts = [f"{label} {r['images_per_sec']:,.0f} (data wait {r['data_wait_share']:.0%})"
+             for label, r in training.items() if r.get("images_per_sec")]
+    if parts:
+        summary += "; the example from JPEGs img/s: " + ", ".join(parts)
+    if errors:
+        raise StepFailed(summary + "; " + "; ".join(errors), "\n".join(tails), figures)
     return passed(summary, figures)
+
+
+def jpeg_runs(c: Check) -> list[tuple[str, list[str]]]:
+    """(label, example arguments) of the example's runs from the generated JPEGs: the
+    device decode first (what the step is for), then the two it is weighed against."""
+    s = c.sizes
+    device = "tensor" if c.cpu else "gpu"  # --cpu: the same code with PIL on the CPU
+    data = ["--data", str(c.work / "tiny"), "--val-batches", "1"]
+    synthetic = ["--synthetic", "--synthetic-size", str(s.batch * s.jpeg_steps),
+                 "--synthetic-val-size", str(s.batch), "--val-batches", "1",
+                 "--num-classes", str(s.tiny_classes)]
+    return [(f"decode_{device}", [*data, "--decode", device]),
+            *([] if c.cpu else [("synthetic", synthetic)]),
+            ("decode_cpu", [*data, "--decode", "cpu"])]
+
+
+def run_jpeg_example(c: Check, label: str, extra: list[str], cap: float) -> dict[str, Any]:
+    """The example, plain, training --max-steps jpeg_steps from the generated JPEGs (or
+    synthetic data) with at most 8 loader workers: its steady images/s and data wait."""
+    from hpcdl.jobside.protocol import parse_result
+
+    s = c.sizes
+    metrics = c.work / f"metrics-jpeg-{label}"
+    workers = min(8, max(s.workers))
+    argv = [sys.executable, str(EXAMPLE), "--backend", "ddp", "--arch", s.arch,
+            "--image-size", str(s.image_size), "--batch-size", str(s.batch), "--epochs", "1",
+            "--max-steps", str(s.jpeg_steps), "--amp", "on", "--checkpoint-dir", "",
+            "--workers", str(workers), "--metrics-dir", str(metrics), *extra,
+            *(["--threads", str(s.threads)] if s.threads else [])]  # fmt: skip
+    env = c.env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    ran = c.command(argv, f"example-jpeg-{label}", cap, env=env, cwd=c.work)
+    result = parse_result(ran.output) if ran.returncode == 0 else None
+    if result is None:
+        why = "timed out" if ran.timed_out else f"exit {ran.returncode}"
+        raise StepFailed(f"example from JPEGs, {label} ({why}, {ran.seconds:.0f} s)",
+                         last_lines(ran.output))
+    rates = steady_rate(metrics, s.batch, s.jpeg_warmup)
+    # The host's clock between step ends, as in run_example (the loop reads a GPU
+    # step's figures after queueing the next).
+    rates["images_per_sec"] = wall_rate(metrics, s.batch, s.jpeg_warmup) or rates["images_per_sec"]
+    return {**rates,
+            "decode": result.get("decode"), "decode_fallbacks": result.get("decode_fallbacks"),
+            "device": result.get("device"), "workers": workers, "steps": result.get("steps"),
+            "wall_s": round(ran.seconds, 1),
+            "command": shlex.join(["python3", *argv[1:]]).replace(str(ROOT) + "/", "")}
 
 
 # ---------------------------------------------------------------------------------------
@@ -829,6 +909,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="leave out the tuning step's profiler trace")
     p.add_argument("--tuning-ceiling", action="store_true",
                    help="measure the minimal loop in the tuning step too (for --only tuning)")
+    p.add_argument("--workers", metavar="N,...", type=lambda v: tuple(int(n) for n in v.split(",")),
+                   help="the data step's loader worker counts [default: 4,8,16; 0,1 with --cpu]")
     p.add_argument("--keep", action="store_true", help="keep the working directory")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--params", default="{}", help=argparse.SUPPRESS)
@@ -848,6 +930,8 @@ def main(argv: list[str] | None = None) -> int:
     logs = json_path.parent / f"{json_path.stem}-logs"
     shutil.rmtree(logs, ignore_errors=True)
     sizes = CPU_SIZES if args.cpu else GPU_SIZES
+    if args.workers:
+        sizes = dataclasses.replace(sizes, workers=args.workers)
     budget = args.budget or (240.0 if args.cpu else 560.0)
     work = Path(tempfile.mkdtemp(prefix="hpcdl-gpu-check-"))
     c = Check(args.cpu, sizes, budget, work, logs, args.image)

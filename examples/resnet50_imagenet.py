@@ -54,7 +54,6 @@ from hpcdl.jobside.world import World, detect_world
 
 if TYPE_CHECKING:  # torch is imported only once the run starts
     import torch
-    from torch.utils.data import DataLoader
     from trainkit.loop import Checkpoints, Progress, RequeueWatch, Timing, TrainData, Training
 
 DEFAULTS = {"epochs": 90, "batch_size": 32, "lr": 0.0125, "warmup_epochs": 5.0}
@@ -98,6 +97,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     data.add_argument("--image-size", type=int, default=224)
     data.add_argument("--workers", type=int, default=None, help="[default: SLURM_CPUS_PER_TASK-1]")
     data.add_argument("--val-batches", type=int, default=0, help="cap eval batches (0: all)")
+    data.add_argument(
+        "--decode",
+        choices=("auto", "cpu", "gpu", "tensor"),
+        default="auto",
+        help="JPEG decode and augmentation: cpu (PIL in the loader workers), gpu (workers "
+        "read bytes; nvJPEG and tensor ops on the GPU), tensor (gpu's path with PIL "
+        "decoding, on the training device), auto (gpu when CUDA and torchvision's nvJPEG "
+        "work, else cpu)",
+    )
     train = p.add_argument_group("training")
     train.add_argument(
         "--batch-size", type=int, default=DEFAULTS["batch_size"], help="per rank, per sub-batch"
@@ -212,6 +220,35 @@ def build_datasets(args: argparse.Namespace, data_root: str | None) -> tuple[Any
     return train, val, len(folder.classes)
 
 
+@dataclass
+class Decode:
+    """How --data's JPEGs are decoded: ``mode`` cpu (PIL in the loader workers), gpu or
+    tensor (trainkit.gpudecode, ``decode`` its batch decoder); None for --synthetic."""
+
+    mode: str | None
+    decode: Any = None
+    note: str = ""  # why auto chose cpu
+
+
+def resolve_decode(choice: str, device: torch.device, synthetic: bool) -> Decode:
+    """--decode resolved on this rank's device. Raises UserInputError for --decode gpu
+    where nvJPEG cannot run."""
+    if synthetic:
+        return Decode(None)
+    if choice == "cpu":
+        return Decode("cpu")
+    from trainkit.gpudecode import nvjpeg_decoder, pil_batch_decoder
+
+    if choice == "tensor":
+        return Decode("tensor", pil_batch_decoder(device))
+    decode, why = nvjpeg_decoder(device)
+    if decode is not None:
+        return Decode("gpu", decode)
+    if choice == "gpu":
+        raise UserInputError(f"--decode gpu: {why}", hint="use --decode cpu or auto")
+    return Decode("cpu", note=why)
+
+
 def prepare_data(args: argparse.Namespace, world: World) -> tuple[str | None, float | None]:
     """Stage the dataset (once per node) and return (path to read, staging seconds)."""
     if args.synthetic or not args.data:
@@ -301,12 +338,25 @@ def resume(args: argparse.Namespace, t: Training, num_classes: int,
 
 
 def load_data(args: argparse.Namespace, t: Training, train_set: Any,
-              val_set: Any) -> tuple[TrainData, DataLoader]:
-    """(TrainData, validation loader): this rank's shards and their loaders. Raises
-    UserInputError when a rank's shard holds less than one batch."""
+              val_set: Any, dec: Decode) -> tuple[TrainData, Any]:
+    """(TrainData, validation batches): this rank's shards and their loaders; with
+    --decode gpu/tensor the loaders read the files' bytes and ``dec`` decodes them on the
+    device. Raises UserInputError when a rank's shard holds less than one batch."""
     from torch.utils.data import DataLoader, Subset
     from trainkit.data import ResumableDistributedSampler, even_shard
     from trainkit.loop import TrainData, worker_context
+
+    on_device = dec.mode in ("gpu", "tensor")
+    val_decoder = collate = None
+    if on_device:
+        from trainkit.gpudecode import DeviceDecode, JpegFiles, collate_encoded
+
+        train_decoder = DeviceDecode(args.image_size, True, t.device, dec.decode,
+                                     t.memory_format, seed=args.seed, names=train_set.samples)
+        val_decoder = DeviceDecode(args.image_size, False, t.device, dec.decode,
+                                   t.memory_format, names=val_set.samples)
+        train_set, val_set = JpegFiles(train_set.samples), JpegFiles(val_set.samples)
+        collate = collate_encoded
 
     rank, size = t.backend.rank, t.backend.size
     workers = (
@@ -319,7 +369,8 @@ def load_data(args: argparse.Namespace, t: Training, train_set: Any,
     )
     data = TrainData(dataset=train_set, sampler=sampler,
                      batch=args.batch_size * args.batches_per_allreduce, workers=workers,
-                     pin_memory=t.cuda)
+                     pin_memory=t.cuda and not on_device, collate_fn=collate,
+                     decoder=train_decoder if on_device else None)
     if data.steps_per_epoch < 1:
         raise UserInputError(
             f"{len(train_set)} training images give each of {size} ranks {len(sampler)}, "
@@ -330,9 +381,14 @@ def load_data(args: argparse.Namespace, t: Training, train_set: Any,
         Subset(val_set, even_shard(len(val_set), size, rank)),
         batch_size=args.batch_size,
         num_workers=workers,
-        pin_memory=t.cuda,
+        pin_memory=t.cuda and not on_device,
+        collate_fn=collate,
     )
     data.loader_kwargs = worker_context(workers, args.backend)
+    if val_decoder is not None:
+        from trainkit.gpudecode import DecodedBatches
+
+        return data, DecodedBatches(val_loader, val_decoder, epoch=0)
     return data, val_loader
 
 
@@ -347,6 +403,7 @@ class RunSetup:
     target_lr: float
     total_steps: int = 0
     resumed_from: str | None = None
+    decode: Decode | None = None
 
 
 @dataclass
@@ -358,19 +415,22 @@ class Outcome:
     top5: float | None = None
     requeue: bool = False  # stopped for a requeue (checkpoint written)
     first_step_at: float | None = None  # wall clock: the first step began
+    decode_fallbacks: int | None = None  # --decode gpu/tensor: images decoded by PIL, all ranks
 
 
 def train(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress,
-          data: TrainData, val_loader: DataLoader, timing: Timing, ckpt: Checkpoints,
+          data: TrainData, val_loader: Any, timing: Timing, ckpt: Checkpoints,
           metrics: StepWriter) -> Outcome:
     """The epochs: steps at the scheduled LR, then the summed loss, evaluation, the
     epoch line and a checkpoint. Stops early, with a checkpoint, when a requeue is
     agreed on."""
+    import torch
     from trainkit.loop import RequeueWatch
 
     from hpcdl.jobside import requeue
 
     out = Outcome()
+    decoded = 0
     watch = RequeueWatch(t.backend)
     while progress.epoch < args.epochs and progress.global_step < s.total_steps:
         epoch = progress.epoch
@@ -392,6 +452,15 @@ def train(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress
         train_top1 = float(sums[1]) / n
         out.top1, out.top5, n_val = t.evaluate(
             val_loader, args.val_batches, name=f"val.{progress.epoch}.{progress.global_step}")
+        if not args.synthetic:
+            # On every rank, whichever way it decodes (auto may choose differently on a
+            # rank whose nvJPEG fails): a collective all of them call.
+            decoders = [d for d in (data.decoder, getattr(val_loader, "decoder", None)) if d]
+            counts = t.backend.allreduce_sum(
+                torch.tensor([float(sum(d.fallbacks for d in decoders)),
+                              float(sum(d.images for d in decoders))], dtype=torch.float64),
+                name=f"decode.{progress.epoch}.{progress.global_step}")
+            out.decode_fallbacks, decoded = int(counts[0]), int(counts[1])
         progress.add_epoch_time(epoch, epoch_time)
         if not math.isfinite(out.final_loss):
             raise RuntimeError(f"epoch {epoch + 1}: training loss is {out.final_loss}")
@@ -403,6 +472,10 @@ def train(args: argparse.Namespace, t: Training, s: RunSetup, progress: Progress
                 f"({n_val} images)  lr {lr:.5f}  {epoch_time:.2f} s"
             ),
         )
+        if decoded:
+            log(t.backend.rank, f"decode {s.decode.mode if s.decode else '?'}: "
+                f"{out.decode_fallbacks} of {decoded} images decoded so far fell back to "
+                "the CPU (PIL)")
         if progress.step_in_epoch >= data.steps_per_epoch:
             progress.epoch += 1
             progress.step_in_epoch = 0
@@ -424,7 +497,13 @@ def train_epoch(args: argparse.Namespace, t: Training, s: RunSetup, progress: Pr
     from hpcdl.jobside import requeue
 
     loader = data.loader(progress.epoch, progress.step_in_epoch)
-    batches = DevicePrefetch(loader, t.device, t.memory_format) if t.cuda else loader
+    batches: Any = loader
+    if data.decoder is not None:
+        from trainkit.gpudecode import DecodedBatches
+
+        batches = DecodedBatches(loader, data.decoder, progress.epoch)
+    elif t.cuda:
+        batches = DevicePrefetch(loader, t.device, t.memory_format)
     t.model.train()
     sums = torch.zeros(3, dtype=torch.float64, device=t.device)  # loss*n, top-1 hits, n
     epoch_start = time.monotonic()
@@ -501,6 +580,8 @@ def header_line(args: argparse.Namespace, t: Training, s: RunSetup, data: TrainD
         f"lr {args.lr:g} -> {s.target_lr:g} ({args.lr_scaling}, warm-up {args.warmup_epochs:g} epochs), "
         f"{data.steps_per_epoch} steps/epoch, {s.total_steps} steps, workers {data.workers}, "
         f"threads {torch.get_num_threads()}, amp {'on' if t.use_amp else 'off'}"
+        + (f", decode {s.decode.mode}" if s.decode and s.decode.mode else "")
+        + (f" ({s.decode.note})" if s.decode and s.decode.note else "")
         + (
             f", resumed from {s.resumed_from} at step {progress.global_step}"
             if s.resumed_from
@@ -549,6 +630,8 @@ def result_record(args: argparse.Namespace, t: Training, s: RunSetup, progress: 
         "steps": progress.global_step,
         "steps_this_run": timing.steps,
         "data": "synthetic" if args.synthetic else s.data_root,
+        "decode": s.decode.mode if s.decode else None,
+        "decode_fallbacks": out.decode_fallbacks,
         "stage_seconds": round(s.stage_seconds, 3) if s.stage_seconds is not None else None,
         "wall_time": round(time.monotonic() - started[0], 3),
         "started_at": round(started[1], 3),
@@ -578,7 +661,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                  global_batch=args.batch_size * args.batches_per_allreduce * size,
                  target_lr=scaled_lr(args.lr, size, args.batches_per_allreduce, args.lr_scaling))
     progress, s.resumed_from = resume(args, t, num_classes, s.global_batch)
-    data, val_loader = load_data(args, t, train_set, val_set)
+    s.decode = resolve_decode(args.decode, t.device, args.synthetic)
+    data, val_loader = load_data(args, t, train_set, val_set, s.decode)
     s.total_steps = args.epochs * data.steps_per_epoch
     if args.max_steps:
         s.total_steps = min(s.total_steps, args.max_steps)

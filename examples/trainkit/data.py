@@ -61,14 +61,20 @@ def train_transform(img: object, size: int, rng: random.Random) -> torch.Tensor:
     return _to_tensor(out, size)
 
 
+def val_resize_size(width: int, height: int, size: int) -> tuple[int, int]:
+    """(width, height) an image is resized to before validation's centre crop: the short
+    side to size*256/224, never below ``size`` (trainkit.gpudecode does the same)."""
+    short = max(size, round(size * 256 / 224))
+    scale = short / min(width, height)
+    return max(size, round(width * scale)), max(size, round(height * scale))
+
+
 def val_transform(img: object, size: int) -> torch.Tensor:
     """Resize the short side to size*256/224, then centre-crop size x size."""
     from PIL import Image
 
     assert isinstance(img, Image.Image)
-    short = max(size, round(size * 256 / 224))
-    scale = short / min(img.width, img.height)
-    w, h = max(size, round(img.width * scale)), max(size, round(img.height * scale))
+    w, h = val_resize_size(img.width, img.height, size)
     img = img.resize((w, h), Image.BILINEAR)
     left, top = (w - size) // 2, (h - size) // 2
     return _to_tensor(img.crop((left, top, left + size, top + size)), size)

@@ -197,6 +197,10 @@ class TrainData:
     workers: int
     pin_memory: bool
     loader_kwargs: dict[str, Any] = field(default_factory=dict)
+    # --decode gpu/tensor: the loader yields encoded files (trainkit.gpudecode.collate_encoded)
+    # and ``decoder`` (a trainkit.gpudecode.DeviceDecode) decodes them on the device.
+    collate_fn: Any = None
+    decoder: Any = None
     # Of a whole epoch, fixed here: the sampler's length shrinks while it skips what a
     # resumed epoch already did.
     steps_per_epoch: int = field(init=False)
@@ -215,6 +219,7 @@ class TrainData:
             num_workers=self.workers,
             pin_memory=self.pin_memory,
             drop_last=True,
+            collate_fn=self.collate_fn,
             **self.loader_kwargs,
         )
 

@@ -82,6 +82,18 @@ def test_the_data_path_is_measured_per_worker_count(cpu_check) -> None:
     rate = _steps(cpu_check[0])["example"]["figures"]["torchrun"]["images_per_sec"]
     assert fig["target_images_per_sec"] == rate and isinstance(fig["feeds"], bool)
     assert fig["verdict"].startswith("the example's loader delivers at best")
+    # The example itself from the JPEGs: the device decode's code with PIL on the CPU
+    # (--decode tensor), the workers' PIL path, and step 2's synthetic run beside them.
+    runs = fig["training"]
+    assert list(runs) == ["decode_tensor", "decode_cpu", "synthetic"]
+    for label, decode in (("decode_tensor", "tensor"), ("decode_cpu", "cpu")):
+        run = runs[label]
+        assert run["decode"] == decode and run["decode_fallbacks"] == 0, run
+        assert run["images_per_sec"] > 0 and run["timed_steps"] == 4 and run["workers"] == 1
+        assert 0 <= run["data_wait_share"] < 1 and run["of_synthetic"] > 0
+        assert f"--decode {decode}" in run["command"]
+    assert runs["synthetic"]["from"] == "step example, plain run"
+    assert "decode_tensor" in step["summary"] and "data wait" in step["summary"]
 
 
 def test_the_checkpoint_round_trip_is_equal(cpu_check) -> None:

@@ -252,3 +252,113 @@ def test_the_example_trains_and_resumes_on_ddp_over_nccl(tmp_path: Path) -> None
     second = _run_example(tmp_path, "--epochs", "2", "--resume")
     assert second["resumed_from"] == first["checkpoint"]
     assert second["steps"] == 8 and second["steps_this_run"] == 4
+
+
+# --- --decode gpu: nvJPEG through torchvision, then the augmentation on the GPU ---------
+
+
+def _nvjpeg() -> Any:
+    from trainkit.gpudecode import nvjpeg_decoder
+
+    decode, why = nvjpeg_decoder(torch.device("cuda", torch.cuda.current_device()))
+    if decode is None:
+        pytest.skip(f"no nvJPEG here: {why}")
+    return decode
+
+
+def _jpegs(tmp_path: Path) -> list[tuple[str, int]]:
+    from PIL import Image
+
+    out = []
+    for i, (w, h) in enumerate([(120, 90), (90, 130), (200, 150), (64, 64)]):
+        g = torch.Generator().manual_seed(i)
+        small = torch.rand(1, 3, 6, 8, generator=g)
+        img = torch.nn.functional.interpolate(small, size=(h, w), mode="bilinear")[0]
+        arr = (img * 255).byte().permute(1, 2, 0).contiguous()
+        path = tmp_path / f"{i}.JPEG"
+        Image.frombytes("RGB", (w, h), bytes(arr.flatten().tolist())).save(path, quality=95)
+        out.append((str(path), i % 2))
+    return out
+
+
+def test_nvjpeg_decodes_a_batch_as_pil_does(tmp_path: Path) -> None:
+    from trainkit.gpudecode import JpegFiles, pil_decode
+
+    decode = _nvjpeg()
+    files = JpegFiles(_jpegs(tmp_path))
+    datas = [files[i][0] for i in range(len(files))]
+    got = decode(datas)
+    assert len(got) == len(datas)
+    for img, data in zip(got, datas, strict=True):
+        ref = pil_decode(data, "ref")
+        assert img.is_cuda and img.dtype == torch.uint8 and img.shape == ref.shape
+        # Two JPEG decoders: IDCT and chroma upsampling may differ by a few levels.
+        diff = (img.cpu().int() - ref.int()).abs().float()
+        assert float(diff.mean()) < 3 and float(diff.max()) < 40
+
+
+def test_the_gpu_batch_matches_the_tensor_path_on_the_cpu(tmp_path: Path) -> None:
+    from trainkit.gpudecode import DeviceDecode, JpegFiles, collate_encoded, pil_batch_decoder
+
+    decode = _nvjpeg()
+    samples = _jpegs(tmp_path)
+    files = JpegFiles(samples)
+    batch = collate_encoded([files[i] for i in range(len(files))])
+    device = torch.device("cuda", torch.cuda.current_device())
+    gpu = DeviceDecode(32, True, device, decode, torch.channels_last, seed=5, names=samples)
+    cpu = DeviceDecode(32, True, torch.device("cpu"), pil_batch_decoder(torch.device("cpu")),
+                       seed=5, names=samples)
+    x, y = gpu(batch, epoch=1)
+    ex, ey = cpu(batch, epoch=1)
+    assert x.is_cuda and x.is_contiguous(memory_format=torch.channels_last)
+    assert x.shape == ex.shape == (4, 3, 32, 32) and y.cpu().tolist() == ey.tolist()
+    assert float((x.cpu() - ex).abs().mean()) < 0.05  # same boxes and flips; decoders differ
+    assert gpu.fallbacks == 0 and gpu.images == 4
+
+
+def test_images_nvjpeg_cannot_take_fall_back_and_are_counted_on_the_gpu(tmp_path: Path) -> None:
+    from PIL import Image
+    from trainkit.gpudecode import DecodedBatches, DeviceDecode, JpegFiles, collate_encoded
+
+    decode = _nvjpeg()
+    samples = _jpegs(tmp_path)
+    photo = Image.open(samples[0][0]).convert("RGB")
+    photo.convert("CMYK").save(tmp_path / "cmyk.JPEG", "JPEG")
+    photo.save(tmp_path / "png.JPEG", "PNG")
+    photo.convert("L").save(tmp_path / "gray.JPEG", "JPEG")
+    photo.save(tmp_path / "progressive.JPEG", "JPEG", progressive=True)
+    samples += [(str(tmp_path / n), 0) for n in ("cmyk.JPEG", "png.JPEG", "gray.JPEG",
+                                                 "progressive.JPEG")]
+    loader = torch.utils.data.DataLoader(JpegFiles(samples), batch_size=4,
+                                         collate_fn=collate_encoded, num_workers=2)
+    device = torch.device("cuda", torch.cuda.current_device())
+    dec = DeviceDecode(32, True, device, decode, torch.channels_last, names=samples)
+    got = list(DecodedBatches(loader, dec, epoch=0))
+    assert len(got) == 2 and all(x.shape == (4, 3, 32, 32) and x.is_cuda for x, _ in got)
+    assert all(bool(torch.isfinite(x).all()) for x, _ in got)
+    # CMYK and the PNG are never offered to nvJPEG; grayscale and progressive are, and
+    # count only if this nvJPEG refuses them.
+    assert 2 <= dec.fallbacks <= 4 and dec.images == 8
+
+
+def test_the_example_trains_from_jpegs_with_gpu_decode(tmp_path: Path) -> None:
+    from hpcdl.data.tiny import TinySpec, make_tiny
+
+    _nvjpeg()
+    make_tiny(tmp_path / "tiny", TinySpec(classes=4, per_class=16, val_per_class=2, size=96))
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+           "PYTHONPATH": str(REPO)}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(key, None)
+    argv = [sys.executable, str(EXAMPLE), "--backend", "ddp", "--arch", "resnet18",
+            "--data", str(tmp_path / "tiny"), "--image-size", "64", "--batch-size", "16",
+            "--epochs", "1", "--workers", "2", "--decode", "gpu", "--checkpoint-dir", "",
+            "--metrics-dir", ""]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env,
+                         cwd=tmp_path, stdin=subprocess.DEVNULL, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "decode gpu" in res.stdout and "decode gpu: 0 of 72 images" in res.stdout
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith('{"hpcdl_result"'))
+    result = json.loads(line)["hpcdl_result"]
+    assert result["device"] == "cuda" and result["decode"] == "gpu"
+    assert result["decode_fallbacks"] == 0 and result["steps"] == 4
