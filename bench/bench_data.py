@@ -15,6 +15,10 @@ side by side in one run, each variant in its own process (no Slurm needed):
               batch of the example's loader (TrainData: shuffled, batch --batch)
   loader      images/s through that loader with 0, 1 and 2 workers, over --images
               training images drawn at random (the first batch left out)
+  epochs      (--epochs N) N whole shuffled epochs of that loader (--epoch-workers
+              workers), each timed; the page cache dropped before the first (as root),
+              and each packed variant freshly mounted: the first epoch reads from the
+              disk, the second from the cache. Every image: read, decoded, augmented
   mount CPU   (--mount-cpu N) every file of a fresh mount read once (open, read whole,
               close) by this process, N fresh mounts per mounter: the user+sys CPU the
               FUSE process spent (from /proc), the reader's CPU and wall time; medians.
@@ -31,6 +35,10 @@ the CPU cost, not a cold disk.
   python3 bench/bench_data.py --classes 50 --per-class 40      # quick
   python3 bench/bench_data.py --dir /scratch/inet --json out.json   # reuse a made tree
   python3 bench/bench_data.py --classes 200 --per-class 100 --fuse squashfuse,squashfuse_ll,kernel --mount-cpu 5
+  python3 bench/bench_data.py --imagenet-like --classes 20 --per-class 150 --epochs 2   # ~110 KB JPEGs
+
+--imagenet-like makes the tree with `hpcdl data make-tiny --imagenet-like` (ImageNet's
+sizes and ~110 KB JPEGs) and the example's --image-size defaults to 224, as on ImageNet.
 """
 
 from __future__ import annotations
@@ -90,9 +98,12 @@ def count_calls(trace: Path, under: str) -> dict[str, int]:
 
 # ---- the child: one variant's reading, in its own process ----------------------------
 
-def child(mode: str, root: str, batch: int, images: int, image_size: int) -> None:
+def child(mode: str, root: str, batch: int, images: int, image_size: int,
+          epochs: int = 0, workers: int = 2) -> None:
     """``epoch``: scan and read every training image once (for strace). ``loader``: time
-    to the first batch, then images/s with 0, 1 and 2 workers. Prints one JSON line."""
+    to the first batch, then images/s with 0, 1 and 2 workers. ``epochs``: ``epochs``
+    whole shuffled epochs of the loader with ``workers`` workers, each timed. Prints one
+    JSON line."""
     import torch
     from trainkit.data import ImageFolderDataset, ResumableDistributedSampler
     from trainkit.loop import TrainData
@@ -116,6 +127,19 @@ def child(mode: str, root: str, batch: int, images: int, image_size: int) -> Non
         return TrainData(dataset=dataset, sampler=sampler, batch=batch, workers=workers,
                          pin_memory=False).loader(0, 0)
 
+    if mode == "epochs":
+        data = TrainData(dataset=train, sampler=ResumableDistributedSampler(
+            train, num_replicas=1, rank=0, shuffle=True, seed=0, drop_last=True),
+            batch=batch, workers=workers, pin_memory=False)
+        seconds = []
+        for epoch in range(epochs):
+            t0, n = time.perf_counter(), 0
+            for x, _ in data.loader(epoch, 0):
+                n += len(x)
+            seconds.append(round(time.perf_counter() - t0, 2))
+        print(json.dumps({"epoch_s": seconds, "epoch_images": n}))
+        return
+
     next(iter(loader(train, 0)))
     first = time.perf_counter() - start
     out: dict[str, Any] = {"scan_s": round(scanned, 3), "first_batch_s": round(first, 3),
@@ -138,7 +162,8 @@ def run_child(mode: str, root: str, args: argparse.Namespace,
               trace: Path | None = None) -> dict[str, Any]:
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--dir", root,
             "--batch", str(args.batch), "--images", str(args.images),
-            "--image-size", str(args.image_size)]
+            "--image-size", str(args.image_size), "--epochs", str(args.epochs),
+            "--epoch-workers", str(args.epoch_workers)]
     if trace is not None:
         argv = ["strace", "-f", "--seccomp-bpf", "-qq", "-e", f"trace={TRACED}", "-o",
                 str(trace)] + argv
@@ -231,6 +256,17 @@ def mount_cpu(sqfs: Path, mnt: Path, fuse: str, repeats: int) -> dict[str, float
             for i, key in enumerate(("mounter_cpu_s", "reader_cpu_s", "reader_wall_s"))}
 
 
+def drop_caches(notes: list[str]) -> None:
+    """Empty the page cache (root), so a first epoch reads from the disk; a note without."""
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        note = "page cache not dropped (needs root): first epochs read a warm cache"
+        if note not in notes:
+            notes.append(note)
+
+
 # ---- the run -------------------------------------------------------------------------
 
 def main() -> None:
@@ -239,8 +275,17 @@ def main() -> None:
     p.add_argument("--per-class", type=int, default=100, help="training images per class")
     p.add_argument("--val-per-class", type=int, default=5)
     p.add_argument("--size", type=int, default=32, help="the JPEGs' side (make-tiny --size)")
-    p.add_argument("--image-size", type=int, default=32,
-                   help="the example's --image-size (what augmentation produces)")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="the example's --image-size (what augmentation produces; default "
+                        "32, 224 with --imagenet-like)")
+    p.add_argument("--imagenet-like", action="store_true",
+                   help="make the tree with ImageNet's sizes and ~110 KB JPEGs "
+                        "(make-tiny --imagenet-like; --size is then unused)")
+    p.add_argument("--epochs", type=int, default=0, metavar="N",
+                   help="also time N whole shuffled epochs of the loader per variant, page "
+                        "cache dropped before the first (as root; default 0: off)")
+    p.add_argument("--epoch-workers", type=int, default=2, metavar="W",
+                   help="the loader's workers for --epochs (default 2)")
     p.add_argument("--batch", type=int, default=32, help="the loader's batch")
     p.add_argument("--images", type=int, default=10_000,
                    help="training images per loader-throughput figure")
@@ -258,17 +303,23 @@ def main() -> None:
                    help="the dataset tree: made there when missing (default: a temporary "
                         "one, removed at the end)")
     p.add_argument("--json", metavar="PATH", help="also write the figures here")
-    p.add_argument("--child", choices=("epoch", "loader"), help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=("epoch", "loader", "epochs"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.image_size is None:
+        args.image_size = 224 if args.imagenet_like else 32
     if args.child:
-        child(args.child, args.dir, args.batch, args.images, args.image_size)
+        child(args.child, args.dir, args.batch, args.images, args.image_size, args.epochs,
+              args.epoch_workers)
         return
 
     command = (f"python3 bench/bench_data.py --classes {args.classes} --per-class "
                f"{args.per_class} --val-per-class {args.val_per_class} --size {args.size} "
                f"--image-size {args.image_size} --batch {args.batch} --images {args.images} "
                f"--compression {args.compression} --fuse {args.fuse}"
-               + (f" --mount-cpu {args.mount_cpu}" if args.mount_cpu else ""))
+               + (f" --mount-cpu {args.mount_cpu}" if args.mount_cpu else "")
+               + (" --imagenet-like" if args.imagenet_like else "")
+               + (f" --epochs {args.epochs} --epoch-workers {args.epoch_workers}"
+                  if args.epochs else ""))
     print("machine: " + facts_line(describe(packages=("torch", "pillow"), tools=("strace",))))
     print(f"command: {command}")
     notes: list[str] = []
@@ -294,7 +345,8 @@ def main() -> None:
             t0 = time.perf_counter()
             hpcdl("data", "make-tiny", str(tree), "--classes", str(args.classes),
                   "--per-class", str(args.per_class), "--val-per-class",
-                  str(args.val_per_class), "--size", str(args.size))
+                  str(args.val_per_class), "--size", str(args.size),
+                  *(["--imagenet-like"] if args.imagenet_like else []))
             figures["make_tiny_s"] = round(time.perf_counter() - t0, 2)
         files = sum(len(names) for _, _, names in os.walk(tree))
         dirs = sum(1 for _ in os.walk(tree))
@@ -316,6 +368,9 @@ def main() -> None:
             tree_fig["shared_path_calls"] = count_calls(trace, str(tree))
             trace.unlink()
         tree_fig.update(run_child("loader", str(tree), args))
+        if args.epochs:
+            drop_caches(notes)
+            tree_fig.update(run_child("epochs", str(tree), args))
         variants["tree"] = tree_fig
         for fuse in fuses:
             packed: dict[str, Any] = {}
@@ -337,6 +392,13 @@ def main() -> None:
                 packed.update(run_child("loader", str(mnt), args))
             finally:
                 mount.stop()
+            if args.epochs:
+                drop_caches(notes)
+                mount = Mount(sqfs, mnt, None, fuse)
+                try:
+                    packed.update(run_child("epochs", str(mnt), args))
+                finally:
+                    mount.stop()
             if args.mount_cpu > 0:
                 packed.update(mount_cpu(sqfs, mnt, fuse, args.mount_cpu))
             variants[VARIANT[fuse]] = packed
@@ -372,6 +434,16 @@ def main() -> None:
         cells = [round(c["seconds"], 1) if isinstance(c, dict) else c for c in cells]
         if any(c is not None for c in cells):
             print(f"{label:52}" + "".join(f"{'-' if c is None else c:>14}" for c in cells))
+    for epoch in range(args.epochs):
+        cells = [figures["variants"][n].get("epoch_s", [None] * args.epochs)[epoch]
+                 for n in names]
+        label = (f"epoch {epoch + 1}, {args.epoch_workers} workers, s"
+                 + (" (page cache dropped)" if epoch == 0 else ""))
+        print(f"{label:52}" + "".join(f"{'-' if c is None else c:>14}" for c in cells))
+        rates = [figures["variants"][n].get("epoch_images", 0) / c if c else None
+                 for n, c in zip(names, cells, strict=True)]
+        print(f"{f'epoch {epoch + 1}, images/s':52}"
+              + "".join(f"{'-' if r is None else round(r, 1):>14}" for r in rates))
     for note in notes:
         print(f"note: {note}")
     if args.json:

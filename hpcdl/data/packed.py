@@ -13,7 +13,9 @@ output) and is pure apart from the layout check of the source; ``execute`` runs 
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +27,16 @@ from hpcdl.core import proc
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.data.mount import SQUASHFS_MAGIC, is_packed_name
 from hpcdl.jobside.errors import ToolError, UserInputError
-from hpcdl.jobside.imagefolder import ImageFolder, scan_imagefolder, scan_tree
+from hpcdl.jobside.imagefolder import (
+    DirTree,
+    ImageFolder,
+    Listing,
+    dataset_dir,
+    image_defect,
+    read_ends,
+    scan_tree,
+    walk_tree,
+)
 
 # Compression: real ImageNet JPEGs (~110 KB) are already entropy-coded, so the data
 # blocks barely shrink; what compresses is the metadata (inode and directory tables)
@@ -52,7 +63,6 @@ MKSQUASHFS = "mksquashfs"
 # (ImageNet's ~110 KB JPEGs keep 128K).
 BLOCK_SIZES = tuple(4096 << i for i in range(9))  # 4K .. 1M, mksquashfs's range
 AUTO_BLOCK_MAX = 128 * 1024
-SIZE_SAMPLE = 1000  # files stat'ed to choose the block size (5 per directory at most)
 
 
 def block_size_for(sizes: list[int]) -> int:
@@ -101,22 +111,112 @@ class PackPlan:
     classes: int
     counts: dict[str, int] = field(default_factory=dict)
     files: int = 0  # every file mksquashfs adds (images, and any other)
+    # What the tree's symbolic links hold (link_definitions): the links left out of
+    # mksquashfs's own walk (-ef, one a line) and added as what they point to (-pf).
+    excludes: tuple[str, ...] = ()
+    pseudo: tuple[str, ...] = ()
+
+    @property
+    def exclude_file(self) -> Path:
+        return self.temp.with_name(self.temp.name + ".exclude")
+
+    @property
+    def pseudo_file(self) -> Path:
+        return self.temp.with_name(self.temp.name + ".pseudo")
 
     @property
     def record_path(self) -> Path:
         return sidecar(self.output, ".hash")
 
 
+# Names mksquashfs's pseudo file definitions take as they are; any other character is
+# escaped with a backslash (mksquashfs 4.5 reads "a\\ b" as "a b").
+_PSEUDO_PLAIN = re.compile(r"[A-Za-z0-9._+,=@%:/-]")
+
+
+def _pseudo_name(rel: str, what: str) -> str:
+    if any(ord(c) < 32 or c == "\x7f" for c in rel):
+        raise UserInputError(f"{what}: {rel!r} has a control character (a newline, a tab) "
+                             f"in its name; mksquashfs cannot be told such a name")
+    return "".join(c if _PSEUDO_PLAIN.fullmatch(c) else "\\" + c for c in rel)
+
+
+def link_definitions(listing: dict[str, Listing]) -> tuple[list[str], list[str]]:
+    """What the symbolic links of a walked tree (walk_tree) hold, for mksquashfs, which
+    would store each link as a link (pointing out of the packed file, or nowhere in a
+    job): the links to leave out of its walk (-ef) and the pseudo file definitions
+    (-pf) that add, at each link's place, the directories it leads to and the files
+    in them as regular files: ``d`` a directory (its mode, owner root), ``l`` a file
+    read from its real path (mksquashfs 4.5 reads a host file there, no command per
+    file). Empty lists for a tree without links: mksquashfs packs it alone."""
+    excludes: list[str] = []
+    pseudo: list[str] = []
+    for rel in sorted(listing):
+        here = listing[rel]
+        linked = set(here.links)
+        for name in here.subdirs + here.files:
+            sub = f"{rel}/{name}" if rel else name
+            if name in linked and not here.via_link:
+                excludes.append(sub)
+            if not (here.via_link or name in linked):
+                continue
+            esc = _pseudo_name(sub, "pack")
+            if name in here.subdirs:
+                pseudo.append(f"{esc} d {listing[sub].mode:o} 0 0")
+            else:
+                real = os.path.realpath(os.path.join(here.path, name))
+                pseudo.append(f"{esc} l {_pseudo_name(real, 'pack')}")
+    return excludes, pseudo
+
+
+def check_images(folder: ImageFolder, *, decode: bool = False) -> list[int]:
+    """Read both ends of every image of ``folder`` (image_defect) and return their sizes;
+    ``decode``: also decode each one with PIL (slow: every pixel). Raises
+    UserInputError (one line) naming the first file that is empty, truncated or no
+    image, so a data-loader worker never finds it mid-epoch."""
+    sizes: list[int] = []
+    for split in folder.samples:
+        for path, _ in folder.samples[split]:
+            try:
+                head, tail, size = read_ends(path)
+            except OSError as exc:
+                raise UserInputError(f"dataset {folder.root}: cannot read {path}: "
+                                     f"{exc.strerror}") from None
+            what = image_defect(head, tail, size)
+            if what is None and decode:
+                what = _decode_defect(path)
+            if what is not None:
+                raise UserInputError(f"dataset {folder.root}: {path} {what}",
+                                     hint="replace or remove it, then pack again")
+            sizes.append(size)
+    return sizes
+
+
+def _decode_defect(path: str) -> str | None:
+    from PIL import Image  # lazily: only --decode needs it
+
+    try:
+        with Image.open(path) as img:
+            img.load()
+    except Exception as exc:  # noqa: BLE001 (PIL raises many kinds for a bad file)
+        return f"cannot be decoded: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    return None
+
+
 def pack_plan(source: str | os.PathLike[str], output: str | os.PathLike[str], *,
               compression: str = DEFAULT_COMPRESSION, force: bool = False,
-              processors: int | None = None, block_size: int | None = None) -> PackPlan:
-    """Check ``source`` is an ImageFolder dataset and decide how it is packed into
-    ``output``; ``block_size`` None: chosen from a sample of the files' sizes
-    (block_size_for). Raises UserInputError (one line) for a source that is no
-    ImageFolder, an output that exists (without ``force``), is inside the source or
-    whose directory does not exist."""
-    folder: ImageFolder = scan_imagefolder(source)
-    src = folder.root.absolute()
+              processors: int | None = None, block_size: int | None = None,
+              decode: bool = False) -> PackPlan:
+    """Check ``source`` is an ImageFolder dataset whose images are whole (check_images;
+    ``decode``: decoded too) and decide how it is packed into ``output``, symbolic
+    links followed as the check follows them (walk_tree, link_definitions);
+    ``block_size`` None: chosen from the images' sizes (block_size_for). Raises
+    UserInputError (one line) for a source that is no ImageFolder, a link loop, a bad
+    image, an output that exists (without ``force``), is inside the source or whose
+    directory does not exist."""
+    src = dataset_dir(source).absolute()
+    listing = walk_tree(src)
+    folder: ImageFolder = scan_tree(src, DirTree(src, listing))
     out = Path(output).expanduser().absolute()
     if not is_packed_name(out.name):
         raise UserInputError(f"-o {out}: name the packed file *.sqfs (or *.squashfs)")
@@ -126,15 +226,9 @@ def pack_plan(source: str | os.PathLike[str], output: str | os.PathLike[str], *,
         raise UserInputError(f"-o {out} exists", hint="pass --force to replace it")
     if src == out or src in out.parents:
         raise UserInputError(f"-o {out} is inside the dataset {src}: it would pack itself")
+    sizes = check_images(folder, decode=decode)
     temp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    files, sizes = 0, list[int]()
-    for top, _, names in os.walk(src):
-        files += len(names)
-        for name in names[:5] if len(sizes) < SIZE_SAMPLE else ():
-            try:
-                sizes.append(os.stat(os.path.join(top, name)).st_size)
-            except OSError:
-                continue  # mksquashfs names what it cannot read
+    excludes, pseudo = link_definitions(listing)
     block = block_size if block_size is not None else block_size_for(sizes)
     argv = [MKSQUASHFS, str(src), str(temp), *FIXED_OPTIONS, *compression_args(compression),
             "-b", str(block),
@@ -142,9 +236,13 @@ def pack_plan(source: str | os.PathLike[str], output: str | os.PathLike[str], *,
             "-info", "-no-progress"]
     if processors:
         argv += ["-processors", str(processors)]
-    return PackPlan(source=src, output=out, temp=temp, argv=tuple(argv),
-                    compression=compression, block_size=block, classes=len(folder.classes),
-                    counts=folder.counts(), files=files)
+    plan = PackPlan(source=src, output=out, temp=temp, argv=(), compression=compression,
+                    block_size=block, classes=len(folder.classes), counts=folder.counts(),
+                    files=sum(len(d.files) for d in listing.values()),
+                    excludes=tuple(excludes), pseudo=tuple(pseudo))
+    if excludes:
+        argv += ["-ef", str(plan.exclude_file), "-pf", str(plan.pseudo_file)]
+    return dataclasses.replace(plan, argv=tuple(argv))
 
 
 def execute(plan: PackPlan, *, progress: Callable[[int, int], None] | None = None,
@@ -163,6 +261,9 @@ def execute(plan: PackPlan, *, progress: Callable[[int, int], None] | None = Non
                 progress(done, plan.files)
 
     try:
+        if plan.excludes:
+            plan.exclude_file.write_text("".join(f"{rel}\n" for rel in plan.excludes))
+            plan.pseudo_file.write_text("".join(f"{line}\n" for line in plan.pseudo))
         proc.stream(plan.argv, on_line=on_line, timeout=timeout)
         check_packed(plan.temp)
         tree = content_hash("\0".join(plan.argv[3:]), [(plan.source, "data")])
@@ -180,7 +281,8 @@ def execute(plan: PackPlan, *, progress: Callable[[int, int], None] | None = Non
         write_json_atomic(plan.record_path, record)
         os.replace(plan.temp, plan.output)
     finally:
-        plan.temp.unlink(missing_ok=True)
+        for leftover in (plan.temp, plan.exclude_file, plan.pseudo_file):
+            leftover.unlink(missing_ok=True)
     return {"path": str(plan.output), **record}
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcdl.data import imagenet_like
 from hpcdl.jobside.errors import UserInputError
 
 MARKER = ".hpcdl-tiny"
@@ -29,6 +30,9 @@ class TinySpec:
     val_per_class: int = 5
     size: int = 64
     seed: int = 0
+    # ImageNet's sizes and ~110 KB JPEGs (hpcdl.data.imagenet_like) instead of size x
+    # size stripes: for the benches.
+    imagenet_like: bool = False
 
     def check(self) -> None:
         """Raises UserInputError naming the field, value and limit."""
@@ -94,6 +98,8 @@ def make_tiny(
         )
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    pools = imagenet_like.noise_pools(spec.seed) if spec.imagenet_like else None
+    written = 0
     try:
         counts = {"train": 0, "val": 0}
         for split, n in (("train", spec.per_class), ("val", spec.val_per_class)):
@@ -102,13 +108,21 @@ def make_tiny(
                 cdir = tmp / split / class_name(label)
                 cdir.mkdir(parents=True)
                 for i in range(n):
-                    rng = random.Random(f"{spec.seed}/{split_seed}/{label}/{i}")
-                    img = _draw(spec, label, rng)
-                    img.save(cdir / f"{class_name(label)}_{i}.JPEG", "JPEG", quality=90)
+                    out = cdir / f"{class_name(label)}_{i}.JPEG"
+                    if pools is not None:
+                        img = imagenet_like.draw(_np_rng(spec.seed, split_seed, label, i),
+                                                 label, spec.classes, pools)
+                        img.save(out, "JPEG", quality=imagenet_like.QUALITY)
+                    else:
+                        rng = random.Random(f"{spec.seed}/{split_seed}/{label}/{i}")
+                        _draw(spec, label, rng).save(out, "JPEG", quality=90)
+                    written += out.stat().st_size
                     counts[split] += 1
         (tmp / MARKER).write_text(
             f"classes={spec.classes} per_class={spec.per_class} "
-            f"val_per_class={spec.val_per_class} size={spec.size} seed={spec.seed}\n"
+            f"val_per_class={spec.val_per_class} "
+            + ("imagenet_like" if spec.imagenet_like else f"size={spec.size}")
+            + f" seed={spec.seed}\n"
         )
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
@@ -125,6 +139,13 @@ def make_tiny(
         "classes": spec.classes,
         "train_images": counts["train"],
         "val_images": counts["val"],
-        "size": spec.size,
+        "size": "imagenet-like" if spec.imagenet_like else spec.size,
         "seed": spec.seed,
+        "bytes": written,
     }
+
+
+def _np_rng(seed: int, split: int, label: int, index: int) -> Any:
+    import numpy as np
+
+    return np.random.default_rng([seed, split, label, index])

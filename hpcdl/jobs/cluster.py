@@ -98,6 +98,13 @@ class Cluster:
         if not self.remote:
             preflight.check_inputs(request, image=image)
 
+    def check_data(self, request: JobRequest) -> None:
+        """Refuse (ValidationError) a --data that is neither a dataset folder nor a
+        packed file here (preflight.check_data_kind), dry run or not; over a transport
+        --data is a path on the cluster."""
+        if not self.remote:
+            preflight.check_data_kind(request)
+
     def many_files_warning(self, request: JobRequest) -> str | None:
         """preflight.many_files_warning on this host's files; None for a cluster
         elsewhere, where --data is a path on the cluster."""

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path, PurePosixPath
 
 from hpcdl.container.hashing import read_record, sidecar
 from hpcdl.container.runtime import RuntimeFacts, gather_runtime_facts, runtime_mode_reason
 from hpcdl.container.runtime import runtime_mode as container_runtime_mode
 from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
-from hpcdl.data.mount import is_packed_name
+from hpcdl.data.mount import SQUASHFS_MAGIC, is_packed_name
 from hpcdl.data.packed import check_packed
 from hpcdl.jobside.errors import UserInputError, ValidationError
 from hpcdl.plan import JobRequest, RuntimeMode
@@ -104,6 +105,58 @@ def image_arch_facts(image: str | None) -> ImageArchFacts | None:
     return facts_from_record(image, record)
 
 
+def _kind(st: os.stat_result) -> str:
+    """What a path that is no directory is, in words."""
+    for test, words in ((stat.S_ISREG, f"a regular file ({st.st_size:,} bytes)"),
+                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                        (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(st.st_mode):
+            return words
+    return "no directory"
+
+
+DATA_TAKES = ("--data takes a dataset folder (DIR/train/<class>/, DIR/val/<class>/) or a "
+              "packed dataset DATA.sqfs (hpcdl data pack)")
+
+
+def check_data_kind(req: JobRequest) -> None:
+    """Raise ValidationError (one line: what the path is, what --data takes) when
+    ``--data`` names a path on this host that is neither a directory nor a SquashFS
+    file named *.sqfs (a text file, a device, a SquashFS file under another name, a
+    *.sqfs that is no SquashFS); nothing for a path this host lacks (the bundled
+    example's check_inputs says that; a COMMAND's data may live only on the nodes).
+    For every command that takes --data, dry run or not (hpcdl.jobs.prepare calls it
+    first), so a user's COMMAND is not submitted without the data it was given."""
+    if not req.data or req.synthetic:
+        return
+    path = Path(req.data).expanduser()
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    if is_packed_name(req.data):
+        try:
+            check_packed(path)
+        except UserInputError as exc:
+            raise ValidationError(f"data: {exc.message}", hint=DATA_TAKES) from None
+        return
+    if stat.S_ISDIR(st.st_mode):
+        return
+    what = _kind(st)
+    if stat.S_ISREG(st.st_mode):
+        try:
+            with path.open("rb") as fh:
+                if fh.read(len(SQUASHFS_MAGIC)) == SQUASHFS_MAGIC:
+                    raise ValidationError(
+                        f"data: --data {req.data} is a SquashFS file without the .sqfs "
+                        f"name a packed dataset is known by",
+                        hint=f"rename it (or link it) as {path.name}.sqfs")
+        except OSError:
+            pass
+    raise ValidationError(f"data: --data {req.data} is {what}, neither a dataset folder nor "
+                          f"a packed SquashFS file", hint=DATA_TAKES)
+
+
 def check_inputs(req: JobRequest, image: str | None = None) -> None:
     """Raise ValidationError (exit 2) with the fix when the image, the dataset or the
     command's script is missing. ``image``: the plan's (default: ``req.image``)."""
@@ -124,6 +177,7 @@ def check_inputs(req: JobRequest, image: str | None = None) -> None:
             f"command: script {script!r} does not exist (in {Path.cwd()})",
             hint="give the script's path relative to where you submit, or an absolute one",
         )
+    check_data_kind(req)
     if req.data and is_packed_name(req.data):
         try:
             check_packed(Path(req.data).expanduser())

@@ -91,6 +91,7 @@ def prepare_job(prof: Profile, request: JobRequest, cluster: Cluster, *,
     Raises ValidationError, RenderError before anything is written."""
     dry_run = cluster.planning
     cluster.check_code(request.code_dir)
+    cluster.check_data(request)
     facts = cluster.image_facts(request) if check_image else None
     mode = runtime_mode(cluster, request, on_warning)
     ready = _plan(prof, request, cluster, run_name=run_name, image_facts=facts,

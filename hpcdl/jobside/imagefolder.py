@@ -9,6 +9,7 @@ it does not decode images.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -28,6 +29,52 @@ _MAGIC = (
     b"BM",  # BMP
     b"RIFF",  # WEBP container
 )
+
+
+# How much of a file's end ``image_defect`` reads: a JPEG's end-of-image marker (FFD9)
+# must lie in it. Entropy-coded JPEG data never holds FF D9 (an FF there is followed by
+# 00 or a restart marker), so a file cut short has none in its last bytes; a kilobyte
+# leaves room for the padding some cameras and editors write after the marker.
+TAIL = 1024
+_PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def image_defect(head: bytes, tail: bytes, size: int) -> str | None:
+    """What is wrong with an image file, from its first bytes ``head`` (8 at least), its
+    last bytes ``tail`` (TAIL at most) and its ``size``; None when nothing is. Cheap
+    checks, no decode: empty; not one of the formats (by its first bytes, whatever its
+    name); a JPEG without its end marker FFD9 near the end, a PNG without its IEND
+    chunk; a BMP or WEBP shorter than its header says."""
+    if size == 0:
+        return "is empty (0 bytes)"
+    if head.startswith(b"\xff\xd8\xff"):
+        if b"\xff\xd9" not in tail:
+            return (f"is a truncated JPEG: no end-of-image marker FFD9 in its last "
+                    f"{min(size, TAIL)} bytes")
+    elif head.startswith(_PNG):
+        if b"IEND" not in tail[-16:]:
+            return "is a truncated PNG: it does not end with the IEND chunk"
+    elif head.startswith(b"BM") and len(head) >= 6:
+        declared = int.from_bytes(head[2:6], "little")
+        if declared > size:
+            return f"is a truncated BMP: {size} bytes, its header says {declared}"
+    elif head.startswith(b"RIFF") and len(head) >= 8:
+        declared = int.from_bytes(head[4:8], "little") + 8
+        if declared > size:
+            return f"is a truncated WEBP: {size} bytes, its header says {declared}"
+    elif not any(head.startswith(m) for m in _MAGIC):
+        return f"is not an image (unrecognised header {head[:4].hex()})"
+    return None
+
+
+def read_ends(path: str) -> tuple[bytes, bytes, int]:
+    """The first 8 bytes, the last TAIL bytes and the size of the file ``path`` (two
+    reads; raises OSError)."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        head = fh.read(8)
+        tail = head if size <= 8 else os.pread(fh.fileno(), min(size, TAIL), max(0, size - TAIL))
+    return head, tail, size
 
 
 @dataclass(frozen=True)
@@ -51,6 +98,8 @@ def _is_image_name(name: str) -> bool:
 
 
 def _check_head(head: bytes, path: str, root: Path) -> None:
+    if not head:
+        raise _fail(root, f"{path} is empty (0 bytes)", hint=None)
     if not any(head.startswith(m) for m in _MAGIC):
         raise _fail(
             root, f"{path} is not an image (unrecognised header {head[:4].hex()})", hint=None
@@ -70,20 +119,100 @@ class Tree(Protocol):
         """The first 8 bytes of each file (raises UserInputError when one is unreadable)."""
 
 
-class DirTree:
-    """A dataset directory on disk."""
+@dataclass
+class Listing:
+    """One directory of a walked tree (walk_tree): what ``hpcdl data check`` reads and
+    what ``hpcdl data pack`` packs, links followed."""
 
-    def __init__(self, root: Path) -> None:
+    path: str  # where it is read: the real path when it was reached through a link
+    mode: int  # its permission bits
+    via_link: bool  # reached through a symbolic link (it, or a directory above it)
+    subdirs: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # regular files, links to them too
+    links: list[str] = field(default_factory=list)  # the names here that are links
+
+
+def _rel(parent: str, name: str) -> str:
+    return f"{parent}/{name}" if parent else name
+
+
+def walk_tree(root: Path, only: tuple[str, ...] | None = None) -> dict[str, Listing]:
+    """Every directory below ``root`` by its path relative to it ("" for ``root``), with
+    symbolic links to directories and files followed wherever they point (datasets are
+    often assembled from pieces on other disks): the one reading of a tree that both
+    ``hpcdl data check`` and ``hpcdl data pack`` use, so a file packs what the check
+    counted. ``only``: the top-level names to descend into (the splits; None: all).
+
+    Raises UserInputError (one line) for a link that loops back to a directory above
+    it, a link that cannot be followed, a link to something neither file nor
+    directory, and an unreadable directory."""
+    top = os.stat(root)
+    out: dict[str, Listing] = {}
+    # (rel, path, via_link, the (device, inode) and rel of every directory above it)
+    todo: list[tuple[str, str, bool, tuple[tuple[tuple[int, int], str], ...]]] = [
+        ("", str(root), False, (((top.st_dev, top.st_ino), ""),))]
+    out[""] = Listing(str(root), stat.S_IMODE(top.st_mode), False)
+    while todo:
+        rel, path, via_link, above = todo.pop()
+        here = out[rel]
+        try:
+            with os.scandir(path) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise _fail(root, f"cannot read {path}: {exc.strerror}", hint=None) from None
+        for entry in entries:
+            sub = _rel(rel, entry.name)
+            if not rel and only is not None and entry.name not in only:
+                continue
+            if entry.is_symlink():
+                here.links.append(entry.name)
+                target = os.readlink(entry.path)
+                try:
+                    st = os.stat(entry.path)
+                except OSError as exc:
+                    raise _fail(root, f"{sub} is a link to {target} that cannot be followed: "
+                                      f"{exc.strerror}", hint=None) from None
+                if stat.S_ISDIR(st.st_mode):
+                    key = (st.st_dev, st.st_ino)
+                    loop = next((r for k, r in above if k == key), None)
+                    if loop is not None:
+                        raise _fail(root, f"{sub} is a link to {target} that loops back to "
+                                          f"{loop or '.'} (a directory above it)", hint=None)
+                    real = os.path.realpath(entry.path)
+                    here.subdirs.append(entry.name)
+                    out[sub] = Listing(real, stat.S_IMODE(st.st_mode), True)
+                    todo.append((sub, real, True, (*above, (key, sub))))
+                elif stat.S_ISREG(st.st_mode):
+                    here.files.append(entry.name)
+                else:
+                    raise _fail(root, f"{sub} is a link to {target}, neither a file nor a "
+                                      f"directory", hint=None)
+            elif entry.is_dir(follow_symlinks=False):
+                st = entry.stat(follow_symlinks=False)
+                here.subdirs.append(entry.name)
+                out[sub] = Listing(entry.path, stat.S_IMODE(st.st_mode), via_link)
+                todo.append((sub, entry.path, via_link,
+                             (*above, ((st.st_dev, st.st_ino), sub))))
+            elif entry.is_file(follow_symlinks=False):
+                here.files.append(entry.name)
+    return out
+
+
+class DirTree:
+    """A dataset directory on disk, as walk_tree reads it."""
+
+    def __init__(self, root: Path, listing: dict[str, Listing] | None = None,
+                 splits: tuple[str, ...] = ("train", "val")) -> None:
         self.root = root
+        self.listing = listing if listing is not None else walk_tree(root, only=splits)
 
     def subdirs(self, rel: str) -> list[str] | None:
-        base = self.root / rel
-        if not base.is_dir():
-            return None
-        return [e.name for e in os.scandir(base) if e.is_dir()]
+        here = self.listing.get(rel)
+        return None if here is None else list(here.subdirs)
 
     def files(self, rel: str) -> list[str]:
-        return [e.name for e in os.scandir(self.root / rel) if e.is_file()]
+        here = self.listing.get(rel)
+        return [] if here is None else list(here.files)
 
     def heads(self, rels: list[str]) -> dict[str, bytes]:
         out: dict[str, bytes] = {}
@@ -158,9 +287,16 @@ def scan_imagefolder(
     directory is missing, a split or class directory is missing or empty, a split
     has classes the first one lacks, or a sampled file is not an image.
     """
+    path = dataset_dir(root)
+    return scan_tree(path, DirTree(path, splits=splits), splits)
+
+
+def dataset_dir(root: str | os.PathLike[str]) -> Path:
+    """``root`` as a Path, or UserInputError (one line) when it is missing or no
+    directory."""
     path = Path(root)
     if not path.exists():
         raise _fail(path, "no such directory", hint="pass --data DIR, or --synthetic")
     if not path.is_dir():
         raise _fail(path, "is not a directory")
-    return scan_tree(path, DirTree(path), splits)
+    return path

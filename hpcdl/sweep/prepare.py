@@ -41,6 +41,7 @@ def prepare_points(prof: Profile, base: JobRequest, points: list[SweepPoint],
     ``sweep_dir`` (created by the submission, never here), mapped to the cluster's;
     those plans are what gets submitted, the inputs checked here first for real.
     Raises ValidationError (naming the point), RenderError before anything is written."""
+    cluster.check_data(base)  # dry run or not (prepare_job's first check too)
     facts = cluster.image_facts(base)
     mode = runtime_mode(cluster, base, on_warning)
     if for_reading(prof, cluster):
@@ -77,6 +78,7 @@ def prepare_array(prof: Profile, base: JobRequest, points: list[Point], cluster:
     number of points against the cluster's MaxArraySize (asked of the scheduler; a dry
     run over a transport asks nothing and says so), and for real the inputs checked
     here. Raises ValidationError, RenderError before anything is written."""
+    cluster.check_data(base)  # dry run or not (prepare_job's first check too)
     facts = cluster.image_facts(base)
     mode = runtime_mode(cluster, base, on_warning)
     base, notes = cluster.request_for(base)

@@ -27,7 +27,7 @@ from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from tests.unit.plan.test_render_golden import GOLDEN, check_golden
 
-JPEG = b"\xff\xd8\xff\xe0" + b"\0" * 16
+JPEG = b"\xff\xd8\xff\xe0" + b"\0" * 16 + b"\xff\xd9"
 
 
 def dataset(root: Path, classes: int = 2, per_class: int = 2) -> Path:

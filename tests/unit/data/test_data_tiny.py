@@ -165,3 +165,24 @@ def test_data_cli_does_not_import_torch_or_pil() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_imagenet_like_jpegs_have_imagenets_sizes_and_bytes_and_repeat_by_seed(tmp_path):
+    from PIL import Image
+
+    from hpcdl.data.tiny import TinySpec, make_tiny
+
+    spec = TinySpec(classes=2, per_class=12, val_per_class=1, seed=3, imagenet_like=True)
+    summary = make_tiny(tmp_path / "a", spec)
+    make_tiny(tmp_path / "b", spec)
+    files = sorted((tmp_path / "a").rglob("*.JPEG"))
+    assert len(files) == 26 and summary["size"] == "imagenet-like"
+    assert all(f.read_bytes() == (tmp_path / "b" / f.relative_to(tmp_path / "a")).read_bytes()
+               for f in files)  # same seed, same bytes
+    sizes = [Image.open(f).size for f in files]
+    assert all(300 <= max(s) <= 800 and min(s) >= 200 for s in sizes), sizes
+    assert sum(s in ((500, 375), (500, 333), (375, 500), (333, 500)) for s in sizes) >= 13
+    mean = summary["bytes"] / len(files)
+    assert 60_000 < mean < 180_000, mean  # ImageNet's ~110 KB, not a flat image's few KB
+    other = make_tiny(tmp_path / "c", TinySpec(2, 12, 1, seed=4, imagenet_like=True))
+    assert other["bytes"] != summary["bytes"]
