@@ -71,7 +71,7 @@ hpcdl_ms() {
   if [[ -n $t ]]; then
     t=${t//[.,]/}
   else
-    t=$(date +%s%N)
+    t=$(date +%s%6N)  # microseconds, as EPOCHREALTIME's digits are
     [[ $t =~ ^[0-9]+$ ]] || t=$(( $(hpcdl_now) * 1000000 ))  # a date without %N
   fi
   echo $(( 10#$t / 1000 ))

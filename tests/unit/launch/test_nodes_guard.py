@@ -5,7 +5,9 @@ relaunches and when it stops. tests/integration/test_spares.py kills real nodes.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -368,3 +370,107 @@ def test_an_array_task_out_of_spares_requeues_itself_alone(tmp_path: Path) -> No
     assert [c[1].split(" ")[0] for c in calls] == ["JobId=7_1", "7_1", "JobId=7_1", "7_1"]
     squeue = (tmp_path / "fake" / "squeue.log").read_text()
     assert "-j 7_1 -o %k" in squeue
+
+
+def stderr_of(tmp_path: Path) -> str:
+    return (tmp_path / "fake" / "stderr").read_text()
+
+
+def test_the_guard_runs_on_a_bash_without_epochrealtime(tmp_path: Path) -> None:
+    """Bash 4.4 (RHEL/Rocky 8) has no EPOCHREALTIME: under the job script's `set -u` a
+    mention of it ended the batch shell at the first gate. DRIVER unsets bash 5's clocks
+    (which then are plain unset variables, as on bash 4.4) and the guard still gates,
+    times the gate, relaunches."""
+    last, log, _ = guard(tmp_path, "a,b,c", ["dies b", "ok"], bash4=True)
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b", "a,c"]
+    assert re.search(r"hpcdl: gate: 2 of 3 nodes healthy in \d+\.\d{3} s", stderr_of(tmp_path))
+
+
+@pytest.mark.parametrize("left", ["UNLIMITED", "NOT_SET", "1-00:00:00"])
+def test_a_job_without_a_time_limit_relaunches(tmp_path: Path, left: str) -> None:
+    """--time=infinite (what hpcdl renders without --time or a profile default): squeue
+    says UNLIMITED, which is no limit, not "0 s left"; a day left is 86400 s, not 216000."""
+    last, log, _ = guard(tmp_path, "a,b,c", ["dies b", "ok"], files={"left": left + "\n"})
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b", "a,c"]
+
+
+def test_a_relaunch_with_too_little_time_left_is_refused(tmp_path: Path) -> None:
+    last, log, _ = guard(tmp_path, "a,b,c", ["dies b", "ok"], files={"left": "00:59\n"})
+    assert last == "rc=1 cause="
+    assert "hpcdl: node failure with 59 s left (under 60): no relaunch" in stderr_of(tmp_path)
+
+
+@pytest.mark.parametrize("state", ["drng", "drain", "down*", "failg", "mix*"])
+def test_a_node_drained_under_the_job_is_excluded(tmp_path: Path, state: str) -> None:
+    """An admin or a health checker drains b while the job holds it (sinfo: drng); the
+    step then fails: b is excluded and the training goes on on a and c."""
+    last, log, run = guard(tmp_path, "a,b,c", ["fail", "ok"],
+                           files={"sinfo": f"a alloc\nb {state}\nc idle\n"})
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b", "a,c"]
+    assert (run / "bad-nodes.tsv").read_text() == f"b\tSlurm: node state {state}\n"
+
+
+def test_a_gate_stuck_on_a_node_is_bounded_and_its_nodes_excluded(tmp_path: Path) -> None:
+    """A check blocked in the kernel (a dead NFS or FUSE mount) can keep srun from ending
+    on TERM: timeout's -k KILLs it, the nodes that did not answer are excluded, and the
+    gate's step is cancelled."""
+    t0 = time.monotonic()
+    last, log, _ = guard(tmp_path, "a,b,c", ["ok"], files={"gate_hangs": ""},
+                         variables={"HPCDL_GATE_TIMEOUT": "1", "HPCDL_KILL_S": "1"}, timeout=30)
+    took = time.monotonic() - t0
+    assert last == "rc=1 cause=NODES"
+    assert took < 15, took
+    err = stderr_of(tmp_path)
+    assert "hpcdl: gate: the step ran past its 1 s and was ended" in err
+    assert "hpcdl: gate: 0 of 3 nodes healthy" in err
+
+
+@pytest.mark.parametrize("plan, stall", [(["hangs b", "ok"], "3"), (["asks", "ok"], "60")])
+def test_the_old_step_is_cancelled_after_the_guard_ended_it(
+        tmp_path: Path, plan: list[str], stall: str) -> None:
+    """After a hang (a node that stopped answering, found by the gate; the hang watchdog's
+    request) the guard KILLs srun here and cancels the step (scancel 7.1), so its ranks on
+    the surviving nodes do not run beside the relaunch; the steps the job had before the
+    guard started (7.0, a dataset's mount) and the batch shell's are left alone."""
+    last, log, _ = guard(tmp_path, "a,b,c", plan, variables={"HPCDL_STALL_S": stall})
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert [line for line in log.splitlines() if line.startswith("scancel")] == ["scancel 7.1"]
+    assert "hpcdl: cancelled step 7.1 on every node it ran on" in stderr_of(tmp_path)
+    assert len(launches(log)) == 2
+
+
+def test_a_quiet_run_is_seen_while_the_ranks_write_into_the_code_copy(tmp_path: Path) -> None:
+    """code/ (the --code copy) is not the training's progress: ranks writing there (a
+    .pyc, a log beside the code) do not hide a dead node, and find does not walk it. (The
+    run directory is looked at every 5 s: a stall of 7 s is seen only if the look at 5 s
+    did not count the code/ write as progress.)"""
+    last, log, _ = guard(tmp_path, "a,b,c", ["churns b", "ok"],
+                         variables={"HPCDL_STALL_S": "7"}, timeout=40)
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b", "a,c"]
+    assert "nothing in the run directory changed for 7 s" in stderr_of(tmp_path)
+
+
+def test_the_steps_stderr_is_not_copied_whole(tmp_path: Path) -> None:
+    """Only what the guard reads of the step's stderr is kept in the batch host's /tmp
+    (3000 lines of a chatty step: none), and it still finds a rank's hardware error."""
+    last, log, run = guard(tmp_path, "a,b,c", ["chatty", "ok"])
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert int((tmp_path / "fake" / "errsize").read_text()) == 0
+    assert (run / "bad-nodes.tsv").read_text().startswith("b\trank 1: RuntimeError: CUDA error")
+    assert stderr_of(tmp_path).count("a line the guard has no use for") == 3000
+
+
+def test_a_failed_release_and_a_silent_squeue_are_not_read_as_slurm_taking_the_node(
+        tmp_path: Path) -> None:
+    last, log, _ = guard(tmp_path, "a,b,c", ["dies b", "ok"],
+                         files={"no_update": "", "squeue_fails": ""})
+    assert last == "rc=0 cause="
+    err = stderr_of(tmp_path)
+    assert "took the node back" not in err
+    assert "hpcdl: could not release b, and Slurm did not say which nodes the job holds" in err
+    assert "hpcdl: squeue -h -j 7 -o %N failed (exit 1: squeue: error: slurm_load_jobs " \
+        "error: Socket timed out on send/recv operation)" in err
