@@ -39,10 +39,10 @@ from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.nodes import (
     NODES_FILE,
+    guard_calls_text,
     guard_exports,
     nodes_file_text,
     probe_slow_path,
-    slurm_calls_text,
 )
 from hpcdl.launch.rankenv import (
     PORT_LISTENED,
@@ -445,7 +445,7 @@ def _requeue_block(requeue: RequeueSpec | None, req: JobRequest,
         "progress_env": PROGRESS_ENV,
         "max_restarts": requeue.max_restarts, "chain": requeue.chain,
         # hpcdl_slurm and hpcdl_time_left, from hpcdl-nodes (a job with spares sources it)
-        "slurm_calls": slurm_calls_text(),
+        "guard_calls": guard_calls_text(),
     }
 
 

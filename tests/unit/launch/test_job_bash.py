@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl.core.resources import templates_dir
-from hpcdl.launch.nodes import nodes_file_text, slurm_calls_text
+from hpcdl.launch.nodes import guard_calls_text, nodes_file_text
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 
@@ -140,7 +140,7 @@ def test_time_left_is_read_as_slurm_writes_it() -> None:
 
 
 def test_the_requeue_block_carries_the_same_reading() -> None:
-    text = slurm_calls_text()
+    text = guard_calls_text()
     assert text in nodes_file_text()
     assert "hpcdl_left_seconds() {" in text and "hpcdl_slurm() {" in text
     script = build_plan(load_profile("sandbox"), JobRequest(
