@@ -13,6 +13,10 @@
 # across requeues) and given back to Slurm; the training restarts from its newest
 # checkpoint on healthy nodes, without going back to the queue. No file here is written
 # but the run directory's records; every message is one line on stderr starting "hpcdl:".
+# Bash 4.2 or later (RHEL/Rocky 7 and 8 have 4.2 and 4.4), under job.sbatch's
+# `set -euo pipefail`: no EPOCHREALTIME (bash 5), and an array that may be empty is expanded
+# as ${a[@]+"${a[@]}"} (before bash 4.4, "${a[@]}" of an empty one is an unbound variable
+# under set -u). tests/unit/launch/test_job_bash.py lists what newer bash would be needed for.
 
 # ---- on each node: the gate's checks ---------------------------------------------------
 hpcdl_node_check() {
@@ -59,8 +63,69 @@ fi
 # its own id, 123_4, since its SLURM_JOB_ID may be the array's, which names every task.
 hpcdl_job=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-}}
 hpcdl_job=${hpcdl_job:-${SLURM_JOB_ID:-}}
-hpcdl_now() { date +%s; }
+# Seconds since the epoch (bash 4.2's printf, no process); milliseconds: bash 5's
+# EPOCHREALTIME where the shell has it (its decimal point is the locale's), else date's %N.
+hpcdl_now() { printf '%(%s)T\n' -1; }
+hpcdl_ms() {
+  local t=${EPOCHREALTIME:-}
+  if [[ -n $t ]]; then
+    t=${t//[.,]/}
+  else
+    t=$(date +%s%6N)  # microseconds, as EPOCHREALTIME's digits are
+    [[ $t =~ ^[0-9]+$ ]] || t=$(( $(hpcdl_now) * 1000000 ))  # a date without %N
+  fi
+  echo $(( 10#$t / 1000 ))
+}
 hpcdl_join() { local IFS=,; echo "$*"; }
+
+# ---- Slurm's commands, bounded (job.sbatch's requeue block carries this part too) ----
+# A Slurm command that does not answer (slurmctld busy or restarting, a node's slurmd
+# stuck) must not hold the job script: each runs under timeout, and is KILLed
+# HPCDL_KILL_S s after its TERM. A failure is named on stderr in one line ("hpcdl:
+# squeue -h -j 7 -o %L failed (no answer in 30 s)"); the caller says what it means.
+hpcdl_slurm() {
+  local err rc=0 why
+  { err=$(timeout -k "${HPCDL_KILL_S:-10}" "${HPCDL_SLURM_TIMEOUT:-30}" "$@" 2>&1 >&3 3>&-) || rc=$?; } 3>&1
+  (( rc == 0 )) && return 0
+  case $rc in
+    124|137) why="no answer in ${HPCDL_SLURM_TIMEOUT:-30} s" ;;
+    *) why="exit ${rc}${err:+: $(tail -n 1 <<<"$err" | tr -d '\t' | cut -c 1-200)}" ;;
+  esac
+  echo "hpcdl: $* failed (${why})" >&2
+  return "$rc"
+}
+
+# hpcdl_left_seconds TEXT: a Slurm time (squeue %L prints D-HH:MM:SS, HH:MM:SS or MM:SS;
+# --time also takes D-HH, D-HH:MM and minutes) in seconds; "none" for a job without a
+# limit (UNLIMITED; NOT_SET before Slurm set one); nothing for what is not a time
+# (INVALID, an error). Fields may have leading zeros: read as decimal (10#).
+hpcdl_left_seconds() {
+  local t=${1//[[:space:]]/} d=0 h=0 m=0 s=0
+  case $t in
+    UNLIMITED|NOT_SET|INFINITE|Unlimited|infinite) echo none; return 0 ;;
+  esac
+  if [[ $t =~ ^([0-9]+)-([0-9]+)(:([0-9]+)(:([0-9]+))?)?$ ]]; then
+    d=${BASH_REMATCH[1]} h=${BASH_REMATCH[2]} m=${BASH_REMATCH[4]:-0} s=${BASH_REMATCH[6]:-0}
+  elif [[ $t =~ ^([0-9]+):([0-9]+):([0-9]+)$ ]]; then
+    h=${BASH_REMATCH[1]} m=${BASH_REMATCH[2]} s=${BASH_REMATCH[3]}
+  elif [[ $t =~ ^([0-9]+):([0-9]+)$ ]]; then
+    m=${BASH_REMATCH[1]} s=${BASH_REMATCH[2]}
+  elif [[ $t =~ ^([0-9]+)$ ]]; then
+    m=${BASH_REMATCH[1]}
+  else
+    return 0
+  fi
+  echo $(( 10#$d * 86400 + 10#$h * 3600 + 10#$m * 60 + 10#$s ))
+}
+
+# The job's time left as hpcdl_left_seconds says it ("none": no limit); nothing when
+# squeue did not answer (hpcdl_slurm named why).
+hpcdl_time_left() {
+  local out
+  out=$(hpcdl_slurm squeue -h -j "$hpcdl_job" -o %L) || return 0
+  hpcdl_left_seconds "$(head -n 1 <<<"$out")"
+}
+# ---- end of the part the requeue block carries ----
 
 # hpcdl_nodes_init N: the allocation's nodes, the bad ones known from earlier attempts.
 hpcdl_nodes_init() {
@@ -70,13 +135,16 @@ hpcdl_nodes_init() {
   hpcdl_dir=${HPCDL_RUN_DIR:-${SLURM_SUBMIT_DIR:-.}}
   hpcdl_bad_file=$hpcdl_dir/bad-nodes.tsv
   hpcdl_recoveries=$hpcdl_dir/recoveries.tsv
-  mapfile -t hpcdl_all < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+  mapfile -t hpcdl_all < <(hpcdl_slurm scontrol show hostnames "$SLURM_JOB_NODELIST" || true)
+  # The job's steps now (the batch shell's, a dataset's mount step): the guard never
+  # cancels these, only steps it started (hpcdl_cancel_steps).
+  hpcdl_keep_steps=" $(hpcdl_slurm squeue -h -s -j "$hpcdl_job" -o %i | tr '\n' ' ' || true) "
   declare -gA hpcdl_bad=()
   local node why
   if [[ -f $hpcdl_bad_file ]]; then
     while IFS=$'\t' read -r node why; do [[ -n $node ]] && hpcdl_bad[$node]=$why; done <"$hpcdl_bad_file"
   fi
-  echo "hpcdl: node guard: the training runs on ${hpcdl_want} of ${#hpcdl_all[@]} nodes ($(hpcdl_join "${hpcdl_all[@]}")); the others are spares" >&2
+  echo "hpcdl: node guard: the training runs on ${hpcdl_want} of ${#hpcdl_all[@]} nodes ($(hpcdl_join ${hpcdl_all[@]+"${hpcdl_all[@]}"})); the others are spares" >&2
 }
 
 # hpcdl_mark_bad NODE WHY: excluded from now on (and in the run's record).
@@ -89,21 +157,67 @@ hpcdl_mark_bad() {
 
 hpcdl_bad_list() {
   local node out=()
-  for node in "${!hpcdl_bad[@]}"; do out+=("$node (${hpcdl_bad[$node]})"); done
-  local IFS=';'; echo "${out[*]}"
+  for node in ${hpcdl_bad[@]+"${!hpcdl_bad[@]}"}; do out+=("$node (${hpcdl_bad[$node]})"); done
+  local IFS=';'; echo ${out[*]+"${out[*]}"}
+}
+
+# hpcdl_state_bad STATE: whether a node in sinfo's STATE (%t: "drng", "down*", "mix-";
+# or a long form: "draining", "mixed+drain") must leave the training: down, draining or
+# drained (an admin's or a health check's doing), failing, rebooting, or flagged not
+# responding (*), powered off (~), powering down (%) or to be (!), reboot issued (^).
+# Not bad: a maintenance reservation ($, maint, resv), a reboot asked for when the node is
+# next idle (@), planned by the backfill (-), powering up (#).
+hpcdl_state_bad() {
+  local s part
+  s=$(tr '[:upper:]' '[:lower:]' <<<"$1")
+  [[ $s == *[*~%!^]* ]] && return 0
+  s=${s//[^a-z_+]/}
+  local IFS=+
+  for part in $s; do
+    case $part in
+      down|drain|drng|drained|draining|fail|failg|failing|boot|booting|reboot|reboot_issued|\
+      pow_dn|power_down|powered_down|powering_down|inval|invalid|invalid_reg) return 0 ;;
+    esac
+  done
+  return 1
+}
+
+# hpcdl_cancel_steps: every step of the job but those it had when the guard started (the
+# training's, a gate's left behind). srun's SIGKILL ends srun here, not the ranks on the
+# other nodes, which slurmd then ends only when it notices (a node that does not answer,
+# a rank stuck in the kernel); the next step would run beside them and their GPU memory.
+hpcdl_cancel_steps() {
+  local step steps
+  steps=$(hpcdl_slurm squeue -h -s -j "$hpcdl_job" -o %i) || {
+    echo "hpcdl: the old step's ranks may still run on the surviving nodes: squeue did not list the job's steps (above)" >&2
+    return 0
+  }
+  for step in $steps; do
+    case $step in *.batch|*.extern|*.interactive) continue ;; esac
+    [[ $hpcdl_keep_steps == *" ${step} "* ]] && continue
+    if hpcdl_slurm scancel "$step"; then
+      echo "hpcdl: cancelled step ${step} on every node it ran on" >&2
+    fi
+  done
 }
 
 # hpcdl_gate NODE...: the gate's step on every NODE at once (beside any step left by a
 # dead node: --overlap); sets hpcdl_healthy to those that answered ok, in order.
 hpcdl_gate() {
-  local nodes=("$@") t0 us0 out node line
-  t0=$(hpcdl_now) us0=${EPOCHREALTIME/./}
+  local t0 ms0 out node line rc=0 ms
+  t0=$(hpcdl_now) ms0=$(hpcdl_ms)
   hpcdl_healthy=()
-  (( ${#nodes[@]} )) || return 0
-  out=$(timeout "$HPCDL_GATE_TIMEOUT" srun --overlap --nodes="${#nodes[@]}" --ntasks="${#nodes[@]}" \
-    --ntasks-per-node=1 --nodelist="$(hpcdl_join "${nodes[@]}")" --kill-on-bad-exit=0 --mpi=none \
-    bash -c "$(declare -f hpcdl_node_check); hpcdl_node_check") || true
-  for node in "${nodes[@]}"; do
+  (( $# )) || return 0
+  # Bounded with -k: a node whose check hangs in the kernel (a dead NFS or FUSE mount) can
+  # keep srun from ending on TERM; KILL ends it HPCDL_KILL_S s later, and the node that did
+  # not answer is excluded.
+  out=$(timeout -k "${HPCDL_KILL_S:-10}" "$HPCDL_GATE_TIMEOUT" srun --overlap --nodes="$#" \
+    --ntasks="$#" --ntasks-per-node=1 --nodelist="$(hpcdl_join "$@")" --kill-on-bad-exit=0 \
+    --mpi=none bash -c "$(declare -f hpcdl_node_check); hpcdl_node_check") || rc=$?
+  if (( rc == 124 || rc == 137 )); then
+    echo "hpcdl: gate: the step ran past its ${HPCDL_GATE_TIMEOUT} s and was ended" >&2
+  fi
+  for node in "$@"; do
     line=$(grep -m 1 -F "hpcdl-gate ${node} " <<<"$out" || true)
     case $line in
       "hpcdl-gate ${node} ok") hpcdl_healthy+=("$node") ;;
@@ -111,8 +225,11 @@ hpcdl_gate() {
       *) hpcdl_mark_bad "$node" "gate: no answer in $(( $(hpcdl_now) - t0 )) s" ;;
     esac
   done
-  local ms=$(( (${EPOCHREALTIME/./} - us0) / 1000 ))
-  echo "hpcdl: gate: ${#hpcdl_healthy[@]} of ${#nodes[@]} nodes healthy in $((ms / 1000)).$(printf %03d $((ms % 1000))) s" >&2
+  ms=$(( $(hpcdl_ms) - ms0 ))
+  echo "hpcdl: gate: ${#hpcdl_healthy[@]} of $# nodes healthy in $((ms / 1000)).$(printf %03d $((ms % 1000))) s" >&2
+  # A gate's step that did not end may hold its nodes' slots (and a CPU each).
+  (( rc == 124 || rc == 137 )) && hpcdl_cancel_steps
+  return 0
 }
 
 # --probe-first (job.sbatch then defines hpcdl_probe): the allreduce probe over the nodes
@@ -126,7 +243,7 @@ hpcdl_probe_nodes() {
     echo "hpcdl: probe skipped: ${#hpcdl_healthy[@]} healthy node (an allreduce needs 2)" >&2
     return 0
   fi
-  HPCDL_NODELIST=$(hpcdl_join "${hpcdl_healthy[@]}")
+  HPCDL_NODELIST=$(hpcdl_join ${hpcdl_healthy[@]+"${hpcdl_healthy[@]}"})
   HPCDL_STEP_NODES=${#hpcdl_healthy[@]}
   HPCDL_STEP_TASKS=$(( HPCDL_STEP_NODES * HPCDL_TASKS_PER_NODE ))
   export HPCDL_NODELIST HPCDL_STEP_NODES HPCDL_STEP_TASKS
@@ -140,8 +257,8 @@ hpcdl_probe_nodes() {
     while IFS=$'\t' read -r node why; do
       [[ -n $node ]] && hpcdl_mark_bad "$node" "$why"
     done <"$HPCDL_PROBE_SLOW"
-    for node in "${hpcdl_healthy[@]}"; do [[ -z ${hpcdl_bad[$node]+x} ]] && keep+=("$node"); done
-    hpcdl_healthy=("${keep[@]}")
+    for node in ${hpcdl_healthy[@]+"${hpcdl_healthy[@]}"}; do [[ -z ${hpcdl_bad[$node]+x} ]] && keep+=("$node"); done
+    hpcdl_healthy=(${keep[@]+"${keep[@]}"})
   elif (( rc != 0 )); then
     echo "hpcdl: the probe failed (exit ${rc}; its verdict is above in the job's output): the training command was not started" >&2
     exit "$rc"
@@ -154,34 +271,39 @@ hpcdl_probe_nodes() {
 # shell runs there). Slurm writes slurm_job_ID_resize.sh, which brings the SLURM_*
 # variables in line with the smaller allocation; it is written and read in a scratch dir.
 hpcdl_release() {
-  local keep=() gone=() node dir f
-  for node in "${hpcdl_all[@]}"; do
+  local keep=() gone=() node dir f held
+  for node in ${hpcdl_all[@]+"${hpcdl_all[@]}"}; do
     if [[ -n ${hpcdl_bad[$node]+x} && $node != "$hpcdl_host" ]]; then gone+=("$node"); else keep+=("$node"); fi
   done
   (( ${#gone[@]} )) || return 0
-  hpcdl_all=("${keep[@]}")
+  hpcdl_all=(${keep[@]+"${keep[@]}"})
   dir=$(mktemp -d)
-  if (cd "$dir" && scontrol update JobId="$hpcdl_job" NodeList="$(hpcdl_join "${keep[@]}")" >/dev/null 2>&1); then
+  if (cd "$dir" && hpcdl_slurm scontrol update JobId="$hpcdl_job" NodeList="$(hpcdl_join ${keep[@]+"${keep[@]}"})" >/dev/null); then
     # The file's name holds a job number scontrol picks (an array task's may be the
     # array's): any in this private directory is this job's.
     # shellcheck disable=SC1090
     for f in "$dir"/slurm_job_*_resize.sh; do [[ -f $f ]] && . "$f"; done
-    echo "hpcdl: released $(hpcdl_join "${gone[@]}") (the job keeps $(hpcdl_join "${keep[@]}"))" >&2
-  elif [[ ,$(scontrol show hostnames "$(squeue -h -j "$hpcdl_job" -o %N)" | paste -sd, -), != *,"${gone[0]}",* ]]; then
-    echo "hpcdl: $(hpcdl_join "${gone[@]}") left the job (Slurm took the node back when it declared it down)" >&2
+    echo "hpcdl: released $(hpcdl_join ${gone[@]+"${gone[@]}"}) (the job keeps $(hpcdl_join ${keep[@]+"${keep[@]}"}))" >&2
+  elif ! held=$(hpcdl_slurm squeue -h -j "$hpcdl_job" -o %N) \
+      || ! held=$(hpcdl_slurm scontrol show hostnames "$held"); then
+    # Both failed: whether the job still holds the nodes is not known.
+    echo "hpcdl: could not release $(hpcdl_join ${gone[@]+"${gone[@]}"}), and Slurm did not say which nodes the job holds (both failures above); the job may keep them, unused" >&2
+  elif [[ ,$(paste -sd, - <<<"$held"), != *,"${gone[0]}",* ]]; then
+    echo "hpcdl: $(hpcdl_join ${gone[@]+"${gone[@]}"}) left the job (Slurm took the node back when it declared it down)" >&2
   else
-    echo "hpcdl: could not release $(hpcdl_join "${gone[@]}") (scontrol update NodeList refused); the job keeps them, unused" >&2
+    echo "hpcdl: could not release $(hpcdl_join ${gone[@]+"${gone[@]}"}) (scontrol update NodeList refused, above); the job keeps them, unused" >&2
   fi
   rm -rf "$dir"
 }
 
 # After a failed step: what Slurm and the ranks say about the nodes it ran on.
 hpcdl_judge_step() {
-  local node state line task
+  local node state line task states
+  # (a failure is named; the ranks' own words below still count)
+  states=$(hpcdl_slurm sinfo -h -N -n "$HPCDL_NODELIST" -o '%N %t') || states=""
   while read -r node state; do
-    # down, drained, failing, or not responding (Slurm's trailing "*")
-    [[ $state =~ down|drain|fail|\* ]] && hpcdl_mark_bad "$node" "Slurm: node state ${state}"
-  done < <(sinfo -h -N -n "$HPCDL_NODELIST" -o '%N %t' 2>/dev/null)
+    [[ -n $node ]] && hpcdl_state_bad "$state" && hpcdl_mark_bad "$node" "Slurm: node state ${state}"
+  done <<<"$states"
   while IFS= read -r line; do
     task=${line%%:*}
     [[ $task =~ ^[0-9]+$ ]] || continue
@@ -196,7 +318,7 @@ hpcdl_judge_step() {
 # (MPI ranks wait for a dead peer without end). Either way the gate then asks the step's
 # nodes; one that does not answer is excluded and the step is ended here.
 hpcdl_wait_step() {
-  local since="" now mark tick=0
+  local since="" now mark tick=0 killed=0 rc=0
   mark=$(mktemp)
   hpcdl_quiet_since=$(hpcdl_now)
   while kill -0 "$hpcdl_step" 2>/dev/null; do
@@ -211,12 +333,15 @@ hpcdl_wait_step() {
       rm -f "$hpcdl_dir/relaunch.request"
       echo "hpcdl: the hang watchdog asks for a relaunch: ${why}" >&2
       [[ -n $node && $node != - ]] && hpcdl_mark_bad "$node" "hang watchdog: ${why}"
-      hpcdl_hung=1
-      kill -KILL "$hpcdl_step" 2>/dev/null
+      hpcdl_hung=1 killed=1
+      kill -KILL "$hpcdl_step" 2>/dev/null || true
       break
     fi
     [[ -z $since ]] && grep -qE "$HPCDL_TASK_ENDED" "$hpcdl_err" 2>/dev/null && since=$now
-    if (( ++tick % 5 == 0 )) && [[ -n $(find "$hpcdl_dir" -newer "$mark" -not -path '*/job/*' -print -quit 2>/dev/null) ]]; then
+    # (not into job/, the job's own scripts, nor code/, the --code copy: neither is the
+    # training's progress, and a big code tree would be walked every 5 s)
+    if (( ++tick % 5 == 0 )) && [[ -n $(find "$hpcdl_dir" \( -path "$hpcdl_dir/job" -o -path "$hpcdl_dir/code" \) -prune \
+        -o -newer "$mark" -print -quit 2>/dev/null) ]]; then
       touch "$mark"
       hpcdl_quiet_since=$now
     fi
@@ -227,9 +352,10 @@ hpcdl_wait_step() {
     else
       continue
     fi
-    hpcdl_gate "${hpcdl_active[@]}"
+    hpcdl_gate ${hpcdl_active[@]+"${hpcdl_active[@]}"}
     if (( ${#hpcdl_healthy[@]} < ${#hpcdl_active[@]} )); then
-      kill -KILL "$hpcdl_step" 2>/dev/null
+      killed=1
+      kill -KILL "$hpcdl_step" 2>/dev/null || true
       break
     fi
     [[ -n $since ]] && since=$now
@@ -237,11 +363,20 @@ hpcdl_wait_step() {
   done
   rm -f "$mark"
   # (bash's own "Killed" line for a step ended here is not the job's news)
-  { wait "$hpcdl_step"; } 2>/dev/null
+  { wait "$hpcdl_step"; } 2>/dev/null || rc=$?
+  (( killed )) && hpcdl_cancel_steps
+  return "$rc"
 }
 
-hpcdl_time_left() {
-  squeue -h -j "$hpcdl_job" -o %L 2>/dev/null | awk -F'[-:]' '{s = 0; for (i = 1; i <= NF; i++) s = s * 60 + $i; print s}'
+# hpcdl_err_filter FILE: stdin to stderr, line by line; into FILE only the lines the guard
+# looks for (at most 200), so the batch host's /tmp does not fill with a chatty step's
+# stderr and the watch loop's grep each second reads a few lines, not all of it.
+# (The words reach awk through its environment: -v would read backslashes as escapes.)
+hpcdl_err_filter() {
+  HPCDL_ERR_KEEP=$1 HPCDL_ERR_HW="^[0-9]+: .*(${HPCDL_HW_PATTERN})" HPCDL_TASK_ENDED=$HPCDL_TASK_ENDED awk '
+    BEGIN { keep = ENVIRON["HPCDL_ERR_KEEP"]; ended = ENVIRON["HPCDL_TASK_ENDED"]; hw = ENVIRON["HPCDL_ERR_HW"] }
+    { print > "/dev/stderr"; fflush("/dev/stderr") }
+    n < 200 && ($0 ~ ended || $0 ~ hw) { print >> keep; fflush(keep); n++ }'
 }
 
 hpcdl_newest_checkpoint() {
@@ -261,15 +396,15 @@ hpcdl_supervise() {
   hpcdl_err=$(mktemp)
   while :; do
     candidates=()
-    for node in "${hpcdl_all[@]}"; do [[ -z ${hpcdl_bad[$node]+x} ]] && candidates+=("$node"); done
-    hpcdl_gate "${candidates[@]}"
+    for node in ${hpcdl_all[@]+"${hpcdl_all[@]}"}; do [[ -z ${hpcdl_bad[$node]+x} ]] && candidates+=("$node"); done
+    hpcdl_gate ${candidates[@]+"${candidates[@]}"}
     [[ -z $failed_at ]] && hpcdl_probe_nodes
     hpcdl_release
     if [[ -n $failed_at ]]; then
       # The failed step's nodes that are bad now: a node failure (anything else is the
       # training's own failure, which the job script handles as before).
       how=()
-      for node in "${hpcdl_active[@]}"; do [[ -n ${hpcdl_bad[$node]+x} ]] && how+=("$node"); done
+      for node in ${hpcdl_active[@]+"${hpcdl_active[@]}"}; do [[ -n ${hpcdl_bad[$node]+x} ]] && how+=("$node"); done
       if (( ${#how[@]} == 0 && ! hpcdl_hung )); then
         echo "hpcdl: the training step failed (exit ${rc}) and every node is healthy: not a node failure, no relaunch" >&2
         rm -f "$hpcdl_err"
@@ -290,8 +425,9 @@ hpcdl_supervise() {
         rm -f "$hpcdl_err"
         return "$rc"
       fi
+      # ("none": no time limit; nothing: squeue did not say, named above)
       left=$(hpcdl_time_left)
-      if [[ -n $left ]] && (( left < HPCDL_MIN_LEFT_S )); then
+      if [[ -n $left && $left != none ]] && (( left < HPCDL_MIN_LEFT_S )); then
         echo "hpcdl: node failure with ${left} s left (under ${HPCDL_MIN_LEFT_S}): no relaunch" >&2
         hpcdl_record "$failed_at" "-"
         rm -f "$hpcdl_err"
@@ -301,8 +437,8 @@ hpcdl_supervise() {
     # (recorded while hpcdl_active still names the failed step's nodes)
     [[ -n $failed_at ]] && hpcdl_record "$failed_at" "$(hpcdl_now)"
     hpcdl_hung=0
-    hpcdl_active=("${hpcdl_healthy[@]:0:hpcdl_want}")
-    HPCDL_NODELIST=$(hpcdl_join "${hpcdl_active[@]}")
+    hpcdl_active=(${hpcdl_healthy[@]+"${hpcdl_healthy[@]:0:hpcdl_want}"})
+    HPCDL_NODELIST=$(hpcdl_join ${hpcdl_active[@]+"${hpcdl_active[@]}"})
     export HPCDL_NODELIST HPCDL_CYCLE=$hpcdl_cycle
     # Rank 0 runs on the first node of the list: the rendezvous is there, on a port of
     # this cycle's own (the last one's may still be held by a dying rank).
@@ -312,7 +448,9 @@ hpcdl_supervise() {
     echo "hpcdl: training on ${HPCDL_NODELIST}${MASTER_ADDR:+ (rendezvous ${MASTER_ADDR}:${MASTER_PORT:-})}" >&2
     rm -f "${HPCDL_PROGRESS_FILE:-/nonexistent}"
     : >"$hpcdl_err"
-    hpcdl_launch 2> >(tee -a "$hpcdl_err" >&2) &
+    # The step's stderr goes on to the job's; what the guard reads of it (srun's "task
+    # ended" lines, the ranks' hardware errors) is kept, at most 200 lines, not the rest.
+    hpcdl_launch 2> >(hpcdl_err_filter "$hpcdl_err") &
     hpcdl_step=$!
     hpcdl_wait_step
     rc=$?
@@ -331,36 +469,52 @@ hpcdl_supervise() {
 # training was started again ("-": it was not), on which nodes, from which checkpoint.
 hpcdl_record() {
   local node nodes=() why=()
-  for node in "${hpcdl_active[@]}"; do
+  for node in ${hpcdl_active[@]+"${hpcdl_active[@]}"}; do
     [[ -n ${hpcdl_bad[$node]+x} ]] && { nodes+=("$node"); why+=("$node: ${hpcdl_bad[$node]}"); }
   done
   (( ${#why[@]} )) || why=("hang watchdog: a hang on healthy nodes")
   local IFS=';'
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$hpcdl_job" "${SLURM_RESTART_COUNT:-0}" \
-    "$hpcdl_cycle" "$1" "$(hpcdl_join "${nodes[@]}")" "${why[*]}" "$2" \
-    "$([[ $2 == - ]] && echo - || hpcdl_join "${hpcdl_healthy[@]:0:hpcdl_want}")" \
+    "$hpcdl_cycle" "$1" "$(hpcdl_join ${nodes[@]+"${nodes[@]}"})" ${why[*]+"${why[*]}"} "$2" \
+    "$([[ $2 == - ]] && echo - || hpcdl_join ${hpcdl_healthy[@]+"${hpcdl_healthy[@]:0:hpcdl_want}"})" \
     "$(hpcdl_newest_checkpoint)" >>"$hpcdl_recoveries"
 }
 
 # hpcdl_exclude_and_requeue: back to the queue with every bad node excluded
 # (scontrol cannot change ExcNodeList of a running job: hold it as it requeues, set it,
-# release; SIGTERM, which the requeue sends this shell, is ignored meanwhile). A job whose
-# allocation was shrunk may refuse every update for a while (Slurm without accounting
-# never lets it again: "the DB index is being set"): a harmless update first tells, and
-# then the job is requeued plainly rather than left held; the dead nodes are down for
-# Slurm anyway, and the next attempt excludes the others itself (bad-nodes.tsv).
+# release; SIGTERM, which the requeue sends this shell, is ignored meanwhile, and the
+# three must be done before Slurm's KILL, KillWait (30 s by default) after it: each is
+# bounded to 5 s, release tried twice). A job whose allocation was shrunk may refuse
+# every update for a while (Slurm without accounting never lets it again: "the DB index
+# is being set"): a harmless update first tells (the job's own comment, read and written
+# back as it is), and then the job is requeued plainly rather than left held; the dead
+# nodes are down for Slurm anyway, and the next attempt excludes the others itself
+# (bad-nodes.tsv). Returns non-zero when the job was not requeued, or is left held.
 hpcdl_exclude_and_requeue() {
-  local bad
-  bad=$(hpcdl_join "${!hpcdl_bad[@]}")
-  if [[ -z $bad ]] || ! scontrol update JobId="$hpcdl_job" Comment="hpcdl: bad nodes ${bad}" >/dev/null 2>&1; then
-    [[ -n $bad ]] && echo "hpcdl: the job cannot be updated now (Slurm refused a change of its comment): requeued without ExcNodeList; the next attempt leaves ${bad} out itself" >&2
-    scontrol requeue "$hpcdl_job"
+  local bad comment HPCDL_SLURM_TIMEOUT=5 HPCDL_KILL_S=2
+  bad=$(hpcdl_join ${hpcdl_bad[@]+"${!hpcdl_bad[@]}"})
+  [[ -z $bad ]] && { hpcdl_slurm scontrol requeue "$hpcdl_job"; return; }
+  if ! comment=$(hpcdl_slurm squeue -h -j "$hpcdl_job" -o %k); then
+    echo "hpcdl: the job's comment could not be read (above): requeued without ExcNodeList; the next attempt leaves ${bad} out itself" >&2
+    hpcdl_slurm scontrol requeue "$hpcdl_job"
+    return
+  fi
+  [[ $comment == "(null)" ]] && comment=""
+  if ! hpcdl_slurm scontrol update JobId="$hpcdl_job" Comment="$comment" >/dev/null; then
+    echo "hpcdl: the job cannot be updated now (Slurm refused to write back its comment): requeued without ExcNodeList; the next attempt leaves ${bad} out itself" >&2
+    hpcdl_slurm scontrol requeue "$hpcdl_job"
     return
   fi
   trap '' TERM
-  scontrol requeuehold "$hpcdl_job" || return 1
-  scontrol update JobId="$hpcdl_job" ExcNodeList="$bad" \
-    || echo "hpcdl: could not exclude ${bad} from the requeued job" >&2
-  echo "hpcdl: requeued with ExcNodeList=${bad}" >&2
-  scontrol release "$hpcdl_job"
+  hpcdl_slurm scontrol requeuehold "$hpcdl_job" || return 1
+  if hpcdl_slurm scontrol update JobId="$hpcdl_job" ExcNodeList="$bad" >/dev/null; then
+    echo "hpcdl: requeued with ExcNodeList=${bad}" >&2
+  else
+    echo "hpcdl: requeued without ExcNodeList (Slurm refused it, above); the next attempt leaves ${bad} out itself" >&2
+  fi
+  hpcdl_slurm scontrol release "$hpcdl_job" && return 0
+  sleep 1
+  hpcdl_slurm scontrol release "$hpcdl_job" && return 0
+  echo "hpcdl: the job is requeued but held: scontrol release ${hpcdl_job} failed twice (above); release it by hand (scontrol release ${hpcdl_job}) or cancel it" >&2
+  return 1
 }

@@ -69,9 +69,25 @@ HARDWARE_ERRORS = (
 )
 
 
+# The part of hpcdl-nodes the requeue block of a job without spares carries too: bounded
+# Slurm calls and the one reading of squeue's time left (between these two lines).
+GUARD_CALLS_BEGIN = "# ---- Slurm's commands, bounded (job.sbatch's requeue block carries this part too) ----"
+GUARD_CALLS_END = "# ---- end of the part the requeue block carries ----"
+
+
 def nodes_file_text() -> str:
     """The staged job/bin/hpcdl-nodes, as it is in the package."""
     return (templates_dir() / _SOURCE).read_text()
+
+
+def guard_calls_text() -> str:
+    """hpcdl-nodes' bounded Slurm calls and time-left reading (hpcdl_slurm,
+    hpcdl_left_seconds, hpcdl_time_left), markers included: one definition, rendered
+    into the requeue block of a job that does not source hpcdl-nodes."""
+    text = nodes_file_text()
+    start = text.index(GUARD_CALLS_BEGIN)
+    end = text.index(GUARD_CALLS_END, start) + len(GUARD_CALLS_END)
+    return text[start:end]
 
 
 def probe_slow_path(run_dir: str | None) -> str:

@@ -37,7 +37,13 @@ from hpcdl.jobside.requeue import (
 )
 from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.code import CODE_DIR_NAME
-from hpcdl.launch.nodes import NODES_FILE, guard_exports, nodes_file_text, probe_slow_path
+from hpcdl.launch.nodes import (
+    NODES_FILE,
+    guard_calls_text,
+    guard_exports,
+    nodes_file_text,
+    probe_slow_path,
+)
 from hpcdl.launch.rankenv import (
     PORT_LISTENED,
     PORT_PICK_FILE,
@@ -438,6 +444,8 @@ def _requeue_block(requeue: RequeueSpec | None, req: JobRequest,
         "checkpoint_env": CHECKPOINT_ENV, "exit_requeue": EXIT_REQUEUE,
         "progress_env": PROGRESS_ENV,
         "max_restarts": requeue.max_restarts, "chain": requeue.chain,
+        # hpcdl_slurm and hpcdl_time_left, from hpcdl-nodes (a job with spares sources it)
+        "guard_calls": guard_calls_text(),
     }
 
 

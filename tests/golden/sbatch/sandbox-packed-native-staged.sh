@@ -52,7 +52,7 @@ hpcdl_each_node() {  # one task on every node of the job
 }
 hpcdl_staged=()
 hpcdl_unstage() {
-  if [[ -n ${hpcdl_staged[*]-} ]]; then hpcdl_each_node rm -f "${hpcdl_staged[@]}" 2>/dev/null || true; fi
+  if [[ -n ${hpcdl_staged[*]-} ]]; then hpcdl_each_node rm -f ${hpcdl_staged[@]+"${hpcdl_staged[@]}"} 2>/dev/null || true; fi
 }
 trap hpcdl_unstage EXIT
 # hpcdl_stage WHAT SRC DEST DIR: room first, on every node (one line each: node, then

@@ -246,6 +246,25 @@ def test_a_preemption_before_the_first_step_is_requeued(tmp_path: Path) -> None:
     assert causes(tmp_path) == ["PREEMPTED"]
 
 
+@pytest.mark.parametrize("left", ["UNLIMITED", "NOT_SET", "1-00:00:30"])
+def test_a_signal_to_a_job_without_a_time_limit_is_a_preemption(tmp_path: Path,
+                                                                left: str) -> None:
+    """--time=infinite: squeue's UNLIMITED is no limit (the signal can only be a
+    preemption, which spends no restart), not 0 s left; a day is 86400 s."""
+    code, err, scontrol = run_block(tmp_path, POLL, restart=0, signal_after=0.1, left=left)
+    assert "(attempt 0, PREEMPTED)" in err, err
+    assert scontrol.strip() == "requeue 42" and causes(tmp_path) == ["PREEMPTED"]
+
+
+def test_a_silent_squeue_is_named_and_read_as_a_preemption(tmp_path: Path) -> None:
+    """squeue failing (slurmctld busy) is said in the job's log, in Slurm's words."""
+    code, err, scontrol = run_block(tmp_path, POLL, restart=0, signal_after=0.1,
+                                    left="x; echo 'slurm_load_jobs error: Socket timed out' >&2; exit 1")
+    assert "hpcdl: squeue -h -j 42 -o %L failed (exit 1: slurm_load_jobs error: Socket timed " \
+        "out)" in err, err
+    assert "(attempt 0, PREEMPTED)" in err
+
+
 def test_a_crash_after_a_step_is_requeued(tmp_path: Path) -> None:
     code, err, scontrol = run_block(tmp_path, CRASH_AFTER_A_STEP, restart=0)
     assert scontrol.strip() == "requeue 42" and causes(tmp_path) == ["FAILED"]

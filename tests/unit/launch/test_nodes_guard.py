@@ -5,7 +5,9 @@ relaunches and when it stops. tests/integration/test_spares.py kills real nodes.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -18,10 +20,16 @@ pytestmark = pytest.mark.slow
 
 # The gate's srun: one "hpcdl-gate NODE ok" line per node of --nodelist, none for a node
 # listed in $FAKE/dead (a dead node does not answer; srun then fails), "bad: ..." for one
-# in $FAKE/sick.
+# in $FAKE/sick; with $FAKE/gate_hangs, a gate whose check is stuck (srun ignores TERM, as
+# one waiting on a node blocked in the kernel may).
+# squeue: steps from $FAKE/steps (-s), time left from $FAKE/left (%L), the comment from
+# $FAKE/comment (%k), the job's nodes from $FAKE/held (%N), as Slurm prints them; with
+# $FAKE/squeue_fails, slurmctld's error. Its calls go to $FAKE/squeue.log.
+# sinfo: "NODE STATE" lines from $FAKE/sinfo. scancel: logged.
 FAKES = {
     "srun": r"""#!/bin/bash
 echo "srun $*" >> "$FAKE/log"
+if [[ -e $FAKE/gate_hangs ]]; then trap '' TERM; while :; do sleep 0.1; done; fi
 for a in "$@"; do case $a in --nodelist=*) list=${a#--nodelist=} ;; esac; done
 rc=0
 for n in ${list//,/ }; do
@@ -35,7 +43,8 @@ exit $rc
 echo "scontrol $*" >> "$FAKE/log"
 if [[ $1 == show && $2 == hostnames ]]; then tr ',' '\n' <<<"$3"; fi
 # A job Slurm cannot update now (a shrunk job without accounting): every update refused.
-[[ $1 == update && -e $FAKE/no_update ]] && exit 1
+[[ $1 == update && -e $FAKE/no_update ]] && { echo "slurm_update error: Job is being resized" >&2; exit 1; }
+[[ $1 == release && -e $FAKE/no_release ]] && { echo "Job is no longer pending execution for job $2" >&2; exit 1; }
 # A shrink leaves slurm_job_N_resize.sh in the working directory; N is the job number
 # before any array task index (the guard must not assume it is $SLURM_JOB_ID).
 if [[ $1 == update && $3 == NodeList=* ]]; then
@@ -44,27 +53,59 @@ if [[ $1 == update && $3 == NodeList=* ]]; then
 fi
 exit 0
 """,
-    "sinfo": "#!/bin/bash\nexit 0\n",
-    "squeue": "#!/bin/bash\necho 10:00\n",
+    "sinfo": "#!/bin/bash\ncat \"$FAKE/sinfo\" 2>/dev/null\nexit 0\n",
+    "squeue": r"""#!/bin/bash
+echo "squeue $*" >> "$FAKE/squeue.log"
+if [[ -e $FAKE/squeue_fails ]]; then
+  echo "squeue: error: slurm_load_jobs error: Socket timed out on send/recv operation" >&2
+  exit 1
+fi
+case " $* " in
+  *" -s "*) cat "$FAKE/steps" 2>/dev/null ;;
+  *" %L "*) cat "$FAKE/left" 2>/dev/null || echo 10:00 ;;
+  *" %k "*) cat "$FAKE/comment" 2>/dev/null || echo "(null)" ;;
+  *" %N "*) cat "$FAKE/held" 2>/dev/null ;;
+esac
+exit 0
+""",
+    "scancel": "#!/bin/bash\necho \"scancel $*\" >> \"$FAKE/log\"\nexit 0\n",
 }
 
-# Each launch k (1, 2, ...) does what line k of $FAKE/plan says: "ok", "fail" (exit 1, a
-# code failure), "dies NODE" (NODE stops answering, its rank's srun line, exit 1), "hw
-# TASK" (task TASK prints a hardware error, exit 1). The node list it ran on is logged.
+# Each launch k (1, 2, ...) is step 7.k for squeue, and does what line k of $FAKE/plan
+# says: "ok", "fail" (exit 1, a code failure), "dies NODE" (NODE stops answering, its
+# rank's srun line, exit 1), "hw TASK" (task TASK prints a hardware error, exit 1), "hangs
+# NODE" (NODE stops answering, srun goes on without a word), "asks" (the hang watchdog
+# asks for a relaunch, srun goes on), "churns NODE" (NODE stops answering while the
+# ranks write into the run's code/ copy), "chatty" (3000 lines of stderr, then "hw 1").
+# The node list it ran on is logged.
 DRIVER = r"""
-set +e
+# As job.sbatch runs the guard: sourced and set up under its `set -euo pipefail`, the
+# supervisor after `set +e` (-u and pipefail stay). With $BASH4 set, bash 5's clocks are
+# unset first: bash 5 then has neither (unset, they lose their special meaning for good),
+# as bash 4.4 has not, and `set -u` ends the script at a mention of either.
+[[ -n ${BASH4:-} ]] && unset EPOCHREALTIME EPOCHSECONDS
+set -euo pipefail
 source "$NODES_FILE"
 hpcdl_launch() {
   local k
   k=$(( $(cat "$FAKE/launches" 2>/dev/null || echo 0) + 1 ))
   echo "$k" > "$FAKE/launches"
   echo "launch $k on $HPCDL_NODELIST" >> "$FAKE/log"
+  echo "7.$k" >> "$FAKE/steps"
   set -- $(sed -n "${k}p" "$FAKE/plan")
   case $1 in
     ok) exit 0 ;;
     fail) echo "srun: error: a: task 0: Exited with exit code 1" >&2; exit 1 ;;
     dies) echo "$2" >> "$FAKE/dead"; echo "srun: error: $2: task 1: Exited with exit code 1" >&2; exit 1 ;;
     hw) echo "$2: RuntimeError: CUDA error: uncorrectable ECC error encountered" >&2; exit 1 ;;
+    hangs) echo "$2" >> "$FAKE/dead"; exec sleep 60 ;;
+    asks) printf -- '-\tno step for 30 s\n' > "$HPCDL_RUN_DIR/relaunch.request"; exec sleep 60 ;;
+    churns) echo "$2" >> "$FAKE/dead"
+            while :; do date > "$HPCDL_RUN_DIR/code/x.pyc"; sleep 0.2; done ;;
+    chatty) for i in $(seq 3000); do echo "0: step $i: loss 0.5, a line the guard has no use for"; done >&2
+            sleep 0.5
+            wc -c < "$hpcdl_err" > "$FAKE/errsize"
+            echo "1: RuntimeError: CUDA error: uncorrectable ECC error encountered" >&2; exit 1 ;;
   esac
 }
 # --probe-first: $PROBE is "none" (no slow node), "slow NODE..." (those named, exit 1) or
@@ -80,26 +121,46 @@ if [[ -n ${PROBE:-} ]]; then
     esac
   }
 fi
-hpcdl_cause=""
 hpcdl_nodes_init "$WANT"
+set +e
+hpcdl_cause=""
 hpcdl_supervise
 echo "rc=$? cause=$hpcdl_cause"
 """
 
 
-def guard(tmp_path: Path, nodes: str, plan: list[str], *, want: int = 2,
-          max_relaunches: int = 3, dead: tuple[str, ...] = (),
-          sick: tuple[str, ...] = (), known_bad: str = "",
-          probe: str = "", slurm_env: dict[str, str] | None = None) -> tuple[str, str, Path]:
-    """Run the guard over ``nodes`` with launches doing ``plan``; returns (its last
-    stdout line, the stand-ins' log, the run directory). ``slurm_env``: Slurm's job
-    variables (default: job 7, not an array task)."""
-    fake, run, bin_dir = tmp_path / "fake", tmp_path / "run", tmp_path / "bin"
-    for d in (fake, run, bin_dir):
-        d.mkdir()
+def install_fakes(tmp_path: Path) -> tuple[Path, Path]:
+    """The stand-ins in tmp_path/bin, their records in tmp_path/fake: (fake, bin)."""
+    fake, bin_dir = tmp_path / "fake", tmp_path / "bin"
+    for d in (fake, bin_dir):
+        d.mkdir(exist_ok=True)
     for name, text in FAKES.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
+    (fake / "log").touch()
+    return fake, bin_dir
+
+
+def guard(tmp_path: Path, nodes: str, plan: list[str], *, want: int = 2,
+          max_relaunches: int = 3, dead: tuple[str, ...] = (),
+          sick: tuple[str, ...] = (), known_bad: str = "",
+          probe: str = "", slurm_env: dict[str, str] | None = None,
+          files: dict[str, str] | None = None, variables: dict[str, str] | None = None,
+          bash4: bool = False, timeout: float = 120) -> tuple[str, str, Path]:
+    """Run the guard over ``nodes`` with launches doing ``plan``; returns (its last
+    stdout line, the stand-ins' log, the run directory); its stderr is left in
+    tmp_path/fake/stderr. ``slurm_env``: Slurm's job variables (default: job 7, not an
+    array task); ``files``: what the stand-ins read (FAKES says), by name; ``variables``: more
+    of the guard's variables; ``bash4``: without bash 5's clocks (DRIVER)."""
+    fake, bin_dir = install_fakes(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "job").mkdir()
+    (run / "code").mkdir()
+    # The batch shell's steps, and a dataset's mount step, before the guard starts.
+    (fake / "steps").write_text("7.batch\n7.extern\n7.0\n")
+    for name, text in (files or {}).items():
+        (fake / name).write_text(text)
     (fake / "plan").write_text("\n".join(plan) + "\n")
     if known_bad:  # bad-nodes.tsv as an earlier attempt of the job left it
         (run / "bad-nodes.tsv").write_text(known_bad)
@@ -114,9 +175,11 @@ def guard(tmp_path: Path, nodes: str, plan: list[str], *, want: int = 2,
            "HPCDL_GATE_TIMEOUT": "20", "HPCDL_STUCK_S": "2", "HPCDL_STALL_S": "60",
            "HPCDL_MIN_LEFT_S": "60", "HPCDL_TASK_ENDED": SRUN_TASK_ENDED,
            "HPCDL_HW_PATTERN": "|".join(HARDWARE_ERRORS), "PROBE": probe,
-           "HPCDL_PROBE_SLOW": str(run / PROBE_SLOW_NAME)}
+           "HPCDL_PROBE_SLOW": str(run / PROBE_SLOW_NAME), "BASH4": "1" if bash4 else "",
+           **(variables or {})}
     res = subprocess.run(["bash", "-c", DRIVER], capture_output=True, text=True, env=env,
-                         timeout=120, check=False)
+                         timeout=timeout, check=False)
+    (fake / "stderr").write_text(res.stderr)
     last = (res.stdout.strip().splitlines() or [""])[-1]
     return last, (fake / "log").read_text(), run
 
@@ -235,50 +298,179 @@ def test_a_probe_that_fails_otherwise_ends_the_job_before_the_training(
 
 
 REQUEUE = r"""
+set -euo pipefail
 source "$NODES_FILE"
 declare -A hpcdl_bad=([b]="gate: no answer in 11 s" [c]="Slurm: node state down*")
+set +e
 hpcdl_exclude_and_requeue
+echo "rc=$?"
 """
+
+
+def requeue(tmp_path: Path, files: tuple[str, ...] = (), comment: str | None = None,
+            slurm_env: dict[str, str] | None = None) -> tuple[list[list[str]], str]:
+    """hpcdl_exclude_and_requeue with b and c bad: (the scontrol calls, split as
+    [verb, rest], its stderr). ``files``: the stand-ins' switches to create (FAKES)."""
+    fake, bin_dir = install_fakes(tmp_path)
+    for name in files:
+        (fake / name).touch()
+    if comment is not None:
+        (fake / "comment").write_text(comment + "\n")
+    env = {**os.environ, "FAKE": str(fake), **(slurm_env or {"SLURM_JOB_ID": "7"}),
+           "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "NODES_FILE": str(templates_dir() / "hpcdl-nodes.sh")}
+    res = subprocess.run(["bash", "-c", REQUEUE], capture_output=True, text=True, timeout=60,
+                         check=False, env=env)
+    calls = [line.split(" ", 2)[1:] for line in (fake / "log").read_text().splitlines()]
+    return calls, res.stdout + res.stderr
 
 
 @pytest.mark.parametrize("updatable", [True, False])
 def test_out_of_spares_requeues_with_the_bad_nodes_excluded_or_plainly(
         tmp_path: Path, updatable: bool) -> None:
-    fake = tmp_path / "fake"
-    bin_dir = tmp_path / "bin"
-    fake.mkdir()
-    bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(FAKES["scontrol"])
-    (bin_dir / "scontrol").chmod(0o755)
-    if not updatable:
-        (fake / "no_update").touch()
-    res = subprocess.run(["bash", "-c", REQUEUE], capture_output=True, text=True, timeout=60,
-                         check=False, env={**os.environ, "FAKE": str(fake), "SLURM_JOB_ID": "7",
-                                           "PATH": f"{bin_dir}:{os.environ['PATH']}",
-                                           "NODES_FILE": str(templates_dir() / "hpcdl-nodes.sh")})
-    calls = [line.split(" ", 2)[1:] for line in (fake / "log").read_text().splitlines()]
+    calls, out = requeue(tmp_path, () if updatable else ("no_update",))
     if updatable:
         assert [c[0] for c in calls] == ["update", "requeuehold", "update", "release"]
         assert calls[2][1] in ("JobId=7 ExcNodeList=b,c", "JobId=7 ExcNodeList=c,b")
-        assert "hpcdl: requeued with ExcNodeList=" in res.stderr
+        assert "hpcdl: requeued with ExcNodeList=" in out and "rc=0" in out
     else:
         assert calls[-1] == ["requeue", "7"] and "requeuehold" not in str(calls)
-        assert "requeued without ExcNodeList" in res.stderr
+        assert "requeued without ExcNodeList" in out
+        # Slurm's own words are in the job's log.
+        assert "hpcdl: scontrol update JobId=7 Comment= failed (exit 1: slurm_update error: " \
+            "Job is being resized)" in out
+
+
+@pytest.mark.parametrize("comment, written", [("(null)", "JobId=7 Comment="),
+                                              ("user note: run 3", "JobId=7 Comment=user note: run 3")])
+def test_the_update_probe_leaves_the_jobs_comment_as_it_was(
+        tmp_path: Path, comment: str, written: str) -> None:
+    """The probe that tells whether the job takes updates writes back the comment it read
+    (squeue %k; "(null)": none): a user's or a site's note is not replaced by hpcdl's."""
+    calls, out = requeue(tmp_path, comment=comment)
+    assert calls[0] == ["update", written], calls
+    assert "hpcdl: bad nodes" not in str(calls)
+
+
+def test_a_release_that_fails_is_named_and_the_job_said_held(tmp_path: Path) -> None:
+    calls, out = requeue(tmp_path, ("no_release",))
+    assert [c[0] for c in calls] == ["update", "requeuehold", "update", "release", "release"]
+    assert "hpcdl: scontrol release 7 failed (exit 1: Job is no longer pending execution " \
+        "for job 7)" in out
+    assert "hpcdl: the job is requeued but held: scontrol release 7 failed twice" in out
+    assert "rc=1" in out
 
 
 def test_an_array_task_out_of_spares_requeues_itself_alone(tmp_path: Path) -> None:
     """Every scontrol call names the task (7_1): the bare 7 (its SLURM_JOB_ID here) would
     hold, change and requeue every task of the array."""
-    fake, bin_dir = tmp_path / "fake", tmp_path / "bin"
-    fake.mkdir()
-    bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(FAKES["scontrol"])
-    (bin_dir / "scontrol").chmod(0o755)
-    env = {**os.environ, "FAKE": str(fake), "SLURM_JOB_ID": "7", "SLURM_ARRAY_JOB_ID": "7",
-           "SLURM_ARRAY_TASK_ID": "1", "PATH": f"{bin_dir}:{os.environ['PATH']}",
-           "NODES_FILE": str(templates_dir() / "hpcdl-nodes.sh")}
-    subprocess.run(["bash", "-c", REQUEUE], capture_output=True, text=True, timeout=60,
-                   check=False, env=env)
-    calls = [line.split(" ", 2)[1:] for line in (fake / "log").read_text().splitlines()]
+    calls, _ = requeue(tmp_path, slurm_env={"SLURM_JOB_ID": "7", "SLURM_ARRAY_JOB_ID": "7",
+                                            "SLURM_ARRAY_TASK_ID": "1"})
     assert [c[0] for c in calls] == ["update", "requeuehold", "update", "release"]
     assert [c[1].split(" ")[0] for c in calls] == ["JobId=7_1", "7_1", "JobId=7_1", "7_1"]
+    squeue = (tmp_path / "fake" / "squeue.log").read_text()
+    assert "-j 7_1 -o %k" in squeue
+
+
+def stderr_of(tmp_path: Path) -> str:
+    return (tmp_path / "fake" / "stderr").read_text()
+
+
+def test_the_guard_runs_on_a_bash_without_epochrealtime(tmp_path: Path) -> None:
+    """Bash 4.4 (RHEL/Rocky 8) has no EPOCHREALTIME: under the job script's `set -u` a
+    mention of it ended the batch shell at the first gate. DRIVER unsets bash 5's clocks
+    (which then are plain unset variables, as on bash 4.4) and the guard still gates,
+    times the gate, relaunches."""
+    last, log, _ = guard(tmp_path, "a,b,c", ["dies b", "ok"], bash4=True)
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b", "a,c"]
+    assert re.search(r"hpcdl: gate: 2 of 3 nodes healthy in \d+\.\d{3} s", stderr_of(tmp_path))
+
+
+@pytest.mark.parametrize("left", ["UNLIMITED", "NOT_SET", "1-00:00:00"])
+def test_a_job_without_a_time_limit_relaunches(tmp_path: Path, left: str) -> None:
+    """--time=infinite (what hpcdl renders without --time or a profile default): squeue
+    says UNLIMITED, which is no limit, not "0 s left"; a day left is 86400 s, not 216000."""
+    last, log, _ = guard(tmp_path, "a,b,c", ["dies b", "ok"], files={"left": left + "\n"})
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b", "a,c"]
+
+
+def test_a_relaunch_with_too_little_time_left_is_refused(tmp_path: Path) -> None:
+    last, log, _ = guard(tmp_path, "a,b,c", ["dies b", "ok"], files={"left": "00:59\n"})
+    assert last == "rc=1 cause="
+    assert "hpcdl: node failure with 59 s left (under 60): no relaunch" in stderr_of(tmp_path)
+
+
+@pytest.mark.parametrize("state", ["drng", "drain", "down*", "failg", "mix*"])
+def test_a_node_drained_under_the_job_is_excluded(tmp_path: Path, state: str) -> None:
+    """An admin or a health checker drains b while the job holds it (sinfo: drng); the
+    step then fails: b is excluded and the training goes on on a and c."""
+    last, log, run = guard(tmp_path, "a,b,c", ["fail", "ok"],
+                           files={"sinfo": f"a alloc\nb {state}\nc idle\n"})
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b", "a,c"]
+    assert (run / "bad-nodes.tsv").read_text() == f"b\tSlurm: node state {state}\n"
+
+
+def test_a_gate_stuck_on_a_node_is_bounded_and_its_nodes_excluded(tmp_path: Path) -> None:
+    """A check blocked in the kernel (a dead NFS or FUSE mount) can keep srun from ending
+    on TERM: timeout's -k KILLs it, the nodes that did not answer are excluded, and the
+    gate's step is cancelled."""
+    t0 = time.monotonic()
+    last, log, _ = guard(tmp_path, "a,b,c", ["ok"], files={"gate_hangs": ""},
+                         variables={"HPCDL_GATE_TIMEOUT": "1", "HPCDL_KILL_S": "1"}, timeout=30)
+    took = time.monotonic() - t0
+    assert last == "rc=1 cause=NODES"
+    assert took < 15, took
+    err = stderr_of(tmp_path)
+    assert "hpcdl: gate: the step ran past its 1 s and was ended" in err
+    assert "hpcdl: gate: 0 of 3 nodes healthy" in err
+
+
+@pytest.mark.parametrize("plan, stall", [(["hangs b", "ok"], "3"), (["asks", "ok"], "60")])
+def test_the_old_step_is_cancelled_after_the_guard_ended_it(
+        tmp_path: Path, plan: list[str], stall: str) -> None:
+    """After a hang (a node that stopped answering, found by the gate; the hang watchdog's
+    request) the guard KILLs srun here and cancels the step (scancel 7.1), so its ranks on
+    the surviving nodes do not run beside the relaunch; the steps the job had before the
+    guard started (7.0, a dataset's mount) and the batch shell's are left alone."""
+    last, log, _ = guard(tmp_path, "a,b,c", plan, variables={"HPCDL_STALL_S": stall})
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert [line for line in log.splitlines() if line.startswith("scancel")] == ["scancel 7.1"]
+    assert "hpcdl: cancelled step 7.1 on every node it ran on" in stderr_of(tmp_path)
+    assert len(launches(log)) == 2
+
+
+def test_a_quiet_run_is_seen_while_the_ranks_write_into_the_code_copy(tmp_path: Path) -> None:
+    """code/ (the --code copy) is not the training's progress: ranks writing there (a
+    .pyc, a log beside the code) do not hide a dead node, and find does not walk it. (The
+    run directory is looked at every 5 s: a stall of 7 s is seen only if the look at 5 s
+    did not count the code/ write as progress.)"""
+    last, log, _ = guard(tmp_path, "a,b,c", ["churns b", "ok"],
+                         variables={"HPCDL_STALL_S": "7"}, timeout=40)
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b", "a,c"]
+    assert "nothing in the run directory changed for 7 s" in stderr_of(tmp_path)
+
+
+def test_the_steps_stderr_is_not_copied_whole(tmp_path: Path) -> None:
+    """Only what the guard reads of the step's stderr is kept in the batch host's /tmp
+    (3000 lines of a chatty step: none), and it still finds a rank's hardware error."""
+    last, log, run = guard(tmp_path, "a,b,c", ["chatty", "ok"])
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert int((tmp_path / "fake" / "errsize").read_text()) == 0
+    assert (run / "bad-nodes.tsv").read_text().startswith("b\trank 1: RuntimeError: CUDA error")
+    assert stderr_of(tmp_path).count("a line the guard has no use for") == 3000
+
+
+def test_a_failed_release_and_a_silent_squeue_are_not_read_as_slurm_taking_the_node(
+        tmp_path: Path) -> None:
+    last, log, _ = guard(tmp_path, "a,b,c", ["dies b", "ok"],
+                         files={"no_update": "", "squeue_fails": ""})
+    assert last == "rc=0 cause="
+    err = stderr_of(tmp_path)
+    assert "took the node back" not in err
+    assert "hpcdl: could not release b, and Slurm did not say which nodes the job holds" in err
+    assert "hpcdl: squeue -h -j 7 -o %N failed (exit 1: squeue: error: slurm_load_jobs " \
+        "error: Socket timed out on send/recv operation)" in err
