@@ -30,6 +30,7 @@ import pytest
 from tests.conftest import require
 from tests.integration.conftest_slurm import DEFAULT_DIR, redirected_sandbox_profile, sandbox_dir
 from tests.integration.user_cache import (
+    COMPLETE,
     RunRecord,
     Sessions,
     cached_venv,
@@ -80,6 +81,13 @@ def venv_key(wheel: Path) -> str:
                              capture_output=True, text=True, check=True, timeout=60).stdout
     return hashlib.sha256(f"{wheel_content_hash(wheel)}\n{SYSTEM_PYTHON}\n{version}".encode()
                           ).hexdigest()
+
+
+def newest_venv() -> Path | None:
+    """The user's most recently completed venv, for tools outside a test session (the
+    bench); None when no session has built one."""
+    done = sorted(VENV_ROOT.glob(f"venv-*/{COMPLETE}"), key=lambda p: p.stat().st_mtime)
+    return done[-1].parent if done else None
 
 
 def _install_venv(venv: Path, wheel: Path) -> None:
