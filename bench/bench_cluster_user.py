@@ -8,7 +8,7 @@ on the sandbox, in pairs with the order alternating.
                                              [--json-out FILE]
 
 --pairs 0 measures the staging only (no Slurm needed). The user is tests' hpcuser and
-its newest venv /opt/hpcdl-user/venv-KEY (tests/integration/conftest_user.py makes both).
+its venv /opt/hpcdl-user/venv (tests/integration/conftest_user.py makes both).
 Root's ranks run the image as root; the user's run it unprivileged, with what MPI needs
 across user namespaces (docs/guide/cluster-user.md). This machine's Apptainer has no
 setuid starter, so setuid mode cannot be measured here.
@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.machine import describe, facts_line  # noqa: E402
 from hpcdl.launch.staging import _job_side_files, job_side_files, stage  # noqa: E402
-from tests.integration.conftest_user import ClusterUser, ensure_user, newest_venv  # noqa: E402
+from tests.integration.conftest_user import VENV, ClusterUser, ensure_user  # noqa: E402
 
 IMAGE = "/scratch/images/pytorch-horovod-cpu.sif"
 HEADLINE = ("submit", "-p", "sandbox", "--nodes", "2", "--gpus", "4", "--wait")
@@ -91,11 +91,9 @@ def main() -> None:
           f"max {s['stage_ms_max']} ms over {args.repeats}")  # type: ignore[index]
     if args.pairs:
         entry = ensure_user()
-        venv = newest_venv()
-        if venv is None or not (venv / "bin" / "hpcdl").exists():
-            raise SystemExit("no venv of the test user under /opt/hpcdl-user: run "
-                             "tests/integration/test_headline.py once (it installs it)")
-        user = ClusterUser(entry.pw_name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir), venv)
+        user = ClusterUser(entry.pw_name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir), VENV)
+        if not (VENV / "bin" / "hpcdl").exists():
+            raise SystemExit(f"no {VENV}: run tests/integration/test_headline.py once (it installs it)")
         runs = tempfile.mkdtemp(prefix="bench-root-", dir="/scratch/tmp")
         rows: dict[str, list[dict[str, object]]] = {"root": [], "user": []}
         for i in range(args.pairs):

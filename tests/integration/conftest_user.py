@@ -30,19 +30,20 @@ import pytest
 from tests.conftest import require
 from tests.integration.conftest_slurm import DEFAULT_DIR, redirected_sandbox_profile, sandbox_dir
 from tests.integration.user_cache import (
-    COMPLETE,
     RunRecord,
     Sessions,
     cached_venv,
+    point_latest,
     remove,
     wheel_content_hash,
 )
 
 REPO = Path(__file__).resolve().parents[2]
 USER = "hpcuser"
-# The user's venvs (venv-KEY, one per wheel content) and the sessions' lock files.
-# $HPCDL_TEST_USER_VENV: another folder for them.
-VENV_ROOT = Path(os.environ.get("HPCDL_TEST_USER_VENV") or "/opt/hpcdl-user")
+# The user's venvs (venv-KEY, one per wheel content), the sessions' lock files, and
+# venv: a link to the newest, for the benches. $HPCDL_TEST_USER_VENVS: another folder.
+VENV_ROOT = Path(os.environ.get("HPCDL_TEST_USER_VENVS") or "/opt/hpcdl-user")
+VENV = VENV_ROOT / "venv"  # the link to the newest (bench/bench_cluster_user.py)
 SYSTEM_PYTHON = "/usr/bin/python3"
 # The user's folders that tests submit runs into: ./runs (HPCDL_RUNS's default, from
 # the home) and ~/hpcdl-runs (a `login:` profile's default remote runs folder).
@@ -81,13 +82,6 @@ def venv_key(wheel: Path) -> str:
                              capture_output=True, text=True, check=True, timeout=60).stdout
     return hashlib.sha256(f"{wheel_content_hash(wheel)}\n{SYSTEM_PYTHON}\n{version}".encode()
                           ).hexdigest()
-
-
-def newest_venv() -> Path | None:
-    """The user's most recently completed venv, for tools outside a test session (the
-    bench); None when no session has built one."""
-    done = sorted(VENV_ROOT.glob(f"venv-*/{COMPLETE}"), key=lambda p: p.stat().st_mtime)
-    return done[-1].parent if done else None
 
 
 def _install_venv(venv: Path, wheel: Path) -> None:
@@ -179,6 +173,7 @@ def cluster_user(request: pytest.FixtureRequest) -> Iterator[ClusterUser]:
         wheel = build_wheel(Path(wheels))
         venv = cached_venv(VENV_ROOT, venv_key(wheel),
                            lambda path: _install_venv(path, wheel))
+    point_latest(VENV, venv.path)
     home = Path(entry.pw_dir)
     sessions = Sessions(VENV_ROOT / "sessions")
     record = RunRecord(tuple(home / folder for folder in RUN_FOLDERS), sessions)

@@ -92,6 +92,17 @@ def cached_venv(root: Path, key: str, build: Callable[[Path], None]) -> CachedVe
     return CachedVenv(path, built, in_use)
 
 
+def point_latest(link: Path, venv: Path) -> None:
+    """``link`` (a symlink) names ``venv`` from now on, replaced atomically: the benches'
+    fixed path to the user's venv. The sessions themselves use their keyed path, so a
+    later session re-pointing it changes nothing under a running one."""
+    tmp = link.with_name(f".{link.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.symlink_to(venv.name)
+    if link.is_dir() and not link.is_symlink():  # the venv of before the cache
+        shutil.rmtree(link)
+    os.replace(tmp, link)
+
+
 def prune(root: Path, keep: str) -> list[Path]:
     """Remove root's venv-* other than ``keep`` that no session holds in use."""
     removed = []

@@ -12,6 +12,7 @@ from tests.integration.user_cache import (
     Sessions,
     cached_venv,
     claimed,
+    point_latest,
     remove,
     wheel_content_hash,
 )
@@ -148,3 +149,16 @@ def test_a_crashed_sessions_lock_file_does_not_count_as_alive(tmp_path: Path) ->
     mine = Sessions(locks)
     assert not mine.others_alive() and not stale.exists()
     mine.close()
+
+
+def test_the_latest_link_replaces_the_old_fixed_venv_and_follows_each_build(tmp_path: Path) -> None:
+    (tmp_path / "venv" / "bin").mkdir(parents=True)  # the venv of before the cache
+    first = cached_venv(tmp_path, "f" * 64, Builder())
+    point_latest(tmp_path / "venv", first.path)
+    assert (tmp_path / "venv").resolve() == first.path.resolve()
+    second = cached_venv(tmp_path, "0" * 64, Builder())
+    point_latest(tmp_path / "venv", second.path)
+    assert (tmp_path / "venv").resolve() == second.path.resolve()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".venv")) == []
+    first.release()
+    second.release()
