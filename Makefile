@@ -18,16 +18,20 @@ lint:
 	$(PY) -m ruff check hpcdl tests $(wildcard bench examples)
 	$(PY) -m mypy
 
+# Both tiers keep Python's bytecode in .cache/pycache even where the environment sets
+# PYTHONDONTWRITEBYTECODE: recompiling hpcdl, its tests and their imports on every run
+# was about a sixth of `make unit`'s time (docs/benchmarks.md), and every `python -m
+# hpcdl` the integration tests start (hundreds) recompiled hpcdl, ~0.4 s of CPU each.
+# The processes the tests start inherit both variables; the ordinary user's commands run
+# with a clean environment (env -i: no prefix, their venv's own __pycache__).
+KEEP_BYTECODE = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.cache/pycache
+
 test: setup lint
-	$(PY) -m pytest $(PYTEST_ARGS) tests
+	$(KEEP_BYTECODE) $(PY) -m pytest $(PYTEST_ARGS) tests
 
 # The fast tier (docs/testing.md says what it leaves to `make test`).
-# Bytecode is kept in .cache/pycache even where the environment sets
-# PYTHONDONTWRITEBYTECODE: recompiling hpcdl, its tests and their imports on every run
-# was about a sixth of the tier's time (docs/benchmarks.md).
 unit:
-	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.cache/pycache \
-		$(PY) -m pytest -m "not slow" --hypothesis-profile=unit $(PYTEST_ARGS) tests/unit
+	$(KEEP_BYTECODE) $(PY) -m pytest -m "not slow" --hypothesis-profile=unit $(PYTEST_ARGS) tests/unit
 
 demo:
 	scripts/demo.sh

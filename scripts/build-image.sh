@@ -47,6 +47,18 @@ if [ "$gpu" = 1 ]; then
   SPEC=pytorch-horovod-gpu-pypi
   WHEELHOUSE=$CACHE/wheelhouse-gpu
 fi
+# One preparation per wheelhouse at a time: two runs on one machine (two `make test`s,
+# a test fixture and `make demo`) would otherwise download into the same wheelhouse,
+# copy the same Horovod wheel and remove each other's "stale" files. The lock (fd 9,
+# inherited by the `hpcdl build` exec'd below) is held to the end, so the second run
+# waits and then finds everything ready: its `hpcdl build` is a no-op (hpcdl's build
+# takes its own lock per target as well).
+mkdir -p "$CACHE"
+exec 9>>"$WHEELHOUSE.lock"
+if ! flock -n 9; then
+  log "waiting for another build-image.sh on $WHEELHOUSE ($WHEELHOUSE.lock)"
+  flock 9
+fi
 # An ordinary user with no wheelhouse of their own reuses the one a site cache they may
 # only read holds (`hpcdl build` reads it from there; it names a missing wheel).
 if [ ! -d "$WHEELHOUSE" ]; then

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins: list[str] = ["tests.unit.conftest_examples", "tests.integration.conftest_apptainer",
+# pytester: tests/unit/project/test_skip_policy.py runs small pytest sessions of its own;
+# tests.skip_policy: in CI a skip is a failure (unless the test is gpu-marked).
+pytest_plugins: list[str] = ["pytester", "tests.skip_policy",
+                             "tests.unit.conftest_examples", "tests.integration.conftest_apptainer",
                              "tests.integration.conftest_slurm", "tests.integration.conftest_user",
                              "tests.integration.conftest_remote",
                              "tests.fakeslurm.fixture"]
-
-IN_CI = os.environ.get("CI") == "true"
 
 # The sandbox's nodes see only the host's /home and /scratch (scripts/sandbox.sh), so the
 # tests' temporary directories, where their run directories, scripts and datasets go,
@@ -27,12 +28,10 @@ if Path("/scratch").is_dir() or os.geteuid() == 0:
 
 
 def require(condition: bool, why: str) -> None:
-    """Skip locally when a real tool is missing; in CI the same gap is a failure."""
-    if condition:
-        return
-    if IN_CI:
-        pytest.fail(f"CI must have this: {why}")
-    pytest.skip(why)
+    """Skip when a real tool is missing: locally a skip with the reason, in CI a failure
+    (tests/skip_policy.py turns every skip there into one)."""
+    if not condition:
+        pytest.skip(why)
 
 
 def pytest_report_header() -> str:

@@ -184,7 +184,9 @@ def print_job_end(status: JobStatus, run_dir: Path, logs: JobLogs, record: Resul
             echo(line)
     if excluded:
         echo(excluded_line(excluded))
-    if straggler and straggler.get("found"):
+    # Named stragglers, and why none is named where the ranks outnumber the cores (a
+    # newcomer's 8 ranks on a 2-core machine would otherwise read as a slow node).
+    if straggler and (straggler.get("found") or straggler.get("oversubscribed")):
         echo(str(straggler["message"]))
     if html is not None:
         echo(f"report: {html}")

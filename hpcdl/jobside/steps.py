@@ -7,7 +7,7 @@ across nodes on a shared file system). Each attempt of a run (a requeue, a chain
 next job, a resume) appends to the same file and first writes a ``start`` line:
 
     {"kind": "start", "rank": 3, "world_size": 4, "host": "n2", "local_rank": 1,
-     "attempt": 0, "job_id": "42", "pid": 1234, "t": 1764000000.12}
+     "attempt": 0, "job_id": "42", "pid": 1234, "t": 1764000000.12, "cpus": [0, 1]}
     {"step": 17, "epoch": 1, "t": 1764000003.4, "step_s": 0.212, "data_s": 0.004,
      "compute_s": 0.15, "sync_s": 0.058, "images_per_sec": 75.5, "loss": 2.31,
      "lr": 0.0125, "attempt": 0}
@@ -92,7 +92,7 @@ class StepWriter:
     def __init__(self, directory: str | os.PathLike[str], rank: int, *, world_size: int = 1,
                  local_rank: int = 0, host: str | None = None, attempt: int | None = None,
                  job_id: str | None = None, flush_steps: int = FLUSH_STEPS,
-                 flush_s: float = FLUSH_S) -> None:
+                 flush_s: float = FLUSH_S, cpus: list[int] | None = None) -> None:
         self.enabled = bool(str(directory))
         self.rank = rank
         self.attempt = attempt_number() if attempt is None else attempt
@@ -113,7 +113,8 @@ class StepWriter:
             "host": host or socket.gethostname(), "local_rank": local_rank,
             "attempt": self.attempt,
             "job_id": job_id if job_id is not None else os.environ.get("SLURM_JOB_ID"),
-            "pid": os.getpid(), "t": round(time.time(), 3)})
+            "pid": os.getpid(), "t": round(time.time(), 3),
+            "cpus": usable_cpus() if cpus is None else sorted(cpus)})
         atexit.register(self.close)
 
     def step(self, step: int, *, epoch: int, step_s: float, data_s: float, sync_s: float,
@@ -177,9 +178,19 @@ def parse_lines(text: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], 
     return starts, steps, skipped
 
 
+def usable_cpus() -> list[int] | None:
+    """The CPUs this process may run on (its affinity: Slurm's binding, a cgroup's
+    cpuset), which the straggler verdict unites per node to see whether the node's ranks
+    outnumber its cores; None where the platform cannot tell."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
 def read_metrics(directory: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
-    """Every rank's file in ``directory``: rank -> {"host", "starts", "steps", "all_steps",
-    "skipped", "path"}. Empty when there is no such directory. In ``steps`` a step
+    """Every rank's file in ``directory``: rank -> {"host", "cpus" (its last start's, or
+    None), "starts", "steps", "all_steps", "skipped", "path"}. Empty when there is no such directory. In ``steps`` a step
     recorded twice (an attempt that resumed from a checkpoint before it) keeps its last
     record; ``all_steps`` keeps every line in file order."""
     folder = Path(directory)
@@ -199,7 +210,10 @@ def read_metrics(directory: str | os.PathLike[str]) -> dict[int, dict[str, Any]]
         for rec in steps:
             by_step[rec["step"]] = rec
         hosts = [s.get("host") for s in starts if isinstance(s.get("host"), str)]
-        out[int(digits)] = {"host": hosts[-1] if hosts else None, "starts": starts,
+        cpus = [s["cpus"] for s in starts if isinstance(s.get("cpus"), list)
+                and all(isinstance(c, int) and not isinstance(c, bool) for c in s["cpus"])]
+        out[int(digits)] = {"host": hosts[-1] if hosts else None,
+                            "cpus": cpus[-1] if cpus else None, "starts": starts,
                             "steps": [by_step[k] for k in sorted(by_step)],
                             "all_steps": steps, "skipped": skipped, "path": str(path)}
     return out

@@ -13,6 +13,11 @@ of the other ranks' medians (and at least ``min_gap_s`` more, so that microsecon
 noise on tiny steps names nobody). A node is slow when every rank on it is slow and
 there is another node to compare it with: then the node (its CPUs, GPUs, a noisy
 neighbour) is the common factor and is named instead of its ranks.
+
+No rank or node is named where a node's ranks outnumber its cores (the union of the CPUs
+its ranks may run on, from their metrics' start lines): there the ranks time-share the
+cores, the scheduler's slices decide which one finishes last, and a "slow" rank says
+nothing about its node (8 ranks on a 2-core machine). The verdict says so instead.
 """
 
 from __future__ import annotations
@@ -66,22 +71,48 @@ def rank_medians(metrics: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any
     return out
 
 
+def oversubscribed(metrics: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The nodes whose ranks outnumber their cores: [{"host", "ranks", "cores"}], where
+    a node's cores are the union of the CPUs its ranks may run on (``cpus`` in
+    read_metrics). A node with a rank that did not record its CPUs is left out."""
+    nodes: dict[str, list[Any]] = {}
+    for rank in metrics.values():
+        nodes.setdefault(str(rank.get("host")), []).append(rank.get("cpus"))
+    out = []
+    for host, cpus in sorted(nodes.items()):
+        if host == "None" or any(not isinstance(c, list) for c in cpus):
+            continue
+        cores = len({c for rank_cpus in cpus for c in rank_cpus})
+        if 0 < cores < len(cpus):
+            out.append({"host": host, "ranks": len(cpus), "cores": cores})
+    return out
+
+
 def verdict(metrics: Mapping[int, Mapping[str, Any]], *, threshold: float = DEFAULT_THRESHOLD,
             min_gap_s: float = MIN_GAP_S) -> dict[str, Any]:
     """The straggler verdict over every rank's metrics (hpcdl.jobside.steps.read_metrics).
 
     Returns {"measure", "threshold", "ranks" (rank_medians, each with its ``ratio`` to
-    the others), "slow_ranks", "slow_nodes", "found", "message"}. ``found`` is False
-    (and ``message`` says why) with fewer than two ranks to compare.
+    the others), "slow_ranks", "slow_nodes", "found", "oversubscribed" (see that
+    function), "message"}. ``found`` is False (and ``message`` says why) with fewer than
+    two ranks to compare, or where a node's ranks outnumber its cores.
     """
     ranks = rank_medians(metrics)
     out: dict[str, Any] = {"measure": "median busy time per step (data wait + "
                                       "forward/backward, without the gradient-sync wait)",
                            "threshold": threshold, "ranks": ranks, "slow_ranks": [],
-                           "slow_nodes": [], "found": False}
+                           "slow_nodes": [], "found": False,
+                           "oversubscribed": oversubscribed(metrics)}
     if len(ranks) < 2:
         out["message"] = ("no per-step metrics: nothing to compare" if not ranks else
                           "one rank with metrics: nothing to compare it with")
+        return out
+    if out["oversubscribed"]:
+        nodes = ", ".join(f"{n['host']} runs {n['ranks']} ranks on {n['cores']} "
+                          f"core{'s' if n['cores'] != 1 else ''}" for n in out["oversubscribed"])
+        out["message"] = (f"no straggler named: the ranks outnumber the cores ({nodes}), so "
+                          "they take turns on them and their step times measure that sharing, "
+                          "not a slow rank or node")
         return out
     for row in ranks:
         others = statistics.median(r["busy_s"] for r in ranks if r is not row)

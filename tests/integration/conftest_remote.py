@@ -57,8 +57,11 @@ class Laptop:
     def run(self, argv: Sequence[str], *, cwd: Path | None = None, timeout: float = 300,
             env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """``argv`` as the user on the laptop, from ``cwd`` (default: their home)."""
-        return subprocess.run(self._argv(argv, env), capture_output=True, text=True, timeout=timeout,
-                              cwd=str(cwd or self.user.home), check=False)
+        # Recorded as the user's own commands are: what it made in the run folders (the
+        # cluster side's ~/hpcdl-runs) is this session's to remove at the end.
+        return self.user.recorded(lambda: subprocess.run(
+            self._argv(argv, env), capture_output=True, text=True, timeout=timeout,
+            cwd=str(cwd or self.user.home), check=False))
 
     def cli(self, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
         """The installed ``hpcdl`` as the user on the laptop."""

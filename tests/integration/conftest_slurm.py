@@ -2,7 +2,7 @@
 
 ``slurm_cluster`` brings the cluster up once per session through
 scripts/sandbox.sh (idempotent: a no-op when it already runs). Locally a
-cluster that cannot come up skips the tests; in CI (CI=true) it fails them.
+cluster that cannot come up skips the tests; in CI (CI=true) tests/skip_policy.py fails them.
 
 The cluster is the one scripts/sandbox.sh's environment names (HPCDL_SANDBOX_DIR,
 _SHAPE, _CTLD_PORT, ...; default /var/lib/hpcdl-sandbox). For another directory the

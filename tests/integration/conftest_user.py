@@ -2,9 +2,11 @@
 
 ``cluster_user`` (session) creates the Linux account ``hpcuser`` when it is missing
 (idempotent; home /home/hpcuser, which the sandbox's nodes share) and installs hpcdl
-into a venv **outside /home** (/opt/hpcdl-user/venv, which the nodes do not see) from a
-wheel of this checkout, with Debian's /usr/bin/python3: root's Python lives under
-/root, which an ordinary account cannot read. ``cluster_user.run(...)`` runs a command
+into a venv **outside /home** (/opt/hpcdl-user/venv-KEY, which the nodes do not see)
+from a wheel of this checkout, with Debian's /usr/bin/python3: root's Python lives under
+/root, which an ordinary account cannot read. The venv is kept between sessions, keyed by
+the wheel's content (tests/integration/user_cache.py): a session whose wheel matches
+reuses it instead of building it again. ``cluster_user.run(...)`` runs a command
 as that user, from their home, with a clean environment (no root variables, no
 PYTHONPATH, the venv's bin first on PATH), the way a login shell would.
 """
@@ -12,12 +14,14 @@ PYTHONPATH, the venv's bin first on PATH), the way a login shell would.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,15 +29,28 @@ import pytest
 
 from tests.conftest import require
 from tests.integration.conftest_slurm import DEFAULT_DIR, redirected_sandbox_profile, sandbox_dir
+from tests.integration.user_cache import (
+    RunRecord,
+    Sessions,
+    cached_venv,
+    point_latest,
+    remove,
+    wheel_content_hash,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 USER = "hpcuser"
-# $HPCDL_TEST_USER_VENV: another venv for a second checkout's tests on the same machine.
-VENV = Path(os.environ.get("HPCDL_TEST_USER_VENV") or "/opt/hpcdl-user/venv")
+# The user's venvs (venv-KEY, one per wheel content), the sessions' lock files, and
+# venv: a link to the newest, for the benches. $HPCDL_TEST_USER_VENVS: another folder.
+VENV_ROOT = Path(os.environ.get("HPCDL_TEST_USER_VENVS") or "/opt/hpcdl-user")
+VENV = VENV_ROOT / "venv"  # the link to the newest (bench/bench_cluster_user.py)
 SYSTEM_PYTHON = "/usr/bin/python3"
 # The user's folders that tests submit runs into: ./runs (HPCDL_RUNS's default, from
 # the home) and ~/hpcdl-runs (a `login:` profile's default remote runs folder).
 RUN_FOLDERS = ("hpcdl-runs", "runs")
+# Where this session's own bytecode cache is named (Makefile: KEEP_BYTECODE); pip must
+# not see it, or it compiles the user's venv into root's cache instead of the venv.
+BYTECODE_VARS = ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")
 
 
 def ensure_user(name: str = USER) -> pwd.struct_passwd:
@@ -46,20 +63,35 @@ def ensure_user(name: str = USER) -> pwd.struct_passwd:
         return pwd.getpwnam(name)
 
 
-def _install_venv(venv: Path) -> None:
-    """A fresh venv at ``venv`` with hpcdl installed from a wheel of the checkout."""
-    if venv.exists():
-        shutil.rmtree(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True, timeout=300)
-    with tempfile.TemporaryDirectory() as wheels:
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "wheel", "-q", "--no-deps",
-                        "-w", wheels, str(REPO)], check=True, timeout=600, cwd=wheels)
-        wheel = next(Path(wheels).glob("hpcdl-*.whl"))
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
-                       check=True, timeout=900, cwd=wheels)
+def install_env() -> dict[str, str]:
+    """Root's environment without the bytecode variables: the venv's modules are compiled
+    into its own __pycache__, readable by the user, whose commands run with env -i."""
+    return {k: v for k, v in os.environ.items() if k not in BYTECODE_VARS}
+
+
+def build_wheel(folder: Path) -> Path:
+    """A wheel of this checkout in ``folder``."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder),
+                    str(REPO)], check=True, timeout=600, cwd=folder, env=install_env())
+    return next(folder.glob("hpcdl-*.whl"))
+
+
+def venv_key(wheel: Path) -> str:
+    """The wheel's content and the interpreter the venv is made from."""
+    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version)"],
+                             capture_output=True, text=True, check=True, timeout=60).stdout
+    return hashlib.sha256(f"{wheel_content_hash(wheel)}\n{SYSTEM_PYTHON}\n{version}".encode()
+                          ).hexdigest()
+
+
+def _install_venv(venv: Path, wheel: Path) -> None:
+    """A fresh venv at ``venv`` with hpcdl installed from ``wheel``."""
+    env = install_env()
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True, timeout=300, env=env)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
+                   check=True, timeout=900, cwd=venv, env=env)
     # Readable and runnable by everyone, writable by root only: like a site install.
-    subprocess.run(["chmod", "-R", "a+rX,go-w", str(venv.parent)], check=True, timeout=120)
+    subprocess.run(["chmod", "-R", "a+rX,go-w", str(venv)], check=True, timeout=120)
 
 
 @dataclass(frozen=True)
@@ -70,6 +102,8 @@ class ClusterUser:
     home: Path
     venv: Path
     extra_env: tuple[tuple[str, str], ...] = ()
+    # What this session's commands made in the run folders (None: nothing recorded).
+    record: RunRecord | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def hpcdl(self) -> str:
@@ -93,8 +127,21 @@ class ClusterUser:
         environment = self.env(env)
         command = ["runuser", "-u", self.name, "--", "env", "-i",
                    *(f"{k}={v}" for k, v in environment.items()), *argv]
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                              cwd=str(cwd or self.home), input=input, check=False)
+        return self.recorded(lambda: subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout,
+            cwd=str(cwd or self.home), input=input, check=False))
+
+    def recorded(self, run: Callable[[], subprocess.CompletedProcess[str]]
+                 ) -> subprocess.CompletedProcess[str]:
+        """``run()``, with what it made in the user's run folders recorded as this
+        session's (named in its output where another session ran meanwhile)."""
+        if self.record is None:
+            return run()
+
+        def command() -> tuple[str, subprocess.CompletedProcess[str]]:
+            done = run()
+            return f"{done.stdout}\n{done.stderr}", done
+        return self.record.around(command)
 
     def cli(self, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
         """The installed ``hpcdl`` command as this user."""
@@ -112,26 +159,32 @@ def cluster_user(request: pytest.FixtureRequest) -> Iterator[ClusterUser]:
     """An ordinary user with hpcdl installed from a wheel into a venv outside /home.
 
     The account and its home outlive the session (the next run reuses them), so the run
-    directories this session's jobs left in the user's run folders are removed at its
+    directories this session's commands made in the user's run folders are removed at its
     end when every test passed: a ResNet run keeps ~100 MB of checkpoints and a sweep
-    ~700 MB, and a machine that runs the suite many times fills its disk otherwise."""
+    ~700 MB, and a machine that runs the suite many times fills its disk otherwise. Only
+    this session's (user_cache.RunRecord): another session's live runs stay."""
     require(os.geteuid() == 0, "creating the test user needs root")
     require(shutil.which("runuser") is not None, "runuser (util-linux) is missing")
     require(Path(SYSTEM_PYTHON).exists(), f"{SYSTEM_PYTHON} (Debian's python3) is missing")
     entry = ensure_user()
-    _install_venv(VENV)
+    VENV_ROOT.mkdir(parents=True, exist_ok=True)
+    VENV_ROOT.chmod(0o755)
+    with tempfile.TemporaryDirectory() as wheels:
+        wheel = build_wheel(Path(wheels))
+        venv = cached_venv(VENV_ROOT, venv_key(wheel),
+                           lambda path: _install_venv(path, wheel))
+    point_latest(VENV, venv.path)
     home = Path(entry.pw_dir)
-    before = {folder: _entries(home / folder) for folder in RUN_FOLDERS}
-    yield ClusterUser(entry.pw_name, entry.pw_uid, entry.pw_gid, home, VENV)
-    if request.session.testsfailed:
-        return  # kept for whoever reads the failure
-    for folder, old in before.items():
-        for name in _entries(home / folder) - old:
-            shutil.rmtree(home / folder / name, ignore_errors=True)
-
-
-def _entries(folder: Path) -> set[str]:
-    return set(os.listdir(folder)) if folder.is_dir() else set()
+    sessions = Sessions(VENV_ROOT / "sessions")
+    record = RunRecord(tuple(home / folder for folder in RUN_FOLDERS), sessions)
+    try:
+        yield ClusterUser(entry.pw_name, entry.pw_uid, entry.pw_gid, home, venv.path,
+                          record=record)
+        if not request.session.testsfailed:  # else kept for whoever reads the failure
+            remove(record.to_remove())
+    finally:
+        sessions.close()
+        venv.release()
 
 
 @pytest.fixture(scope="session")

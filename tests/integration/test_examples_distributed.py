@@ -141,51 +141,67 @@ def assert_two_rank_run(run: Launch, backend: str) -> dict[str, Any]:
     return res
 
 
+# The same configuration under each launcher: the launcher tests check each run, and the
+# cross-launcher test compares their weights.
+SAME_CONFIG = {
+    "torchrun-ddp": lambda ck: torchrun(RESNET, "--backend", "ddp", *SMALL, "--max-steps", "3",
+                                        "--checkpoint-dir", str(ck)),
+    "horovodrun-horovod": lambda ck: horovodrun(RESNET, "--backend", "horovod", *SMALL,
+                                                "--max-steps", "3", "--checkpoint-dir", str(ck)),
+    "mpirun-horovod": lambda ck: mpirun(RESNET, "--backend", "horovod", *SMALL, "--max-steps", "3",
+                                        "--checkpoint-dir", str(ck)),
+}  # fmt: skip
+
+
+class SameConfigRuns:
+    """Each launcher's run, made once by whichever test asks first: the cross-launcher
+    test launches what it lacks itself, so it passes or fails the same whatever order,
+    or subset (-k, a rerun of one failure), the tests are run in."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        self.factory = factory
+        self.runs: dict[str, Launch] = {}
+
+    def get(self, name: str) -> Launch:
+        if name not in self.runs:
+            where = self.factory.mktemp(name)
+            self.runs[name] = launch(SAME_CONFIG[name](where / "ck"), where)
+        return self.runs[name]
+
+
 @pytest.fixture(scope="module")
-def same_config_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Launch]:
-    """Filled by the three launcher tests; compared by the cross-launcher test."""
-    return {}
+def same_config_runs(tmp_path_factory: pytest.TempPathFactory) -> SameConfigRuns:
+    return SameConfigRuns(tmp_path_factory)
 
 
-def test_ddp_under_torchrun(tmp_path: Path, same_config_runs: dict[str, Launch]) -> None:
-    run = launch(torchrun(RESNET, "--backend", "ddp", *SMALL, "--max-steps", "3",
-                          "--checkpoint-dir", str(tmp_path / "ck")), tmp_path)  # fmt: skip
-    res = assert_two_rank_run(run, "ddp")
+def test_ddp_under_torchrun(same_config_runs: SameConfigRuns) -> None:
+    res = assert_two_rank_run(same_config_runs.get("torchrun-ddp"), "ddp")
     assert res["launcher"] == "torchrun"
     assert Path(res["checkpoint"]).name == "checkpoint-00000003.pt"
-    same_config_runs["torchrun-ddp"] = run
 
 
 @pytest.mark.horovod
-def test_horovod_under_horovodrun_gloo(tmp_path: Path, same_config_runs: dict[str, Launch]) -> None:
-    run = launch(horovodrun(RESNET, "--backend", "horovod", *SMALL, "--max-steps", "3",
-                            "--checkpoint-dir", str(tmp_path / "ck")), tmp_path)  # fmt: skip
-    assert_two_rank_run(run, "horovod")
-    same_config_runs["horovodrun-horovod"] = run
+def test_horovod_under_horovodrun_gloo(same_config_runs: SameConfigRuns) -> None:
+    assert_two_rank_run(same_config_runs.get("horovodrun-horovod"), "horovod")
 
 
 @pytest.mark.horovod
 @pytest.mark.mpi
-def test_horovod_under_mpirun(tmp_path: Path, same_config_runs: dict[str, Launch]) -> None:
+def test_horovod_under_mpirun(same_config_runs: SameConfigRuns) -> None:
     require_horovod()
-    run = launch(mpirun(RESNET, "--backend", "horovod", *SMALL, "--max-steps", "3",
-                        "--checkpoint-dir", str(tmp_path / "ck")), tmp_path)  # fmt: skip
-    res = assert_two_rank_run(run, "horovod")
+    res = assert_two_rank_run(same_config_runs.get("mpirun-horovod"), "horovod")
     assert res["launcher"] == "openmpi"
-    same_config_runs["mpirun-horovod"] = run
 
 
 @pytest.mark.horovod
 @pytest.mark.mpi
 def test_all_launchers_and_backends_reach_the_same_weights(
-    same_config_runs: dict[str, Launch],
+    same_config_runs: SameConfigRuns,
 ) -> None:
     # Same seed, data, batch and schedule: DDP and Horovod average the same gradients,
     # and with 2 ranks a+b == b+a exactly, so the weights agree bit for bit.
-    missing = {"torchrun-ddp", "horovodrun-horovod", "mpirun-horovod"} - set(same_config_runs)
-    if missing:
-        pytest.skip(f"needs the runs of the three launcher tests (missing {sorted(missing)})")
-    sums = {name: run.result()["param_checksum"] for name, run in same_config_runs.items()}
+    sums = {name: ok(same_config_runs.get(name)).result()["param_checksum"]
+            for name in SAME_CONFIG}
     assert len(set(sums.values())) == 1, sums
 
 

@@ -20,7 +20,10 @@ separators..., most of them trying to ``touch PWNED``. Each value is either
     must not create PWNED, and env values arrive verbatim.
 
 Deterministic (derandomize, no example database); MAX_EXAMPLES hostile values per
-field.
+field, after the classic injections and one harmless value. Each field counts the values
+it accepted (and so rendered and ran through the checks above) and fails when it
+accepted none: a field that refused everything, the harmless value included, would
+otherwise pass without one rendering check having run.
 """
 
 from __future__ import annotations
@@ -332,6 +335,28 @@ def run_bash(script: str, stub_bin: Path, work: Path) -> Ran:
     return ran
 
 
+@dataclass
+class Tally:
+    """How many of the values tried in one field were accepted, and so went through the
+    rendering checks: a field that refused every value would otherwise pass having
+    checked nothing but its refusals' wording."""
+
+    field: str
+    tried: int = 0
+    accepted: int = 0
+
+    def refused(self) -> None:
+        self.tried += 1
+
+    def checked(self) -> None:
+        self.tried += 1
+        self.accepted += 1
+
+    def assert_some_accepted(self) -> None:
+        assert self.accepted > 0, (f"{self.field}: none of the {self.tried} values tried was "
+                                   "accepted, so no rendering check ran")
+
+
 class Counter:
     """Unique folder names for the examples of one test."""
 
@@ -359,11 +384,12 @@ def test_profile_field_cannot_run_a_command(slot, stub_bin, runs_root, tmp_path)
     good, key = benign(PROFILE_BASE, slot)
     reference = Profile.model_validate(with_value(PROFILE_BASE, slot, good, key))
     ref_sbatch, ref_salloc, _ = _profile_outputs(reference, runs_root / "r1")
-    cases = Counter(tmp_path)
+    cases, tally = Counter(tmp_path), Tally(slot.name)
 
     @PROPERTY
     @given(value=hostile_strings)
     @classics()
+    @example(value=good)
     def check(value: str) -> None:
         text = yaml.safe_dump(with_value(PROFILE_BASE, slot, value, key))
         try:
@@ -371,6 +397,7 @@ def test_profile_field_cannot_run_a_command(slot, stub_bin, runs_root, tmp_path)
             sbatch, salloc, argv = _profile_outputs(profile, runs_root / "r1")
         except UserInputError as exc:
             assert_one_line_refusal(exc)
+            tally.refused()
             return
         assert len(sbatch.splitlines()) == len(ref_sbatch.splitlines()), sbatch
         assert len(salloc.splitlines()) == len(ref_salloc.splitlines()), salloc
@@ -384,8 +411,10 @@ def test_profile_field_cannot_run_a_command(slot, stub_bin, runs_root, tmp_path)
             assert ran.argv["srun"][ran.argv["srun"].index("--data") + 1] == value
         ran = run_bash(salloc, stub_bin, cases.next())
         assert ran.argv["salloc"] == argv[1:]
+        tally.checked()
 
     check()
+    tally.assert_some_accepted()
 
 
 # --- image specs ---------------------------------------------------------------------
@@ -426,20 +455,24 @@ def test_spec_field_cannot_add_a_line_or_section(slot, tmp_path):
             spec = ImageSpec.model_validate(with_value(SPEC_BASES[name], slot, good, key))
         except pydantic.ValidationError:
             continue
-        refs[name] = (_sections(render_definition(spec, RENDER).text), key)
+        refs[name] = (_sections(render_definition(spec, RENDER).text), key, good)
     assert refs, f"no base spec takes a harmless {slot.name}"
-    cases = Counter(tmp_path)
+    cases, tally = Counter(tmp_path), Tally(slot.name)
+
+    first = sorted(refs)[0]
 
     @PROPERTY
     @given(value=hostile_strings, base=st.sampled_from(sorted(refs)))
-    @classics(base=sorted(refs)[0])
+    @classics(base=first)
+    @example(value=refs[first][2], base=first)
     def check(value: str, base: str) -> None:
-        (ref_header, ref_names, ref_body), key = refs[base]
+        (ref_header, ref_names, ref_body), key, _ = refs[base]
         text = yaml.safe_dump(with_value(SPEC_BASES[base], slot, value, key))
         try:
             definition = render_definition(parse_spec(text, source="s.yaml"), RENDER).text
         except UserInputError as exc:
             assert_one_line_refusal(exc)
+            tally.refused()
             return
         header, names, body = _sections(definition)
         assert header == ref_header and names == ref_names, definition
@@ -454,8 +487,10 @@ def test_spec_field_cannot_add_a_line_or_section(slot, tmp_path):
         if slot.loc == ("env",) and slot.how == "dict-value":
             pairs = (work / "env.x").read_bytes().decode().split("\0")[:-1]
             assert dict(p.split("=", 1) for p in pairs)[key] == value
+        tally.checked()
 
     check()
+    tally.assert_some_accepted()
 
 
 def test_every_string_field_is_walked_and_typed():
@@ -497,32 +532,50 @@ def _request_from(base: JobRequest, name: str, value: str) -> JobRequest:
         return replace(base, env=((value, "1"),))
     if name == "probe":  # a probe job (2 nodes) whose worker gets the value as an argument
         return replace(base, nodes=2, probe=("--sizes", value))
+    if name == "hang_action":  # an action without a timeout is refused whatever it is
+        return replace(base, hang_timeout=60.0, hang_action=value)
     current = getattr(base, name)
     if isinstance(current, tuple):
         return replace(base, **{name: (*current, value)})
     return replace(base, **{name: value})
 
 
+# A harmless value of each request option: tried first, so every option's rendering
+# checks run at least once even where it refuses every generated value (`make unit`
+# tries 4 per option).
+REQUEST_BENIGN = {
+    "partition": "debug", "time": "00:05:00", "job_name": "train", "image": "/scratch/img/y.sif",
+    "env": "1", "env_key": "HPCDL_Y", "binds": "/scratch", "backend": "ddp",
+    "command": "hostname", "data": "/data/x", "example_args": "--epochs",
+    "template": str(REPO_ROOT / "templates" / "sbatch.sh.j2"), "run_dir": "r2",
+    "launcher": "srun", "gpu_bind": "local-rank", "signal": "USR1@90", "probe": "1M",
+    "hang_action": "cancel",
+}
+
+
 def test_request_fields_are_all_covered():
     assert set(REQUEST_FIELDS) == {"partition", "time", "job_name", "image", "env", "binds", "backend",
                                    "command", "data", "example_args", "template", "run_dir",
                                    "launcher", "gpu_bind", "signal", "probe", "hang_action"}
+    assert set(REQUEST_BENIGN) == {*REQUEST_FIELDS, "env_key"}
 
 
 @pytest.mark.parametrize("name", [*REQUEST_FIELDS, "env_key"])
 def test_request_option_cannot_run_a_command(name, stub_bin, runs_root, tmp_path):
     profile = Profile.model_validate(PROFILE_BASE)
-    cases = Counter(tmp_path)
+    cases, tally = Counter(tmp_path), Tally(name)
 
     @PROPERTY
     @given(value=hostile_strings)
     @classics()
+    @example(value=REQUEST_BENIGN[name])
     def check(value: str) -> None:
         req = _request_with(name, value, runs_root)
         try:
             plan = build_plan(profile, req)
         except UserInputError as exc:
             assert_one_line_refusal(exc)
+            tally.refused()
             return
         stage_in(plan, runs_root)
         ran = run_bash(plan.script, stub_bin, cases.next())
@@ -535,8 +588,10 @@ def test_request_option_cannot_run_a_command(name, stub_bin, runs_root, tmp_path
             assert env["HPCDL_JOB_NAME"] == value
         if name == "image":
             assert env["HPCDL_IMAGE"] == value and value in argv
+        tally.checked()
 
     check()
+    tally.assert_some_accepted()
 
 
 # --- every pattern refuses a trailing newline ----------------------------------------

@@ -4,6 +4,7 @@ crafted run and sweep directories, including a run directory without metrics."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -20,9 +21,12 @@ from hpcdl.results.table import Row
 
 
 def _write_rank(folder: Path, rank: int, host: str, busy: float, *, sync: float = 0.05,
-                n: int = 12, attempt: int = 0, first: int = 1, flush_steps: int = 50) -> None:
+                n: int = 12, attempt: int = 0, first: int = 1, flush_steps: int = 50,
+                cpus: list[int] | None = None) -> None:
+    # A core per rank unless a test says otherwise: this machine's own count (what the
+    # writer records by default) must not decide the verdicts below.
     w = steps.StepWriter(folder, rank, world_size=4, host=host, attempt=attempt, job_id="7",
-                         flush_steps=flush_steps)
+                         flush_steps=flush_steps, cpus=[rank] if cpus is None else cpus)
     for i in range(first, first + n):
         # Small jitter so medians are medians, not constants.
         w.step(i, epoch=0, step_s=busy - 0.01 + sync + (i % 3) * 0.001, data_s=0.01,
@@ -125,6 +129,51 @@ def test_a_node_whose_every_rank_is_slow_is_named_instead(tmp_path: Path):
     assert v["found"] and v["slow_ranks"] == []
     assert [(n["host"], n["ranks"]) for n in v["slow_nodes"]] == [("n2", [2, 3])]
     assert "node n2 is slow: all its ranks (2, 3)" in v["message"]
+
+
+def test_ranks_outnumbering_the_cores_name_nobody_and_say_why(tmp_path: Path):
+    # The demo's shape: 8 ranks on 2 nodes of one 2-core machine; rank 6 came out slow.
+    for rank in range(8):
+        _write_rank(tmp_path, rank, "n1" if rank < 4 else "n2", 0.6 if rank == 6 else 0.2,
+                    cpus=[0, 1])
+    v = verdict(steps.read_metrics(tmp_path))
+    assert not v["found"] and v["slow_ranks"] == [] and v["slow_nodes"] == []
+    assert v["oversubscribed"] == [{"host": "n1", "ranks": 4, "cores": 2},
+                                   {"host": "n2", "ranks": 4, "cores": 2}]
+    assert v["message"] == ("no straggler named: the ranks outnumber the cores (n1 runs 4 "
+                            "ranks on 2 cores, n2 runs 4 ranks on 2 cores), so they take "
+                            "turns on them and their step times measure that sharing, not a "
+                            "slow rank or node")
+    assert "rank 6" not in v["message"]
+    # One node short of cores is enough: its ranks' times say nothing about the other.
+    (tmp_path / "one").mkdir()
+    for rank, host, cpus in ((0, "n1", [0]), (1, "n1", [0]), (2, "n2", [0]), (3, "n2", [1])):
+        _write_rank(tmp_path / "one", rank, host, 0.6 if rank == 3 else 0.2, cpus=cpus)
+    one = verdict(steps.read_metrics(tmp_path / "one"))
+    assert one["oversubscribed"] == [{"host": "n1", "ranks": 2, "cores": 1}] and not one["found"]
+
+
+def test_ranks_bound_to_their_own_cores_or_without_cpus_are_judged(tmp_path: Path):
+    # Slurm's binding gives each rank one core: the node's cores are their union (4).
+    for rank in range(4):
+        _write_rank(tmp_path, rank, "n1", 0.6 if rank == 3 else 0.2, cpus=[rank])
+    v = verdict(steps.read_metrics(tmp_path))
+    assert v["oversubscribed"] == [] and [r["rank"] for r in v["slow_ranks"]] == [3]
+    # Metrics written before ranks recorded their CPUs: judged as before.
+    old = tmp_path / "old"
+    for rank in range(4):
+        _write_rank(old, rank, "n1", 0.6 if rank == 3 else 0.2)
+        path = steps.rank_file(old, rank)
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        lines[0].pop("cpus")
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert steps.read_metrics(old)[0]["cpus"] is None
+    assert [r["rank"] for r in verdict(steps.read_metrics(old))["slow_ranks"]] == [3]
+
+
+def test_the_writer_records_the_cpus_this_process_may_run_on(tmp_path: Path):
+    steps.StepWriter(tmp_path, 0, host="n1").close()
+    assert steps.read_metrics(tmp_path)[0]["cpus"] == sorted(os.sched_getaffinity(0))
 
 
 def test_balanced_ranks_name_nobody_and_tiny_gaps_are_noise(tmp_path: Path):
