@@ -57,7 +57,8 @@ class Cluster:
         Raises UserInputError for a scheduler type hpcdl does not submit to."""
         if self._scheduler is None:
             prof = self.profile
-            self._scheduler = (scheduler_for(prof.name, prof.scheduler.type, self.executor)
+            self._scheduler = (scheduler_for(prof.name, prof.scheduler.type, self.executor,
+                                             prof.scheduler.commands)
                                if prof is not None else scheduler_for())
         return self._scheduler
 

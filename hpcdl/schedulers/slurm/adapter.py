@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from hpcdl.jobside.errors import ToolError, ValidationError
 from hpcdl.schedulers.base import Demand, JobStatus, RunFiles, SubmitOptions, TimeRanOut
-from hpcdl.schedulers.executor import LOCAL, Executor
+from hpcdl.schedulers.executor import LOCAL, CommandDir, Executor
 from hpcdl.schedulers.slurm import commands, livecheck, parse, query, states
 from hpcdl.schedulers.slurm.script import RUN_FILES
 
@@ -30,9 +30,12 @@ class SlurmScheduler:
     run_files: RunFiles = RUN_FILES
     stderr_noise: tuple[str, ...] = parse.STDERR_NOISE
 
-    def __init__(self, profile_name: str | None = None, executor: Executor = LOCAL) -> None:
+    def __init__(self, profile_name: str | None = None, executor: Executor = LOCAL,
+                 commands_dir: str | None = None) -> None:
         self.profile_name = profile_name
-        self.executor = executor
+        # The profile's scheduler.commands: every Slurm command from that directory.
+        self.executor: Executor = (CommandDir(executor, commands_dir, commands.SLURM_COMMANDS)
+                                   if commands_dir else executor)
         self._found = False  # Slurm's tools were found once: over SSH each look is a trip
         self._config: dict[str, str] | None = None  # scontrol show config, read once
 
