@@ -21,6 +21,8 @@ SBATCH_TIMEOUT = 60
 # (hpcdl.schedulers.executor.CommandDir).
 SLURM_COMMANDS = frozenset({"sbatch", "srun", "squeue", "scontrol", "sinfo", "scancel",
                             "sacct", "salloc", "sprio", "sshare", "sstat"})
+# What names the cluster's release (hpcdl.schedulers.slurm.releases).
+VERSION_ARGV = ("sbatch", "--version")
 COMMAND_TIMEOUT = 30
 # A step that dumps the stacks of a node's ranks (srun start-up + one py-spy per rank).
 OVERLAP_TIMEOUT = 120
