@@ -238,6 +238,10 @@ def reconnect(run: RunDir | None) -> Cluster:
     profile = _recorded_profile(run) if run is not None else None
     executor = executor_for(profile) if profile is not None else LOCAL
     if run is None or profile is None or not executor.remote or profile.login is None:
+        if profile is not None and profile.scheduler.commands is not None:
+            # This machine's cluster, whose Slurm commands are not PATH's (another
+            # release's sandbox, a site's module): its job ids are that cluster's.
+            return Cluster(profile, LOCAL, HERE)
         return Cluster(None, LOCAL, HERE)
     try:
         cluster = run.read_plan().run_dir
