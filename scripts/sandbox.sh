@@ -91,6 +91,22 @@ render || exit $?
 . "$RENDERED/cluster.sh"
 export SLURM_CONF=$CONF
 DB_SOCKET=$D/run/mysqld.sock
+# Another Slurm release (hpcdl sandbox up --slurm 24.11): its daemons and commands are
+# the copies in its root filesystem that run on this host's filesystem
+# (scripts/slurm-rootfs.sh, ROOT/hpcdl/{sbin,bin}); first on PATH, every plain
+# `slurmctld`, `slurmd`, `munged`, `scontrol`, `sinfo` below is that release's. The
+# nodes must still see the root (it holds the libraries), and each node's
+# /usr/sbin/slurmstepd is the release's: slurmd execs it by that compiled-in path.
+STEPD=
+if [[ -n $SLURM_ROOT ]]; then
+  if [[ ! -x $SLURM_ROOT/hpcdl/sbin/slurmd ]]; then
+    echo "sandbox: $SLURM_ROOT has no hpcdl/sbin/slurmd: build it with scripts/slurm-rootfs.sh" >&2
+    exit 2
+  fi
+  PATH=$SLURM_ROOT/hpcdl/sbin:$SLURM_ROOT/hpcdl/bin:$PATH
+  KEEP="$KEEP $SLURM_ROOT"
+  STEPD=$SLURM_ROOT/hpcdl/sbin/slurmstepd
+fi
 if ((IS_DEFAULT_DIR)); then LINK=${HPCDL_SANDBOX_LINK:-1}; else LINK=0; fi
 HOSTS_FILE=/etc/hosts
 
@@ -220,6 +236,7 @@ write_config() {
   if [[ -c /dev/fuse ]]; then chmod 0666 /dev/fuse; fi
 
   write_if_changed "$CONF" 644 <"$RENDERED/slurm.conf"
+  if [[ -n $SLURM_ROOT ]]; then write_wrappers; fi
   write_if_changed "$D/etc/gres.conf" 644 <"$RENDERED/gres.conf"
   # The database password: root's only.
   if [[ $ACCOUNTING == slurmdbd ]]; then
@@ -237,6 +254,21 @@ write_config() {
   else
     log "warning: $link exists and is not the sandbox's; export SLURM_CONF=$CONF to use the sandbox"
   fi
+}
+
+# write_wrappers: $D/bin/NAME for each of the release's commands: runs it with this
+# cluster's SLURM_CONF, and with $D/bin first on PATH, so a job submitted through it
+# (sbatch exports the environment) finds the release's srun on the nodes too, as a
+# site's `module load slurm/24.11` does. The profile's scheduler.commands names $D/bin.
+write_wrappers() {
+  local f name
+  mkdir -p "$D/bin"
+  chmod 755 "$D/bin"
+  for f in "$SLURM_ROOT"/hpcdl/bin/*; do
+    name=${f##*/}
+    printf '#!/bin/sh\n# Written by scripts/sandbox.sh: Slurm %s of this sandbox.\nSLURM_CONF=%s\nPATH=%s:$PATH\nexport SLURM_CONF PATH\nexec %s "$@"\n' \
+      "$(<"$SLURM_ROOT/.hpcdl-slurm-version")" "$CONF" "$D/bin" "$f" | write_if_changed "$D/bin/$name" 755
+  done
 }
 
 # ---- network (netns mode) ------------------------------------------------------------
@@ -502,14 +534,14 @@ start_slurmd() {
   # Own mount namespace too: the node sees only what a cluster shares (node_mounts).
   # shellcheck disable=SC2016  # $1, $2 expand in the inner bash
   "${netns[@]}" unshare --uts --mount --propagation private bash -c \
-    "$(declare -f node_mounts)"$'\n''node_mounts "$1" "$3" "$4" "$5" "$6" "$7" >>"$3/log/mounts-$1.log" 2>&1 && hostname "$1" && exec slurmd -N "$1" -f "$2"' \
-    _ "$n" "$CONF" "$D" "$SHARED" "$LOCAL" "$HIDE" "$KEEP" \
+    "$(declare -f node_mounts)"$'\n''node_mounts "$1" "$3" "$4" "$5" "$6" "$7" "$8" >>"$3/log/mounts-$1.log" 2>&1 && hostname "$1" && exec slurmd -N "$1" -f "$2"' \
+    _ "$n" "$CONF" "$D" "$SHARED" "$LOCAL" "$HIDE" "$KEEP" "$STEPD" \
     2>>"$D/log/slurmd-$n.log" 9>&- || fail "slurmd $n did not start" "$D/log/slurmd-$n.log" "$D/log/mounts-$n.log"
   wait_for "slurmd $n" "$D/log/slurmd-$n.log" pid_alive "$pidfile" slurmd
   STARTED+=("slurmd $n")
 }
 
-# node_mounts NODE DIR SHARED LOCAL HIDE KEEP: run inside the node's new mount namespace
+# node_mounts NODE DIR SHARED LOCAL HIDE KEEP [STEPD]: run inside the node's new mount namespace
 # (private propagation), before slurmd. Paths to keep are moved aside first (a bind
 # under /run, which nothing hides), the private and hidden mounts made, then the kept
 # paths moved back to where they were; the hiding tmpfs ends read-only.
@@ -547,6 +579,8 @@ node_mounts() {
     m --move "$stash/${entry%%:*}" "$path"
   done
   for path in "${hidden[@]}"; do m -o remount,ro "$path"; done
+  # Another release's slurmstepd where slurmd execs it (its compiled-in path).
+  if [[ -n ${7:-} ]]; then m --bind "$7" /usr/sbin/slurmstepd; fi
   rm -rf "$stash"
   echo "node $node: private /tmp /var/tmp /dev/shm $local_dir; hidden ${hidden[*]}; kept ${moved[*]}"
 }

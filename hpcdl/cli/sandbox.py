@@ -63,10 +63,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _folder(nodes: int, folder: Path | None) -> Path:
+def _folder(nodes: int, folder: Path | None, release: str | None = None) -> Path:
     from hpcdl import sandbox as shape
 
-    return folder.resolve() if folder else shape.cluster_dir(nodes)
+    return folder.resolve() if folder else shape.cluster_dir(nodes, release)
+
+
+def _slurm_root(release: str) -> str:
+    """The release's root filesystem, built the first time (scripts/slurm-rootfs.sh,
+    cached by content: later calls return at once); its progress goes to stderr."""
+    from hpcdl.core import proc
+
+    res = proc.run(["bash", _script("slurm-rootfs.sh"), release], timeout=1800)
+    lines = res.stdout.strip().splitlines()
+    if res.stderr.strip():
+        click.echo(res.stderr.rstrip(), err=True)
+    if not lines or not Path(lines[-1], "hpcdl", "sbin", "slurmd").is_file():
+        raise ToolError(f"slurm-rootfs.sh {release} printed no root filesystem ({res.stdout!r})")
+    return lines[-1]
 
 
 def _existing_env(folder: Path) -> dict[str, str] | None:
@@ -79,7 +93,8 @@ def _existing_env(folder: Path) -> dict[str, str] | None:
     return shape.parse_env_file(path.read_text())
 
 
-def _prepare(nodes: int, folder: Path) -> tuple[dict[str, str], Path]:
+def _prepare(nodes: int, folder: Path, release: str | None = None,
+             slurm_root: str | None = None) -> tuple[dict[str, str], Path]:
     """The cluster's directory, shape, environment file and profile: made once, then
     reused by every later `up`, so the subnet and ports stay what the running cluster
     has. Returns the environment and the profile's path."""
@@ -94,16 +109,22 @@ def _prepare(nodes: int, folder: Path) -> tuple[dict[str, str], Path]:
     if env is not None and len(parse_shape((folder / shape.SHAPE_FILE).read_text()).nodes) != nodes:
         raise ValidationError(f"dir: {folder} holds a sandbox of another size than {nodes} nodes",
                               hint="hpcdl sandbox down with its --nodes, or another --dir")
+    if env is not None and slurm_root and env.get("HPCDL_SANDBOX_SLURM_ROOT") != slurm_root:
+        # A rebuilt root (this script or the release changed): the stopped cluster's
+        # environment follows it; a running one keeps its daemons until `down`.
+        env["HPCDL_SANDBOX_SLURM_ROOT"] = slurm_root
+        write_atomic(folder / shape.ENV_FILE, shape.env_file_text(env))
     if env is None:
         folder.mkdir(parents=True, exist_ok=True)
-        env = shape.environment(folder, nodes, _free_port())
-        write_atomic(folder / shape.SHAPE_FILE, shape.shape_text(nodes, _free_subnet()))
+        env = shape.environment(folder, nodes, _free_port(), release, slurm_root)
+        write_atomic(folder / shape.SHAPE_FILE, shape.shape_text(nodes, _free_subnet(), release))
         write_atomic(folder / shape.ENV_FILE, shape.env_file_text(env))
     bundled = Path(__file__).resolve().parents[1] / "profiles" / "bundled" / "sandbox.yaml"
-    data = shape.profile_data(yaml.safe_load(bundled.read_text()), nodes, folder)
-    text = (f"# Written by `hpcdl sandbox up --nodes {nodes}`; matches {folder}/etc/slurm.conf.\n"
+    data = shape.profile_data(yaml.safe_load(bundled.read_text()), nodes, folder, release)
+    how = f"--slurm {release} --nodes {nodes}" if release else f"--nodes {nodes}"
+    text = (f"# Written by `hpcdl sandbox up {how}`; matches {folder}/etc/slurm.conf.\n"
             + yaml.safe_dump(data, sort_keys=False))
-    target = user_profiles_dir() / f"{shape.profile_name(nodes)}.yaml"
+    target = user_profiles_dir() / f"{shape.profile_name(nodes, release)}.yaml"
     target.parent.mkdir(parents=True, exist_ok=True)
     staged = folder / "profile.yaml"
     write_atomic(staged, text)
@@ -112,16 +133,27 @@ def _prepare(nodes: int, folder: Path) -> tuple[dict[str, str], Path]:
     return env, target
 
 
-def _need_env(nodes: int, folder: Path | None) -> dict[str, str]:
+def _need_env(nodes: int, folder: Path | None, release: str | None = None) -> dict[str, str]:
     from hpcdl import sandbox as shape
 
     shape.check_nodes(nodes)
-    where = _folder(nodes, folder)
+    if release:
+        shape.check_release(release)
+    where = _folder(nodes, folder, release)
     env = _existing_env(where)
     if env is None:
-        raise ValidationError(f"nodes: no sandbox of {nodes} nodes in {where}",
-                              hint=f"hpcdl sandbox up --nodes {nodes}")
+        what = f"Slurm {release} sandbox" if release else f"sandbox of {nodes} nodes"
+        how = f"--slurm {release}" if release else f"--nodes {nodes}"
+        raise ValidationError(f"nodes: no {what} in {where}", hint=f"hpcdl sandbox up {how}")
     return env
+
+
+SLURM_OPTION = click.option(
+    "--slurm", "release", metavar="RELEASE",
+    help="Another Slurm release's cluster (24.11 or 26.05; default: the host's 22.05): "
+         "its daemons and commands from a Debian root filesystem of that release "
+         "(scripts/slurm-rootfs.sh, built once), in /var/lib/hpcdl-sandbox-RELEASE, "
+         "nodes vRRRRn1.. (--nodes, default 2), profile sandbox-RELEASE.")
 
 
 DIR_OPTION = click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path),
@@ -156,13 +188,17 @@ def _no_dir_without_nodes(nodes: int | None, folder: Path | None) -> None:
 @sandbox.command()
 @click.option("--nodes", "-N", type=int, metavar="N", help=NODES_HELP)
 @DIR_OPTION
+@SLURM_OPTION
 @click.option("--login", is_flag=True,
               help="Also start the two-node sandbox's login node: an OpenSSH server (key-only, "
                    "your own ~/.ssh/authorized_keys) in its own network namespace at "
                    "10.77.0.250, with Slurm's commands, which the `sandbox-remote` profile "
                    "reaches the way a laptop reaches a cluster.")
-def up(nodes: int | None, folder: Path | None, login: bool) -> None:
+def up(nodes: int | None, folder: Path | None, release: str | None, login: bool) -> None:
     """Start the cluster (idempotent: a no-op when it is already up)."""
+    if release is not None:
+        _up_release(release, nodes or 2, folder, login)
+        return
     _no_dir_without_nodes(nodes, folder)
     if login and nodes is not None:
         raise ValidationError("login: --login starts the two-node sandbox's login node (the "
@@ -187,11 +223,34 @@ def up(nodes: int | None, folder: Path | None, login: bool) -> None:
                f"{shape.profile_name(nodes)} -N {nodes} -G 1 --no-image --wait -- hostname")
 
 
+def _up_release(release: str, nodes: int, folder: Path | None, login: bool) -> None:
+    from hpcdl import sandbox as shape
+
+    shape.check_release(release)
+    shape.check_nodes(nodes)
+    if login:
+        raise ValidationError("login: --login starts the two-node sandbox's login node; "
+                              "not with --slurm")
+    env, profile = _prepare(nodes, _folder(nodes, folder, release), release,
+                            _slurm_root(release))
+    _run("up", env)
+    where = env["HPCDL_SANDBOX_DIR"]
+    name = shape.profile_name(nodes, release)
+    click.echo(f"Slurm {release} sandbox of {nodes} node{'s' if nodes > 1 else ''} up in "
+               f"{where}; profile {name}: {profile}")
+    click.echo(f"its Slurm commands: {shape.commands_dir(Path(where))}/ (sbatch, srun, ...)")
+    click.echo(f"e.g.: hpcdl submit -p {name} -N {nodes} -G 1 --no-image --wait -- hostname")
+
+
 @sandbox.command()
 @click.option("--nodes", "-N", type=int, metavar="N", help=NODES_HELP)
 @DIR_OPTION
-def down(nodes: int | None, folder: Path | None) -> None:
+@SLURM_OPTION
+def down(nodes: int | None, folder: Path | None, release: str | None) -> None:
     """Stop the sandbox's own daemons (by PID file), then remove its network."""
+    if release is not None:
+        _run("down", _need_env(nodes or 2, folder, release))
+        return
     _no_dir_without_nodes(nodes, folder)
     _run("down", None if nodes is None else _need_env(nodes, folder))
 
@@ -199,13 +258,17 @@ def down(nodes: int | None, folder: Path | None) -> None:
 @sandbox.command(name="status")
 @click.option("--nodes", "-N", type=int, metavar="N", help=NODES_HELP)
 @DIR_OPTION
-def status_cmd(nodes: int | None, folder: Path | None) -> None:
+@SLURM_OPTION
+def status_cmd(nodes: int | None, folder: Path | None, release: str | None) -> None:
     """Show the daemons, each node's address and link, and the nodes as Slurm sees
     them; exit 3 when the cluster is not up."""
     from hpcdl.core import proc
 
-    _no_dir_without_nodes(nodes, folder)
-    env = None if nodes is None else _need_env(nodes, folder)
+    if release is not None:
+        env: dict[str, str] | None = _need_env(nodes or 2, folder, release)
+    else:
+        _no_dir_without_nodes(nodes, folder)
+        env = None if nodes is None else _need_env(nodes, folder)
     res = proc.run(["bash", _script(), "status"], timeout=60, check=False, env=_script_env(env))
     click.echo(res.stdout, nl=False)
     if res.returncode:

@@ -57,7 +57,8 @@ class Cluster:
         Raises UserInputError for a scheduler type hpcdl does not submit to."""
         if self._scheduler is None:
             prof = self.profile
-            self._scheduler = (scheduler_for(prof.name, prof.scheduler.type, self.executor)
+            self._scheduler = (scheduler_for(prof.name, prof.scheduler.type, self.executor,
+                                             prof.scheduler.commands)
                                if prof is not None else scheduler_for())
         return self._scheduler
 
@@ -244,6 +245,10 @@ def reconnect(run: RunDir | None) -> Cluster:
     profile = _recorded_profile(run) if run is not None else None
     executor = executor_for(profile) if profile is not None else LOCAL
     if run is None or profile is None or not executor.remote or profile.login is None:
+        if profile is not None and profile.scheduler.commands is not None:
+            # This machine's cluster, whose Slurm commands are not PATH's (another
+            # release's sandbox, a site's module): its job ids are that cluster's.
+            return Cluster(profile, LOCAL, HERE)
         return Cluster(None, LOCAL, HERE)
     try:
         cluster = run.read_plan().run_dir

@@ -135,6 +135,12 @@ class Scheduler(_Strict):
     qos: SlurmValue | None = Field(default=None, description="the quality of service (--qos)")
     extra_options: dict[OptionKey, SlurmValue] = Field(
         default_factory=dict, description="more sbatch options, each '--key=value'")
+    commands: SharedDir | None = Field(
+        default=None,
+        description="the directory of this cluster's Slurm commands (sbatch, srun, squeue, "
+        "...) where hpcdl runs them, when it is not the first on PATH: a site's `module load "
+        "slurm/24.11` directory, or a release sandbox's (hpcdl sandbox up --slurm 24.11); "
+        "the job's own srun comes from the job's PATH (put the module in `modules`)")
     gpu_request: Literal["gres", "gpus-per-node"] = Field(
         default="gres",
         description="how GPUs are asked for: --gres=gpu:N or --gpus-per-node=N")

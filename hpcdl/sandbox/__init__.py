@@ -42,6 +42,23 @@ _SUBNET = re.compile(r"10\.(\d{1,3})\.(\d{1,3})")
 _ENV_LINE = re.compile(r"([A-Z][A-Z0-9_]*)=(\S+)")
 
 
+# Slurm releases a sandbox runs beside the host's own (22.05, bookworm's packages): each
+# from a root filesystem of the Debian release that packages it (scripts/slurm-rootfs.sh).
+RELEASES = ("24.11", "26.05")
+
+
+def check_release(release: str) -> None:
+    """Raises ValidationError unless ``release`` is one RELEASES names."""
+    if release not in RELEASES:
+        raise ValidationError(f"slurm: release {release!r} has no sandbox here (known: "
+                              f"{', '.join(RELEASES)}; without --slurm: the host's 22.05)")
+
+
+def _tag(release: str) -> str:
+    """24.11 -> 2411: names (nodes, cluster) take no dots."""
+    return release.replace(".", "")
+
+
 def check_nodes(nodes: int) -> None:
     """Raises ValidationError unless 1 <= ``nodes`` <= MAX_NODES."""
     if not 1 <= nodes <= MAX_NODES:
@@ -62,20 +79,24 @@ def pick_subnet(ip_addr_output: str, rng: random.Random | None = None) -> str:
     raise ValidationError("subnet: no free 10.80-127.x.0/24 for a sandbox cluster's nodes")
 
 
-def cluster_dir(nodes: int) -> Path:
-    return Path(f"{DEFAULT_DIR}-{nodes}n")
+# A release's cluster (--slurm 24.11) is one per release, of any size: its own directory,
+# cluster name, profile and node names (v2411n1 ...), so it runs beside the host
+# release's clusters and every other release's.
+def cluster_dir(nodes: int, release: str | None = None) -> Path:
+    return Path(f"{DEFAULT_DIR}-{release}" if release else f"{DEFAULT_DIR}-{nodes}n")
 
 
-def cluster_name(nodes: int) -> str:
-    return f"hpcdl-sandbox-{nodes}n"
+def cluster_name(nodes: int, release: str | None = None) -> str:
+    return f"hpcdl-slurm{_tag(release)}" if release else f"hpcdl-sandbox-{nodes}n"
 
 
-def profile_name(nodes: int) -> str:
-    return f"sandbox-{nodes}n"
+def profile_name(nodes: int, release: str | None = None) -> str:
+    return f"sandbox-{release}" if release else f"sandbox-{nodes}n"
 
 
-def node_names(nodes: int) -> list[str]:
-    return [f"s{nodes}n{i}" for i in range(1, nodes + 1)]
+def node_names(nodes: int, release: str | None = None) -> list[str]:
+    prefix = f"v{_tag(release)}n" if release else f"s{nodes}n"
+    return [f"{prefix}{i}" for i in range(1, nodes + 1)]
 
 
 def _partition(nodes: int, names: list[str] | None) -> model.Partition:
@@ -87,7 +108,7 @@ def _partition(nodes: int, names: list[str] | None) -> model.Partition:
                            default_time=_DEFAULT_PARTITION.default_time, preempt_mode="OFF")
 
 
-def shape(nodes: int, subnet: str) -> model.Shape:
+def shape(nodes: int, subnet: str, release: str | None = None) -> model.Shape:
     """``nodes`` nodes in ``subnet`` (``10.A.B``), each like the default sandbox's first
     node and up with a slurmd, and one partition (see ``_partition``) over all of them,
     MaxNodes=N. Raises ValidationError for a node count or subnet out of range."""
@@ -95,7 +116,7 @@ def shape(nodes: int, subnet: str) -> model.Shape:
     m = _SUBNET.fullmatch(subnet)
     if m is None or not all(0 <= int(part) <= 255 for part in m.groups()):
         raise ValidationError(f"subnet: {subnet!r} is not 10.A.B (a /24 without its last octet)")
-    names = node_names(nodes)
+    names = node_names(nodes, release)
     return model.Shape(
         # Built anew, not model_copy'd: a copy would skip the checks of its fields.
         nodes=tuple(model.Node(**{**_LIKE.model_dump(), "name": name,
@@ -105,20 +126,31 @@ def shape(nodes: int, subnet: str) -> model.Shape:
         partitions=(_partition(nodes, names),))
 
 
-def shape_text(nodes: int, subnet: str) -> str:
+def shape_text(nodes: int, subnet: str, release: str | None = None) -> str:
     """The shape file (HPCDL_SANDBOX_SHAPE) of :func:`shape`."""
-    return shape(nodes, subnet).shape_text()
+    return shape(nodes, subnet, release).shape_text()
 
 
-def environment(folder: Path, nodes: int, ctld_port: int) -> dict[str, str]:
+def environment(folder: Path, nodes: int, ctld_port: int, release: str | None = None,
+                slurm_root: str | None = None) -> dict[str, str]:
     """What sandbox.sh (up, down, status, shape) and Slurm's commands need to find the
     cluster in ``folder``: its directory and shape, its slurmctld port and name, no
     accounting daemons (slurmdbd and MariaDB per cluster cost more than the nodes), and
-    SLURM_CONF."""
-    return {"HPCDL_SANDBOX_DIR": str(folder), "HPCDL_SANDBOX_SHAPE": str(folder / SHAPE_FILE),
-            "HPCDL_SANDBOX_CTLD_PORT": str(ctld_port), "HPCDL_SANDBOX_CLUSTER": cluster_name(nodes),
-            "HPCDL_SANDBOX_ACCOUNTING": "none",
-            "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
+    SLURM_CONF; for another release, the root filesystem its Slurm runs from."""
+    env = {"HPCDL_SANDBOX_DIR": str(folder), "HPCDL_SANDBOX_SHAPE": str(folder / SHAPE_FILE),
+           "HPCDL_SANDBOX_CTLD_PORT": str(ctld_port),
+           "HPCDL_SANDBOX_CLUSTER": cluster_name(nodes, release),
+           "HPCDL_SANDBOX_ACCOUNTING": "none",
+           "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
+    if slurm_root:
+        env["HPCDL_SANDBOX_SLURM_ROOT"] = slurm_root
+    return env
+
+
+def commands_dir(folder: Path) -> Path:
+    """A release cluster's wrappers of its Slurm commands (scripts/sandbox.sh writes
+    them): its profile's scheduler.commands."""
+    return folder / "bin"
 
 
 def env_file_text(env: dict[str, str]) -> str:
@@ -157,14 +189,26 @@ def cluster_profile(base: dict[str, Any], shape: model.Shape, folder: Path, name
     return _profile(base, model.profile_partitions(shape), folder, name, description)
 
 
-def profile_data(base: dict[str, Any], nodes: int, folder: Path) -> dict[str, Any]:
+def profile_data(base: dict[str, Any], nodes: int, folder: Path,
+                 release: str | None = None) -> dict[str, Any]:
     """The profile of the ``nodes``-node cluster in ``folder`` (`--nodes N`): its one
     partition over nodes like the default sandbox's. Any ``nodes`` (bench/bench_scale.py
-    plans for 4,096), no addresses needed."""
-    return _profile(base, [model.profile_partition(_partition(nodes, None), [_LIKE] * nodes)],
-                    folder, profile_name(nodes),
-                    f"Local {nodes}-node Slurm sandbox in {folder} "
-                    f"(hpcdl sandbox up --nodes {nodes})")
+    plans for 4,096), no addresses needed. For another ``release`` (`--slurm`), its
+    Slurm commands are the cluster's wrappers (scheduler.commands)."""
+    how = f"--slurm {release} --nodes {nodes}" if release else f"--nodes {nodes}"
+    data = _profile(base, [model.profile_partition(_partition(nodes, None), [_LIKE] * nodes)],
+                    folder, profile_name(nodes, release),
+                    f"Local {nodes}-node Slurm {release or ''}{' ' if release else ''}sandbox "
+                    f"in {folder} (hpcdl sandbox up {how})")
+    if release:
+        data["scheduler"] = {**(data.get("scheduler") or {}),
+                             "commands": str(commands_dir(folder))}
+        # The release's mpi/pmix plugin dlopens libpmix by the host's compiled-in path
+        # (bookworm's PMIx 4, not the root's PMIx 5): its steps hang. Until the plugin
+        # finds the root's PMIx, the release's ranks start without a PMI
+        # (docs/guide/sandbox.md, "Other Slurm releases").
+        data["mpi"] = {**(data.get("mpi") or {}), "srun_mpi": "none"}
+    return data
 
 
 def _profile(base: dict[str, Any], partitions: list[dict[str, Any]], folder: Path, name: str,

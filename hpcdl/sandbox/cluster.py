@@ -371,6 +371,15 @@ class Cluster(_Frozen):
     dbd_port: Port = DEFAULT_DBD_PORT
     db_port: Port = DEFAULT_DB_PORT
     accounting: Literal["slurmdbd", "none"] = "slurmdbd"
+    # Another Slurm release's root filesystem (scripts/slurm-rootfs.sh): its daemons and
+    # commands run from there, its plugins too; None: the host's own Slurm.
+    slurm_root: Annotated[str, checker(DIRECTORY)] | None = None
+
+    @property
+    def plugin_dir(self) -> str | None:
+        """The release root's plugin directory (slurm.conf PluginDir): the daemons' own
+        compiled-in one is the host's."""
+        return f"{self.slurm_root}/usr/lib/x86_64-linux-gnu/slurm-wlm" if self.slurm_root else None
 
     @property
     def tag(self) -> str:
@@ -424,7 +433,8 @@ class Cluster(_Frozen):
 
 # sandbox.sh's environment (HPCDL_SANDBOX_NAME) -> Cluster's field.
 _ENV_FIELDS = {"DIR": "dir", "CLUSTER": "name", "ACCOUNTING": "accounting",
-               "CTLD_PORT": "ctld_port", "DBD_PORT": "dbd_port", "DB_PORT": "db_port"}
+               "CTLD_PORT": "ctld_port", "DBD_PORT": "dbd_port", "DB_PORT": "db_port",
+               "SLURM_ROOT": "slurm_root"}
 
 
 def check_host(name: str) -> str:

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 # that went away for a moment (a follow loop tries again), one the profile names but that
 # cannot be used as given (exit 2), and any failure on it.
 __all__ = ["LOCAL", "ConnectionLost", "Executor", "LocalExecutor", "RemoteError",
-           "RemoteInputError", "executor_for", "executor_for_login", "login_node",
+           "CommandDir", "RemoteInputError", "executor_for", "executor_for_login", "login_node",
            "ssh_transport"]
 
 
@@ -179,9 +179,78 @@ def executor_for_login(login: Login | None) -> Executor:
     return SshExecutor.for_login(login_node(login))
 
 
+class CommandDir:
+    """Another executor whose scheduler commands (``names``: sbatch, srun, ...) run from
+    ``directory`` instead of PATH: a profile's ``scheduler.commands`` (a site's
+    `module load slurm/24.11` directory, a sandbox's release wrappers). Every other
+    argv, and the moving of directories, is the inner executor's as it is."""
+
+    def __init__(self, inner: Executor, directory: str, names: frozenset[str]) -> None:
+        self.inner = inner
+        self.directory = directory.rstrip("/") or "/"
+        self.names = names
+
+    @property
+    def remote(self) -> bool:
+        return self.inner.remote
+
+    @property
+    def target(self) -> str:
+        return self.inner.target
+
+    @property
+    def where(self) -> str:
+        return self.inner.where
+
+    def __hash__(self) -> int:
+        return hash((self.inner, self.directory))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, CommandDir) and other.inner == self.inner
+                and other.directory == self.directory)
+
+    def path(self, name: str) -> str:
+        """Where the command ``name`` runs from: the directory's, for a scheduler
+        command; else the name as given."""
+        return f"{self.directory}/{name}" if name in self.names else name
+
+    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True) -> proc.Result:
+        if not argv:
+            return self.inner.run(argv, timeout=timeout, check=check)
+        result = self.inner.run([self.path(argv[0]), *argv[1:]], timeout=timeout, check=check)
+        # The result carries argv as given (messages name `sbatch`, not its directory).
+        return proc.Result(argv=tuple(argv), returncode=result.returncode,
+                           stdout=result.stdout, stderr=result.stderr)
+
+    def which(self, name: str) -> str | None:
+        return self.inner.which(self.path(name))
+
+    def which_all(self, names: Sequence[str]) -> dict[str, str | None]:
+        found = self.inner.which_all([self.path(n) for n in names])
+        return {n: found[self.path(n)] for n in names}
+
+    def push(self, local_dir: str | os.PathLike[str], remote_dir: str, *,
+             timeout: float = 600, link_dest: Sequence[str] = (),
+             parents: bool = True) -> int:
+        return self.inner.push(local_dir, remote_dir, timeout=timeout, link_dest=link_dest,
+                               parents=parents)
+
+    def pull(self, remote_dir: str, local_dir: str | os.PathLike[str], *,
+             timeout: float = 600, exclude: Sequence[str] = ()) -> int:
+        return self.inner.pull(remote_dir, local_dir, timeout=timeout, exclude=exclude)
+
+    def connect(self) -> None:
+        self.inner.connect()
+
+    def terminal(self, argv: Sequence[str], env: dict[str, str]
+                 ) -> tuple[list[str], dict[str, str]]:
+        return self.inner.terminal([self.path(argv[0]), *argv[1:]] if argv else argv, env)
+
+
 def executor_for(profile: Profile) -> Executor:
     """Where the profile's scheduler commands run: its login node over SSH when it names
-    one, else this machine. The one place the ``login:`` block picks a transport."""
+    one, else this machine. The one place the ``login:`` block picks a transport (the
+    adapter itself takes ``scheduler.commands``: CommandDir)."""
     return executor_for_login(profile.login)
 
 

@@ -26,15 +26,16 @@ ADAPTERS: dict[str, type[SlurmScheduler]] = {"slurm": SlurmScheduler}
 
 
 def scheduler_for(profile_name: str | None = None, kind: str = "slurm",
-                  executor: Executor = LOCAL) -> Scheduler:
-    """The scheduler of type ``kind`` whose commands run through ``executor``
-    (``profile_name`` words its hints). Raises UserInputError for a type no adapter
+                  executor: Executor = LOCAL, commands: str | None = None) -> Scheduler:
+    """The scheduler of type ``kind`` whose commands run through ``executor``, from the
+    directory ``commands`` when given (a profile's ``scheduler.commands``);
+    ``profile_name`` words its hints. Raises UserInputError for a type no adapter
     submits to."""
     adapter = ADAPTERS.get(kind)
     if adapter is None:
         raise UserInputError(f"scheduler: hpcdl submits to {', '.join(ADAPTERS)} only "
                              f"(profile {profile_name}: {kind})")
-    return adapter(profile_name, executor)
+    return adapter(profile_name, executor, commands)
 
 
 def run_files(kind: str = "slurm") -> RunFiles:
@@ -47,7 +48,8 @@ def run_files(kind: str = "slurm") -> RunFiles:
 
 def scheduler_of(profile: Profile) -> Scheduler:
     """The profile's scheduler, its commands run where executor_for says."""
-    return scheduler_for(profile.name, profile.scheduler.type, executor_for(profile))
+    return scheduler_for(profile.name, profile.scheduler.type, executor_for(profile),
+                         profile.scheduler.commands)
 
 
 def detect_cluster(login: Login | None = None) -> ClusterFacts:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from hpcdl.jobside.errors import ToolError, ValidationError
 from hpcdl.schedulers.base import Demand, JobStatus, RunFiles, SubmitOptions, TimeRanOut
-from hpcdl.schedulers.executor import LOCAL, Executor
-from hpcdl.schedulers.slurm import commands, livecheck, parse, query, states
+from hpcdl.schedulers.executor import LOCAL, CommandDir, Executor
+from hpcdl.schedulers.slurm import commands, livecheck, parse, query, releases, states
 from hpcdl.schedulers.slurm.script import RUN_FILES
 
 if TYPE_CHECKING:
@@ -30,11 +30,25 @@ class SlurmScheduler:
     run_files: RunFiles = RUN_FILES
     stderr_noise: tuple[str, ...] = parse.STDERR_NOISE
 
-    def __init__(self, profile_name: str | None = None, executor: Executor = LOCAL) -> None:
+    def __init__(self, profile_name: str | None = None, executor: Executor = LOCAL,
+                 commands_dir: str | None = None) -> None:
         self.profile_name = profile_name
-        self.executor = executor
+        # The profile's scheduler.commands: every Slurm command from that directory.
+        self.executor: Executor = (CommandDir(executor, commands_dir, commands.SLURM_COMMANDS)
+                                   if commands_dir else executor)
         self._found = False  # Slurm's tools were found once: over SSH each look is a trip
         self._config: dict[str, str] | None = None  # scontrol show config, read once
+        self._release: releases.Release | None = None  # sbatch --version, read once
+
+    def release(self) -> releases.Release:
+        """The cluster's Slurm release and how it behaves (hpcdl.schedulers.slurm.releases),
+        from ``sbatch --version``, read once per scheduler (one connection). Raises
+        ToolError when sbatch cannot be run, ValidationError when it names no version."""
+        if self._release is None:
+            res = self.executor.run(commands.VERSION_ARGV, timeout=commands.COMMAND_TIMEOUT)
+            self._release = releases.release_of(res.stdout or res.stderr,
+                                                " ".join(commands.VERSION_ARGV))
+        return self._release
 
     def available(self) -> bool:
         self._found = self._found or query.slurm_available(self.executor)

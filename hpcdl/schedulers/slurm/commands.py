@@ -17,6 +17,12 @@ from hpcdl.schedulers.slurm.array import ARRAY_SPEC
 from hpcdl.schedulers.slurm.parse import parse_job_id
 
 SBATCH_TIMEOUT = 60
+# Every Slurm command hpcdl runs: a profile's scheduler.commands directory serves them all
+# (hpcdl.schedulers.executor.CommandDir).
+SLURM_COMMANDS = frozenset({"sbatch", "srun", "squeue", "scontrol", "sinfo", "scancel",
+                            "sacct", "salloc", "sprio", "sshare", "sstat"})
+# What names the cluster's release (hpcdl.schedulers.slurm.releases).
+VERSION_ARGV = ("sbatch", "--version")
 COMMAND_TIMEOUT = 30
 # A step that dumps the stacks of a node's ranks (srun start-up + one py-spy per rank).
 OVERLAP_TIMEOUT = 120

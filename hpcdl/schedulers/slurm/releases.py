@@ -1,0 +1,119 @@
+"""Every difference between the Slurm releases hpcdl knows, in one table (issue 41).
+
+The adapter reads the release once per connection (``sbatch --version``:
+``slurm 24.11.5``, Debian's ``slurm-wlm 24.11.5``) and asks this module how that
+release behaves; nothing else in hpcdl compares Slurm versions. The facts are SchedMD's
+RELEASE_NOTES and CHANGELOG:
+
+- ``cpus_per_task_env``: 22.05 made srun stop inheriting the batch job's
+  --cpus-per-task and read SRUN_CPUS_PER_TASK instead; 23.11 went back to
+  SLURM_CPUS_PER_TASK and ignores SRUN_CPUS_PER_TASK.
+- ``gpus_exclusive``: from 26.05, ``--gres=gpu:N`` and ``--gpus-per-node`` are mutually
+  exclusive in one request.
+- ``tres_bind``: GPU binding is spelled ``--tres-bind`` from 23.11 (``--gpu-bind``
+  before).
+- ``requeue_expedite``: ``--requeue=expedite`` exists from 25.11.
+- ``no_kill_step_bug``: after a node fails in a ``--no-kill`` job, later steps may not
+  get all the remaining resources; fixed in 23.02.3, never in 22.05.
+- ``sigterm_teardown``: from 26.05 the other tasks of a step that one task left with a
+  non-zero exit get SIGCONT + SIGTERM and KillWait, no longer SIGKILL at once.
+
+Pure: no command runs here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from hpcdl.jobside.errors import ValidationError
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How one Slurm release (YY.MM) behaves where hpcdl depends on it."""
+
+    release: str
+    cpus_per_task_env: str
+    gpus_exclusive: bool
+    tres_bind: bool
+    requeue_expedite: bool
+    no_kill_step_bug: bool
+    sigterm_teardown: bool
+
+
+def _row(release: str) -> Behaviour:
+    key = _key(release)
+    return Behaviour(
+        release=release,
+        cpus_per_task_env="SLURM_CPUS_PER_TASK" if key >= (23, 11) else "SRUN_CPUS_PER_TASK",
+        gpus_exclusive=key >= (26, 5),
+        tres_bind=key >= (23, 11),
+        requeue_expedite=key >= (25, 11),
+        # The fix is 23.02.3: a 23.02 cluster's micro version decides (behaviour_of).
+        no_kill_step_bug=key <= (23, 2),
+        sigterm_teardown=key >= (26, 5),
+    )
+
+
+def _key(release: str) -> tuple[int, int]:
+    year, month = release.split(".")
+    return int(year), int(month)
+
+
+# SchedMD's releases from 22.05 on (two a year from 23.02: Feb/May, Nov).
+KNOWN: dict[str, Behaviour] = {r: _row(r) for r in (
+    "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")}
+OLDEST, NEWEST = min(KNOWN, key=_key), max(KNOWN, key=_key)
+
+# "slurm 24.11.5", "slurm-wlm 24.11.5", "slurm 25.11.0-0rc1": the first X.Y.Z.
+_VERSION = re.compile(r"(?:^|\s)(\d{2})\.(\d{2})\.(\d+)")
+
+
+@dataclass(frozen=True)
+class Release:
+    """The release a cluster runs: its version, the behaviour hpcdl uses, and a note
+    (one line) when hpcdl does not know the release and uses another's behaviour."""
+
+    version: str
+    behaviour: Behaviour
+    note: str | None = None
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """(year, month, micro) from ``sbatch --version``'s output. Raises ValidationError
+    naming the text when it holds no version."""
+    m = _VERSION.search(text)
+    if m is None:
+        raise ValidationError(f"slurm version: {text.strip()[:80]!r} (from `sbatch "
+                              f"--version`) holds no YY.MM.N version")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def release_of(version_text: str, tried: str = "sbatch --version") -> Release:
+    """The Release ``version_text`` names. A known release gets its row. An unknown one
+    gets a note naming it and what was tried: older than 22.05 takes 22.05's behaviour
+    (the SRUN_ variable is ignored by an older srun; the --no-kill bug is assumed, which
+    only makes hpcdl more careful); newer than 26.05 takes 26.05's (``--requeue=expedite``
+    is used only where the cluster's config enables it, which a release without it
+    cannot).
+    Between two known releases (a version SchedMD never made), the older one's."""
+    year, month, micro = parse_version(version_text)
+    release = f"{year:02d}.{month:02d}"
+    version = f"{release}.{micro}"
+    row = KNOWN.get(release)
+    if row is not None:
+        if release == "23.02" and micro >= 3:
+            row = replace(row, no_kill_step_bug=False)
+        return Release(version, row)
+    key = (year, month)
+    if key < _key(OLDEST):
+        nearest = KNOWN[OLDEST]
+    elif key > _key(NEWEST):
+        nearest = KNOWN[NEWEST]
+    else:
+        nearest = KNOWN[max((r for r in KNOWN if _key(r) < key), key=_key)]
+    note = (f"Slurm {version} (from `{tried}`) is not a release hpcdl knows "
+            f"({OLDEST} to {NEWEST}): hpcdl uses {nearest.release}'s behaviour")
+    return Release(version, nearest, note)
+

@@ -1,0 +1,76 @@
+"""`hpcdl sandbox up --slurm RELEASE`'s pure parts: its names (directory, cluster,
+nodes, profile) stay apart from the host release's clusters and each other's, its
+profile names the release's command directory (scheduler.commands) and passes the
+schema, slurm.conf takes the root's plugins, and an unknown release is one line. The
+running cluster is tests/integration/test_slurm_releases.py's."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from hpcdl import sandbox as shape
+from hpcdl.jobside.errors import ValidationError
+from hpcdl.profiles.schema import Profile
+from hpcdl.sandbox.cluster import Cluster, parse_shape
+from hpcdl.sandbox.render import render_files
+from tests.unit.sandbox.test_sandbox_nodes import BUNDLED
+
+
+def test_release_names_differ_from_every_other_cluster():
+    names = {r: (shape.cluster_dir(2, r), shape.cluster_name(2, r), shape.profile_name(2, r),
+                 tuple(shape.node_names(2, r))) for r in shape.RELEASES}
+    names["host"] = (shape.cluster_dir(2), shape.cluster_name(2), shape.profile_name(2),
+                     tuple(shape.node_names(2)))
+    for i in range(4):
+        column = [v[i] for v in names.values()]
+        assert len(set(column)) == len(column), column
+    assert names["24.11"][3] == ("v2411n1", "v2411n2")
+    assert names["26.05"][2] == "sandbox-26.05"
+
+
+def test_release_profile_names_its_commands(tmp_path):
+    data = shape.profile_data(BUNDLED, 2, tmp_path, "24.11")
+    prof = Profile.model_validate(data)
+    assert prof.name == "sandbox-24.11"
+    assert prof.scheduler.commands == str(tmp_path / "bin")
+    assert prof.mpi.srun_mpi == "none"
+    # The host release's profiles keep PATH's commands and their PMIx.
+    plain = Profile.model_validate(shape.profile_data(BUNDLED, 2, tmp_path))
+    assert plain.scheduler.commands is None and plain.mpi.srun_mpi == "pmix"
+
+
+def test_release_environment_and_slurm_conf(tmp_path):
+    root = "/var/cache/hpcdl/slurm-rootfs/24.11-0123456789ab"
+    env = shape.environment(tmp_path, 2, 17999, "24.11", root)
+    assert env["HPCDL_SANDBOX_SLURM_ROOT"] == root
+    assert env["HPCDL_SANDBOX_CLUSTER"] == "hpcdl-slurm2411"
+    text = shape.shape_text(2, "10.91.9", "24.11")
+    cluster = Cluster.from_env(env, text)
+    files = render_files(cluster, "host")
+    assert f"PluginDir={root}/usr/lib/x86_64-linux-gnu/slurm-wlm\n" in files["slurm.conf"]
+    assert f"SLURM_ROOT={root}\n" in files["cluster.sh"]
+    assert [n.name for n in parse_shape(text).nodes] == ["v2411n1", "v2411n2"]
+    # The host's release: no PluginDir (its compiled-in one), no root.
+    plain = render_files(Cluster.from_env(shape.environment(tmp_path, 2, 17999), text), "host")
+    assert "PluginDir" not in plain["slurm.conf"]
+    assert "SLURM_ROOT=''\n" in plain["cluster.sh"]
+
+
+def test_a_root_that_is_not_a_plain_directory_is_refused(tmp_path):
+    env = {**shape.environment(tmp_path, 2, 17999), "HPCDL_SANDBOX_SLURM_ROOT": "/x; rm -rf /"}
+    with pytest.raises(ValidationError, match="HPCDL_SANDBOX_SLURM_ROOT"):
+        Cluster.from_env(env, shape.shape_text(2, "10.91.9", "24.11"))
+
+
+@pytest.mark.parametrize("release", ["22.05", "21.08", "27.05", "24.11.5", ""])
+def test_unknown_release_is_one_line(release):
+    with pytest.raises(ValidationError) as err:
+        shape.check_release(release)
+    assert "\n" not in err.value.message and "24.11, 26.05" in err.value.message
+
+
+def test_the_profile_yaml_round_trips(tmp_path):
+    data = shape.profile_data(BUNDLED, 3, tmp_path, "26.05")
+    again = Profile.model_validate(yaml.safe_load(yaml.safe_dump(data, sort_keys=False)))
+    assert again.partitions[0].nodes == 3
