@@ -122,3 +122,14 @@ def test_checkpoints_only_on_rank_zero_and_resume_lookup(tmp_path: Path,
     assert "resume: no checkpoint in" in capsys.readouterr().out
     path, state = find_resume_state(ck.last, "") or (None, {})
     assert path == Path(ck.last) and state["arch"] == "lin"
+
+
+def test_default_workers_follow_slurm_else_a_share_of_the_cores_up_to_8(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import resnet50_imagenet as ex
+
+    assert ex.default_workers({"SLURM_CPUS_PER_TASK": "12"}, 1, gpu=True) == 11
+    assert ex.default_workers({}, 1, gpu=False) == 0  # CPU runs: none
+    monkeypatch.setattr(ex.os, "cpu_count", lambda: 16)
+    assert ex.default_workers({}, 1, gpu=True) == 8
+    assert ex.default_workers({}, 4, gpu=True) == 3
