@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_check.py"
-STEPS = ["gpu_tests", "example", "data", "checkpoint", "apptainer_nv"]
+STEPS = ["gpu_tests", "example", "tuning", "data", "checkpoint", "apptainer_nv"]
 TIMEOUT = 300  # s: ~35 s on an idle 2-core VM; the check's own budget is 240 s
 
 
@@ -70,6 +70,17 @@ def test_the_example_is_measured_under_torchrun_plain_and_against_its_ceiling(cp
         assert fig[run]["images_per_sec"] > 0 and fig[run]["timed_steps"] == 6
     assert fig["ceiling"]["images_per_sec"] > 0 and fig["ceiling"]["model"] == "trainkit resnet18"
     assert fig["torchrun_of_ceiling"] > 0 and fig["plain_of_ceiling"] > 0
+
+
+def test_the_tuning_step_measures_each_variant_of_the_step(cpu_check) -> None:
+    step = _steps(cpu_check[0])["tuning"]
+    variants = step["figures"]["variants"]
+    assert step["status"] == "passed" and list(variants) == ["default", "sync_each_step", "ddp_all"]
+    for name, run in variants.items():
+        assert run["variant"] == name and run["images_per_sec"] > 0, run
+        assert run["timed_steps"] == 6 and run["wall_images_per_sec"] > 0
+    assert "profile" not in step["figures"]  # the trace is the GPU mode's
+    assert step["summary"].startswith("img/s: default ")
 
 
 def test_the_data_path_is_measured_per_worker_count(cpu_check) -> None:
