@@ -254,12 +254,12 @@ COMPRESSIONS = ("gzip", "lz4", "lzo", "xz", "zstd")
 
 # A Dockerfile's or a .def's SIF, unless --compression says otherwise. Apptainer's own
 # default is gzip, whose mksquashfs took 1,098 s for a Dockerfile FROM the 3.8 GB GPU
-# image against 52 s with lz4; FROM the CPU image, lz4 built fastest and started ranks
-# no slower than zstd or gzip (docs/benchmarks.md, "Derived images"). lz4 asks nothing
-# new of a node: the bundled images are lz4 already, so a site that runs them reads it
-# (kernel squashfs >= 3.19 or squashfuse with lz4); zstd needs kernel >= 4.14, and
-# mksquashfs's zstd default (level 15) compressed slower than gzip here. A spec keeps
-# its own `compression` field (absent: the runtime's gzip).
+# image against 52 s with lz4; FROM the CPU image lz4 built in 21-30 s, zstd at level 3
+# in 47 s, gzip in 220 s, zstd at mksquashfs's default level 15 in 285 s, and ranks
+# started as fast from lz4 as from any (docs/benchmarks.md, "Derived images: the
+# compression"). lz4 asks nothing new of a node: the bundled images are lz4 already, so
+# a site that runs them reads it (kernel squashfs >= 3.19, or squashfuse with lz4); zstd
+# needs kernel >= 4.14. A spec keeps its own `compression` field (absent: gzip).
 DERIVED_COMPRESSION = "lz4"
 
 
