@@ -11,12 +11,15 @@ help:
 	@echo "make docs   - the documentation site (mkdocs, strict) into site/"
 
 # Everything the tests need, idempotent: each script checks before it installs.
+# setup and lint note their seconds in .cache/ for the durations page `make test`
+# writes (tests/durations.py: pytest cannot see the stages before it).
 setup:
-	scripts/setup.sh
+	@mkdir -p .cache; start=$$(date +%s); scripts/setup.sh && echo $$(( $$(date +%s) - start )) > .cache/setup-seconds
 
 lint:
-	$(PY) -m ruff check hpcdl tests $(wildcard bench examples)
-	$(PY) -m mypy
+	@mkdir -p .cache; start=$$(date +%s); \
+	  $(PY) -m ruff check hpcdl tests $(wildcard bench examples) && $(PY) -m mypy \
+	  && echo $$(( $$(date +%s) - start )) > .cache/lint-seconds
 
 # Both tiers keep Python's bytecode in .cache/pycache even where the environment sets
 # PYTHONDONTWRITEBYTECODE: recompiling hpcdl, its tests and their imports on every run
@@ -27,7 +30,8 @@ lint:
 KEEP_BYTECODE = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.cache/pycache
 
 test: setup lint
-	$(KEEP_BYTECODE) $(PY) -m pytest $(PYTEST_ARGS) tests
+	HPCDL_SETUP_SECONDS=$$(cat .cache/setup-seconds) HPCDL_LINT_SECONDS=$$(cat .cache/lint-seconds) \
+	  $(KEEP_BYTECODE) $(PY) -m pytest $(PYTEST_ARGS) tests
 
 # The fast tier (docs/testing.md says what it leaves to `make test`).
 unit:

@@ -9,7 +9,8 @@ step() {
   "$@"
   echo "==> $name: done in $(( SECONDS - t0 )) s"
 }
-step "python deps" scripts/install-python-deps.sh
+# --test: the demo's part (hpcdl + train) and the tests' (dev, TensorBoard, the full MLflow).
+step "python deps" scripts/install-python-deps.sh --test
 # Apptainer before the sandbox: its nodes see the host's software as it is when they start.
 step "apptainer" scripts/install-apptainer.sh
 step "slurm sandbox" scripts/sandbox.sh up

@@ -105,9 +105,10 @@ def _profile_binary(profile: str | None) -> str | None:
               help="Resolve pip.packages on this host (as --offline) and stop: on a connected "
                    "host, before `--offline --wheelhouse DIR` on a build node without network.")
 @click.option("--compression", type=click.Choice(COMPRESSIONS), default=None,
-              help="The SIF's squashfs compression (mksquashfs -comp), for a Dockerfile or "
-                   ".def, or instead of a spec's `compression`. Default: the spec's, else "
-                   "the runtime's (gzip). lz4 builds and starts faster, and is larger.")
+              help="The SIF's squashfs compression (mksquashfs -comp), part of the content "
+                   "hash. Default: lz4 for a Dockerfile or .def (builds in a fraction of "
+                   "gzip's time, starts as fast, is larger); a spec's own `compression`, "
+                   "else the runtime's gzip. gzip: the smallest SIF every kernel reads.")
 def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, remote: bool,
           force: bool, profile: str | None, dry_run: bool, as_json: bool, verbose: bool,
           base_image: str | None, host: bool, ca_bundle: str | None,

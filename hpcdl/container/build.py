@@ -252,6 +252,16 @@ class _Recipe:
 # mksquashfs -comp codecs Apptainer's SIF runtime reads (as a spec's ``compression``).
 COMPRESSIONS = ("gzip", "lz4", "lzo", "xz", "zstd")
 
+# A Dockerfile's or a .def's SIF, unless --compression says otherwise. Apptainer's own
+# default is gzip, whose mksquashfs took 1,098 s for a Dockerfile FROM the 3.8 GB GPU
+# image against 52 s with lz4; FROM the CPU image lz4 built in 21-30 s, zstd at level 3
+# in 47 s, gzip in 220 s, zstd at mksquashfs's default level 15 in 285 s, and ranks
+# started as fast from lz4 as from any (docs/benchmarks.md, "Derived images: the
+# compression"). lz4 asks nothing new of a node: the bundled images are lz4 already, so
+# a site that runs them reads it (kernel squashfs >= 3.19, or squashfuse with lz4); zstd
+# needs kernel >= 4.14. A spec keeps its own `compression` field (absent: gzip).
+DERIVED_COMPRESSION = "lz4"
+
 
 def _recipe_from_dockerfile(path: Path, base_image: str | None) -> _Recipe:
     """A Dockerfile, converted with spython (``base_image`` replaces its FROM)."""
@@ -260,7 +270,8 @@ def _recipe_from_dockerfile(path: Path, base_image: str | None) -> _Recipe:
     text = convert_dockerfile(path, base_image=base_image)
     workdir = path.resolve().parent
     return _Recipe(text=text, hash_text=text, files=files_of_definition(text, workdir),
-                   workdir=workdir, name=dockerfile_name(path), source=str(path))
+                   workdir=workdir, name=dockerfile_name(path), source=str(path),
+                   compression=DERIVED_COMPRESSION)
 
 
 def _recipe_from_definition(path: Path) -> _Recipe:
@@ -269,7 +280,7 @@ def _recipe_from_definition(path: Path) -> _Recipe:
     workdir = path.resolve().parent
     return _Recipe(text=text, hash_text=text, files=files_of_definition(text, workdir),
                    workdir=workdir, name=path.stem if path.suffix == ".def" else path.name.lower(),
-                   source=str(path))
+                   source=str(path), compression=DERIVED_COMPRESSION)
 
 
 @dataclass(frozen=True)
@@ -369,8 +380,9 @@ def plan_build(
     content key, unless ``wheels.resolve`` is off) and installed --no-index; the
     resolved wheels are content.
     ``compression``: the SIF's squashfs codec (one of
-    COMPRESSIONS), instead of a spec's ``compression`` or the runtime's default (gzip);
-    part of the content hash, as the spec's is.
+    COMPRESSIONS), instead of a spec's ``compression`` (absent: the runtime's gzip) or,
+    for a Dockerfile or .def, DERIVED_COMPRESSION (lz4); part of the content hash, as
+    the spec's is.
 
     Raises UserInputError (unknown spec/file, bad combination, a proxy variable that is
     not a URL), ConfigError (spec) or BuildError (a copied file or wheel is missing).

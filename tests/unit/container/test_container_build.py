@@ -51,12 +51,18 @@ def test_compression_option_for_dockerfiles_and_specs(cache: Path, tmp_path: Pat
     (tmp_path / "Dockerfile").write_text(f"FROM localimage:{tmp_path}/base.sif\nRUN true\n")
     (tmp_path / "base.sif").write_bytes(b"sif")
     ref = str(tmp_path / "Dockerfile")
+    # A Dockerfile's SIF is lz4 unless told otherwise (DERIVED_COMPRESSION), not the
+    # runtime's gzip: same command line and content hash as asking for lz4.
     plain = plan_build(ref, output=tmp_path / "o.sif")
-    assert "--mksquashfs-args" not in plain.argv_options  # the runtime's default, gzip
+    assert plain.argv("apptainer", "t", "d")[2:4] == ["--mksquashfs-args", "-comp lz4"]
+    assert plain.record["options"] == ["-comp lz4"]
     lz4 = plan_build(ref, output=tmp_path / "o.sif", compression="lz4")
     assert lz4.argv("apptainer", "t", "d")[2:4] == ["--mksquashfs-args", "-comp lz4"]
-    # Another codec is another image: the content hash tells them apart.
-    assert lz4.content_hash != plain.content_hash
+    assert lz4.content_hash == plain.content_hash
+    # --compression gzip asks for the runtime's codec by name: another image, another hash.
+    gzip = plan_build(ref, output=tmp_path / "o.sif", compression="gzip")
+    assert gzip.argv("apptainer", "t", "d")[2:4] == ["--mksquashfs-args", "-comp gzip"]
+    assert gzip.content_hash != plain.content_hash
     # It replaces a spec's own compression (lz4 for the bundled spec).
     spec = plan_build("pytorch-horovod-cpu", compression="zstd")
     assert spec.argv("apptainer", "t", "d")[2:4] == ["--mksquashfs-args", "-comp zstd"]
@@ -64,6 +70,21 @@ def test_compression_option_for_dockerfiles_and_specs(cache: Path, tmp_path: Pat
         plan_build(ref, compression="brotli")
     with pytest.raises(UserInputError, match=r"^--compression lz4: a --sandbox folder"):
         plan_build(ref, sandbox=True, compression="lz4")
+    # The default is no request: a --sandbox folder of the Dockerfile is simply not squashed.
+    folder = plan_build(ref, output=tmp_path / "dir", sandbox=True)
+    assert "--mksquashfs-args" not in folder.argv_options
+    assert folder.record["options"] == ["sandbox"]
+
+
+def test_a_definition_file_defaults_to_lz4_too(cache: Path, tmp_path: Path) -> None:
+    (tmp_path / "base.sif").write_bytes(b"sif")
+    (tmp_path / "my.def").write_text(f"Bootstrap: localimage\nFrom: {tmp_path}/base.sif\n"
+                                     "%post\n    true\n")
+    plan = plan_build(str(tmp_path / "my.def"), output=tmp_path / "o.sif")
+    assert plan.argv("apptainer", "t", "d")[2:4] == ["--mksquashfs-args", "-comp lz4"]
+    other = plan_build(str(tmp_path / "my.def"), output=tmp_path / "o.sif", compression="zstd")
+    assert other.argv("apptainer", "t", "d")[2:4] == ["--mksquashfs-args", "-comp zstd"]
+    assert other.content_hash != plan.content_hash
 
 
 def test_sandbox_and_remote_refused(cache: Path) -> None:
