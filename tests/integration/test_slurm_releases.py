@@ -92,3 +92,40 @@ def test_a_two_node_job_on_each_release(release: str,
     assert version.returncode == 0, version.stdout + version.stderr
     text = Path(json.loads(version.stdout.strip().splitlines()[-1])["stdout"]).read_text()
     assert f"slurm-wlm {release}." in text
+
+
+MPI_HELLO = """\
+import socket
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+print(f"{c.Get_rank()}/{c.Get_size()} {socket.gethostname()} {c.allreduce(c.Get_rank())}",
+      flush=True)
+"""
+
+
+def test_open_mpi_over_pmix_on_24_11(release_clusters: dict[str, dict[str, str]],
+                                     tmp_path: Path) -> None:
+    """The headline path's PMI: 4 Open MPI ranks on 2 nodes started by 24.11's
+    `srun --mpi=pmix` (its plugin reads the root's PMIx 5 through /run/hpcdl-pmix-24.11,
+    scripts/slurm-rootfs.sh), each seeing the world of 4 and reducing across both nodes.
+    Before the fix the step hung at launch in the host's PMIx 4."""
+    import sys
+
+    env = release_clusters["24.11"]
+    script = Path(env["HPCDL_RUNS"]).parent / "mpi_hello.py"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(MPI_HELLO)
+    profile = shape.profile_name(2, "24.11")
+    dry = hpcdl("submit", "-p", profile, "-N", "2", "-G", "2", "--no-image", "--dry-run",
+                "--", sys.executable, str(script), env=env)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "--mpi=pmix" in dry.stdout
+    res = hpcdl("submit", "-p", profile, "-N", "2", "-G", "2", "--no-image", "--wait",
+                "--json", "--", sys.executable, str(script), env=env, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = Path(json.loads(res.stdout.strip().splitlines()[-1])["stdout"]).read_text()
+    rows = sorted(line.split(":", 1)[1].split() for line in out.splitlines()
+                  if line[:1].isdigit() and "/4 " in line)
+    assert [r[0] for r in rows] == ["0/4", "1/4", "2/4", "3/4"], out
+    assert {r[1] for r in rows} == {"v2411n1", "v2411n2"}
+    assert {r[2] for r in rows} == {"6"}
