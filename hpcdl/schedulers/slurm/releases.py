@@ -12,7 +12,8 @@ RELEASE_NOTES and CHANGELOG:
   exclusive in one request.
 - ``tres_bind``: GPU binding is spelled ``--tres-bind`` from 23.11 (``--gpu-bind``
   before).
-- ``requeue_expedite``: ``--requeue=expedite`` exists from 25.11.
+- ``requeue_expedite``: ``--requeue=expedite`` exists from 25.11 (and acts only where
+  slurm.conf has ``SlurmctldParameters=enable_expedited_requeue``: sbatch(1)).
 - ``no_kill_step_bug``: after a node fails in a ``--no-kill`` job, later steps may not
   get all the remaining resources; fixed in 23.02.3, never in 22.05.
 - ``sigterm_teardown``: from 26.05 the other tasks of a step that one task left with a
@@ -117,3 +118,42 @@ def release_of(version_text: str, tried: str = "sbatch --version") -> Release:
             f"({OLDEST} to {NEWEST}): hpcdl uses {nearest.release}'s behaviour")
     return Release(version, nearest, note)
 
+
+
+def profile_behaviour(release: str | None) -> Behaviour:
+    """How the cluster of a profile whose ``scheduler.release`` is ``release`` behaves,
+    for rendering its scripts without asking Slurm (--dry-run and the goldens stay
+    deterministic). None (a profile written before hpcdl knew releases): 22.05's, the
+    scripts hpcdl has always rendered. A YY.MM hpcdl does not know: the nearest known
+    release's, as release_of says."""
+    if release is None:
+        return KNOWN[OLDEST]
+    return release_of(f"{release}.0", tried="the profile's scheduler.release").behaviour
+
+
+def expedite_enabled(slurmctld_parameters: str) -> bool:
+    """Whether ``scontrol show config``'s SlurmctldParameters value (comma-separated,
+    ``(null)`` when unset) enables ``--requeue=expedite``."""
+    return "enable_expedited_requeue" in (p.strip() for p in slurmctld_parameters.split(","))
+
+
+def differences(b: Behaviour) -> list[str]:
+    """What hpcdl does differently on a cluster of ``b``'s release than on 22.05's, one
+    line each (profiles detect, doctor, the docs' table)."""
+    lines = []
+    if b.cpus_per_task_env != "SRUN_CPUS_PER_TASK":
+        lines.append(f"the job exports {b.cpus_per_task_env} (srun reads it from 23.11; "
+                     "22.05's SRUN_CPUS_PER_TASK is ignored)")
+    if b.gpus_exclusive:
+        lines.append("one GPU request per job: --gres=gpu:N and --gpus-per-node are mutually "
+                     "exclusive from 26.05 (hpcdl refuses a profile that adds the other)")
+    if b.requeue_expedite:
+        lines.append("requeued jobs ask for --requeue=expedite where the cluster enables it "
+                     "(scheduler.requeue_expedite: SlurmctldParameters=enable_expedited_requeue)")
+    if not b.no_kill_step_bug:
+        lines.append("no --no-kill step bug (fixed in 23.02.3): a relaunch after a node "
+                     "death gets the surviving nodes' resources")
+    if b.sigterm_teardown:
+        lines.append("a step's other tasks get SIGTERM and KillWait after one fails "
+                     "(26.05), no longer SIGKILL at once")
+    return lines
