@@ -7,7 +7,12 @@ RELEASE_NOTES and CHANGELOG:
 
 - ``cpus_per_task_env``: 22.05 made srun stop inheriting the batch job's
   --cpus-per-task and read SRUN_CPUS_PER_TASK instead; 23.11 went back to
-  SLURM_CPUS_PER_TASK and ignores SRUN_CPUS_PER_TASK.
+  SLURM_CPUS_PER_TASK and ignores SRUN_CPUS_PER_TASK. Measured on the 24.11.5 and
+  26.05.5 sandboxes (a job of -c 4): srun takes 4 by itself (SLURM_TRES_PER_TASK=cpu=4,
+  with SLURM_CPUS_PER_TASK unset too), ignores SRUN_CPUS_PER_TASK=2, and stops with
+  "cpus-per-task set by two different environment variables" when SLURM_CPUS_PER_TASK
+  differs from SLURM_TRES_PER_TASK; an explicit ``srun -c`` wins over both. So the
+  job script keeps Slurm's own value (``${SLURM_CPUS_PER_TASK:-N}``), never another.
 - ``gpus_exclusive``: from 26.05, ``--gres=gpu:N`` and ``--gpus-per-node`` are mutually
   exclusive in one request.
 - ``tres_bind``: GPU binding is spelled ``--tres-bind`` from 23.11 (``--gpu-bind``

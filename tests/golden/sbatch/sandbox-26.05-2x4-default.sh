@@ -13,8 +13,8 @@
 
 set -euo pipefail
 
-# Slurm 26.05: srun reads the CPUs per task from SLURM_CPUS_PER_TASK (from 23.11;
-# 22.05's SRUN_CPUS_PER_TASK is ignored): without it the ranks' data loaders starve.
+# Slurm 26.05: srun takes the job's CPUs per task again (23.11 on; 22.05's
+# SRUN_CPUS_PER_TASK is ignored) and refuses a SLURM_CPUS_PER_TASK that differs from it: Slurm's own value is kept.
 export SLURM_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-2}"
 export OMP_NUM_THREADS=1
 export OMP_PROC_BIND=false
