@@ -147,8 +147,8 @@ def differences(b: Behaviour) -> list[str]:
     line each (profiles detect, doctor, the docs' table)."""
     lines = []
     if b.cpus_per_task_env != "SRUN_CPUS_PER_TASK":
-        lines.append(f"the job exports {b.cpus_per_task_env} (srun reads it from 23.11; "
-                     "22.05's SRUN_CPUS_PER_TASK is ignored)")
+        lines.append(f"the job keeps Slurm's {b.cpus_per_task_env} (srun inherits the job's "
+                     "CPUs per task again from 23.11; 22.05's SRUN_CPUS_PER_TASK is ignored)")
     if b.gpus_exclusive:
         lines.append("one GPU request per job: --gres=gpu:N and --gpus-per-node are mutually "
                      "exclusive from 26.05 (hpcdl refuses a profile that adds the other)")
