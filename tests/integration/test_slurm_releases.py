@@ -3,8 +3,9 @@ RELEASE` brings up a real two-node cluster of that release (its daemons from the
 release's Debian root filesystem, scripts/slurm-rootfs.sh), and hpcdl runs a real
 two-node job on it through the profile it wrote, then reads its status and logs back.
 
-The clusters live in directories of their own (never the shared sandbox's) and are
-taken down at the end. Their node names (v2411n1, ...) are the release sandboxes'
+The clusters live in directories of their own (never the shared sandbox's), shared
+with the release matrix for the session and taken down at its end
+(tests/integration/conftest_releases.py). Their node names (v2411n1, ...) are the release sandboxes'
 own: a `hpcdl sandbox up --slurm` cluster left running by hand makes `up` refuse here,
 in one line. The first run builds each root filesystem (~60-75 s each, cached by
 content afterwards)."""
@@ -13,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,64 +28,22 @@ pytestmark = [pytest.mark.slurm,
 RELEASES = ("24.11", "26.05")
 
 
-@pytest.fixture(scope="module")
-def release_clusters(tmp_path_factory: pytest.TempPathFactory
-                     ) -> Iterator[dict[str, dict[str, str]]]:
-    """Each release's two-node cluster, up; its environment (a private config home with
-    its profile, a runs directory on the nodes' shared /scratch)."""
-    base = tmp_path_factory.mktemp("releases")
-    up: dict[str, dict[str, str]] = {}
-    folders = {r: Path("/var/lib") / f"hpcdl-test-slurm-{r}-{os.getpid()}" for r in RELEASES}
-    runs = Path("/scratch") / f"hpcdl-test-releases-{os.getpid()}"
-    # A runs directory per cluster: both clusters number their jobs from 1, and
-    # `hpcdl status JOBID` finds a job by its id among the runs there.
-    envs = {r: {"XDG_CONFIG_HOME": str(base / "cfg"), "HPCDL_RUNS": str(runs / r)}
-            for r in RELEASES}
-    try:
-        for release, folder in folders.items():
-            res = hpcdl("sandbox", "up", "--slurm", release, "--nodes", "2", "--dir",
-                        str(folder), env=envs[release], timeout=600)
-            assert res.returncode == 0, res.stdout + res.stderr
-            up[release] = envs[release]
-        yield up
-    finally:
-        for release, folder in folders.items():
-            if folder.exists():
-                down = hpcdl("sandbox", "down", "--slurm", release, "--nodes", "2", "--dir",
-                             str(folder), env=envs[release], timeout=300)
-                assert down.returncode == 0, down.stdout + down.stderr
-                shutil.rmtree(folder, ignore_errors=True)
-        shutil.rmtree(runs, ignore_errors=True)
+@pytest.fixture
+def release_clusters(release_sandboxes) -> dict[str, dict[str, str]]:  # type: ignore[no-untyped-def]
+    """Each release's two-node cluster, up (shared with the release matrix for the whole
+    session: tests/integration/conftest_releases.py); its environment (a private config
+    home with its profile, a runs directory of its own)."""
+    return {r: release_sandboxes.get(r).env for r in RELEASES}
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_a_two_node_job_on_each_release(release: str,
-                                        release_clusters: dict[str, dict[str, str]]) -> None:
+def test_the_jobs_srun_is_the_releases(release: str,
+                                       release_clusters: dict[str, dict[str, str]]) -> None:
+    # The job's own srun is the release's (its version, in the job's PATH): the wrappers'
+    # PATH reaches the nodes through sbatch's exported environment. The 2-node run with
+    # its status and logs is the matrix's (test_slurm_matrix.py).
     env = release_clusters[release]
     profile = shape.profile_name(2, release)
-    res = hpcdl("submit", "-p", profile, "-N", "2", "-G", "1", "--no-image", "--wait",
-                "--json", "--", "hostname", env=env, timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    record = json.loads(res.stdout.strip().splitlines()[-1])
-    job = str(record["job_id"])
-    # One rank on each node, each its own host: the release's srun started them.
-    out = Path(record["stdout"]).read_text()
-    names = sorted(line.split(":", 1)[1].strip() for line in out.splitlines()
-                   if line[:1].isdigit())
-    assert names == shape.node_names(2, release)
-    # Status and logs read back through hpcdl, from the release's own commands (the
-    # host's 22.05 cluster has its own job ids: a wrong one would not find this job's
-    # nodes).
-    status = hpcdl("status", job, "--json", env=env)
-    assert status.returncode == 0, status.stdout + status.stderr
-    row = json.loads(status.stdout)
-    assert row["state"] == "COMPLETED"
-    assert row["nodes"] == f"v{release.replace('.', '')}n[1-2]"
-    logs = hpcdl("logs", job, env=env)
-    assert logs.returncode == 0, logs.stdout + logs.stderr
-    assert sorted(line.split(":", 1)[1].strip() for line in logs.stdout.splitlines()
-                  if line[:1].isdigit()) == names
-    # The job's own srun was the release's: its version in the job's PATH.
     version = hpcdl("submit", "-p", profile, "-N", "1", "-G", "0", "--no-image", "--wait",
                     "--json", "--", "srun", "--version", env=env, timeout=300)
     assert version.returncode == 0, version.stdout + version.stderr
