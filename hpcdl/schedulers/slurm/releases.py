@@ -162,3 +162,37 @@ def differences(b: Behaviour) -> list[str]:
         lines.append("a step's other tasks get SIGTERM and KillWait after one fails "
                      "(26.05), no longer SIGKILL at once")
     return lines
+
+
+def feature_table(names: tuple[str, ...] = ("22.05", "24.11", "26.05")) -> str:
+    """The feature x release table of docs/guide/slurm-releases.md (markdown): for each
+    thing that differs, what hpcdl does on each release, from this module's rows
+    (scripts/release_table.py writes it into the page; a unit test keeps it current)."""
+    rows = [KNOWN[n] for n in names]
+
+    def cells(fn) -> str:  # type: ignore[no-untyped-def]
+        return " | ".join(fn(b) for b in rows)
+
+    lines = [
+        "| what | " + " | ".join(f"Slurm {n}" for n in names) + " |",
+        "|---|" + "---|" * len(names),
+        "| srun's CPUs per task | " + cells(
+            lambda b: "job exports SRUN_CPUS_PER_TASK (srun does not inherit -c)"
+            if b.cpus_per_task_env == "SRUN_CPUS_PER_TASK"
+            else "inherited (SLURM_TRES_PER_TASK); job keeps Slurm's SLURM_CPUS_PER_TASK") + " |",
+        "| GPUs per node | " + cells(
+            lambda b: "one request (scheduler.gpu_request); a second in extra_options refused"
+            if b.gpus_exclusive else "scheduler.gpu_request (--gres=gpu:N or --gpus-per-node)")
+        + " |",
+        "| requeue | " + cells(
+            lambda b: "--requeue=expedite where scheduler.requeue_expedite (the cluster's "
+                      "enable_expedited_requeue), else --requeue"
+            if b.requeue_expedite else "--requeue (no expedite in this release)") + " |",
+        "| relaunch after a node death (--no-kill) | " + cells(
+            lambda b: "Slurm bug (fixed 23.02.3): later steps may miss resources; not worked "
+                      "around yet" if b.no_kill_step_bug else "no known step bug") + " |",
+        "| a step's other tasks after one fails | " + cells(
+            lambda b: "SIGCONT + SIGTERM, KillWait" if b.sigterm_teardown
+            else "SIGKILL at once") + " |",
+    ]
+    return "\n".join(lines) + "\n"
