@@ -350,3 +350,20 @@ def test_an_unknown_release_is_a_note_and_the_nearest_known():
     found = describe(_with_config(SLURM_VERSION="27.11.0"), name="x")
     assert found.profile.scheduler.release == "26.05"
     assert any("27.11.0" in n and "not a release hpcdl knows" in n for n in found.notes)
+
+
+def test_diff_names_a_release_the_profile_does_not_follow():
+    bundled = load_profile("sandbox")  # no scheduler.release: 22.05's scripts
+    on_22 = describe(_with_config(SLURM_VERSION="22.05.8"), name="sandbox").profile
+    assert not any("release" in d for d in differences(bundled, on_22, mpi_offered=("pmix",)))
+    on_26 = describe(_with_config(SLURM_VERSION="26.05.5",
+                                  SlurmctldParameters="enable_expedited_requeue"),
+                     name="sandbox").profile
+    lines = differences(bundled, on_26, mpi_offered=("pmix",))
+    assert ("scheduler.release: profile says nothing (22.05 scripts), the cluster runs Slurm "
+            "26.05 (the job scripts follow the profile)") in lines
+    assert any(d.startswith("scheduler.requeue_expedite: profile says false") for d in lines)
+    followed = bundled.model_copy(update={"scheduler": bundled.scheduler.model_copy(
+        update={"release": "26.05", "requeue_expedite": True})})
+    assert not any("release" in d or "expedite" in d
+                   for d in differences(followed, on_26, mpi_offered=("pmix",)))
