@@ -2,7 +2,7 @@
 (``slurm_release``: the host's 22.05 sandbox, the 24.11 and 26.05 release sandboxes;
 tests/integration/conftest_releases.py), through hpcdl's own commands and the
 release's own Slurm. What they cover: a native 2-node run with status and logs read
-back, a job's cancel, a sweep array task's status, `profiles detect`, and the bundled
+back, a job's cancel, a sweep array task's status, `hpcdl alloc`, `profiles detect`, and the bundled
 example in the CPU image on 2 nodes."""
 
 from __future__ import annotations
@@ -86,6 +86,24 @@ def test_a_sweep_array_tasks_status(slurm_release: SlurmRelease) -> None:
     assert task.endswith("_1")
     row = _state(rel, task)
     assert row["state"] == "FAILED" and row["job_id"] == task
+
+
+def test_alloc_runs_the_releases_salloc_and_srun(slurm_release: SlurmRelease) -> None:
+    """`hpcdl alloc` (salloc, from the profile's command directory) with a command: srun
+    inside the allocation is the release's and gives each task the CPUs asked for (22.05
+    through SRUN_CPUS_PER_TASK, later releases by inheriting the allocation's)."""
+    rel = slurm_release
+    res = rel.hpcdl("alloc", "-p", rel.profile, "-N", "2", "-G", "1", "-c", "2", "-t",
+                    "00:02:00", "--", "srun", "bash", "-c",
+                    'echo "hpcdl-alloc $(hostname) cpt=$SLURM_CPUS_PER_TASK srun=$(command -v srun)"',
+                    timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = sorted(line.split()[1:] for line in res.stdout.splitlines()
+                  if line.startswith("hpcdl-alloc "))
+    assert [r[0] for r in rows] == sorted(rel.nodes), res.stdout
+    assert {r[1] for r in rows} == {"cpt=2"}
+    assert {r[2] for r in rows} == {f"srun={rel.command('srun')}" if rel.commands else
+                                    rows[0][2]}
 
 
 def test_profiles_detect_records_the_release(slurm_release: SlurmRelease,
