@@ -639,6 +639,16 @@ stale_reasons() {
   done
 }
 
+# pmix_link: the release's mpi/pmix plugin reads the root's libpmix through
+# /run/hpcdl-pmix-RELEASE (scripts/slurm-rootfs.sh, pmix_path); /run is emptied at
+# boot, so each up makes the link. Two sandboxes of one release share it (one root).
+pmix_link() {
+  local link target
+  [[ -n $SLURM_ROOT && -s $SLURM_ROOT/hpcdl/pmix-link ]] || return 0
+  read -r link target <"$SLURM_ROOT/hpcdl/pmix-link"
+  ln -sfn "$target" "$link"
+}
+
 cmd_up() {
   local t0=$SECONDS
   "$HERE/install-slurm.sh" | grep -v 'all packages present' || true
@@ -652,6 +662,7 @@ cmd_up() {
   fi
   write_config
   net_up
+  pmix_link
   start_munge
   if [[ $ACCOUNTING == slurmdbd ]]; then
     start_mariadb

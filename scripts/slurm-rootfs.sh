@@ -87,6 +87,7 @@ host_run() {
     [[ -L $f ]] && continue
     patchelf --set-interpreter "$root/usr/lib64/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$lib" "$f"
   done
+  pmix_path "$tmp" "$root"
   for dir in "$tmp/usr/lib/x86_64-linux-gnu/slurm-wlm" "$tmp/usr/lib/x86_64-linux-gnu/slurm"; do
     [[ -d $dir ]] || continue
     for f in "$dir"/*.so*; do
@@ -94,6 +95,33 @@ host_run() {
       patchelf --set-rpath "$lib" "$f"
     done
   done
+}
+
+# pmix_path TMP ROOT: the release's mpi/pmix plugin dlopens PMIXP_LIBPATH/libpmix.so.2,
+# PMIXP_LIBPATH compiled in as /usr/lib/x86_64-linux-gnu/pmix2/lib: on the host that is
+# bookworm's PMIx 4, whose libpmix inside the release's slurmstepd hangs every
+# `srun --mpi=pmix` step. The path is rewritten in the plugin to /run/hpcdl-pmix-RELEASE
+# padded with slashes to the same length (a path may hold any number of them; the bytes
+# around it stay where they are), and the root's libpmix gets the root's libraries'
+# rpath. `sandbox.sh up` makes that link (the name is in ROOT/hpcdl/pmix-link) to
+# ROOT's PMIx directory; /run is emptied at boot, so every up makes it again. A release
+# whose Debian build has no mpi/pmix plugin (forky's 26.05) gets no link file.
+pmix_path() {
+  local tmp=$1 root=$2 f lib link old=/usr/lib/x86_64-linux-gnu/pmix2/lib
+  lib="$root/usr/lib/x86_64-linux-gnu/slurm-wlm:$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/slurm"
+  link=/run/hpcdl-pmix-$release
+  for f in "$tmp"/usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix_v*.so; do
+    [[ -f $f ]] || return 0
+    OLD=$old NEW=$link perl -0777 -pi -e '
+      my ($o, $n) = ($ENV{OLD}, $ENV{NEW});
+      die "new path longer than old\n" if length($n) > length($o);
+      $n .= "/" x (length($o) - length($n));
+      s/\Q$o\E/$n/g or die "no $o in plugin\n";' "$f"
+  done
+  for f in "$tmp$old"/libpmix.so.*; do
+    if [[ -f $f && ! -L $f ]]; then patchelf --set-rpath "$lib" "$f"; fi
+  done
+  printf '%s %s\n' "$link" "$root$old" >"$tmp/hpcdl/pmix-link"
 }
 
 start=$SECONDS

@@ -13,6 +13,7 @@ import pytest
 pytest_plugins: list[str] = ["pytester", "tests.skip_policy", "tests.durations",
                              "tests.unit.conftest_examples", "tests.integration.conftest_apptainer",
                              "tests.integration.conftest_slurm", "tests.integration.conftest_user",
+                             "tests.integration.conftest_releases",
                              "tests.integration.conftest_remote",
                              "tests.fakeslurm.fixture"]
 

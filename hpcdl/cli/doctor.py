@@ -25,7 +25,13 @@ def _print_host(host) -> None:  # type: ignore[no-untyped-def]
     if host.access is not None and host.runtime:
         click.echo(f"  container access  : {runtime_mode(host.access)} (uid {host.access.euid})")
     tools = ", ".join(t for t, ok in host.slurm_tools.items() if ok) or "none"
-    click.echo(f"  slurm             : {host.slurm_version or '-'} (tools: {tools})")
+    where = f", from {host.slurm_commands}" if host.slurm_commands else ""
+    click.echo(f"  slurm             : {host.slurm_version or '-'} (tools: {tools}{where})")
+    if host.slurm_release:
+        differs = host.release_notes or ["as on 22.05: nothing differs"]
+        click.echo(f"  slurm release     : {host.slurm_release}: {differs[0]}")
+        for line in differs[1:]:
+            click.echo(f"                      {line}")
     click.echo(f"  srun --mpi=list   : {', '.join(host.srun_mpi) or '-'}"
                + (f" ({', '.join(host.pmix_plugins)})" if host.pmix_plugins else ""))
     gpus = f"{len(host.gpus)} x {host.gpus[0]}, driver {host.driver_version}" if host.gpus else "none"
@@ -79,11 +85,11 @@ def doctor(image: str | None, profile: str | None, as_json: bool) -> None:
       hpcdl doctor --image /var/cache/hpcdl/images/pytorch-horovod-cpu.sif -p sandbox
     """
     prof = profile_facts(profile) if profile else None
-    binary = None
+    binary = commands = None
     if profile:
-        container = load_profile(profile).container
-        binary = container.binary
-    host = host_facts(binary)
+        loaded = load_profile(profile)
+        binary, commands = loaded.container.binary, loaded.scheduler.commands
+    host = host_facts(binary, commands)
     img = image_facts(image, binary) if image and host.runtime else None
     if image and not host.runtime:
         img = ImageFacts(path=image, error="no container runtime to look inside it")

@@ -99,15 +99,21 @@ def validate(file: str) -> None:
               help="Private key file, an absolute path (with --login).")
 @click.option("--jump", metavar="[USER@]HOST[:PORT]",
               help="ProxyJump host(s), comma-separated (with --login).")
+@click.option("--commands", metavar="DIR",
+              help="Run the scheduler's commands from DIR (a site module's bin/, a release "
+                   "sandbox's bin/); the profile's scheduler.commands names it.")
 def detect(name: str | None, output: str | None, force: bool, login_at: str | None,
-           port: int | None, identity: str | None, jump: str | None) -> None:
+           port: int | None, identity: str | None, jump: str | None,
+           commands: str | None) -> None:
     """Write a profile of the Slurm cluster this machine talks to, or, with --login,
     of the one behind a login node reached over SSH.
 
     Reads scontrol show partition/node/config, srun --mpi=list, sacctmgr show qos
     (when accounting answers) and the container runtime on this node (the login
     node, with --login); every value in the output has a comment saying where it came from. A heterogeneous
-    partition is described by its smallest node. What Slurm does not know (modules,
+    partition is described by its smallest node. The Slurm release (scheduler.release,
+    from SLURM_VERSION) decides what the job scripts do differently (the notes say
+    what). What Slurm does not know (modules,
     env vars, binds, paths, account) is left for you to add. Commands that fail
     leave a GAP line in the header instead of stopping detection; a cluster whose
     partitions cannot be read is one error line (exit 1). SLURM_CONF picks the cluster.
@@ -133,6 +139,8 @@ def detect(name: str | None, output: str | None, force: bool, login_at: str | No
     if name is not None:
         _check_name(name)
     login = _login_of(login_at, port, identity, jump)
+    if commands is not None:
+        commands = _commands_dir(commands)
     target = Path(output).expanduser() if output else None
     if target is not None:
         if target.exists() and not force:
@@ -140,7 +148,8 @@ def detect(name: str | None, output: str | None, force: bool, login_at: str | No
         if not target.parent.is_dir():
             raise UserInputError(f"output: folder {target.parent} does not exist")
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    found = describe_cluster(_gather(login), name=name, when=when, login=login)
+    found = describe_cluster(_gather(login, commands), name=name, when=when, login=login,
+                             commands=commands)
     for note in found.notes:
         click.echo(f"note: {note}", err=True)
     if target is None:
@@ -185,11 +194,25 @@ def _login_of(login_at: str | None, port: int | None, identity: str | None,
                  jump=jump)
 
 
-def _gather(login: Login | None) -> ClusterFacts:
-    """The live cluster's facts: this machine's, or the login node's over SSH."""
+def _gather(login: Login | None, commands: str | None = None) -> ClusterFacts:
+    """The live cluster's facts: this machine's, or the login node's over SSH; Slurm's
+    commands from ``commands`` when given."""
     from hpcdl.schedulers.registry import detect_cluster
 
-    return detect_cluster(login)
+    return detect_cluster(login, commands)
+
+
+def _commands_dir(commands: str) -> str:
+    """--commands as scheduler.commands takes it (an absolute directory path, one
+    token), or one line naming the option (exit 2)."""
+    from hpcdl.core.tokens import SHARED_DIR, check_token
+    from hpcdl.jobside.errors import UserInputError
+
+    try:
+        check_token(commands, SHARED_DIR)
+    except ValueError as exc:
+        raise UserInputError(f"--commands: {exc}") from None
+    return commands
 
 
 def _check_name(name: str) -> None:
@@ -216,7 +239,7 @@ def diff(profile: str, as_json: bool) -> None:
     from hpcdl.schedulers.registry import describe_cluster, profile_differences
 
     prof = load_profile(profile)
-    facts = _gather(prof.login)
+    facts = _gather(prof.login, prof.scheduler.commands)
     found = describe_cluster(facts, name=prof.name, login=prof.login)
     lines = profile_differences(prof, found.profile,
                         mpi_offered=facts.mpi.types if facts.mpi is not None else None,

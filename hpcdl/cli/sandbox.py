@@ -120,7 +120,8 @@ def _prepare(nodes: int, folder: Path, release: str | None = None,
         write_atomic(folder / shape.SHAPE_FILE, shape.shape_text(nodes, _free_subnet(), release))
         write_atomic(folder / shape.ENV_FILE, shape.env_file_text(env))
     bundled = Path(__file__).resolve().parents[1] / "profiles" / "bundled" / "sandbox.yaml"
-    data = shape.profile_data(yaml.safe_load(bundled.read_text()), nodes, folder, release)
+    data = shape.profile_data(yaml.safe_load(bundled.read_text()), nodes, folder, release,
+                              shape.root_has_pmix(env.get("HPCDL_SANDBOX_SLURM_ROOT")))
     how = f"--slurm {release} --nodes {nodes}" if release else f"--nodes {nodes}"
     text = (f"# Written by `hpcdl sandbox up {how}`; matches {folder}/etc/slurm.conf.\n"
             + yaml.safe_dump(data, sort_keys=False))

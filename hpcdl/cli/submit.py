@@ -375,6 +375,10 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
 
     plan = build_alloc(prof, request)
     executor = connect(prof).executor  # opens nothing: a connection starts with its first use
+    # The allocation command from the profile's command directory, as every other one.
+    from hpcdl.schedulers.registry import with_commands
+
+    executor = with_commands(prof, executor)
     if dry_run:
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
         if executor.remote:

@@ -140,6 +140,8 @@ URL = _kind("URL", r"(https?|file)://[^\s\"'\\`]+", "https://download.pytorch.or
 # --python-version / --platform; hpcdl.container.wheels).
 PY_VERSION = _kind("python version (3.X)", r"3\.\d{1,2}", "3.11")
 GLIBC_VERSION = _kind("glibc version (2.X)", r"2\.\d{1,2}", "2.36")
+# A Slurm release, year.month (hpcdl/schedulers/slurm/releases.py knows which).
+SLURM_RELEASE = _kind("Slurm release (YY.MM)", r"\d{2}\.\d{2}", "24.11")
 MACHINE = _kind("machine", r"x86_64|aarch64|ppc64le|s390x", "x86_64")
 LABEL_KEY = _kind("label name", r"[A-Za-z0-9_.\-]+", "org.example.owner")
 # Free text (env values, commands, descriptions): quoted where it lands, one line.
@@ -163,6 +165,7 @@ Name = Annotated[str, Strict(), checker(NAME), NAME]
 SlurmValue = Annotated[str, Strict(), checker(SLURM_VALUE), SLURM_VALUE]
 OptionKey = Annotated[str, Strict(), checker(OPTION_KEY), OPTION_KEY]
 SlurmTime = Annotated[str, Strict(), checker(SLURM_TIME), SLURM_TIME]
+SlurmRelease = Annotated[str, Strict(), checker(SLURM_RELEASE), SLURM_RELEASE]
 ExampleArg = Annotated[str, Strict(), checker(EXAMPLE_ARG), EXAMPLE_ARG]
 Filesystem = Annotated[str, Strict(), checker(FILESYSTEM), FILESYSTEM]
 Module = Annotated[str, Strict(), checker(MODULE), MODULE]
@@ -199,6 +202,6 @@ NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 KINDS: tuple[Kind, ...] = (
     NAME, SLURM_VALUE, OPTION_KEY, SLURM_TIME, EXAMPLE_ARG, FILESYSTEM, MODULE, ENV_NAME, REQUEUE_SIGNAL, EXECUTABLE, PATH, SHARED_DIR, BIND_SOURCE, BIND,
     IMAGE_NAME, IMAGE_REF, IMAGE_TAG, OS_VERSION, VERSION, DEB_PACKAGE, REQUIREMENT, URL,
-    LABEL_KEY, TEXT, DEF_TEXT, IFNAME, SSH_HOST, SSH_USER, SSH_JUMP, PY_VERSION, GLIBC_VERSION,
+    LABEL_KEY, TEXT, DEF_TEXT, IFNAME, SSH_HOST, SSH_USER, SSH_JUMP, PY_VERSION, GLIBC_VERSION, SLURM_RELEASE,
     MACHINE,
 )

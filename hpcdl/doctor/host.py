@@ -15,7 +15,8 @@ from pathlib import Path
 from hpcdl.container.runtime import RuntimeFacts, find_runtime, gather_runtime_facts
 from hpcdl.core import proc
 from hpcdl.doctor.parse import parse_mpi_version, parse_shared_loop_devices
-from hpcdl.jobside.errors import ToolError
+from hpcdl.jobside.errors import ToolError, ValidationError
+from hpcdl.schedulers.slurm import releases
 from hpcdl.schedulers.slurm.detect import parse_mpi_list
 
 
@@ -26,6 +27,12 @@ class HostFacts:
     runtime_path: str | None = None
     runtime_error: str | None = None
     slurm_version: str | None = None  # from `srun --version`
+    # Its release (YY.MM) and what hpcdl does differently there (releases.differences),
+    # with the note for a release hpcdl does not know.
+    slurm_release: str | None = None
+    release_notes: list[str] = field(default_factory=list)
+    # The profile's scheduler.commands the Slurm tools were looked for in (None: PATH).
+    slurm_commands: str | None = None
     slurm_tools: dict[str, bool] = field(default_factory=dict)
     srun_mpi: list[str] = field(default_factory=list)  # `srun --mpi=list` plugin types
     pmix_plugins: list[str] = field(default_factory=list)  # e.g. ["pmix_v4"]
@@ -41,6 +48,18 @@ class HostFacts:
     access: RuntimeFacts | None = None
 
 
+def _release(f: HostFacts, version: str) -> None:
+    """The release ``srun --version``'s text names, into ``f``: unparsable text leaves
+    it unknown (the version line shows what srun said)."""
+    try:
+        found = releases.release_of(version, tried="srun --version")
+    except ValidationError:
+        return
+    f.slurm_release = found.behaviour.release
+    f.release_notes = [*([found.note] if found.note else []),
+                       *releases.differences(found.behaviour)]
+
+
 def _try(argv: list[str], timeout: float = 30) -> str | None:
     """stdout + stderr of ``argv`` when it runs and succeeds; None otherwise."""
     if not (argv[0].startswith("/") or proc.which(argv[0])):
@@ -52,10 +71,14 @@ def _try(argv: list[str], timeout: float = 30) -> str | None:
     return (r.stdout + r.stderr) if r.ok else None
 
 
-def host_facts(binary: str | None = None) -> HostFacts:
+def host_facts(binary: str | None = None, commands: str | None = None) -> HostFacts:
     """What this host offers. ``binary``: the runtime to look for (a profile's
-    container.binary), else apptainer/singularity on PATH. Never raises."""
-    f = HostFacts()
+    container.binary), else apptainer/singularity on PATH. ``commands``: the directory
+    of Slurm's commands (a profile's scheduler.commands), else PATH. Never raises."""
+    f = HostFacts(slurm_commands=commands)
+
+    def slurm(tool: str) -> str:
+        return f"{commands.rstrip('/')}/{tool}" if commands else tool
     try:
         rt = find_runtime(binary)
         f.runtime, f.runtime_version, f.runtime_path = rt.name, rt.version, rt.path
@@ -67,12 +90,13 @@ def host_facts(binary: str | None = None) -> HostFacts:
             conf = Path(f.access.conf_path).read_text(encoding="utf-8")
             f.shared_loop_devices = parse_shared_loop_devices(conf)
     for tool in ("sbatch", "srun", "squeue", "sinfo", "sacct", "scontrol"):
-        f.slurm_tools[tool] = proc.which(tool) is not None
+        f.slurm_tools[tool] = proc.which(slurm(tool)) is not None
     if f.slurm_tools["srun"]:
-        version = _try(["srun", "--version"])
+        version = _try([slurm("srun"), "--version"])
         if version:
             f.slurm_version = version.split()[-1]
-        listing = _try(["srun", "--mpi=list"])
+            _release(f, version)
+        listing = _try([slurm("srun"), "--mpi=list"])
         if listing:
             offered = parse_mpi_list(listing)
             f.srun_mpi, f.pmix_plugins = list(offered.types), sorted(offered.pmix_versions)

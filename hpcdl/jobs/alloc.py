@@ -52,7 +52,9 @@ def build_alloc(profile: Profile, req: JobRequest) -> AllocPlan:
     script = render_template(
         alloc.template,
         {"profile": profile, "modules": profile.modules, "salloc_line": shell_join(alloc.argv),
-         "cpus_per_task": cpus},
+         "cpus_per_task": cpus,
+         # The dialect's variable for srun's CPUs per task (the release's, on Slurm).
+         "cpus_env": alloc.env[0][0] if alloc.env else "SRUN_CPUS_PER_TASK"},
         template_file=req.template,
         template_dirs=[profile.template_dir] if profile.template_dir else (),
     )

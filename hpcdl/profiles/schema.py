@@ -30,6 +30,7 @@ from hpcdl.core.tokens import (
     PositiveInt,
     RequeueSignal,
     SharedDir,
+    SlurmRelease,
     SlurmTime,
     SlurmValue,
     SshHost,
@@ -141,6 +142,17 @@ class Scheduler(_Strict):
         "...) where hpcdl runs them, when it is not the first on PATH: a site's `module load "
         "slurm/24.11` directory, or a release sandbox's (hpcdl sandbox up --slurm 24.11); "
         "the job's own srun comes from the job's PATH (put the module in `modules`)")
+    release: SlurmRelease | None = Field(
+        default=None,
+        description="the cluster's Slurm release (YY.MM, e.g. '24.11'), written by `hpcdl "
+        "profiles detect` and `hpcdl sandbox up --slurm`: the rendered script follows it "
+        "(hpcdl/schedulers/slurm/releases.py) without asking Slurm; unset: 22.05's "
+        "behaviour, the oldest hpcdl knows")
+    requeue_expedite: bool = Field(
+        default=False,
+        description="the cluster's slurm.conf has SlurmctldParameters=enable_expedited_requeue "
+        "(profiles detect reads it): on a release with --requeue=expedite (25.11 on), a "
+        "requeued job goes back at the front of the queue")
     gpu_request: Literal["gres", "gpus-per-node"] = Field(
         default="gres",
         description="how GPUs are asked for: --gres=gpu:N or --gpus-per-node=N")

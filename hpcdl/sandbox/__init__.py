@@ -190,11 +190,13 @@ def cluster_profile(base: dict[str, Any], shape: model.Shape, folder: Path, name
 
 
 def profile_data(base: dict[str, Any], nodes: int, folder: Path,
-                 release: str | None = None) -> dict[str, Any]:
+                 release: str | None = None, pmix: bool = False) -> dict[str, Any]:
     """The profile of the ``nodes``-node cluster in ``folder`` (`--nodes N`): its one
     partition over nodes like the default sandbox's. Any ``nodes`` (bench/bench_scale.py
     plans for 4,096), no addresses needed. For another ``release`` (`--slurm`), its
-    Slurm commands are the cluster's wrappers (scheduler.commands)."""
+    Slurm commands are the cluster's wrappers (scheduler.commands), its release is
+    recorded (scheduler.release), and ``pmix`` says whether its root has a working
+    mpi/pmix plugin (root_has_pmix)."""
     how = f"--slurm {release} --nodes {nodes}" if release else f"--nodes {nodes}"
     data = _profile(base, [model.profile_partition(_partition(nodes, None), [_LIKE] * nodes)],
                     folder, profile_name(nodes, release),
@@ -202,13 +204,19 @@ def profile_data(base: dict[str, Any], nodes: int, folder: Path,
                     f"in {folder} (hpcdl sandbox up {how})")
     if release:
         data["scheduler"] = {**(data.get("scheduler") or {}),
-                             "commands": str(commands_dir(folder))}
-        # The release's mpi/pmix plugin dlopens libpmix by the host's compiled-in path
-        # (bookworm's PMIx 4, not the root's PMIx 5): its steps hang. Until the plugin
-        # finds the root's PMIx, the release's ranks start without a PMI
-        # (docs/guide/sandbox.md, "Other Slurm releases").
-        data["mpi"] = {**(data.get("mpi") or {}), "srun_mpi": "none"}
+                             "commands": str(commands_dir(folder)), "release": release}
+        # 24.11's root has mpi/pmix reading the root's own PMIx (scripts/slurm-rootfs.sh,
+        # pmix_path); forky's 26.05 package is built without the plugin: its ranks start
+        # without a PMI (torch.distributed needs none; Open MPI here speaks only PMIx).
+        if not pmix:
+            data["mpi"] = {**(data.get("mpi") or {}), "srun_mpi": "none"}
     return data
+
+
+def root_has_pmix(slurm_root: str | None) -> bool:
+    """Whether the release root ``slurm_root`` has an mpi/pmix plugin that finds the
+    root's own PMIx (scripts/slurm-rootfs.sh leaves ROOT/hpcdl/pmix-link then)."""
+    return bool(slurm_root) and (Path(str(slurm_root)) / "hpcdl" / "pmix-link").is_file()
 
 
 def _profile(base: dict[str, Any], partitions: list[dict[str, Any]], folder: Path, name: str,

@@ -12,7 +12,7 @@ from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 
 # executor_for: re-exported, the one place a profile picks its transport is
 # hpcdl.schedulers.executor.
-__all__ = ["ADAPTERS", "describe_cluster", "detect_cluster", "executor_for",
+__all__ = ["ADAPTERS", "describe_cluster", "detect_cluster", "executor_for", "with_commands",
            "profile_differences", "run_files", "scheduler_for", "scheduler_of"]
 
 if TYPE_CHECKING:
@@ -52,24 +52,45 @@ def scheduler_of(profile: Profile) -> Scheduler:
                          profile.scheduler.commands)
 
 
-def detect_cluster(login: Login | None = None) -> ClusterFacts:
+def with_commands(profile: Profile, executor: Executor) -> Executor:
+    """``executor`` with the profile's scheduler commands run from its
+    ``scheduler.commands`` directory (as the adapter runs them), for a command that
+    runs one outside the adapter (`hpcdl alloc`'s salloc); as it is without one."""
+    if not profile.scheduler.commands:
+        return executor
+    from hpcdl.schedulers.executor import CommandDir
+    from hpcdl.schedulers.slurm.commands import SLURM_COMMANDS
+
+    return CommandDir(executor, profile.scheduler.commands, SLURM_COMMANDS)
+
+
+def detect_cluster(login: Login | None = None, commands: str | None = None) -> ClusterFacts:
     """The live cluster's facts for `profiles detect` and `profiles diff` (hpcdl detects
     Slurm clusters only): this machine's, or those of the cluster behind ``login`` over
-    SSH. Raises ToolError, UserInputError (a login node that cannot be used)."""
+    SSH; Slurm's commands from the directory ``commands`` (a profile's
+    scheduler.commands) when given. Raises ToolError, UserInputError (a login node that
+    cannot be used)."""
+    from hpcdl.schedulers.executor import CommandDir
+    from hpcdl.schedulers.slurm.commands import SLURM_COMMANDS
     from hpcdl.schedulers.slurm.detect import gather, gather_remote
 
     executor = executor_for_login(login)  # the transport decides; this asks it
-    return gather_remote(executor) if executor.remote else gather()
+    if executor.remote:
+        return gather_remote(CommandDir(executor, commands, SLURM_COMMANDS | {"sacctmgr"})
+                             if commands else executor)
+    if commands:
+        return gather(executor=CommandDir(executor, commands, SLURM_COMMANDS | {"sacctmgr"}))
+    return gather()
 
 
 def describe_cluster(facts: ClusterFacts, name: str | None = None, when: str | None = None,
-                     login: Login | None = None) -> Detected:
+                     login: Login | None = None, commands: str | None = None) -> Detected:
     """The profile detect_cluster's ``facts`` describe: validated model, commented YAML,
     caveats (the Slurm adapter's writer). Raises ConfigError when no partition can be
     described."""
     from hpcdl.schedulers.slurm.describe import describe
 
-    return describe(facts, name=name, when=when, login=login)
+    return describe(facts, name=name, when=when, login=login, commands=commands)
 
 
 def profile_differences(profile: Profile, detected: Profile, *,

@@ -29,8 +29,9 @@ import pydantic
 
 from hpcdl.core.duration import format_time, parse_time
 from hpcdl.core.yamlmodel import describe_validation_error, parse_yaml_model
-from hpcdl.jobside.errors import ConfigError, ToolError
+from hpcdl.jobside.errors import ConfigError, ToolError, ValidationError
 from hpcdl.profiles.schema import Login, Partition, Profile
+from hpcdl.schedulers.slurm import releases
 from hpcdl.schedulers.slurm.detect import ClusterFacts, Node, PartitionInfo
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.\-]+")
@@ -345,10 +346,40 @@ def _login(login: Login) -> Map:
                "detected over SSH through this login node: hpcdl runs Slurm's commands there")
 
 
+def _release(facts: ClusterFacts, notes: list[str],
+             commands: str | None) -> tuple[tuple[str, Leaf], ...]:
+    """The scheduler block's release lines: the directory the commands ran from
+    (--commands), the release SLURM_VERSION names (hpcdl's scripts follow it) and
+    whether the cluster enables --requeue=expedite; what hpcdl does differently there
+    goes into ``notes``."""
+    out: list[tuple[str, Leaf]] = []
+    if commands:
+        out.append(("commands", Leaf(commands, "--commands: Slurm's commands ran from there")))
+    if facts.slurm_version is None:
+        return tuple(out)
+    try:
+        found = releases.release_of(facts.slurm_version, tried=SCONTROL_CONFIG)
+    except ValidationError as exc:
+        notes.append(f"release: {exc.message}")
+        return tuple(out)
+    if found.note:
+        notes.append(found.note)
+    b = found.behaviour
+    out.append(("release", Leaf(b.release, f"SLURM_VERSION={found.version} ({SCONTROL_CONFIG})"
+                                + (" (nearest known)" if found.note else ""))))
+    params = facts.config.get("SlurmctldParameters", "(null)")
+    if b.requeue_expedite and releases.expedite_enabled(params):
+        out.append(("requeue_expedite", Leaf(True, f"SlurmctldParameters has "
+                                                   f"enable_expedited_requeue ({SCONTROL_CONFIG})")))
+    notes.extend(f"Slurm {b.release}: {line}" for line in releases.differences(b))
+    return tuple(out)
+
+
 def describe(facts: ClusterFacts, name: str | None = None, when: str | None = None,
-             login: Login | None = None) -> Detected:
+             login: Login | None = None, commands: str | None = None) -> Detected:
     """The profile for ``facts``: validated model, commented YAML, caveats. Pure.
     ``login``: the login node the facts were read through, written as the profile's.
+    ``commands``: the directory Slurm's commands ran from (scheduler.commands).
 
     Raises ConfigError when no partition can be described (the schema needs one).
     """
@@ -380,6 +411,7 @@ def describe(facts: ClusterFacts, name: str | None = None, when: str | None = No
         *((("login", _login(login)),) if login else ()),
         ("scheduler", Map((
             ("type", Leaf("slurm", "the commands answered: Slurm")),
+            *_release(facts, notes, commands),
             ("gpu_request", Leaf("gres", f"GresTypes={facts.config.get('GresTypes', 'unknown')} "
                                          f"({SCONTROL_CONFIG}): --gres=gpu:N")),
             ("default_time", _default_time(facts)),

@@ -416,7 +416,7 @@ def facts_from(captures: Mapping[str, Capture]) -> ClusterFacts:
     )
 
 
-def gather(timeout: float = 20) -> ClusterFacts:
+def gather(timeout: float = 20, executor: Executor = LOCAL) -> ClusterFacts:
     """Read the live cluster (the one SLURM_CONF / /etc/slurm points at).
 
     Raises ToolError when the partitions cannot be read; every other failing command
@@ -427,7 +427,7 @@ def gather(timeout: float = 20) -> ClusterFacts:
         # scontrol would retry for 60 s before saying the same.
         raise ToolError(f"cannot read the cluster: SLURM_CONF={conf} does not exist",
                         hint="point SLURM_CONF at the cluster's slurm.conf, or unset it")
-    return facts_from(capture_all(timeout))
+    return facts_from(capture_all(timeout, executor=executor))
 
 
 # The command detection cannot do without (the partitions); the others leave gaps.

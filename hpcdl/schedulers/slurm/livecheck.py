@@ -177,6 +177,22 @@ def as_cluster(detected: Profile) -> dict[str, ClusterPartition]:
     }
 
 
+def _release_differences(profile: Profile, detected: Profile) -> list[str]:
+    """The release the job scripts follow (scheduler.release; unset renders 22.05's)
+    against the one the cluster runs, and --requeue=expedite against its config."""
+    out = []
+    have, said = detected.scheduler.release, profile.scheduler.release
+    if have is not None and (said or "22.05") != have:
+        out.append(f"scheduler.release: profile says {said or 'nothing (22.05 scripts)'}, the "
+                   f"cluster runs Slurm {have} (the job scripts follow the profile)")
+    if detected.scheduler.requeue_expedite != profile.scheduler.requeue_expedite:
+        out.append(f"scheduler.requeue_expedite: profile says "
+                   f"{str(profile.scheduler.requeue_expedite).lower()}, the cluster "
+                   f"{'enables' if detected.scheduler.requeue_expedite else 'does not enable'} "
+                   f"--requeue=expedite")
+    return out
+
+
 def differences(profile: Profile, detected: Profile, *, mpi_offered: tuple[str, ...] | None = None,
                 runtime_found: bool = True) -> list[str]:
     """Every way ``profile`` and the live cluster (``detected`` from it) disagree, one line
@@ -186,7 +202,8 @@ def differences(profile: Profile, detected: Profile, *, mpi_offered: tuple[str, 
     about); on top of that: underclaims (the profile refuses what the cluster offers),
     GPU type, default partition, partitions missing from the profile, the srun MPI
     plugin (one ``mpi_offered`` by ``srun --mpi=list``; without the list, the detected
-    choice), the container runtime (when one was found) and the scheduler type.
+    choice), the container runtime (when one was found), the scheduler type and the
+    Slurm release (with --requeue=expedite).
     """
     errors, warnings = compare(profile, as_cluster(detected))
     out = errors + warnings
@@ -223,6 +240,7 @@ def differences(profile: Profile, detected: Profile, *, mpi_offered: tuple[str, 
     if profile.scheduler.type != detected.scheduler.type:
         out.append(f"scheduler: profile says {profile.scheduler.type}, the cluster runs "
                    f"{detected.scheduler.type}")
+    out += _release_differences(profile, detected)
     wanted = profile.mpi.srun_mpi
     if profile.mpi.launcher == "srun" and wanted is not None:
         if mpi_offered is not None and wanted not in mpi_offered:

@@ -7,12 +7,18 @@ RELEASE_NOTES and CHANGELOG:
 
 - ``cpus_per_task_env``: 22.05 made srun stop inheriting the batch job's
   --cpus-per-task and read SRUN_CPUS_PER_TASK instead; 23.11 went back to
-  SLURM_CPUS_PER_TASK and ignores SRUN_CPUS_PER_TASK.
+  SLURM_CPUS_PER_TASK and ignores SRUN_CPUS_PER_TASK. Measured on the 24.11.5 and
+  26.05.5 sandboxes (a job of -c 4): srun takes 4 by itself (SLURM_TRES_PER_TASK=cpu=4,
+  with SLURM_CPUS_PER_TASK unset too), ignores SRUN_CPUS_PER_TASK=2, and stops with
+  "cpus-per-task set by two different environment variables" when SLURM_CPUS_PER_TASK
+  differs from SLURM_TRES_PER_TASK; an explicit ``srun -c`` wins over both. So the
+  job script keeps Slurm's own value (``${SLURM_CPUS_PER_TASK:-N}``), never another.
 - ``gpus_exclusive``: from 26.05, ``--gres=gpu:N`` and ``--gpus-per-node`` are mutually
   exclusive in one request.
 - ``tres_bind``: GPU binding is spelled ``--tres-bind`` from 23.11 (``--gpu-bind``
   before).
-- ``requeue_expedite``: ``--requeue=expedite`` exists from 25.11.
+- ``requeue_expedite``: ``--requeue=expedite`` exists from 25.11 (and acts only where
+  slurm.conf has ``SlurmctldParameters=enable_expedited_requeue``: sbatch(1)).
 - ``no_kill_step_bug``: after a node fails in a ``--no-kill`` job, later steps may not
   get all the remaining resources; fixed in 23.02.3, never in 22.05.
 - ``sigterm_teardown``: from 26.05 the other tasks of a step that one task left with a
@@ -117,3 +123,76 @@ def release_of(version_text: str, tried: str = "sbatch --version") -> Release:
             f"({OLDEST} to {NEWEST}): hpcdl uses {nearest.release}'s behaviour")
     return Release(version, nearest, note)
 
+
+
+def profile_behaviour(release: str | None) -> Behaviour:
+    """How the cluster of a profile whose ``scheduler.release`` is ``release`` behaves,
+    for rendering its scripts without asking Slurm (--dry-run and the goldens stay
+    deterministic). None (a profile written before hpcdl knew releases): 22.05's, the
+    scripts hpcdl has always rendered. A YY.MM hpcdl does not know: the nearest known
+    release's, as release_of says."""
+    if release is None:
+        return KNOWN[OLDEST]
+    return release_of(f"{release}.0", tried="the profile's scheduler.release").behaviour
+
+
+def expedite_enabled(slurmctld_parameters: str) -> bool:
+    """Whether ``scontrol show config``'s SlurmctldParameters value (comma-separated,
+    ``(null)`` when unset) enables ``--requeue=expedite``."""
+    return "enable_expedited_requeue" in (p.strip() for p in slurmctld_parameters.split(","))
+
+
+def differences(b: Behaviour) -> list[str]:
+    """What hpcdl does differently on a cluster of ``b``'s release than on 22.05's, one
+    line each (profiles detect, doctor, the docs' table)."""
+    lines = []
+    if b.cpus_per_task_env != "SRUN_CPUS_PER_TASK":
+        lines.append(f"the job keeps Slurm's {b.cpus_per_task_env} (srun inherits the job's "
+                     "CPUs per task again from 23.11; 22.05's SRUN_CPUS_PER_TASK is ignored)")
+    if b.gpus_exclusive:
+        lines.append("one GPU request per job: --gres=gpu:N and --gpus-per-node are mutually "
+                     "exclusive from 26.05 (hpcdl refuses a profile that adds the other)")
+    if b.requeue_expedite:
+        lines.append("requeued jobs ask for --requeue=expedite where the cluster enables it "
+                     "(scheduler.requeue_expedite: SlurmctldParameters=enable_expedited_requeue)")
+    if not b.no_kill_step_bug:
+        lines.append("no --no-kill step bug (fixed in 23.02.3): a relaunch after a node "
+                     "death gets the surviving nodes' resources")
+    if b.sigterm_teardown:
+        lines.append("a step's other tasks get SIGTERM and KillWait after one fails "
+                     "(26.05), no longer SIGKILL at once")
+    return lines
+
+
+def feature_table(names: tuple[str, ...] = ("22.05", "24.11", "26.05")) -> str:
+    """The feature x release table of docs/guide/slurm-releases.md (markdown): for each
+    thing that differs, what hpcdl does on each release, from this module's rows
+    (scripts/release_table.py writes it into the page; a unit test keeps it current)."""
+    rows = [KNOWN[n] for n in names]
+
+    def cells(fn) -> str:  # type: ignore[no-untyped-def]
+        return " | ".join(fn(b) for b in rows)
+
+    lines = [
+        "| what | " + " | ".join(f"Slurm {n}" for n in names) + " |",
+        "|---|" + "---|" * len(names),
+        "| srun's CPUs per task | " + cells(
+            lambda b: "job exports SRUN_CPUS_PER_TASK (srun does not inherit -c)"
+            if b.cpus_per_task_env == "SRUN_CPUS_PER_TASK"
+            else "inherited (SLURM_TRES_PER_TASK); job keeps Slurm's SLURM_CPUS_PER_TASK") + " |",
+        "| GPUs per node | " + cells(
+            lambda b: "one request (scheduler.gpu_request); a second in extra_options refused"
+            if b.gpus_exclusive else "scheduler.gpu_request (--gres=gpu:N or --gpus-per-node)")
+        + " |",
+        "| requeue | " + cells(
+            lambda b: "--requeue=expedite where scheduler.requeue_expedite (the cluster's "
+                      "enable_expedited_requeue), else --requeue"
+            if b.requeue_expedite else "--requeue (no expedite in this release)") + " |",
+        "| relaunch after a node death (--no-kill) | " + cells(
+            lambda b: "Slurm bug (fixed 23.02.3): later steps may miss resources; not worked "
+                      "around yet" if b.no_kill_step_bug else "no known step bug") + " |",
+        "| a step's other tasks after one fails | " + cells(
+            lambda b: "SIGCONT + SIGTERM, KillWait" if b.sigterm_teardown
+            else "SIGKILL at once") + " |",
+    ]
+    return "\n".join(lines) + "\n"

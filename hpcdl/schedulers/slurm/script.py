@@ -16,6 +16,7 @@ from hpcdl.core.tokens import CONTROL
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.profiles.schema import Launcher, Partition, Profile
 from hpcdl.schedulers.base import Allocation, Feature, JobSpec, RunFiles
+from hpcdl.schedulers.slurm import releases
 
 # A run directory's script (what sbatch is given) and the job's logs, as --output and
 # --error name them (slurm-%j.out: Slurm puts the job id for %j).
@@ -41,6 +42,14 @@ def scheduler_options(profile: Profile, part: Partition, *, nodes: int, gpus: in
                       tasks_per_node: int, cpus_per_task: int,
                       time_seconds: int | None) -> list[str]:
     """The Slurm options shared by sbatch (#SBATCH lines) and salloc (argv), in order."""
+    behaviour = releases.profile_behaviour(profile.scheduler.release)
+    if gpus and behaviour.gpus_exclusive:
+        other = "gpus-per-node" if profile.scheduler.gpu_request == "gres" else "gres"
+        if other in profile.scheduler.extra_options or "gpus" in profile.scheduler.extra_options:
+            raise ValidationError(
+                f"scheduler.extra_options: --{other} with scheduler.gpu_request "
+                f"{profile.scheduler.gpu_request!r}: Slurm {behaviour.release} refuses both "
+                f"in one job (from 26.05); drop one")
     options = [
         f"--partition={part.name}",
         f"--nodes={nodes}",
@@ -69,7 +78,11 @@ def requeue_options(spec: JobSpec) -> list[str]:
         return []
     options = [f"--signal=B:{spec.requeue.signal}@{spec.requeue.lead}"]
     if spec.requeue.chain == 1:
-        options += ["--requeue", "--open-mode=append"]
+        # --requeue=expedite (25.11 on, where slurm.conf enables it): the requeued job
+        # starts again first, before the queue's others.
+        expedite = (spec.profile.scheduler.requeue_expedite and releases.profile_behaviour(
+            spec.profile.scheduler.release).requeue_expedite)
+        options += ["--requeue=expedite" if expedite else "--requeue", "--open-mode=append"]
     return options
 
 
@@ -121,8 +134,8 @@ class SlurmDialect:
                                    cpus_per_task=spec.cpus_per_task,
                                    time_seconds=spec.time_seconds),
                 *command)
-        return Allocation(argv, (("SRUN_CPUS_PER_TASK", str(spec.cpus_per_task)),),
-                          "salloc.sh.j2")
+        cpus_env = releases.profile_behaviour(spec.profile.scheduler.release).cpus_per_task_env
+        return Allocation(argv, ((cpus_env, str(spec.cpus_per_task)),), "salloc.sh.j2")
 
     def log_paths(self, spec: JobSpec) -> tuple[str, str]:
         log_dir = spec.run_dir or "."
@@ -172,6 +185,10 @@ class SlurmDialect:
             tasks_per_node=spec.tasks_per_node, cpus_per_task=spec.cpus_per_task,
             time_seconds=spec.time_seconds)
         return {
+            # The variable srun reads the CPUs per task from: the release's.
+            "cpus_env": releases.profile_behaviour(
+                spec.profile.scheduler.release).cpus_per_task_env,
+            "slurm_release": spec.profile.scheduler.release,
             "job_name": sbatch_job_name(spec.job_name),
             "options": [*(sbatch_option(o) for o in options),
                         *(sbatch_option(o) for o in requeue_options(spec)),

@@ -275,3 +275,35 @@ def test_pbs_refuses_torchrun_as_launcher():
     plan = build_plan(load_profile("polaris"), JobRequest(nodes=2, gpus=2, launcher="mpirun",
                                                           command=("python3", "ddp.py")))
     assert plan.launch.launch_line.startswith("mpiexec -n 4 --ppn 2 ")
+
+
+# The same sandbox profile on the newer releases (scheduler.release, as `sandbox up
+# --slurm` and `profiles detect` write it): what the job script does differently there
+# is in these goldens; without the field (every golden above) it is 22.05's, byte for
+# byte. 26.05's cluster enables --requeue=expedite.
+RELEASE_PROFILES = {"24.11": {}, "26.05": {"requeue_expedite": True}}
+RELEASE_REQUESTS = {
+    "2x4-default": REQUESTS["2x4-default"],
+    "requeue": JobRequest(nodes=2, gpus=1, run_dir="/scratch/runs/r1", requeue=True,
+                          max_restarts=2, signal="USR1@60"),
+}
+
+
+def release_profile(release: str):
+    prof = load_profile("sandbox")
+    scheduler = prof.scheduler.model_copy(update={"release": release,
+                                                  **RELEASE_PROFILES[release]})
+    return prof.model_copy(update={"scheduler": scheduler})
+
+
+@pytest.mark.parametrize("release", sorted(RELEASE_PROFILES))
+@pytest.mark.parametrize("case", sorted(RELEASE_REQUESTS))
+def test_sbatch_golden_per_release(release, case):
+    plan = build_plan(release_profile(release), RELEASE_REQUESTS[case])
+    check_golden(GOLDEN / "sbatch" / f"sandbox-{release}-{case}.sh", plan.script)
+
+
+@pytest.mark.parametrize("release", sorted(RELEASE_PROFILES))
+def test_salloc_golden_per_release(release):
+    plan = build_alloc(release_profile(release), JobRequest(nodes=2, gpus=2, time="2:00:00"))
+    check_golden(GOLDEN / "salloc" / f"sandbox-{release}.sh", plan.script)

@@ -30,14 +30,35 @@ def test_release_names_differ_from_every_other_cluster():
 
 
 def test_release_profile_names_its_commands(tmp_path):
-    data = shape.profile_data(BUNDLED, 2, tmp_path, "24.11")
+    data = shape.profile_data(BUNDLED, 2, tmp_path, "24.11", pmix=True)
     prof = Profile.model_validate(data)
     assert prof.name == "sandbox-24.11"
     assert prof.scheduler.commands == str(tmp_path / "bin")
-    assert prof.mpi.srun_mpi == "none"
+    assert prof.scheduler.release == "24.11"
+    # A root whose mpi/pmix plugin reads its own PMIx keeps the bundled pmix; one
+    # without the plugin (forky's 26.05) starts ranks without a PMI.
+    assert prof.mpi.srun_mpi == "pmix"
+    bare = Profile.model_validate(shape.profile_data(BUNDLED, 2, tmp_path, "26.05"))
+    assert bare.mpi.srun_mpi == "none" and bare.scheduler.release == "26.05"
     # The host release's profiles keep PATH's commands and their PMIx.
     plain = Profile.model_validate(shape.profile_data(BUNDLED, 2, tmp_path))
     assert plain.scheduler.commands is None and plain.mpi.srun_mpi == "pmix"
+    assert plain.scheduler.release is None
+
+
+def test_root_has_pmix_reads_the_roots_link_file(tmp_path):
+    assert not shape.root_has_pmix(None) and not shape.root_has_pmix(str(tmp_path))
+    (tmp_path / "hpcdl").mkdir()
+    (tmp_path / "hpcdl" / "pmix-link").write_text("/run/hpcdl-pmix-24.11 /x\n")
+    assert shape.root_has_pmix(str(tmp_path))
+
+
+@pytest.mark.parametrize("bad", ["24.11.5", "24", "v24.11", "24.11\n", ""])
+def test_a_profile_release_is_yy_mm(tmp_path, bad):
+    data = shape.profile_data(BUNDLED, 2, tmp_path, "24.11")
+    data["scheduler"]["release"] = bad
+    with pytest.raises(Exception, match="release"):
+        Profile.model_validate(data)
 
 
 def test_release_environment_and_slurm_conf(tmp_path):

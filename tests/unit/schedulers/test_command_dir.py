@@ -36,3 +36,21 @@ def test_the_adapter_uses_the_profile_directory(tmp_path):
     sched = scheduler_for("p", "slurm", LOCAL, str(tmp_path))
     assert sched.available()
     assert scheduler_for("p", "slurm", LOCAL, str(tmp_path / "nowhere")).available() is False
+
+
+def test_alloc_runs_salloc_from_the_profiles_command_directory():
+    from hpcdl.jobs.alloc import alloc_command, build_alloc
+    from hpcdl.plan import JobRequest
+    from hpcdl.profiles import load_profile
+    from hpcdl.schedulers.registry import with_commands
+
+    prof = load_profile("sandbox")
+    prof = prof.model_copy(update={"scheduler": prof.scheduler.model_copy(
+        update={"commands": "/opt/slurm/24.11/bin", "release": "24.11"})})
+    plan = build_alloc(prof, JobRequest(nodes=1, gpus=1))
+    argv, env = alloc_command(plan, with_commands(prof, LOCAL))
+    assert argv[0] == "/opt/slurm/24.11/bin/salloc" and argv[1:] == list(plan.argv[1:])
+    # The release's variable for srun's CPUs per task, in salloc's environment.
+    assert env == {"SLURM_CPUS_PER_TASK": plan.env[0][1]}
+    plain = load_profile("sandbox")
+    assert with_commands(plain, LOCAL) is LOCAL

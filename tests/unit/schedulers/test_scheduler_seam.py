@@ -187,6 +187,10 @@ FRONT_EXEMPT_WORDS = {
         "doctor's report line of the host's Slurm tools (hpcdl.doctor's HostFacts)",
     ("cli/doctor.py", "slurm_version"): "hpcdl.doctor's HostFacts field, printed on that line",
     ("cli/doctor.py", "slurm_tools"): "hpcdl.doctor's HostFacts field, printed on that line",
+    ("cli/doctor.py", "slurm_commands"): "hpcdl.doctor's HostFacts field, printed on that line",
+    ("cli/doctor.py", "slurm_release"): "hpcdl.doctor's HostFacts field: the release's line",
+    ("cli/doctor.py", "  slurm release     : "):
+        "doctor's report line of the release and what hpcdl does differently there",
     ("cli/display.py", "SLURM"):
         "the attempts table's column of the native state, as scripts and docs read it",
     ("cli/jobs.py", "SLURM"):

@@ -313,3 +313,57 @@ def test_partition_qos_decides_per_user_limits():
     limits = {p.name: (p.max_gpus_per_user, p.max_jobs_per_user) for p in prof.partitions}
     assert limits == {"debug": (8, 4), "gpu": (2, 1), "short": (8, 4), "lowprio": (8, 4),
                       "urgent": (8, 4)}
+
+
+# ---- the release (scheduler.release, from scontrol show config's SLURM_VERSION) ------
+
+def _with_config(**config: str) -> sd.ClusterFacts:
+    from dataclasses import replace
+
+    facts = sandbox_facts()
+    return replace(facts, config={**facts.config, **config})
+
+
+def test_detect_records_the_release_and_what_differs():
+    found = describe(_with_config(SLURM_VERSION="22.05.8"), name="x")
+    assert found.profile.scheduler.release == "22.05"
+    assert not found.profile.scheduler.requeue_expedite
+    assert not any(n.startswith("Slurm 22.05:") for n in found.notes)  # nothing differs
+    assert 'release: "22.05"  # SLURM_VERSION=22.05.8 (scontrol show config)' in found.text
+    newer = describe(_with_config(SLURM_VERSION="26.05.5"), name="x", commands="/opt/slurm/bin")
+    assert newer.profile.scheduler.release == "26.05"
+    assert newer.profile.scheduler.commands == "/opt/slurm/bin"
+    assert any("SLURM_CPUS_PER_TASK" in n for n in newer.notes)
+
+
+@pytest.mark.parametrize("version,params,expected", [
+    ("25.11.2", "enable_expedited_requeue", True),
+    ("25.11.2", "(null)", False),
+    ("24.11.5", "enable_expedited_requeue", False),  # no --requeue=expedite before 25.11
+])
+def test_detect_reads_whether_expedite_is_enabled(version, params, expected):
+    found = describe(_with_config(SLURM_VERSION=version, SlurmctldParameters=params), name="x")
+    assert found.profile.scheduler.requeue_expedite is expected
+
+
+def test_an_unknown_release_is_a_note_and_the_nearest_known():
+    found = describe(_with_config(SLURM_VERSION="27.11.0"), name="x")
+    assert found.profile.scheduler.release == "26.05"
+    assert any("27.11.0" in n and "not a release hpcdl knows" in n for n in found.notes)
+
+
+def test_diff_names_a_release_the_profile_does_not_follow():
+    bundled = load_profile("sandbox")  # no scheduler.release: 22.05's scripts
+    on_22 = describe(_with_config(SLURM_VERSION="22.05.8"), name="sandbox").profile
+    assert not any("release" in d for d in differences(bundled, on_22, mpi_offered=("pmix",)))
+    on_26 = describe(_with_config(SLURM_VERSION="26.05.5",
+                                  SlurmctldParameters="enable_expedited_requeue"),
+                     name="sandbox").profile
+    lines = differences(bundled, on_26, mpi_offered=("pmix",))
+    assert ("scheduler.release: profile says nothing (22.05 scripts), the cluster runs Slurm "
+            "26.05 (the job scripts follow the profile)") in lines
+    assert any(d.startswith("scheduler.requeue_expedite: profile says false") for d in lines)
+    followed = bundled.model_copy(update={"scheduler": bundled.scheduler.model_copy(
+        update={"release": "26.05", "requeue_expedite": True})})
+    assert not any("release" in d or "expedite" in d
+                   for d in differences(followed, on_26, mpi_offered=("pmix",)))

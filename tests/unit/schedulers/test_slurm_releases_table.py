@@ -81,3 +81,66 @@ def test_the_adapter_reads_the_release_once(tmp_path):
     assert sched.release().behaviour.cpus_per_task_env == "SLURM_CPUS_PER_TASK"
     assert sched.release().version == "24.11.5"
     assert calls.read_text() == "x\n"
+
+
+# ---- the table where it renders: the profile's scheduler.release --------------------
+
+def _profile(**scheduler):
+    from hpcdl.profiles import load_profile
+
+    prof = load_profile("sandbox")
+    return prof.model_copy(update={"scheduler": prof.scheduler.model_copy(update=scheduler)})
+
+
+def test_a_profile_without_a_release_renders_as_22_05():
+    assert releases.profile_behaviour(None) == releases.KNOWN["22.05"]
+    assert releases.profile_behaviour("24.11").cpus_per_task_env == "SLURM_CPUS_PER_TASK"
+    # An unknown YY.MM: the nearest known release's (27.05 -> 26.05's).
+    assert releases.profile_behaviour("27.05") == releases.KNOWN["26.05"]
+
+
+@pytest.mark.parametrize("release,enabled,expected", [
+    ("24.11", True, "--requeue"),         # no expedite before 25.11, enabled or not
+    ("25.11", False, "--requeue"),        # the cluster does not enable it
+    ("25.11", True, "--requeue=expedite"),
+    ("26.05", True, "--requeue=expedite"),
+    (None, True, "--requeue"),
+])
+def test_requeue_expedite_needs_the_release_and_the_cluster(release, enabled, expected):
+    from hpcdl.plan import JobRequest, build_plan
+
+    plan = build_plan(_profile(release=release, requeue_expedite=enabled),
+                      JobRequest(nodes=1, gpus=1, requeue=True, run_dir="/scratch/runs/x"))
+    lines = [line for line in plan.script.splitlines() if line.startswith("#SBATCH --requeue")]
+    assert lines == [f"#SBATCH {expected}"]
+
+
+@pytest.mark.parametrize("gpu_request,extra", [("gres", "gpus-per-node"), ("gpus-per-node", "gres"),
+                                               ("gres", "gpus")])
+def test_26_05_refuses_two_gpu_requests_in_one_line(gpu_request, extra):
+    from hpcdl.plan import JobRequest, build_plan
+
+    req = JobRequest(nodes=1, gpus=1, run_dir="/scratch/runs/x")
+    prof = _profile(release="26.05", gpu_request=gpu_request, extra_options={extra: "gpu:1"})
+    with pytest.raises(ValidationError) as err:
+        build_plan(prof, req)
+    assert "\n" not in err.value.message and "26.05" in err.value.message
+    # 24.11 takes both (Slurm does), as it always did.
+    build_plan(_profile(release="24.11", gpu_request=gpu_request,
+                        extra_options={extra: "gpu:1"}), req)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("(null)", False), ("enable_expedited_requeue", True),
+    ("idle_on_node_suspend,enable_expedited_requeue", True),
+    ("enable_expedited_requeue_not", False), ("", False)])
+def test_expedite_enabled_reads_slurmctld_parameters(text, expected):
+    assert releases.expedite_enabled(text) is expected
+
+
+def test_differences_name_what_changes_and_nothing_on_22_05():
+    assert releases.differences(releases.KNOWN["22.05"]) == []
+    lines = releases.differences(releases.KNOWN["26.05"])
+    assert any("SLURM_CPUS_PER_TASK" in line for line in lines)
+    assert any("expedite" in line for line in lines)
+    assert all("\n" not in line for line in lines)
