@@ -352,36 +352,62 @@ def steady_rate(metrics: Path, batch: int, warmup: int) -> dict[str, Any]:
             "mean_step_s": round(busy / len(timed), 4)}
 
 
+def wall_rate(metrics: Path, batch: int, warmup: int) -> float | None:
+    """Images/s from the host's clock stamps of the step lines after ``warmup``: the
+    period between step ends, whatever the step's own figures say."""
+    lines = [json.loads(ln) for ln in (metrics / "rank-00000.jsonl").read_text().splitlines()
+             if ln.strip()]
+    stamps = [ln["t"] for ln in lines if "step" in ln and "t" in ln][warmup:]
+    if len(stamps) < 3 or stamps[-1] <= stamps[0]:
+        return None
+    return round((len(stamps) - 1) * batch / (stamps[-1] - stamps[0]), 1)
+
+
+def example_rates(metrics: Path, batch: int, warmup: int) -> dict[str, Any]:
+    """``steady_rate``'s figures, with ``images_per_sec`` taken from the host's clock
+    between step ends where the lines allow (``wall_rate``): on a GPU the loop reads a
+    step's figures after it has queued the next, so the steps' own times can overlap the
+    data wait. ``step_images_per_sec`` keeps the steps' own figure."""
+    rates = steady_rate(metrics, batch, warmup)
+    wall = wall_rate(metrics, batch, warmup)
+    return {**rates, "step_images_per_sec": rates["images_per_sec"],
+            "wall_images_per_sec": wall, "images_per_sec": wall or rates["images_per_sec"]}
+
+
+def run_example_process(c: Check, argv: list[str], log: str, cap: float, env: dict[str, str],
+                        what: str) -> tuple[Ran, dict[str, Any]]:
+    """Run the example (``argv``) and return its output and result record; StepFailed
+    naming ``what`` when it fails or prints no result."""
+    from hpcdl.jobside.protocol import parse_result
+
+    ran = c.command(argv, log, cap, env=env, cwd=c.work)
+    result = parse_result(ran.output) if ran.returncode == 0 else None
+    if result is None:
+        why = "timed out" if ran.timed_out else f"exit {ran.returncode}"
+        raise StepFailed(f"{what} ({why}, {ran.seconds:.0f} s)", last_lines(ran.output))
+    return ran, result
+
+
 def run_example(c: Check, label: str, launcher: list[str], cap: float) -> dict[str, Any]:
     s = c.sizes
     metrics = c.work / f"metrics-{label}"
     argv = [*launcher, str(EXAMPLE), *example_args(s, metrics)]
-    from hpcdl.jobside.protocol import parse_result
-
     env = c.env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())) if label == "plain" \
         else c.env()
-    ran = c.command(argv, f"example-{label}", cap, env=env, cwd=c.work)
-    result = parse_result(ran.output) if ran.returncode == 0 else None
-    if result is None:
-        why = "timed out" if ran.timed_out else f"exit {ran.returncode}"
-        raise StepFailed(f"example under {label} ({why}, {ran.seconds:.0f} s)",
-                         last_lines(ran.output))
+    ran, result = run_example_process(c, argv, f"example-{label}", cap, env,
+                                      f"example under {label}")
     expected = "cpu" if c.cpu else "cuda"
     if result.get("device") != expected or result.get("amp") is not (not c.cpu):
         raise StepFailed(f"example under {label} ran on {result.get('device')} with amp "
                          f"{result.get('amp')}, not on {expected}", last_lines(ran.output))
     header = re.search(r"workers (\d+), threads (\d+)", ran.output)
-    out = {**steady_rate(metrics, s.batch, s.example_warmup),
-           "step_images_per_sec": steady_rate(metrics, s.batch, s.example_warmup)["images_per_sec"],
+    out = {**example_rates(metrics, s.batch, s.example_warmup),
            "example_images_per_sec": result.get("images_per_sec"),
            "device": result.get("device"), "amp": result.get("amp"),
            "launcher": result.get("launcher"), "world_size": result.get("world_size"),
            "workers": int(header.group(1)) if header else None,
            "wall_s": round(ran.seconds, 1),
            "command": shlex.join(["python3", *argv[1:]]).replace(str(ROOT) + "/", "")}
-    # The host's clock between step ends: on a GPU the loop reads a step's figures
-    # after it has queued the next, so the steps' own times can overlap the data wait.
-    out["images_per_sec"] = wall_rate(metrics, s.batch, s.example_warmup) or out["images_per_sec"]
     return out
 
 
@@ -492,17 +518,6 @@ TUNING_VARIANTS: dict[str, dict[str, Any]] = {
     "device_batch_no_param_hooks": {"device_batch": True, "no_param_hooks": True},
 }
 CPU_TUNING_VARIANTS = ("default", "sync_each_step", "ddp_all")
-
-
-def wall_rate(metrics: Path, batch: int, warmup: int) -> float | None:
-    """Images/s from the host's clock stamps of the step lines after ``warmup``: the
-    period between step ends, whatever the step's own figures say."""
-    lines = [json.loads(ln) for ln in (metrics / "rank-00000.jsonl").read_text().splitlines()
-             if ln.strip()]
-    stamps = [ln["t"] for ln in lines if "step" in ln and "t" in ln][warmup:]
-    if len(stamps) < 3 or stamps[-1] <= stamps[0]:
-        return None
-    return round((len(stamps) - 1) * batch / (stamps[-1] - stamps[0]), 1)
 
 
 def step_tuning(c: Check) -> dict[str, Any]:
@@ -619,9 +634,7 @@ def child_variant(p: dict[str, Any]) -> dict[str, Any]:
             raise
     metrics = Path(p["metrics"])
     out: dict[str, Any] = {"variant": p["variant"],
-                           **steady_rate(metrics, p["batch"], p["warmup"]),
-                           "wall_images_per_sec": wall_rate(metrics, p["batch"], p["warmup"])}
-    out["images_per_sec"] = out["wall_images_per_sec"] or out["images_per_sec"]
+                           **example_rates(metrics, p["batch"], p["warmup"])}
     if prof is not None:
         prof.stop()
         out["profile"] = profile_summary(prof, Path(p["profile"]))
@@ -732,8 +745,6 @@ def jpeg_runs(c: Check) -> list[tuple[str, list[str]]]:
 def run_jpeg_example(c: Check, label: str, extra: list[str], cap: float) -> dict[str, Any]:
     """The example, plain, training --max-steps jpeg_steps from the generated JPEGs (or
     synthetic data) with at most 8 loader workers: its steady images/s and data wait."""
-    from hpcdl.jobside.protocol import parse_result
-
     s = c.sizes
     metrics = c.work / f"metrics-jpeg-{label}"
     workers = min(8, max(s.workers))
@@ -743,17 +754,9 @@ def run_jpeg_example(c: Check, label: str, extra: list[str], cap: float) -> dict
             "--workers", str(workers), "--metrics-dir", str(metrics), *extra,
             *(["--threads", str(s.threads)] if s.threads else [])]  # fmt: skip
     env = c.env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    ran = c.command(argv, f"example-jpeg-{label}", cap, env=env, cwd=c.work)
-    result = parse_result(ran.output) if ran.returncode == 0 else None
-    if result is None:
-        why = "timed out" if ran.timed_out else f"exit {ran.returncode}"
-        raise StepFailed(f"example from JPEGs, {label} ({why}, {ran.seconds:.0f} s)",
-                         last_lines(ran.output))
-    rates = steady_rate(metrics, s.batch, s.jpeg_warmup)
-    # The host's clock between step ends, as in run_example (the loop reads a GPU
-    # step's figures after queueing the next).
-    rates["images_per_sec"] = wall_rate(metrics, s.batch, s.jpeg_warmup) or rates["images_per_sec"]
-    return {**rates,
+    ran, result = run_example_process(c, argv, f"example-jpeg-{label}", cap, env,
+                                      f"example from JPEGs, {label}")
+    return {**example_rates(metrics, s.batch, s.jpeg_warmup),
             "decode": result.get("decode"), "decode_fallbacks": result.get("decode_fallbacks"),
             "device": result.get("device"), "workers": workers, "steps": result.get("steps"),
             "wall_s": round(ran.seconds, 1),
