@@ -45,6 +45,7 @@ def whole_suite(config: pytest.Config) -> bool:
     """Did the command line ask for the whole tests tree, with no selection?"""
     opt = config.option
     if opt.keyword or opt.markexpr or getattr(opt, "deselect", None) \
+            or getattr(opt, "ignore", None) or getattr(opt, "ignore_glob", None) \
             or getattr(opt, "lf", False) or getattr(opt, "stepwise", False):
         return False
     tests = (config.rootpath / "tests").resolve()

@@ -88,6 +88,8 @@ def test_no_argument_runs_the_testpaths_and_counts_as_whole(suite: pytest.Pytest
     ["tests", "-m", "not slow"],
     ["tests", "-x"],
     ["tests", "--deselect", "tests/unit/test_unit.py::test_fast"],
+    ["tests", "--ignore", "tests/unit/test_unit.py"],
+    ["tests", "--ignore-glob", "*/test_unit.py"],
     ["tests", "--collect-only"],
 ], ids=lambda a: " ".join(a))
 def test_a_partial_run_writes_nothing(suite: pytest.Pytester, args: list[str]) -> None:
