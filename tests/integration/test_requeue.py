@@ -350,7 +350,9 @@ def test_a_job_without_a_time_limit_is_preempted_not_timed_out(runs_dir: Path) -
     urgent = sh("sbatch", "--parsable", "-p", "urgent", "-N", "2", "--ntasks-per-node=1",
                 "-c", "1", "-t", "1:00", "-o", "/dev/null", "--wrap", "sleep 2").strip()
     assert urgent.split(";")[0].isdigit(), urgent
-    wait_for("requeued", lambda: slurm_state(job)[0] == "PENDING", job, 120)
+    # (the old block ended the job here, TIMEOUT: the attempts below say so)
+    wait_for("requeued or ended", lambda: slurm_state(job)[0] == "PENDING" or ended(job),
+             job, 120)
     wait_for("the end", lambda: ended(job), job, 500)
     status, _, out = final(job, run_dir)
     err = (run_dir / f"slurm-{job}.err").read_text()
