@@ -83,9 +83,17 @@ hpcdl_join() { local IFS=,; echo "$*"; }
 # stuck) must not hold the job script: each runs under timeout, and is KILLed
 # HPCDL_KILL_S s after its TERM. A failure is named on stderr in one line ("hpcdl:
 # squeue -h -j 7 -o %L failed (no answer in 30 s)"); the caller says what it means.
+# With HPCDL_SLURM_NOTERM set (hpcdl_exclude_and_requeue, after its requeuehold) this shell
+# ignores the TERM that Slurm sends every process of the batch step as it requeues the job;
+# timeout catches a TERM and passes it on, which ended the update of ExcNodeList half-way
+# (exit 143, seen on Slurm 22.05). There the command starts with TERM ignored (an ignored
+# signal stays ignored across exec) and KILL alone bounds it.
 hpcdl_slurm() {
   local err rc=0 why
-  { err=$(timeout -k "${HPCDL_KILL_S:-10}" "${HPCDL_SLURM_TIMEOUT:-30}" "$@" 2>&1 >&3 3>&-) || rc=$?; } 3>&1
+  local -a bound=(timeout -k "${HPCDL_KILL_S:-10}" "${HPCDL_SLURM_TIMEOUT:-30}")
+  [[ -n ${HPCDL_SLURM_NOTERM:-} ]] && bound=(timeout -s KILL "${HPCDL_SLURM_TIMEOUT:-30}" \
+    "${BASH:-bash}" -c 'trap "" TERM; exec "$@"' hpcdl_slurm)
+  { err=$(${bound[@]+"${bound[@]}"} "$@" 2>&1 >&3 3>&-) || rc=$?; } 3>&1
   (( rc == 0 )) && return 0
   case $rc in
     124|137) why="no answer in ${HPCDL_SLURM_TIMEOUT:-30} s" ;;
@@ -491,7 +499,7 @@ hpcdl_record() {
 # nodes are down for Slurm anyway, and the next attempt excludes the others itself
 # (bad-nodes.tsv). Returns non-zero when the job was not requeued, or is left held.
 hpcdl_exclude_and_requeue() {
-  local bad comment HPCDL_SLURM_TIMEOUT=5 HPCDL_KILL_S=2
+  local bad comment HPCDL_SLURM_TIMEOUT=5 HPCDL_KILL_S=2 HPCDL_SLURM_NOTERM=""
   bad=$(hpcdl_join ${hpcdl_bad[@]+"${!hpcdl_bad[@]}"})
   [[ -z $bad ]] && { hpcdl_slurm scontrol requeue "$hpcdl_job"; return; }
   if ! comment=$(hpcdl_slurm squeue -h -j "$hpcdl_job" -o %k); then
@@ -506,6 +514,7 @@ hpcdl_exclude_and_requeue() {
     return
   fi
   trap '' TERM
+  HPCDL_SLURM_NOTERM=1  # (local: hpcdl_slurm's commands ignore the requeue's TERM too)
   hpcdl_slurm scontrol requeuehold "$hpcdl_job" || return 1
   if hpcdl_slurm scontrol update JobId="$hpcdl_job" ExcNodeList="$bad" >/dev/null; then
     echo "hpcdl: requeued with ExcNodeList=${bad}" >&2
