@@ -44,13 +44,22 @@ echo "scontrol $*" >> "$FAKE/log"
 if [[ $1 == show && $2 == hostnames ]]; then tr ',' '\n' <<<"$3"; fi
 # A job Slurm cannot update now (a shrunk job without accounting): every update refused.
 [[ $1 == update && -e $FAKE/no_update ]] && { echo "slurm_update error: Job is being resized" >&2; exit 1; }
-# Slurm's requeue TERMs every process of the batch step (here: of the session) soon after
-# the requeuehold; the update of ExcNodeList that follows takes a second.
+# Slurm's requeue TERMs every process of the batch step (here: of the session) as the
+# requeuehold returns; the update of ExcNodeList that follows takes a second. Slurm's TERM
+# may come at any instant of the update's start: the update and the process that started
+# it must ignore TERM from the first (one that catches it, as timeout does, passes it on,
+# and timeout's child exits 143 on one before its exec).
 if [[ $1 == requeuehold && -e $FAKE/term_on_hold ]]; then
   sid=$(ps -o sid= -p $$ | tr -d ' ')
   ( trap '' TERM; sleep 0.3; kill -TERM $(ps -o pid= -s "$sid") ) >/dev/null 2>&1 &
 fi
-[[ $1 == update && $3 == ExcNodeList=* && -e $FAKE/term_on_hold ]] && sleep 1
+if [[ $1 == update && $3 == ExcNodeList=* && -e $FAKE/term_on_hold ]]; then
+  for p in $$ $PPID; do
+    ign=$(awk '/^SigIgn:/ {print $2}' "/proc/$p/status")
+    (( (16#$ign >> 14) & 1 )) || { echo "$(cat "/proc/$p/comm") does not ignore TERM" >&2; exit 143; }
+  done
+  sleep 1
+fi
 [[ $1 == release && -e $FAKE/no_release ]] && { echo "Job is no longer pending execution for job $2" >&2; exit 1; }
 # A shrink leaves slurm_job_N_resize.sh in the working directory; N is the job number
 # before any array task index (the guard must not assume it is $SLURM_JOB_ID).
