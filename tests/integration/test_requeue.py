@@ -329,3 +329,67 @@ def test_a_chain_resumes_across_jobs(runs_dir: Path, reference: str) -> None:
     assert {m.group(2) for m in CHECKSUM.finditer(outs[-1])} == {reference}, outs[-1]
     assert [ln.split("\t")[0] for ln in (run_dir / "attempts.tsv").read_text().splitlines()] \
         == chain
+
+
+def test_a_job_without_a_time_limit_is_preempted_not_timed_out(runs_dir: Path) -> None:
+    """Preempted for real (an urgent job needs its nodes) while it has no time limit:
+    squeue's %L says UNLIMITED, which the requeue block reads as "no limit", so the signal
+    is a preemption: requeued as PREEMPTED with --max-restarts 0 (a preemption spends no
+    restart). The old block read UNLIMITED as 0 s left: TIMEOUT, not requeued, the job
+    ended there. Every sandbox partition has a MaxTime, so hpcdl cannot submit a job
+    without a limit to one (it renders --time=infinite only where the partition has none):
+    root lifts the running job's limit, as an admin may (and then the partition's MaxTime
+    does not hold the requeued job back). Cost: ~1.5 min (15 steps, one preemption), no
+    reference run: the test is about the cause, not the weights."""
+    job, run_dir = submit_requeue(runs_dir, "--partition", "lowprio", "-c", "8",
+                                  "--max-restarts", "0", "-X", "--max-steps=15")
+    wait_for("checkpoint 5", lambda: bool(checkpoints(run_dir))
+             and slurm_state(job)[0] == "RUNNING", job, 400)
+    assert sh("scontrol", "update", f"JobId={job}", "TimeLimit=UNLIMITED") == ""
+    assert sh("squeue", "-h", "-j", job, "-o", "%L").strip() == "UNLIMITED"
+    urgent = sh("sbatch", "--parsable", "-p", "urgent", "-N", "2", "--ntasks-per-node=1",
+                "-c", "1", "-t", "1:00", "-o", "/dev/null", "--wrap", "sleep 2").strip()
+    assert urgent.split(";")[0].isdigit(), urgent
+    # (the old block ended the job here, TIMEOUT: the attempts below say so)
+    wait_for("requeued or ended", lambda: slurm_state(job)[0] == "PENDING" or ended(job),
+             job, 120)
+    wait_for("the end", lambda: ended(job), job, 500)
+    status, _, out = final(job, run_dir)
+    err = (run_dir / f"slurm-{job}.err").read_text()
+    assert status["state"] == "COMPLETED", (status, err[-3000:])
+    assert [a["reason"] for a in status["attempts"]] == ["PREEMPTED", "COMPLETED"], \
+        status["attempts"]
+    assert "(attempt 0, PREEMPTED): asking the ranks to checkpoint" in err, err[-3000:]
+    assert "resumed from" in out
+
+
+def test_the_guards_slurm_words_on_an_array_task(runs_dir: Path) -> None:
+    """What the node guard (templates/hpcdl-nodes.sh) says to Slurm, for an array task (hpcdl
+    sweep), on this Slurm: `squeue -h -s -j A_1 -o %i` names the task's steps A_1.N (the
+    guard's hpcdl_cancel_steps reads it), `scancel A_1.N` ends that step and not the job,
+    and `scontrol update JobId=A_1 Comment=` with an empty comment is taken (the guard
+    writes the job's own comment back to learn whether the job can be updated; most jobs
+    have none). Cost: ~10 s, one 1-CPU task."""
+    out = sh("sbatch", "--parsable", "-p", "debug", "-N", "1", "-n", "1", "-c", "1",
+             "--array=1-1", "-t", "2:00", "-o", "/dev/null", "--wrap", "srun sleep 120; sleep 120")
+    array = out.strip().split(";")[0]
+    assert array.isdigit(), out
+    task = f"{array}_1"
+    try:
+        step = f"{task}.0"
+        wait_for("the task's step", lambda: step in sh("squeue", "-h", "-s", "-j", task,
+                                                       "-o", "%i").split(), task, 120)
+        steps = sh("squeue", "-h", "-s", "-j", task, "-o", "%i").split()
+        assert set(steps) <= {step, f"{task}.batch", f"{task}.extern"}, steps
+        res = subprocess.run(["scontrol", "update", f"JobId={task}", "Comment="],
+                             capture_output=True, text=True, timeout=30, check=False)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert sh("squeue", "-h", "-j", task, "-o", "%k").strip() in ("", "(null)")
+        res = subprocess.run(["scancel", step], capture_output=True, text=True, timeout=30,
+                             check=False)
+        assert res.returncode == 0, res.stdout + res.stderr
+        wait_for("the step's end", lambda: step not in sh("squeue", "-h", "-s", "-j", task,
+                                                          "-o", "%i").split(), task, 60)
+        assert slurm_state(task)[0] == "RUNNING"  # the batch shell goes on
+    finally:
+        sh("scancel", array)

@@ -22,6 +22,10 @@ own Python). Cost (14 min for the module before the reference runs were shared):
 spares (the uninterrupted reference run once per backend, by the first test that needs
 it); the gate test about 30 s in the image and 20 s natively; the hang test about 50 s;
 the slowed node (--probe-first) about 30 s. Each test's own cluster starts in 1-2 s.
+The guard's own behaviours on this Slurm (issue 42; the user's hang script, its result
+computed here, no reference run): a job without a time limit relaunching without a node
+the admin drained (~50 s), and no rank of the old step left on any node after a hang
+relaunch (~1.5 min).
 """
 
 from __future__ import annotations
@@ -30,12 +34,15 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.integration.conftest_slurm import (
     NetnsCluster,
@@ -44,7 +51,7 @@ from tests.integration.conftest_slurm import (
     submit_json,
 )
 from tests.integration.test_probe import RATE_MBIT, probe_profile
-from tests.own_cluster import kill_node, wait_checkpoint
+from tests.own_cluster import kill_node, netns_name, wait_checkpoint
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.mpi, pytest.mark.torch,
               pytest.mark.timeout(900)]
@@ -360,3 +367,173 @@ def test_out_of_spares_the_job_requeues_without_its_bad_nodes(
     assert {m.group(2) for m in CHECKSUM.finditer(log)} <= {a, *cluster.nodes[3:]}
     err = (run / f"slurm-{job}.err").read_text()
     assert "hpcdl: requeued with ExcNodeList=" in err, err[-3000:]
+
+
+# ---- the guard on this Slurm (issue 42): a job without a time limit, a drained node, the
+# old step's ranks. The user's script of the hang test (no reference run: its RESULT value
+# is computed here), on the three_nodes cluster of each test.
+
+def hang_result(steps: int) -> str:
+    """resume_hang.py's RESULT value after ``steps`` steps, interrupted or not: each step
+    averages equal values over the ranks (exact) and takes value * 1.5 + step."""
+    value = 1.0
+    for step in range(1, steps + 1):
+        value = value * 1.5 + step
+    return repr(value)
+
+
+def no_limit_profile(cluster: NetnsCluster) -> Path:
+    """The cluster's profile with no default time and partition debug without a MaxTime
+    (Slurm's too), so that a job submitted without --time has no limit: hpcdl renders
+    --time=infinite, squeue's %L says UNLIMITED."""
+    path = probe_profile(cluster)
+    data = yaml.safe_load(path.read_text())
+    data["scheduler"]["default_time"] = "infinite"
+    for part in data["partitions"]:
+        if part["name"] == "debug":
+            part["max_time"] = "infinite"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = cluster.run("scontrol", "update", "PartitionName=debug", "MaxTime=UNLIMITED",
+                      "DefaultTime=UNLIMITED")
+    assert res.returncode == 0, res.stdout + res.stderr
+    return path
+
+
+def hang_ranks(cluster: NetnsCluster, job: str) -> dict[str, dict[int, str]]:
+    """Per node, the python processes of resume_hang.py of ``job`` in that node's network
+    namespace (each node's own processes: ``ip netns pids``), pid -> SLURM_STEP_ID (the
+    step Slurm started it in, from its environment)."""
+    found: dict[str, dict[int, str]] = {}
+    for node in cluster.nodes:
+        found[node] = {}
+        pids = subprocess.run(["ip", "netns", "pids", netns_name(cluster.dir, node)],
+                              capture_output=True, text=True, timeout=30, check=True).stdout
+        for pid in pids.split():
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:  # gone meanwhile
+                continue
+            if not (os.path.basename(argv[0]).startswith(b"python")
+                    and any(a.endswith(b"resume_hang.py") for a in argv)):
+                continue
+            env = dict(e.split(b"=", 1) for e in environ if b"=" in e)
+            if env.get(b"SLURM_JOB_ID") == job.encode():
+                found[node][int(pid)] = env.get(b"SLURM_STEP_ID", b"?").decode()
+    return found
+
+
+def wait_until(what: str, cond: Callable[[], object], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"{what}: not in {timeout:.0f} s"
+        time.sleep(1)
+
+
+def test_a_job_without_a_time_limit_relaunches_without_a_node_the_admin_drained(
+        three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
+        cpu_image: Path) -> None:
+    """Neither --time nor a profile default: the job has no limit (squeue: UNLIMITED).
+    While it trains on a and b (c the spare), the admin drains b (scontrol State=DRAIN:
+    sinfo says "drng" while the job holds it), then a rank on a crashes. The guard reads b's
+    state, excludes it, and relaunches on a and c from the checkpoint: the old guard read
+    UNLIMITED as 0 s left and refused any relaunch, and did not know "drng" (the crash was
+    then "not a node failure": the job failed). Cost: ~1.5 min."""
+    cluster, env, _ = three_nodes
+    profile = no_limit_profile(cluster)
+    a, b, c = cluster.nodes
+    run = runs_dir / "drained"
+    steps = 40
+    res = hpcdl("submit", "--json", "-p", str(profile), "-N", "2", "-G", "1", "--spares", "1",
+                "--image", str(cpu_image), "--run-dir", str(run), "--", "python3",
+                str(HANG_SCRIPT), "--steps", str(steps), "--every", "5", "--step-s", "1",
+                env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    job = json.loads(res.stdout.strip().splitlines()[-1])["job_id"]
+    assert "#SBATCH --time=infinite" in (run / "job.sbatch").read_text()
+    wait_until("checkpoint step 10", lambda: (run / "checkpoints" / "step-10.txt").exists(), 300)
+    assert cluster.run("squeue", "-h", "-j", job, "-o", "%l").stdout.strip() == "UNLIMITED"
+    res = cluster.run("scontrol", "update", f"NodeName={b}", "State=DRAIN", "Reason=test")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert cluster.run("sinfo", "-h", "-n", b, "-o", "%t").stdout.strip() == "drng"
+    (pid,) = hang_ranks(cluster, job)[a]
+    os.kill(pid, signal.SIGKILL)
+
+    row = final_status(job, env, timeout=400)
+    err = (run / f"slurm-{job}.err").read_text()
+    assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (row, err[-3000:])
+    log = (run / f"slurm-{job}.out").read_text()
+    done = re.search(r"RESULT value=(\S+) steps=(\d+) resumed_from=(\d+)", log)
+    assert done and done.group(1) == hang_result(steps) and int(done.group(3)) >= 10, log[-2000:]
+    assert f"hpcdl: node {b} excluded: Slurm: node state drng" in err, err[-3000:]
+    assert f"hpcdl: relaunch 1 on {a},{c} from " in err, err[-3000:]
+    assert "s left (under" not in err
+    bad = (run / "bad-nodes.tsv").read_text().splitlines()
+    assert bad == [f"{b}\tSlurm: node state drng"], bad
+
+
+def test_after_a_hang_relaunch_no_rank_of_the_old_step_is_left_on_any_node(
+        three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
+        cpu_image: Path) -> None:
+    """A rank hangs on a, the batch host (the other waits for it in an all_reduce on b):
+    the hang watchdog (--wait --hang-timeout) has the job relaunched on b and c. a stays in
+    the allocation (the batch shell runs there), so nothing else ends its hung rank, and b's
+    rank waits for a peer that is alive. srun's SIGKILL ends srun on the batch host only;
+    the guard then cancels the old step (scancel JOB.STEP), so while the relaunched step
+    trains no process of the old one is left in any node's namespace. On this Slurm
+    (22.05) the old guard's step ended as well, its ranks gone within the 45 s allowed
+    here without a scancel (seen twice, with a time limit): what fails on the old guard is
+    the cancel's line; the process check holds the outcome wherever an orphaned step's
+    tasks are left running. The job has no time limit, as above. Cost: ~1.5 min."""
+    cluster, env, _ = three_nodes
+    profile = no_limit_profile(cluster)
+    a, b, c = cluster.nodes
+    run = runs_dir / "hung"
+    steps = 60
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpcdl", "submit", "-p", str(profile), "-N", "2", "-G", "1",
+         "--spares", "1", "--image", str(cpu_image), "--hang-timeout", "20", "--wait",
+         "--json", "--run-dir", str(run), "--", "python3", str(HANG_SCRIPT), "--steps",
+         str(steps), "--every", "5", "--step-s", "1", "--hang-at", "8", "--hang-host", a],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    try:
+        # (--json prints nothing before the end: the cluster is this test's, its one job)
+        def queued() -> list[str]:
+            return cluster.run("squeue", "-h", "-o", "%i").stdout.split()
+        wait_until("the job", queued, 120)
+        (job,) = queued()
+        # Before the hang: one rank on a and on b, of one step.
+        old: dict[str, dict[int, str]] = {}
+
+        def two_ranks() -> bool:
+            old.update(hang_ranks(cluster, job))
+            return len(old[a]) == 1 and len(old[b]) == 1
+        wait_until("the first step's ranks", two_ranks, 300)
+        old_step = set(old[a].values())
+        assert old_step == set(old[b].values()) and "?" not in old_step, old
+        wait_until("the relaunch", lambda: "hpcdl: relaunch 1 on " in
+                   (run / f"slurm-{job}.err").read_text(), 300)
+        now: dict[str, dict[int, str]] = {}
+
+        def only_new_ranks() -> bool:
+            now.clear()
+            now.update(hang_ranks(cluster, job))
+            steps_seen = {s for ranks in now.values() for s in ranks.values()}
+            return len(now[b]) == 1 and len(now[c]) == 1 and not steps_seen & old_step
+        # (the old ranks have KillWait, 30 s, to end on SIGTERM; the new step runs ~55 s)
+        wait_until("the relaunched ranks alone", only_new_ranks, 45)
+        assert not now[a], now  # the hung rank, on the node the job keeps
+        assert proc.poll() is None, "the job ended before its relaunched step was seen"
+        out, errs = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, out + errs
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["hang"]["relaunched"] and result["hang"]["relaunch_without"] == a
+    err = (run / f"slurm-{job}.err").read_text()
+    assert re.search(rf"hpcdl: cancelled step {job}\.{next(iter(old_step))} on every node",
+                     err), err[-3000:]
+    log = (run / f"slurm-{job}.out").read_text()
+    assert f"RESULT value={hang_result(steps)} steps={steps} resumed_from=5" in log, log[-2000:]

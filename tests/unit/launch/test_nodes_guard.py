@@ -44,6 +44,22 @@ echo "scontrol $*" >> "$FAKE/log"
 if [[ $1 == show && $2 == hostnames ]]; then tr ',' '\n' <<<"$3"; fi
 # A job Slurm cannot update now (a shrunk job without accounting): every update refused.
 [[ $1 == update && -e $FAKE/no_update ]] && { echo "slurm_update error: Job is being resized" >&2; exit 1; }
+# Slurm's requeue TERMs every process of the batch step (here: of the session) as the
+# requeuehold returns; the update of ExcNodeList that follows takes a second. Slurm's TERM
+# may come at any instant of the update's start: the update and the process that started
+# it must ignore TERM from the first (one that catches it, as timeout does, passes it on,
+# and timeout's child exits 143 on one before its exec).
+if [[ $1 == requeuehold && -e $FAKE/term_on_hold ]]; then
+  sid=$(ps -o sid= -p $$ | tr -d ' ')
+  ( trap '' TERM; sleep 0.3; kill -TERM $(ps -o pid= -s "$sid") ) >/dev/null 2>&1 &
+fi
+if [[ $1 == update && $3 == ExcNodeList=* && -e $FAKE/term_on_hold ]]; then
+  for p in $$ $PPID; do
+    ign=$(awk '/^SigIgn:/ {print $2}' "/proc/$p/status")
+    (( (16#$ign >> 14) & 1 )) || { echo "$(cat "/proc/$p/comm") does not ignore TERM" >&2; exit 143; }
+  done
+  sleep 1
+fi
 [[ $1 == release && -e $FAKE/no_release ]] && { echo "Job is no longer pending execution for job $2" >&2; exit 1; }
 # A shrink leaves slurm_job_N_resize.sh in the working directory; N is the job number
 # before any array task index (the guard must not assume it is $SLURM_JOB_ID).
@@ -319,8 +335,9 @@ def requeue(tmp_path: Path, files: tuple[str, ...] = (), comment: str | None = N
     env = {**os.environ, "FAKE": str(fake), **(slurm_env or {"SLURM_JOB_ID": "7"}),
            "PATH": f"{bin_dir}:{os.environ['PATH']}",
            "NODES_FILE": str(templates_dir() / "hpcdl-nodes.sh")}
+    # (a session of its own: term_on_hold's TERM reaches its processes alone)
     res = subprocess.run(["bash", "-c", REQUEUE], capture_output=True, text=True, timeout=60,
-                         check=False, env=env)
+                         check=False, env=env, start_new_session=True)
     calls = [line.split(" ", 2)[1:] for line in (fake / "log").read_text().splitlines()]
     return calls, res.stdout + res.stderr
 
@@ -350,6 +367,18 @@ def test_the_update_probe_leaves_the_jobs_comment_as_it_was(
     calls, out = requeue(tmp_path, comment=comment)
     assert calls[0] == ["update", written], calls
     assert "hpcdl: bad nodes" not in str(calls)
+
+
+def test_the_requeues_term_does_not_end_the_update_of_the_exclusions(tmp_path: Path) -> None:
+    """Slurm TERMs every process of the batch step as it requeues the job; the shell ignores
+    it, and so must the scontrol calls after the requeuehold: under timeout (which catches a
+    TERM and passes it on) the update of ExcNodeList was ended half-way, exit 143, and the
+    job requeued without its exclusions (seen on Slurm 22.05, test_spares'
+    test_out_of_spares_the_job_requeues_without_its_bad_nodes)."""
+    calls, out = requeue(tmp_path, ("term_on_hold",))
+    assert [c[0] for c in calls] == ["update", "requeuehold", "update", "release"], calls
+    assert "hpcdl: requeued with ExcNodeList=" in out and "rc=0" in out, out
+    assert "failed" not in out, out
 
 
 def test_a_release_that_fails_is_named_and_the_job_said_held(tmp_path: Path) -> None:
