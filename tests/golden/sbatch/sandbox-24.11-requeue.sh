@@ -59,9 +59,28 @@ hpcdl_job=${hpcdl_job:-$SLURM_JOB_ID}
 # stuck) must not hold the job script: each runs under timeout, and is KILLed
 # HPCDL_KILL_S s after its TERM. A failure is named on stderr in one line ("hpcdl:
 # squeue -h -j 7 -o %L failed (no answer in 30 s)"); the caller says what it means.
+# With HPCDL_SLURM_NOTERM set (hpcdl_exclude_and_requeue, after its requeuehold) this shell
+# ignores the TERM that Slurm sends every process of the batch step as it requeues the job,
+# and the command must too, from its first instant: timeout catches a TERM (its child
+# exits 143 on one before its exec), and Slurm's TERM comes as the next call starts (seen
+# on 22.05: the update of ExcNodeList ended with exit 143, the job requeued without its
+# exclusions). There the command is this shell's own child, which keeps the ignored TERM
+# across its exec, and a KILL HPCDL_SLURM_TIMEOUT s later bounds it.
 hpcdl_slurm() {
   local err rc=0 why
-  { err=$(timeout -k "${HPCDL_KILL_S:-10}" "${HPCDL_SLURM_TIMEOUT:-30}" "$@" 2>&1 >&3 3>&-) || rc=$?; } 3>&1
+  if [[ -n ${HPCDL_SLURM_NOTERM:-} ]]; then
+    local errf pid killer
+    errf=$(mktemp)
+    "$@" 2>"$errf" &
+    pid=$!
+    { sleep "${HPCDL_SLURM_TIMEOUT:-30}"; kill -KILL "$pid"; } >/dev/null 2>&1 &
+    killer=$!
+    wait "$pid" || rc=$?
+    kill -KILL "$killer" 2>/dev/null || true
+    err=$(cat "$errf"); rm -f "$errf"
+  else
+    { err=$(timeout -k "${HPCDL_KILL_S:-10}" "${HPCDL_SLURM_TIMEOUT:-30}" "$@" 2>&1 >&3 3>&-) || rc=$?; } 3>&1
+  fi
   (( rc == 0 )) && return 0
   case $rc in
     124|137) why="no answer in ${HPCDL_SLURM_TIMEOUT:-30} s" ;;
