@@ -64,7 +64,8 @@ PARTITION_FIELDS = ["name", "nodes", "gpus_per_node", "gpu_type", "cpus_per_node
 
 def compared_fields(detected: Profile, bundled: Profile) -> list[tuple[str, object, object]]:
     """(field, detected, bundled) for every detectable field; max_nodes_per_job and
-    max_time compared by meaning (node_limit, seconds): 'null' and the node count agree."""
+    max_time compared by meaning (node_limit, seconds): 'null' and the node count agree;
+    an unset scheduler.release is 22.05."""
     rows: list[tuple[str, object, object]] = []
     for section in ("scheduler", "container", "mpi"):
         mine, theirs = getattr(detected, section), getattr(bundled, section)
@@ -74,6 +75,10 @@ def compared_fields(detected: Profile, bundled: Profile) -> list[tuple[str, obje
             a, b = getattr(mine, field), getattr(theirs, field)
             if field == "default_time":
                 a, b = parse_time(a), parse_time(b)
+            if f"{section}.{field}" == "scheduler.release":
+                # By meaning: a profile without a release renders 22.05's scripts
+                # (hpcdl/schedulers/slurm/releases.py), what detect reads off this sandbox.
+                a, b = a or "22.05", b or "22.05"
             rows.append((f"{section}.{field}", a, b))
     top = set(Profile.model_fields) - {"scheduler", "container", "mpi", "partitions"}
     assert top <= EXCLUDED, f"a new top-level field needs a decision: {top - EXCLUDED}"
