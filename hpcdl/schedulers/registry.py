@@ -75,12 +75,9 @@ def detect_cluster(login: Login | None = None, commands: str | None = None) -> C
     from hpcdl.schedulers.slurm.detect import gather, gather_remote
 
     executor = executor_for_login(login)  # the transport decides; this asks it
-    if executor.remote:
-        return gather_remote(CommandDir(executor, commands, SLURM_COMMANDS | {"sacctmgr"})
-                             if commands else executor)
     if commands:
-        return gather(executor=CommandDir(executor, commands, SLURM_COMMANDS | {"sacctmgr"}))
-    return gather()
+        executor = CommandDir(executor, commands, SLURM_COMMANDS | {"sacctmgr"})
+    return gather_remote(executor) if executor.remote else gather(executor=executor)
 
 
 def describe_cluster(facts: ClusterFacts, name: str | None = None, when: str | None = None,
