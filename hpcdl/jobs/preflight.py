@@ -177,7 +177,7 @@ def check_inputs(req: JobRequest, image: str | None = None) -> None:
             f"command: script {script!r} does not exist (in {Path.cwd()})",
             hint="give the script's path relative to where you submit, or an absolute one",
         )
-    check_data_kind(req)
+    # --data's kind (check_data_kind) was checked first by every prepare, dry run or not.
     if req.data and is_packed_name(req.data):
         try:
             check_packed(Path(req.data).expanduser())
