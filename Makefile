@@ -29,9 +29,14 @@ lint:
 # with a clean environment (env -i: no prefix, their venv's own __pycache__).
 KEEP_BYTECODE = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.cache/pycache
 
+# The suite runs in TEST_WORKERS pytest-xdist workers: most of its time is spent waiting
+# on Slurm, time limits and node deaths, not computing (docs/testing.md). Tests that share
+# a cluster stay in one worker (tests/parallel.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 3
+
 test: setup lint
 	HPCDL_SETUP_SECONDS=$$(cat .cache/setup-seconds) HPCDL_LINT_SECONDS=$$(cat .cache/lint-seconds) \
-	  $(KEEP_BYTECODE) $(PY) -m pytest $(PYTEST_ARGS) tests
+	  $(KEEP_BYTECODE) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests
 
 # The fast tier (docs/testing.md says what it leaves to `make test`).
 unit:

@@ -38,7 +38,7 @@ up_to_date() {
 }
 
 DEMO_MODULES="hpcdl.cli, torch, numpy, PIL"
-TEST_MODULES="pytest, hypothesis, mpi4py, playwright, mkdocs, material, mlflow.server, tensorboard"
+TEST_MODULES="pytest, xdist, hypothesis, mpi4py, playwright, mkdocs, material, mlflow.server, tensorboard"
 
 if up_to_date demo "$DEMO_MODULES"; then
   echo "python deps (demo): up to date"

@@ -9,8 +9,9 @@ import pytest
 
 # pytester: tests/unit/project/test_skip_policy.py runs small pytest sessions of its own;
 # tests.skip_policy: in CI a skip is a failure (unless the test is gpu-marked);
-# tests.durations: a whole run writes docs/generated/test-durations.md (docs/testing.md).
-pytest_plugins: list[str] = ["pytester", "tests.skip_policy", "tests.durations",
+# tests.durations: a whole run writes docs/generated/test-durations.md (docs/testing.md);
+# tests.parallel: which tests share a cluster, so xdist keeps them to one worker.
+pytest_plugins: list[str] = ["pytester", "tests.skip_policy", "tests.durations", "tests.parallel",
                              "tests.unit.conftest_examples", "tests.integration.conftest_apptainer",
                              "tests.integration.conftest_slurm", "tests.integration.conftest_user",
                              "tests.integration.conftest_releases",

@@ -33,6 +33,7 @@ DEFAULT_DIR = "docs/generated"
 # The stages outside pytest the Makefile times and hands over.
 STAGE_ENV = {"set-up (scripts/setup.sh)": "HPCDL_SETUP_SECONDS",
              "lint (ruff + mypy)": "HPCDL_LINT_SECONDS"}
+XDIST_GROUP = re.compile(r"@[A-Za-z0-9_.-]+$")
 SECONDS = re.compile(r"[0-9]{1,7}(\.[0-9]{1,6})?")
 
 
@@ -57,6 +58,11 @@ def whole_suite(config: pytest.Config) -> bool:
         if path.resolve() not in (tests, config.rootpath.resolve()):
             return False
     return True
+
+
+def plain_id(nodeid: str) -> str:
+    """The test's id without the ``@GROUP`` xdist's loadgroup appends (tests/parallel.py)."""
+    return XDIST_GROUP.sub("", nodeid)
 
 
 def tier_of(nodeid: str) -> str:
@@ -105,9 +111,10 @@ def render_markdown(data: dict[str, Any]) -> str:
         "not edited by hand. -->",
         f"Last whole run: {data['finished']} on {data['machine']}; "
         f"`{data['command']}`: {counts} in {fmt_seconds(data['session_seconds'])}"
-        f"{' (CI=true)' if data['ci'] else ''}.",
+        f"{' (CI=true)' if data['ci'] else ''}, {data.get('workers', 1)} worker(s): "
+        "a tier's time is its tests' own, summed; the session's is the wall clock.",
         "",
-        "| stage | tests | wall time |",
+        "| stage | tests | time |",
         "|---|---|---|",
     ]
     for label, seconds in data["stages"].items():
@@ -142,18 +149,25 @@ class Durations:
         self.deselected += len(items)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.collected = {item.nodeid for item in session.items}
+        self.collected = {plain_id(item.nodeid) for item in session.items}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        # Under xdist the controller collects nothing itself: every worker reports the
+        # same ids (xdist refuses to run otherwise).
+        self.collected = {plain_id(i) for i in ids}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+        nodeid = plain_id(report.nodeid)
+        self.seconds[nodeid] = self.seconds.get(nodeid, 0.0) + report.duration
         # The test's outcome is its call's, unless set-up or teardown failed or skipped it.
         if report.when == "call" or report.outcome != "passed":
-            if self.outcome.get(report.nodeid) in (None, "passed"):
+            if self.outcome.get(nodeid) in (None, "passed"):
                 xfail = hasattr(report, "wasxfail")
-                self.outcome[report.nodeid] = ("xfailed" if report.skipped else "xpassed") \
+                self.outcome[nodeid] = ("xfailed" if report.skipped else "xpassed") \
                     if xfail else report.outcome
         if report.when == "teardown":
-            self.finished.add(report.nodeid)
+            self.finished.add(nodeid)
 
     def complete(self, session: pytest.Session, exitstatus: int) -> bool:
         """A whole run that ran every collected test to its teardown."""
@@ -179,6 +193,7 @@ class Durations:
             "command": " ".join(["pytest", *params.args]),
             "ci": os.environ.get("CI") == "true",
             "session_seconds": round(time.monotonic() - self.started, 1),
+            "workers": int(getattr(self.config.option, "numprocesses", None) or 1),
             "stages": stage_seconds(dict(os.environ)),
             "tiers": dict(sorted(tiers.items())),
             "outcomes": outcomes,

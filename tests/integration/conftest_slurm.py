@@ -57,8 +57,10 @@ DEFAULT_DIR = "/var/lib/hpcdl-sandbox"
 def shared_copy(folder: Path) -> Path:
     """A copy of the checkout's ``folder`` (test scripts a job runs) where the sandbox's
     nodes can read it: under the tests' temporary directory, which is on the shared
-    /scratch (tests/conftest.py); the nodes do not see the checkout."""
-    target = Path(tempfile.gettempdir()) / "hpcdl-test-files" / folder.name
+    /scratch (tests/conftest.py); the nodes do not see the checkout. One copy per xdist
+    worker: another worker's copy may be rewritten while a job of this one reads it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    target = Path(tempfile.gettempdir()) / "hpcdl-test-files" / worker / folder.name
     shutil.copytree(folder, target, dirs_exist_ok=True)
     for path in (target.parent, target, *target.rglob("*")):
         path.chmod(0o755 if path.is_dir() else 0o644)

@@ -1,0 +1,64 @@
+"""Which tests may run side by side under pytest-xdist (`make test` runs the suite in
+several workers with ``--dist loadgroup``).
+
+A test that talks to a cluster shared by several tests keeps to one worker with every
+other test of that cluster (an xdist group), one after the other as before:
+
+- ``sandbox``: the host's 2-node sandbox (``slurm_cluster``), Slurm 22.05. Its tests
+  name its nodes, fill both of them, preempt through its partitions and read its
+  accounting; two of them at once would queue behind each other past their timeouts.
+- ``slurm-24.11``, ``slurm-26.05``: a release sandbox of the session (conftest_releases),
+  which each worker would otherwise bring up for itself.
+
+Every other test (unit tests, image builds, a ``netns_cluster`` of its own: its own
+directory, ports, subnet and node names) runs wherever a worker is free. The groups go
+first, biggest first, so the longest chain starts at once and the single tests fill the
+other workers around it.
+
+Without xdist (``-p no:xdist``, ``-n 0``) nothing changes: the marks are inert.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+SANDBOX = "sandbox"
+HOST_RELEASE = "22.05"
+
+
+def group_of(item: pytest.Item) -> str | None:
+    """The xdist group ``item`` must run in, or None when it may run anywhere."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return str(mark.args[0] if mark.args else mark.kwargs["name"])
+    names = set(getattr(item, "fixturenames", ()))
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    release = params.get("slurm_release") or (params.get("release")
+                                              if "release_sandboxes" in names else None)
+    if release is not None:
+        return SANDBOX if release == HOST_RELEASE else f"slurm-{release}"
+    if "slurm_cluster" in names:
+        return SANDBOX
+    return None
+
+
+def xdist_running(config: pytest.Config) -> bool:
+    """Is this session one of xdist's (a worker, or the controller of workers)?"""
+    return bool(getattr(config, "workerinput", None)) or \
+        (getattr(config.option, "numprocesses", None) or 0) > 0 or \
+        getattr(config.option, "dist", "no") != "no"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks into the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not xdist_running(config):
+        return
+    groups: dict[str | None, list[pytest.Item]] = {}
+    for item in items:
+        group = group_of(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group, []).append(item)
+    # Biggest group first (xdist's own reorder sorts by test count too: kept stable).
+    ordered = sorted((g for g in groups if g is not None), key=lambda g: -len(groups[g]))
+    items[:] = [item for g in ordered for item in groups[g]] + groups.get(None, [])
