@@ -19,7 +19,7 @@ import yaml
 
 from hpcdl.sandbox import cluster_profile as profile_of
 from hpcdl.sandbox import pick_subnet
-from hpcdl.sandbox.cluster import parse_shape
+from hpcdl.sandbox.cluster import DEFAULT_SHAPE, PARTITION_KEYS, parse_shape
 
 BUNDLED_SANDBOX_PROFILE = (Path(__file__).resolve().parents[1] / "hpcdl" / "profiles" / "bundled"
                            / "sandbox.yaml")
@@ -48,6 +48,21 @@ def unique_prefix() -> str:
 
 def node_names(prefix: str, count: int) -> list[str]:
     return [f"{prefix}{i}" for i in range(1, count + 1)]
+
+
+def sandbox_partition_lines(names: list[str]) -> list[str]:
+    """The host sandbox's partitions (the default shape's: debug, gpu, short, lowprio,
+    urgent, with their limits, tiers and preemption) as shape lines over ``names``."""
+    lines = []
+    for part in DEFAULT_SHAPE.partitions:
+        words = ["partition", part.name, ",".join(names)]
+        for key, attr in PARTITION_KEYS.items():
+            value = getattr(part, attr)
+            if value is None:
+                continue
+            words.append(f"{key}={('YES' if value else 'NO') if isinstance(value, bool) else value}")
+        lines.append(" ".join(words))
+    return lines
 
 
 def cluster_env(folder: Path, shape: str, cluster: str, *,

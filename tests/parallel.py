@@ -9,6 +9,8 @@ other test of that cluster (an xdist group), one after the other as before:
   accounting; two of them at once would queue behind each other past their timeouts.
 - ``slurm-24.11``, ``slurm-26.05``: a release sandbox of the session (conftest_releases),
   which each worker would otherwise bring up for itself.
+- ``twin-MODULE``: a module's ``sandbox_twin`` (a cluster shaped like the sandbox, of the
+  module's own), started once for all of the module's tests.
 
 Every other test (unit tests, image builds, a ``netns_cluster`` of its own: its own
 directory, ports, subnet and node names) runs wherever a worker is free. The groups go
@@ -37,6 +39,8 @@ def group_of(item: pytest.Item) -> str | None:
                                               if "release_sandboxes" in names else None)
     if release is not None:
         return SANDBOX if release == HOST_RELEASE else f"slurm-{release}"
+    if "sandbox_twin" in names:  # one twin per module, started once: keep it in one worker
+        return "twin-" + item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
     if "slurm_cluster" in names:
         return SANDBOX
     return None

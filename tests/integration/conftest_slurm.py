@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from tests.own_cluster import (
     free_subnet,
     netns_name,
     node_names,
+    sandbox_partition_lines,
     unique_prefix,
 )
 
@@ -195,31 +197,37 @@ class NetnsCluster:
         assert res.returncode == 0, f"sandbox.sh shape {node} --clear: {res.stdout}{res.stderr}"
 
 
-@pytest.fixture
-def netns_cluster(tmp_path_factory: pytest.TempPathFactory
-                  ) -> Iterator[Callable[..., NetnsCluster]]:
-    """Factory: ``netns_cluster(nodes=3)`` starts a cluster of its own (directory under
-    /tmp, free ports, a free 10.x.y.0/24, node names no other cluster uses, no
-    accounting), each node in its own network namespace; partition ``debug`` (default)
-    holds all nodes. Everything it started is stopped at the end of the test, whatever
-    happens; the test fails if ``down`` leaves a daemon, namespace or bridge behind. The
-    daemons' logs are kept under pytest's basetemp (``cluster-logs*``): a failure that
-    only CI met can be read afterwards."""
+def require_netns_tools() -> None:
     require(os.geteuid() == 0, "a Slurm cluster with network namespaces needs root")
     require(all(shutil.which(t) for t in ("slurmctld", "slurmd", "munged", "unshare",
                                           "nsenter", "ip", "tc")),
             "slurmctld/slurmd/munged/unshare/nsenter/ip/tc missing")
+
+
+@contextmanager
+def netns_clusters(logs: Callable[[], Path]) -> Iterator[Callable[..., NetnsCluster]]:
+    """Yields ``start(nodes=3, cpus=8, accounting=False, partitions=None)``: a cluster of
+    its own (directory under /tmp, free ports, a free 10.x.y.0/24, node names no other
+    cluster uses), each node in its own network namespace. ``partitions`` None: one
+    partition ``debug`` holding all nodes; "sandbox": the host sandbox's partitions
+    (hpcdl.sandbox.cluster's default shape) over these nodes. Everything started is
+    stopped when the block ends, whatever happens, and the daemons' logs are copied to
+    ``logs()``; it raises AssertionError if ``down`` leaves a daemon, namespace or bridge."""
     started: list[NetnsCluster] = []
 
-    def start(nodes: int = 3, cpus: int = 8, accounting: bool = False) -> NetnsCluster:
+    def start(nodes: int = 3, cpus: int = 8, accounting: bool = False,
+              partitions: str | None = None) -> NetnsCluster:
         folder = Path(tempfile.mkdtemp(prefix="hpcdl-nx-", dir="/tmp"))  # short: socket paths
         prefix = unique_prefix()
         subnet = free_subnet()
         names = node_names(prefix, nodes)
         addrs = {n: f"{subnet}.{10 + i}" for i, n in enumerate(names, 1)}
         lines = [f"node {n} {addrs[n]} {free_port()} {cpus} 4096 gpu:fake:4 up" for n in names]
-        lines.append(f"partition debug {','.join(names)} Default=YES MaxNodes={nodes} "
-                     "MaxTime=00:30:00 DefaultTime=00:10:00")
+        if partitions == "sandbox":
+            lines += sandbox_partition_lines(names)
+        else:
+            lines.append(f"partition debug {','.join(names)} Default=YES MaxNodes={nodes} "
+                         "MaxTime=00:30:00 DefaultTime=00:10:00")
         name = f"nx{prefix}"
         env = cluster_env(folder, "\n".join(lines) + "\n", name, accounting=accounting)
         profile = folder / f"{name}.yaml"
@@ -246,10 +254,48 @@ def netns_cluster(tmp_path_factory: pytest.TempPathFactory
             if res.returncode != 0 or left or gone:
                 problems.append(f"{cluster.dir}: down rc {res.returncode}, daemons left {left}, "
                                 f"namespaces left {gone}\n{res.stdout}{res.stderr}")
-            shutil.copytree(cluster.dir / "log", tmp_path_factory.mktemp("cluster-logs"),
-                            dirs_exist_ok=True)
+            shutil.copytree(cluster.dir / "log", logs(), dirs_exist_ok=True)
             shutil.rmtree(cluster.dir, ignore_errors=True)
         assert not problems, "\n".join(problems)
+
+
+@pytest.fixture
+def netns_cluster(tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[Callable[..., NetnsCluster]]:
+    """Factory: ``netns_cluster(nodes=3)`` starts a cluster of its own (netns_clusters),
+    partition ``debug`` (default) holding all nodes, no accounting; stopped at the end of
+    the test. The daemons' logs are kept under pytest's basetemp (``cluster-logs*``): a
+    failure that only CI met can be read afterwards."""
+    require_netns_tools()
+    with netns_clusters(lambda: tmp_path_factory.mktemp("cluster-logs")) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def sandbox_twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsCluster]:
+    """A cluster shaped like the host sandbox (its partitions, 8 CPUs and 4 fake GPUs a
+    node, accounting) under node names of its own, for a module whose tests occupy both
+    nodes for minutes (time limits, preemption) and so would hold the shared sandbox
+    from every other test. For the module's tests Slurm's commands (SLURM_CONF) and the
+    profile ``sandbox`` (a user profile under a private XDG_CONFIG_HOME) point at it;
+    tests/parallel.py keeps the module's tests together in one worker."""
+    require_netns_tools()
+    with netns_clusters(lambda: tmp_path_factory.mktemp("cluster-logs")) as start:
+        cluster = start(nodes=2, accounting=True, partitions="sandbox")
+        home = tmp_path_factory.mktemp("twin-xdg")
+        target = home / "hpcdl" / "profiles" / "sandbox.yaml"
+        target.parent.mkdir(parents=True)
+        cluster_profile(cluster.dir, "sandbox", target)
+        saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "XDG_CONFIG_HOME")}
+        os.environ.update(SLURM_CONF=str(cluster.conf), XDG_CONFIG_HOME=str(home))
+        try:
+            yield cluster
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 @pytest.fixture

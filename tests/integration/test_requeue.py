@@ -29,7 +29,9 @@ import pytest
 
 from tests.integration.conftest_slurm import REPO, command_lines, hpcdl, submit_json
 
-pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.usefixtures("slurm_cluster"),
+# sandbox_twin: a cluster of the module's own, shaped like the sandbox (profile `sandbox`
+# and Slurm's commands point at it): these jobs fill both nodes for minutes.
+pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.usefixtures("sandbox_twin"),
               pytest.mark.timeout(900)]
 
 STEPS = 30
@@ -108,7 +110,7 @@ def final(job_id: str, run_dir: Path) -> tuple[dict, set[str], str]:
 
 
 @pytest.fixture(scope="module")
-def reference(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+def reference(sandbox_twin: object, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The checksum of the same STEPS without any interruption."""
     runs = tmp_path_factory.mktemp("reference")
     res = hpcdl("submit", *EXAMPLE, "--partition", "debug", "--wait", "--run-dir",
