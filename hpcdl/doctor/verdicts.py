@@ -24,6 +24,7 @@ from hpcdl.core.gpuarch import runs_on
 from hpcdl.doctor.host import HostFacts
 from hpcdl.doctor.image import ImageFacts, unreadable_reason
 from hpcdl.doctor.profile import ProfileFacts
+from hpcdl.schedulers.launchers import launcher_for
 
 Level = Literal["ok", "warning", "problem"]
 
@@ -203,7 +204,7 @@ def _unreadable_fix(image: ImageFacts) -> str:
 
 
 def _profile_verdicts(host: HostFacts, profile: ProfileFacts, add: Any) -> None:
-    if profile.launcher == "srun" and profile.srun_mpi and host.srun_mpi:
+    if launcher_for(profile.launcher).passes_srun_mpi and profile.srun_mpi and host.srun_mpi:
         if profile.srun_mpi not in host.srun_mpi:
             add(Verdict("problem", "srun --mpi",
                         f"profile {profile.name} uses --mpi={profile.srun_mpi} but this Slurm "

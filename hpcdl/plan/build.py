@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from hpcdl.core.duration import format_time
 from hpcdl.core.gpuarch import ImageArchFacts, check_partition
@@ -85,9 +85,10 @@ from hpcdl.plan.partition import (
     tasks_per_node,
 )
 from hpcdl.plan.request import JobRequest, RuntimeMode, _fail, check_request
-from hpcdl.profiles.schema import Backend, GpuBind, Launcher, Partition, Profile
+from hpcdl.profiles.schema import Backend, GpuBind, Partition, Profile
 from hpcdl.schedulers.base import JobSpec, RequeueSpec, ScriptDialect
 from hpcdl.schedulers.dialects import dialect_for
+from hpcdl.schedulers.launchers import RankLauncher, launcher_for
 
 # Unprivileged Apptainer puts each rank in its own user namespace. There Open MPI's
 # single-copy transfer between ranks of a node (CMA, process_vm_readv) fails, and Horovod
@@ -157,24 +158,22 @@ def _placement(profile: Profile, req: JobRequest, image_facts: ImageArchFacts | 
 
 
 def _launcher(profile: Profile, req: JobRequest,
-              dialect: ScriptDialect) -> tuple[Launcher, GpuBind]:
+              dialect: ScriptDialect) -> tuple[RankLauncher, GpuBind]:
     """The launcher and GPU binding (the request's, else the profile's), refused where
     they cannot start what the job runs."""
-    # check_request accepted these: they are the schema's words now.
-    launcher = cast(Launcher, req.launcher or profile.mpi.launcher)
+    launcher = launcher_for(req.launcher or profile.mpi.launcher)
+    # check_request accepted it: it is the schema's word now.
     gpu_bind = cast(GpuBind, req.gpu_bind or profile.mpi.gpu_bind)
     if req.probe is not None and (refused := dialect.unsupported(profile, "probe")):
         raise _fail(refused)
-    if req.probe_only and launcher != "srun":
-        raise _fail(f"launcher: the probe starts one rank per task with srun (got {launcher})")
-    if launcher == "torchrun" and req.runs_example and req.backend == "horovod":
-        raise _fail("launcher: torchrun starts ranks without MPI, which the bundled example's "
-                    "--backend horovod needs: use --backend ddp, or --launcher srun")
+    if refused := launcher.refusal(probe_only=req.probe_only, runs_example=req.runs_example,
+                                   backend=req.backend):
+        raise _fail(refused)
     return launcher, gpu_bind
 
 
 def _spec(profile: Profile, req: JobRequest, dialect: ScriptDialect, part: Partition,
-          launcher: Launcher) -> JobSpec:
+          launcher: RankLauncher) -> JobSpec:
     """What the scheduler is asked for: tasks, CPUs, time, name, requeue, spares."""
     time = job_time(profile, part, req)
     requeue = requeue_spec(profile, req, dialect)
@@ -182,9 +181,8 @@ def _spec(profile: Profile, req: JobRequest, dialect: ScriptDialect, part: Parti
     if spares:
         if refused := dialect.unsupported(profile, "spares"):
             raise _fail(refused)
-        if launcher not in ("srun", "torchrun"):
-            raise _fail(f"spares: launcher {launcher} starts ranks on every node of the "
-                        f"allocation; spare nodes need srun or torchrun (--launcher srun)")
+        if refused := launcher.spares_refusal():
+            raise _fail(refused)
     return JobSpec(profile=profile, partition=part, nodes=req.nodes, gpus_per_node=req.gpus,
                    tasks_per_node=tasks_per_node(req.gpus),
                    cpus_per_task=req.cpus_per_task or default_cpus_per_task(part, req.gpus),
@@ -240,24 +238,20 @@ class _Ranks:
     script: $HPCDL_IMAGE), the rank-env wrapper (a file of the run for a job hpcdl
     submits, which stages it; inline in a script it does not: PBS, qsub'ed by hand)."""
 
-    launcher: Launcher
+    launcher: RankLauncher
     gpu_bind: GpuBind
     staged_image: bool
     wrapper_file: str | None
     wrapper_options: dict[str, bool]  # rank_env_script's and rank_env_file's
 
     @classmethod
-    def of(cls, req: JobRequest, dialect: ScriptDialect, launcher: Launcher, gpu_bind: GpuBind,
+    def of(cls, req: JobRequest, dialect: ScriptDialect, launcher: RankLauncher, gpu_bind: GpuBind,
            staged: _Staged) -> _Ranks:
         return cls(launcher=launcher, gpu_bind=gpu_bind, staged_image=staged.image is not None,
                    wrapper_file=(job_script_path(req.run_dir, RANK_ENV_FILE)
                                  if dialect.submits else None),
                    wrapper_options={"gpu_bind": gpu_bind == "local-rank" and req.gpus > 0,
                                     "record_pid": req.hang_timeout is not None})
-
-    @property
-    def wrapper_mode(self) -> Literal["ranks", "torchrun"]:
-        return "torchrun" if self.launcher == "torchrun" else "ranks"
 
     def image(self, container: ContainerPart) -> str | None:
         return Raw('"$HPCDL_IMAGE"') if self.staged_image else container.image
@@ -266,7 +260,7 @@ class _Ranks:
 def _launch(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDialect,
             container: ContainerPart, ranks: _Ranks) -> LaunchPart:
     """The command every rank runs, its environment, and the launch line."""
-    launcher = ranks.launcher
+    launcher = ranks.launcher.name
     defaults = example_defaults(profile, req)
     if req.probe_only:
         command = probe_command(profile, req, container.image)
@@ -275,7 +269,8 @@ def _launch(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDia
         command = list(req.command) or default_command(
             profile, req, container.image, defaults,
             resume=spec.requeue is not None or spec.spares > 0)
-    if launcher == "torchrun" and (refused := dialect.unsupported(profile, "torchrun")):
+    feature = ranks.launcher.feature
+    if feature and (refused := dialect.unsupported(profile, feature)):
         raise _fail(refused)
     prefix = dialect.launcher_tokens(spec, launcher)
     if launcher == profile.mpi.launcher:  # the profile's arguments are for its launcher
@@ -329,7 +324,7 @@ def _files(req: JobRequest, spec: JobSpec, dialect: ScriptDialect, launch: Launc
     output, error = dialect.log_paths(spec)
     job_scripts: tuple[tuple[str, str], ...] = ()
     if ranks.wrapper_file is not None:
-        job_scripts = ((RANK_ENV_FILE, rank_env_file(ranks.wrapper_mode,
+        job_scripts = ((RANK_ENV_FILE, rank_env_file(ranks.launcher.wrapper_mode,
                                                      **ranks.wrapper_options)),)
         if _derived(launch, "MASTER_PORT"):
             job_scripts += ((PORT_PICK_FILE, port_pick_file(launch.master_port,
@@ -383,6 +378,8 @@ def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDia
         "backend": req.backend,
         "image_q": shell_join([image]) if image else None,
         "launcher": launch.launcher,
+        # What the script sets up for the launcher (horovodrun's host file).
+        "launcher_lines": ranks.launcher.script_lines,
         "launch_notes": launch_notes(req, launch.launcher, launch.gpu_bind, image,
                                      container.image_source, master_addr, master_port)
                         + [s["note"] for s in staged.steps]
@@ -399,7 +396,7 @@ def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDia
                       if master_port else ""),
         "port_pick_path": shell_join([job_script_path(req.run_dir, PORT_PICK_FILE)]),
         "rank_env_variable": SCRIPT_VARIABLE,
-        "rank_env_q": shell_join([rank_env_script(ranks.wrapper_mode, **ranks.wrapper_options)]),
+        "rank_env_q": shell_join([rank_env_script(ranks.launcher.wrapper_mode, **ranks.wrapper_options)]),
         "launch_line": launch.launch_line,
         "probe_line": probe.line if probe else None,
         "requeue": _requeue_block(spec.requeue, req, dialect),

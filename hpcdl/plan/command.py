@@ -8,7 +8,6 @@ comes from its dialect (hpcdl.schedulers.*.script). Pure.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import PurePosixPath
 
 from hpcdl.core.resources import PACKAGE_DIR, examples_dir
@@ -28,6 +27,7 @@ from hpcdl.plan.request import JobRequest, _fail
 from hpcdl.probe.request import worker_path
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import ScriptDialect
+from hpcdl.schedulers.launchers import launcher_for
 
 # Where a job sees the bundled examples and the stdlib-only hpcdl modules they import
 # (hpcdl.jobside.errors, hpcdl.jobside.world, hpcdl.jobside.imagefolder): staged into the run
@@ -112,27 +112,12 @@ def job_image(profile: Profile, req: JobRequest) -> tuple[str | None, str | None
     return profile.container.default_image, "profile default_image"
 
 
-_PYTHON = re.compile(r"python[0-9.]*")
-
-
-def _torchrun_tokens(profile: Profile, req: JobRequest, command: list[str],
-                     job_id_word: str) -> list[str]:
-    """``python -m torch.distributed.run`` (= torchrun, without relying on its entry point
-    being on PATH) for one node; ``--no-python`` runs COMMAND as given in each worker.
-    ``job_id_word``: the dialect's shell word for the job id (the rendezvous id)."""
-    python = command[0] if _PYTHON.fullmatch(PurePosixPath(command[0]).name) else profile.python
-    return [python, "-m", "torch.distributed.run", f"--nnodes={req.nodes}",
-            f"--nproc-per-node={tasks_per_node(req.gpus)}", "--rdzv-backend=c10d",
-            Raw('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'), Raw(f"--rdzv-id={job_id_word}"),
-            "--no-python"]
-
-
 def rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher: str,
                 image: str | None, binds: tuple[str, ...], job_id_word: str,
                 wrapper_file: str | None) -> list[str]:
     """What the launcher starts on every rank: the container (if any) with ``binds``
     (container_binds, the same the plan records), the rank-env wrapper (``wrapper_file``,
-    a file of the run; None: inline in the script), torchrun (if it is the launcher) and
+    a file of the run; None: inline in the script), the launcher's agent (torchrun's) and
     the command."""
     tokens: list[str] = []
     if image:
@@ -154,8 +139,9 @@ def rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher:
         tokens += [Raw("/bin/sh"), Raw("-c"), Raw(f'"${{{SCRIPT_VARIABLE}:?}}"'), Raw(WRAPPER_NAME)]
     else:
         tokens += [Raw("/bin/sh"), wrapper_file]
-    if launcher == "torchrun":
-        tokens += _torchrun_tokens(profile, req, command, job_id_word)
+    tokens += launcher_for(launcher).agent_tokens(
+        command, profile.python, nodes=req.nodes, tasks_per_node=tasks_per_node(req.gpus),
+        job_id_word=job_id_word)
     return tokens + command
 
 
@@ -213,14 +199,8 @@ def launch_notes(req: JobRequest, launcher: str, gpu_bind: str, image: str | Non
                  image_source: str | None, addr: str | None, port: str | None) -> list[str]:
     """What the launch line does, for the comment above it (shown by --dry-run).
     ``addr``/``port``: master_values() (None where the profile or --env sets them)."""
-    tasks = tasks_per_node(req.gpus)
-    notes = []
-    if launcher == "torchrun":
-        notes.append(f"launcher torchrun: one torchrun per node (srun --ntasks-per-node=1), each "
-                     f"starting {tasks} ranks; c10d rendezvous at $MASTER_ADDR:$MASTER_PORT.")
-    else:
-        notes.append(f"launcher {launcher}: one process per rank; the wrapper derives the "
-                     "variables from its per-rank variables.")
+    starter = launcher_for(launcher)
+    notes = [starter.note(tasks_per_node(req.gpus))]
     notes.append("MASTER_ADDR: " + ("the first node of the allocation." if addr else
                                     "set by the profile or --env (it wins)."))
     notes.append("MASTER_PORT: " + (f"{PORT_BASE} + job id % {PORT_SPAN}, so jobs sharing a "
@@ -230,7 +210,7 @@ def launch_notes(req: JobRequest, launcher: str, gpu_bind: str, image: str | Non
                                     if port else "set by the profile or --env (it wins)."))
     if not req.gpus:
         notes.append("GPUs: none requested.")
-    elif launcher == "torchrun" or gpu_bind == "none":
+    elif starter.per_node or gpu_bind == "none":  # a node's agent starts ranks on all its GPUs
         notes.append(f"GPUs: every rank sees the {req.gpus} GPUs of its node and uses GPU "
                      "LOCAL_RANK (torch.cuda.set_device(LOCAL_RANK), as torchrun and Horovod "
                      "scripts do).")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import Literal, cast
 
 from hpcdl.core.duration import parse_time
 from hpcdl.core.tokens import (
@@ -28,12 +28,14 @@ from hpcdl.hang.diagnosis import HANG_ACTIONS
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.probe.request import check_nodes
 from hpcdl.profiles.schema import Backend, GpuBind, Launcher
+from hpcdl.schedulers.launchers import REGISTRY, launcher_for
 
 # How the container runtime runs here (hpcdl.container.runtime detects it on the host).
 RuntimeMode = Literal["setuid", "unprivileged", "root"]
 # The values a request may name, in the order errors and --help list them.
 BACKENDS: tuple[Backend, ...] = ("horovod", "ddp")
-LAUNCHERS: tuple[Launcher, ...] = ("srun", "torchrun", "mpirun", "horovodrun")
+# Every registered launcher (hpcdl.schedulers.launchers), in its order.
+LAUNCHERS = cast(tuple[Launcher, ...], tuple(REGISTRY))
 GPU_BINDS: tuple[GpuBind, ...] = ("none", "local-rank")
 
 
@@ -136,8 +138,8 @@ def check_request(req: JobRequest) -> None:
         raise _fail(f"cpus-per-task: must be at least 1 (got {req.cpus_per_task})")
     if req.backend not in BACKENDS:
         raise _fail(f"backend: {req.backend!r} is not one of {', '.join(BACKENDS)}")
-    if req.launcher is not None and req.launcher not in LAUNCHERS:
-        raise _fail(f"launcher: {req.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    if req.launcher is not None:
+        launcher_for(req.launcher)  # refuses a name no launcher has
     if req.gpu_bind is not None and req.gpu_bind not in GPU_BINDS:
         raise _fail(f"gpu-bind: {req.gpu_bind!r} is not one of {', '.join(GPU_BINDS)}")
     if req.image and req.no_image:

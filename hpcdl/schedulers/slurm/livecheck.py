@@ -18,6 +18,7 @@ from hpcdl.jobside.errors import ValidationError
 from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.schedulers.base import Demand
 from hpcdl.schedulers.executor import LOCAL, Executor
+from hpcdl.schedulers.launchers import launcher_for
 from hpcdl.schedulers.slurm.detect import parse_config
 from hpcdl.schedulers.slurm.parse import gpus_in_gres, parse_key_values
 
@@ -242,7 +243,7 @@ def differences(profile: Profile, detected: Profile, *, mpi_offered: tuple[str, 
                    f"{detected.scheduler.type}")
     out += _release_differences(profile, detected)
     wanted = profile.mpi.srun_mpi
-    if profile.mpi.launcher == "srun" and wanted is not None:
+    if launcher_for(profile.mpi.launcher).passes_srun_mpi and wanted is not None:
         if mpi_offered is not None and wanted not in mpi_offered:
             out.append(f"mpi.srun_mpi: profile says {wanted}, srun --mpi=list offers "
                        f"{', '.join(mpi_offered) or 'nothing'}")

@@ -11,11 +11,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from hpcdl.core.templating import Raw, shell_join
+from hpcdl.core.templating import shell_join
 from hpcdl.core.tokens import CONTROL
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.profiles.schema import Launcher, Partition, Profile
 from hpcdl.schedulers.base import Allocation, Feature, JobSpec, RunFiles
+from hpcdl.schedulers.launchers import launcher_for
 from hpcdl.schedulers.slurm import releases
 
 # A run directory's script (what sbatch is given) and the job's logs, as --output and
@@ -144,39 +145,9 @@ class SlurmDialect:
 
     def launcher_tokens(self, spec: JobSpec, launcher: Launcher, *,
                         every_healthy_node: bool = False) -> list[str]:
-        """srun (or one torchrun agent per node through srun), mpirun, horovodrun."""
-        if launcher in ("srun", "torchrun"):
-            # --label prefixes every output line with its task id, so a crash can be
-            # traced to the rank that printed it (see hpcdl.results).
-            tokens: list[str] = [Raw("srun"), Raw("--label")]
-            # One crashed rank ends the step: without this the other ranks wait in their
-            # next collective until the time limit (the classic "my job hangs").
-            tokens.append(Raw("--kill-on-bad-exit=1"))
-            if launcher == "torchrun":
-                # One torchrun per node, with the CPUs of all the ranks it starts.
-                tokens += [Raw(f"--nodes={spec.nodes}"), Raw(f"--ntasks={spec.nodes}"),
-                           Raw("--ntasks-per-node=1"),
-                           Raw(f"--cpus-per-task={spec.cpus_per_task * spec.tasks_per_node}")]
-            else:
-                if spec.spares and every_healthy_node:  # counted by the guard (hpcdl-nodes)
-                    tokens += [Raw('--nodes="$HPCDL_STEP_NODES"'),
-                               Raw('--ntasks="$HPCDL_STEP_TASKS"')]
-                elif spec.spares:  # N of the allocation's N+S nodes
-                    tokens += [Raw(f"--nodes={spec.nodes}"), Raw(f"--ntasks={spec.ntasks}")]
-                if spec.profile.mpi.srun_mpi:
-                    tokens.append(Raw(f"--mpi={spec.profile.mpi.srun_mpi}"))
-            if spec.spares:
-                # The healthy nodes the node guard chose for this launch (hpcdl-nodes);
-                # --overlap: a step a dead node took down stays on the survivors' CPUs
-                # until Slurm declares that node dead (minutes), and would block a
-                # relaunch without it.
-                tokens += [Raw('--nodelist="$HPCDL_NODELIST"'), Raw("--overlap")]
-            return tokens
-        if launcher == "mpirun":
-            return [Raw("mpirun"), Raw("-np"), Raw('"$SLURM_NTASKS"')]
-        # horovodrun: needs the host list, written by the script into $HPCDL_HOSTFILE
-        return [Raw("horovodrun"), Raw("-np"), Raw('"$SLURM_NTASKS"'),
-                Raw("--hostfile"), Raw('"$HPCDL_HOSTFILE"')]
+        """The launcher's own command (hpcdl.schedulers.launchers): srun, one torchrun
+        agent per node through srun, mpirun, horovodrun."""
+        return launcher_for(launcher).tokens(spec, every_healthy_node=every_healthy_node)
 
     def header(self, spec: JobSpec) -> dict[str, Any]:
         output, error = self.log_paths(spec)
