@@ -20,7 +20,6 @@ from hpcdl.plan import BACKENDS, JobPlan, JobRequest
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
-from hpcdl.schedulers.dialects import refuse
 
 # hpcdl.cli.display (the status line, how a job ended) is imported where a followed
 # job is shown, and the salloc path (hpcdl.jobs.alloc) by `hpcdl alloc`: neither is on
@@ -366,23 +365,19 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
       hpcdl alloc -p sandbox -N 2 -G 4 -- srun hostname
     """
     prof = load_profile(profile)
-    refuse(prof, "alloc", dry_run_helps=False)  # hpcdl allocates where it submits
+    cluster = open_cluster(prof, "alloc", dry_run=dry_run)  # hpcdl allocates where it submits
     request = JobRequest(nodes=nodes, gpus=gpus, partition=partition, time=time,
                          cpus_per_task=cpus_per_task, job_name=job_name or "interactive",
                          command=command, template=template)
     # Lazy: the salloc path is alloc's alone; see the note at the top.
-    from hpcdl.jobs.alloc import build_alloc, run_alloc
+    from hpcdl.jobs.alloc import prepare_alloc, run_alloc
 
-    plan = build_alloc(prof, request)
-    executor = connect(prof).executor  # opens nothing: a connection starts with its first use
-    # The allocation command from the profile's command directory, as every other one.
-    from hpcdl.schedulers.registry import with_commands
-
-    executor = with_commands(prof, executor)
-    if dry_run:
+    ready = prepare_alloc(prof, request, cluster)
+    plan = ready.plan
+    if ready.notes is not None:
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
-        if executor.remote:
-            click.echo(f"# runs on the login node {executor.target} (ssh -t)", err=True)
+        for note in ready.notes:
+            click.echo(f"# {note}", err=True)
         click.echo(plan.script, nl=False)
         return
-    raise SystemExit(run_alloc(plan, executor))
+    raise SystemExit(run_alloc(plan, ready.executor))
