@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcdl.core import proc
-from hpcdl.jobs.cluster import Cluster
 from hpcdl.core.templating import render_template, shell_join
+from hpcdl.jobs.cluster import Cluster
 from hpcdl.plan import (
     JobRequest,
     check_request,
