@@ -11,10 +11,19 @@ from pathlib import Path
 
 import click
 
-from hpcdl.cli.options import example_options, parse_env
+from hpcdl.cli.options import (
+    PROBE,
+    SectionedCommand,
+    container,
+    launch,
+    opt,
+    output,
+    parse_env,
+    placement,
+    section,
+)
 from hpcdl.cli.submit import echo_warning, print_dry_run, submit_and_show
 from hpcdl.jobs.prepare import open_cluster, prepare_job
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.jobside.probe_worker import DEFAULT_SLOW_RATIO
 from hpcdl.plan import JobRequest
 from hpcdl.probe.request import (
@@ -28,48 +37,39 @@ from hpcdl.probe.request import (
 from hpcdl.profiles import load_profile
 
 
-@click.command()
-@click.option("--profile", "-p", "profile", metavar="NAME|PATH",
-              help="Cluster profile (default: $HPCDL_PROFILE).")
-@click.option("--partition", metavar="NAME", help="Partition; default: the smallest that fits.")
-@click.option("--nodes", "-N", type=int, default=2, show_default=True,
-              help="Nodes to probe (2 or more; 3 or more to name which node is slow).")
-@click.option("--gpus", "-G", type=int, default=0, show_default=True,
-              help="GPUs per node, one rank each (0: one rank per node, CPU/Gloo).")
-@click.option("--time", "-t", metavar="HH:MM:SS", help="Wall time limit (default: the profile's).")
-@click.option("--cpus-per-task", "-c", type=int, help="CPUs per rank.")
-@click.option("--job-name", "-J", default="hpcdl-probe", show_default=True, help="Job name (as the scheduler shows it).")
-@example_options
-@click.option("--no-image", is_flag=True, help="Run natively, even when the profile names an image.")
-@click.option("--sizes", default=DEFAULT_SIZES, show_default=True, metavar="LIST",
-              help="Message sizes (bytes, K, M, G; 4 bytes to 1G, whole float32s). The node "
-                   "pairs are tested with the largest.")
-@click.option("--iters", type=int, default=5, show_default=True, help="Timed calls per size.")
-@click.option("--warmup", type=int, default=2, show_default=True, help="Untimed calls first.")
-@click.option("--backend", type=click.Choice(DIST_BACKENDS), default="auto", show_default=True,
-              help="torch.distributed backend: auto is NCCL when the ranks see a GPU, else Gloo.")
-@click.option("--mpi", type=click.Choice(MPI_MODES), default="auto", show_default=True,
-              help="Also MPI_Allreduce (mpi4py) over the allocation; auto: when mpi4py is in "
-                   "the image and srun started the ranks with PMI.")
-@click.option("--ifname", metavar="IFACE",
-              help="Interface for NCCL and Gloo (NCCL_SOCKET_IFNAME syntax: ib0, eth, =eth0, "
-                   "^docker); each node checks it has one (exit 2 if not). Default: the "
-                   "profile's interconnect.socket_ifname, else NCCL's/Gloo's own choice.")
-@click.option("--slow-ratio", type=float, default=DEFAULT_SLOW_RATIO, show_default=True,
-              help="A node whose best link is below this share of the median node's best "
-                   "link is slow (exit 1); with 2 nodes, the link against the profile's "
-                   "expected bandwidth.")
-@click.option("--dry-run", is_flag=True, help="Print the job script and the job-side files it runs (or with --json the plan).")
-@click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Run directory (must not exist yet; default: a new one under $HPCDL_RUNS).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--wait", "-w", is_flag=True,
-              help="Follow the probe to its end, print its tables and exit 0 (no slow node), "
-                   "1 (a slow node or link) or 2 (a node refused the input).")
+@click.command(cls=SectionedCommand)
+@placement(
+    nodes=opt("--nodes", "-N", type=int, default=2, show_default=True,
+              help="Nodes to probe (2 or more; 3 or more to name the slow one)."),
+    gpus=opt("--gpus", "-G", type=int, default=0, show_default=True,
+             help="GPUs per node, one rank each (0: one rank per node, Gloo)."),
+    time="Wall time limit (default: the profile's).",
+    cpus_per_task="CPUs per rank.",
+    job_name=opt("--job-name", "-J", default="hpcdl-probe", show_default=True,
+                 help="Job name (as the scheduler shows it)."))
+@container("image", "no_image", "binds")
+@launch("env")
+@section(
+    PROBE,
+    opt("--sizes", default=DEFAULT_SIZES, show_default=True, metavar="LIST",
+        help="Message sizes (4 bytes to 1G, whole float32s); pairs use the largest."),
+    opt("--iters", type=int, default=5, show_default=True, help="Timed calls per size."),
+    opt("--warmup", type=int, default=2, show_default=True, help="Untimed calls first."),
+    opt("--backend", type=click.Choice(DIST_BACKENDS), default="auto", show_default=True,
+        help="torch.distributed backend (auto: NCCL with GPUs, else Gloo)."),
+    opt("--mpi", type=click.Choice(MPI_MODES), default="auto", show_default=True,
+        help="Also MPI_Allreduce (auto: when mpi4py and PMI are there)."),
+    opt("--ifname", metavar="IFACE",
+        help="Interface for NCCL and Gloo (NCCL_SOCKET_IFNAME syntax; default: the "
+             "profile's)."),
+    opt("--slow-ratio", type=float, default=DEFAULT_SLOW_RATIO, show_default=True,
+        help="Slow below this share of the median node's best link (exit 1)."))
+@output(
+    dry_run="Print the job script and the files it runs (or the plan, --json).",
+    wait="Follow the probe; exit 0 (no slow node), 1 (slow) or 2 (input refused).")
 def probe(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
           cpus_per_task: int | None, job_name: str, image: str | None, env: tuple[str, ...],
-          binds: tuple[str, ...], data: str | None, synthetic: bool,
-          example_args: tuple[str, ...], no_image: bool, sizes: str, iters: int, warmup: int,
+          binds: tuple[str, ...], no_image: bool, sizes: str, iters: int, warmup: int,
           backend: str, mpi: str, ifname: str | None, slow_ratio: float, dry_run: bool,
           run_dir: Path | None, as_json: bool, wait: bool) -> None:
     """Measure allreduce bandwidth across an allocation and name slow nodes.
@@ -94,9 +94,6 @@ def probe(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
       hpcdl probe -p neuron -N 4 -G 4 --ifname ib0 --wait --json
       hpcdl submit -p neuron -N 4 -G 4 --probe-first -- python3 train.py
     """
-    if data or synthetic or example_args:
-        raise ValidationError("probe: --data, --synthetic and -X are for the bundled example; "
-                              "the probe takes --sizes, --iters, --ifname")
     check_nodes(nodes)
     prof = load_profile(profile)
     args = worker_args(ProbeOptions(sizes=sizes, iters=iters, warmup=warmup, backend=backend,

@@ -10,7 +10,18 @@ from typing import Any
 import click
 
 from hpcdl.cli.display import SweepBar, done_line, probe_view, sweep_dir_line
-from hpcdl.cli.options import example_options, launch_options, parse_env
+from hpcdl.cli.options import (
+    SWEEP,
+    SectionedCommand,
+    container,
+    data,
+    launch,
+    opt,
+    output,
+    parse_env,
+    placement,
+    section,
+)
 from hpcdl.cli.submit import defaults_line, echo_warning
 from hpcdl.jobs.prepare import open_cluster
 from hpcdl.jobs.submit import Submitted
@@ -39,40 +50,32 @@ from hpcdl.sweep.prepare import PreparedPoints, prepare_points
 from hpcdl.sweep.run import connection_for, load_rows
 
 
-@click.command()
-@click.option("--profile", "-p", "profile", metavar="NAME|PATH",
-              help="Cluster profile (default: $HPCDL_PROFILE). See `hpcdl profiles list`.")
-@click.option("--partition", metavar="NAME",
-              help="Partition for every point; default: the smallest one that fits the "
-                   "largest point (all points run on the same hardware).")
-@click.option("--nodes", "-N", "nodes_text", default="1", show_default=True, metavar="LIST",
-              help="Node counts to sweep, comma-separated (e.g. 1,2,4).")
-@click.option("--gpus", "-G", "gpus_text", required=True, metavar="LIST",
-              help="GPUs per node to sweep (one rank per GPU), e.g. 1,2,4.")
-@click.option("--backend", "backends_text", default="horovod", show_default=True,
-              metavar="LIST", help="Backends to sweep: horovod, ddp or horovod,ddp.")
-@click.option("--batch-size", "batch_text", metavar="LIST",
-              help="Per-rank batch sizes to sweep (default: the example's 32).")
-@click.option("--time", "-t", metavar="HH:MM:SS", help="Wall time limit of each point's job.")
-@click.option("--cpus-per-task", "-c", type=int,
-              help="CPUs per rank; default: the node's CPUs shared between its GPUs.")
-@click.option("--job-name", "-J", help="Job name the points share (default: hpcdl-scale-<id>).")
-@click.option("--template", type=click.Path(dir_okay=False),
-              help="Use this Jinja2 template instead of the bundled one.")
-@example_options
-@launch_options
-@click.option("--concurrent", is_flag=True,
-              help="Let the points run at the same time (default: one after another, no point "
-                   "starting while another runs, so they do not time each other).")
-@click.option("--dry-run", is_flag=True,
-              help="Show the points, their partition and what each runs, with the run "
-                   "directories (the cluster's, for a login: profile) a submission made now "
-                   "would use; --json adds each point's plan and job script byte for byte. "
-                   "Creates and submits nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--wait", "-w", is_flag=True,
-              help="Follow every point to its end, then print the table and write results.json, "
-                   "results.csv and scaling.png into the sweep directory.")
+@click.command(cls=SectionedCommand)
+@placement(
+    partition="Partition of every point (default: the smallest that fits the "
+              "largest point).",
+    nodes=opt("--nodes", "-N", "nodes_text", default="1", show_default=True, metavar="LIST",
+              help="Node counts to sweep, e.g. 1,2,4."),
+    gpus=opt("--gpus", "-G", "gpus_text", required=True, metavar="LIST",
+             help="GPUs per node to sweep (one rank per GPU), e.g. 1,2,4."),
+    time="Wall time limit of each point's job.",
+    job_name="Job name the points share (default: hpcdl-scale-<id>).")
+@container("image", "no_image", "binds")
+@data("data", "synthetic")
+@launch("example_args", "env", "launcher", "gpu_bind", "template")
+@section(
+    SWEEP,
+    opt("--backend", "backends_text", default="horovod", show_default=True,
+        metavar="LIST", help="Backends to sweep: horovod, ddp or horovod,ddp."),
+    opt("--batch-size", "batch_text", metavar="LIST",
+        help="Per-rank batch sizes to sweep (default: the example's 32)."),
+    opt("--concurrent", is_flag=True,
+        help="Let the points run at the same time (default: one after another)."))
+@output("dry_run", "as_json", "wait",
+        dry_run="Show the points and their run directories (--json: each plan and "
+                "script); submit nothing.",
+        wait="Follow every point, then print the table and write the results and "
+             "plot.")
 def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text: str,
           backends_text: str, batch_text: str | None, time: str | None,
           cpus_per_task: int | None, job_name: str | None, template: str | None,

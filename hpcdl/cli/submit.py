@@ -9,18 +9,28 @@ from pathlib import Path
 import click
 
 from hpcdl.cli import one_line
-from hpcdl.cli.options import example_options, launch_options, parse_env, request_options
-from hpcdl.hang.diagnosis import HANG_ACTIONS, Diagnosis, parse_seconds
+from hpcdl.cli.options import (
+    SectionedCommand,
+    container,
+    data,
+    hang,
+    launch,
+    output,
+    parse_env,
+    placement,
+    probe_first,
+    resilience,
+)
+from hpcdl.hang.diagnosis import Diagnosis, parse_seconds
 from hpcdl.jobs.cluster import Cluster, connect
 from hpcdl.jobs.flow import submit_job
 from hpcdl.jobs.prepare import open_cluster, prepare_job
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.jobside.probe_worker import DEFAULT_SLOW_RATIO
-from hpcdl.plan import BACKENDS, JobPlan, JobRequest
+from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
-from hpcdl.schedulers.dialects import refuse
 
 # hpcdl.cli.display (the status line, how a job ended) is imported where a followed
 # job is shown, and the salloc path (hpcdl.jobs.alloc) by `hpcdl alloc`: neither is on
@@ -30,89 +40,21 @@ from hpcdl.schedulers.dialects import refuse
 # arrow of `head FILE...`): a reader or a test finds where each file begins.
 JOB_FILE_HEADER = "# ==>"
 
-@click.command(context_settings={"ignore_unknown_options": False})
-@request_options
-@click.option("--backend", type=click.Choice(BACKENDS), default="horovod", show_default=True,
-              help="Distributed backend of the bundled example.")
-@example_options
-@launch_options
-@click.option("--dry-run", is_flag=True,
-              help="Print the script (stdout) and after it the job-side files it runs, each "
-                   "under a '# ==> PATH' header (stderr); or with --json the plan. Write nothing.")
-@click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Run directory for this job (must not exist yet; default: a new one under "
-                   "$HPCDL_RUNS named after the job). With --dry-run, the script shown is "
-                   "byte for byte the job script a submission with the same --run-dir writes, "
-                   "and each file shown after it what that submission stages in job/.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--wait", "-w", is_flag=True,
-              help="Follow the job to its end; exit with the job's exit code (124 when it hit "
-                   "its time limit, as timeout(1)).")
-@click.option("--requeue/--no-requeue", default=None,
-              help="Survive time limits and preemption: Slurm signals the batch shell "
-                   "(--signal), the ranks checkpoint at their next step and exit 85, the job "
-                   "requeues itself and resumes from the newest valid checkpoint; an attempt "
-                   "that crashed after its first step is requeued too, one that failed or hit "
-                   "the limit before it (no $HPCDL_PROGRESS_FILE) is not. Default: the "
-                   "profile's scheduler.requeue.")
-@click.option("--max-restarts", type=int, metavar="N",
-              help="Requeues after a time limit or a crash before the job is let end "
-                   "(default: the profile's scheduler.max_restarts, 3). A preempted attempt is "
-                   "always requeued and uses up none (SLURM_RESTART_COUNT counts them all).")
-@click.option("--spares", type=int, metavar="S",
-              help="Allocate S nodes more than --nodes; the training runs on --nodes healthy "
-                   "ones. A health gate checks every node before the first rank and before "
-                   "every relaunch; when a node dies, stops answering or reports a hardware "
-                   "error, it is excluded and given back and the training starts again on a "
-                   "spare from its newest checkpoint inside the same job (at most "
-                   "--max-restarts times), instead of going back to the queue. Default: the "
-                   "profile's scheduler.spares (0). Slurm's srun and torchrun launchers.")
-@click.option("--signal", "signal", metavar="SIG@LEAD",
-              help="Signal and lead time in seconds before the time limit (default "
-                   "USR2@120: #SBATCH --signal=B:USR2@120).")
-@click.option("--probe-first", is_flag=True,
-              help="Run `hpcdl probe` in the same allocation first (its own srun step): on a "
-                   "slow node or link the job stops with the probe's verdict (exit 1) before "
-                   "COMMAND starts. With --spares it measures every node the health gate "
-                   "passed, and the nodes it names slow are excluded instead (spares take "
-                   "their place).")
-@click.option("--probe-sizes", metavar="LIST",
-              help=f"Message sizes of the --probe-first step (default {DEFAULT_SIZES}).")
-@click.option("--probe-slow-ratio", type=float, metavar="R",
-              help=f"The --probe-first step's threshold: a node whose best link is below R "
-                   f"of the median node's is slow (default {DEFAULT_SLOW_RATIO}).")
-@click.option("--chain", type=int, default=1, show_default=True, metavar="N",
-              help="For clusters without requeue: N jobs linked with --dependency=afterany, "
-                   "each resuming from the previous one's checkpoint in one run directory.")
-@click.option("--hang-timeout", "hang_timeout", metavar="SECONDS",
-              help="With --wait: when the job shows no progress (no file in its run "
-                   "directory changes: logs, checkpoints) for SECONDS, dump every rank's "
-                   "Python stack with py-spy, name the rank(s) not where the others are, "
-                   "write hang/ in the run directory and act (--hang-action).")
-@click.option("--hang-action", "hang_action", type=click.Choice(HANG_ACTIONS),
-              help="What the watchdog does after the diagnosis: cancel the job (default), "
-                   "leave it running (it watches again once progress resumes), or relaunch "
-                   "the training from its checkpoint inside the allocation, without the hung "
-                   "rank's node when the diagnosis points at one (--spares; the default "
-                   "with spares).")
-@click.option("--stage-image/--no-stage-image", "stage_image", default=None,
-              help="Copy the image to every node's local scratch (the profile's "
-                   "paths.local_scratch, a name holding the job id) with Slurm's sbcast "
-                   "before the first rank starts, run the ranks from there and remove it at "
-                   "the end; a node without room stops the job, naming the node and its free "
-                   "space. Default: the profile's container.stage.")
-@click.option("--stage-data", "stage_data", is_flag=True,
-              help="With a packed --data DATA.sqfs (hpcdl data pack): copy it to every "
-                   "node's local scratch with sbcast before the first rank starts, as "
-                   "--stage-image does for the image, bind or mount it from there and remove "
-                   "it at the end; a node without room stops the job, naming the node and its "
-                   "free space.")
-@click.option("--code", "code", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="For a cluster reached over SSH (the profile's login:): the directory "
-                   "copied with the run (RUN_DIR/code) where the job starts; default: the "
-                   "current directory when COMMAND's script is in it. Leaves out .git, "
-                   "caches, venvs and what DIR/.hpcdlignore lists (one pattern a line); "
-                   "more than the profile's login.code_limit_mb (200 MB) is refused.")
+
+@click.command(cls=SectionedCommand, context_settings={"ignore_unknown_options": False})
+@placement()
+@container()
+@data()
+@launch()
+@resilience()
+@probe_first
+@hang
+@output(
+    dry_run="Print the script (stdout) and the files it runs (stderr), or the plan "
+            "(--json); write nothing.",
+    run_dir="Run directory (must not exist yet; default: a new one under $HPCDL_RUNS); "
+            "--dry-run shows its script.",
+    wait="Follow the job; exit with its exit code (124 when it hit its time limit).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
 def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
            cpus_per_task: int | None, job_name: str | None, template: str | None,
@@ -347,12 +289,12 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
     return code
 
 
-@click.command()
-@request_options
-@click.option("--dry-run", is_flag=True, help="Print the salloc command script; run nothing.")
+@click.command(cls=SectionedCommand)
+@placement()
+@output("dry_run", dry_run="Print what runs (salloc and its environment); run nothing.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
 def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
-          cpus_per_task: int | None, job_name: str | None, template: str | None, dry_run: bool,
+          cpus_per_task: int | None, job_name: str | None, dry_run: bool,
           command: tuple[str, ...]) -> None:
     """Allocate nodes for interactive work (salloc), checked like `submit`.
 
@@ -366,23 +308,19 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
       hpcdl alloc -p sandbox -N 2 -G 4 -- srun hostname
     """
     prof = load_profile(profile)
-    refuse(prof, "alloc", dry_run_helps=False)  # hpcdl allocates where it submits
+    cluster = open_cluster(prof, "alloc", dry_run=dry_run)  # hpcdl allocates where it submits
     request = JobRequest(nodes=nodes, gpus=gpus, partition=partition, time=time,
                          cpus_per_task=cpus_per_task, job_name=job_name or "interactive",
-                         command=command, template=template)
+                         command=command)
     # Lazy: the salloc path is alloc's alone; see the note at the top.
-    from hpcdl.jobs.alloc import build_alloc, run_alloc
+    from hpcdl.jobs.alloc import prepare_alloc, run_alloc
 
-    plan = build_alloc(prof, request)
-    executor = connect(prof).executor  # opens nothing: a connection starts with its first use
-    # The allocation command from the profile's command directory, as every other one.
-    from hpcdl.schedulers.registry import with_commands
-
-    executor = with_commands(prof, executor)
-    if dry_run:
+    ready = prepare_alloc(prof, request, cluster)
+    plan = ready.plan
+    if ready.notes is not None:
         click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
-        if executor.remote:
-            click.echo(f"# runs on the login node {executor.target} (ssh -t)", err=True)
+        for note in ready.notes:
+            click.echo(f"# {note}", err=True)
         click.echo(plan.script, nl=False)
         return
-    raise SystemExit(run_alloc(plan, executor))
+    raise SystemExit(run_alloc(plan, ready.executor))

@@ -11,77 +11,60 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from hpcdl.cli.display import SweepBar, sweep_dir_line
-from hpcdl.cli.options import example_options, launch_options, parse_env
+from hpcdl.cli.options import (
+    SWEEP,
+    SectionedCommand,
+    container,
+    data,
+    launch,
+    opt,
+    output,
+    parse_env,
+    placement,
+    resilience,
+    section,
+)
 from hpcdl.cli.submit import JOB_FILE_HEADER, defaults_line, echo_warning
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobside.errors import ValidationError
-from hpcdl.plan import BACKENDS, JobRequest
+from hpcdl.plan import JobRequest
 
 if TYPE_CHECKING:
     from hpcdl.sweep.arrays import ArrayPlan
 
 
-@click.command()
-@click.option("--profile", "-p", "profile", metavar="NAME|PATH",
-              help="Cluster profile (default: $HPCDL_PROFILE). See `hpcdl profiles list`.")
-@click.option("--partition", metavar="NAME", help="Partition (default: the smallest that fits).")
-@click.option("--nodes", "-N", type=int, default=1, show_default=True,
-              help="Nodes of every point.")
-@click.option("--gpus", "-G", type=int, help="GPUs per node of every point (one rank per GPU).")
-@click.option("--time", "-t", metavar="HH:MM:SS", help="Wall time limit of each point.")
-@click.option("--cpus-per-task", "-c", type=int,
-              help="CPUs per rank; default: the node's CPUs shared between its GPUs.")
-@click.option("--job-name", "-J", help="The array's job name (default: hpcdl-sweep-<id>).")
-@click.option("--template", type=click.Path(dir_okay=False),
-              help="Use this Jinja2 template instead of the bundled one.")
-@click.option("--backend", type=click.Choice(BACKENDS), default="horovod", show_default=True,
-              help="Distributed backend of the bundled example.")
-@example_options
-@launch_options
-@click.option("--param", "params", multiple=True, metavar="NAME=V1,V2",
-              help="A parameter and its values (repeatable); the sweep is every combination. "
-                   "Bundled example: --NAME=V among its arguments (NAME one of its options). "
-                   "COMMAND: {NAME} in COMMAND replaced by V, else --NAME=V appended. With "
-                   "--random: NAME=log:LOW:HIGH or NAME=lin:LOW:HIGH as well.")
-@click.option("--points", "points_file", type=click.Path(dir_okay=False, path_type=Path),
-              metavar="FILE.yaml", help="The points as a YAML list of mappings NAME: value "
-                                        "(instead of --param).")
-@click.option("--random", "random_count", type=int, metavar="N",
-              help="N points drawn from the --param ranges and lists instead of the grid.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random.")
-@click.option("--max-concurrent", type=int, metavar="M",
-              help="At most M points run at once (--array=0-K%M); default: the partition's "
-                   "max_jobs_per_user, else no limit.")
-@click.option("--requeue/--no-requeue", default=None,
-              help="Each task survives time limits, preemption and a crash after its first "
-                   "step as `hpcdl submit --requeue` does: it checkpoints, requeues itself "
-                   "alone, by its task id (123_4), and resumes from its point's newest "
-                   "checkpoint; its attempts are recorded in its point's run directory under "
-                   "its task id. Default: the profile's scheduler.requeue.")
-@click.option("--max-restarts", type=int, metavar="N",
-              help="Requeues of each task after a time limit or a crash (default: the "
-                   "profile's scheduler.max_restarts, 3); preemptions use up none.")
-@click.option("--signal", "signal", metavar="SIG@LEAD",
-              help="With --requeue: the signal and its lead time in seconds before each "
-                   "task's time limit (default USR2@120).")
-@click.option("--spares", type=int, metavar="S",
-              help="Each task allocates S nodes more than --nodes and replaces a node that "
-                   "dies inside the task (as `hpcdl submit --spares`). Default: the "
-                   "profile's scheduler.spares (0).")
-@click.option("--chain", type=int, metavar="N",
-              help="Not for sweeps (refused): a chain is N jobs in a row; use --requeue.")
-@click.option("--hang-timeout", "hang_timeout", metavar="SECONDS",
-              help="Not for sweeps (refused): the watchdog follows one job "
-                   "(`hpcdl submit --wait --hang-timeout`).")
-@click.option("--retry-failed", "retry", type=click.Path(exists=True, file_okay=False,
-                                                         path_type=Path),
-              metavar="SWEEP_DIR", help="Submit the failed points of SWEEP_DIR again as one new "
-                                        "array (--array=3,5); nothing else is needed.")
-@click.option("--dry-run", is_flag=True,
-              help="Print the points and the array script (stdout); write and submit nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--wait", "-w", is_flag=True,
-              help="Follow every task (one scheduler query per poll), then print the table.")
+@click.command(cls=SectionedCommand)
+@placement(
+    nodes="Nodes of every point.",
+    gpus=opt("--gpus", "-G", type=int, help="GPUs per node of every point (one rank per GPU)."),
+    time="Wall time limit of each point.",
+    job_name="The array's job name (default: hpcdl-sweep-<id>).")
+@container("image", "no_image", "binds")
+@data("data", "synthetic")
+@launch("backend", "example_args", "env", "launcher", "gpu_bind", "template")
+@section(
+    SWEEP,
+    opt("--param", "params", multiple=True, metavar="NAME=V1,V2",
+        help="A parameter and its values (repeatable; every combination): --NAME=V for the "
+             "example, {NAME} in COMMAND. With --random: NAME=log:LOW:HIGH or lin:LOW:HIGH."),
+    opt("--points", "points_file", type=click.Path(dir_okay=False, path_type=Path),
+        metavar="FILE.yaml", help="The points as a YAML list of NAME: value mappings."),
+    opt("--random", "random_count", type=int, metavar="N",
+        help="N points drawn from the --param ranges instead of the grid."),
+    opt("--seed", type=int, default=0, show_default=True, help="Seed for --random."),
+    opt("--max-concurrent", type=int, metavar="M",
+        help="At most M points at once (default: the partition's max_jobs_per_user)."),
+    opt("--retry-failed", "retry", type=click.Path(exists=True, file_okay=False,
+                                                   path_type=Path),
+        metavar="SWEEP_DIR", help="Submit SWEEP_DIR's failed points again as one new array."))
+@resilience("requeue", "max_restarts", "signal", "spares",
+            requeue="Each task checkpoints and requeues itself alone, by its task id "
+                    "(default: the profile's scheduler.requeue).",
+            spares="Each task allocates S nodes more and replaces a failed one (default: "
+                   "the profile's, 0).")
+@output("dry_run", "as_json", "wait",
+        dry_run="Print the points and the array script; write and submit nothing.",
+        wait="Follow every task, then print the comparison table.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
 def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | None,
           time: str | None, cpus_per_task: int | None, job_name: str | None,
@@ -91,7 +74,7 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
           gpu_bind: str | None, params: tuple[str, ...], points_file: Path | None,
           random_count: int | None, seed: int, max_concurrent: int | None,
           requeue: bool | None, max_restarts: int | None, signal: str | None,
-          spares: int | None, chain: int | None, hang_timeout: str | None, retry: Path | None,
+          spares: int | None, retry: Path | None,
           dry_run: bool, as_json: bool, wait: bool, command: tuple[str, ...]) -> None:
     """Run a hyperparameter sweep as one Slurm job array.
 
@@ -122,7 +105,6 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     from hpcdl.sweep.grid import new_sweep_id, sweep_path
     from hpcdl.sweep.prepare import prepare_array
 
-    _refuse_per_task(chain, hang_timeout)
     if retry is not None:
         if (params or points_file or random_count or command or dry_run or requeue is not None
                 or max_restarts is not None or signal is not None or spares is not None):
@@ -173,19 +155,6 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
                    f"{plan.sweep_dir}`")
         return
     _follow(plan.sweep_dir, cluster.scheduler, len(points), as_json, place=cluster.place)
-
-
-def _refuse_per_task(chain: int | None, hang_timeout: str | None) -> None:
-    """What `hpcdl submit` offers and a sweep's tasks cannot have: one line, exit 2,
-    before anything is planned."""
-    if chain is not None and chain != 1:
-        raise ValidationError(f"chain: {chain} jobs in a row (--dependency=afterany) is one "
-                              f"job's; an array's tasks are not chained: use --requeue "
-                              f"(each task requeues itself and resumes its point)")
-    if hang_timeout is not None:
-        raise ValidationError(f"hang-timeout: {hang_timeout} s: the hang watchdog follows one "
-                              f"job (`hpcdl submit --wait`); it does not watch a sweep's "
-                              f"tasks: submit the point alone with --hang-timeout")
 
 
 def _points(params: tuple[str, ...], points_file: Path | None, random_count: int | None,

@@ -5,6 +5,7 @@ Users on Neuron type `salloc --partition=amd_a100nv_8 -J debug --nodes=2
 builds the same command from the profile after the same limit checks as `submit`: the
 profile's scheduler dialect spells it (ScriptDialect.alloc), with the same options as
 its job script, or refuses in one line where hpcdl has no interactive allocation.
+What a dry run shows is what runs: salloc with its environment (``prepare_alloc``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from hpcdl.core import proc
 from hpcdl.core.templating import render_template, shell_join
+from hpcdl.jobs.cluster import Cluster
 from hpcdl.plan import (
     JobRequest,
     check_request,
@@ -79,3 +81,31 @@ def run_alloc(plan: AllocPlan, executor: Executor = LOCAL) -> int:
     executor.connect()
     argv, env = alloc_command(plan, executor)
     return proc.interactive(argv, env=env)
+
+
+@dataclass(frozen=True)
+class PreparedAlloc:
+    """An allocation made ready to run: its plan, the transport that runs it (with the
+    profile's command directory) and for a dry run the lines to show before the script
+    (None for real)."""
+
+    plan: AllocPlan
+    executor: Executor
+    notes: list[str] | None
+
+
+def prepare_alloc(profile: Profile, req: JobRequest, cluster: Cluster) -> PreparedAlloc:
+    """``req`` as an allocation through ``cluster`` (hpcdl.jobs.prepare.open_cluster's,
+    which refused a scheduler hpcdl does not allocate on, dry run or not), dry run
+    (``cluster.planning``) or not. Raises ValidationError, RenderError, UserInputError."""
+    # Lazy: the command directory's registry is the scheduler's, asked only here.
+    from hpcdl.schedulers.registry import with_commands
+
+    plan = build_alloc(profile, req)
+    # The allocation command from the profile's command directory, as every other one;
+    # opens nothing: a connection starts with its first use.
+    executor = with_commands(profile, cluster.executor)
+    notes = None
+    if cluster.planning:
+        notes = [f"runs on the login node {executor.target} (ssh -t)"] if executor.remote else []
+    return PreparedAlloc(plan, executor, notes)

@@ -1,5 +1,6 @@
 """The one road from a request to what gets submitted, for every command that submits
-(submit, probe; scale and sweep take it through hpcdl.sweep.prepare), dry run or not.
+(submit, probe; scale and sweep through hpcdl.sweep.prepare, alloc through
+``prepare_alloc``), dry run or not: ``prepare`` is its one sequence.
 
 The job path reads one way: request -> ``prepare_job`` (here: the cluster's view of the
 request, the checks, the plan with its run directory decided) -> hpcdl.jobs.flow
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.jobs.cluster import Cluster, connect
@@ -39,14 +41,15 @@ def open_cluster(prof: Profile, command: str, *, dry_run: bool, run_dir: Path | 
                  hang_timeout: float | None = None) -> Cluster:
     """The profile's Cluster for ``command``, and what it refuses before a request is
     built: --hang-timeout over a transport to elsewhere (Cluster.check_hang_watch), and
-    a real ``command`` on a scheduler hpcdl does not submit to (a PBS script is for
-    reading). ``run_dir``: the --run-dir given, whose parent holds the local copy.
-    Opens nothing. Raises ValidationError, UserInputError."""
+    ``command`` on a scheduler hpcdl does not submit to (PBS): refused for real, and
+    for a dry run too where the dry run would print no script of it (a sweep's job
+    array, an allocation: hpcdl.schedulers.dialects.refuse), so a dry run refuses what
+    the command refuses. ``run_dir``: the --run-dir given, whose parent holds the local
+    copy. Opens nothing. Raises ValidationError, UserInputError."""
     cluster = connect(prof, local_root=run_dir.resolve().parent if run_dir else None,
                       dry_run=dry_run)
     cluster.check_hang_watch(hang_timeout)  # the watchdog reads the run directory where it is
-    if not dry_run:
-        refuse(prof, command)  # exit 2; --dry-run offered where it prints the script
+    refuse(prof, command, dry_run=dry_run)  # exit 2; --dry-run offered where it prints the script
     return cluster
 
 
@@ -59,6 +62,66 @@ def runtime_mode(cluster: Cluster, request: JobRequest,
     if warning:
         on_warning(warning)
     return mode
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What every plan of one command is made from, decided once by ``prepare``: the
+    request as the cluster sees it (the image and code as the nodes see them; as given
+    for a script for reading), the image's build record (None unchecked), the runtime
+    mode, and ``notes``: for a dry run what it left unchecked (lines to show, the plan
+    may add its own), None for real. ``reading``: a dry run for a scheduler hpcdl only
+    writes scripts for (PBS, ``for_reading``): plan without a run directory."""
+
+    request: JobRequest
+    image_facts: ImageArchFacts | None
+    runtime_mode: RuntimeMode | None
+    notes: list[str] | None
+    reading: bool
+
+
+P = TypeVar("P")
+
+
+def prepare(prof: Profile, request: JobRequest, cluster: Cluster,
+            plan: Callable[[Inputs], P], image: Callable[[P], str | None], *,
+            check_image: bool = True, on_warning: OnWarning = no_warning) -> tuple[Inputs, P]:
+    """The one prepare sequence of every command that submits (one job, a scaling
+    sweep's points, a sweep's job array), dry run or not (``cluster.planning``): --code
+    only where it is copied (Cluster.check_code); the dataset's kind (a file is not a
+    dataset); the image's build record for the plan's GPU-architecture check and the
+    runtime mode, read here where the cluster sees this host's files; the request as
+    the cluster sees it (request_for); ``plan`` of those Inputs (raises before
+    anything is written); the dataset's many-files warning; and for real the inputs
+    (the image ``image`` names in the plan, dataset, script) checked here.
+
+    ``check_image``: False for the probe, whose job reads no build record and whose
+    inputs are not checked before submission (as `hpcdl probe` has always done).
+    Returns the Inputs and the plan. Raises ValidationError, RenderError."""
+    cluster.check_code(request.code_dir)
+    cluster.check_data(request)
+    facts = cluster.image_facts(request) if check_image else None
+    mode = runtime_mode(cluster, request, on_warning)
+    if for_reading(prof, cluster):
+        inputs = Inputs(request, facts, mode, [], reading=True)
+    else:
+        seen, notes = cluster.request_for(request)
+        inputs = Inputs(seen, facts, mode, notes, reading=False)
+    planned = plan(inputs)  # raises before writing
+    # After the plan accepted the request (a refusal stays one line); on this host's
+    # files only: over SSH --data is a path on the cluster.
+    if check_image and (crowded := cluster.many_files_warning(inputs.request)):
+        on_warning(crowded)
+    if not cluster.planning and check_image:
+        cluster.check_inputs(inputs.request, image=image(planned))
+    return inputs, planned
+
+
+def for_reading(prof: Profile, cluster: Cluster) -> bool:
+    """A dry run for a scheduler hpcdl only writes scripts for (PBS): hpcdl never makes a
+    run directory for it, so the script shows none (./job, $PBS_O_WORKDIR) instead of
+    one nobody creates."""
+    return cluster.planning and not dialect_for(prof.scheduler.type).submits
 
 
 @dataclass(frozen=True)
@@ -78,58 +141,27 @@ def prepare_job(prof: Profile, request: JobRequest, cluster: Cluster, *,
                 run_name: str | None = None, check_image: bool = True,
                 on_warning: OnWarning = no_warning) -> Prepared:
     """``request`` made ready to submit through ``cluster`` (open_cluster's; a planning
-    handle is a dry run): --code only where it is copied (Cluster.check_code); the
-    image's build record for the plan's GPU-architecture check and the runtime mode,
-    read here where the cluster sees this host's files; the request as the cluster sees
-    it (for_cluster) and the plan with its run directory decided (plan_run:
-    ``request.run_dir``, else a new name under $HPCDL_RUNS from ``run_name``, chosen
-    now); the dataset's many-files warning; and for real the inputs (image, dataset,
-    script) checked here.
-
-    ``check_image``: False for the probe, whose job reads no build record and whose
-    inputs are not checked before submission (as `hpcdl probe` has always done).
+    handle is a dry run) by ``prepare``, planned with its run directory decided
+    (plan_run: ``request.run_dir``, else a new name under $HPCDL_RUNS from
+    ``run_name``, chosen now). ``check_image``: see ``prepare``.
     Raises ValidationError, RenderError before anything is written."""
-    dry_run = cluster.planning
-    cluster.check_code(request.code_dir)
-    cluster.check_data(request)
-    facts = cluster.image_facts(request) if check_image else None
-    mode = runtime_mode(cluster, request, on_warning)
-    ready = _plan(prof, request, cluster, run_name=run_name, image_facts=facts,
-                  runtime_mode=mode)
-    # After the plan accepted the request (a refusal stays one line); on this host's
-    # files only: over SSH --data is a path on the cluster.
-    if check_image and (crowded := cluster.many_files_warning(ready.request)):
-        on_warning(crowded)
-    if not dry_run and check_image:
-        assert ready.conn is not None  # a real submission always has its connection
-        ready.conn.check_inputs(ready.request, image=ready.plan.container.image)
-    return ready
+    def plan(ready: Inputs) -> JobPlan:
+        if ready.reading:
+            return build_plan(prof, ready.request, ready.image_facts, ready.runtime_mode)
+        # Planned once, with the run directory it will use; that plan is what gets submitted.
+        return plan_run(prof, ready.request, run_name=run_name, image_facts=ready.image_facts,
+                        runtime_mode=ready.runtime_mode, place=cluster.place)
 
-
-def for_reading(prof: Profile, cluster: Cluster) -> bool:
-    """A dry run for a scheduler hpcdl only writes scripts for (PBS): hpcdl never makes a
-    run directory for it, so the script shows none (./job, $PBS_O_WORKDIR) instead of
-    one nobody creates."""
-    return cluster.planning and not dialect_for(prof.scheduler.type).submits
-
-
-def _plan(prof: Profile, request: JobRequest, conn: Cluster, *, run_name: str | None,
-          image_facts: ImageArchFacts | None, runtime_mode: RuntimeMode | None) -> Prepared:
-    """The request as the cluster sees it and its plan, with the dry run's notes."""
-    facts = image_facts
-    if for_reading(prof, conn):
-        return Prepared(None, request, build_plan(prof, request, facts, runtime_mode), [])
-    request, notes = conn.request_for(request)
-    # Planned once, with the run directory it will use; that plan is what gets submitted.
-    plan = plan_run(prof, request, run_name=run_name, image_facts=facts,
-                    runtime_mode=runtime_mode, place=conn.place)  # raises before writing
-    if notes is not None and plan.spec.run_dir is not None:
-        where = " on the cluster" if conn.remote else ""
-        if request.run_dir is None:
-            notes.insert(0, f"run directory{where} {plan.spec.run_dir}: the name a submission "
-                            f"made now gets (one made later gets a new name; --run-dir "
-                            f"pins it); nothing is created")
+    ready, planned = prepare(prof, request, cluster, plan, lambda p: p.container.image,
+                             check_image=check_image, on_warning=on_warning)
+    notes = ready.notes
+    if notes is not None and not ready.reading and planned.spec.run_dir is not None:
+        where = " on the cluster" if cluster.remote else ""
+        if ready.request.run_dir is None:
+            notes.insert(0, f"run directory{where} {planned.spec.run_dir}: the name a "
+                            f"submission made now gets (one made later gets a new name; "
+                            f"--run-dir pins it); nothing is created")
         else:
-            notes.insert(0, f"run directory{where} {plan.spec.run_dir} (--run-dir); nothing is "
-                            f"created")
-    return Prepared(conn, request, plan, notes)
+            notes.insert(0, f"run directory{where} {planned.spec.run_dir} (--run-dir); "
+                            f"nothing is created")
+    return Prepared(None if ready.reading else cluster, ready.request, planned, notes)

@@ -1,7 +1,8 @@
-"""The sweeps' preparations, as hpcdl.jobs.prepare prepares one job: a scaling sweep's
-points (``prepare_points``, hpcdl scale) and a parameter sweep as one job array
-(``prepare_array``, hpcdl sweep), dry run or not. Nothing here prints: warnings go to
-``on_warning``, refusals go up as hpcdl errors before anything is written."""
+"""The sweeps' preparations, through hpcdl.jobs.prepare.prepare as one job's: a scaling
+sweep's points (``prepare_points``, hpcdl scale) and a parameter sweep as one job array
+(``prepare_array``, hpcdl sweep), dry run or not; each adds only how its plans are made.
+Nothing here prints: warnings go to ``on_warning``, refusals go up as hpcdl errors
+before anything is written."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcdl.jobs.cluster import Cluster
-from hpcdl.jobs.prepare import OnWarning, for_reading, no_warning, runtime_mode
+from hpcdl.jobs.prepare import Inputs, OnWarning, no_warning, prepare
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles.schema import Profile
 from hpcdl.sweep import arrays
@@ -34,26 +35,24 @@ class PreparedPoints:
 def prepare_points(prof: Profile, base: JobRequest, points: list[SweepPoint],
                    cluster: Cluster, *, sweep_dir: Path,
                    on_warning: OnWarning = no_warning) -> PreparedPoints:
-    """A scaling sweep's points planned (hpcdl.sweep.grid.plan_points) from ``base`` as
-    `prepare_job` plans one job, dry run or not: the image's build record read once for
-    every point's check, the request as the cluster sees it (the image and code as the
-    nodes see them), and each point planned once with its run directory in
-    ``sweep_dir`` (created by the submission, never here), mapped to the cluster's;
-    those plans are what gets submitted, the inputs checked here first for real.
+    """A scaling sweep's points planned (hpcdl.sweep.grid.plan_points) from ``base`` by
+    hpcdl.jobs.prepare.prepare, as one job is: the image's build record read once for
+    every point's check, and each point planned once with its run directory in
+    ``sweep_dir`` (created by the submission, never here), mapped to the cluster's
+    (none for a script for reading); those plans are what gets submitted.
     Raises ValidationError (naming the point), RenderError before anything is written."""
-    cluster.check_data(base)  # dry run or not (prepare_job's first check too)
-    facts = cluster.image_facts(base)
-    mode = runtime_mode(cluster, base, on_warning)
-    if for_reading(prof, cluster):
-        return PreparedPoints(base, plan_points(prof, base, points, image_facts=facts,
-                                                runtime_mode=mode), [], None)
-    base, notes = cluster.request_for(base)
-    plans = plan_points(prof, base, points, sweep_dir, facts, mode,
-                        place=cluster.place)  # raises before writing
-    if not cluster.planning:
-        cluster.check_inputs(base, image=plans[0][1].container.image)
-    cluster_dir = cluster.place.cluster_path(sweep_dir) if cluster.place.remote else None
-    return PreparedPoints(base, plans, notes, cluster_dir)
+    def plan(ready: Inputs) -> list[tuple[SweepPoint, JobPlan]]:
+        if ready.reading:
+            return plan_points(prof, ready.request, points, image_facts=ready.image_facts,
+                               runtime_mode=ready.runtime_mode)
+        return plan_points(prof, ready.request, points, sweep_dir, ready.image_facts,
+                           ready.runtime_mode, place=cluster.place)
+
+    ready, plans = prepare(prof, base, cluster, plan, lambda p: p[0][1].container.image,
+                           on_warning=on_warning)
+    remote = not ready.reading and cluster.place.remote
+    return PreparedPoints(ready.request, plans, ready.notes,
+                          cluster.place.cluster_path(sweep_dir) if remote else None)
 
 
 @dataclass(frozen=True)
@@ -73,27 +72,24 @@ def prepare_array(prof: Profile, base: JobRequest, points: list[Point], cluster:
                   sweep_dir: Path, max_concurrent: int | None,
                   on_warning: OnWarning = no_warning) -> PreparedArray:
     """A parameter sweep's points planned as one job array (hpcdl.sweep.arrays.plan_array)
-    as `prepare_job` plans one job: the image's build record read here, the request as
-    the cluster sees it with every point's run directory mapped to the cluster's, the
-    number of points against the cluster's MaxArraySize (asked of the scheduler; a dry
-    run over a transport asks nothing and says so), and for real the inputs checked
-    here. Raises ValidationError, RenderError before anything is written."""
-    cluster.check_data(base)  # dry run or not (prepare_job's first check too)
-    facts = cluster.image_facts(base)
-    mode = runtime_mode(cluster, base, on_warning)
-    base, notes = cluster.request_for(base)
-    if notes is not None and cluster.remote:  # a dry run asks the cluster nothing
-        cluster_max = None
-        notes.append(f"not checked: the number of points against the cluster's "
-                     f"MaxArraySize (a submission asks {cluster.executor.target})")
-    else:
-        cluster_max = arrays.cluster_array_size(cluster.scheduler)
-    plan = arrays.plan_array(prof, base, points, sweep_dir=sweep_dir,
-                             max_concurrent=max_concurrent, image_facts=facts,
-                             runtime_mode=mode, place=cluster.place,
-                             cluster_max_array_size=cluster_max)  # raises before writing
-    cluster_dir = cluster.place.cluster_path(plan.sweep_dir) if cluster.place.remote else None
-    if not cluster.planning:
-        # Here's inputs; the cluster's were checked (for_cluster).
-        cluster.check_inputs(base, image=plan.plans[0].container.image)
-    return PreparedArray(base, plan, notes, cluster_dir)
+    by hpcdl.jobs.prepare.prepare, as one job is: every point's run directory mapped to
+    the cluster's, and the number of points against the cluster's MaxArraySize (asked
+    of the scheduler; a dry run over a transport asks nothing and says so). A scheduler
+    without Slurm's arrays was refused before (open_cluster). Raises ValidationError,
+    RenderError before anything is written."""
+    def plan(ready: Inputs) -> ArrayPlan:
+        if ready.notes is not None and cluster.remote:  # a dry run asks the cluster nothing
+            cluster_max = None
+            ready.notes.append(f"not checked: the number of points against the cluster's "
+                               f"MaxArraySize (a submission asks {cluster.executor.target})")
+        else:
+            cluster_max = arrays.cluster_array_size(cluster.scheduler)
+        return arrays.plan_array(prof, ready.request, points, sweep_dir=sweep_dir,
+                                 max_concurrent=max_concurrent, image_facts=ready.image_facts,
+                                 runtime_mode=ready.runtime_mode, place=cluster.place,
+                                 cluster_max_array_size=cluster_max)
+
+    ready, plan_ = prepare(prof, base, cluster, plan, lambda p: p.plans[0].container.image,
+                           on_warning=on_warning)
+    cluster_dir = cluster.place.cluster_path(plan_.sweep_dir) if cluster.place.remote else None
+    return PreparedArray(ready.request, plan_, ready.notes, cluster_dir)

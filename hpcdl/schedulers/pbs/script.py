@@ -4,7 +4,7 @@ Pure functions: the ``#PBS`` directives, the ``mpiexec`` launcher, the log paths
 the shell expressions that templates/pbs.sh.j2 renders (``PbsDialect``, the
 hpcdl.schedulers.base.ScriptDialect for PBS). hpcdl has no PBS adapter: these scripts are for
 ``--dry-run`` (read, then ``qsub`` them yourself) and are untested against a live PBS
-server; submitting through hpcdl is refused with one line (``refuse``).
+server; submitting through hpcdl is refused with one line (``refusal``).
 
 PBS directives are not shell, so every value written into one is checked against a
 plain-token pattern (re.fullmatch) instead of being quoted: PBS would keep the quotes.
@@ -91,18 +91,19 @@ def warnings(profile: Profile) -> list[str]:
     return out
 
 
-def refuse(profile: Profile, command: str, dry_run_helps: bool = True) -> None:
-    """Raise UserInputError (exit 2) when ``profile`` is not a Slurm profile: hpcdl
-    talks to Slurm only."""
-    if profile.scheduler.type == "slurm":
-        return
-    raise refusal(profile, command, dry_run_helps)
+# The commands whose dry run prints no PBS script (a sweep is one Slurm job array, an
+# allocation is salloc): refused dry run or not, with what to do instead. Every other
+# command's refusal offers --dry-run, which prints the script to qsub.
+NO_SCRIPT = {
+    "alloc": "on PBS an interactive job is `qsub -I`",
+    "sweep": "a sweep is one Slurm job array; `hpcdl submit --dry-run` prints one point's "
+             "PBS script",
+}
 
 
-def refusal(profile: Profile, command: str, dry_run_helps: bool = True) -> UserInputError:
-    """The one-line refusal of ``command`` for PBS profile ``profile`` (``refuse``)."""
-    hint = ("use --dry-run to print the PBS script, then qsub it yourself" if dry_run_helps
-            else "on PBS an interactive job is `qsub -I`")
+def refusal(profile: Profile, command: str) -> UserInputError:
+    """The one-line refusal of ``command`` for PBS profile ``profile``."""
+    hint = NO_SCRIPT.get(command, "use --dry-run to print the PBS script, then qsub it yourself")
     return UserInputError(
         f"scheduler: profile {profile.name} uses {profile.scheduler.type}; hpcdl {command} "
         f"works with Slurm only ({hint})")
@@ -138,7 +139,7 @@ class PbsDialect:
 
     def alloc(self, spec: JobSpec, command: Sequence[str]) -> Allocation:
         """Refused (``refusal``): hpcdl allocates interactively with Slurm only."""
-        raise refusal(spec.profile, "alloc", dry_run_helps=False)
+        raise refusal(spec.profile, "alloc")
 
     def log_paths(self, spec: JobSpec) -> tuple[str, str]:
         """PBS's own names: ``-o``/``-e`` name the run directory (else the directory

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Rendered by hpcdl 0.1.0 for profile taurus: an interactive allocation.
 # Inside it, start ranks with srun (e.g. `srun python3 train.py`).
-module load modenv/hiera GCC/10.2.0 CUDA/11.1.1 OpenMPI/4.0.5
+# hpcdl alloc loads no modules: the profile's modules: are for its job scripts; load them in the allocation.
 # Slurm >= 22.05: srun inside the allocation does not inherit --cpus-per-task.
 export SRUN_CPUS_PER_TASK=4
 salloc --job-name=interactive --partition=hpdlf --nodes=2 --ntasks-per-node=2 --gres=gpu:2 --cpus-per-task=4 --time=02:00:00

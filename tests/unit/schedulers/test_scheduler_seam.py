@@ -197,16 +197,6 @@ FRONT_EXEMPT_WORDS = {
         "the status table's column of the native state, as scripts and docs read it",
     ("cli/jobs.py", "Without JOBID: list finished jobs since this time (sacct -S"):
         "--since takes Slurm's accounting time syntax, which the help names",
-    ("cli/submit.py", "Survive time limits and preemption: Slurm signals"):
-        "--requeue's help: explains the Slurm signal and requeue it turns on",
-    ("cli/submit.py", "Requeues after a time limit or a crash"):
-        "--max-restarts' help: names SLURM_RESTART_COUNT, which counts every requeue",
-    ("cli/submit.py", "Allocate S nodes more than --nodes"):
-        "--spares' help: says which launchers it works with (Slurm's srun, torchrun)",
-    ("cli/submit.py", "Signal and lead time in seconds before the time limit"):
-        "--signal's help: shows the #SBATCH line its value becomes",
-    ("cli/submit.py", "Copy the image to every node's local scratch"):
-        "--stage-image's help: names sbcast, the copy it turns on (refused on PBS)",
 }
 
 
