@@ -118,13 +118,14 @@ def test_help_is_fast_and_never_imports_torch():
 # before sbatch is mostly start-up): ML and plotting libraries, and hpcdl's own follow
 # side (the status display, the follow loop, the hang watchdog, the report, salloc's
 # path), which only --wait and alloc use.
-# Issue 43 took two more off the way: the hang diagnosis (its actions and the timeout's
-# parser are hpcdl.hang.actions) and `profiles detect`'s Slurm reader (the live check's
-# config parser is in hpcdl.schedulers.slurm.parse).
+# Issue 43 took more off the way: the hang diagnosis (its actions and the timeout's
+# parser are hpcdl.hang.actions), `profiles detect`'s Slurm reader (the live check's
+# config parser is in hpcdl.schedulers.slurm.parse), and the container runtime's and a
+# packed dataset's checks (imported by preflight where an image or a *.sqfs is met).
 HEAVY = ("torch", "numpy", "matplotlib", "rich", "pandas", "mlflow", "tensorboard",
          "hpcdl.cli.display", "hpcdl.jobs.follow", "hpcdl.jobs.watchdog", "hpcdl.report",
          "hpcdl.jobs.alloc", "hpcdl.hang.diagnosis", "hpcdl.schedulers.slurm.detect",
-         "hpcdl.sweep", "hpcdl.results")
+         "hpcdl.sweep", "hpcdl.results", "hpcdl.container.runtime", "hpcdl.data.packed")
 
 
 def test_submit_dry_run_loads_nothing_heavy():
