@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from hpcdl.hang.diagnosis import HANG_ACTIONS
+from hpcdl.hang.actions import HANG_ACTIONS
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.jobside.probe_worker import DEFAULT_SLOW_RATIO
 from hpcdl.plan import BACKENDS, GPU_BINDS, LAUNCHERS

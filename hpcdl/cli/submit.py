@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,7 +22,7 @@ from hpcdl.cli.options import (
     probe_first,
     resilience,
 )
-from hpcdl.hang.diagnosis import Diagnosis, parse_seconds
+from hpcdl.hang.actions import parse_seconds
 from hpcdl.jobs.cluster import Cluster, connect
 from hpcdl.jobs.flow import submit_job
 from hpcdl.jobs.prepare import open_cluster, prepare_job
@@ -31,6 +32,9 @@ from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
+
+if TYPE_CHECKING:
+    from hpcdl.hang.diagnosis import Diagnosis
 
 # hpcdl.cli.display (the status line, how a job ended) is imported where a followed
 # job is shown, and the salloc path (hpcdl.jobs.alloc) by `hpcdl alloc`: neither is on

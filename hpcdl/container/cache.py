@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from hpcdl.core.resources import user_cache
+
 SYSTEM_CACHE = "/var/cache/hpcdl"
 
 State = Literal["writable", "readable", "unusable"]
@@ -37,17 +39,6 @@ def system_cache(env: Mapping[str, str] | None = None) -> str:
     """``$HPCDL_CACHE`` or /var/cache/hpcdl."""
     env = os.environ if env is None else env
     return env.get("HPCDL_CACHE") or SYSTEM_CACHE
-
-
-def user_cache(env: Mapping[str, str] | None = None) -> str:
-    """``$XDG_CACHE_HOME/hpcdl``, else ``~/.cache/hpcdl`` (the XDG base directory rule:
-    a relative XDG_CACHE_HOME is invalid and ignored)."""
-    env = os.environ if env is None else env
-    xdg = env.get("XDG_CACHE_HOME", "")
-    if xdg.startswith("/"):
-        return str(Path(xdg) / "hpcdl")
-    home = env.get("HOME") or os.path.expanduser("~")
-    return str(Path(home) / ".cache" / "hpcdl")
 
 
 def choose_cache(system: str, state: State, user: str) -> CacheDirs:

@@ -18,17 +18,12 @@ the one outside the collective holds everyone up.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-DEFAULT_HANG_ACTION = "cancel"
-# relaunch: a job with spare nodes ends the step and starts the training again from its
-# checkpoint inside the allocation (hpcdl.launch.nodes), without the hung rank's node
-# when the diagnosis points at one; the default for such a job.
-HANG_ACTIONS: tuple[str, ...] = (DEFAULT_HANG_ACTION, "leave", "relaunch")
+from hpcdl.hang.actions import DEFAULT_HANG_ACTION
 
 # Where the watchdog's py-spy appears inside the image: the host's static binary is
 # bound there read-only, so an image without py-spy still works.
@@ -64,20 +59,6 @@ done
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _PID_LINE = re.compile(r"(?P<node>\S+) (?P<pid>[0-9]+)")
 _RANK_FILE = re.compile(r"(?P<kind>rank|node)-(?P<index>[0-9]+)")
-
-
-def parse_seconds(field_name: str, text: str) -> float:
-    """A positive, finite number of seconds (``90``, ``1.5``) for ``--field_name``.
-
-    Raises ValueError with a one-line message naming the field, the value and the rule.
-    """
-    value = text.strip()
-    if not re.fullmatch(r"-?([0-9]+(\.[0-9]*)?|\.[0-9]+)", value):
-        raise ValueError(f"{field_name}: {text!r} is not a number of seconds (e.g. 600)")
-    seconds = float(value)
-    if not seconds > 0 or not math.isfinite(seconds):
-        raise ValueError(f"{field_name}: must be more than 0 seconds (got {text})")
-    return seconds
 
 
 # ---- which processes are the ranks --------------------------------------------------

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcdl.hang.diagnosis import Diagnosis
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.submit import Submitted, attempts_of, exit_status, submit
 from hpcdl.jobside.probe_worker import EXIT_BAD_INPUT
@@ -24,13 +23,14 @@ from hpcdl.schedulers.base import JobStatus, Scheduler
 # record, report.html) is imported where it is used: `hpcdl submit` without --wait
 # never follows, and its start-up is most of hpcdl's own time before sbatch.
 if TYPE_CHECKING:
+    from hpcdl.hang.diagnosis import Diagnosis
     from hpcdl.jobs.attempts import Attempt
     from hpcdl.jobs.follow import OnLost, OnPoll, Reconnecting, Watcher
     from hpcdl.jobs.recoveries import Recovery
     from hpcdl.jobs.result import JobLogs, ResultRecord
     from hpcdl.jobs.watchdog import HangWatchdog
 
-OnHang = Callable[[Diagnosis], None]
+OnHang = Callable[["Diagnosis"], None]
 # Writes run directory PATH's report.html: (the file, the facts gathered for it, with
 # the straggler verdict under "straggler"); hpcdl.report.write_run_report. The caller
 # hands it in: the report reads the run directory these flows write, and sits above them.

@@ -12,17 +12,21 @@ import os
 import re
 import stat
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
-from hpcdl.container.hashing import read_record, sidecar
-from hpcdl.container.runtime import RuntimeFacts, gather_runtime_facts, runtime_mode_reason
-from hpcdl.container.runtime import runtime_mode as container_runtime_mode
 from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
 from hpcdl.data.mount import SQUASHFS_MAGIC, is_packed_name
-from hpcdl.data.packed import check_packed
 from hpcdl.jobside.errors import UserInputError, ValidationError
 from hpcdl.plan import JobRequest, RuntimeMode
 from hpcdl.plan.command import on_shared_path
 from hpcdl.profiles.schema import Profile
+
+if TYPE_CHECKING:
+    from hpcdl.container.runtime import RuntimeFacts
+
+# The image's build record and runtime (hpcdl.container) and a packed dataset's reader
+# (hpcdl.data.packed) are imported by the checks that meet an image or a *.sqfs: a
+# submission without them does not load them on its way to sbatch (issue 43).
 
 # A dataset tree on a shared path with more files than this is worth packing: each rank
 # opens every file every epoch through the parallel filesystem's metadata servers (a
@@ -93,6 +97,8 @@ def image_arch_facts(image: str | None) -> ImageArchFacts | None:
     path = Path(image).expanduser()
     if not path.is_file():
         return ImageArchFacts(image=image, unknown="the image is not a file on this host")
+    from hpcdl.container.hashing import read_record, sidecar
+
     record = read_record(sidecar(path, ".hash"))
     # A record older than the image belongs to an image that was since replaced.
     try:
@@ -135,6 +141,8 @@ def check_data_kind(req: JobRequest) -> None:
     except OSError:
         return
     if is_packed_name(req.data):
+        from hpcdl.data.packed import check_packed
+
         try:
             check_packed(path)
         except UserInputError as exc:
@@ -179,6 +187,8 @@ def check_inputs(req: JobRequest, image: str | None = None) -> None:
         )
     # --data's kind (check_data_kind) was checked first by every prepare, dry run or not.
     if req.data and is_packed_name(req.data):
+        from hpcdl.data.packed import check_packed
+
         try:
             check_packed(Path(req.data).expanduser())
         except UserInputError as exc:
@@ -224,6 +234,9 @@ def runtime_mode(image: str | None, binary: str | None = None,
     plans as unprivileged, the nodes' likely way, and says what is missing here."""
     if image is None:
         return None, None
+    from hpcdl.container.runtime import gather_runtime_facts, runtime_mode_reason
+    from hpcdl.container.runtime import runtime_mode as container_runtime_mode
+
     facts = facts or gather_runtime_facts(binary)
     if facts.runtime is None:
         return None, None

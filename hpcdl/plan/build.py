@@ -24,7 +24,7 @@ from hpcdl.data.mount import (
     STAGED_DATA_VARIABLE,
     native_mount_dir,
 )
-from hpcdl.hang.diagnosis import DEFAULT_HANG_ACTION
+from hpcdl.hang.actions import DEFAULT_HANG_ACTION
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.jobside.requeue import (
     CHECKPOINT_ENV,

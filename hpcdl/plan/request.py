@@ -24,7 +24,7 @@ from hpcdl.core.tokens import (
     Kind,
     check_token,
 )
-from hpcdl.hang.diagnosis import HANG_ACTIONS
+from hpcdl.hang.actions import HANG_ACTIONS
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.probe.request import check_nodes
 from hpcdl.profiles.schema import Backend, GpuBind, Launcher

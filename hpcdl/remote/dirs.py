@@ -15,8 +15,8 @@ import posixpath
 from functools import lru_cache
 from pathlib import Path
 
-from hpcdl.container.cache import user_cache
 from hpcdl.core.atomic import write_json_atomic
+from hpcdl.core.resources import user_cache
 from hpcdl.remote.ssh import RemoteError, RemoteInputError, Shell
 
 DEFAULT_RUNS = "hpcdl-runs"

@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcdl.container.cache import user_cache
 from hpcdl.container.hashing import FileDigest, file_sha256
 from hpcdl.core.atomic import write_json_atomic
+from hpcdl.core.resources import user_cache
 from hpcdl.data.mount import is_packed_name
 from hpcdl.jobside.errors import HpcdlError, UserInputError
 from hpcdl.remote.dirs import DEFAULT_IMAGES, ensure_writable, remote_dir

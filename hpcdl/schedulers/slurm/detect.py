@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 
 from hpcdl.jobside.errors import ToolError
 from hpcdl.schedulers.executor import LOCAL, Executor, RemoteInputError
+from hpcdl.schedulers.slurm.parse import parse_config
 
 # "Key=" at the start of a token: Slurm's keys are CamelCase (gres/gpu=... inside a TRES
 # value follows a comma, not a blank, so it is not a key here).
 _KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_]*)=")
 _GRES_ITEM = re.compile(r"([A-Za-z0-9_.\-]+)(?::([A-Za-z0-9_.\-]+))?:(\d+)(?:\(.*\))?")
-_CONFIG_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_\[\]]*)\s*=\s?(.*)")
 _RUNTIME_VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?\S*)")
 
 
@@ -44,16 +44,6 @@ def parse_records(text: str) -> list[dict[str, str]]:
             rec[m.group(1)] = line[m.end():end].strip()
         if rec:
             out.append(rec)
-    return out
-
-
-def parse_config(text: str) -> dict[str, str]:
-    """``scontrol show config``: ``Key = Value`` lines (the PMIx section included). Pure."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        m = _CONFIG_LINE.fullmatch(line.strip())
-        if m:
-            out.setdefault(m.group(1), m.group(2).strip())
     return out
 
 

@@ -19,8 +19,7 @@ from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.schedulers.base import Demand
 from hpcdl.schedulers.executor import LOCAL, Executor
 from hpcdl.schedulers.launchers import launcher_for
-from hpcdl.schedulers.slurm.detect import parse_config
-from hpcdl.schedulers.slurm.parse import gpus_in_gres, parse_key_values
+from hpcdl.schedulers.slurm.parse import gpus_in_gres, parse_config, parse_key_values
 
 SINFO_FORMAT = "%R|%G|%c|%D"
 

@@ -29,6 +29,7 @@ PLACEHOLDER_NAME = "allocation"
 _JOB_ID = re.compile(r"(\d+)(?:;\S+)?")
 _EXIT = re.compile(r"(\d+):(\d+)")
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
+_CONFIG_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_\[\]]*)\s*=\s?(.*)")
 
 
 def parse_job_id(stdout: str) -> str:
@@ -213,6 +214,19 @@ def parse_key_values(line: str) -> dict[str, str]:
         key, sep, value = token.partition("=")
         if sep:
             out[key] = value
+    return out
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """``scontrol show config``: ``Key = Value`` lines (the PMIx section included). Pure.
+
+    Here rather than in detect, which the live check of every submission would import
+    for it alone (~4 ms)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _CONFIG_LINE.fullmatch(line.strip())
+        if m:
+            out.setdefault(m.group(1), m.group(2).strip())
     return out
 
 

@@ -118,9 +118,17 @@ def test_help_is_fast_and_never_imports_torch():
 # before sbatch is mostly start-up): ML and plotting libraries, and hpcdl's own follow
 # side (the status display, the follow loop, the hang watchdog, the report, salloc's
 # path), which only --wait and alloc use.
+# Issue 43 took more off the way: the hang diagnosis (its actions and the timeout's
+# parser are hpcdl.hang.actions), `profiles detect`'s Slurm reader (the live check's
+# config parser is in hpcdl.schedulers.slurm.parse), and the container runtime's and a
+# packed dataset's checks (imported by preflight where an image or a *.sqfs is met).
 HEAVY = ("torch", "numpy", "matplotlib", "rich", "pandas", "mlflow", "tensorboard",
          "hpcdl.cli.display", "hpcdl.jobs.follow", "hpcdl.jobs.watchdog", "hpcdl.report",
-         "hpcdl.jobs.alloc")
+         "hpcdl.jobs.alloc", "hpcdl.hang.diagnosis", "hpcdl.schedulers.slurm.detect",
+         "hpcdl.sweep", "hpcdl.results")
+# ... and, for a job without an image or a packed dataset (the sandbox's default; the
+# neuron profile's bundled example has an image), their checks.
+HEAVY_NO_IMAGE = (*HEAVY, "hpcdl.container.runtime", "hpcdl.data.packed")
 
 
 def test_submit_dry_run_loads_nothing_heavy():
@@ -134,6 +142,23 @@ def test_submit_dry_run_loads_nothing_heavy():
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("#!/bin/bash") and "srun" in out.stdout  # the script, planned
     assert out.stdout.rstrip().splitlines()[-1] == "loaded:"
+
+
+def test_a_submission_loads_nothing_heavy_and_runs_three_programs(fake_slurm):
+    """A real submission (live check and sbatch, against tests/fakeslurm's programs on
+    PATH, in a process of its own as a user's): issue 43's "hpcdl submit in a blink"
+    without timing it. What it imports is what costs (start-up is most of hpcdl's own
+    time), and the programs it runs are the live check's two and sbatch, once each."""
+    code = ("import sys; from hpcdl.cli import main\n"
+            "try:\n    main(['submit', '-p', 'sandbox', '-N', '2', '-G', '4', '--', 'true'])\n"
+            "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            f"print('loaded:', *[m for m in {HEAVY_NO_IMAGE!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Submitted job ")  # the job went to (fake) Slurm
+    assert out.stdout.rstrip().splitlines()[-1] == "loaded:"
+    assert fake_slurm.counts() == {"scontrol": 1, "sinfo": 1, "sbatch": 1}
 
 
 def test_missing_image_and_dataset_are_refused_before_submission(tmp_path, monkeypatch):

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from hpcdl.container.build import plan_build
-from hpcdl.container.cache import CacheDirs, cache_dirs, choose_cache, dir_state, user_cache
+from hpcdl.container.cache import CacheDirs, cache_dirs, choose_cache, dir_state
+from hpcdl.core.resources import user_cache
 from tests.unit.fake_wheels import fill_wheelhouse
 
 SYS, USER = "/var/cache/hpcdl", "/home/u/.cache/hpcdl"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl.hang import diagnosis as hang
+from hpcdl.hang.actions import parse_seconds
 from hpcdl.hang.diagnosis import (
     CONTAINER_PY_SPY,
     Frame,
@@ -25,7 +26,6 @@ from hpcdl.hang.diagnosis import (
     node_command,
     parse_dump,
     parse_pid_file,
-    parse_seconds,
     rank_stacks,
     split_node_output,
 )

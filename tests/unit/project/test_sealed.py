@@ -8,7 +8,8 @@ import os
 import pwd
 from pathlib import Path
 
-from hpcdl.container.cache import cache_dirs, user_cache
+from hpcdl.container.cache import cache_dirs
+from hpcdl.core.resources import user_cache
 from hpcdl.jobs.rundir import runs_root
 from hpcdl.profiles.loader import list_profiles, user_profiles_dir
 from hpcdl.remote.images import hash_cache_path
