@@ -32,7 +32,7 @@ KEEP_BYTECODE = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.cache/py
 # The suite runs in TEST_WORKERS pytest-xdist workers: most of its time is spent waiting
 # on Slurm, time limits and node deaths, not computing (docs/testing.md). Tests that share
 # a cluster stay in one worker (tests/parallel.py). TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 
 test: setup lint
 	HPCDL_SETUP_SECONDS=$$(cat .cache/setup-seconds) HPCDL_LINT_SECONDS=$$(cat .cache/lint-seconds) \

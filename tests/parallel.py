@@ -9,8 +9,9 @@ other test of that cluster (an xdist group), one after the other as before:
   accounting; two of them at once would queue behind each other past their timeouts.
 - ``slurm-24.11``, ``slurm-26.05``: a release sandbox of the session (conftest_releases),
   which each worker would otherwise bring up for itself.
-- ``twin-MODULE``: a module's ``sandbox_twin`` (a cluster shaped like the sandbox, of the
-  module's own), started once for all of the module's tests.
+- ``sandbox-twin``: the second sandbox (``sandbox_twin``: shaped like the host's, node
+  names of its own), for the modules whose jobs fill both nodes for minutes and need
+  nothing else of the host sandbox: the two sandboxes' tests run side by side.
 
 Every other test (unit tests, image builds, a ``netns_cluster`` of its own: its own
 directory, ports, subnet and node names) runs wherever a worker is free. The groups go
@@ -25,6 +26,7 @@ from __future__ import annotations
 import pytest
 
 SANDBOX = "sandbox"
+TWIN = "sandbox-twin"
 HOST_RELEASE = "22.05"
 
 
@@ -37,10 +39,18 @@ def group_of(item: pytest.Item) -> str | None:
     params = getattr(getattr(item, "callspec", None), "params", {})
     release = params.get("slurm_release") or (params.get("release")
                                               if "release_sandboxes" in names else None)
+    marked = item.get_closest_marker("slurm_release_only")
+    if release is None and marked is not None:
+        release = str(marked.args[0])
     if release is not None:
         return SANDBOX if release == HOST_RELEASE else f"slurm-{release}"
-    if "sandbox_twin" in names:  # one twin per module, started once: keep it in one worker
-        return "twin-" + item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    if "release_sandboxes" in names:
+        # Run anywhere, it would bring a release's cluster up in a second worker, whose
+        # node names clash with the first's: say which release it uses.
+        raise pytest.UsageError(f"{item.nodeid}: takes release_sandboxes without a "
+                                "release parameter: mark it slurm_release_only(RELEASE)")
+    if "sandbox_twin" in names:
+        return TWIN
     if "slurm_cluster" in names:
         return SANDBOX
     return None

@@ -271,14 +271,10 @@ def netns_cluster(tmp_path_factory: pytest.TempPathFactory
         yield start
 
 
-@pytest.fixture(scope="module")
-def sandbox_twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsCluster]:
-    """A cluster shaped like the host sandbox (its partitions, 8 CPUs and 4 fake GPUs a
-    node, accounting) under node names of its own, for a module whose tests occupy both
-    nodes for minutes (time limits, preemption) and so would hold the shared sandbox
-    from every other test. For the module's tests Slurm's commands (SLURM_CONF) and the
-    profile ``sandbox`` (a user profile under a private XDG_CONFIG_HOME) point at it;
-    tests/parallel.py keeps the module's tests together in one worker."""
+@pytest.fixture(scope="session")
+def twin_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NetnsCluster, Path]]:
+    """The session's twin of the sandbox (see sandbox_twin), started on first use:
+    (the cluster, the XDG_CONFIG_HOME whose profile ``sandbox`` points at it)."""
     require_netns_tools()
     with netns_clusters(lambda: tmp_path_factory.mktemp("cluster-logs")) as start:
         cluster = start(nodes=2, accounting=True, partitions="sandbox")
@@ -286,16 +282,30 @@ def sandbox_twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsClus
         target = home / "hpcdl" / "profiles" / "sandbox.yaml"
         target.parent.mkdir(parents=True)
         cluster_profile(cluster.dir, "sandbox", target)
-        saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "XDG_CONFIG_HOME")}
-        os.environ.update(SLURM_CONF=str(cluster.conf), XDG_CONFIG_HOME=str(home))
-        try:
-            yield cluster
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        yield cluster, home
+
+
+@pytest.fixture(scope="module")
+def sandbox_twin(twin_cluster: tuple[NetnsCluster, Path]) -> Iterator[NetnsCluster]:
+    """A second sandbox: a cluster shaped like the host sandbox (its partitions, 8 CPUs
+    and 4 fake GPUs a node, accounting) under node names of its own, for modules whose
+    jobs fill both nodes for minutes (time limits, preemption, sweeps, scaling) and
+    need nothing of the host sandbox's own (its node names, its login, its user). While
+    the module runs, Slurm's commands (SLURM_CONF) and the profile ``sandbox`` (a user
+    profile under a private XDG_CONFIG_HOME) point at it. tests/parallel.py keeps every
+    module that uses it in one xdist worker, one module after the other, beside the
+    worker that runs the host sandbox's tests."""
+    cluster, home = twin_cluster
+    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "XDG_CONFIG_HOME")}
+    os.environ.update(SLURM_CONF=str(cluster.conf), XDG_CONFIG_HOME=str(home))
+    try:
+        yield cluster
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @pytest.fixture

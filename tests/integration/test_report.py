@@ -57,7 +57,7 @@ def check_in_browser(report: Path, selectors: tuple[str, ...], shot: Path,
 
 
 @pytest.fixture(scope="module")
-def slowed_run(slurm_cluster: Path, cpu_image: Path, tmp_path_factory: pytest.TempPathFactory
+def slowed_run(sandbox_twin: object, cpu_image: Path, tmp_path_factory: pytest.TempPathFactory
                ) -> dict:
     runs = tmp_path_factory.mktemp("report") / "runs"
     res = hpcdl("submit", "-p", "sandbox", "-N", "2", "-G", "2", "--image", str(cpu_image),

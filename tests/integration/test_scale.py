@@ -32,7 +32,7 @@ def _sacct_span(job_id: str) -> tuple[datetime, datetime]:
 
 
 @pytest.fixture(scope="module")
-def sweep(slurm_cluster: Path, cpu_image: Path, tmp_path_factory: pytest.TempPathFactory
+def sweep(sandbox_twin: object, cpu_image: Path, tmp_path_factory: pytest.TempPathFactory
           ) -> dict:
     runs = tmp_path_factory.mktemp("scale") / "runs"
     res = hpcdl("scale", "--profile", "sandbox", "--nodes", "1,2", "--gpus", "1,2",
@@ -101,7 +101,7 @@ def test_results_reads_the_sweep_back_as_table_csv_and_plot(sweep: dict, tmp_pat
     assert width > 1000 and height > 300
 
 
-def test_results_follows_a_sweep_submitted_without_wait(slurm_cluster: Path, cpu_image: Path,
+def test_results_follows_a_sweep_submitted_without_wait(sandbox_twin: object, cpu_image: Path,
                                                         runs_dir: Path) -> None:
     import time
 

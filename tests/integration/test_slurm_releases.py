@@ -53,6 +53,7 @@ print(f"{c.Get_rank()}/{c.Get_size()} {socket.gethostname()} {c.allreduce(c.Get_
 """
 
 
+@pytest.mark.slurm_release_only("24.11")
 def test_open_mpi_over_pmix_on_24_11(release_sandboxes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The headline path's PMI: 4 Open MPI ranks on 2 nodes started by 24.11's
     `srun --mpi=pmix` (its plugin reads the root's PMIx 5 through /run/hpcdl-pmix-24.11,
@@ -82,6 +83,7 @@ def test_open_mpi_over_pmix_on_24_11(release_sandboxes, tmp_path: Path) -> None:
 
 @pytest.mark.apptainer
 @pytest.mark.horovod
+@pytest.mark.slurm_release_only("24.11")
 def test_the_headline_command_with_horovod_on_24_11(release_sandboxes,  # type: ignore[no-untyped-def]
                                                    cpu_image: Path) -> None:
     """The README's headline (the bundled example, Horovod, in the CPU image) on 24.11:

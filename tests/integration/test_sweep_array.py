@@ -60,7 +60,7 @@ def max_overlap(spans: list[tuple[datetime, datetime]]) -> int:
 
 
 @pytest.fixture(scope="module")
-def example_sweep(slurm_cluster: Path, cpu_image: Path,
+def example_sweep(sandbox_twin: object, cpu_image: Path,
                   tmp_path_factory: pytest.TempPathFactory) -> dict:
     runs = tmp_path_factory.mktemp("sweep") / "runs"
     points = runs.parent / "points.yaml"
@@ -120,7 +120,7 @@ def test_retry_failed_resubmits_the_failed_point_alone(example_sweep: dict) -> N
 
 
 def test_a_users_script_swept_by_placeholder_a_transient_failure_retried(
-        slurm_cluster: Path, tmp_path: Path) -> None:
+        sandbox_twin: object, tmp_path: Path) -> None:
     runs, flag = tmp_path / "runs", tmp_path / "failed-once"
     env = {"HPCDL_RUNS": str(runs)}
     # n=2 fails the first time only (it leaves the flag), as a node hiccup would.
@@ -140,7 +140,7 @@ def test_a_users_script_swept_by_placeholder_a_transient_failure_retried(
     assert logs.returncode == 0 and "n=2" in logs.stdout, logs.stderr
 
 
-def test_cancel_of_the_array_ends_every_task(slurm_cluster: Path, tmp_path: Path) -> None:
+def test_cancel_of_the_array_ends_every_task(sandbox_twin: object, tmp_path: Path) -> None:
     env = {"HPCDL_RUNS": str(tmp_path / "runs")}
     res = hpcdl("sweep", "-p", "sandbox", "-N", "1", "-G", "1", "-c", "1", "--param", "s=1,2,3",
                 "--max-concurrent", "1", "--json", "--", "sleep", "30{s}", env=env)
@@ -155,7 +155,7 @@ def test_cancel_of_the_array_ends_every_task(slurm_cluster: Path, tmp_path: Path
 
 
 def test_one_point_more_than_the_clusters_max_array_size_is_refused(
-        slurm_cluster: Path, tmp_path: Path) -> None:
+        sandbox_twin: object, tmp_path: Path) -> None:
     # The sandbox's slurm.conf leaves MaxArraySize at Slurm's default (1001); read it as
     # the test's truth, and claim far more in the profile: the cluster's value decides.
     config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,

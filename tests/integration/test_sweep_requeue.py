@@ -30,7 +30,7 @@ import pytest
 from tests.integration.conftest_slurm import REPO, hpcdl
 from tests.integration.test_requeue import CHECKSUM, checkpoints, sh, slurm_state, wait_for
 
-pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.usefixtures("slurm_cluster"),
+pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.usefixtures("sandbox_twin"),
               pytest.mark.timeout(600)]
 
 STEPS = 20
