@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -128,7 +129,7 @@ def test_parse_buildcfg() -> None:
 def test_gathered_facts_match_this_host() -> None:
     facts = gather_runtime_facts()
     assert facts.euid == os.geteuid()
-    max_ns = open("/proc/sys/user/max_user_namespaces").read().strip()
+    max_ns = Path("/proc/sys/user/max_user_namespaces").read_text().strip()
     assert facts.max_user_namespaces == int(max_ns)
     if os.path.exists("/dev/fuse"):
         assert facts.fuse_mode == f"{stat.S_IMODE(os.stat('/dev/fuse').st_mode):04o}"
