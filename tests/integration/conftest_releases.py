@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,10 +95,20 @@ class _Sandboxes:
                     str(folder), env=env, timeout=900)
         assert res.returncode == 0, res.stdout + res.stderr
 
-    def restore(self, release: str) -> None:
-        """Bring ``release``'s cluster back to every node idle after a test killed one
-        (``up`` restarts a dead slurmd and resumes a node Slurm set down)."""
-        self._up(release, self.folders[release], self.up[release].env)
+    def restore(self, release: str, killed: str) -> None:
+        """Bring ``release``'s cluster back to every node idle after a test killed the
+        node ``killed`` (every process in its namespace). Slurm is told it is down first:
+        a node Slurm still counts idle passes ``up``'s wait as soon as its slurmd is
+        started, before it listens, and the next job's step failed to launch there
+        (seen on 26.05); a down node passes only once its slurmd registered (``up``
+        resumes it)."""
+        rel = self.up[release]
+        subprocess.run([rel.command("scontrol"), "update", f"NodeName={killed}",
+                        "State=DOWN", "Reason=hpcdl-test-restore"], capture_output=True,
+                       timeout=60, check=False,
+                       env={**os.environ, "SLURM_CONF": str(self.folders[release] / "etc" /
+                                                            "slurm.conf")})
+        self._up(release, self.folders[release], rel.env)
 
     def down(self) -> None:
         for release, folder in self.folders.items():

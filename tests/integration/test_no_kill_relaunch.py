@@ -117,7 +117,7 @@ def three_nodes(request: pytest.FixtureRequest, runs_dir: Path) -> Iterator[Clus
         # left, the killed node's slurmd started again and the node resumed.
         for job in cluster.slurm("squeue", "-h", "-o", "%i").split():
             cluster.slurm("scancel", job)
-        boxes.restore(release)
+        boxes.restore(release, cluster.nodes[1])
 
 
 def _wait_job(c: Cluster, job: str, timeout: float) -> dict:
