@@ -220,12 +220,36 @@ hpcdl_cancel_steps() {
   done
 }
 
+# hpcdl_drop_gone NODE...: sets hpcdl_in_job to the NODEs the job still holds; one Slurm
+# took out of it (a --no-kill job goes on without a node Slurm declared down) is excluded.
+# Asked along with the others, it would fail the gate's whole srun ("Requested node
+# configuration is not available") and every node with it: seen on 26.05, where the step
+# the node took down ended before sinfo said "down". When squeue does not say, all stay.
+hpcdl_drop_gone() {
+  local held node
+  hpcdl_in_job=("$@")
+  (( $# )) || return 0
+  held=$(hpcdl_slurm squeue -h -j "$hpcdl_job" -o %N) || return 0
+  [[ -n $held ]] || return 0
+  held=$(hpcdl_slurm scontrol show hostnames "$held") || return 0
+  hpcdl_in_job=()
+  for node in "$@"; do
+    if grep -qxF "$node" <<<"$held"; then
+      hpcdl_in_job+=("$node")
+    else
+      hpcdl_mark_bad "$node" "Slurm: no longer in the job (declared down)"
+    fi
+  done
+}
+
 # hpcdl_gate NODE...: the gate's step on every NODE at once (beside any step left by a
 # dead node: --overlap); sets hpcdl_healthy to those that answered ok, in order.
 hpcdl_gate() {
   local t0 ms0 out node line rc=0 ms
   t0=$(hpcdl_now) ms0=$(hpcdl_ms)
   hpcdl_healthy=()
+  hpcdl_drop_gone "$@"
+  set -- ${hpcdl_in_job[@]+"${hpcdl_in_job[@]}"}
   (( $# )) || return 0
   # Bounded with -k: a node whose check hangs in the kernel (a dead NFS or FUSE mount) can
   # keep srun from ending on TERM; KILL ends it HPCDL_KILL_S s later, and the node that did

@@ -56,6 +56,13 @@ def group_of(item: pytest.Item) -> str | None:
     return None
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist registers the mark when it is loaded; a test that sets it itself (a release
+    # sandbox's case of a parameter group_of does not read) must not warn without it.
+    config.addinivalue_line("markers", "xdist_group(name): the xdist group of the test "
+                                       "(tests/parallel.py)")
+
+
 def xdist_running(config: pytest.Config) -> bool:
     """Is this session one of xdist's (a worker, or the controller of workers)?"""
     return bool(getattr(config, "workerinput", None)) or \

@@ -4,8 +4,9 @@ test that asks for it.
 
 - 22.05: the host's own sandbox (``slurm_cluster``, Debian 12's packages), profile
   ``sandbox``, Slurm's commands on PATH.
-- 24.11, 26.05: ``hpcdl sandbox up --slurm RELEASE --nodes 2`` in a directory of the
-  session's own (never the shared sandbox's), profile ``sandbox-RELEASE`` under a
+- 24.11, 26.05: ``hpcdl sandbox up --slurm RELEASE --nodes 3`` in a directory of the
+  session's own (the matrix's jobs take 2 nodes; the third is the spare of
+  test_no_kill_relaunch.py, which kills a node and brings it back: ``restore``) (never the shared sandbox's), profile ``sandbox-RELEASE`` under a
   private config home, commands from the profile's scheduler.commands; taken down when
   the session ends. The first use of a release builds its root filesystem
   (scripts/slurm-rootfs.sh, ~60-90 s, cached by content afterwards).
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,9 @@ from tests.integration.conftest_slurm import hpcdl
 
 HOST_RELEASE = "22.05"
 RELEASES = (HOST_RELEASE, *shape.RELEASES)
+# Nodes of a release sandbox: 2 for the matrix's jobs, and a spare (an idle slurmd costs
+# nothing), so the --no-kill relaunch test shares the session's cluster.
+NODES = 3
 
 
 def matrix_releases() -> tuple[str, ...]:
@@ -79,18 +84,36 @@ class _Sandboxes:
         folder = Path("/var/lib") / f"hpcdl-test-slurm-{release}-{os.getpid()}"
         env = {"XDG_CONFIG_HOME": str(self.base / "cfg"), "HPCDL_RUNS": str(self.runs / release)}
         self.folders[release] = folder
-        res = hpcdl("sandbox", "up", "--slurm", release, "--nodes", "2", "--dir", str(folder),
-                    env=env, timeout=900)
-        assert res.returncode == 0, res.stdout + res.stderr
-        self.up[release] = SlurmRelease(release, shape.profile_name(2, release), env,
+        self._up(release, folder, env)
+        self.up[release] = SlurmRelease(release, shape.profile_name(NODES, release), env,
                                         shape.commands_dir(folder),
                                         tuple(shape.node_names(2, release)))
         return self.up[release]
 
+    def _up(self, release: str, folder: Path, env: dict[str, str]) -> None:
+        res = hpcdl("sandbox", "up", "--slurm", release, "--nodes", str(NODES), "--dir",
+                    str(folder), env=env, timeout=900)
+        assert res.returncode == 0, res.stdout + res.stderr
+
+    def restore(self, release: str, killed: str) -> None:
+        """Bring ``release``'s cluster back to every node idle after a test killed the
+        node ``killed`` (every process in its namespace). Slurm is told it is down first:
+        a node Slurm still counts idle passes ``up``'s wait as soon as its slurmd is
+        started, before it listens, and the next job's step failed to launch there
+        (seen on 26.05); a down node passes only once its slurmd registered (``up``
+        resumes it)."""
+        rel = self.up[release]
+        subprocess.run([rel.command("scontrol"), "update", f"NodeName={killed}",
+                        "State=DOWN", "Reason=hpcdl-test-restore"], capture_output=True,
+                       timeout=60, check=False,
+                       env={**os.environ, "SLURM_CONF": str(self.folders[release] / "etc" /
+                                                            "slurm.conf")})
+        self._up(release, self.folders[release], rel.env)
+
     def down(self) -> None:
         for release, folder in self.folders.items():
             if folder.exists():
-                res = hpcdl("sandbox", "down", "--slurm", release, "--nodes", "2", "--dir",
+                res = hpcdl("sandbox", "down", "--slurm", release, "--nodes", str(NODES), "--dir",
                             str(folder), env=self.up.get(release, SlurmRelease(
                                 release, "", {}, None, ())).env or None, timeout=300)
                 assert res.returncode == 0, res.stdout + res.stderr

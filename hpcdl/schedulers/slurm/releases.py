@@ -20,7 +20,14 @@ RELEASE_NOTES and CHANGELOG:
 - ``requeue_expedite``: ``--requeue=expedite`` exists from 25.11 (and acts only where
   slurm.conf has ``SlurmctldParameters=enable_expedited_requeue``: sbatch(1)).
 - ``no_kill_step_bug``: after a node fails in a ``--no-kill`` job, later steps may not
-  get all the remaining resources; fixed in 23.02.3, never in 22.05.
+  get all the remaining resources; fixed in 23.02.3, never in 22.05. hpcdl's relaunch
+  does not meet it (tests/integration/test_no_kill_relaunch.py, on 22.05.8: the
+  relaunched step got every CPU and GPU of the survivor and the spare, whether the guard
+  gave the dead node back or Slurm declared it down first): it runs with ``--overlap``,
+  which the old step, left on the survivor while its dead node cannot report its end,
+  cannot block (measured: a step without it, plain or ``--exact``, pends there until
+  Slurm declares the node down), and with explicit ``--nodes``/``--ntasks``/
+  ``--nodelist``. Kept as a fact of the release, for the table and doctor.
 - ``sigterm_teardown``: from 26.05 the other tasks of a step that one task left with a
   non-zero exit get SIGCONT + SIGTERM and KillWait, no longer SIGKILL at once.
 
@@ -189,8 +196,10 @@ def feature_table(names: tuple[str, ...] = ("22.05", "24.11", "26.05")) -> str:
                       "enable_expedited_requeue), else --requeue"
             if b.requeue_expedite else "--requeue (no expedite in this release)") + " |",
         "| relaunch after a node death (--no-kill) | " + cells(
-            lambda b: "Slurm bug (fixed 23.02.3): later steps may miss resources; not worked "
-                      "around yet" if b.no_kill_step_bug else "no known step bug") + " |",
+            lambda b: "Slurm bug (fixed 23.02.3) not met: the relaunch (srun --overlap) gets "
+                      "every CPU and GPU of the survivor and the spare"
+            if b.no_kill_step_bug else "no known step bug; the relaunch gets every CPU and "
+                                       "GPU of the survivor and the spare") + " |",
         "| a step's other tasks after one fails | " + cells(
             lambda b: "SIGCONT + SIGTERM, KillWait" if b.sigterm_teardown
             else "SIGKILL at once") + " |",

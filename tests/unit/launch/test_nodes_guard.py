@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 # The gate's srun: one "hpcdl-gate NODE ok" line per node of --nodelist, none for a node
 # listed in $FAKE/dead (a dead node does not answer; srun then fails), "bad: ..." for one
 # in $FAKE/sick; with $FAKE/gate_hangs, a gate whose check is stuck (srun ignores TERM, as
-# one waiting on a node blocked in the kernel may).
+# one waiting on a node blocked in the kernel may); a node not in $FAKE/held (when it
+# is there) fails the whole step, as Slurm's srun does.
 # squeue: steps from $FAKE/steps (-s), time left from $FAKE/left (%L), the comment from
 # $FAKE/comment (%k), the job's nodes from $FAKE/held (%N), as Slurm prints them; with
 # $FAKE/squeue_fails, slurmctld's error. Its calls go to $FAKE/squeue.log.
@@ -31,6 +32,14 @@ FAKES = {
 echo "srun $*" >> "$FAKE/log"
 if [[ -e $FAKE/gate_hangs ]]; then trap '' TERM; while :; do sleep 0.1; done; fi
 for a in "$@"; do case $a in --nodelist=*) list=${a#--nodelist=} ;; esac; done
+# A node the job no longer holds ($FAKE/held, when there is one) fails the whole step.
+if [[ -s $FAKE/held ]]; then
+  for n in ${list//,/ }; do
+    tr ',' '\n' <"$FAKE/held" | grep -qx "$n" && continue
+    echo "srun: error: Unable to create step for job 7: Requested node configuration is not available" >&2
+    exit 1
+  done
+fi
 rc=0
 for n in ${list//,/ }; do
   if grep -qx "$n" "$FAKE/dead" 2>/dev/null; then rc=1; continue; fi
@@ -90,7 +99,9 @@ exit 0
 # Each launch k (1, 2, ...) is step 7.k for squeue, and does what line k of $FAKE/plan
 # says: "ok", "fail" (exit 1, a code failure), "dies NODE" (NODE stops answering, its
 # rank's srun line, exit 1), "hw TASK" (task TASK prints a hardware error, exit 1), "hangs
-# NODE" (NODE stops answering, srun goes on without a word), "asks" (the hang watchdog
+# NODE" (NODE stops answering, srun goes on without a word), "gone NODE" (Slurm declared
+# NODE down and took it out of the job: srun's "Node failure", sinfo not yet saying
+# so), "asks" (the hang watchdog
 # asks for a relaunch, srun goes on), "churns NODE" (NODE stops answering while the
 # ranks write into the run's code/ copy), "chatty" (3000 lines of stderr, then "hw 1").
 # The node list it ran on is logged.
@@ -115,6 +126,9 @@ hpcdl_launch() {
     dies) echo "$2" >> "$FAKE/dead"; echo "srun: error: $2: task 1: Exited with exit code 1" >&2; exit 1 ;;
     hw) echo "$2: RuntimeError: CUDA error: uncorrectable ECC error encountered" >&2; exit 1 ;;
     hangs) echo "$2" >> "$FAKE/dead"; exec sleep 60 ;;
+    gone) echo "$2" >> "$FAKE/dead"
+          tr ',' '\n' <<<"$SLURM_JOB_NODELIST" | grep -vx "$2" | paste -sd, - > "$FAKE/held"
+          echo "srun: error: Node failure on $2" >&2; exit 1 ;;
     asks) printf -- '-\tno step for 30 s\n' > "$HPCDL_RUN_DIR/relaunch.request"; exec sleep 60 ;;
     churns) echo "$2" >> "$FAKE/dead"
             while :; do date > "$HPCDL_RUN_DIR/code/x.pyc"; sleep 0.2; done ;;
@@ -215,6 +229,20 @@ def test_a_node_that_dies_is_excluded_released_and_the_spare_takes_its_place(
     cols = line.split("\t")
     assert cols[:3] == ["7", "0", "1"] and cols[4] == "b" and cols[7] == "a,c"
     assert cols[5].startswith("b: gate: no answer") and cols[6] != "-"
+
+
+def test_a_node_slurm_took_out_of_the_job_is_excluded_before_the_gate(
+        tmp_path: Path) -> None:
+    """Slurm declared b down and took it out of the --no-kill job, and the step b took
+    down ended before sinfo said so (seen on 26.05, tests/integration/
+    test_no_kill_relaunch.py): the gate must not ask for b, whose srun would fail for
+    every node (the old guard then excluded a and c too and the job ended)."""
+    last, log, run = guard(tmp_path, "a,b,c", ["gone b", "ok"])
+    assert last == "rc=0 cause="
+    assert launches(log) == ["a,b", "a,c"]
+    assert (run / "bad-nodes.tsv").read_text() == \
+        "b\tSlurm: no longer in the job (declared down)\n"
+    assert "hpcdl: gate: 2 of 2 nodes healthy" in stderr_of(tmp_path)
 
 
 def test_an_array_task_releases_the_dead_node_and_records_it_under_its_task_id(
