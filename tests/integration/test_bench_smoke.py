@@ -46,6 +46,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.parallel import SANDBOX
+
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 600  # s: a hard limit per bench; the smoke sizes take seconds to a minute
 
@@ -101,7 +103,10 @@ def _id(bench: Bench) -> str:
 
 
 @pytest.mark.parametrize("bench", [
+    # The sandbox's benches run in its xdist group (tests/parallel.py): the fixture is
+    # asked for inside the test, where the grouping cannot see it.
     pytest.param(b, id=_id(b), marks=[m for m, on in ((pytest.mark.slurm, b.slurm),
+                                                       (pytest.mark.xdist_group(SANDBOX), b.slurm),
                                                        (pytest.mark.apptainer, b.image)) if on])
     for b in BENCHES])
 def test_bench_smoke(bench: Bench, request: pytest.FixtureRequest) -> None:
