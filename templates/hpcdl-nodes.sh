@@ -360,7 +360,9 @@ hpcdl_hb_read() {
 }
 
 # hpcdl_hb_start NODE...: the heartbeat step on NODEs. Not under timeout: it lasts as
-# long as the training step, and hpcdl_hb_stop ends it (KILL here, scancel there).
+# long as the training step, and hpcdl_hb_stop ends it (KILL here, scancel there). srun's
+# "task N: Killed" lines are kept (DIR/ended): a node whose heartbeat task ended (the
+# OOM killer, a stray kill) is alive, its slurmstepd said so, and is not judged.
 hpcdl_hb_start() {
   hpcdl_hb_pid="" hpcdl_hb_nodes=("$@")
   (( ${HPCDL_HB_DEAD_S:-0} > 0 && $# > 0 )) || return 0
@@ -368,7 +370,7 @@ hpcdl_hb_start() {
   srun --overlap --job-name=hpcdl-heartbeat --nodes="$#" --ntasks="$#" --ntasks-per-node=1 \
     --nodelist="$(hpcdl_join "$@")" --kill-on-bad-exit=0 --mpi=none \
     bash -c 'while :; do echo "hpcdl-beat ${SLURMD_NODENAME:-$(hostname -s)}"; sleep 1; done' \
-    </dev/null > >(hpcdl_hb_read "$hpcdl_hb_dir") &
+    </dev/null > >(hpcdl_hb_read "$hpcdl_hb_dir") 2> >(hpcdl_err_filter "$hpcdl_hb_dir/ended") &
   hpcdl_hb_pid=$!
 }
 
@@ -381,6 +383,7 @@ hpcdl_hb_look() {
   [[ -n $hpcdl_hb_pid ]] || return 0
   now=$(hpcdl_now)
   for node in ${hpcdl_hb_nodes[@]+"${hpcdl_hb_nodes[@]}"}; do
+    [[ -s $hpcdl_hb_dir/ended ]] && grep -qF "srun: error: ${node}: task" "$hpcdl_hb_dir/ended" && continue
     if [[ -f $hpcdl_hb_dir/$node ]]; then
       t=""
       read -r t <"$hpcdl_hb_dir/$node" 2>/dev/null || true

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow
 
 # The heartbeat's srun (--job-name=hpcdl-heartbeat): "hpcdl-beat NODE" for every node of
 # --nodelist not in $FAKE/dead, every 0.3 s until killed, its step in $FAKE/steps; with
-# $FAKE/hb_fails, srun's error and exit 1 at once.
+# $FAKE/hb_fails, srun's error and exit 1 at once; a node in $FAKE/hb_task_dies has its
+# task killed (srun says so) and beats no more, alive.
 # The gate's srun: one "hpcdl-gate NODE ok" line per node of --nodelist, none for a node
 # listed in $FAKE/dead (a dead node does not answer; srun then fails), "bad: ..." for one
 # in $FAKE/sick; with $FAKE/gate_hangs, a gate whose check is stuck (srun ignores TERM, as
@@ -37,7 +38,15 @@ if [[ " $* " == *" --job-name=hpcdl-heartbeat "* ]]; then
   [[ -e $FAKE/hb_fails ]] && { echo "srun: error: Unable to create step" >&2; exit 1; }
   echo "7.hb$(wc -l < "$FAKE/log") hpcdl-heartbeat" >> "$FAKE/steps"
   while :; do
-    for n in ${list//,/ }; do grep -qx "$n" "$FAKE/dead" 2>/dev/null || echo "hpcdl-beat $n"; done
+    for n in ${list//,/ }; do
+      grep -qx "$n" "$FAKE/dead" 2>/dev/null && continue
+      if grep -qx "$n" "$FAKE/hb_task_dies" 2>/dev/null; then
+        [[ -n ${told:-} ]] || echo "srun: error: $n: task 1: Killed" >&2
+        told=1
+        continue
+      fi
+      echo "hpcdl-beat $n"
+    done
     sleep 0.3
   done
 fi
@@ -110,7 +119,8 @@ exit 0
 # rank's srun line, exit 1), "hw TASK" (task TASK prints a hardware error, exit 1), "hangs
 # NODE" (NODE stops answering, srun goes on without a word), "asks" (the hang watchdog
 # asks for a relaunch, srun goes on), "churns NODE" (NODE stops answering while the
-# ranks write into the run's code/ copy), "chatty" (3000 lines of stderr, then "hw 1").
+# ranks write into the run's code/ copy), "chatty" (3000 lines of stderr, then "hw 1"),
+# "runs S" (S seconds, then exit 0).
 # The node list it ran on is logged.
 DRIVER = r"""
 # As job.sbatch runs the guard: sourced and set up under its `set -euo pipefail`, the
@@ -130,10 +140,12 @@ hpcdl_launch() {
   case $1 in
     ok) exit 0 ;;
     fail) echo "srun: error: a: task 0: Exited with exit code 1" >&2; exit 1 ;;
-    dies) echo "$2" >> "$FAKE/dead"; echo "srun: error: $2: task 1: Exited with exit code 1" >&2; exit 1 ;;
+    dies) [[ -n ${HPCDL_HB_DEAD_S:-} ]] && sleep 1.5  # (once the heartbeat beat: as a node dies mid-run)
+          echo "$2" >> "$FAKE/dead"; echo "srun: error: $2: task 1: Exited with exit code 1" >&2; exit 1 ;;
     hw) echo "$2: RuntimeError: CUDA error: uncorrectable ECC error encountered" >&2; exit 1 ;;
     hangs) echo "$2" >> "$FAKE/dead"; exec sleep 60 ;;
     asks) printf -- '-\tno step for 30 s\n' > "$HPCDL_RUN_DIR/relaunch.request"; exec sleep 60 ;;
+    runs) sleep "$2"; exit 0 ;;
     churns) echo "$2" >> "$FAKE/dead"
             while :; do date > "$HPCDL_RUN_DIR/code/x.pyc"; sleep 0.2; done ;;
     chatty) for i in $(seq 3000); do echo "0: step $i: loss 0.5, a line the guard has no use for"; done >&2
@@ -608,3 +620,15 @@ def test_a_spare_slurm_knows_down_is_left_out_of_the_next_gate(tmp_path: Path) -
     assert launches(log) == ["a,b", "a,c"]
     bad = dict(line.split("\t") for line in (run / "bad-nodes.tsv").read_text().splitlines())
     assert bad == {"b": "Slurm: node state drng", "d": "Slurm: node state down*"}
+
+
+def test_a_node_whose_heartbeat_task_was_killed_is_alive_and_kept(tmp_path: Path) -> None:
+    """b's heartbeat task is killed (the OOM killer, a stray kill) and srun says so: b's
+    slurmstepd answered, b is alive. Its silence is not read as its death: the training
+    step runs to its end on a and b."""
+    last, log, run = guard(tmp_path, "a,b,c", ["runs 6"], variables=HEARTBEAT,
+                           files={"hb_task_dies": "b\n"})
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b"]
+    assert not (run / "bad-nodes.tsv").exists(), (run / "bad-nodes.tsv").read_text()
+    assert "srun: error: b: task 1: Killed" in stderr_of(tmp_path)  # (the job's log has it)
