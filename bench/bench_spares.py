@@ -25,9 +25,13 @@ synthetic, 30 steps, a checkpoint every 5, --step-sleep 1), 2 ranks on 2 nodes.
   (``sandbox.sh shape``) before a job with --spares 1 --probe-first; the probe's own time
   (its report's elapsed_s), the node it names and the nodes the training ran on.
 
+- --baseline DIR (recovery only): the same death with the hpcdl of another checkout
+  (e.g. ``git archive main | tar -x -C DIR``) submitting the job, alternating with this
+  tree's in the same run, so both meet the same machine load.
+
     sudo python3 bench/bench_spares.py [--repeats 1] [--backends ddp,horovod]
          [--gate-nodes 2,4,8,16] [--parts recovery,requeue,gate,healthy,probe]
-         [--image SIF] [--json-out FILE]
+         [--baseline DIR] [--image SIF] [--json-out FILE]
 """
 
 from __future__ import annotations
@@ -67,9 +71,16 @@ def cluster(nodes: int, slurmd_timeout: int | None = None
     return own_cluster(nodes, "bs", slurmd_timeout)
 
 
-def hpcdl(args: list[str], env: dict[str, str], timeout: float = 900
+def hpcdl(args: list[str], env: dict[str, str], timeout: float = 900, tree: Path = REPO
           ) -> subprocess.CompletedProcess[str]:
-    return run([sys.executable, "-m", "hpcdl", *args], env, timeout=timeout, check=False)
+    """``hpcdl ARGS``, from ``tree`` (this checkout, or --baseline's): python -m puts the
+    working directory first on sys.path, so that tree's hpcdl renders and stages the job."""
+    if tree == REPO:
+        return run([sys.executable, "-m", "hpcdl", *args], env, timeout=timeout, check=False)
+    return subprocess.run([sys.executable, "-m", "hpcdl", *args], capture_output=True,
+                          text=True, timeout=timeout, check=False, cwd=tree,
+                          env={**os.environ, **env, "PYTHONPATH": str(tree),
+                               "PYTHONDONTWRITEBYTECODE": "1"})
 
 
 def wait_end(job: str, env: dict[str, str], timeout: float = 900) -> None:
@@ -85,20 +96,21 @@ def result_of(log: str) -> dict[str, Any]:
     return dict(json.loads(line.split(": ", 1)[1])["hpcdl_result"])
 
 
-def submit(c: dict[str, Any], run_dir: Path, extra: list[str], backend: str) -> str:
+def submit(c: dict[str, Any], run_dir: Path, extra: list[str], backend: str,
+           tree: Path = REPO) -> str:
     res = hpcdl(["submit", "--json", "-p", str(c["profile"]), "-N", "2", "--image",
                  c["image"], "--backend", backend, *EXAMPLE, *extra, "--run-dir",
-                 str(run_dir)], c["env"])
+                 str(run_dir)], c["env"], tree=tree)
     if res.returncode != 0:
         raise RuntimeError(res.stdout + res.stderr)
     return str(json.loads(res.stdout.strip().splitlines()[-1])["job_id"])
 
 
-def recovery(image: str, backend: str) -> dict[str, Any]:
+def recovery(image: str, backend: str, tree: Path = REPO) -> dict[str, Any]:
     with cluster(3) as c:
         c["image"] = image
         run_dir = Path(c["env"]["HPCDL_RUNS"]) / f"spare-{backend}"
-        job = submit(c, run_dir, ["--spares", "1", "-X", "--step-sleep=1"], backend)
+        job = submit(c, run_dir, ["--spares", "1", "-X", "--step-sleep=1"], backend, tree)
         wait_checkpoint(run_dir, 10)
         died = kill_node(c["dir"], c["nodes"][1])
         wait_end(job, c["env"])
@@ -106,7 +118,8 @@ def recovery(image: str, backend: str) -> dict[str, Any]:
         (rec,) = recoveries.read(run_dir, job)
         result = result_of((run_dir / f"slurm-{job}.out").read_text())
         first = rec.first_step_at or float("nan")
-        return {"backend": backend, "how": rec.how, "steps_lost": rec.steps_lost,
+        return {"backend": backend, "code": "this tree" if tree == REPO else str(tree),
+                "load": os.getloadavg()[0], "how": rec.how, "steps_lost": rec.steps_lost,
                 "detect_s": rec.detected_at - died,
                 "gate_s": (rec.relaunched_at or rec.detected_at) - rec.detected_at,
                 "start_s": result["started_at"] - (rec.relaunched_at or 0),
@@ -187,6 +200,8 @@ def main() -> int:
     cache = os.environ.get("HPCDL_CACHE") or "/var/cache/hpcdl"
     parser.add_argument("--image", default="/scratch/images/pytorch-horovod-cpu.sif",
                         help=f"the CPU image where the nodes see it (built in {cache}/images)")
+    parser.add_argument("--baseline", type=Path,
+                        help="recovery: also with the hpcdl of this checkout, alternating")
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -208,8 +223,9 @@ def main() -> int:
             data["probe"].append(slowed(args.image, backends[0]))
             print(f"measured: {data['probe'][-1]}", file=sys.stderr, flush=True)
         for backend in backends if "recovery" in parts else ():
-            data["recovery"].append(recovery(args.image, backend))
-            print(f"measured: {data['recovery'][-1]}", file=sys.stderr, flush=True)
+            for tree in (REPO, args.baseline) if args.baseline else (REPO,):
+                data["recovery"].append(recovery(args.image, backend, tree))
+                print(f"measured: {data['recovery'][-1]}", file=sys.stderr, flush=True)
         if "requeue" in parts:  # the queue's cost does not depend on the backend
             data["requeue"].append(requeue(args.image, backends[0]))
             print(f"measured: {data['requeue'][-1]}", file=sys.stderr, flush=True)
@@ -223,11 +239,18 @@ def main() -> int:
           "checkpoint every 5) in the CPU image; a node's processes all killed after step 10")
     print(f"machine: {facts_line(machine)}")
     print(f"{'backend':<8} {'detect s':>9} {'gate s':>7} {'start s':>8} {'1st step s':>10} "
-          f"{'death->step s':>13} {'lost':>5}  how")
+          f"{'death->step s':>13} {'lost':>5} {'load':>5}  code: how")
     for r in data["recovery"]:
         print(f"{r['backend']:<8} {r['detect_s']:>9.1f} {r['gate_s']:>7.1f} {r['start_s']:>8.1f} "
-              f"{r['first_step_s']:>10.1f} {r['total_s']:>13.1f} {r['steps_lost']!s:>5}  "
-              f"{r['how']}")
+              f"{r['first_step_s']:>10.1f} {r['total_s']:>13.1f} {r['steps_lost']!s:>5} "
+              f"{r['load']:>5.1f}  {r['code']}: {r['how']}")
+    for backend in backends:
+        for code in dict.fromkeys(r["code"] for r in data["recovery"]):
+            totals = [r["total_s"] for r in data["recovery"]
+                      if r["backend"] == backend and r["code"] == code]
+            if totals:
+                print(f"{backend} ({code}): death -> first step {spread(totals, '{:.1f}')} s "
+                      f"over {len(totals)}")
     for r in data["requeue"]:
         print(f"requeue through the queue ({r['backend']}, SlurmdTimeout 20 s, Slurm's own "
               f"hold): death -> first step {r['total_s']:.1f} s")
@@ -244,7 +267,8 @@ def main() -> int:
               f"{p['wall_s']:.1f} s")
     print(f"reproduce: sudo python3 bench/bench_spares.py --repeats {args.repeats} "
           f"--backends {args.backends} --gate-nodes {args.gate_nodes}"
-          + (f" --parts {args.parts}" if parts != list(PARTS) else ""))
+          + (f" --parts {args.parts}" if parts != list(PARTS) else "")
+          + (f" --baseline {args.baseline}" if args.baseline else ""))
     if args.json_out:
         args.json_out.write_text(json.dumps({"machine": machine, **data}, indent=2))
     return 0

@@ -154,6 +154,7 @@ hpcdl_nodes_init() {
   hpcdl_dir=${HPCDL_RUN_DIR:-${SLURM_SUBMIT_DIR:-.}}
   hpcdl_bad_file=$hpcdl_dir/bad-nodes.tsv
   hpcdl_recoveries=$hpcdl_dir/recoveries.tsv
+  hpcdl_hb_pid="" hpcdl_hb_dir="" hpcdl_hb_t0=0 hpcdl_hb_nodes=() hpcdl_dead=()
   mapfile -t hpcdl_all < <(hpcdl_slurm scontrol show hostnames "$SLURM_JOB_NODELIST" || true)
   # The job's steps now (the batch shell's, a dataset's mount step): the guard never
   # cancels these, only steps it started (hpcdl_cancel_steps).
@@ -206,18 +207,19 @@ hpcdl_state_bad() {
 # other nodes, which slurmd then ends only when it notices (a node that does not answer,
 # a rank stuck in the kernel); the next step would run beside them and their GPU memory.
 hpcdl_cancel_steps() {
-  local step steps
-  steps=$(hpcdl_slurm squeue -h -s -j "$hpcdl_job" -o %i) || {
+  local step steps name
+  steps=$(hpcdl_slurm squeue -h -s -j "$hpcdl_job" -o '%i %j') || {
     echo "hpcdl: the old step's ranks may still run on the surviving nodes: squeue did not list the job's steps (above)" >&2
     return 0
   }
-  for step in $steps; do
+  while read -r step name; do
+    [[ -z $step || $name == hpcdl-heartbeat ]] && continue  # (hpcdl_hb_stop's)
     case $step in *.batch|*.extern|*.interactive) continue ;; esac
     [[ $hpcdl_keep_steps == *" ${step} "* ]] && continue
     if hpcdl_slurm scancel "$step"; then
       echo "hpcdl: cancelled step ${step} on every node it ran on" >&2
     fi
-  done
+  done <<<"$steps"
 }
 
 # hpcdl_drop_gone NODE...: sets hpcdl_in_job to the NODEs the job still holds; one Slurm
@@ -339,11 +341,15 @@ hpcdl_release() {
   rm -rf "$dir"
 }
 
-# After a failed step: what Slurm and the ranks say about the nodes it ran on.
+# After a failed step: what Slurm and the ranks say about the nodes it ran on. Slurm's
+# word is asked for the spares too: one it already knows down is then left out of the
+# next gate, which would otherwise wait MessageTimeout (10 s) for it.
 hpcdl_judge_step() {
-  local node state line task states
+  local node state line task states ask=()
+  for node in ${hpcdl_all[@]+"${hpcdl_all[@]}"}; do [[ -z ${hpcdl_bad[$node]+x} ]] && ask+=("$node"); done
+  (( ${#ask[@]} )) || ask=(${hpcdl_active[@]+"${hpcdl_active[@]}"})
   # (a failure is named; the ranks' own words below still count)
-  states=$(hpcdl_slurm sinfo -h -N -n "$HPCDL_NODELIST" -o '%N %t') || states=""
+  states=$(hpcdl_slurm sinfo -h -N -n "$(hpcdl_join ${ask[@]+"${ask[@]}"})" -o '%N %t') || states=""
   while read -r node state; do
     [[ -n $node ]] && hpcdl_state_bad "$state" && hpcdl_mark_bad "$node" "Slurm: node state ${state}"
   done <<<"$states"
@@ -355,13 +361,128 @@ hpcdl_judge_step() {
   done < <(grep -E "^[0-9]+: .*(${HPCDL_HW_PATTERN})" "$hpcdl_err" 2>/dev/null || true)
 }
 
-# Wait for the training step, and watch for a node that died under it. Two signs: a rank
-# ended while srun goes on (srun waits for a dead node's tasks until Slurm declares the
-# node down, minutes later), or nothing in the run directory changed for HPCDL_STALL_S
-# (MPI ranks wait for a dead peer without end). Either way the gate then asks the step's
-# nodes; one that does not answer is excluded and the step is ended here.
+# ---- the heartbeat: which node died, without waiting for Slurm to say -----------------
+# Beside each training step, a step of its own (--overlap, one task per node, no CPU to
+# speak of) on every node the job may use, spares included: each task prints
+# "hpcdl-beat NODE" every second, and srun brings the lines here over Slurm's own I/O
+# (no shared filesystem, no clock but this host's). A node whose beats stop for
+# HPCDL_HB_DEAD_S s while another node's still come in died (power, kernel, network:
+# slurmd and everything of the job on it went together); it is excluded at once, and no
+# step is sent to it to find out, which waits Slurm's MessageTimeout (10 s by default).
+# All beats stopping together is this host's or srun's trouble, not the nodes': no
+# verdict then, and the gate decides as before. HPCDL_HB_DEAD_S unset or 0: no heartbeat.
+
+# hpcdl_hb_read DIR: srun's lines in, DIR/NODE out holding the second of its last beat
+# (bash's builtins only: no process per beat).
+hpcdl_hb_read() {
+  local line node
+  while IFS= read -r line; do
+    node=${line#hpcdl-beat }
+    [[ $line == "hpcdl-beat "* && $node =~ ^[A-Za-z0-9._-]+$ ]] || continue
+    printf '%(%s)T\n' -1 >"$1/$node" 2>/dev/null || true
+  done
+}
+
+# hpcdl_hb_start NODE...: the heartbeat step on NODEs. Not under timeout: it lasts as
+# long as the training step, and hpcdl_hb_stop ends it (KILL here, scancel there). srun's
+# "task N: Killed" lines are kept (DIR/ended): a node whose heartbeat task ended (the
+# OOM killer, a stray kill) is alive, its slurmstepd said so, and is not judged.
+hpcdl_hb_start() {
+  hpcdl_hb_pid="" hpcdl_hb_nodes=("$@")
+  (( ${HPCDL_HB_DEAD_S:-0} > 0 && $# > 0 )) || return 0
+  hpcdl_hb_dir=$(mktemp -d) hpcdl_hb_t0=$(hpcdl_now)
+  srun --overlap --job-name=hpcdl-heartbeat --nodes="$#" --ntasks="$#" --ntasks-per-node=1 \
+    --nodelist="$(hpcdl_join "$@")" --kill-on-bad-exit=0 --mpi=none \
+    bash -c 'while :; do echo "hpcdl-beat ${SLURMD_NODENAME:-$(hostname -s)}"; sleep 1; done' \
+    </dev/null > >(hpcdl_hb_read "$hpcdl_hb_dir") 2> >(hpcdl_err_filter "$hpcdl_hb_dir/ended") &
+  hpcdl_hb_pid=$!
+}
+
+# hpcdl_hb_look [T]: hpcdl_dead: the heartbeat's nodes with no beat for HPCDL_HB_DEAD_S s
+# while another node beat in the last 2 s; hpcdl_hb_newest: the last beat of any (0:
+# none yet); hpcdl_hb_after: how many nodes beat at second T or later.
+hpcdl_hb_look() {
+  local now node t stale=()
+  hpcdl_dead=() hpcdl_hb_newest=0 hpcdl_hb_after=0
+  [[ -n $hpcdl_hb_pid ]] || return 0
+  now=$(hpcdl_now)
+  for node in ${hpcdl_hb_nodes[@]+"${hpcdl_hb_nodes[@]}"}; do
+    [[ -s $hpcdl_hb_dir/ended ]] && grep -qF "srun: error: ${node}: task" "$hpcdl_hb_dir/ended" && continue
+    if [[ -f $hpcdl_hb_dir/$node ]]; then
+      t=""
+      read -r t <"$hpcdl_hb_dir/$node" 2>/dev/null || true
+      [[ $t =~ ^[0-9]+$ ]] || t=$now  # (being written this instant)
+      (( t > hpcdl_hb_newest )) && hpcdl_hb_newest=$t
+      (( t >= ${1:-$now} )) && hpcdl_hb_after=$(( hpcdl_hb_after + 1 ))
+    else
+      # No beat yet: judged as if one came HPCDL_HB_DEAD_S s after the start (srun's
+      # launch), and no sign of life.
+      t=$(( hpcdl_hb_t0 + HPCDL_HB_DEAD_S ))
+    fi
+    (( now - t >= HPCDL_HB_DEAD_S )) && stale+=("$node")
+  done
+  (( now - hpcdl_hb_newest <= 2 )) && hpcdl_dead=(${stale[@]+"${stale[@]}"})
+  return 0
+}
+
+# hpcdl_hb_verdict: every node hpcdl_hb_look found dead excluded; returns 0 when one of
+# them ran the training step.
+hpcdl_hb_verdict() {
+  local node hit=1
+  for node in ${hpcdl_dead[@]+"${hpcdl_dead[@]}"}; do
+    [[ -n ${hpcdl_bad[$node]+x} ]] && continue
+    hpcdl_mark_bad "$node" "heartbeat: none for ${HPCDL_HB_DEAD_S} s or more while the other nodes' came"
+    [[ " ${hpcdl_active[*]-} " == *" ${node} "* ]] && hit=0
+  done
+  return "$hit"
+}
+
+# hpcdl_hb_settle: after the step failed, at most HPCDL_HB_DEAD_S + 1 s for the heartbeat
+# to say whether one of its nodes died (its beats stay away) or none did (every node beat
+# after the failure: the gate then judges the rest as before).
+hpcdl_hb_settle() {
+  local t0
+  [[ -n $hpcdl_hb_pid ]] || return 0
+  t0=$(( $(hpcdl_now) + 1 ))
+  while :; do
+    hpcdl_hb_look "$t0"
+    hpcdl_hb_verdict && return 0
+    (( hpcdl_hb_after + ${#hpcdl_dead[@]} >= ${#hpcdl_hb_nodes[@]} )) && return 0
+    (( $(hpcdl_now) >= t0 + HPCDL_HB_DEAD_S )) && return 0
+    kill -0 "$hpcdl_hb_pid" 2>/dev/null || return 0
+    sleep 0.5
+  done
+}
+
+# hpcdl_hb_stop: the heartbeat step ended: srun KILLed here, the step cancelled on its
+# nodes (its name finds it), its records removed.
+hpcdl_hb_stop() {
+  local steps step name
+  [[ -n $hpcdl_hb_pid ]] || return 0
+  kill -KILL "$hpcdl_hb_pid" 2>/dev/null || true
+  { wait "$hpcdl_hb_pid"; } 2>/dev/null || true
+  hpcdl_hb_pid=""
+  rm -rf "$hpcdl_hb_dir"
+  if steps=$(hpcdl_slurm squeue -h -s -j "$hpcdl_job" -o '%i %j'); then
+    while read -r step name; do
+      [[ $name == hpcdl-heartbeat ]] && { hpcdl_slurm scancel "$step" || true; }
+    done <<<"$steps"
+  else
+    echo "hpcdl: the heartbeat step may still run on the nodes (a task printing a line a second): squeue did not list the job's steps (above)" >&2
+  fi
+  return 0
+}
+
+# Wait for the training step, and watch for a node that died under it. First sign: its
+# heartbeat stopped (above): the node is excluded and the step ended at once. Without a
+# heartbeat's word, two more: a rank ended while srun goes on (srun waits for a dead
+# node's tasks until Slurm declares the node down, minutes later), or nothing in the run
+# directory changed for HPCDL_STALL_S (MPI ranks wait for a dead peer without end; not
+# looked at while every node beats: a live node's quiet run is the hang watchdog's).
+# Either way the gate then asks the step's nodes; one that does not answer is excluded
+# and the step is ended here.
 hpcdl_wait_step() {
-  local since="" now mark tick=0 killed=0 rc=0
+  local since="" now mark tick=0 killed=0 rc=0 beating=0
   mark=$(mktemp)
   hpcdl_quiet_since=$(hpcdl_now)
   while kill -0 "$hpcdl_step" 2>/dev/null; do
@@ -380,10 +501,20 @@ hpcdl_wait_step() {
       kill -KILL "$hpcdl_step" 2>/dev/null || true
       break
     fi
+    hpcdl_hb_look
+    if hpcdl_hb_verdict; then
+      echo "hpcdl: a node of the step stopped beating: ending the step" >&2
+      killed=1
+      kill -KILL "$hpcdl_step" 2>/dev/null || true
+      break
+    fi
+    # (every node beating: the run directory is not looked at, nor walked by find)
+    beating=0
+    (( hpcdl_hb_newest > 0 && now - hpcdl_hb_newest <= 2 )) && beating=1 hpcdl_quiet_since=$now
     [[ -z $since ]] && grep -qE "$HPCDL_TASK_ENDED" "$hpcdl_err" 2>/dev/null && since=$now
     # (not into job/, the job's own scripts, nor code/, the --code copy: neither is the
     # training's progress, and a big code tree would be walked every 5 s)
-    if (( ++tick % 5 == 0 )) && [[ -n $(find "$hpcdl_dir" \( -path "$hpcdl_dir/job" -o -path "$hpcdl_dir/code" \) -prune \
+    if (( ++tick % 5 == 0 && ! beating )) && [[ -n $(find "$hpcdl_dir" \( -path "$hpcdl_dir/job" -o -path "$hpcdl_dir/code" \) -prune \
         -o -newer "$mark" -print -quit 2>/dev/null) ]]; then
       touch "$mark"
       hpcdl_quiet_since=$now
@@ -493,10 +624,14 @@ hpcdl_supervise() {
     : >"$hpcdl_err"
     # The step's stderr goes on to the job's; what the guard reads of it (srun's "task
     # ended" lines, the ranks' hardware errors) is kept, at most 200 lines, not the rest.
+    hpcdl_hb_start ${hpcdl_healthy[@]+"${hpcdl_healthy[@]}"}
     hpcdl_launch 2> >(hpcdl_err_filter "$hpcdl_err") &
     hpcdl_step=$!
     hpcdl_wait_step
     rc=$?
+    # The step's exit: the heartbeat says in seconds whether a node died under it.
+    (( rc != 0 && ! hpcdl_hung )) && [[ -z $hpcdl_cause ]] && hpcdl_hb_settle
+    hpcdl_hb_stop
     if [[ $rc == 0 || -n $hpcdl_cause ]]; then
       rm -f "$hpcdl_err"
       return "$rc"

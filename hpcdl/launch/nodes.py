@@ -50,10 +50,16 @@ GATE_MIN_LOCAL_MB = 256
 STUCK_S = 10
 # Nothing in the run directory changed for this long: ask the step's nodes whether one
 # died (MPI ranks wait for a dead peer without end; a healthy node answering costs a
-# short step, nothing else).
+# short step, nothing else). Only while the heartbeat (below) is silent: it finds a dead
+# node in HEARTBEAT_DEAD_S.
 STALL_S = 30
 # No relaunch with less time than this left: the job would end before a step.
 MIN_LEFT_S = 60
+# A node whose heartbeat (a line a second from a step of its own, through srun) stayed
+# away this long while the other nodes' came died: excluded at once, without a gate's step
+# to it (which waits Slurm's MessageTimeout, 10 s by default). 5 beats missed: a loaded
+# node or a slow slurmstepd does not lose a node to the job, a dead one costs 5-6 s.
+HEARTBEAT_DEAD_S = 5
 
 # srun's own line when a task of the step ended (Slurm's words, every version since 2.x).
 SRUN_TASK_ENDED = r"^srun: error: [^:]+: tasks? [0-9,-]+: (Exited|Killed|Terminated)"
@@ -111,6 +117,7 @@ def guard_exports(profile: Profile, *, tasks_per_node: int, gpus: int, max_relau
         ("HPCDL_STUCK_S", str(STUCK_S)),
         ("HPCDL_STALL_S", str(STALL_S)),
         ("HPCDL_MIN_LEFT_S", str(MIN_LEFT_S)),
+        ("HPCDL_HB_DEAD_S", str(HEARTBEAT_DEAD_S)),
         ("HPCDL_TASK_ENDED", shell_join([SRUN_TASK_ENDED])),
         ("HPCDL_HW_PATTERN", shell_join(["|".join(HARDWARE_ERRORS)])),
     ]

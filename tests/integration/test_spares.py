@@ -6,10 +6,11 @@ per node). The bundled example (ResNet-18, 32 px, synthetic data, 30 steps, a ch
 every 5, slowed with --step-sleep so it can be interrupted) runs in the CPU image on 2
 nodes with 1 spare. Once its checkpoint of step 10 exists, an active node dies: every
 process in its network namespace is killed (its slurmd, the slurmstepd, the ranks), as
-when a node loses power. The job finds it (DDP: the surviving rank ends and srun waits
-for the dead node; Horovod/MPI: the survivor waits for its peer, the run directory goes
-quiet), excludes and releases the node, and relaunches on the spare from the
-checkpoint: one job id, exit 0, and the same final parameter checksum as a run of the
+when a node loses power. The job finds it (its heartbeat, a line a second from every
+node through srun, stops while the others' go on: DDP's surviving rank ends and srun
+waits for the dead node, Horovod/MPI's survivor waits for its peer without end),
+excludes and releases the node without sending it a gate's step, and relaunches on the
+spare from the checkpoint: one job id, exit 0, and the same final parameter checksum as a run of the
 same steps that nothing interrupted. A node that lost its shared filesystem before the
 start fails the health gate and the job runs on the spare; so does a node whose link was
 slowed before the start, named by the --probe-first step.
@@ -185,10 +186,14 @@ def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
     result = json.loads(next(line for line in log.splitlines()
                              if "hpcdl_result" in line).split(": ", 1)[1])["hpcdl_result"]
     assert result["resumed_from"].endswith(rec["checkpoint"])
-    # Back to training within 90 s of the death on this 2-core machine (goal: 60 s).
-    assert rec["first_step_at"] - died < 90, (rec, died)
+    # Found by its heartbeat (the guard's step of a line a second per node, through
+    # srun), without a gate's step waiting MessageTimeout for it, and back to training
+    # within 30 s of the death on this loaded 2-core machine (goal: 20 s; 9-13 s seen;
+    # before the heartbeat 27.6 s with DDP, 46.2 s with Horovod).
     bad = (run / "bad-nodes.tsv").read_text()
-    assert bad.startswith(f"{victim}\t"), bad
+    assert bad.startswith(f"{victim}\theartbeat: "), bad
+    assert rec["first_step_at"] - died < 30, (rec, died)
+    assert " excluded: gate: " not in err, err  # no gate's step waited for the dead node
     text = cli("status", job, env=env)
     assert "1 node failure inside the job:" in text.stdout, text.stdout
 

@@ -59,6 +59,7 @@ export HPCDL_GATE_PATHS='/home
 export HPCDL_STUCK_S=10
 export HPCDL_STALL_S=30
 export HPCDL_MIN_LEFT_S=60
+export HPCDL_HB_DEAD_S=5
 export HPCDL_TASK_ENDED='^srun: error: [^:]+: tasks? [0-9,-]+: (Exited|Killed|Terminated)'
 export HPCDL_HW_PATTERN='fallen off the bus|uncorrectable ECC|ECC error|Xid [0-9]+|CUDA error: unspecified launch failure|hpcdl: this node is bad'
 export HPCDL_GATE_LOCAL=/local

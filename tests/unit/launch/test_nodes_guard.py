@@ -18,6 +18,10 @@ from hpcdl.launch.nodes import HARDWARE_ERRORS, PROBE_SLOW_NAME, SRUN_TASK_ENDED
 # Seconds of bash loops each (the guard polls every second): make test runs them.
 pytestmark = pytest.mark.slow
 
+# The heartbeat's srun (--job-name=hpcdl-heartbeat): "hpcdl-beat NODE" for every node of
+# --nodelist not in $FAKE/dead, every 0.3 s until killed, its step in $FAKE/steps; with
+# $FAKE/hb_fails, srun's error and exit 1 at once; a node in $FAKE/hb_task_dies has its
+# task killed (srun says so) and beats no more, alive.
 # The gate's srun: one "hpcdl-gate NODE ok" line per node of --nodelist, none for a node
 # listed in $FAKE/dead (a dead node does not answer; srun then fails), "bad: ..." for one
 # in $FAKE/sick; with $FAKE/gate_hangs, a gate whose check is stuck (srun ignores TERM, as
@@ -26,11 +30,10 @@ pytestmark = pytest.mark.slow
 # squeue: steps from $FAKE/steps (-s), time left from $FAKE/left (%L), the comment from
 # $FAKE/comment (%k), the job's nodes from $FAKE/held (%N), as Slurm prints them; with
 # $FAKE/squeue_fails, slurmctld's error. Its calls go to $FAKE/squeue.log.
-# sinfo: "NODE STATE" lines from $FAKE/sinfo. scancel: logged.
+# sinfo: the "NODE STATE" lines of $FAKE/sinfo for the nodes of -n. scancel: logged.
 FAKES = {
     "srun": r"""#!/bin/bash
 echo "srun $*" >> "$FAKE/log"
-if [[ -e $FAKE/gate_hangs ]]; then trap '' TERM; while :; do sleep 0.1; done; fi
 for a in "$@"; do case $a in --nodelist=*) list=${a#--nodelist=} ;; esac; done
 # A node the job no longer holds ($FAKE/held, when there is one) fails the whole step.
 if [[ -s $FAKE/held ]]; then
@@ -40,6 +43,23 @@ if [[ -s $FAKE/held ]]; then
     exit 1
   done
 fi
+if [[ " $* " == *" --job-name=hpcdl-heartbeat "* ]]; then
+  [[ -e $FAKE/hb_fails ]] && { echo "srun: error: Unable to create step" >&2; exit 1; }
+  echo "7.hb$(wc -l < "$FAKE/log") hpcdl-heartbeat" >> "$FAKE/steps"
+  while :; do
+    for n in ${list//,/ }; do
+      grep -qx "$n" "$FAKE/dead" 2>/dev/null && continue
+      if grep -qx "$n" "$FAKE/hb_task_dies" 2>/dev/null; then
+        [[ -n ${told:-} ]] || echo "srun: error: $n: task 1: Killed" >&2
+        told=1
+        continue
+      fi
+      echo "hpcdl-beat $n"
+    done
+    sleep 0.3
+  done
+fi
+if [[ -e $FAKE/gate_hangs ]]; then trap '' TERM; while :; do sleep 0.1; done; fi
 rc=0
 for n in ${list//,/ }; do
   if grep -qx "$n" "$FAKE/dead" 2>/dev/null; then rc=1; continue; fi
@@ -78,7 +98,14 @@ if [[ $1 == update && $3 == NodeList=* ]]; then
 fi
 exit 0
 """,
-    "sinfo": "#!/bin/bash\ncat \"$FAKE/sinfo\" 2>/dev/null\nexit 0\n",
+    "sinfo": r"""#!/bin/bash
+# (-n: the nodes asked about, as Slurm answers)
+while (( $# )); do [[ $1 == -n ]] && { shift; nodes=",$1,"; }; shift; done
+while read -r n state; do
+  [[ -n $n && ( -z ${nodes:-} || $nodes == *",$n,"* ) ]] && echo "$n $state"
+done < <(cat "$FAKE/sinfo" 2>/dev/null)
+exit 0
+""",
     "squeue": r"""#!/bin/bash
 echo "squeue $*" >> "$FAKE/squeue.log"
 if [[ -e $FAKE/squeue_fails ]]; then
@@ -103,7 +130,8 @@ exit 0
 # NODE down and took it out of the job: srun's "Node failure", sinfo not yet saying
 # so), "asks" (the hang watchdog
 # asks for a relaunch, srun goes on), "churns NODE" (NODE stops answering while the
-# ranks write into the run's code/ copy), "chatty" (3000 lines of stderr, then "hw 1").
+# ranks write into the run's code/ copy), "chatty" (3000 lines of stderr, then "hw 1"),
+# "runs S" (S seconds, then exit 0).
 # The node list it ran on is logged.
 DRIVER = r"""
 # As job.sbatch runs the guard: sourced and set up under its `set -euo pipefail`, the
@@ -123,13 +151,15 @@ hpcdl_launch() {
   case $1 in
     ok) exit 0 ;;
     fail) echo "srun: error: a: task 0: Exited with exit code 1" >&2; exit 1 ;;
-    dies) echo "$2" >> "$FAKE/dead"; echo "srun: error: $2: task 1: Exited with exit code 1" >&2; exit 1 ;;
+    dies) [[ -n ${HPCDL_HB_DEAD_S:-} ]] && sleep 1.5  # (once the heartbeat beat: as a node dies mid-run)
+          echo "$2" >> "$FAKE/dead"; echo "srun: error: $2: task 1: Exited with exit code 1" >&2; exit 1 ;;
     hw) echo "$2: RuntimeError: CUDA error: uncorrectable ECC error encountered" >&2; exit 1 ;;
     hangs) echo "$2" >> "$FAKE/dead"; exec sleep 60 ;;
     gone) echo "$2" >> "$FAKE/dead"
           tr ',' '\n' <<<"$SLURM_JOB_NODELIST" | grep -vx "$2" | paste -sd, - > "$FAKE/held"
           echo "srun: error: Node failure on $2" >&2; exit 1 ;;
     asks) printf -- '-\tno step for 30 s\n' > "$HPCDL_RUN_DIR/relaunch.request"; exec sleep 60 ;;
+    runs) sleep "$2"; exit 0 ;;
     churns) echo "$2" >> "$FAKE/dead"
             while :; do date > "$HPCDL_RUN_DIR/code/x.pyc"; sleep 0.2; done ;;
     chatty) for i in $(seq 3000); do echo "0: step $i: loss 0.5, a line the guard has no use for"; done >&2
@@ -531,3 +561,102 @@ def test_a_failed_release_and_a_silent_squeue_are_not_read_as_slurm_taking_the_n
     assert "hpcdl: could not release b, and Slurm did not say which nodes the job holds" in err
     assert "hpcdl: squeue -h -j 7 -o %N failed (exit 1: squeue: error: slurm_load_jobs " \
         "error: Socket timed out on send/recv operation)" in err
+
+
+# ---- the heartbeat (HPCDL_HB_DEAD_S): a dead node found without a step sent to it ----
+
+HEARTBEAT = {"HPCDL_HB_DEAD_S": "2"}
+
+
+def gates(log: str) -> list[str]:
+    """The node lists the gate's steps were sent to, in order."""
+    return [re.search(r"--nodelist=(\S+)", line).group(1)  # type: ignore[union-attr]
+            for line in log.splitlines()
+            if line.startswith("srun ") and "hpcdl_node_check" in line]
+
+
+def test_a_node_that_dies_under_a_silent_step_is_found_by_its_heartbeat(
+        tmp_path: Path) -> None:
+    """b stops answering and the step says nothing (MPI ranks waiting for a dead peer):
+    its beats stop, a's and c's go on, and 2 s later (HPCDL_HB_DEAD_S) b is excluded and
+    the step ended, where the guard waited for the run directory to be quiet for
+    HPCDL_STALL_S (30 s) and then for the gate's step to b (MessageTimeout, 10 s)."""
+    t0 = time.monotonic()
+    last, log, run = guard(tmp_path, "a,b,c", ["hangs b", "ok"],
+                           variables={**HEARTBEAT, "HPCDL_STALL_S": "60", "HPCDL_STUCK_S": "60"},
+                           timeout=60)
+    took = time.monotonic() - t0
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b", "a,c"]
+    assert took < 20, took
+    assert (run / "bad-nodes.tsv").read_text().startswith("b\theartbeat: none for 2 s")
+    assert gates(log) == ["a,b,c", "a,c"]  # no step sent to b once it died
+    # The heartbeat ran on every usable node, spares included, and each one was cancelled.
+    beats = [line for line in log.splitlines() if "--job-name=hpcdl-heartbeat" in line]
+    assert [re.search(r"--nodelist=(\S+)", b).group(1) for b in beats] == ["a,b,c", "a,c"]  # type: ignore[union-attr]
+    # (the stand-in lists a cancelled step on: so does Slurm while a node of it is dead)
+    assert len({line for line in log.splitlines() if re.match(r"scancel 7\.hb", line)}) == 2
+    # The training step the guard ended is cancelled, once; the heartbeat's not named.
+    assert "hpcdl: cancelled step 7.1 on every node it ran on" in stderr_of(tmp_path)
+    assert "cancelled step 7.hb" not in stderr_of(tmp_path)
+
+
+def test_at_the_steps_exit_the_heartbeat_names_the_dead_node_and_the_gate_skips_it(
+        tmp_path: Path) -> None:
+    """The step failed (DDP: the survivor's rank ended) and b died: the heartbeat says so
+    within HPCDL_HB_DEAD_S of the exit, and the gate before the relaunch is not sent to b
+    (on a cluster it would wait Slurm's MessageTimeout for it)."""
+    last, log, run = guard(tmp_path, "a,b,c", ["dies b", "ok"], variables=HEARTBEAT)
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b", "a,c"]
+    assert (run / "bad-nodes.tsv").read_text().startswith("b\theartbeat: ")
+    assert gates(log) == ["a,b,c", "a,c"]
+    (line,) = (run / "recoveries.tsv").read_text().splitlines()
+    assert line.split("\t")[5].startswith("b: heartbeat: ")
+
+
+def test_a_code_failure_with_every_node_beating_is_not_relaunched(tmp_path: Path) -> None:
+    """Every node beats after the failure: no node is blamed, in about a second."""
+    t0 = time.monotonic()
+    last, log, run = guard(tmp_path, "a,b,c", ["fail", "ok"], variables=HEARTBEAT)
+    assert last == "rc=1 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b"]
+    assert not (run / "bad-nodes.tsv").exists()
+    assert time.monotonic() - t0 < 15
+
+
+def test_without_a_heartbeat_the_quiet_run_directory_and_the_gate_still_find_the_node(
+        tmp_path: Path) -> None:
+    """The heartbeat's step did not start (srun refused it): no beat from any node is no
+    verdict on any; the quiet run directory and the gate find the dead node as before."""
+    last, log, run = guard(tmp_path, "a,b,c", ["hangs b", "ok"],
+                           variables={**HEARTBEAT, "HPCDL_STALL_S": "3"},
+                           files={"hb_fails": ""})
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b", "a,c"]
+    assert (run / "bad-nodes.tsv").read_text().startswith("b\tgate: no answer in ")
+
+
+def test_a_spare_slurm_knows_down_is_left_out_of_the_next_gate(tmp_path: Path) -> None:
+    """After a failed step Slurm is asked about every node the job may use, not only the
+    step's: the spare d, down for Slurm, is excluded without the gate's step waiting
+    MessageTimeout for it."""
+    last, log, run = guard(tmp_path, "a,b,c,d", ["fail", "ok"],
+                           files={"sinfo": "a alloc\nb drng\nc idle\nd down*\n"})
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert gates(log) == ["a,b,c,d", "a,c"]
+    assert launches(log) == ["a,b", "a,c"]
+    bad = dict(line.split("\t") for line in (run / "bad-nodes.tsv").read_text().splitlines())
+    assert bad == {"b": "Slurm: node state drng", "d": "Slurm: node state down*"}
+
+
+def test_a_node_whose_heartbeat_task_was_killed_is_alive_and_kept(tmp_path: Path) -> None:
+    """b's heartbeat task is killed (the OOM killer, a stray kill) and srun says so: b's
+    slurmstepd answered, b is alive. Its silence is not read as its death: the training
+    step runs to its end on a and b."""
+    last, log, run = guard(tmp_path, "a,b,c", ["runs 6"], variables=HEARTBEAT,
+                           files={"hb_task_dies": "b\n"})
+    assert last == "rc=0 cause=", stderr_of(tmp_path)
+    assert launches(log) == ["a,b"]
+    assert not (run / "bad-nodes.tsv").exists(), (run / "bad-nodes.tsv").read_text()
+    assert "srun: error: b: task 1: Killed" in stderr_of(tmp_path)  # (the job's log has it)
