@@ -106,7 +106,10 @@ def torchrun(script: Path, *args: str) -> list[str]:
 
 def horovodrun(script: Path, *args: str) -> list[str]:
     require_horovod()
-    return ["horovodrun", "--gloo", "-np", "2", sys.executable, str(script), *args]
+    # --start-timeout: horovodrun's 30 s default covers both ranks' start (torch's import
+    # included); `make test` runs these beside other workers' jobs on 2 cores.
+    return ["horovodrun", "--gloo", "--start-timeout", "180", "-np", "2", sys.executable,
+            str(script), *args]
 
 
 def mpirun(script: Path, *args: str) -> list[str]:
