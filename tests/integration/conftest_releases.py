@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,12 +104,26 @@ class _Sandboxes:
         (seen on 26.05); a down node passes only once its slurmd registered (``up``
         resumes it)."""
         rel = self.up[release]
+        env = {**os.environ, "SLURM_CONF": str(self.folders[release] / "etc" / "slurm.conf")}
         subprocess.run([rel.command("scontrol"), "update", f"NodeName={killed}",
                         "State=DOWN", "Reason=hpcdl-test-restore"], capture_output=True,
-                       timeout=60, check=False,
-                       env={**os.environ, "SLURM_CONF": str(self.folders[release] / "etc" /
-                                                            "slurm.conf")})
+                       timeout=60, check=False, env=env)
         self._up(release, self.folders[release], rel.env)
+        # Back means a step runs there: on a loaded machine the restarted slurmd was seen
+        # registered yet not answering the next job's gate within its 10 s.
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                res = subprocess.run([rel.command("srun"), "-w", killed, "-N1", "-n1", "-t", "1",
+                                      "true"], capture_output=True, text=True, timeout=30,
+                                     check=False, env=env)
+                if res.returncode == 0:
+                    return
+                why = res.stderr.strip()
+            except subprocess.TimeoutExpired:
+                why = "srun: no answer in 30 s"
+            assert time.monotonic() < deadline, f"{killed} of {release} not back: {why}"
+            time.sleep(1)
 
     def down(self) -> None:
         for release, folder in self.folders.items():

