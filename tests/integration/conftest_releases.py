@@ -109,14 +109,18 @@ class _Sandboxes:
                         "State=DOWN", "Reason=hpcdl-test-restore"], capture_output=True,
                        timeout=60, check=False, env=env)
         self._up(release, self.folders[release], rel.env)
-        # Back means a step runs there: on a loaded machine the restarted slurmd was seen
-        # registered yet not answering the next job's gate within its 10 s.
+        # Back means a job's step runs there, launched from another node as a job's
+        # srun is: the restarted slurmd was seen taking a step from the host's srun and
+        # yet, in the next second, refusing the next job's from its batch host
+        # ("Communication connection failure", 26.05).
+        other = next(n for n in rel.nodes if n != killed)
         deadline = time.monotonic() + 120
         while True:
             try:
-                res = subprocess.run([rel.command("srun"), "-w", killed, "-N1", "-n1", "-t", "1",
-                                      "true"], capture_output=True, text=True, timeout=30,
-                                     check=False, env=env)
+                res = subprocess.run([rel.command("sbatch"), "--wait", "-N2", "-w",
+                                      f"{other},{killed}", "-t", "1", "-o", "/dev/null",
+                                      "--wrap", "srun -N2 true"], capture_output=True,
+                                     text=True, timeout=60, check=False, env=env)
                 if res.returncode == 0:
                     return
                 why = res.stderr.strip()
