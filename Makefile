@@ -38,9 +38,12 @@ test: setup lint
 	HPCDL_SETUP_SECONDS=$$(cat .cache/setup-seconds) HPCDL_LINT_SECONDS=$$(cat .cache/lint-seconds) \
 	  $(KEEP_BYTECODE) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests
 
-# The fast tier (docs/testing.md says what it leaves to `make test`).
+# The fast tier (docs/testing.md says what it leaves to `make test`), in UNIT_WORKERS
+# xdist workers: its tests are pure CPU, independent, one core each.
+UNIT_WORKERS ?= 2
+
 unit:
-	$(KEEP_BYTECODE) $(PY) -m pytest -m "not slow" --hypothesis-profile=unit $(PYTEST_ARGS) tests/unit
+	$(KEEP_BYTECODE) $(PY) -m pytest -n $(UNIT_WORKERS) -m "not slow" --hypothesis-profile=unit $(PYTEST_ARGS) tests/unit
 
 demo:
 	scripts/demo.sh
