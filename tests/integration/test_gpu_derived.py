@@ -26,13 +26,18 @@ import pytest
 from hpcdl.container.hashing import sidecar
 from tests.integration.conftest_apptainer import HOST_BINDS, image_path
 from tests.integration.conftest_slurm import hpcdl, submit_json, wait_final
+from tests.parallel import SANDBOX as PARALLEL_SANDBOX
 
 BYO = Path(__file__).resolve().parent / "byo"
 BUILD_TIMEOUT = 1800  # s: unpack the 3.6 GB base, pip install, import check, mksquashfs
 JOB_TIMEOUT = 900  # s: 8 ranks (two jobs) import CUDA torch + torchvision on 2 shared cores
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.horovod, pytest.mark.torch,
               # The first test sets up the image: a first build outlasts the 900 s default.
-              pytest.mark.timeout(BUILD_TIMEOUT + 300)]
+              pytest.mark.timeout(BUILD_TIMEOUT + 300),
+              # One worker for the whole module (tests/parallel.py): its derived image is
+              # built by a module fixture to one path, and two workers building it at
+              # once removed each other's.
+              pytest.mark.xdist_group(PARALLEL_SANDBOX)]
 COMMON = ("-p", "sandbox", "-N", "2", "-G", "2", "-c", "1")
 DERIVED = "test-gpu-derived.sif"
 # What a user writes (docs/guide/build.md): the bundled GPU image as a local FROM.

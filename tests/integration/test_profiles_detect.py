@@ -42,7 +42,9 @@ from tests.conftest import require
 from tests.integration.conftest_slurm import SANDBOX, hpcdl, processes_of
 from tests.own_cluster import cluster_env, free_port
 
-pytestmark = pytest.mark.slurm
+# One worker for the whole module (tests/parallel.py): its second cluster has fixed node
+# names and addresses (SHAPE), which a second worker's copy would clash with.
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("profiles-detect-c2")]
 
 # Fields a Slurm cluster cannot tell (site set-up, not scheduler facts).
 EXCLUDED = {"name", "description", "modules", "env", "paths", "python", "template_dir", "examples",
