@@ -97,6 +97,17 @@ def _redirect_sandbox_profile(folder: Path, home: Path) -> None:
     target.write_text(redirected_sandbox_profile(folder))
 
 
+@contextmanager
+def pointed_at(conf: Path, config_home: Path) -> Iterator[None]:
+    """Slurm's commands (SLURM_CONF) and hpcdl's profiles (XDG_CONFIG_HOME) at another
+    cluster for the block; the caller's values back afterwards (pytest's MonkeyPatch,
+    outside a test's own fixture scope)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLURM_CONF", str(conf))
+        patch.setenv("XDG_CONFIG_HOME", str(config_home))
+        yield
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Start the sandbox (once per session); returns its slurm.conf."""
@@ -112,19 +123,10 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if str(folder) == DEFAULT_DIR:
         yield conf
         return
-    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "XDG_CONFIG_HOME")}
     home = tmp_path_factory.mktemp("xdg")
     _redirect_sandbox_profile(folder, home)
-    os.environ["SLURM_CONF"] = str(conf)
-    os.environ["XDG_CONFIG_HOME"] = str(home)
-    try:
+    with pointed_at(conf, home):
         yield conf
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 # ---- a cluster of one's own, one network namespace per node ------------------------------
@@ -296,16 +298,8 @@ def sandbox_twin(twin_cluster: tuple[NetnsCluster, Path]) -> Iterator[NetnsClust
     module that uses it in one xdist worker, one module after the other, beside the
     worker that runs the host sandbox's tests."""
     cluster, home = twin_cluster
-    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "XDG_CONFIG_HOME")}
-    os.environ.update(SLURM_CONF=str(cluster.conf), XDG_CONFIG_HOME=str(home))
-    try:
+    with pointed_at(cluster.conf, home):
         yield cluster
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @pytest.fixture
