@@ -92,6 +92,10 @@ if [ "$force" = 1 ] || [ -z "$wheel" ]; then
   f="$src/horovod/common/ops/cuda/CMakeLists.txt"
   sed -i -E 's/set\(CMAKE_CUDA_STANDARD [0-9]+\)/set(CMAKE_CUDA_STANDARD 17)/' "$f"
   grep -q 'set(CMAKE_CUDA_STANDARD 17)' "$f" || { log "CUDA C++17 patch did not apply to $f"; exit 1; }
+  # No debug information (scripts/build-horovod.sh says why): the same -O3 code.
+  f="$src/CMakeLists.txt"
+  sed -i -E '/^string\(REPLACE +"-O2" +"-O3" +CMAKE_CUDA_FLAGS_RELWITHDEBINFO/a string(REPLACE "-g" "" CMAKE_CXX_FLAGS_RELWITHDEBINFO "${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")\nstring(REPLACE "-g" "" CMAKE_C_FLAGS_RELWITHDEBINFO "${CMAKE_C_FLAGS_RELWITHDEBINFO}")\nstring(REPLACE "-g" "" CMAKE_CUDA_FLAGS_RELWITHDEBINFO "${CMAKE_CUDA_FLAGS_RELWITHDEBINFO}")' "$f"
+  [ "$(grep -c 'REPLACE "-g" ""' "$f")" = 3 ] || { log "the no-debug-info patch did not apply to $f"; exit 1; }
   # The wheel ships libnccl.so.2 only; CMake's find_library wants the unversioned name.
   mkdir -p "$work/nccl/lib"
   ln -s "$nccl_dir/lib/libnccl.so.2" "$work/nccl/lib/libnccl.so"
