@@ -6,7 +6,7 @@ at another (a refactoring of hpcdl.plan must change nothing a user sees).
     # at the checkout before the change (hpcdl imported from there):
     PYTHONPATH=/path/to/before python3 scripts/plan_differential.py record -n 3000 -o /tmp/before.jsonl
     # at the checkout after it:
-    PYTHONPATH=$PWD python3 scripts/plan_differential.py compare -n 3000 /tmp/before.jsonl
+    PYTHONPATH=$PWD python3 scripts/plan_differential.py compare -n 3000 --against /tmp/before.jsonl
 
 What is compared, per request: the rendered script, the job-side files, plan.json
 (JobPlan.to_dict, minus the keys named with --ignore-key: a part added on purpose),
@@ -202,7 +202,7 @@ def normalised(rows: list[dict[str, Any]]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mode", choices=["record", "compare"])
-    parser.add_argument("against", nargs="?", help="compare: the recorded file")
+    parser.add_argument("--against", help="compare: the recorded file")
     parser.add_argument("-n", type=int, default=3000, help="requests (default 3000)")
     parser.add_argument("--seed", type=int, default=45)
     parser.add_argument("-o", "--out", help="record: where to write")
