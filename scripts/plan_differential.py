@@ -154,6 +154,8 @@ def outcomes(n: int, seed: int, ignore: list[str]) -> list[dict[str, Any]]:
     from hpcdl.plan import JobRequest, build_plan
     from hpcdl.profiles import load_profile
 
+    plan_mod = sys.modules["hpcdl.plan"]
+
     TREE.mkdir(parents=True, exist_ok=True)
     for name in ("a", "b", "c"):
         (TREE / name).write_text(name)
@@ -185,7 +187,11 @@ def outcomes(n: int, seed: int, ignore: list[str]) -> list[dict[str, Any]]:
         except HpcdlError as exc:
             row["alloc"] = refusal(exc)
         try:
-            row["many_files"] = many_files_warning(profile, req, limit=1)
+            # Since issue 45 it takes the decided data part (decided the one way the
+            # plan decides it); before, the request.
+            dataset = (plan_mod.decide_data(profile.paths.imagenet, req.dataset)
+                       if hasattr(plan_mod, "decide_data") else req)
+            row["many_files"] = many_files_warning(profile, dataset, limit=1)
         except HpcdlError as exc:
             row["many_files"] = refusal(exc)
         out.append(row)

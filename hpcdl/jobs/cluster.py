@@ -26,7 +26,7 @@ from hpcdl.jobs import preflight
 from hpcdl.jobs.place import HERE, RunPlace, Shipped
 from hpcdl.jobs.rundir import RunDir, runs_root
 from hpcdl.jobside.errors import ValidationError
-from hpcdl.plan import JobRequest, RuntimeMode, job_image
+from hpcdl.plan import DataPart, JobRequest, RuntimeMode, job_image
 from hpcdl.profiles.schema import Profile
 from hpcdl.remote import images
 from hpcdl.remote.dirs import known_offline
@@ -106,12 +106,12 @@ class Cluster:
         if not self.remote:
             preflight.check_data_kind(request)
 
-    def many_files_warning(self, request: JobRequest) -> str | None:
-        """preflight.many_files_warning on this host's files; None for a cluster
-        elsewhere, where --data is a path on the cluster."""
+    def many_files_warning(self, data: DataPart) -> str | None:
+        """preflight.many_files_warning on this host's files, for the dataset the plan
+        decided; None for a cluster elsewhere, where --data is a path on the cluster."""
         if self.remote:
             return None
-        return preflight.many_files_warning(self._profile(), request)
+        return preflight.many_files_warning(self._profile(), data)
 
     # What the transport allows.
 

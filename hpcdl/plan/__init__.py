@@ -2,7 +2,7 @@
 JobPlan whose script is exactly what gets submitted. Pure: nothing here runs a tool.
 
 Modules, in the order a plan is made: ``request`` (JobRequest and the checks that need
-no profile), ``partition`` (which partition, tasks, CPUs, time), ``command`` (what every
+no profile), ``data`` (the dataset the job reads, decided once: DataPart), ``partition`` (which partition, tasks, CPUs, time), ``command`` (what every
 rank runs: the command, the image and its binds, the rank-env wrapper, torchrun, the
 master address and port), ``build`` (build_plan: every derived value once, the
 scheduler's dialect for the script's header, launcher and log paths) and ``jobplan``
@@ -24,6 +24,7 @@ from hpcdl.plan.command import (
     master_values,
     on_shared_path,
 )
+from hpcdl.plan.data import DataPart, DataRequest, decide_data
 from hpcdl.plan.jobplan import (
     ContainerPart,
     FilesPart,
@@ -45,9 +46,9 @@ from hpcdl.plan.request import (
 
 __all__ = [
     "BACKENDS", "DEFAULT_EXAMPLE", "GPU_BINDS", "JOB_PROJECT_DIR", "LAUNCHERS", "PORT_TRIES",
-    "UNPRIVILEGED_MPI_ENV", "ContainerPart", "FilesPart", "HangPart", "JobPlan", "LaunchPart",
+    "UNPRIVILEGED_MPI_ENV", "ContainerPart", "DataPart", "DataRequest", "FilesPart", "HangPart", "JobPlan", "LaunchPart",
     "ProbePart", "JobRequest", "RuntimeMode", "build_plan",
-    "check_request", "check_shared_paths", "choose_partition", "container_binds",
+    "check_request", "check_shared_paths", "choose_partition", "container_binds", "decide_data",
     "default_cpus_per_task", "example_defaults", "image_stage", "job_image", "job_script_path", "job_time",
     "launch_notes", "master_values", "on_shared_path", "requeue_spec", "tasks_per_node",
 ]

@@ -18,12 +18,7 @@ from typing import Any, cast
 from hpcdl.core.duration import format_time
 from hpcdl.core.gpuarch import ImageArchFacts, check_partition
 from hpcdl.core.templating import Raw, render_template, shell_join
-from hpcdl.data.mount import (
-    CONTAINER_MOUNT,
-    DATA_VARIABLE,
-    STAGED_DATA_VARIABLE,
-    native_mount_dir,
-)
+from hpcdl.data.mount import CONTAINER_MOUNT, DATA_VARIABLE
 from hpcdl.hang.actions import DEFAULT_HANG_ACTION
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.jobside.requeue import (
@@ -64,10 +59,10 @@ from hpcdl.plan.command import (
     job_image,
     launch_notes,
     master_values,
-    packed_data,
     probe_command,
     rank_tokens,
 )
+from hpcdl.plan.data import DataPart, data_mount, data_stage, decide_data
 from hpcdl.plan.jobplan import (
     ContainerPart,
     FilesPart,
@@ -121,15 +116,16 @@ def build_plan(profile: Profile, req: JobRequest,
     """
     check_request(req)
     dialect = dialect_for(profile.scheduler.type)
+    data = decide_data(profile.paths.imagenet, req.dataset)
     part, reason, arch_warning = _placement(profile, req, image_facts)
     launcher, gpu_bind = _launcher(profile, req, dialect)
     image, image_source = job_image(profile, req)
-    check_shared_paths(profile, req, image)
+    check_shared_paths(profile, req, image, data)
     spec = _spec(profile, req, dialect, part, launcher)
-    staged = _staged(profile, req, spec, dialect, image)
-    container = _container(profile, req, image, image_source, staged, runtime_mode)
+    staged = _staged(profile, req, data, spec, dialect, image)
+    container = _container(profile, req, data, image, image_source, staged, runtime_mode)
     ranks = _Ranks.of(req, dialect, launcher, gpu_bind, staged)
-    launch = _launch(profile, req, spec, dialect, container, ranks)
+    launch = _launch(profile, req, data, spec, dialect, container, ranks)
     probe = _probe(profile, req, spec, dialect, container, ranks)
     files = _files(req, spec, dialect, launch, ranks)
     warnings = (*dialect.warnings(profile), *([arch_warning] if arch_warning else []),
@@ -138,7 +134,8 @@ def build_plan(profile: Profile, req: JobRequest,
                      files)
     hang = _hang(req, spec)
     return JobPlan(spec=spec, partition_reason=reason, launch=launch, container=container,
-                   files=files, script=script, warnings=warnings, probe=probe, hang=hang)
+                   data=data, files=files, script=script, warnings=warnings, probe=probe,
+                   hang=hang)
 
 
 def _placement(profile: Profile, req: JobRequest, image_facts: ImageArchFacts | None
@@ -193,7 +190,7 @@ def _spec(profile: Profile, req: JobRequest, dialect: ScriptDialect, part: Parti
 @dataclass(frozen=True)
 class _Staged:
     """What the script copies to every node before the ranks start (the template's
-    ``stage`` items: image_stage, packed_stage) and how the ranks see a packed dataset
+    ``stage`` items: image_stage, data_stage) and how the ranks see a packed dataset
     (data_mount; the template's ``packed`` natively)."""
 
     image: dict[str, Any] | None
@@ -206,23 +203,25 @@ class _Staged:
         return [s for s in (self.image, self.data) if s]
 
 
-def _staged(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDialect,
-            image: str | None) -> _Staged:
+def _staged(profile: Profile, req: JobRequest, data: DataPart, spec: JobSpec,
+            dialect: ScriptDialect, image: str | None) -> _Staged:
     """The image's copy first (its refusals are named first), then the dataset's."""
     image_copy = image_stage(profile, req, image, spec, dialect)
-    data = packed_stage(profile, req, spec, dialect)
-    return _Staged(image=image_copy, data=data,
-                   packed=data_mount(profile, req, image, dialect, staged=data is not None))
+    copy = data_stage(profile, data, spec, dialect)
+    return _Staged(image=image_copy, data=copy,
+                   packed=data_mount(profile, data, image, dialect, staged=copy is not None))
 
 
-def _container(profile: Profile, req: JobRequest, image: str | None, image_source: str | None,
-               staged: _Staged, runtime_mode: RuntimeMode | None) -> ContainerPart:
+def _container(profile: Profile, req: JobRequest, data: DataPart, image: str | None,
+               image_source: str | None, staged: _Staged,
+               runtime_mode: RuntimeMode | None) -> ContainerPart:
     """The image, its binds (one list: the one the plan records is the one the ranks
     get; natively the request's), how the runtime runs it, and what is staged (a
     packed dataset is, natively too)."""
     return ContainerPart(
         image=image, image_source=image_source,
-        binds=(tuple(container_binds(profile, req, staged_data=staged.data is not None))
+        binds=(tuple(container_binds(profile, req, data.packed,
+                                     staged_data=staged.data is not None))
                if image else req.binds),
         mode=((runtime_mode if profile.container.mode == "auto" else profile.container.mode)
               if image else None),
@@ -257,8 +256,8 @@ class _Ranks:
         return Raw('"$HPCDL_IMAGE"') if self.staged_image else container.image
 
 
-def _launch(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDialect,
-            container: ContainerPart, ranks: _Ranks) -> LaunchPart:
+def _launch(profile: Profile, req: JobRequest, data: DataPart, spec: JobSpec,
+            dialect: ScriptDialect, container: ContainerPart, ranks: _Ranks) -> LaunchPart:
     """The command every rank runs, its environment, and the launch line."""
     launcher = ranks.launcher.name
     defaults = example_defaults(profile, req)
@@ -268,7 +267,7 @@ def _launch(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDia
         # A requeued attempt or a relaunch on other nodes continues from the checkpoint.
         command = list(req.command) or default_command(
             profile, req, container.image, defaults,
-            resume=spec.requeue is not None or spec.spares > 0)
+            resume=spec.requeue is not None or spec.spares > 0, data=data)
     feature = ranks.launcher.feature
     if feature and (refused := dialect.unsupported(profile, feature)):
         raise _fail(refused)
@@ -302,9 +301,12 @@ def _probe(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDial
     if not req.probe_first:
         return ProbePart(args=req.probe, first=False, line=None)
     image = container.image
-    probe_binds = (tuple(container_binds(profile, _without_command(req),
-                                         staged_data=container.staged_data is not None))
-                   if image else req.binds)
+    # The step's binds are the bundled example's (the worker's files bound in): with its
+    # dataset too, as they always were.
+    as_example = _without_command(req)
+    probe_binds = (tuple(container_binds(
+        profile, as_example, decide_data(profile.paths.imagenet, as_example.dataset).packed,
+        staged_data=container.staged_data is not None)) if image else req.binds)
     worker = probe_command(profile, req, image)
     if spec.spares:
         # Over every node the guard found healthy; the nodes it names slow are
@@ -524,65 +526,6 @@ def image_stage(profile: Profile, req: JobRequest, image: str | None, spec: JobS
     return {**dialect.stage_file(spec, local, PurePosixPath(image).name, "image"),
             "what": "image", "shown_what": "the image", "source": Raw('"$HPCDL_IMAGE"'),
             "var": "HPCDL_IMAGE"}
-
-
-def packed_stage(profile: Profile, req: JobRequest, spec: JobSpec,
-                 dialect: ScriptDialect) -> dict[str, Any] | None:
-    """How the script copies the packed dataset to every node before the ranks start
-    (--stage-data: the same sbcast step as the image's, a template ``stage`` item), or
-    None. Only a packed file is staged: a tree would be one sbcast per file, which is
-    what packing avoids (--stage-to copies a tree). Raises ValidationError."""
-    if not req.stage_data:
-        return None
-    source = packed_data(profile, req)
-    if not source:
-        if req.data and not req.synthetic:
-            tree = req.data.rstrip("/") or "/"
-            raise _fail(f"stage-data: --data {req.data} is not a packed file; --stage-data "
-                        f"copies one DATA.sqfs to every node (pack the tree once: hpcdl data "
-                        f"pack {tree} -o {tree}.sqfs)")
-        raise _fail(f"stage-data: needs a packed --data DATA.sqfs (this job has "
-                    f"{'--synthetic' if req.synthetic else 'no --data'})")
-    if refused := dialect.unsupported(profile, "stage-data"):
-        raise _fail(refused)
-    local = profile.paths.local_scratch
-    if not local:
-        raise _fail(f"stage-data: profile {profile.name} has no paths.local_scratch (the "
-                    f"node-local directory --stage-data copies the dataset to)")
-    name = f"data-{PurePosixPath(source).name}"
-    return {**dialect.stage_file(spec, local, name, "dataset"), "what": "dataset",
-            "shown_what": "the packed dataset", "source": shell_join([source]),
-            "var": STAGED_DATA_VARIABLE}
-
-
-def data_mount(profile: Profile, req: JobRequest, image: str | None,
-               dialect: ScriptDialect, *, staged: bool = False) -> dict[str, str] | None:
-    """How the ranks see a packed dataset (hpcdl.data.mount), or None: in an image a bind
-    (container_binds adds it), natively a squashfuse_ll (else squashfuse) mount on every
-    node that the script makes before the first rank and removes when it ends (the
-    template's ``packed``). ``staged``: from each node's copy ($HPCDL_DATA_FILE,
-    packed_stage), not the shared file. Raises ValidationError where the scheduler's
-    script has no such block."""
-    source = packed_data(profile, req)
-    if not source:
-        return None
-    where = f"each node's copy of {source}" if staged else f"the packed file {source}"
-    if image:
-        return {"source": source, "note": f"dataset: {where}, mounted by "
-                f"the container runtime read-only at {CONTAINER_MOUNT} ($HPCDL_DATA)."}
-    if dialect.unsupported(profile, "stage"):
-        raise _fail(f"data: natively a packed dataset is mounted by the job script on every "
-                    f"node with srun; profile {profile.name} is {profile.scheduler.type}: "
-                    f"give --image (the container runtime mounts it)")
-    head = native_mount_dir(profile.paths.local_scratch)
-    # The note shows the directory as the script names it: the job-id expression bare.
-    shown = f"{head}{dialect.job_id_word.strip(chr(34))}"
-    return {"source": source,
-            "source_q": f'"${STAGED_DATA_VARIABLE}"' if staged else shell_join([source]),
-            "mount": shell_join([head]) + dialect.job_id_word,
-            "note": f"dataset: {where}, mounted read-only with squashfuse_ll (else "
-                    f"squashfuse) on every node at {shown} ($HPCDL_DATA, below), "
-                    f"unmounted at the end."}
 
 
 def _run_dir_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]]:

@@ -17,11 +17,11 @@ from hpcdl.data.mount import (
     DATA_VARIABLE,
     STAGED_DATA_VARIABLE,
     image_bind,
-    is_packed_name,
 )
 from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME
 from hpcdl.launch.staging import job_dir
+from hpcdl.plan.data import DataPart
 from hpcdl.plan.partition import tasks_per_node
 from hpcdl.plan.request import JobRequest, _fail
 from hpcdl.probe.request import worker_path
@@ -65,18 +65,18 @@ def example_defaults(profile: Profile, req: JobRequest,
 
 
 def default_command(profile: Profile, req: JobRequest, image: str | None,
-                    defaults: tuple[str, ...], resume: bool) -> list[str]:
-    """The bundled example's command line: hpcdl's options, the profile's ``defaults``
-    (example_defaults), the user's -X; ``resume``: every attempt of a requeued or
-    chained job continues where the last one stopped."""
+                    defaults: tuple[str, ...], resume: bool, data: DataPart) -> list[str]:
+    """The bundled example's command line: hpcdl's options, the dataset (``data``, the
+    plan's decided part), the profile's ``defaults`` (example_defaults), the user's -X;
+    ``resume``: every attempt of a requeued or chained job continues where the last one
+    stopped."""
     base = (JOB_PROJECT_DIR / "examples" if image else
             PurePosixPath(job_dir(req.run_dir)) / "examples" if req.run_dir else examples_dir())
     cmd = [profile.python, str(base / DEFAULT_EXAMPLE), "--backend", req.backend]
-    data: str | None = None if req.synthetic else req.data or profile.paths.imagenet
-    if data and packed_data(profile, req):
-        # The file's mount: fixed in an image, the node's mount point ($HPCDL_DATA) natively.
-        data = CONTAINER_MOUNT if image else Raw(f'"${DATA_VARIABLE}"')
-    cmd += ["--data", data] if data else ["--synthetic"]
+    # A packed file's mount: fixed in an image, the node's mount point ($HPCDL_DATA) natively.
+    source = data.source if not data.packed else (
+        CONTAINER_MOUNT if image else Raw(f'"${DATA_VARIABLE}"'))
+    cmd += ["--data", source] if source else ["--synthetic"]
     if req.run_dir:  # checkpoints belong with the run that wrote them
         cmd += ["--checkpoint-dir", f"{req.run_dir}/checkpoints"]
     if resume:
@@ -91,15 +91,6 @@ def probe_command(profile: Profile, req: JobRequest, image: str | None) -> list[
     package = job_dir(req.run_dir) + "/hpcdl" if req.run_dir else str(PACKAGE_DIR)
     return [profile.python, worker_path(bool(image), package, JOB_PROJECT_DIR),
             *(req.probe or ())]
-
-
-def packed_data(profile: Profile, req: JobRequest) -> str | None:
-    """The packed dataset file (``hpcdl data pack``) the job mounts: --data DATA.sqfs,
-    or for the bundled example a profile's paths.imagenet that is one; else None."""
-    if req.synthetic or req.probe_only:
-        return None
-    data = req.data or (profile.paths.imagenet if req.runs_example else None)
-    return os.path.normpath(os.path.abspath(data)) if data and is_packed_name(data) else None
 
 
 def job_image(profile: Profile, req: JobRequest) -> tuple[str | None, str | None]:
@@ -145,17 +136,17 @@ def rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher:
     return tokens + command
 
 
-def container_binds(profile: Profile, req: JobRequest, *, staged_data: bool = False
-                    ) -> list[str]:
+def container_binds(profile: Profile, req: JobRequest, packed: str | None, *,
+                    staged_data: bool = False) -> list[str]:
     """Every -B of an image run, in order: the site's, node-local scratch (where
     --stage-to copies), the user's, the run directory (logs and checkpoints: the ranks
-    must see it), the job-side files and a packed dataset: the shared file, or with
+    must see it), the job-side files and a packed dataset (``packed``, the plan's
+    DataPart.packed): the shared file, or with
     ``staged_data`` each node's copy ($HPCDL_DATA_FILE, whose path holds the job id and
     is only known to the script)."""
     scratch = profile.paths.local_scratch
     site = [*profile.container.binds,
             *([scratch] if scratch and scratch not in profile.container.binds else [])]
-    packed = packed_data(profile, req)
     return [*site, *req.binds, *([req.run_dir] if req.run_dir else []), *_project_binds(req),
             *([Raw(image_bind(f'"${STAGED_DATA_VARIABLE}"')) if staged_data
                else image_bind(packed)] if packed else [])]
@@ -232,17 +223,15 @@ def launch_notes(req: JobRequest, launcher: str, gpu_bind: str, image: str | Non
     return notes
 
 
-def check_shared_paths(profile: Profile, req: JobRequest, image: str | None) -> None:
-    """Refuse what the compute nodes cannot see: a run directory, image, dataset or
-    --bind source outside the profile's paths.shared (no check when it lists none)."""
+def check_shared_paths(profile: Profile, req: JobRequest, image: str | None,
+                       data: DataPart) -> None:
+    """Refuse what the compute nodes cannot see: a run directory, image, dataset (the
+    host's path of ``data``, DataPart.host_path) or --bind source outside the profile's
+    paths.shared (no check when it lists none)."""
     shared = profile.paths.shared
     if not shared:
         return
-    # In a container --data is the container's path (a --bind makes it); natively the
-    # host's. A packed file is always the host's: the job mounts it.
-    data = (None if req.synthetic or not req.runs_example or image
-            else req.data or profile.paths.imagenet) or packed_data(profile, req)
-    checks = [("--run-dir", req.run_dir), ("--image", image), ("--data", data),
+    checks = [("--run-dir", req.run_dir), ("--image", image), ("--data", data.host_path(image)),
               *(("--bind", b.split(":", 1)[0]) for b in req.binds)]
     for name, path in checks:
         if path and not on_shared_path(path, shared):

@@ -10,6 +10,7 @@ from typing import Any
 from hpcdl import __version__
 from hpcdl.core.duration import format_time
 from hpcdl.launch.staging import JOB_DIR_NAME, job_dir
+from hpcdl.plan.data import DataPart
 from hpcdl.profiles.schema import Backend, GpuBind, Launcher
 from hpcdl.schedulers.base import Demand, JobSpec
 
@@ -97,7 +98,7 @@ PLAN_JSON_KEYS = (
     "master_port", "requeue", "max_restarts", "signal", "chain", "probe", "probe_first",
     "probe_line", "hang_timeout", "hang_action", "job_files", "job_scripts",
     "container_mode", "records_steps", "stage", "staged_image", "staged_data", "code_dir",
-    "workdir", "spares", "hpcdl_version",
+    "workdir", "spares", "data", "hpcdl_version",
 )
 
 
@@ -111,6 +112,7 @@ class JobPlan:
     partition_reason: str
     launch: LaunchPart
     container: ContainerPart
+    data: DataPart  # the dataset the job reads (plan.json's "data", one object)
     files: FilesPart
     script: str
     warnings: tuple[str, ...] = ()
@@ -170,6 +172,7 @@ class JobPlan:
             "probe_line": probe.line if probe else None,
             "hang_timeout": hang.timeout if hang else None,
             "hang_action": hang.action if hang else None,
+            "data": self.data.to_dict(),
             "script": self.script, "warnings": list(self.warnings),
             "hpcdl_version": self.hpcdl_version,
         }

@@ -26,6 +26,7 @@ from hpcdl.core.tokens import (
 )
 from hpcdl.hang.actions import HANG_ACTIONS
 from hpcdl.jobside.errors import ValidationError
+from hpcdl.plan.data import DataRequest
 from hpcdl.probe.request import check_nodes
 from hpcdl.profiles.schema import Backend, GpuBind, Launcher
 from hpcdl.schedulers.launchers import REGISTRY, launcher_for
@@ -109,6 +110,14 @@ class JobRequest:
     def runs_example(self) -> bool:
         """The job's command is the bundled example (no COMMAND, not a probe job)."""
         return not self.command and not self.probe_only
+
+    @property
+    def dataset(self) -> DataRequest:
+        """The data part (hpcdl.plan.data): --data, --synthetic, --stage-data and who
+        reads the data (the probe, a COMMAND or the bundled example)."""
+        return DataRequest(path=self.data, synthetic=self.synthetic, stage=self.stage_data,
+                           reader=("probe" if self.probe_only else
+                                   "command" if self.command else "example"))
 
 
 def _fail(message: str) -> ValidationError:
