@@ -15,27 +15,14 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any, cast
 
-from hpcdl.core.duration import format_time
 from hpcdl.core.gpuarch import ImageArchFacts, check_partition
 from hpcdl.core.templating import Raw, render_template, shell_join
 from hpcdl.data.mount import CONTAINER_MOUNT, DATA_VARIABLE
-from hpcdl.hang.actions import DEFAULT_HANG_ACTION
 from hpcdl.jobside.errors import ValidationError
-from hpcdl.jobside.requeue import (
-    CHECKPOINT_ENV,
-    EXIT_REQUEUE,
-    FLAG_ENV,
-    FLAG_NAME,
-    PROGRESS_ENV,
-    PROGRESS_NAME,
-    wait_seconds,
-)
 from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.nodes import (
     NODES_FILE,
-    guard_calls_text,
-    guard_exports,
     nodes_file_text,
     probe_slow_path,
 )
@@ -50,6 +37,7 @@ from hpcdl.launch.rankenv import (
     rank_env_script,
 )
 from hpcdl.launch.staging import job_dir, job_side_files
+from hpcdl.plan import rules
 from hpcdl.plan.command import (
     PORT_TRIES,
     check_shared_paths,
@@ -66,13 +54,13 @@ from hpcdl.plan.data import DataPart, data_mount, data_stage, decide_data
 from hpcdl.plan.jobplan import (
     ContainerPart,
     FilesPart,
-    HangPart,
     JobPlan,
     LaunchPart,
     ProbePart,
     job_script_path,
 )
 from hpcdl.plan.partition import (
+    PlacementRequest,
     choose_partition,
     default_cpus_per_task,
     job_spares,
@@ -80,8 +68,17 @@ from hpcdl.plan.partition import (
     tasks_per_node,
 )
 from hpcdl.plan.request import JobRequest, RuntimeMode, _fail, check_request
+from hpcdl.plan.resilience import (
+    guard_block,
+    hang_exports,
+    hang_part,
+    hang_warnings,
+    progress_block,
+    requeue_block,
+    requeue_spec,
+)
 from hpcdl.profiles.schema import Backend, GpuBind, Partition, Profile
-from hpcdl.schedulers.base import JobSpec, RequeueSpec, ScriptDialect
+from hpcdl.schedulers.base import JobSpec, ScriptDialect
 from hpcdl.schedulers.dialects import dialect_for
 from hpcdl.schedulers.launchers import RankLauncher, launcher_for
 
@@ -117,7 +114,7 @@ def build_plan(profile: Profile, req: JobRequest,
     check_request(req)
     dialect = dialect_for(profile.scheduler.type)
     data = decide_data(profile.paths.imagenet, req.dataset)
-    part, reason, arch_warning = _placement(profile, req, image_facts)
+    part, reason, arch_warning = _placement(profile, req.placement, image_facts)
     launcher, gpu_bind = _launcher(profile, req, dialect)
     image, image_source = job_image(profile, req)
     check_shared_paths(profile, req, image, data)
@@ -129,16 +126,16 @@ def build_plan(profile: Profile, req: JobRequest,
     probe = _probe(profile, req, spec, dialect, container, ranks)
     files = _files(req, spec, dialect, launch, ranks)
     warnings = (*dialect.warnings(profile), *([arch_warning] if arch_warning else []),
-                *_hang_warnings(req, spec.time_seconds))
+                *hang_warnings(req.hang, spec.time_seconds))
     script = _script(profile, req, spec, dialect, launch, container, staged, ranks, probe,
                      files)
-    hang = _hang(req, spec)
+    hang = hang_part(req.hang, spec.spares)  # checked last, as it always was
     return JobPlan(spec=spec, partition_reason=reason, launch=launch, container=container,
                    data=data, files=files, script=script, warnings=warnings, probe=probe,
                    hang=hang)
 
 
-def _placement(profile: Profile, req: JobRequest, image_facts: ImageArchFacts | None
+def _placement(profile: Profile, req: PlacementRequest, image_facts: ImageArchFacts | None
                ) -> tuple[Partition, str, str | None]:
     """The partition, why it was chosen, and a warning about its GPUs for the image (or
     None). Raises ValidationError when none fits or the image cannot run on its GPUs."""
@@ -161,25 +158,20 @@ def _launcher(profile: Profile, req: JobRequest,
     launcher = launcher_for(req.launcher or profile.mpi.launcher)
     # check_request accepted it: it is the schema's word now.
     gpu_bind = cast(GpuBind, req.gpu_bind or profile.mpi.gpu_bind)
-    if req.probe is not None and (refused := dialect.unsupported(profile, "probe")):
-        raise _fail(refused)
-    if refused := launcher.refusal(probe_only=req.probe_only, runs_example=req.runs_example,
-                                   backend=req.backend):
-        raise _fail(refused)
+    rules.launcher_runs_job(profile, dialect, launcher, probe=req.probe is not None,
+                            probe_only=req.probe_only, runs_example=req.runs_example,
+                            backend=req.backend)
     return launcher, gpu_bind
 
 
 def _spec(profile: Profile, req: JobRequest, dialect: ScriptDialect, part: Partition,
           launcher: RankLauncher) -> JobSpec:
     """What the scheduler is asked for: tasks, CPUs, time, name, requeue, spares."""
-    time = job_time(profile, part, req)
-    requeue = requeue_spec(profile, req, dialect)
-    spares = job_spares(profile, req)
+    time = job_time(profile, part, req.placement)
+    requeue = requeue_spec(profile, req.resilience, dialect)
+    spares = job_spares(profile, req.placement)
     if spares:
-        if refused := dialect.unsupported(profile, "spares"):
-            raise _fail(refused)
-        if refused := launcher.spares_refusal():
-            raise _fail(refused)
+        rules.spares_supported(profile, dialect, launcher)
     return JobSpec(profile=profile, partition=part, nodes=req.nodes, gpus_per_node=req.gpus,
                    tasks_per_node=tasks_per_node(req.gpus),
                    cpus_per_task=req.cpus_per_task or default_cpus_per_task(part, req.gpus),
@@ -250,7 +242,7 @@ class _Ranks:
                    wrapper_file=(job_script_path(req.run_dir, RANK_ENV_FILE)
                                  if dialect.submits else None),
                    wrapper_options={"gpu_bind": gpu_bind == "local-rank" and req.gpus > 0,
-                                    "record_pid": req.hang_timeout is not None})
+                                    "record_pid": req.hang.timeout is not None})
 
     def image(self, container: ContainerPart) -> str | None:
         return Raw('"$HPCDL_IMAGE"') if self.staged_image else container.image
@@ -346,13 +338,6 @@ def _derived(launch: LaunchPart, name: str) -> bool:
     return name not in dict(launch.env)
 
 
-def _hang(req: JobRequest, spec: JobSpec) -> HangPart | None:
-    """The watchdog's part (--hang-timeout), checked last as it always was."""
-    if req.hang_timeout is None:
-        return None
-    return HangPart(timeout=req.hang_timeout, action=_hang_action(req, spec.spares))
-
-
 def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDialect,
             launch: LaunchPart, container: ContainerPart, staged: _Staged, ranks: _Ranks,
             probe: ProbePart | None, files: FilesPart) -> str:
@@ -363,7 +348,7 @@ def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDia
     master_port = launch.master_port if _derived(launch, "MASTER_PORT") else None
     omp = (spec.cpus_per_task if profile.env.omp_num_threads == "cpus-per-task"
            else profile.env.omp_num_threads)
-    exports = [*launch.env, *_hang_exports(req, launch.env, req.run_dir or ".")]
+    exports = [*launch.env, *hang_exports(req.hang, launch.env, req.run_dir or ".")]
     context = {
         "profile": profile,
         "job_name_q": shell_join([spec.job_name]),
@@ -401,9 +386,11 @@ def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDia
         "rank_env_q": shell_join([rank_env_script(ranks.launcher.wrapper_mode, **ranks.wrapper_options)]),
         "launch_line": launch.launch_line,
         "probe_line": probe.line if probe else None,
-        "requeue": _requeue_block(spec.requeue, req, dialect),
-        "guard": _guard_block(profile, spec, req, image, master_addr, spec.requeue),
-        "progress": _progress(req, spec.requeue, dialect),
+        "requeue": requeue_block(spec.requeue, req.run_dir, dialect),
+        "guard": guard_block(profile, spec, req.resilience, req.run_dir, image=bool(image),
+                             master_addr=master_addr is not None,
+                             probe_first=req.probe_first),
+        "progress": progress_block(req.run_dir, spec.requeue, dialect),
         "workdir_q": shell_join([files.workdir]) if files.workdir else None,
     }
     return render_template(
@@ -416,87 +403,6 @@ def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDia
 
 def _without_command(req: JobRequest) -> JobRequest:
     return replace(req, command=())
-
-
-def requeue_spec(profile: Profile, req: JobRequest, dialect: ScriptDialect) -> RequeueSpec | None:
-    """How the job checkpoints on a signal: --requeue (or the profile's default, where
-    hpcdl submits the job) or a --chain of jobs; None when it does not."""
-    wanted = profile.scheduler.requeue if req.requeue is None else req.requeue
-    if not (req.chain > 1 or (wanted and dialect.submits)):
-        return None
-    name, lead = (req.signal or profile.scheduler.requeue_signal).split("@")
-    max_restarts = (profile.scheduler.max_restarts if req.max_restarts is None
-                    else req.max_restarts)
-    return RequeueSpec(signal=name, lead=int(lead), chain=req.chain,
-                       max_restarts=max_restarts if req.chain == 1 else 0)
-
-
-def _requeue_block(requeue: RequeueSpec | None, req: JobRequest,
-                   dialect: ScriptDialect) -> dict[str, Any] | None:
-    """What the template's requeue block needs (None when the job does not requeue)."""
-    if requeue is None:
-        return None
-    return {
-        "signal": requeue.signal, "lead": requeue.lead, "wait_s": wait_seconds(requeue.lead),
-        "run_dir": shell_join([req.run_dir]) if req.run_dir else dialect.submit_dir,
-        "flag_env": FLAG_ENV, "flag_name": FLAG_NAME,
-        "checkpoint_env": CHECKPOINT_ENV, "exit_requeue": EXIT_REQUEUE,
-        "progress_env": PROGRESS_ENV,
-        "max_restarts": requeue.max_restarts, "chain": requeue.chain,
-        # hpcdl_slurm and hpcdl_time_left, from hpcdl-nodes (a job with spares sources it)
-        "guard_calls": guard_calls_text(),
-    }
-
-
-def _guard_block(profile: Profile, spec: JobSpec, req: JobRequest, image: str | None,
-                 master_addr: str | None, requeue: RequeueSpec | None) -> dict[str, Any] | None:
-    """What the template's node guard block needs (None without spares)."""
-    if not spec.spares:
-        return None
-    max_relaunches = (profile.scheduler.max_restarts if req.max_restarts is None
-                      else req.max_restarts)
-    nodes_file = job_script_path(req.run_dir, NODES_FILE)
-    exports = guard_exports(profile, tasks_per_node=spec.tasks_per_node,
-                            gpus=spec.gpus_per_node, max_relaunches=max_relaunches,
-                            nodes_file=nodes_file, image=bool(image),
-                            master_addr=master_addr is not None,
-                            probe_slow=probe_slow_path(req.run_dir) if req.probe_first else None)
-    if requeue is None and req.run_dir:
-        # A relaunch resumes as a requeued attempt does: the contract's checkpoint directory
-        # (the requeue block exports it when there is one).
-        exports.insert(0, (CHECKPOINT_ENV, shell_join([f"{req.run_dir}/checkpoints"])))
-    return {
-        "nodes": spec.nodes, "spares": spec.spares, "allocated": spec.allocated_nodes,
-        "max_relaunches": max_relaunches, "requeue": requeue is not None,
-        "file_q": shell_join([nodes_file]),
-        "exports": exports,
-    }
-
-
-def _hang_action(req: JobRequest, spares: int) -> str:
-    """What the hang watchdog does: --hang-action, else relaunch for a job with spares
-    (its node guard restarts the training) and cancel for the others. Raises
-    ValidationError for relaunch without spares."""
-    if req.hang_action == "relaunch" and not spares:
-        raise _fail("hang-action: relaunch restarts the training inside the job's "
-                    "allocation; it needs spare nodes (--spares S)")
-    return req.hang_action or ("relaunch" if spares else DEFAULT_HANG_ACTION)
-
-
-def _progress(req: JobRequest, requeue: RequeueSpec | None,
-              dialect: ScriptDialect) -> dict[str, str] | None:
-    """Where the job records that an attempt completed its first step
-    ($HPCDL_PROGRESS_FILE, hpcdl/jobside/requeue.py): in the run directory (beside attempts.tsv
-    when a requeued job has none). Only for jobs hpcdl submits (not a PBS script)."""
-    if not dialect.submits:
-        return None
-    if req.run_dir:
-        path = shell_join([f"{req.run_dir}/{PROGRESS_NAME}"])
-    elif requeue is not None:
-        path = f"{dialect.submit_dir}/{PROGRESS_NAME}"
-    else:
-        return None
-    return {"env": PROGRESS_ENV, "path": path}
 
 
 def image_stage(profile: Profile, req: JobRequest, image: str | None, spec: JobSpec,
@@ -541,24 +447,3 @@ def _run_dir_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]
         exports.append(("PYTHONPATH",
                         shell_join([job_dir(req.run_dir)]) + "${PYTHONPATH:+:$PYTHONPATH}"))
     return exports
-
-
-def _hang_exports(req: JobRequest, env: tuple[tuple[str, str], ...],
-                  log_dir: str) -> list[tuple[str, str]]:
-    """With --hang-timeout: where the rank wrapper records the ranks' pids, and
-    PYTHONUNBUFFERED (a Python rank's prints must reach the log as they happen: the
-    log growing is progress)."""
-    if req.hang_timeout is None:
-        return []
-    exports = [("HPCDL_PID_DIR", f"{log_dir}/pids")]
-    if "PYTHONUNBUFFERED" not in dict(env):
-        exports.append(("PYTHONUNBUFFERED", "1"))
-    return exports
-
-
-def _hang_warnings(req: JobRequest, limit: int | None) -> list[str]:
-    """A warning when the job's time limit comes before the watchdog could fire."""
-    if req.hang_timeout is None or limit is None or req.hang_timeout < limit:
-        return []
-    return [f"hang-timeout: {req.hang_timeout:g} s is not shorter than the job's "
-            f"time limit {format_time(limit)}: the watchdog cannot fire before it"]
