@@ -81,7 +81,7 @@ class Cluster:
         image paths are the cluster's."""
         if self.remote:
             return None
-        return preflight.image_arch_facts(job_image(self._profile(), request)[0])
+        return preflight.image_arch_facts(job_image(self._profile(), request.container)[0])
 
     def runtime_mode(self, request: JobRequest) -> tuple[RuntimeMode | None, str | None]:
         """How the container runtime will run the request's ranks, and a warning when
@@ -91,7 +91,7 @@ class Cluster:
         if self.remote:
             return None, None
         prof = self._profile()
-        return preflight.runtime_mode(job_image(prof, request)[0], prof.container.binary)
+        return preflight.runtime_mode(job_image(prof, request.container)[0], prof.container.binary)
 
     def check_inputs(self, request: JobRequest, image: str | None = None) -> None:
         """Refuse (ValidationError) a missing image, dataset or script here; a cluster

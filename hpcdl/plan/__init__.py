@@ -7,7 +7,8 @@ and the parts it depends on. Modules, in the order a plan is made: ``request``
 (JobRequest and the checks that need no profile), ``data`` (the dataset the job reads,
 decided once: DataPart), ``partition`` (the placement part: which partition, tasks,
 CPUs, time, spares), ``resilience`` (requeue or chain, the node guard of spares, the
-hang watchdog), ``rules`` (the rules between two parts, in one place), ``command``
+hang watchdog), ``rules`` (the rules between two parts, in one place), ``container`` (the image, its
+binds, its copy to every node), ``command``
 (what every rank runs: the command, the image and its binds, the rank-env wrapper,
 torchrun, the master address and port), ``build`` (build_plan: the row of part stages,
 the scheduler's dialect for the script's header, launcher and log paths) and
@@ -16,18 +17,22 @@ data, files, probe and hang parts; plan.json flattens them but for data). The na
 callers use are re-exported here.
 """
 
-from hpcdl.plan.build import UNPRIVILEGED_MPI_ENV, build_plan, image_stage
+from hpcdl.plan.build import UNPRIVILEGED_MPI_ENV, build_plan
 from hpcdl.plan.command import (
     DEFAULT_EXAMPLE,
-    JOB_PROJECT_DIR,
     PORT_TRIES,
     check_shared_paths,
-    container_binds,
     example_defaults,
-    job_image,
     launch_notes,
     master_values,
     on_shared_path,
+)
+from hpcdl.plan.container import (
+    JOB_PROJECT_DIR,
+    ContainerRequest,
+    container_binds,
+    image_stage,
+    job_image,
 )
 from hpcdl.plan.data import DataPart, DataRequest, decide_data
 from hpcdl.plan.jobplan import (
@@ -58,7 +63,7 @@ from hpcdl.plan.resilience import HangRequest, ResilienceRequest, requeue_spec
 
 __all__ = [
     "BACKENDS", "DEFAULT_EXAMPLE", "GPU_BINDS", "JOB_PROJECT_DIR", "LAUNCHERS", "PORT_TRIES",
-    "UNPRIVILEGED_MPI_ENV", "ContainerPart", "DataPart", "DataRequest", "FilesPart", "HangRequest", "PlacementRequest", "ResilienceRequest", "HangPart", "JobPlan", "LaunchPart",
+    "UNPRIVILEGED_MPI_ENV", "ContainerPart", "ContainerRequest", "DataPart", "DataRequest", "FilesPart", "HangRequest", "PlacementRequest", "ResilienceRequest", "HangPart", "JobPlan", "LaunchPart",
     "ProbePart", "JobRequest", "RuntimeMode", "build_plan",
     "check_request", "check_shared_paths", "choose_partition", "container_binds", "decide_data",
     "default_cpus_per_task", "example_defaults", "image_stage", "job_image", "job_script_path", "job_time",

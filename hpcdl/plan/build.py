@@ -12,7 +12,6 @@ and log paths.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import PurePosixPath
 from typing import Any, cast
 
 from hpcdl.core.gpuarch import ImageArchFacts, check_partition
@@ -41,15 +40,14 @@ from hpcdl.plan import rules
 from hpcdl.plan.command import (
     PORT_TRIES,
     check_shared_paths,
-    container_binds,
     default_command,
     example_defaults,
-    job_image,
     launch_notes,
     master_values,
     probe_command,
     rank_tokens,
 )
+from hpcdl.plan.container import container_binds, image_stage, job_image
 from hpcdl.plan.data import DataPart, data_mount, data_stage, decide_data
 from hpcdl.plan.jobplan import (
     ContainerPart,
@@ -116,7 +114,7 @@ def build_plan(profile: Profile, req: JobRequest,
     data = decide_data(profile.paths.imagenet, req.dataset)
     part, reason, arch_warning = _placement(profile, req.placement, image_facts)
     launcher, gpu_bind = _launcher(profile, req, dialect)
-    image, image_source = job_image(profile, req)
+    image, image_source = job_image(profile, req.container)
     check_shared_paths(profile, req, image, data)
     spec = _spec(profile, req, dialect, part, launcher)
     staged = _staged(profile, req, data, spec, dialect, image)
@@ -198,7 +196,7 @@ class _Staged:
 def _staged(profile: Profile, req: JobRequest, data: DataPart, spec: JobSpec,
             dialect: ScriptDialect, image: str | None) -> _Staged:
     """The image's copy first (its refusals are named first), then the dataset's."""
-    image_copy = image_stage(profile, req, image, spec, dialect)
+    image_copy = image_stage(profile, req.container, image, spec, dialect)
     copy = data_stage(profile, data, spec, dialect)
     return _Staged(image=image_copy, data=copy,
                    packed=data_mount(profile, data, image, dialect, staged=copy is not None))
@@ -212,7 +210,8 @@ def _container(profile: Profile, req: JobRequest, data: DataPart, image: str | N
     packed dataset is, natively too)."""
     return ContainerPart(
         image=image, image_source=image_source,
-        binds=(tuple(container_binds(profile, req, data.packed,
+        binds=(tuple(container_binds(profile, req.container, req.run_dir, data.packed,
+                                     project=not req.command,
                                      staged_data=staged.data is not None))
                if image else req.binds),
         mode=((runtime_mode if profile.container.mode == "auto" else profile.container.mode)
@@ -293,11 +292,11 @@ def _probe(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDial
     if not req.probe_first:
         return ProbePart(args=req.probe, first=False, line=None)
     image = container.image
-    # The step's binds are the bundled example's (the worker's files bound in): with its
-    # dataset too, as they always were.
-    as_example = _without_command(req)
+    # The step's binds are the bundled example's (the worker's files bound in): with the
+    # example's dataset too, as they always were.
+    example_data = decide_data(profile.paths.imagenet, replace(req.dataset, reader="example"))
     probe_binds = (tuple(container_binds(
-        profile, as_example, decide_data(profile.paths.imagenet, as_example.dataset).packed,
+        profile, req.container, req.run_dir, example_data.packed, project=True,
         staged_data=container.staged_data is not None)) if image else req.binds)
     worker = probe_command(profile, req, image)
     if spec.spares:
@@ -403,35 +402,6 @@ def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDia
 
 def _without_command(req: JobRequest) -> JobRequest:
     return replace(req, command=())
-
-
-def image_stage(profile: Profile, req: JobRequest, image: str | None, spec: JobSpec,
-                dialect: ScriptDialect) -> dict[str, Any] | None:
-    """How the script copies the image to every node before the ranks start (the
-    template's ``stage``, spelled by the dialect), or None.
-
-    --stage-image, else the profile's container.stage. Staging needs an image and the
-    profile's node-local scratch; asked for explicitly without them it is refused (a
-    profile default simply does not apply to a native run). Raises ValidationError.
-    """
-    wanted = profile.container.stage == "sbcast" if req.stage_image is None else req.stage_image
-    if not wanted:
-        return None
-    source = "--stage-image" if req.stage_image else "container.stage: sbcast"
-    if not image:
-        if req.stage_image is None:
-            return None
-        raise _fail("stage-image: no image to stage (give --image, or a profile with "
-                    "container.default_image; --no-image runs natively)")
-    local = profile.paths.local_scratch
-    if not local:
-        raise _fail(f"stage-image: profile {profile.name} has no paths.local_scratch (the "
-                    f"node-local directory {source} copies the image to)")
-    if refused := dialect.unsupported(profile, "stage"):
-        raise _fail(refused)
-    return {**dialect.stage_file(spec, local, PurePosixPath(image).name, "image"),
-            "what": "image", "shown_what": "the image", "source": Raw('"$HPCDL_IMAGE"'),
-            "var": "HPCDL_IMAGE"}
 
 
 def _run_dir_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]]:

@@ -15,12 +15,11 @@ from hpcdl.core.templating import Raw
 from hpcdl.data.mount import (
     CONTAINER_MOUNT,
     DATA_VARIABLE,
-    STAGED_DATA_VARIABLE,
-    image_bind,
 )
 from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME
 from hpcdl.launch.staging import job_dir
+from hpcdl.plan.container import JOB_PROJECT_DIR
 from hpcdl.plan.data import DataPart
 from hpcdl.plan.partition import tasks_per_node
 from hpcdl.plan.request import JobRequest, _fail
@@ -29,14 +28,6 @@ from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import ScriptDialect
 from hpcdl.schedulers.launchers import launcher_for
 
-# Where a job sees the bundled examples and the stdlib-only hpcdl modules they import
-# (hpcdl.jobside.errors, hpcdl.jobside.world, hpcdl.jobside.imagefolder): staged into the run
-# directory (hpcdl.launch.staging) and bound read-only from there at job time (from the
-# installed hpcdl when the plan has no run directory), so the examples run in any image
-# (a site's NGC image has no copy
-# of hpcdl; images built from containers/*.yaml carry one in /opt/hpcdl) and always
-# match the hpcdl that rendered the job.
-JOB_PROJECT_DIR = PurePosixPath("/hpcdl")
 DEFAULT_EXAMPLE = "resnet50_imagenet.py"
 
 
@@ -93,16 +84,6 @@ def probe_command(profile: Profile, req: JobRequest, image: str | None) -> list[
             *(req.probe or ())]
 
 
-def job_image(profile: Profile, req: JobRequest) -> tuple[str | None, str | None]:
-    """The image the ranks run in and where it came from (``--image`` or the profile's
-    ``container.default_image``); (None, None) for a native run."""
-    if req.image:
-        return req.image, "--image"
-    if req.no_image or not profile.container.default_image:
-        return None, None
-    return profile.container.default_image, "profile default_image"
-
-
 def rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher: str,
                 image: str | None, binds: tuple[str, ...], job_id_word: str,
                 wrapper_file: str | None) -> list[str]:
@@ -134,34 +115,6 @@ def rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher:
         command, profile.python, nodes=req.nodes, tasks_per_node=tasks_per_node(req.gpus),
         job_id_word=job_id_word)
     return tokens + command
-
-
-def container_binds(profile: Profile, req: JobRequest, packed: str | None, *,
-                    staged_data: bool = False) -> list[str]:
-    """Every -B of an image run, in order: the site's, node-local scratch (where
-    --stage-to copies), the user's, the run directory (logs and checkpoints: the ranks
-    must see it), the job-side files and a packed dataset (``packed``, the plan's
-    DataPart.packed): the shared file, or with
-    ``staged_data`` each node's copy ($HPCDL_DATA_FILE, whose path holds the job id and
-    is only known to the script)."""
-    scratch = profile.paths.local_scratch
-    site = [*profile.container.binds,
-            *([scratch] if scratch and scratch not in profile.container.binds else [])]
-    return [*site, *req.binds, *([req.run_dir] if req.run_dir else []), *_project_binds(req),
-            *([Raw(image_bind(f'"${STAGED_DATA_VARIABLE}"')) if staged_data
-               else image_bind(packed)] if packed else [])]
-
-
-def _project_binds(req: JobRequest) -> list[str]:
-    """The read-only bind that brings the bundled examples (and the hpcdl modules they
-    import, or the probe worker) into the container: the run directory's staged copy, or
-    without a run directory the installed hpcdl's files; none for a user's COMMAND."""
-    if req.command:
-        return []
-    if req.run_dir:
-        return [f"{job_dir(req.run_dir)}:{JOB_PROJECT_DIR}:ro"]
-    return [f"{examples_dir()}:{JOB_PROJECT_DIR}/examples:ro",
-            f"{PACKAGE_DIR}:{JOB_PROJECT_DIR}/hpcdl:ro"]
 
 
 # How many ports after the derived MASTER_PORT the batch shell tries when that one is

@@ -26,6 +26,7 @@ from hpcdl.core.tokens import (
 from hpcdl.hang.actions import HANG_ACTIONS
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import rules
+from hpcdl.plan.container import ContainerRequest
 from hpcdl.plan.data import DataRequest
 from hpcdl.plan.partition import PlacementRequest
 from hpcdl.plan.resilience import HangRequest, ResilienceRequest
@@ -114,6 +115,12 @@ class JobRequest:
     def runs_example(self) -> bool:
         """The job's command is the bundled example (no COMMAND, not a probe job)."""
         return not self.command and not self.probe_only
+
+    @property
+    def container(self) -> ContainerRequest:
+        """The container part (hpcdl.plan.container): the image, binds, staging."""
+        return ContainerRequest(image=self.image, no_image=self.no_image, binds=self.binds,
+                                stage=self.stage_image)
 
     @property
     def resilience(self) -> ResilienceRequest:
