@@ -18,7 +18,7 @@ from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
 from hpcdl.data.mount import SQUASHFS_MAGIC, is_packed_name
 from hpcdl.jobside.errors import UserInputError, ValidationError
 from hpcdl.plan import DataPart, JobRequest, RuntimeMode
-from hpcdl.plan.command import on_shared_path
+from hpcdl.plan.rules import on_shared_path
 from hpcdl.profiles.schema import Profile
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ and log paths.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, cast
 
 from hpcdl.core.gpuarch import ImageArchFacts, check_partition
@@ -23,7 +23,6 @@ from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.nodes import (
     NODES_FILE,
     nodes_file_text,
-    probe_slow_path,
 )
 from hpcdl.launch.rankenv import (
     PORT_LISTENED,
@@ -39,7 +38,7 @@ from hpcdl.launch.staging import job_dir, job_side_files
 from hpcdl.plan import rules
 from hpcdl.plan.command import (
     PORT_TRIES,
-    check_shared_paths,
+    LaunchRequest,
     default_command,
     example_defaults,
     launch_notes,
@@ -47,11 +46,12 @@ from hpcdl.plan.command import (
     probe_command,
     rank_tokens,
 )
-from hpcdl.plan.container import container_binds, image_stage, job_image
+from hpcdl.plan.container import ContainerRequest, container_binds, image_stage, job_image
 from hpcdl.plan.data import DataPart, data_mount, data_stage, decide_data
 from hpcdl.plan.jobplan import (
     ContainerPart,
     FilesPart,
+    FilesRequest,
     JobPlan,
     LaunchPart,
     ProbePart,
@@ -65,8 +65,11 @@ from hpcdl.plan.partition import (
     job_time,
     tasks_per_node,
 )
+from hpcdl.plan.probe import ProbeRequest, probe_part
 from hpcdl.plan.request import JobRequest, RuntimeMode, _fail, check_request
 from hpcdl.plan.resilience import (
+    HangRequest,
+    ResilienceRequest,
     guard_block,
     hang_exports,
     hang_part,
@@ -110,24 +113,31 @@ def build_plan(profile: Profile, req: JobRequest,
     RenderError (template).
     """
     check_request(req)
+    # The request's parts, each handed to the stages that plan it (and to those that
+    # depend on it); the rules between parts are hpcdl.plan.rules's.
+    placement, resilience, hang_req = req.placement, req.resilience, req.hang
+    files_req, container_req, launch_req = req.files, req.container, req.launch
+    probe_req, data_req = req.probe_request, req.dataset
     dialect = dialect_for(profile.scheduler.type)
-    data = decide_data(profile.paths.imagenet, req.dataset)
-    part, reason, arch_warning = _placement(profile, req.placement, image_facts)
-    launcher, gpu_bind = _launcher(profile, req, dialect)
-    image, image_source = job_image(profile, req.container)
-    check_shared_paths(profile, req, image, data)
-    spec = _spec(profile, req, dialect, part, launcher)
-    staged = _staged(profile, req, data, spec, dialect, image)
-    container = _container(profile, req, data, image, image_source, staged, runtime_mode)
-    ranks = _Ranks.of(req, dialect, launcher, gpu_bind, staged)
-    launch = _launch(profile, req, data, spec, dialect, container, ranks)
-    probe = _probe(profile, req, spec, dialect, container, ranks)
-    files = _files(req, spec, dialect, launch, ranks)
+    data = decide_data(profile.paths.imagenet, data_req)
+    part, reason, arch_warning = _placement(profile, placement, image_facts)
+    launcher, gpu_bind = _launcher(profile, launch_req, probe_req, dialect)
+    image, image_source = job_image(profile, container_req)
+    rules.check_shared_paths(profile, files_req.run_dir, container_req.binds, image, data)
+    spec = _spec(profile, placement, resilience, files_req, launch_req, dialect, part, launcher)
+    staged = _staged(profile, container_req, data, spec, dialect, image)
+    container = _container(profile, container_req, launch_req, data, spec, image, image_source,
+                           staged, runtime_mode)
+    ranks = _Ranks.of(spec, hang_req, dialect, launcher, gpu_bind, staged)
+    launch = _launch(profile, launch_req, data, spec, dialect, container, ranks, probe_req.args)
+    probe = probe_part(profile, probe_req, spec, dialect, container_req, data_req, container,
+                       ranks.image(container), ranks.wrapper_file)
+    files = _files(files_req, spec, dialect, launch, ranks)
     warnings = (*dialect.warnings(profile), *([arch_warning] if arch_warning else []),
-                *hang_warnings(req.hang, spec.time_seconds))
-    script = _script(profile, req, spec, dialect, launch, container, staged, ranks, probe,
-                     files)
-    hang = hang_part(req.hang, spec.spares)  # checked last, as it always was
+                *hang_warnings(hang_req, spec.time_seconds))
+    script = _script(profile, resilience, hang_req, files_req, launch_req, spec, dialect, launch,
+                     container, staged, ranks, probe, files)
+    hang = hang_part(hang_req, spec.spares)  # checked last, as it always was
     return JobPlan(spec=spec, partition_reason=reason, launch=launch, container=container,
                    data=data, files=files, script=script, warnings=warnings, probe=probe,
                    hang=hang)
@@ -149,32 +159,33 @@ def _placement(profile: Profile, req: PlacementRequest, image_facts: ImageArchFa
     return part, reason, arch.warning
 
 
-def _launcher(profile: Profile, req: JobRequest,
+def _launcher(profile: Profile, req: LaunchRequest, probe: ProbeRequest,
               dialect: ScriptDialect) -> tuple[RankLauncher, GpuBind]:
     """The launcher and GPU binding (the request's, else the profile's), refused where
     they cannot start what the job runs."""
     launcher = launcher_for(req.launcher or profile.mpi.launcher)
     # check_request accepted it: it is the schema's word now.
     gpu_bind = cast(GpuBind, req.gpu_bind or profile.mpi.gpu_bind)
-    rules.launcher_runs_job(profile, dialect, launcher, probe=req.probe is not None,
+    rules.launcher_runs_job(profile, dialect, launcher, probe=probe.args is not None,
                             probe_only=req.probe_only, runs_example=req.runs_example,
                             backend=req.backend)
     return launcher, gpu_bind
 
 
-def _spec(profile: Profile, req: JobRequest, dialect: ScriptDialect, part: Partition,
+def _spec(profile: Profile, req: PlacementRequest, resilience: ResilienceRequest,
+          files: FilesRequest, launch: LaunchRequest, dialect: ScriptDialect, part: Partition,
           launcher: RankLauncher) -> JobSpec:
     """What the scheduler is asked for: tasks, CPUs, time, name, requeue, spares."""
-    time = job_time(profile, part, req.placement)
-    requeue = requeue_spec(profile, req.resilience, dialect)
-    spares = job_spares(profile, req.placement)
+    time = job_time(profile, part, req)
+    requeue = requeue_spec(profile, resilience, dialect)
+    spares = job_spares(profile, req)
     if spares:
         rules.spares_supported(profile, dialect, launcher)
     return JobSpec(profile=profile, partition=part, nodes=req.nodes, gpus_per_node=req.gpus,
                    tasks_per_node=tasks_per_node(req.gpus),
                    cpus_per_task=req.cpus_per_task or default_cpus_per_task(part, req.gpus),
-                   time_seconds=time, job_name=req.job_name or f"hpcdl-{req.backend}",
-                   run_dir=req.run_dir, requeue=requeue, spares=spares)
+                   time_seconds=time, job_name=files.job_name or f"hpcdl-{launch.backend}",
+                   run_dir=files.run_dir, requeue=requeue, spares=spares)
 
 
 @dataclass(frozen=True)
@@ -193,25 +204,25 @@ class _Staged:
         return [s for s in (self.image, self.data) if s]
 
 
-def _staged(profile: Profile, req: JobRequest, data: DataPart, spec: JobSpec,
+def _staged(profile: Profile, req: ContainerRequest, data: DataPart, spec: JobSpec,
             dialect: ScriptDialect, image: str | None) -> _Staged:
     """The image's copy first (its refusals are named first), then the dataset's."""
-    image_copy = image_stage(profile, req.container, image, spec, dialect)
+    image_copy = image_stage(profile, req, image, spec, dialect)
     copy = data_stage(profile, data, spec, dialect)
     return _Staged(image=image_copy, data=copy,
                    packed=data_mount(profile, data, image, dialect, staged=copy is not None))
 
 
-def _container(profile: Profile, req: JobRequest, data: DataPart, image: str | None,
-               image_source: str | None, staged: _Staged,
+def _container(profile: Profile, req: ContainerRequest, launch: LaunchRequest, data: DataPart,
+               spec: JobSpec, image: str | None, image_source: str | None, staged: _Staged,
                runtime_mode: RuntimeMode | None) -> ContainerPart:
     """The image, its binds (one list: the one the plan records is the one the ranks
     get; natively the request's), how the runtime runs it, and what is staged (a
     packed dataset is, natively too)."""
     return ContainerPart(
         image=image, image_source=image_source,
-        binds=(tuple(container_binds(profile, req.container, req.run_dir, data.packed,
-                                     project=not req.command,
+        binds=(tuple(container_binds(profile, req, spec.run_dir, data.packed,
+                                     project=not launch.command,
                                      staged_data=staged.data is not None))
                if image else req.binds),
         mode=((runtime_mode if profile.container.mode == "auto" else profile.container.mode)
@@ -235,29 +246,30 @@ class _Ranks:
     wrapper_options: dict[str, bool]  # rank_env_script's and rank_env_file's
 
     @classmethod
-    def of(cls, req: JobRequest, dialect: ScriptDialect, launcher: RankLauncher, gpu_bind: GpuBind,
-           staged: _Staged) -> _Ranks:
+    def of(cls, spec: JobSpec, hang: HangRequest, dialect: ScriptDialect,
+           launcher: RankLauncher, gpu_bind: GpuBind, staged: _Staged) -> _Ranks:
         return cls(launcher=launcher, gpu_bind=gpu_bind, staged_image=staged.image is not None,
-                   wrapper_file=(job_script_path(req.run_dir, RANK_ENV_FILE)
+                   wrapper_file=(job_script_path(spec.run_dir, RANK_ENV_FILE)
                                  if dialect.submits else None),
-                   wrapper_options={"gpu_bind": gpu_bind == "local-rank" and req.gpus > 0,
-                                    "record_pid": req.hang.timeout is not None})
+                   wrapper_options={"gpu_bind": gpu_bind == "local-rank" and spec.gpus_per_node > 0,
+                                    "record_pid": hang.timeout is not None})
 
     def image(self, container: ContainerPart) -> str | None:
         return Raw('"$HPCDL_IMAGE"') if self.staged_image else container.image
 
 
-def _launch(profile: Profile, req: JobRequest, data: DataPart, spec: JobSpec,
-            dialect: ScriptDialect, container: ContainerPart, ranks: _Ranks) -> LaunchPart:
+def _launch(profile: Profile, req: LaunchRequest, data: DataPart, spec: JobSpec,
+            dialect: ScriptDialect, container: ContainerPart, ranks: _Ranks,
+            probe_args: tuple[str, ...] | None) -> LaunchPart:
     """The command every rank runs, its environment, and the launch line."""
     launcher = ranks.launcher.name
     defaults = example_defaults(profile, req)
     if req.probe_only:
-        command = probe_command(profile, req, container.image)
+        command = probe_command(profile, probe_args or (), spec.run_dir, container.image)
     else:
         # A requeued attempt or a relaunch on other nodes continues from the checkpoint.
         command = list(req.command) or default_command(
-            profile, req, container.image, defaults,
+            profile, req, spec.run_dir, container.image, defaults,
             resume=spec.requeue is not None or spec.spares > 0, data=data)
     feature = ranks.launcher.feature
     if feature and (refused := dialect.unsupported(profile, feature)):
@@ -265,9 +277,10 @@ def _launch(profile: Profile, req: JobRequest, data: DataPart, spec: JobSpec,
     prefix = dialect.launcher_tokens(spec, launcher)
     if launcher == profile.mpi.launcher:  # the profile's arguments are for its launcher
         prefix += list(profile.mpi.launcher_args)
-    line = shell_join(prefix + rank_tokens(profile, req, command, launcher,
+    line = shell_join(prefix + rank_tokens(profile, spec, command, launcher,
                                            ranks.image(container), container.binds,
-                                           dialect.job_id_word, ranks.wrapper_file))
+                                           dialect.job_id_word, ranks.wrapper_file,
+                                           project=not req.command))
     env = tuple(profile.env.vars.items()) + tuple(req.env)
     if container.mode == "unprivileged":  # what the user or profile sets wins
         env += tuple((k, v) for k, v in UNPRIVILEGED_MPI_ENV if k not in dict(env))
@@ -278,39 +291,11 @@ def _launch(profile: Profile, req: JobRequest, data: DataPart, spec: JobSpec,
         command=tuple(command), example_defaults=defaults, env=env, launch_line=line,
         master_addr=master_addr or dict(env)["MASTER_ADDR"],
         master_port=master_port or dict(env)["MASTER_PORT"],
-        records_steps=bool(req.run_dir) and dialect.submits
+        records_steps=bool(spec.run_dir) and dialect.submits
                       and (req.runs_example or spec.requeue is not None))
 
 
-def _probe(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDialect,
-           container: ContainerPart, ranks: _Ranks) -> ProbePart | None:
-    """The probe's part; with --probe-first its own srun step with the worker bound in,
-    whatever COMMAND's launcher is (a COMMAND has no bind of the bundled files: the
-    worker's are added)."""
-    if req.probe is None:
-        return None
-    if not req.probe_first:
-        return ProbePart(args=req.probe, first=False, line=None)
-    image = container.image
-    # The step's binds are the bundled example's (the worker's files bound in): with the
-    # example's dataset too, as they always were.
-    example_data = decide_data(profile.paths.imagenet, replace(req.dataset, reader="example"))
-    probe_binds = (tuple(container_binds(
-        profile, req.container, req.run_dir, example_data.packed, project=True,
-        staged_data=container.staged_data is not None)) if image else req.binds)
-    worker = probe_command(profile, req, image)
-    if spec.spares:
-        # Over every node the guard found healthy; the nodes it names slow are
-        # excluded as the gate's are (hpcdl-nodes reads the file).
-        worker += ["--slow-nodes-out", probe_slow_path(req.run_dir)]
-    line = shell_join(dialect.launcher_tokens(spec, "srun", every_healthy_node=bool(spec.spares))
-                      + rank_tokens(profile, _without_command(req), worker, "srun",
-                                    ranks.image(container), probe_binds, dialect.job_id_word,
-                                    ranks.wrapper_file))
-    return ProbePart(args=req.probe, first=True, line=line)
-
-
-def _files(req: JobRequest, spec: JobSpec, dialect: ScriptDialect, launch: LaunchPart,
+def _files(req: FilesRequest, spec: JobSpec, dialect: ScriptDialect, launch: LaunchPart,
            ranks: _Ranks) -> FilesPart:
     """The logs, the files written into the run's job/ (the rank wrapper, the port pick,
     the node guard), and the directory the job starts in (--code)."""
@@ -337,17 +322,19 @@ def _derived(launch: LaunchPart, name: str) -> bool:
     return name not in dict(launch.env)
 
 
-def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDialect,
+def _script(profile: Profile, resilience: ResilienceRequest, hang: HangRequest,
+            req: FilesRequest, launch_req: LaunchRequest, spec: JobSpec, dialect: ScriptDialect,
             launch: LaunchPart, container: ContainerPart, staged: _Staged, ranks: _Ranks,
             probe: ProbePart | None, files: FilesPart) -> str:
-    """The job script: the dialect's template (or --template) filled from the parts."""
+    """The job script: the dialect's template (or --template) filled from the parts
+    (``launch_req``: the request's launch part; ``launch``: the plan's)."""
     image = container.image
     # The expressions the script evaluates; None where the profile or --env sets them.
     master_addr = launch.master_addr if _derived(launch, "MASTER_ADDR") else None
     master_port = launch.master_port if _derived(launch, "MASTER_PORT") else None
     omp = (spec.cpus_per_task if profile.env.omp_num_threads == "cpus-per-task"
            else profile.env.omp_num_threads)
-    exports = [*launch.env, *hang_exports(req.hang, launch.env, req.run_dir or ".")]
+    exports = [*launch.env, *hang_exports(hang, launch.env, req.run_dir or ".")]
     context = {
         "profile": profile,
         "job_name_q": shell_join([spec.job_name]),
@@ -359,15 +346,16 @@ def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDia
         "cpus_per_task": spec.cpus_per_task,
         "omp_num_threads": omp,
         "exports": [(k, shell_join([v])) for k, v in exports]
-                   + _run_dir_exports(req, image)
+                   + _run_dir_exports(req.run_dir, image, project=not launch_req.command)
                    + ([(DATA_VARIABLE, CONTAINER_MOUNT)] if staged.packed and image else []),
-        "backend": req.backend,
+        "backend": launch.backend,
         "image_q": shell_join([image]) if image else None,
         "launcher": launch.launcher,
         # What the script sets up for the launcher (horovodrun's host file).
         "launcher_lines": ranks.launcher.script_lines,
-        "launch_notes": launch_notes(req, launch.launcher, launch.gpu_bind, image,
-                                     container.image_source, master_addr, master_port)
+        "launch_notes": launch_notes(launch_req, spec.gpus_per_node, req.run_dir, launch.launcher,
+                                     launch.gpu_bind, image, container.image_source,
+                                     master_addr, master_port)
                         + [s["note"] for s in staged.steps]
                         + ([staged.packed["note"]] if staged.packed else []),
         "stage": staged.steps,
@@ -386,9 +374,9 @@ def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDia
         "launch_line": launch.launch_line,
         "probe_line": probe.line if probe else None,
         "requeue": requeue_block(spec.requeue, req.run_dir, dialect),
-        "guard": guard_block(profile, spec, req.resilience, req.run_dir, image=bool(image),
+        "guard": guard_block(profile, spec, resilience, req.run_dir, image=bool(image),
                              master_addr=master_addr is not None,
-                             probe_first=req.probe_first),
+                             probe_first=probe is not None and probe.first),
         "progress": progress_block(req.run_dir, spec.requeue, dialect),
         "workdir_q": shell_join([files.workdir]) if files.workdir else None,
     }
@@ -400,20 +388,17 @@ def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDia
     )
 
 
-def _without_command(req: JobRequest) -> JobRequest:
-    return replace(req, command=())
-
-
-def _run_dir_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]]:
+def _run_dir_exports(run_dir: str | None, image: str | None, *,
+                     project: bool) -> list[tuple[str, str]]:
     """What the job is told of its run directory, rendered: HPCDL_RUN_DIR for any script
     (per-step metrics go there, hpcdl.jobside.steps; the staged job-side files are in its
     job/); and for the bundled example or the probe run natively, those staged files on
     PYTHONPATH ahead of whatever the job has (the nodes need not see the hpcdl that
     submitted)."""
-    if not req.run_dir:
+    if not run_dir:
         return []
-    exports = [("HPCDL_RUN_DIR", shell_join([req.run_dir]))]
-    if not image and not req.command:
+    exports = [("HPCDL_RUN_DIR", shell_join([run_dir]))]
+    if not image and project:
         exports.append(("PYTHONPATH",
-                        shell_join([job_dir(req.run_dir)]) + "${PYTHONPATH:+:$PYTHONPATH}"))
+                        shell_join([job_dir(run_dir)]) + "${PYTHONPATH:+:$PYTHONPATH}"))
     return exports

@@ -70,6 +70,19 @@ class HangPart:
 
 
 @dataclass(frozen=True)
+class FilesRequest:
+    """The request's files part, as given: the job's name, its run directory (None:
+    where sbatch runs), a --template to render instead of the dialect's, and the user's
+    code directory (submit --code, copied into the run's code/ and the job started
+    there: for a cluster reached over SSH)."""
+
+    job_name: str | None = None
+    run_dir: str | None = None
+    template: str | None = None
+    code_dir: str | None = None
+
+
+@dataclass(frozen=True)
 class FilesPart:
     """The run's files as the job sees them: logs, what is copied or written into
     RUN_DIR/job at submission, the user's code."""

@@ -26,9 +26,12 @@ from hpcdl.core.tokens import (
 from hpcdl.hang.actions import HANG_ACTIONS
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import rules
+from hpcdl.plan.command import LaunchRequest
 from hpcdl.plan.container import ContainerRequest
 from hpcdl.plan.data import DataRequest
+from hpcdl.plan.jobplan import FilesRequest
 from hpcdl.plan.partition import PlacementRequest
+from hpcdl.plan.probe import ProbeRequest
 from hpcdl.plan.resilience import HangRequest, ResilienceRequest
 from hpcdl.profiles.schema import Backend, GpuBind, Launcher
 from hpcdl.schedulers.launchers import REGISTRY, launcher_for
@@ -115,6 +118,24 @@ class JobRequest:
     def runs_example(self) -> bool:
         """The job's command is the bundled example (no COMMAND, not a probe job)."""
         return not self.command and not self.probe_only
+
+    @property
+    def launch(self) -> LaunchRequest:
+        """The launch part (hpcdl.plan.command): what every rank runs and how it starts."""
+        return LaunchRequest(backend=self.backend, launcher=self.launcher,
+                             gpu_bind=self.gpu_bind, env=self.env, command=self.command,
+                             example_args=self.example_args, probe_only=self.probe_only)
+
+    @property
+    def probe_request(self) -> ProbeRequest:
+        """The probe part (hpcdl.plan.probe): the worker's arguments, a first step or not."""
+        return ProbeRequest(args=self.probe, first=self.probe_first)
+
+    @property
+    def files(self) -> FilesRequest:
+        """The files part (hpcdl.plan.jobplan): job name, run directory, template, code."""
+        return FilesRequest(job_name=self.job_name, run_dir=self.run_dir,
+                            template=self.template, code_dir=self.code_dir)
 
     @property
     def container(self) -> ContainerRequest:

@@ -10,7 +10,11 @@ ValidationError (one line: the option, the value, why).
 
 from __future__ import annotations
 
+import os
+from pathlib import PurePosixPath
+
 from hpcdl.jobside.errors import ValidationError
+from hpcdl.plan.data import DataPart
 from hpcdl.probe.request import check_nodes
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import ScriptDialect
@@ -76,3 +80,27 @@ def launcher_runs_job(profile: Profile, dialect: ScriptDialect, launcher: RankLa
     if refused := launcher.refusal(probe_only=probe_only, runs_example=runs_example,
                                    backend=backend):
         raise ValidationError(refused)
+
+
+def check_shared_paths(profile: Profile, run_dir: str | None, binds: tuple[str, ...],
+                       image: str | None, data: DataPart) -> None:
+    """Refuse what the compute nodes cannot see: a run directory, image, dataset (the
+    host's path of ``data``, DataPart.host_path) or --bind source outside the profile's
+    paths.shared (no check when it lists none)."""
+    shared = profile.paths.shared
+    if not shared:
+        return
+    checks = [("--run-dir", run_dir), ("--image", image), ("--data", data.host_path(image)),
+              *(("--bind", b.split(":", 1)[0]) for b in binds)]
+    for name, path in checks:
+        if path and not on_shared_path(path, shared):
+            raise ValidationError(
+                f"{name}: {path} is not on a path the compute nodes share (profile "
+                f"{profile.name}: paths.shared = {', '.join(shared)}): the nodes cannot see it")
+
+
+def on_shared_path(path: str, shared: list[str]) -> bool:
+    """``path`` (made absolute against the current directory) is one of ``shared`` or
+    below one of them."""
+    where = PurePosixPath(os.path.normpath(os.path.abspath(path)))
+    return any(where == PurePosixPath(s) or PurePosixPath(s) in where.parents for s in shared)
