@@ -66,7 +66,7 @@ from hpcdl.plan.partition import (
     tasks_per_node,
 )
 from hpcdl.plan.probe import ProbeRequest, probe_part
-from hpcdl.plan.request import JobRequest, RuntimeMode, _fail, check_request
+from hpcdl.plan.request import JobRequest, RuntimeMode, check_request
 from hpcdl.plan.resilience import (
     HangRequest,
     ResilienceRequest,
@@ -271,9 +271,7 @@ def _launch(profile: Profile, req: LaunchRequest, data: DataPart, spec: JobSpec,
         command = list(req.command) or default_command(
             profile, req, spec.run_dir, container.image, defaults,
             resume=spec.requeue is not None or spec.spares > 0, data=data)
-    feature = ranks.launcher.feature
-    if feature and (refused := dialect.unsupported(profile, feature)):
-        raise _fail(refused)
+    rules.launcher_on_scheduler(profile, dialect, ranks.launcher)
     prefix = dialect.launcher_tokens(spec, launcher)
     if launcher == profile.mpi.launcher:  # the profile's arguments are for its launcher
         prefix += list(profile.mpi.launcher_args)

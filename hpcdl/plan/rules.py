@@ -82,6 +82,14 @@ def launcher_runs_job(profile: Profile, dialect: ScriptDialect, launcher: RankLa
         raise ValidationError(refused)
 
 
+def launcher_on_scheduler(profile: Profile, dialect: ScriptDialect,
+                          launcher: RankLauncher) -> None:
+    """The scheduler's script can carry out what the launcher needs (torchrun's
+    rendezvous, for one)."""
+    if launcher.feature and (refused := dialect.unsupported(profile, launcher.feature)):
+        raise ValidationError(refused)
+
+
 def check_shared_paths(profile: Profile, run_dir: str | None, binds: tuple[str, ...],
                        image: str | None, data: DataPart) -> None:
     """Refuse what the compute nodes cannot see: a run directory, image, dataset (the
