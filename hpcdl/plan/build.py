@@ -221,9 +221,9 @@ def _container(profile: Profile, req: ContainerRequest, launch: LaunchRequest, d
     packed dataset is, natively too)."""
     return ContainerPart(
         image=image, image_source=image_source,
-        binds=(tuple(container_binds(profile, req, spec.run_dir, data.packed,
-                                     project=not launch.command,
-                                     staged_data=staged.data is not None))
+        binds=(tuple(container_binds(profile, req, spec.run_dir,
+                                     data.image_binds(staged=staged.data is not None),
+                                     project=not launch.command))
                if image else req.binds),
         mode=((runtime_mode if profile.container.mode == "auto" else profile.container.mode)
               if image else None),

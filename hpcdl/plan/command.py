@@ -12,10 +12,6 @@ from pathlib import PurePosixPath
 
 from hpcdl.core.resources import PACKAGE_DIR, examples_dir
 from hpcdl.core.templating import Raw
-from hpcdl.data.mount import (
-    CONTAINER_MOUNT,
-    DATA_VARIABLE,
-)
 from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME
 from hpcdl.launch.staging import job_dir
@@ -84,10 +80,7 @@ def default_command(profile: Profile, req: LaunchRequest, run_dir: str | None,
     base = (JOB_PROJECT_DIR / "examples" if image else
             PurePosixPath(job_dir(run_dir)) / "examples" if run_dir else examples_dir())
     cmd = [profile.python, str(base / DEFAULT_EXAMPLE), "--backend", req.backend]
-    # A packed file's mount: fixed in an image, the node's mount point ($HPCDL_DATA) natively.
-    source = data.source if not data.packed else (
-        CONTAINER_MOUNT if image else Raw(f'"${DATA_VARIABLE}"'))
-    cmd += ["--data", source] if source else ["--synthetic"]
+    cmd += data.example_args(image)
     if run_dir:  # checkpoints belong with the run that wrote them
         cmd += ["--checkpoint-dir", f"{run_dir}/checkpoints"]
     if resume:

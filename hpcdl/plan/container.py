@@ -12,7 +12,6 @@ from typing import Any
 
 from hpcdl.core.resources import PACKAGE_DIR, examples_dir
 from hpcdl.core.templating import Raw
-from hpcdl.data.mount import STAGED_DATA_VARIABLE, image_bind
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.launch.staging import job_dir
 from hpcdl.profiles.schema import Profile
@@ -51,21 +50,17 @@ def job_image(profile: Profile, req: ContainerRequest) -> tuple[str | None, str 
 
 
 def container_binds(profile: Profile, req: ContainerRequest, run_dir: str | None,
-                    packed: str | None, *, project: bool, staged_data: bool = False
-                    ) -> list[str]:
+                    data_binds: list[str], *, project: bool) -> list[str]:
     """Every -B of an image run, in order: the site's, node-local scratch (where
     --stage-to copies), the user's, the run directory (logs and checkpoints: the ranks
     must see it), the job-side files (``project``: the bundled example's or the probe
-    worker's, not a user's COMMAND) and a packed dataset (``packed``, the plan's
-    DataPart.packed): the shared file, or with ``staged_data`` each node's copy
-    ($HPCDL_DATA_FILE, whose path holds the job id and is only known to the script)."""
+    worker's, not a user's COMMAND) and the packed dataset's (``data_binds``: the
+    plan's DataPart.image_binds)."""
     scratch = profile.paths.local_scratch
     site = [*profile.container.binds,
             *([scratch] if scratch and scratch not in profile.container.binds else [])]
     return [*site, *req.binds, *([run_dir] if run_dir else []),
-            *(_project_binds(run_dir) if project else []),
-            *([Raw(image_bind(f'"${STAGED_DATA_VARIABLE}"')) if staged_data
-               else image_bind(packed)] if packed else [])]
+            *(_project_binds(run_dir) if project else []), *data_binds]
 
 
 def _project_binds(run_dir: str | None) -> list[str]:

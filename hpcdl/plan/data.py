@@ -13,8 +13,15 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from hpcdl.core.templating import shell_join
-from hpcdl.data.mount import CONTAINER_MOUNT, STAGED_DATA_VARIABLE, is_packed_name, native_mount_dir
+from hpcdl.core.templating import Raw, shell_join
+from hpcdl.data.mount import (
+    CONTAINER_MOUNT,
+    DATA_VARIABLE,
+    STAGED_DATA_VARIABLE,
+    image_bind,
+    is_packed_name,
+    native_mount_dir,
+)
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import JobSpec, ScriptDialect
@@ -59,6 +66,23 @@ class DataPart:
         packed file always (the job mounts it), the example's dataset natively; in an
         image --data is the container's path (a --bind makes it)."""
         return (self.source if self.reader == "example" and not image else None) or self.packed
+
+    def example_args(self, image: str | None) -> list[str]:
+        """What the bundled example is told: ``--data`` and the path it reads (a packed
+        file's mount: fixed in an image, the node's mount point $HPCDL_DATA natively),
+        or ``--synthetic``."""
+        if self.packed:
+            return ["--data", CONTAINER_MOUNT if image else Raw(f'"${DATA_VARIABLE}"')]
+        return ["--data", self.source] if self.source else ["--synthetic"]
+
+    def image_binds(self, *, staged: bool) -> list[str]:
+        """The container's bind of a packed file: the shared file, or with ``staged``
+        each node's copy ($HPCDL_DATA_FILE, whose path holds the job id and is only
+        known to the script); none otherwise (a tree is the user's --bind)."""
+        if not self.packed:
+            return []
+        return [Raw(image_bind(f'"${STAGED_DATA_VARIABLE}"')) if staged
+                else image_bind(self.packed)]
 
     def to_dict(self) -> dict[str, Any]:
         """plan.json's ``data``."""

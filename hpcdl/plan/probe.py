@@ -44,9 +44,9 @@ def probe_part(profile: Profile, req: ProbeRequest, spec: JobSpec, dialect: Scri
     # example's dataset too, as they always were.
     example_data = decide_data(profile.paths.imagenet, replace(data_req, reader="example"))
     binds = (tuple(container_binds(
-        profile, container_req, run_dir, example_data.packed, project=True,
-        staged_data=container.staged_data is not None)) if container.image
-        else container_req.binds)
+        profile, container_req, run_dir,
+        example_data.image_binds(staged=container.staged_data is not None), project=True))
+        if container.image else container_req.binds)
     worker = probe_command(profile, req.args, run_dir, container.image)
     if spec.spares:
         # Over every node the guard found healthy; the nodes it names slow are
