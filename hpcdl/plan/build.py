@@ -135,8 +135,8 @@ def build_plan(profile: Profile, req: JobRequest,
     files = _files(files_req, spec, dialect, launch, ranks)
     warnings = (*dialect.warnings(profile), *([arch_warning] if arch_warning else []),
                 *hang_warnings(hang_req, spec.time_seconds))
-    script = _script(profile, resilience, hang_req, files_req, launch_req, spec, dialect, launch,
-                     container, staged, ranks, probe, files)
+    script = _script(profile, _Asked(files_req, launch_req, resilience, hang_req), spec,
+                     dialect, launch, container, staged, ranks, probe, files)
     hang = hang_part(hang_req, spec.spares)  # checked last, as it always was
     return JobPlan(spec=spec, partition_reason=reason, launch=launch, container=container,
                    data=data, files=files, script=script, warnings=warnings, probe=probe,
@@ -320,19 +320,29 @@ def _derived(launch: LaunchPart, name: str) -> bool:
     return name not in dict(launch.env)
 
 
-def _script(profile: Profile, resilience: ResilienceRequest, hang: HangRequest,
-            req: FilesRequest, launch_req: LaunchRequest, spec: JobSpec, dialect: ScriptDialect,
+@dataclass(frozen=True)
+class _Asked:
+    """The request's parts the script reads beside the plan's."""
+
+    files: FilesRequest
+    launch: LaunchRequest
+    resilience: ResilienceRequest
+    hang: HangRequest
+
+
+def _script(profile: Profile, asked: _Asked, spec: JobSpec, dialect: ScriptDialect,
             launch: LaunchPart, container: ContainerPart, staged: _Staged, ranks: _Ranks,
             probe: ProbePart | None, files: FilesPart) -> str:
     """The job script: the dialect's template (or --template) filled from the parts
-    (``launch_req``: the request's launch part; ``launch``: the plan's)."""
+    (``asked``: the request's; ``launch``: the plan's launch part)."""
+    req, launch_req = asked.files, asked.launch
     image = container.image
     # The expressions the script evaluates; None where the profile or --env sets them.
     master_addr = launch.master_addr if _derived(launch, "MASTER_ADDR") else None
     master_port = launch.master_port if _derived(launch, "MASTER_PORT") else None
     omp = (spec.cpus_per_task if profile.env.omp_num_threads == "cpus-per-task"
            else profile.env.omp_num_threads)
-    exports = [*launch.env, *hang_exports(hang, launch.env, req.run_dir or ".")]
+    exports = [*launch.env, *hang_exports(asked.hang, launch.env, req.run_dir or ".")]
     context = {
         "profile": profile,
         "job_name_q": shell_join([spec.job_name]),
@@ -372,7 +382,7 @@ def _script(profile: Profile, resilience: ResilienceRequest, hang: HangRequest,
         "launch_line": launch.launch_line,
         "probe_line": probe.line if probe else None,
         "requeue": requeue_block(spec.requeue, req.run_dir, dialect),
-        "guard": guard_block(profile, spec, resilience, req.run_dir, image=bool(image),
+        "guard": guard_block(profile, spec, asked.resilience, req.run_dir, image=bool(image),
                              master_addr=master_addr is not None,
                              probe_first=probe is not None and probe.first),
         "progress": progress_block(req.run_dir, spec.requeue, dialect),

@@ -53,13 +53,14 @@ def test_each_derived_value_is_computed_once(monkeypatch) -> None:
             return real(*args, **kwargs)
         monkeypatch.setattr(build_mod, name, wrapper)
 
-    for name in ("job_time", "requeue_spec", "example_defaults", "job_image", "container_binds"):
+    for name in ("job_time", "requeue_spec", "example_defaults", "job_image", "container_binds",
+                 "decide_data"):
         counting(name)
     build_plan(load_profile("sandbox"), JobRequest(
         nodes=2, gpus=1, image="/scratch/images/x.sif", run_dir="/scratch/r", requeue=True,
         synthetic=True))
     assert counts == {"job_time": 1, "requeue_spec": 1, "example_defaults": 1, "job_image": 1,
-                      "container_binds": 1}
+                      "container_binds": 1, "decide_data": 1}
 
 
 def test_the_dialect_owns_what_its_scheduler_cannot_do() -> None:
