@@ -44,11 +44,11 @@ def build_alloc(profile: Profile, req: JobRequest) -> AllocPlan:
     """Validate ``req`` and build the allocation's argv. Raises ValidationError,
     RenderError, UserInputError (a scheduler hpcdl cannot allocate on)."""
     check_request(req)
-    part, reason = choose_partition(profile, req)
+    part, reason = choose_partition(profile, req.placement)
     cpus = req.cpus_per_task or default_cpus_per_task(part, req.gpus)
     spec = JobSpec(profile=profile, partition=part, nodes=req.nodes, gpus_per_node=req.gpus,
                    tasks_per_node=tasks_per_node(req.gpus), cpus_per_task=cpus,
-                   time_seconds=job_time(profile, part, req),
+                   time_seconds=job_time(profile, part, req.placement),
                    job_name=req.job_name or "interactive", run_dir=None)
     alloc = dialect_for(profile.scheduler.type).alloc(spec, req.command)
     script = render_template(

@@ -26,7 +26,7 @@ from hpcdl.jobs import preflight
 from hpcdl.jobs.place import HERE, RunPlace, Shipped
 from hpcdl.jobs.rundir import RunDir, runs_root
 from hpcdl.jobside.errors import ValidationError
-from hpcdl.plan import JobRequest, RuntimeMode, job_image
+from hpcdl.plan import DataPart, JobRequest, RuntimeMode, job_image
 from hpcdl.profiles.schema import Profile
 from hpcdl.remote import images
 from hpcdl.remote.dirs import known_offline
@@ -81,7 +81,7 @@ class Cluster:
         image paths are the cluster's."""
         if self.remote:
             return None
-        return preflight.image_arch_facts(job_image(self._profile(), request)[0])
+        return preflight.image_arch_facts(job_image(self._profile(), request.container)[0])
 
     def runtime_mode(self, request: JobRequest) -> tuple[RuntimeMode | None, str | None]:
         """How the container runtime will run the request's ranks, and a warning when
@@ -91,7 +91,7 @@ class Cluster:
         if self.remote:
             return None, None
         prof = self._profile()
-        return preflight.runtime_mode(job_image(prof, request)[0], prof.container.binary)
+        return preflight.runtime_mode(job_image(prof, request.container)[0], prof.container.binary)
 
     def check_inputs(self, request: JobRequest, image: str | None = None) -> None:
         """Refuse (ValidationError) a missing image, dataset or script here; a cluster
@@ -106,12 +106,12 @@ class Cluster:
         if not self.remote:
             preflight.check_data_kind(request)
 
-    def many_files_warning(self, request: JobRequest) -> str | None:
-        """preflight.many_files_warning on this host's files; None for a cluster
-        elsewhere, where --data is a path on the cluster."""
+    def many_files_warning(self, data: DataPart) -> str | None:
+        """preflight.many_files_warning on this host's files, for the dataset the plan
+        decided; None for a cluster elsewhere, where --data is a path on the cluster."""
         if self.remote:
             return None
-        return preflight.many_files_warning(self._profile(), request)
+        return preflight.many_files_warning(self._profile(), data)
 
     # What the transport allows.
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
 from hpcdl.data.mount import SQUASHFS_MAGIC, is_packed_name
 from hpcdl.jobside.errors import UserInputError, ValidationError
-from hpcdl.plan import JobRequest, RuntimeMode
-from hpcdl.plan.command import on_shared_path
+from hpcdl.plan import DataPart, JobRequest, RuntimeMode
+from hpcdl.plan.rules import on_shared_path
 from hpcdl.profiles.schema import Profile
 
 if TYPE_CHECKING:
@@ -54,17 +54,15 @@ def count_files(root: str | os.PathLike[str], stop: int) -> int:
     return found
 
 
-def many_files_warning(profile: Profile, req: JobRequest, *,
+def many_files_warning(profile: Profile, dataset: DataPart, *,
                        limit: int = MANY_FILES) -> str | None:
-    """One line when the job's dataset is a directory tree on a shared path (the
-    profile's paths.shared; with none listed, anywhere but its local scratch) holding
-    more than ``limit`` files, with the ``hpcdl data pack`` command that turns it into
-    one file; None otherwise (a packed file, --synthetic, a path this host does not
-    have, a small tree)."""
-    if req.synthetic or req.probe_only:
-        return None
-    data = req.data or (profile.paths.imagenet if req.runs_example else None)
-    if not data or is_packed_name(data) or not Path(data).expanduser().is_dir():
+    """One line when the job's dataset (the plan's decided part) is a directory tree on
+    a shared path (the profile's paths.shared; with none listed, anywhere but its local
+    scratch) holding more than ``limit`` files, with the ``hpcdl data pack`` command
+    that turns it into one file; None otherwise (a packed file, --synthetic, a path this
+    host does not have, a small tree)."""
+    data = dataset.source
+    if not data or dataset.packed or not Path(data).expanduser().is_dir():
         return None
     path = os.path.normpath(os.path.abspath(Path(data).expanduser()))
     shared, local = profile.paths.shared, profile.paths.local_scratch

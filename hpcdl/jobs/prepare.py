@@ -84,7 +84,7 @@ P = TypeVar("P")
 
 
 def prepare(prof: Profile, request: JobRequest, cluster: Cluster,
-            plan: Callable[[Inputs], P], image: Callable[[P], str | None], *,
+            plan: Callable[[Inputs], P], first: Callable[[P], JobPlan], *,
             check_image: bool = True, on_warning: OnWarning = no_warning) -> tuple[Inputs, P]:
     """The one prepare sequence of every command that submits (one job, a scaling
     sweep's points, a sweep's job array), dry run or not (``cluster.planning``): --code
@@ -92,8 +92,9 @@ def prepare(prof: Profile, request: JobRequest, cluster: Cluster,
     dataset); the image's build record for the plan's GPU-architecture check and the
     runtime mode, read here where the cluster sees this host's files; the request as
     the cluster sees it (request_for); ``plan`` of those Inputs (raises before
-    anything is written); the dataset's many-files warning; and for real the inputs
-    (the image ``image`` names in the plan, dataset, script) checked here.
+    anything is written); the dataset's many-files warning (the dataset the plan
+    decided: ``first`` names the plan's first job); and for real the inputs (that job's
+    image, the dataset, the script) checked here.
 
     ``check_image``: False for the probe, whose job reads no build record and whose
     inputs are not checked before submission (as `hpcdl probe` has always done).
@@ -110,10 +111,11 @@ def prepare(prof: Profile, request: JobRequest, cluster: Cluster,
     planned = plan(inputs)  # raises before writing
     # After the plan accepted the request (a refusal stays one line); on this host's
     # files only: over SSH --data is a path on the cluster.
-    if check_image and (crowded := cluster.many_files_warning(inputs.request)):
+    job = first(planned)
+    if check_image and (crowded := cluster.many_files_warning(job.data)):
         on_warning(crowded)
     if not cluster.planning and check_image:
-        cluster.check_inputs(inputs.request, image=image(planned))
+        cluster.check_inputs(inputs.request, image=job.container.image)
     return inputs, planned
 
 
@@ -152,7 +154,7 @@ def prepare_job(prof: Profile, request: JobRequest, cluster: Cluster, *,
         return plan_run(prof, ready.request, run_name=run_name, image_facts=ready.image_facts,
                         runtime_mode=ready.runtime_mode, place=cluster.place)
 
-    ready, planned = prepare(prof, request, cluster, plan, lambda p: p.container.image,
+    ready, planned = prepare(prof, request, cluster, plan, lambda p: p,
                              check_image=check_image, on_warning=on_warning)
     notes = ready.notes
     if notes is not None and not ready.reading and planned.spec.run_dir is not None:

@@ -7,37 +7,43 @@ comes from its dialect (hpcdl.schedulers.*.script). Pure.
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from hpcdl.core.resources import PACKAGE_DIR, examples_dir
 from hpcdl.core.templating import Raw
-from hpcdl.data.mount import (
-    CONTAINER_MOUNT,
-    DATA_VARIABLE,
-    STAGED_DATA_VARIABLE,
-    image_bind,
-    is_packed_name,
-)
 from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME
 from hpcdl.launch.staging import job_dir
+from hpcdl.plan.container import JOB_PROJECT_DIR
+from hpcdl.plan.data import DataPart
 from hpcdl.plan.partition import tasks_per_node
-from hpcdl.plan.request import JobRequest, _fail
 from hpcdl.probe.request import worker_path
 from hpcdl.profiles.schema import Profile
-from hpcdl.schedulers.base import ScriptDialect
+from hpcdl.schedulers.base import JobSpec, ScriptDialect
 from hpcdl.schedulers.launchers import launcher_for
 
-# Where a job sees the bundled examples and the stdlib-only hpcdl modules they import
-# (hpcdl.jobside.errors, hpcdl.jobside.world, hpcdl.jobside.imagefolder): staged into the run
-# directory (hpcdl.launch.staging) and bound read-only from there at job time (from the
-# installed hpcdl when the plan has no run directory), so the examples run in any image
-# (a site's NGC image has no copy
-# of hpcdl; images built from containers/*.yaml carry one in /opt/hpcdl) and always
-# match the hpcdl that rendered the job.
-JOB_PROJECT_DIR = PurePosixPath("/hpcdl")
 DEFAULT_EXAMPLE = "resnet50_imagenet.py"
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """The request's launch part, as given: what every rank runs (a COMMAND, or the
+    bundled example with -X arguments; the probe worker for a probe job) and how the
+    ranks start (None: the profile's mpi.launcher, mpi.gpu_bind)."""
+
+    backend: str = "horovod"
+    launcher: str | None = None
+    gpu_bind: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    command: tuple[str, ...] = ()
+    example_args: tuple[str, ...] = ()
+    probe_only: bool = False  # the job is `hpcdl probe`: the probe worker runs
+
+    @property
+    def runs_example(self) -> bool:
+        """The job's command is the bundled example (no COMMAND, not a probe job)."""
+        return not self.command and not self.probe_only
 
 
 def _option_name(arg: str) -> str | None:
@@ -45,7 +51,7 @@ def _option_name(arg: str) -> str | None:
     return arg.split("=", 1)[0] if arg.startswith("--") else None
 
 
-def example_defaults(profile: Profile, req: JobRequest,
+def example_defaults(profile: Profile, req: LaunchRequest,
                      example: str = DEFAULT_EXAMPLE) -> tuple[str, ...]:
     """The profile's default arguments for the bundled ``example`` that stay on its
     command line: ``examples.args``, then ``examples.per_example[example]`` (which
@@ -64,21 +70,19 @@ def example_defaults(profile: Profile, req: JobRequest,
     return tuple(a for a in shared + per_example if _option_name(a) not in user)
 
 
-def default_command(profile: Profile, req: JobRequest, image: str | None,
-                    defaults: tuple[str, ...], resume: bool) -> list[str]:
-    """The bundled example's command line: hpcdl's options, the profile's ``defaults``
-    (example_defaults), the user's -X; ``resume``: every attempt of a requeued or
-    chained job continues where the last one stopped."""
+def default_command(profile: Profile, req: LaunchRequest, run_dir: str | None,
+                    image: str | None, defaults: tuple[str, ...], resume: bool,
+                    data: DataPart) -> list[str]:
+    """The bundled example's command line: hpcdl's options, the dataset (``data``, the
+    plan's decided part), the profile's ``defaults`` (example_defaults), the user's -X;
+    ``resume``: every attempt of a requeued or chained job continues where the last one
+    stopped."""
     base = (JOB_PROJECT_DIR / "examples" if image else
-            PurePosixPath(job_dir(req.run_dir)) / "examples" if req.run_dir else examples_dir())
+            PurePosixPath(job_dir(run_dir)) / "examples" if run_dir else examples_dir())
     cmd = [profile.python, str(base / DEFAULT_EXAMPLE), "--backend", req.backend]
-    data: str | None = None if req.synthetic else req.data or profile.paths.imagenet
-    if data and packed_data(profile, req):
-        # The file's mount: fixed in an image, the node's mount point ($HPCDL_DATA) natively.
-        data = CONTAINER_MOUNT if image else Raw(f'"${DATA_VARIABLE}"')
-    cmd += ["--data", data] if data else ["--synthetic"]
-    if req.run_dir:  # checkpoints belong with the run that wrote them
-        cmd += ["--checkpoint-dir", f"{req.run_dir}/checkpoints"]
+    cmd += data.example_args(image)
+    if run_dir:  # checkpoints belong with the run that wrote them
+        cmd += ["--checkpoint-dir", f"{run_dir}/checkpoints"]
     if resume:
         cmd += ["--resume"]
     # The user's -X last: after the profile's defaults, so argparse's "last one wins"
@@ -86,38 +90,20 @@ def default_command(profile: Profile, req: JobRequest, image: str | None,
     return cmd + list(defaults) + list(req.example_args)
 
 
-def probe_command(profile: Profile, req: JobRequest, image: str | None) -> list[str]:
-    """The probe worker with its arguments (``req.probe``), where the job sees it."""
-    package = job_dir(req.run_dir) + "/hpcdl" if req.run_dir else str(PACKAGE_DIR)
-    return [profile.python, worker_path(bool(image), package, JOB_PROJECT_DIR),
-            *(req.probe or ())]
+def probe_command(profile: Profile, args: tuple[str, ...], run_dir: str | None,
+                  image: str | None) -> list[str]:
+    """The probe worker with its arguments ``args``, where the job sees it."""
+    package = job_dir(run_dir) + "/hpcdl" if run_dir else str(PACKAGE_DIR)
+    return [profile.python, worker_path(bool(image), package, JOB_PROJECT_DIR), *args]
 
 
-def packed_data(profile: Profile, req: JobRequest) -> str | None:
-    """The packed dataset file (``hpcdl data pack``) the job mounts: --data DATA.sqfs,
-    or for the bundled example a profile's paths.imagenet that is one; else None."""
-    if req.synthetic or req.probe_only:
-        return None
-    data = req.data or (profile.paths.imagenet if req.runs_example else None)
-    return os.path.normpath(os.path.abspath(data)) if data and is_packed_name(data) else None
-
-
-def job_image(profile: Profile, req: JobRequest) -> tuple[str | None, str | None]:
-    """The image the ranks run in and where it came from (``--image`` or the profile's
-    ``container.default_image``); (None, None) for a native run."""
-    if req.image:
-        return req.image, "--image"
-    if req.no_image or not profile.container.default_image:
-        return None, None
-    return profile.container.default_image, "profile default_image"
-
-
-def rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher: str,
+def rank_tokens(profile: Profile, spec: JobSpec, command: list[str], launcher: str,
                 image: str | None, binds: tuple[str, ...], job_id_word: str,
-                wrapper_file: str | None) -> list[str]:
+                wrapper_file: str | None, *, project: bool) -> list[str]:
     """What the launcher starts on every rank: the container (if any) with ``binds``
-    (container_binds, the same the plan records), the rank-env wrapper (``wrapper_file``,
-    a file of the run; None: inline in the script), the launcher's agent (torchrun's) and
+    (container_binds, the same the plan records; ``project``: the bundled files are on
+    its PYTHONPATH), the rank-env wrapper (``wrapper_file``, a file of the run; None:
+    inline in the script), the launcher's agent (torchrun's, over ``spec``'s nodes) and
     the command."""
     tokens: list[str] = []
     if image:
@@ -127,7 +113,7 @@ def rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher:
             tokens.append("--nv")
         for bind in binds:
             tokens += ["-B", bind]
-        if not req.command:
+        if project:
             tokens += ["--env", f"PYTHONPATH={JOB_PROJECT_DIR}"]
         tokens.append(image)
     # Every rank (or torchrun agent) starts through the rank-env wrapper. A file of the run
@@ -140,37 +126,9 @@ def rank_tokens(profile: Profile, req: JobRequest, command: list[str], launcher:
     else:
         tokens += [Raw("/bin/sh"), wrapper_file]
     tokens += launcher_for(launcher).agent_tokens(
-        command, profile.python, nodes=req.nodes, tasks_per_node=tasks_per_node(req.gpus),
+        command, profile.python, nodes=spec.nodes, tasks_per_node=spec.tasks_per_node,
         job_id_word=job_id_word)
     return tokens + command
-
-
-def container_binds(profile: Profile, req: JobRequest, *, staged_data: bool = False
-                    ) -> list[str]:
-    """Every -B of an image run, in order: the site's, node-local scratch (where
-    --stage-to copies), the user's, the run directory (logs and checkpoints: the ranks
-    must see it), the job-side files and a packed dataset: the shared file, or with
-    ``staged_data`` each node's copy ($HPCDL_DATA_FILE, whose path holds the job id and
-    is only known to the script)."""
-    scratch = profile.paths.local_scratch
-    site = [*profile.container.binds,
-            *([scratch] if scratch and scratch not in profile.container.binds else [])]
-    packed = packed_data(profile, req)
-    return [*site, *req.binds, *([req.run_dir] if req.run_dir else []), *_project_binds(req),
-            *([Raw(image_bind(f'"${STAGED_DATA_VARIABLE}"')) if staged_data
-               else image_bind(packed)] if packed else [])]
-
-
-def _project_binds(req: JobRequest) -> list[str]:
-    """The read-only bind that brings the bundled examples (and the hpcdl modules they
-    import, or the probe worker) into the container: the run directory's staged copy, or
-    without a run directory the installed hpcdl's files; none for a user's COMMAND."""
-    if req.command:
-        return []
-    if req.run_dir:
-        return [f"{job_dir(req.run_dir)}:{JOB_PROJECT_DIR}:ro"]
-    return [f"{examples_dir()}:{JOB_PROJECT_DIR}/examples:ro",
-            f"{PACKAGE_DIR}:{JOB_PROJECT_DIR}/hpcdl:ro"]
 
 
 # How many ports after the derived MASTER_PORT the batch shell tries when that one is
@@ -195,12 +153,13 @@ def master_values(env: tuple[tuple[str, str], ...],
     return addr, port
 
 
-def launch_notes(req: JobRequest, launcher: str, gpu_bind: str, image: str | None,
-                 image_source: str | None, addr: str | None, port: str | None) -> list[str]:
+def launch_notes(req: LaunchRequest, gpus: int, run_dir: str | None, launcher: str,
+                 gpu_bind: str, image: str | None, image_source: str | None,
+                 addr: str | None, port: str | None) -> list[str]:
     """What the launch line does, for the comment above it (shown by --dry-run).
     ``addr``/``port``: master_values() (None where the profile or --env sets them)."""
     starter = launcher_for(launcher)
-    notes = [starter.note(tasks_per_node(req.gpus))]
+    notes = [starter.note(tasks_per_node(gpus))]
     notes.append("MASTER_ADDR: " + ("the first node of the allocation." if addr else
                                     "set by the profile or --env (it wins)."))
     notes.append("MASTER_PORT: " + (f"{PORT_BASE} + job id % {PORT_SPAN}, so jobs sharing a "
@@ -208,20 +167,20 @@ def launch_notes(req: JobRequest, launcher: str, gpu_bind: str, image: str | Non
                                     "the next free one if something on the first node "
                                     "listens on it."
                                     if port else "set by the profile or --env (it wins)."))
-    if not req.gpus:
+    if not gpus:
         notes.append("GPUs: none requested.")
     elif starter.per_node or gpu_bind == "none":  # a node's agent starts ranks on all its GPUs
-        notes.append(f"GPUs: every rank sees the {req.gpus} GPUs of its node and uses GPU "
+        notes.append(f"GPUs: every rank sees the {gpus} GPUs of its node and uses GPU "
                      "LOCAL_RANK (torch.cuda.set_device(LOCAL_RANK), as torchrun and Horovod "
                      "scripts do).")
     else:
-        notes.append(f"GPUs: each rank sees one GPU, number LOCAL_RANK of its node's {req.gpus} "
+        notes.append(f"GPUs: each rank sees one GPU, number LOCAL_RANK of its node's {gpus} "
                      "(CUDA_VISIBLE_DEVICES narrowed by the wrapper; --gpu-bind none keeps all).")
     if image:
         origin = ("the profile's container.default_image; --image overrides, --no-image "
                   "runs natively" if image_source == "profile default_image" else "--image")
         notes.append(f"image: {image} ({origin}).")
-        origin = "the run directory's copy (job/)" if req.run_dir else "the host"
+        origin = "the run directory's copy (job/)" if run_dir else "the host"
         if req.probe_only:
             notes.append(f"the probe worker (hpcdl/jobside/probe_worker.py: stdlib + torch) comes from "
                          f"{origin}, bound read-only at {JOB_PROJECT_DIR} (the image needs no "
@@ -230,29 +189,3 @@ def launch_notes(req: JobRequest, launcher: str, gpu_bind: str, image: str | Non
             notes.append(f"the bundled example comes from {origin}, bound read-only at "
                          f"{JOB_PROJECT_DIR} (the image needs no copy of hpcdl).")
     return notes
-
-
-def check_shared_paths(profile: Profile, req: JobRequest, image: str | None) -> None:
-    """Refuse what the compute nodes cannot see: a run directory, image, dataset or
-    --bind source outside the profile's paths.shared (no check when it lists none)."""
-    shared = profile.paths.shared
-    if not shared:
-        return
-    # In a container --data is the container's path (a --bind makes it); natively the
-    # host's. A packed file is always the host's: the job mounts it.
-    data = (None if req.synthetic or not req.runs_example or image
-            else req.data or profile.paths.imagenet) or packed_data(profile, req)
-    checks = [("--run-dir", req.run_dir), ("--image", image), ("--data", data),
-              *(("--bind", b.split(":", 1)[0]) for b in req.binds)]
-    for name, path in checks:
-        if path and not on_shared_path(path, shared):
-            raise _fail(f"{name}: {path} is not on a path the compute nodes share (profile "
-                        f"{profile.name}: paths.shared = {', '.join(shared)}): the nodes "
-                        f"cannot see it")
-
-
-def on_shared_path(path: str, shared: list[str]) -> bool:
-    """``path`` (made absolute against the current directory) is one of ``shared`` or
-    below one of them."""
-    where = PurePosixPath(os.path.normpath(os.path.abspath(path)))
-    return any(where == PurePosixPath(s) or PurePosixPath(s) in where.parents for s in shared)

@@ -10,6 +10,7 @@ from typing import Any
 from hpcdl import __version__
 from hpcdl.core.duration import format_time
 from hpcdl.launch.staging import JOB_DIR_NAME, job_dir
+from hpcdl.plan.data import DataPart
 from hpcdl.profiles.schema import Backend, GpuBind, Launcher
 from hpcdl.schedulers.base import Demand, JobSpec
 
@@ -69,6 +70,19 @@ class HangPart:
 
 
 @dataclass(frozen=True)
+class FilesRequest:
+    """The request's files part, as given: the job's name, its run directory (None:
+    where sbatch runs), a --template to render instead of the dialect's, and the user's
+    code directory (submit --code, copied into the run's code/ and the job started
+    there: for a cluster reached over SSH)."""
+
+    job_name: str | None = None
+    run_dir: str | None = None
+    template: str | None = None
+    code_dir: str | None = None
+
+
+@dataclass(frozen=True)
 class FilesPart:
     """The run's files as the job sees them: logs, what is copied or written into
     RUN_DIR/job at submission, the user's code."""
@@ -97,7 +111,7 @@ PLAN_JSON_KEYS = (
     "master_port", "requeue", "max_restarts", "signal", "chain", "probe", "probe_first",
     "probe_line", "hang_timeout", "hang_action", "job_files", "job_scripts",
     "container_mode", "records_steps", "stage", "staged_image", "staged_data", "code_dir",
-    "workdir", "spares", "hpcdl_version",
+    "workdir", "spares", "data", "hpcdl_version",
 )
 
 
@@ -111,6 +125,7 @@ class JobPlan:
     partition_reason: str
     launch: LaunchPart
     container: ContainerPart
+    data: DataPart  # the dataset the job reads (plan.json's "data", one object)
     files: FilesPart
     script: str
     warnings: tuple[str, ...] = ()
@@ -170,6 +185,7 @@ class JobPlan:
             "probe_line": probe.line if probe else None,
             "hang_timeout": hang.timeout if hang else None,
             "hang_action": hang.action if hang else None,
+            "data": self.data.to_dict(),
             "script": self.script, "warnings": list(self.warnings),
             "hpcdl_version": self.hpcdl_version,
         }

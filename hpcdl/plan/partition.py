@@ -1,32 +1,64 @@
-"""Which partition a request runs on, and the sizes derived from it: tasks per node,
-CPUs per task, the job's time. Pure; raises ValidationError naming the limit broken.
+"""The request's placement part (nodes, GPUs, partition, time, CPUs, spares), which
+partition it runs on, and the sizes derived from it: tasks per node, CPUs per task, the
+job's time, the spare nodes. Pure; raises ValidationError naming the limit broken.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from functools import cached_property
 
-from hpcdl.core.duration import format_time
-from hpcdl.plan.request import JobRequest, _fail
+from hpcdl.core.duration import format_time, parse_time
+from hpcdl.jobside.errors import ValidationError
 from hpcdl.profiles.schema import Partition, Profile
 
 
-def _requested_seconds(req: JobRequest) -> float | None:
+@dataclass(frozen=True)
+class PlacementRequest:
+    """The request's placement part, as given: what the job asks of its partition.
+    ``gpus`` is GPUs per node; ``measures``: the job is the probe, which measures the
+    nodes it is given (no spares by default)."""
+
+    nodes: int = 1
+    gpus: int = 0
+    partition: str | None = None
+    time: str | None = None
+    cpus_per_task: int | None = None
+    spares: int | None = None  # None: the profile's scheduler.spares
+    measures: bool = False
+
+    @cached_property
+    def time_seconds(self) -> float | None:
+        """--time in seconds, parsed once: None without --time, ``math.inf`` for
+        'infinite'/'UNLIMITED'. Raises ValueError (check_request words it) when ``time``
+        is not hpcdl's duration syntax."""
+        if self.time is None:
+            return None
+        seconds = parse_time(self.time)
+        return math.inf if seconds is None else seconds
+
+
+def _fail(message: str) -> ValidationError:
+    return ValidationError(message)
+
+
+def _requested_seconds(req: PlacementRequest) -> float | None:
     """The requested time in seconds: None when none was asked for, ``math.inf`` for
     'infinite'/'UNLIMITED' (which a partition with a time limit cannot take)."""
     return req.time_seconds if req.time else None
 
 
-def job_spares(profile: Profile, req: JobRequest) -> int:
+def job_spares(profile: Profile, req: PlacementRequest) -> int:
     """Spare nodes of the job: --spares, else the profile's scheduler.spares for a
     training job (a probe measures the nodes it is given)."""
     if req.spares is not None:
         return req.spares
-    return 0 if req.probe_only else profile.scheduler.spares
+    return 0 if req.measures else profile.scheduler.spares
 
 
-def _problems(part: Partition, req: JobRequest, cpus_per_task: int, seconds: float | None,
-              spares: int = 0) -> list[str]:
+def _problems(part: Partition, req: PlacementRequest, cpus_per_task: int,
+              seconds: float | None, spares: int = 0) -> list[str]:
     """Every limit of ``part`` the request breaks, as 'field: value vs limit' lines
     (``spares`` more nodes are allocated than the training runs on)."""
     out = []
@@ -76,7 +108,7 @@ def _size_key(part: Partition, order: int) -> tuple[int, int, int, int, int]:
     return (part.gpus_per_node, part.cpus_per_node, part.nodes, 0 if part.default else 1, order)
 
 
-def choose_partition(profile: Profile, req: JobRequest) -> tuple[Partition, str]:
+def choose_partition(profile: Profile, req: PlacementRequest) -> tuple[Partition, str]:
     """The requested partition, or the smallest that fits. Raises ValidationError."""
     seconds = _requested_seconds(req)
     spares = job_spares(profile, req)
@@ -122,7 +154,7 @@ def choose_partition(profile: Profile, req: JobRequest) -> tuple[Partition, str]
     return best, f"smallest partition that fits (candidates: {fit_names})"
 
 
-def job_time(profile: Profile, part: Partition, req: JobRequest) -> int | None:
+def job_time(profile: Profile, part: Partition, req: PlacementRequest) -> int | None:
     """The job's time limit in seconds (None: unlimited): --time, else the profile's
     default_time capped at the partition's max_time. A scheduler dialect spells it."""
     seconds = _requested_seconds(req)

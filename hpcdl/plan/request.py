@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, cast
 
-from hpcdl.core.duration import parse_time
 from hpcdl.core.tokens import (
     BIND,
     BIND_SOURCE,
@@ -26,7 +25,14 @@ from hpcdl.core.tokens import (
 )
 from hpcdl.hang.actions import HANG_ACTIONS
 from hpcdl.jobside.errors import ValidationError
-from hpcdl.probe.request import check_nodes
+from hpcdl.plan import rules
+from hpcdl.plan.command import LaunchRequest
+from hpcdl.plan.container import ContainerRequest
+from hpcdl.plan.data import DataRequest
+from hpcdl.plan.jobplan import FilesRequest
+from hpcdl.plan.partition import PlacementRequest
+from hpcdl.plan.probe import ProbeRequest
+from hpcdl.plan.resilience import HangRequest, ResilienceRequest
 from hpcdl.profiles.schema import Backend, GpuBind, Launcher
 from hpcdl.schedulers.launchers import REGISTRY, launcher_for
 
@@ -91,14 +97,17 @@ class JobRequest:
     spares: int | None = None
 
     @cached_property
+    def placement(self) -> PlacementRequest:
+        """The placement part (hpcdl.plan.partition): nodes, GPUs, partition, time, CPUs,
+        spares; made once per request (its --time is parsed once)."""
+        return PlacementRequest(nodes=self.nodes, gpus=self.gpus, partition=self.partition,
+                                time=self.time, cpus_per_task=self.cpus_per_task,
+                                spares=self.spares, measures=self.probe_only)
+
+    @property
     def time_seconds(self) -> float | None:
-        """--time in seconds, parsed once: None without --time, ``math.inf`` for
-        'infinite'/'UNLIMITED'. Raises ValueError (check_request words it) when ``time``
-        is not hpcdl's duration syntax."""
-        if self.time is None:
-            return None
-        seconds = parse_time(self.time)
-        return math.inf if seconds is None else seconds
+        """--time in seconds (the placement part's, parsed once)."""
+        return self.placement.time_seconds
 
     @property
     def probe_only(self) -> bool:
@@ -109,6 +118,49 @@ class JobRequest:
     def runs_example(self) -> bool:
         """The job's command is the bundled example (no COMMAND, not a probe job)."""
         return not self.command and not self.probe_only
+
+    @property
+    def launch(self) -> LaunchRequest:
+        """The launch part (hpcdl.plan.command): what every rank runs and how it starts."""
+        return LaunchRequest(backend=self.backend, launcher=self.launcher,
+                             gpu_bind=self.gpu_bind, env=self.env, command=self.command,
+                             example_args=self.example_args, probe_only=self.probe_only)
+
+    @property
+    def probe_request(self) -> ProbeRequest:
+        """The probe part (hpcdl.plan.probe): the worker's arguments, a first step or not."""
+        return ProbeRequest(args=self.probe, first=self.probe_first)
+
+    @property
+    def files(self) -> FilesRequest:
+        """The files part (hpcdl.plan.jobplan): job name, run directory, template, code."""
+        return FilesRequest(job_name=self.job_name, run_dir=self.run_dir,
+                            template=self.template, code_dir=self.code_dir)
+
+    @property
+    def container(self) -> ContainerRequest:
+        """The container part (hpcdl.plan.container): the image, binds, staging."""
+        return ContainerRequest(image=self.image, no_image=self.no_image, binds=self.binds,
+                                stage=self.stage_image)
+
+    @property
+    def resilience(self) -> ResilienceRequest:
+        """The resilience part (hpcdl.plan.resilience): requeue or chain."""
+        return ResilienceRequest(requeue=self.requeue, max_restarts=self.max_restarts,
+                                 signal=self.signal, chain=self.chain)
+
+    @property
+    def hang(self) -> HangRequest:
+        """The hang part (hpcdl.plan.resilience): the watchdog's timeout and action."""
+        return HangRequest(timeout=self.hang_timeout, action=self.hang_action)
+
+    @property
+    def dataset(self) -> DataRequest:
+        """The data part (hpcdl.plan.data): --data, --synthetic, --stage-data and who
+        reads the data (the probe, a COMMAND or the bundled example)."""
+        return DataRequest(path=self.data, synthetic=self.synthetic, stage=self.stage_data,
+                           reader=("probe" if self.probe_only else
+                                   "command" if self.command else "example"))
 
 
 def _fail(message: str) -> ValidationError:
@@ -171,18 +223,15 @@ def check_request(req: JobRequest) -> None:
     for arg in req.command:
         _no_nul("command", arg)
     if req.probe is not None:
-        # With spares the --probe-first step measures them too (every healthy node).
-        check_nodes(req.nodes + (req.spares or 0) if req.probe_first else req.nodes)
+        rules.probe_nodes(req.nodes, req.spares, probe_first=req.probe_first)
         for arg in req.probe:
             _no_nul("probe", arg)
-        if req.probe_only and req.example_args:
-            raise _fail("example-arg: applies to the bundled example, not to the probe")
+        rules.example_args_not_for_probe(req.example_args, probe_only=req.probe_only)
     elif req.probe_first:
         raise _fail("probe-first: no probe arguments in the request")
     for arg in req.example_args:
         _no_nul("example-arg", arg)
-    if req.example_args and req.command:
-        raise _fail("example-arg: only applies to the bundled example, not to a COMMAND")
+    rules.example_args_not_for_command(req.example_args, req.command)
     if req.signal is not None:
         _check("signal", req.signal, REQUEUE_SIGNAL)
     if req.max_restarts is not None and req.max_restarts < 0:
@@ -191,11 +240,7 @@ def check_request(req: JobRequest) -> None:
         raise _fail(f"chain: must be at least 1 job (got {req.chain})")
     if req.spares is not None and req.spares < 0:
         raise _fail(f"spares: must be 0 or more spare nodes (got {req.spares})")
-    if req.spares and req.probe_only:
-        raise _fail("spares: the probe measures the nodes it is given; spares are for training")
-    if req.spares and req.chain > 1:
-        raise _fail(f"spares: --chain {req.chain} submits a new allocation per job; "
-                    f"use --requeue with --spares")
+    rules.spares_for_training(req.spares, probe_only=req.probe_only, chain=req.chain)
     if req.chain > 1 and req.requeue:
         raise _fail(f"chain: --chain {req.chain} is for clusters without requeue; "
                     f"it excludes --requeue")
@@ -219,6 +264,4 @@ def _check_hang(req: JobRequest) -> None:
         raise _fail(f"hang-timeout: must be more than 0 seconds (got {req.hang_timeout:g})")
     if req.hang_action is not None and req.hang_action not in HANG_ACTIONS:
         raise _fail(f"hang-action: {req.hang_action!r} is not one of {', '.join(HANG_ACTIONS)}")
-    if req.chain > 1:
-        raise _fail(f"hang-timeout: the watchdog follows one job; --chain {req.chain} "
-                    f"submits {req.chain}")
+    rules.hang_follows_one_job(req.chain)

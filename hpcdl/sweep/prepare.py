@@ -48,7 +48,7 @@ def prepare_points(prof: Profile, base: JobRequest, points: list[SweepPoint],
         return plan_points(prof, ready.request, points, sweep_dir, ready.image_facts,
                            ready.runtime_mode, place=cluster.place)
 
-    ready, plans = prepare(prof, base, cluster, plan, lambda p: p[0][1].container.image,
+    ready, plans = prepare(prof, base, cluster, plan, lambda p: p[0][1],
                            on_warning=on_warning)
     remote = not ready.reading and cluster.place.remote
     return PreparedPoints(ready.request, plans, ready.notes,
@@ -89,7 +89,7 @@ def prepare_array(prof: Profile, base: JobRequest, points: list[Point], cluster:
                                  runtime_mode=ready.runtime_mode, place=cluster.place,
                                  cluster_max_array_size=cluster_max)
 
-    ready, plan_ = prepare(prof, base, cluster, plan, lambda p: p.plans[0].container.image,
+    ready, plan_ = prepare(prof, base, cluster, plan, lambda p: p.plans[0],
                            on_warning=on_warning)
     cluster_dir = cluster.place.cluster_path(plan_.sweep_dir) if cluster.place.remote else None
     return PreparedArray(ready.request, plan_, ready.notes, cluster_dir)

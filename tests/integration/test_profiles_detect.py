@@ -331,7 +331,7 @@ def _equivalent(prof: Profile, part_name: str, req: JobRequest) -> list[str]:
     cpus = req.cpus_per_task or default_cpus_per_task(part, req.gpus)
     return scheduler_options(prof, part, nodes=req.nodes, gpus=req.gpus,
                              tasks_per_node=tasks_per_node(req.gpus), cpus_per_task=cpus,
-                             time_seconds=job_time(prof, part, req))
+                             time_seconds=job_time(prof, part, req.placement))
 
 
 def judge(cluster: Cluster, prof: Profile, row: tuple[str | None, int, int, str | None, int | None, str],

@@ -13,12 +13,13 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hpcdl.jobs.preflight import MANY_FILES, count_files, many_files_warning
 from hpcdl.jobside.errors import ValidationError
-from hpcdl.plan import JobPlan, JobRequest, build_plan
+from hpcdl.plan import DataPart, JobPlan, JobRequest, build_plan, decide_data
 from hpcdl.profiles import load_profile
 from tests.unit.clirun import hpcdl
 from tests.unit.jobfiles import stage_job_scripts
@@ -259,26 +260,31 @@ def test_count_files_stops_at_the_limit(tmp_path: Path) -> None:
     assert MANY_FILES == 10_000
 
 
+def decided(prof: Any, req: JobRequest) -> DataPart:
+    """The data part build_plan decides for ``req`` (what many_files_warning reads)."""
+    return decide_data(prof.paths.imagenet, req.dataset)
+
+
 def test_a_crowded_tree_on_a_shared_path_is_warned_about_once(tmp_path: Path) -> None:
     root = tree(tmp_path / "inet", 6)
     shared = profile().model_copy(update={"paths": profile().paths.model_copy(
         update={"shared": [str(tmp_path)]})})
     req = JobRequest(nodes=1, gpus=0, no_image=True, data=str(root))
-    assert many_files_warning(shared, req, limit=5) == (
+    assert many_files_warning(shared, decided(shared, req), limit=5) == (
         f"data: {root} is a directory tree of more than 5 files on a shared path: every rank "
         f"opens each of them every epoch through the filesystem's metadata servers; pack it "
         f"once and pass the file: hpcdl data pack {root} -o {root}.sqfs")
-    assert many_files_warning(shared, req, limit=6) is None  # not more than the limit
+    assert many_files_warning(shared, decided(shared, req), limit=6) is None  # not more than the limit
     # Not for --synthetic, a packed file, a tree off the shared paths.
-    assert many_files_warning(shared, JobRequest(nodes=1, gpus=0, synthetic=True),
+    assert many_files_warning(shared, decided(shared, JobRequest(nodes=1, gpus=0, synthetic=True)),
                               limit=1) is None
     sqfs = tmp_path / "inet.sqfs"
     sqfs.write_bytes(b"hsqs")
-    assert many_files_warning(shared, JobRequest(nodes=1, gpus=0, data=str(sqfs)),
+    assert many_files_warning(shared, decided(shared, JobRequest(nodes=1, gpus=0, data=str(sqfs))),
                               limit=0) is None
     elsewhere = profile().model_copy(update={"paths": profile().paths.model_copy(
         update={"shared": ["/nowhere"]})})
-    assert many_files_warning(elsewhere, req, limit=1) is None
+    assert many_files_warning(elsewhere, decided(elsewhere, req), limit=1) is None
 
 
 def test_the_warning_is_one_line_at_submit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -314,3 +320,37 @@ def test_odd_dataset_names_stay_one_quoted_word() -> None:
             "'/local dir/$HOME/hpcdl-'\"$SLURM_JOB_ID\"'-data-it'\"'\"'s $(reboot).sqfs' "
             "'/local dir/$HOME'\n") in plan.script
     subprocess.run(["bash", "-n"], input=plan.script, text=True, check=True, timeout=30)
+
+
+PACKED_DEFAULT = "/scratch/data/imagenet.sqfs"
+
+
+@pytest.mark.parametrize("kw,expected", [
+    # The bundled example reads --data, else the profile's paths.imagenet.
+    ({"data": "/scratch/data/x"}, ("example", "/scratch/data/x", "--data", None)),
+    ({}, ("example", PACKED_DEFAULT, "profile paths.imagenet", PACKED_DEFAULT)),
+    # --synthetic: generated data, whatever the profile names.
+    ({"synthetic": True}, ("example", None, None, None)),
+    # A COMMAND reads only its own --data (mounted when packed), never the profile's.
+    ({"command": ("true",)}, ("command", None, None, None)),
+    ({"command": ("true",), "data": "/scratch/d.sqfs"},
+     ("command", "/scratch/d.sqfs", "--data", "/scratch/d.sqfs")),
+    # The probe job reads no dataset, even one given.
+    ({"probe": ("--sizes", "4K"), "data": "/scratch/d.sqfs"}, ("probe", None, None, None)),
+])
+def test_the_dataset_is_decided_once_and_recorded(kw: dict[str, Any],
+                                                  expected: tuple[Any, ...]) -> None:
+    prof = load_profile("sandbox")
+    prof = prof.model_copy(update={"paths": prof.paths.model_copy(
+        update={"imagenet": PACKED_DEFAULT})})
+    plan = build_plan(prof, JobRequest(nodes=2, gpus=1, run_dir="/scratch/runs/d1", **kw))
+    data = plan.data
+    assert (data.reader, data.source, data.origin, data.packed) == expected
+    assert plan.to_dict()["data"] == data.to_dict()
+    # What the example is told is what was decided: the mount of a packed file, the
+    # directory of a tree, or --synthetic.
+    if data.reader == "example":
+        line = plan.launch.launch_line
+        assert ("--synthetic" in line.split()) == data.generated
+        assert ("--data /scratch/data/x" in line) == (data.source == "/scratch/data/x")
+        assert ('--data "$HPCDL_DATA"' in line) == (data.packed is not None)

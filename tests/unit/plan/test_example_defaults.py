@@ -159,11 +159,11 @@ def test_the_example_really_takes_the_users_value(sandbox, monkeypatch):
 def test_per_example_replaces_args_and_x_replaces_both():
     prof = profile_with({"args": ["--lr=0.1", "--epochs=3", "--zero-init-residual"],
                          "per_example": {DEFAULT_EXAMPLE: ["--lr=0.2", "--max-steps=5"]}})
-    assert example_defaults(prof, JobRequest()) == (
+    assert example_defaults(prof, JobRequest().launch) == (
         "--epochs=3", "--zero-init-residual", "--lr=0.2", "--max-steps=5")
     # A flag default goes away when -X names it (argparse alone could not undo it).
     req = JobRequest(example_args=("--zero-init-residual", "--lr=0.3"))
-    assert example_defaults(prof, req) == ("--epochs=3", "--max-steps=5")
+    assert example_defaults(prof, req.launch) == ("--epochs=3", "--max-steps=5")
     assert example_argv(build_plan(prof, req))[-4:] == [
         "--epochs=3", "--max-steps=5", "--zero-init-residual", "--lr=0.3"]
 

@@ -162,7 +162,7 @@ def test_the_plan_carries_seconds_and_each_dialect_spells_them(sandbox):
 
 
 def test_choose_partition_prefers_default_on_ties(sandbox):
-    part, reason = choose_partition(sandbox, JobRequest(nodes=2, gpus=4))
+    part, reason = choose_partition(sandbox, JobRequest(nodes=2, gpus=4).placement)
     assert part.name == "debug"
     assert "candidates: debug, gpu" in reason
 

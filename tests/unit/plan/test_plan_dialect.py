@@ -53,13 +53,14 @@ def test_each_derived_value_is_computed_once(monkeypatch) -> None:
             return real(*args, **kwargs)
         monkeypatch.setattr(build_mod, name, wrapper)
 
-    for name in ("job_time", "requeue_spec", "example_defaults", "job_image", "container_binds"):
+    for name in ("job_time", "requeue_spec", "example_defaults", "job_image", "container_binds",
+                 "decide_data"):
         counting(name)
     build_plan(load_profile("sandbox"), JobRequest(
         nodes=2, gpus=1, image="/scratch/images/x.sif", run_dir="/scratch/r", requeue=True,
         synthetic=True))
     assert counts == {"job_time": 1, "requeue_spec": 1, "example_defaults": 1, "job_image": 1,
-                      "container_binds": 1}
+                      "container_binds": 1, "decide_data": 1}
 
 
 def test_the_dialect_owns_what_its_scheduler_cannot_do() -> None:
@@ -68,8 +69,8 @@ def test_the_dialect_owns_what_its_scheduler_cannot_do() -> None:
     assert [slurm.unsupported(sandbox, f) for f in ("probe", "stage", "torchrun")] == [None] * 3
     assert all(pbs.unsupported(polaris, f) for f in ("probe", "stage", "torchrun"))
     # Only jobs hpcdl submits get a requeue (from the profile) and a progress file.
-    assert plan_pkg.requeue_spec(polaris, JobRequest(requeue=True), pbs) is None
-    spec = plan_pkg.requeue_spec(sandbox, JobRequest(requeue=True, signal="USR1@90"), slurm)
+    assert plan_pkg.requeue_spec(polaris, JobRequest(requeue=True).resilience, pbs) is None
+    spec = plan_pkg.requeue_spec(sandbox, JobRequest(requeue=True, signal="USR1@90").resilience, slurm)
     assert spec is not None and (spec.signal, spec.lead, spec.chain) == ("USR1", 90, 1)
     plan = build_plan(polaris, JobRequest(nodes=1, requeue=True, run_dir="/lus/r"))
     assert plan.spec.requeue is None and not plan.launch.records_steps and "HPCDL_PROGRESS_FILE" not in plan.script

@@ -1,0 +1,159 @@
+"""How the job survives what ends a job: the request's resilience part (--requeue,
+--max-restarts, --signal, --chain) planned into the scheduler's RequeueSpec, and the
+hang part (--hang-timeout, --hang-action) into the plan's HangPart; the template
+blocks they fill (requeue, the node guard of a job with spares, the progress file) and
+what the watchdog needs exported. Pure; raises ValidationError. The rules that tie
+these to other parts (spares, the probe, the chain) are hpcdl.plan.rules's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hpcdl.core.duration import format_time
+from hpcdl.core.templating import shell_join
+from hpcdl.hang.actions import DEFAULT_HANG_ACTION
+from hpcdl.jobside.requeue import (
+    CHECKPOINT_ENV,
+    EXIT_REQUEUE,
+    FLAG_ENV,
+    FLAG_NAME,
+    PROGRESS_ENV,
+    PROGRESS_NAME,
+    wait_seconds,
+)
+from hpcdl.launch.nodes import NODES_FILE, guard_calls_text, guard_exports, probe_slow_path
+from hpcdl.plan.jobplan import HangPart, job_script_path
+from hpcdl.plan.rules import relaunch_needs_spares
+from hpcdl.profiles.schema import Profile
+from hpcdl.schedulers.base import JobSpec, RequeueSpec, ScriptDialect
+
+
+@dataclass(frozen=True)
+class ResilienceRequest:
+    """The request's resilience part, as given: checkpoint on a signal and requeue
+    (None: the profile's scheduler.requeue), or a chain of N jobs (--dependency=afterany)
+    for clusters that do not requeue."""
+
+    requeue: bool | None = None
+    max_restarts: int | None = None  # None: the profile's scheduler.max_restarts
+    signal: str | None = None  # SIG@LEAD; None: the profile's scheduler.requeue_signal
+    chain: int = 1
+
+
+@dataclass(frozen=True)
+class HangRequest:
+    """The request's hang part: the watchdog of `submit --wait` (hpcdl.jobs.watchdog),
+    seconds without progress before it collects stacks, and what it does then."""
+
+    timeout: float | None = None
+    action: str | None = None
+
+
+def requeue_spec(profile: Profile, req: ResilienceRequest,
+                 dialect: ScriptDialect) -> RequeueSpec | None:
+    """How the job checkpoints on a signal: --requeue (or the profile's default, where
+    hpcdl submits the job) or a --chain of jobs; None when it does not."""
+    wanted = profile.scheduler.requeue if req.requeue is None else req.requeue
+    if not (req.chain > 1 or (wanted and dialect.submits)):
+        return None
+    name, lead = (req.signal or profile.scheduler.requeue_signal).split("@")
+    return RequeueSpec(signal=name, lead=int(lead), chain=req.chain,
+                       max_restarts=max_restarts(profile, req) if req.chain == 1 else 0)
+
+
+def max_restarts(profile: Profile, req: ResilienceRequest) -> int:
+    """How often the job starts again: requeues, or a job with spares' relaunches."""
+    return profile.scheduler.max_restarts if req.max_restarts is None else req.max_restarts
+
+
+def requeue_block(requeue: RequeueSpec | None, run_dir: str | None,
+                  dialect: ScriptDialect) -> dict[str, Any] | None:
+    """What the template's requeue block needs (None when the job does not requeue)."""
+    if requeue is None:
+        return None
+    return {
+        "signal": requeue.signal, "lead": requeue.lead, "wait_s": wait_seconds(requeue.lead),
+        "run_dir": shell_join([run_dir]) if run_dir else dialect.submit_dir,
+        "flag_env": FLAG_ENV, "flag_name": FLAG_NAME,
+        "checkpoint_env": CHECKPOINT_ENV, "exit_requeue": EXIT_REQUEUE,
+        "progress_env": PROGRESS_ENV,
+        "max_restarts": requeue.max_restarts, "chain": requeue.chain,
+        # hpcdl_slurm and hpcdl_time_left, from hpcdl-nodes (a job with spares sources it)
+        "guard_calls": guard_calls_text(),
+    }
+
+
+def guard_block(profile: Profile, spec: JobSpec, req: ResilienceRequest, run_dir: str | None,
+                *, image: bool, master_addr: bool, probe_first: bool) -> dict[str, Any] | None:
+    """What the template's node guard block needs (None without spares): ``image``,
+    ``master_addr`` (the script derives it), ``probe_first`` (the probe step names the
+    slow nodes)."""
+    if not spec.spares:
+        return None
+    relaunches = max_restarts(profile, req)
+    nodes_file = job_script_path(run_dir, NODES_FILE)
+    exports = guard_exports(profile, tasks_per_node=spec.tasks_per_node,
+                            gpus=spec.gpus_per_node, max_relaunches=relaunches,
+                            nodes_file=nodes_file, image=image, master_addr=master_addr,
+                            probe_slow=probe_slow_path(run_dir) if probe_first else None)
+    if spec.requeue is None and run_dir:
+        # A relaunch resumes as a requeued attempt does: the contract's checkpoint directory
+        # (the requeue block exports it when there is one).
+        exports.insert(0, (CHECKPOINT_ENV, shell_join([f"{run_dir}/checkpoints"])))
+    return {
+        "nodes": spec.nodes, "spares": spec.spares, "allocated": spec.allocated_nodes,
+        "max_relaunches": relaunches, "requeue": spec.requeue is not None,
+        "file_q": shell_join([nodes_file]),
+        "exports": exports,
+    }
+
+
+def progress_block(run_dir: str | None, requeue: RequeueSpec | None,
+                   dialect: ScriptDialect) -> dict[str, str] | None:
+    """Where the job records that an attempt completed its first step
+    ($HPCDL_PROGRESS_FILE, hpcdl/jobside/requeue.py): in the run directory (beside
+    attempts.tsv when a requeued job has none). Only for jobs hpcdl submits (not a PBS
+    script)."""
+    if not dialect.submits:
+        return None
+    if run_dir:
+        path = shell_join([f"{run_dir}/{PROGRESS_NAME}"])
+    elif requeue is not None:
+        path = f"{dialect.submit_dir}/{PROGRESS_NAME}"
+    else:
+        return None
+    return {"env": PROGRESS_ENV, "path": path}
+
+
+def hang_part(req: HangRequest, spares: int) -> HangPart | None:
+    """The watchdog's part (--hang-timeout): --hang-action, else relaunch for a job with
+    spares (its node guard restarts the training) and cancel for the others. Raises
+    ValidationError for relaunch without spares."""
+    if req.timeout is None:
+        return None
+    relaunch_needs_spares(req.action, spares)
+    action = req.action or ("relaunch" if spares else DEFAULT_HANG_ACTION)
+    return HangPart(timeout=req.timeout, action=action)
+
+
+def hang_exports(req: HangRequest, env: tuple[tuple[str, str], ...],
+                 log_dir: str) -> list[tuple[str, str]]:
+    """With --hang-timeout: where the rank wrapper records the ranks' pids, and
+    PYTHONUNBUFFERED (a Python rank's prints must reach the log as they happen: the
+    log growing is progress)."""
+    if req.timeout is None:
+        return []
+    exports = [("HPCDL_PID_DIR", f"{log_dir}/pids")]
+    if "PYTHONUNBUFFERED" not in dict(env):
+        exports.append(("PYTHONUNBUFFERED", "1"))
+    return exports
+
+
+def hang_warnings(req: HangRequest, limit: int | None) -> list[str]:
+    """A warning when the job's time limit comes before the watchdog could fire."""
+    if req.timeout is None or limit is None or req.timeout < limit:
+        return []
+    return [f"hang-timeout: {req.timeout:g} s is not shorter than the job's "
+            f"time limit {format_time(limit)}: the watchdog cannot fire before it"]
