@@ -26,7 +26,8 @@ the slowed node (--probe-first) about 30 s. Each test's own cluster starts in 1-
 The guard's own behaviours on this Slurm (issue 42; the user's hang script, its result
 computed here, no reference run): a job without a time limit relaunching without a node
 the admin drained (~50 s), and no rank of the old step left on any node after a hang
-relaunch (~1.5 min); a gate's check blocked in D state on a FUSE mount that never answers
+relaunch (~1.5 min); the slowed node again with the profile's probe_first default
+instead of the flag (~30 s); a gate's check blocked in D state on a FUSE mount that never answers
 (~3 min: the gate waits out its 90 s and KILLs its srun 10 s later).
 """
 
@@ -277,21 +278,30 @@ def test_a_gate_check_blocked_in_d_state_is_bounded_and_its_node_excluded(
     assert not left, left
 
 
+@pytest.mark.parametrize("asked", ["flag", "profile"])
 def test_a_node_slowed_before_the_start_is_excluded_by_the_probe(
-        three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
+        asked: str, three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
         cpu_image: Path) -> None:
-    """The gate does not measure links: with --probe-first, the probe runs over the three
-    nodes the gate passed, names the one whose link was rate-limited before the job (tc,
-    ``sandbox.sh shape``), and the training runs on the other two."""
+    """The gate does not measure links: with --probe-first, or the profile's
+    scheduler.probe_first and no flag, the probe runs over the three nodes the gate
+    passed, names the one whose link was rate-limited before the job (tc, ``sandbox.sh
+    shape``), and the training runs on the other two."""
     cluster, env, profile = three_nodes
     victim = cluster.nodes[1]
     run = runs_dir / "slow"
+    flag = ["--probe-first"]
+    if asked == "profile":
+        spec = yaml.safe_load(profile.read_text())
+        spec.setdefault("scheduler", {})["probe_first"] = True
+        profile = cluster.dir / "probe-first-profile.yaml"
+        profile.write_text(yaml.safe_dump(spec, sort_keys=False))
+        flag = []
     cluster.shape(victim, rate_mbit=RATE_MBIT)
     try:
         # The default --probe-slow-ratio, as test_probe's 3-node test: chosen so that 3
         # nodes' ranks on 2 cores name the slowed node (3-7%) and no healthy one (38% seen).
         res = hpcdl("submit", "-p", str(profile), "-N", "2", "--spares", "1", "--image",
-                    str(cpu_image), *example("ddp"), "--probe-first", "--probe-sizes",
+                    str(cpu_image), *example("ddp"), *flag, "--probe-sizes",
                     "4K,64K,1M", "--wait", "--json", "--run-dir", str(run), env=env,
                     timeout=400)
     finally:
