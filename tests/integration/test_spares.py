@@ -269,6 +269,8 @@ def test_a_gate_check_blocked_in_d_state_is_bounded_and_its_node_excluded(
     # TERM at 90 s, KILL 10 s later (GATE_TIMEOUT_S, HPCDL_KILL_S's default): bounded,
     # with room for a loaded machine, far from the hour a blocked check could hold it.
     assert 90 <= gate_s < 130, gate_s
+    print(f"gate {gate_s:.1f} s with a check in D state; submit -> end {took:.0f} s; "
+          f"the mount took requests {ops}; still blocked at the end: {still}")
     assert took < 400, took
     assert not (run / "recoveries.tsv").exists()  # no training step failed
     # Nothing is left blocked once the connection is aborted.
