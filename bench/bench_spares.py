@@ -19,8 +19,11 @@ synthetic, 30 steps, a checkpoint every 5, --step-sleep 1), 2 ranks on 2 nodes.
   hold (BeginTime, about 2 minutes; not released) and starts again on the nodes left.
 - gate (2, 4, 8, 16 nodes): a job of N-1 nodes with 1 spare whose command is `true`;
   the gate's own time from its log line (all nodes, container start included).
-- healthy overhead (3 nodes): the same run with and without --spares 1, wall time from
-  submit to the end and the example's images/s.
+- healthy overhead (3 nodes, one cluster, --repeats rounds in rotating order): the same
+  run without spares, with --spares 1, and with --spares 1 and no heartbeat (the job
+  rendered with hpcdl.launch.nodes.HEARTBEAT_DEAD_S = 0, which the guard reads as "no
+  heartbeat step"; no user option), 150 steps each: wall time from submit to the end and
+  the example's steps/s (images/s over the global batch, first step excluded).
 - probe (3 nodes, the first backend): one node's link rate-limited to 200 Mbit/s
   (``sandbox.sh shape``) before a job with --spares 1 --probe-first; the probe's own time
   (its report's elapsed_s), the node it names and the nodes the training ran on.
@@ -41,8 +44,10 @@ import contextlib
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +59,7 @@ from bench.common import own_cluster, run, spread  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
 from tests.own_cluster import (  # noqa: E402
     kill_node,
+    netns_name,
     wait_checkpoint,
 )
 
@@ -71,12 +77,20 @@ def cluster(nodes: int, slurmd_timeout: int | None = None
     return own_cluster(nodes, "bs", slurmd_timeout)
 
 
-def hpcdl(args: list[str], env: dict[str, str], timeout: float = 900, tree: Path = REPO
-          ) -> subprocess.CompletedProcess[str]:
+# ``python -m hpcdl`` with the node guard's heartbeat off: the job script then exports
+# HPCDL_HB_DEAD_S=0 and the guard starts no heartbeat step (the healthy part's third run).
+NO_HEARTBEAT = ("import runpy, hpcdl.launch.nodes as n; n.HEARTBEAT_DEAD_S = 0; "
+                "runpy.run_module('hpcdl', run_name='__main__', alter_sys=True)")
+
+
+def hpcdl(args: list[str], env: dict[str, str], timeout: float = 900, tree: Path = REPO,
+          heartbeat: bool = True) -> subprocess.CompletedProcess[str]:
     """``hpcdl ARGS``, from ``tree`` (this checkout, or --baseline's): python -m puts the
-    working directory first on sys.path, so that tree's hpcdl renders and stages the job."""
+    working directory first on sys.path, so that tree's hpcdl renders and stages the job.
+    ``heartbeat`` False (this tree only): the job is rendered without the guard's heartbeat."""
     if tree == REPO:
-        return run([sys.executable, "-m", "hpcdl", *args], env, timeout=timeout, check=False)
+        head = ["-m", "hpcdl"] if heartbeat else ["-c", NO_HEARTBEAT]
+        return run([sys.executable, *head, *args], env, timeout=timeout, check=False)
     return subprocess.run([sys.executable, "-m", "hpcdl", *args], capture_output=True,
                           text=True, timeout=timeout, check=False, cwd=tree,
                           env={**os.environ, **env, "PYTHONPATH": str(tree),
@@ -154,21 +168,83 @@ def gate(image: str, nodes: int) -> float:
         return float(found[0][2])
 
 
-def healthy(image: str, backend: str) -> dict[str, Any]:
+HEALTHY: tuple[tuple[str, list[str], bool], ...] = (
+    ("plain", [], True), ("spares", ["--spares", "1"], True),
+    ("spares, no heartbeat", ["--spares", "1"], False))
+# A healthy run is longer than the others' 30 steps (~5 s of steps): a per-second cost
+# such as the heartbeat's would drown in the start's noise.
+HEALTHY_STEPS = 150
+
+
+class HeartbeatCpu(threading.Thread):
+    """While a job runs on the cluster in ``folder``: the CPU time (user + system, the
+    reaped children's too) of the heartbeat's processes there, sampled every second:
+    its srun on the batch host, its slurmstepd ([JOB.STEP] of the step named
+    hpcdl-heartbeat) and its task (the bash loop and its sleeps) on each node. Only
+    processes in the cluster's network namespaces count (other clusters' jobs run
+    beside it). ``stop()`` returns the seconds."""
+
+    def __init__(self, folder: Path, nodes: list[str], env: dict[str, str]) -> None:
+        super().__init__(daemon=True)
+        self.env, self.done = env, threading.Event()
+        self.seen: dict[str, int] = {}
+        self.netns = {os.stat(f"/run/netns/{netns_name(folder, n)}").st_ino for n in nodes}
+
+    def run(self) -> None:
+        while not self.done.wait(1):
+            out = run(["squeue", "-h", "-s", "-o", "%i %j"], self.env, check=False).stdout
+            steps = [f"slurmstepd: [{line.split()[0]}]".encode() for line in out.splitlines()
+                     if line.endswith(" hpcdl-heartbeat")]
+            for pid in (x for x in os.listdir("/proc") if x.isdigit()):
+                try:
+                    if os.stat(f"/proc/{pid}/ns/net").st_ino not in self.netns:
+                        continue
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    if not (b"hpcdl-beat" in cmd or b"--job-name=hpcdl-heartbeat" in cmd
+                            or any(cmd.startswith(s) for s in steps)):
+                        continue
+                    stat = Path(f"/proc/{pid}/stat").read_text()
+                except OSError:
+                    continue  # (ended meanwhile)
+                ticks = sum(int(x) for x in stat[stat.rindex(")") + 2:].split()[11:15])
+                self.seen[pid] = max(self.seen.get(pid, 0), ticks)
+
+    def stop(self) -> float:
+        self.done.set()
+        self.join()
+        return sum(self.seen.values()) / os.sysconf("SC_CLK_TCK")
+
+
+def healthy(image: str, backend: str, rounds: int) -> list[dict[str, Any]]:
+    """``rounds`` rounds of HEALTHY's three runs on one cluster, the order rotated each
+    round (so none always runs first, or after the same one)."""
+    out: list[dict[str, Any]] = []
     with cluster(3) as c:
-        out = {}
-        for label, extra in (("plain", []), ("spares", ["--spares", "1"])):
-            run_dir = Path(c["env"]["HPCDL_RUNS"]) / label
-            t0 = time.monotonic()
-            res = hpcdl(["submit", "--wait", "-p", str(c["profile"]), "-N", "2", "--image",
-                         image, "--backend", backend, *EXAMPLE, *extra, "--run-dir",
-                         str(run_dir)], c["env"])
-            if res.returncode != 0:
-                raise RuntimeError(res.stdout + res.stderr)
-            result = result_of(res.stdout)
-            out[label] = {"wall_s": time.monotonic() - t0,
-                          "images_per_sec": result["images_per_sec"]}
-        return out
+        for k in range(rounds):
+            for i in range(len(HEALTHY)):
+                label, extra, heartbeat = HEALTHY[(i + k) % len(HEALTHY)]
+                run_dir = Path(c["env"]["HPCDL_RUNS"]) / f"{k}-{label.replace(', ', '-').replace(' ', '-')}"
+                cpu = HeartbeatCpu(c["dir"], c["nodes"], c["env"])
+                cpu.start()
+                t0 = time.monotonic()
+                res = hpcdl(["submit", "--wait", "-p", str(c["profile"]), "-N", "2", "--image",
+                             image, "--backend", backend, *EXAMPLE,
+                             "-X", f"--max-steps={HEALTHY_STEPS}", *extra, "--run-dir",
+                             str(run_dir)], c["env"], heartbeat=heartbeat)
+                hb_cpu = cpu.stop()
+                if res.returncode != 0:
+                    raise RuntimeError(res.stdout + res.stderr)
+                script = (run_dir / "job.sbatch").read_text()
+                if extra and ("export HPCDL_HB_DEAD_S=0" in script) == heartbeat:
+                    raise RuntimeError(f"{label}: the job script's heartbeat is not as asked")
+                result = result_of(res.stdout)
+                out.append({"label": label, "round": k, "wall_s": time.monotonic() - t0,
+                            "images_per_sec": result["images_per_sec"],
+                            "steps_per_sec": result["images_per_sec"] / result["global_batch"],
+                            "heartbeat_cpu_s": hb_cpu,
+                            "load": os.getloadavg()[0]})
+                print(f"measured: healthy {out[-1]}", file=sys.stderr, flush=True)
+    return out
 
 
 def slowed(image: str, backend: str) -> dict[str, Any]:
@@ -232,8 +308,8 @@ def main() -> int:
         for n in (int(x) for x in args.gate_nodes.split(",") if "gate" in parts):
             data["gate"].setdefault(str(n), []).append(gate(args.image, n))
             print(f"measured: gate {n} {data['gate'][str(n)][-1]}", file=sys.stderr, flush=True)
-        if "healthy" in parts:
-            data["healthy"].append(healthy(args.image, backends[0]))
+    if "healthy" in parts:  # one cluster, --repeats rounds (the runs side by side)
+        data["healthy"] = healthy(args.image, backends[0], args.repeats)
     machine = describe(packages=("torch",), tools=("sbatch", "apptainer"))
     print("spare nodes: the bundled example (ResNet-18, 32 px, 2 ranks on 2 nodes, 30 steps, a "
           "checkpoint every 5) in the CPU image; a node's processes all killed after step 10")
@@ -256,10 +332,21 @@ def main() -> int:
               f"hold): death -> first step {r['total_s']:.1f} s")
     for n, values in data["gate"].items():
         print(f"gate on {n:>2} nodes: {spread(values)} s")
-    for h in data["healthy"]:
-        print(f"healthy run: wall {h['plain']['wall_s']:.1f} s without spares, "
-              f"{h['spares']['wall_s']:.1f} s with --spares 1; images/s "
-              f"{h['plain']['images_per_sec']:.1f} vs {h['spares']['images_per_sec']:.1f}")
+    for label, _, _ in HEALTHY if data["healthy"] else ():
+        rows = [h for h in data["healthy"] if h["label"] == label]
+        print(f"healthy run, {label}: steps/s {spread([h['steps_per_sec'] for h in rows], '{:.3f}')}, "
+              f"wall {spread([h['wall_s'] for h in rows], '{:.1f}')} s over {len(rows)}")
+    if data["healthy"]:
+        on, off = ([h["steps_per_sec"] for h in data["healthy"] if h["label"] == x]
+                   for x in ("spares", "spares, no heartbeat"))
+        diff = (statistics.median(on) / statistics.median(off) - 1) * 100
+        print(f"the heartbeat's cost on a healthy run: medians {statistics.median(on):.3f} vs "
+              f"{statistics.median(off):.3f} steps/s ({diff:+.1f}%)")
+        rows = [h for h in data["healthy"] if h["label"] == "spares"]
+        cpu = sum(h["heartbeat_cpu_s"] for h in rows)
+        wall = sum(h["wall_s"] for h in rows)
+        print(f"the heartbeat's CPU (its srun, slurmstepd and task on 3 nodes): {cpu:.2f} s "
+              f"over {wall:.0f} s of submit -> end ({100 * cpu / wall:.2f}% of one core)")
     for p in data["probe"]:
         print(f"a node slowed before the start ({p['slowed']}, 200 Mbit/s): --probe-first "
               f"took {p['probe_s']:.1f} s on 3 nodes, named {','.join(p['named']) or 'none'}; "

@@ -7,12 +7,16 @@ with them. What a cluster is, and the shape file's format, is hpcdl.sandbox.clus
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
 import socket
 import string
 import subprocess
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -121,3 +125,74 @@ def wait_checkpoint(run_dir: Path, step: int, timeout: float = 300) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"no checkpoint of step {step} in {run_dir} in {timeout:.0f} s")
         time.sleep(0.5)
+
+
+# A FUSE filesystem that never answers, as a dead NFS server's hard mount hangs a node:
+# the kernel's INIT is answered (else a request waits killably for it), every request
+# after it is read and left unanswered. A process whose request was read waits in the
+# kernel in D state, and SIGKILL does not end the wait (fuse's request_wait_answer,
+# once the request is with the server); it ends when the connection is aborted: the
+# server's /dev/fuse closed. One line on stdout per request read: its opcode (26 INIT,
+# 1 LOOKUP, 3 GETATTR, 36 INTERRUPT, 52 STATX...).
+_HUNG_FS = r"""
+import ctypes, os, struct, sys
+fd = os.open("/dev/fuse", os.O_RDWR)
+libc = ctypes.CDLL(None, use_errno=True)
+opts = f"fd={fd},rootmode=40000,user_id=0,group_id=0".encode()
+if libc.mount(b"hpcdl-hung", sys.argv[1].encode(), b"fuse", ctypes.c_ulong(6), opts):  # nosuid,nodev
+    sys.exit(f"mount {sys.argv[1]}: {os.strerror(ctypes.get_errno())}")
+print("mounted", flush=True)
+while True:
+    buf = os.read(fd, 1 << 18)
+    _, op, unique = struct.unpack_from("<IIQ", buf)
+    print(op, flush=True)
+    if op == 26:  # INIT: fuse_init_out, protocol 7.(the kernel's minor), max_write 4096
+        minor = struct.unpack_from("<I", buf, 44)[0]
+        body = struct.pack("<IIIIHHIIHHI28x", 7, minor, 0, 0, 0, 0, 4096, 0, 0, 0, 0)
+        os.write(fd, struct.pack("<IiQ", 16 + len(body), 0, unique) + body)
+"""
+
+
+def blocked(folder: Path, node: str) -> list[str]:
+    """The processes in ``node``'s network namespace in D state, as "PID COMM WCHAN"."""
+    pids = subprocess.run(["ip", "netns", "pids", netns_name(folder, node)],
+                          capture_output=True, text=True, timeout=30, check=False).stdout.split()
+    out = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            wchan = Path(f"/proc/{pid}/wchan").read_text()
+        except OSError:
+            continue  # (ended meanwhile)
+        if stat[stat.rindex(")") + 2] == "D":
+            out.append(f"{pid} {stat[stat.index('(') + 1:stat.rindex(')')]} {wchan}")
+    return out
+
+
+@contextlib.contextmanager
+def hung_mount(folder: Path, node: str, path: Path) -> Iterator[list[int]]:
+    """``path`` hangs on ``node`` only (its mount namespace: sandbox.sh gives each node its
+    own): a FUSE mount there that never answers (_HUNG_FS). Yields the opcodes of the
+    requests it took, as they come. On exit the connection is aborted (its server
+    KILLed: the kernel ends every waiting request with ENOTCONN) and the mount removed."""
+    slurmd = (folder / "run" / f"slurmd-{node}.pid").read_text().strip()
+    # (-n too: the server is one of the node's processes, which a teardown finds)
+    server = subprocess.Popen(["nsenter", "-t", slurmd, "-m", "-n", sys.executable, "-c",
+                               _HUNG_FS, str(path)], stdout=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    ops: list[int] = []
+    try:
+        if server.stdout.readline().strip() != "mounted":
+            raise RuntimeError(f"no FUSE mount at {path} on {node} (exit {server.wait(30)})")
+
+        def read() -> None:
+            assert server.stdout is not None
+            for line in server.stdout:
+                ops.append(int(line))
+        threading.Thread(target=read, daemon=True).start()
+        yield ops
+    finally:
+        server.kill()
+        server.wait(30)
+        subprocess.run(["nsenter", "-t", slurmd, "-m", "umount", "-l", str(path)],
+                       capture_output=True, timeout=30, check=False)

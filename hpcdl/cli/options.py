@@ -224,9 +224,9 @@ def resilience(*names: str, **overrides: Decl | str) -> Decorator:
 # ---- Probe: an allreduce probe before the training (submit --probe-first).
 probe_first = section(
     PROBE,
-    opt("--probe-first", is_flag=True,
+    opt("--probe-first/--no-probe-first", default=None,
         help="Probe the allocation first; a slow node stops the job (or, with --spares, "
-             "is excluded)."),
+             "is excluded) (default: the profile's scheduler.probe_first)."),
     opt("--probe-sizes", metavar="LIST",
         help=f"Message sizes of the probe (default {DEFAULT_SIZES})."),
     opt("--probe-slow-ratio", type=float, metavar="R",

@@ -66,7 +66,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
            data: str | None, synthetic: bool, example_args: tuple[str, ...], no_image: bool,
            launcher: str | None, gpu_bind: str | None, dry_run: bool, run_dir: Path | None,
            as_json: bool, wait: bool, requeue: bool | None, max_restarts: int | None,
-           spares: int | None, signal: str | None, probe_first: bool,
+           spares: int | None, signal: str | None, probe_first: bool | None,
            probe_sizes: str | None, probe_slow_ratio: float | None, chain: int,
            hang_timeout: str | None, hang_action: str | None, stage_image: bool | None,
            stage_data: bool, code: Path | None, command: tuple[str, ...]) -> None:
@@ -104,6 +104,15 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
     # live; it answers every question that turns on where the cluster is.
     cluster = open_cluster(prof, "submit", dry_run=dry_run, run_dir=run_dir,
                            hang_timeout=hang_s)
+    if probe_first is None:
+        # The profile's default, for an allocation the probe can measure (2 nodes or more,
+        # its spares counted); --probe-first asks for it whatever the size (and is refused
+        # below 2 nodes).
+        allocated = nodes + (prof.scheduler.spares if spares is None else spares)
+        probe_first = prof.scheduler.probe_first and allocated >= 2
+    if probe_first and spares is None:
+        # (the probe's size check counts the spares the request names: the profile's, then)
+        spares = prof.scheduler.spares
     for name, value in (("probe-sizes", probe_sizes), ("probe-slow-ratio", probe_slow_ratio)):
         if value is not None and not probe_first:
             raise ValidationError(f"{name}: only with --probe-first")

@@ -176,6 +176,10 @@ class Scheduler(_Strict):
     spares: NonNegativeInt = Field(
         default=0, description="submit --spares by default: nodes allocated beyond --nodes that "
         "replace a failed one inside the job (the training job's; not the probe's)")
+    probe_first: bool = Field(
+        default=False, description="submit --probe-first by default (jobs of 2 or more nodes, "
+        "spares counted): the allreduce probe before the first rank; with spares a slow node "
+        "is swapped for one, without it stops the job")
 
     @field_validator("default_time")
     @classmethod

@@ -26,7 +26,9 @@ the slowed node (--probe-first) about 30 s. Each test's own cluster starts in 1-
 The guard's own behaviours on this Slurm (issue 42; the user's hang script, its result
 computed here, no reference run): a job without a time limit relaunching without a node
 the admin drained (~50 s), and no rank of the old step left on any node after a hang
-relaunch (~1.5 min).
+relaunch (~1.5 min); the slowed node again with the profile's probe_first default
+instead of the flag (~30 s); a gate's check blocked in D state on a FUSE mount that never answers
+(~3 min: the gate waits out its 90 s and KILLs its srun 10 s later).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from tests.integration.conftest_slurm import (
     submit_json,
 )
 from tests.integration.test_probe import RATE_MBIT, probe_profile
-from tests.own_cluster import kill_node, netns_name, wait_checkpoint
+from tests.own_cluster import blocked, hung_mount, kill_node, netns_name, wait_checkpoint
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.mpi, pytest.mark.torch,
               pytest.mark.timeout(900)]
@@ -225,21 +227,83 @@ def test_the_gate_replaces_a_node_that_lost_the_shared_filesystem(
     assert not (run / "recoveries.tsv").exists()  # no training step failed
 
 
-def test_a_node_slowed_before_the_start_is_excluded_by_the_probe(
+def test_a_gate_check_blocked_in_d_state_is_bounded_and_its_node_excluded(
         three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
+        tmp_path: Path, cpu_image: Path) -> None:
+    """A node hung on a dead mount (a hard NFS mount whose server went away): a shared
+    path the gate checks is, on that node only, a FUSE mount that takes every request and
+    answers none (tests/own_cluster.hung_mount). The gate's check there waits in the
+    kernel in D state, where not even SIGKILL ends it: the gate's step is ended from the
+    batch host (timeout -k: TERM at HPCDL_GATE_TIMEOUT, KILL HPCDL_KILL_S later, to the
+    srun here, which is not blocked), the node is excluded as not answering, and the job
+    trains on the other two. The check is still blocked when the job has ended (the gate
+    did not wait for it); aborting the mount's connection ends it."""
+    cluster, env, profile = three_nodes
+    victim = cluster.nodes[1]  # not the batch host
+    data = tmp_path / "dataset"
+    data.mkdir()
+    spec = yaml.safe_load(profile.read_text())
+    spec["paths"]["shared"].append(str(data))
+    profile = cluster.dir / "hung-profile.yaml"
+    profile.write_text(yaml.safe_dump(spec, sort_keys=False))
+    run = runs_dir / "hung"
+    with hung_mount(cluster.dir, victim, data) as ops:
+        t0 = time.monotonic()
+        res = hpcdl("submit", "-p", str(profile), "-N", "2", "--spares", "1", "--image",
+                    str(cpu_image), *example("ddp"), "--wait", "--run-dir", str(run),
+                    env=env, timeout=500)
+        took = time.monotonic() - t0
+        still = blocked(cluster.dir, victim)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert {m.group(2) for m in CHECKSUM.finditer(res.stdout)} == {cluster.nodes[0],
+                                                                   cluster.nodes[2]}
+    # The check reached the server (a request it read and never answered: the waiter
+    # is past SIGKILL's reach), and it was signalled (INTERRUPT, 36) to no avail.
+    assert ops[0] == 26 and any(op not in (26, 36) for op in ops), ops
+    assert still and all("request_wait_answer" in p or "fuse" in p for p in still), still
+    bad = (run / "bad-nodes.tsv").read_text().splitlines()
+    assert len(bad) == 1 and bad[0].startswith(f"{victim}\tgate: no answer in "), bad
+    err = next(run.glob("slurm-*.err")).read_text()
+    assert "hpcdl: gate: the step ran past its 90 s and was ended" in err, err[-3000:]
+    gate_s = float(re.search(r"hpcdl: gate: 2 of 3 nodes healthy in ([0-9.]+) s", err)[1])
+    # TERM at 90 s, KILL 10 s later (GATE_TIMEOUT_S, HPCDL_KILL_S's default): bounded,
+    # with room for a loaded machine, far from the hour a blocked check could hold it.
+    assert 90 <= gate_s < 130, gate_s
+    print(f"gate {gate_s:.1f} s with a check in D state; submit -> end {took:.0f} s; "
+          f"the mount took requests {ops}; still blocked at the end: {still}")
+    assert took < 400, took
+    assert not (run / "recoveries.tsv").exists()  # no training step failed
+    # Nothing is left blocked once the connection is aborted.
+    deadline = time.monotonic() + 30
+    while (left := blocked(cluster.dir, victim)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not left, left
+
+
+@pytest.mark.parametrize("asked", ["flag", "profile"])
+def test_a_node_slowed_before_the_start_is_excluded_by_the_probe(
+        asked: str, three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
         cpu_image: Path) -> None:
-    """The gate does not measure links: with --probe-first, the probe runs over the three
-    nodes the gate passed, names the one whose link was rate-limited before the job (tc,
-    ``sandbox.sh shape``), and the training runs on the other two."""
+    """The gate does not measure links: with --probe-first, or the profile's
+    scheduler.probe_first and no flag, the probe runs over the three nodes the gate
+    passed, names the one whose link was rate-limited before the job (tc, ``sandbox.sh
+    shape``), and the training runs on the other two."""
     cluster, env, profile = three_nodes
     victim = cluster.nodes[1]
     run = runs_dir / "slow"
+    flag = ["--probe-first"]
+    if asked == "profile":
+        spec = yaml.safe_load(profile.read_text())
+        spec.setdefault("scheduler", {})["probe_first"] = True
+        profile = cluster.dir / "probe-first-profile.yaml"
+        profile.write_text(yaml.safe_dump(spec, sort_keys=False))
+        flag = []
     cluster.shape(victim, rate_mbit=RATE_MBIT)
     try:
         # The default --probe-slow-ratio, as test_probe's 3-node test: chosen so that 3
         # nodes' ranks on 2 cores name the slowed node (3-7%) and no healthy one (38% seen).
         res = hpcdl("submit", "-p", str(profile), "-N", "2", "--spares", "1", "--image",
-                    str(cpu_image), *example("ddp"), "--probe-first", "--probe-sizes",
+                    str(cpu_image), *example("ddp"), *flag, "--probe-sizes",
                     "4K,64K,1M", "--wait", "--json", "--run-dir", str(run), env=env,
                     timeout=400)
     finally:

@@ -581,3 +581,38 @@ def test_node_limit_follows_the_schedule():
     check_nodes(MAX_NODES)  # 4,096: about N process groups, not N(N-1)/2
     with pytest.raises(ValidationError, match="4097 exceeds the probe's 4096 nodes"):
         check_nodes(MAX_NODES + 1)
+
+
+def test_a_profile_can_default_submit_to_probe_first(tmp_path: Path):
+    """scheduler.probe_first: every submit of 2 nodes or more (spares counted) probes
+    first, as with --probe-first; --no-probe-first opts out; a 1-node job is not refused
+    for the default (the probe needs 2 nodes), as --probe-first itself is."""
+    import yaml
+
+    data = load_profile("sandbox").model_dump(mode="json", exclude_none=True)
+    data["scheduler"]["probe_first"] = True
+    data["partitions"] = [{**p, "max_nodes_per_job": 4, "nodes": 4} for p in data["partitions"]]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    worker = "jobside/probe_worker.py"
+
+    def submit(*args: str) -> Any:
+        return CliRunner().invoke(cli, ["submit", "-p", str(path), "-G", "1", "--no-image",
+                                        "--dry-run", *args])
+
+    res = submit("-N", "2")
+    assert res.exit_code == 0 and worker in res.output, res.output
+    assert "hpcdl: the probe found no slow node; starting the training command" in res.output
+    res = submit("-N", "2", "--spares", "1", "--probe-sizes", "4K")
+    assert res.exit_code == 0 and f"{worker} --sizes 4K" in res.output, res.output
+    assert "hpcdl_probe() {" in res.output  # the guard's probe over the N+S nodes
+    assert worker not in submit("-N", "2", "--no-probe-first").output
+    res = submit("-N", "1")
+    assert res.exit_code == 0 and worker not in res.output, res.output
+    # The profile's spares count: 1 node and 1 spare are probed, as --probe-first does.
+    data["scheduler"]["spares"] = 1
+    path.write_text(yaml.safe_dump(data))
+    res = submit("-N", "1")
+    assert res.exit_code == 0 and "hpcdl_probe() {" in res.output, res.output
+    res = submit("-N", "1", "--probe-first")
+    assert res.exit_code == 0 and "hpcdl_probe() {" in res.output, res.output
