@@ -68,6 +68,7 @@ def test_the_example_is_measured_under_torchrun_plain_and_against_its_ceiling(cp
     for run in ("torchrun", "plain"):
         assert fig[run]["device"] == "cpu" and fig[run]["world_size"] == 1
         assert fig[run]["images_per_sec"] > 0 and fig[run]["timed_steps"] == 6
+        assert fig[run]["synthetic_dtype"] == "uint8"  # the default; float32 is a tuning variant
     assert fig["ceiling"]["images_per_sec"] > 0 and fig["ceiling"]["model"] == "trainkit resnet18"
     assert fig["torchrun_of_ceiling"] > 0 and fig["plain_of_ceiling"] > 0
 
@@ -75,7 +76,8 @@ def test_the_example_is_measured_under_torchrun_plain_and_against_its_ceiling(cp
 def test_the_tuning_step_measures_each_variant_of_the_step(cpu_check) -> None:
     step = _steps(cpu_check[0])["tuning"]
     variants = step["figures"]["variants"]
-    assert step["status"] == "passed" and list(variants) == ["default", "sync_each_step", "ddp_all"]
+    assert step["status"] == "passed" and list(variants) == ["default", "synthetic_float32",
+                                                             "sync_each_step", "ddp_all"]
     for name, run in variants.items():
         assert run["variant"] == name and run["images_per_sec"] > 0, run
         assert run["timed_steps"] == 6 and run["wall_images_per_sec"] > 0

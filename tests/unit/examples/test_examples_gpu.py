@@ -127,6 +127,25 @@ def test_prefetched_batches_are_the_loaders_own_on_the_gpu() -> None:
         assert torch.equal(y.cpu(), labels[8 * i: 8 * i + 8])
 
 
+def test_uint8_batches_are_normalised_on_the_gpu_as_on_the_host() -> None:
+    from torch.utils.data import DataLoader
+    from trainkit.data import SyntheticImages, normalise
+    from trainkit.loop import DevicePrefetch
+
+    data = SyntheticImages(24, 10, 64, seed=3)  # uint8, the synthetic default
+    loader = DataLoader(data, batch_size=8, pin_memory=True)
+    got = list(DevicePrefetch(loader, torch.device("cuda", 0), torch.channels_last))
+    assert len(got) == 3
+    for (x, _), (pixels, _) in zip(got, loader, strict=True):
+        assert x.dtype == torch.float32 and x.is_contiguous(memory_format=torch.channels_last)
+        assert torch.allclose(x.cpu(), normalise(pixels), atol=1e-6)
+    # and a uint8 batch handed straight to a step (evaluation's path) trains as well
+    t = _training(init_scale=128.0)
+    pixels, y = next(iter(loader))
+    loss, _ = t.step(pixels, y, 0.05, 1, torch.zeros(3, dtype=torch.float64))
+    assert torch.isfinite(loss)
+
+
 def test_the_steps_sums_add_up_on_the_gpu_as_on_the_host() -> None:
     x, y = _batch()
     sums = {"cuda": torch.zeros(3, dtype=torch.float64, device="cuda"),
