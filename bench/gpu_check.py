@@ -595,6 +595,10 @@ def child_variant(p: dict[str, Any]) -> dict[str, Any]:
             lambda self, hook: None)
     if p.get("no_grad_hooks"):
         tdist.GradReadyTimes.ready = lambda self, param: None  # type: ignore[method-assign]
+    if p.get("per_image_crop"):  # --decode gpu/tensor's crop and resize image by image
+        import trainkit.gpudecode as tgpu
+
+        tgpu.DeviceDecode.group_from = 10**9
     if p.get("fused_sgd") and cuda:
         sgd = torch.optim.SGD
 
@@ -702,7 +706,8 @@ def step_data(c: Check) -> dict[str, Any]:
     if figures.get("decode_only"):
         summary += f"; decode only {figures['decode_only']['images_per_sec']:,.0f}"
     if figures.get("gpu_decode", {}).get("images_per_sec"):
-        summary += f"; nvJPEG on GPU {figures['gpu_decode']['images_per_sec']:,.0f}"
+        summary += (f"; nvJPEG on GPU {figures['gpu_decode']['images_per_sec']:,.0f} "
+                    f"(image by image {figures['gpu_decode']['per_image_images_per_sec']:,.0f})")
     figures["best_loader"] = best
     if target:
         summary += f"; feeds {target:,.0f} img/s: {'yes' if figures['feeds'] else 'no'}"
@@ -710,7 +715,11 @@ def step_data(c: Check) -> dict[str, Any]:
     training: dict[str, Any] = {}
     for label, extra in jpeg_runs(c):
         try:
-            training[label] = run_jpeg_example(c, label, extra, cap=90 if c.cpu else 75)
+            if label.endswith("_per_image"):
+                training[label] = run_jpeg_variant(c, label, extra, {"per_image_crop": True},
+                                                   cap=90 if c.cpu else 75)
+            else:
+                training[label] = run_jpeg_example(c, label, extra, cap=90 if c.cpu else 75)
         except StepFailed as exc:
             training[label] = {"error": str(exc), "error_tail": exc.tail}
             errors.append(f"{label}: {exc}")
@@ -744,8 +753,35 @@ def jpeg_runs(c: Check) -> list[tuple[str, list[str]]]:
                  "--synthetic-val-size", str(s.batch), "--val-batches", "1",
                  "--num-classes", str(s.tiny_classes)]
     return [(f"decode_{device}", [*data, "--decode", device]),
+            # the crop and resize image by image, as before 2026-11-28: the same maths
+            (f"decode_{device}_per_image", [*data, "--decode", device]),
             *([] if c.cpu else [("synthetic", synthetic)]),
             ("decode_cpu", [*data, "--decode", "cpu"])]
+
+
+def jpeg_example_args(c: Check, metrics: Path, extra: list[str]) -> list[str]:
+    s = c.sizes
+    return ["--backend", "ddp", "--arch", s.arch,
+            "--image-size", str(s.image_size), "--batch-size", str(s.batch), "--epochs", "1",
+            "--max-steps", str(s.jpeg_steps), "--amp", "on", "--checkpoint-dir", "",
+            "--workers", str(min(8, max(s.workers))), "--metrics-dir", str(metrics), *extra,
+            *(["--threads", str(s.threads)] if s.threads else [])]  # fmt: skip
+
+
+def run_jpeg_variant(c: Check, label: str, extra: list[str], patch: dict[str, Any],
+                     cap: float) -> dict[str, Any]:
+    """run_jpeg_example's run in one process with a tuning-style ``patch`` (child_variant):
+    the example's own code with one change, measured the same way."""
+    s = c.sizes
+    metrics = c.work / f"metrics-jpeg-{label}"
+    args = jpeg_example_args(c, metrics, extra)
+    params = {"variant": label, **patch, "metrics": str(metrics), "args": args,
+              "batch": s.batch, "warmup": s.jpeg_warmup, "port": free_port()}
+    out = c.child("variant", params, cap=cap, log=f"jpeg-{label}")
+    return {**out, "workers": min(8, max(s.workers)), "patch": patch,
+            "decode": extra[extra.index("--decode") + 1] if "--decode" in extra else None,
+            "command": shlex.join(["python3", str(EXAMPLE), *args]).replace(str(ROOT) + "/", "")
+            + f"  # in bench/gpu_check.py's child_variant with {patch}"}
 
 
 def run_jpeg_example(c: Check, label: str, extra: list[str], cap: float) -> dict[str, Any]:
@@ -754,11 +790,7 @@ def run_jpeg_example(c: Check, label: str, extra: list[str], cap: float) -> dict
     s = c.sizes
     metrics = c.work / f"metrics-jpeg-{label}"
     workers = min(8, max(s.workers))
-    argv = [sys.executable, str(EXAMPLE), "--backend", "ddp", "--arch", s.arch,
-            "--image-size", str(s.image_size), "--batch-size", str(s.batch), "--epochs", "1",
-            "--max-steps", str(s.jpeg_steps), "--amp", "on", "--checkpoint-dir", "",
-            "--workers", str(workers), "--metrics-dir", str(metrics), *extra,
-            *(["--threads", str(s.threads)] if s.threads else [])]  # fmt: skip
+    argv = [sys.executable, str(EXAMPLE), *jpeg_example_args(c, metrics, extra)]
     env = c.env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     ran, result = run_example_process(c, argv, f"example-jpeg-{label}", cap, env,
                                       f"example from JPEGs, {label}")
@@ -1156,41 +1188,41 @@ class DecodeOnly:
 
 def _gpu_decode_rate(samples: list[tuple[str, int]], size: int, batch: int,
                      batches: int) -> dict[str, Any]:
-    """nvJPEG through torchvision.io.decode_jpeg(device='cuda'), then the example's
-    augmentation on the GPU (random-resized crop, flip, normalise): files read on the
-    host in the main process, everything else on the GPU."""
+    """The example's own device decode (trainkit.gpudecode.DeviceDecode: nvJPEG through
+    torchvision.io.decode_jpeg(device='cuda'), then the random-resized crop, flip and
+    normalisation on the GPU), files read on the host in the main process: with images
+    of one size cropped and resized together (the default) and one by one (as before
+    2026-11-28), alone on the GPU."""
     import torch
-    import torch.nn.functional as F
-    from torchvision.io import decode_jpeg, read_file
-    from trainkit.data import MEAN, STD, random_resized_crop_box
+    from trainkit.gpudecode import DeviceDecode, JpegFiles, collate_encoded, nvjpeg_decoder
 
     device = torch.device("cuda")
-    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
-    std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
-    rng = random.Random(0)
-    paths = [path for path, _ in samples]
+    decode, why = nvjpeg_decoder(device)
+    if decode is None:
+        raise RuntimeError(why)
+    files = JpegFiles(samples)
+    out: dict[str, Any] = {"timed_images": batches * batch, "batch": batch,
+                           "note": "alone on the GPU; while training it shares the GPU"}
+    for label, group_from in (("together", DeviceDecode.group_from), ("per_image", 10**9)):
+        dec = DeviceDecode(size, True, device, decode, torch.channels_last, seed=0)
+        dec.group_from = group_from
+        rng = random.Random(0)
 
-    def one_batch() -> Any:
-        data = [read_file(paths[rng.randrange(len(paths))]) for _ in range(batch)]
-        images = decode_jpeg(data, device=device)
-        out = torch.empty(batch, 3, size, size, device=device)
-        for k, img in enumerate(images):
-            _, h, w = img.shape
-            left, top, right, bottom = random_resized_crop_box(w, h, rng)
-            crop = img[:, top:bottom, left:right].unsqueeze(0).float()
-            resized = F.interpolate(crop, size=(size, size), mode="bilinear", align_corners=False)
-            out[k] = resized[0].flip(-1) if rng.random() < 0.5 else resized[0]
-        return out.div_(255).sub_(mean).div_(std).contiguous(memory_format=torch.channels_last)
+        def one_batch() -> Any:
+            return dec(collate_encoded([files[rng.randrange(len(files))] for _ in range(batch)]),
+                       epoch=0)
 
-    one_batch()  # nvJPEG's and the kernels' start-up
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(batches):
-        one_batch()
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    return {"images_per_sec": round(batches * batch / seconds, 1), "timed_images": batches * batch,
-            "batch": batch, "note": "alone on the GPU; while training it shares the GPU"}
+        one_batch()  # nvJPEG's and the kernels' start-up
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(batches):
+            one_batch()
+        torch.cuda.synchronize()
+        out[f"{label}_images_per_sec"] = round(batches * batch / (time.perf_counter() - start), 1)
+    out["images_per_sec"] = out["together_images_per_sec"]
+    out["together_of_per_image"] = round(out["together_images_per_sec"]
+                                         / out["per_image_images_per_sec"], 3)
+    return out
 
 
 def child_data(p: dict[str, Any]) -> dict[str, Any]:

@@ -98,7 +98,7 @@ def test_the_data_path_is_measured_per_worker_count(cpu_check) -> None:
     # The example itself from the JPEGs: the device decode's code with PIL on the CPU
     # (--decode tensor), the workers' PIL path, and step 2's synthetic run beside them.
     runs = fig["training"]
-    assert list(runs) == ["decode_tensor", "decode_cpu", "synthetic"]
+    assert list(runs) == ["decode_tensor", "decode_tensor_per_image", "decode_cpu", "synthetic"]
     for label, decode in (("decode_tensor", "tensor"), ("decode_cpu", "cpu")):
         run = runs[label]
         assert run["decode"] == decode and run["decode_fallbacks"] == 0, run
@@ -106,6 +106,11 @@ def test_the_data_path_is_measured_per_worker_count(cpu_check) -> None:
         assert 0 <= run["data_wait_share"] < 1 and run["of_synthetic"] > 0
         assert f"--decode {decode}" in run["command"]
     assert runs["synthetic"]["from"] == "step example, plain run"
+    # The same decode with the crop and resize image by image (the old way), in one
+    # process through child_variant's patch, measured the same way.
+    old = runs["decode_tensor_per_image"]
+    assert old["decode"] == "tensor" and old["patch"] == {"per_image_crop": True}
+    assert old["images_per_sec"] > 0 and old["timed_steps"] == 4 and old["of_synthetic"] > 0
     assert "decode_tensor" in step["summary"] and "data wait" in step["summary"]
 
 
