@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_check.py"
-STEPS = ["gpu_tests", "example", "tuning", "data", "checkpoint", "apptainer_nv"]
+STEPS = ["gpu_tests", "example", "tuning", "data", "checkpoint", "apptainer_nv", "horovod"]
 TIMEOUT = 300  # s: ~35 s on an idle 2-core VM; the check's own budget is 240 s
 
 
@@ -120,6 +120,25 @@ def test_the_checkpoint_round_trip_is_equal(cpu_check) -> None:
     assert step["status"] == "passed" and fig["device"] == "cpu"
     assert fig["equal"] is True and fig["differences"] == [] and fig["tensors_compared"] > 100
     assert fig["next_step_equal"] is True and fig["size_mib"] > 1
+
+
+def test_horovod_runs_the_example_one_rank_or_names_what_is_missing(cpu_check) -> None:
+    step = _steps(cpu_check[0])["horovod"]
+    fig = step["figures"]
+    found = fig["prerequisites"]["found"]
+    # The CPU mode asks only for what a CPU build needs; the GPU mode adds nvcc, CUDA's
+    # headers and NCCL's.
+    assert {"source archive", "cmake", "C++ compiler", "Python.h", "torch C++ headers"} <= set(found)
+    assert "nvcc" not in found
+    if fig["prerequisites"]["preinstalled_horovod"]:  # this VM: Horovod is installed
+        assert step["status"] == "passed", step
+        assert fig["built_with"]["gloo"] and fig["built_with"]["size"] == 1
+        run = fig["example"]
+        assert run["device"] == "cpu" and run["world_size"] == 1 and run["images_per_sec"] > 0
+        assert "--backend horovod" in run["command"]
+    else:  # no Horovod: skipped, naming what is missing or that the build takes minutes
+        assert step["status"] == "skipped"
+        assert step["reason"].startswith(("cannot build Horovod here: missing", "--cpu: "))
 
 
 def test_the_markdown_table_has_a_row_per_step(cpu_check) -> None:
