@@ -1021,7 +1021,7 @@ def horovod_prerequisites(c: Check) -> dict[str, Any]:
         "C++ compiler": shutil.which("g++") or shutil.which("c++"),
         "make or ninja": shutil.which("make") or shutil.which("ninja")
         or next((str(x) for x in [bindir / "ninja"] if x.is_file()), None),
-        "Python.h": str(python_h) if python_h.is_file()
+        "Python.h": str(python_h.parent) if python_h.is_file()
         else (str(carried_h) if (carried_h / "Python.h").is_file() else None),
         "torch C++ headers": py["torch_include"]
         if (Path(py["torch_include"]) / "torch" / "extension.h").is_file() else None,
@@ -1075,8 +1075,11 @@ def build_horovod(c: Check, pre: dict[str, Any], cap: float) -> tuple[Path, dict
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     if not (shutil.which("make") or "").strip() and found["make or ninja"]:
         env["CMAKE_GENERATOR"] = "Ninja"
-    if found["Python.h"] and not found["Python.h"].endswith("Python.h"):  # the carried headers
-        env["CPATH"] = found["Python.h"]
+    # Always on the compilers' path: Horovod's CMake asks `distutils.sysconfig` for it,
+    # which Python 3.12 only has through setuptools' own site hook (absent when the
+    # carried setuptools comes in by PYTHONPATH), and the carried headers live nowhere
+    # a compiler looks.
+    env["CPATH"] = os.pathsep.join(filter(None, [found["Python.h"], os.environ.get("CPATH")]))
     if not c.cpu:
         nccl_lib = c.work / "nccl-lib"
         nccl_lib.mkdir(exist_ok=True)
