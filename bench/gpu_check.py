@@ -10,23 +10,37 @@ killed run leaves what it finished):
   1. gpu_tests     the gpu-marked tests, natively: tests/unit/examples/test_examples_gpu.py with
                    pytest --noconftest (skipped, saying so, when pytest is missing); the
                    other gpu-marked tests need Apptainer and the GPU image
-  2. example       examples/resnet50_imagenet.py (synthetic data, ResNet-50, AMP and
+  2. example       examples/resnet50_imagenet.py (synthetic uint8 data, ResNet-50, AMP and
                    channels_last, batch 256) under `python -m torch.distributed.run
                    --nproc-per-node 1` (DDP over NCCL, world 1) and plain; images/s after
                    warm-up against a minimal training loop of the same model and batch
                    (the ceiling: the ratio is the example's own overhead) and against
                    NVIDIA's published ResNet-50 v1.5 AMP figures
+  2b. tuning      the example's step, part by part: the example in one process per
+                   variant with one change patched in (by default synthetic_float32, the
+                   old input, and device_batch, no input path), then a profiler trace
   3. data          the example's JPEG loader on a generated ImageNet-sized set
                    (hpcdl.data.tiny) with 4, 8 and 16 workers; decoding only (what any
                    lighter PIL pipeline is bounded by); nvJPEG decode and augmentation on
                    the GPU (torchvision.io.decode_jpeg(device='cuda')); whether each can
                    feed the rate the example trains at in step 2; then the example itself
                    training from those JPEGs with --decode gpu (--decode tensor, its CPU
-                   equivalent, with --cpu), --decode cpu and --synthetic, at most 8 loader
+                   equivalent, with --cpu), the same with the crop and resize image by
+                   image (as before), --decode cpu and --synthetic, at most 8 loader
                    workers: images/s and the share of each step waiting for data
   4. checkpoint    a checkpoint written from GPU tensors with the example's own code
                    (trainkit.loop.Checkpoints), resumed into a fresh model: the same state
-  5. apptainer_nv  `apptainer exec --nv`: skipped where there is no apptainer
+  5. apptainer_nv  `apptainer exec --nv`: the machine's Apptainer or the carried one
+                   (Debian sid's .deb, unpacked and relocated) on a tiny image, without
+                   and with --nv; skipped, saying why, where neither is there
+  6. horovod       Horovod built there from the carried source archive (NCCL GPU
+                   operations, Gloo) in what the check has left, then the example one
+                   rank; skipped naming every missing prerequisite
+
+What steps 5 and 6 take from the GPU machine's lack is prepared here first, into
+.cache/gpu-carry (about 30 MiB), which the device tool is then told to carry:
+
+  python3 bench/gpu_check.py --prepare-carry
 
 --cpu runs the same steps small (ResNet-18, 32 px, a few steps, a few dozen images, 0-1
 workers) with CUDA hidden, every GPU part reported as skipped with the reason; it
