@@ -10,23 +10,37 @@ killed run leaves what it finished):
   1. gpu_tests     the gpu-marked tests, natively: tests/unit/examples/test_examples_gpu.py with
                    pytest --noconftest (skipped, saying so, when pytest is missing); the
                    other gpu-marked tests need Apptainer and the GPU image
-  2. example       examples/resnet50_imagenet.py (synthetic data, ResNet-50, AMP and
+  2. example       examples/resnet50_imagenet.py (synthetic uint8 data, ResNet-50, AMP and
                    channels_last, batch 256) under `python -m torch.distributed.run
                    --nproc-per-node 1` (DDP over NCCL, world 1) and plain; images/s after
                    warm-up against a minimal training loop of the same model and batch
                    (the ceiling: the ratio is the example's own overhead) and against
                    NVIDIA's published ResNet-50 v1.5 AMP figures
+  2b. tuning      the example's step, part by part: the example in one process per
+                   variant with one change patched in (by default synthetic_float32, the
+                   old input, and device_batch, no input path), then a profiler trace
   3. data          the example's JPEG loader on a generated ImageNet-sized set
                    (hpcdl.data.tiny) with 4, 8 and 16 workers; decoding only (what any
                    lighter PIL pipeline is bounded by); nvJPEG decode and augmentation on
                    the GPU (torchvision.io.decode_jpeg(device='cuda')); whether each can
                    feed the rate the example trains at in step 2; then the example itself
                    training from those JPEGs with --decode gpu (--decode tensor, its CPU
-                   equivalent, with --cpu), --decode cpu and --synthetic, at most 8 loader
+                   equivalent, with --cpu), the same with the crop and resize image by
+                   image (as before), --decode cpu and --synthetic, at most 8 loader
                    workers: images/s and the share of each step waiting for data
   4. checkpoint    a checkpoint written from GPU tensors with the example's own code
                    (trainkit.loop.Checkpoints), resumed into a fresh model: the same state
-  5. apptainer_nv  `apptainer exec --nv`: skipped where there is no apptainer
+  5. apptainer_nv  `apptainer exec --nv`: the machine's Apptainer or the carried one
+                   (Debian sid's .deb, unpacked and relocated) on a tiny image, without
+                   and with --nv; skipped, saying why, where neither is there
+  6. horovod       Horovod built there from the carried source archive (NCCL GPU
+                   operations, Gloo) in what the check has left, then the example one
+                   rank; skipped naming every missing prerequisite
+
+What steps 5 and 6 take from the GPU machine's lack is prepared here first, into
+.cache/gpu-carry (about 30 MiB), which the device tool is then told to carry:
+
+  python3 bench/gpu_check.py --prepare-carry
 
 --cpu runs the same steps small (ResNet-18, 32 px, a few steps, a few dozen images, 0-1
 workers) with CUDA hidden, every GPU part reported as skipped with the reason; it
@@ -117,8 +131,10 @@ GPU_SIZES = Sizes(
     tiny_classes=8, tiny_per_class=640, tiny_size=416,
     loader_batch=64, workers=(4, 8, 16), gpu_decode_batches=8, threads=0,
     jpeg_steps=20, jpeg_warmup=6,
-    budgets={"gpu_tests": 120, "example": 200, "tuning": 240, "data": 220, "checkpoint": 45,
-             "apptainer_nv": 15},
+    # Within the 560 s of the whole check (the lent machine's 10-minute call): what each
+    # took on the H200 on 2026-11-28, plus a margin; Horovod's build gets what is left.
+    budgets={"gpu_tests": 90, "example": 110, "tuning": 110, "data": 170, "checkpoint": 30,
+             "apptainer_nv": 45, "horovod": 480},
 )  # fmt: skip
 CPU_SIZES = Sizes(
     arch="resnet18", image_size=32, batch=8, classes=10,
@@ -127,8 +143,10 @@ CPU_SIZES = Sizes(
     # One thread: two processes on 2 shared cores would otherwise oversubscribe them.
     loader_batch=8, workers=(0, 1), gpu_decode_batches=0, threads=1,
     jpeg_steps=6, jpeg_warmup=2,
-    budgets={"gpu_tests": 60, "example": 90, "tuning": 60, "data": 90, "checkpoint": 30,
-             "apptainer_nv": 15},
+    # Room for a loaded shared 2-core VM (load 9: 222 s for all of it, the tuning step's
+    # four variants 58 s); idle, the whole check takes about a minute.
+    budgets={"gpu_tests": 60, "example": 90, "tuning": 100, "data": 120, "checkpoint": 30,
+             "apptainer_nv": 15, "horovod": 60},
 )  # fmt: skip
 
 STEPS = (
@@ -138,6 +156,7 @@ STEPS = (
     ("data", "JPEG data path"),
     ("checkpoint", "checkpoint round trip"),
     ("apptainer_nv", "apptainer --nv"),
+    ("horovod", "Horovod from source, one rank"),
 )
 
 
@@ -228,6 +247,9 @@ class Check:
         self.variants: tuple[str, ...] = ()  # --variants: the tuning step's subset
         self.profile = True  # the tuning step's profiler trace
         self.ceiling_in_tuning = False  # the minimal loop measured in the tuning step too
+        self.carry = ROOT / ".cache" / "gpu-carry"  # what --prepare-carry put there
+        self.build_horovod = False  # --cpu: try the Horovod build too (minutes)
+        self.torchvision_ceiling = False  # the example step's second ceiling
 
     def left(self) -> float:
         return min(self.step_deadline, self.deadline) - time.monotonic()
@@ -405,6 +427,7 @@ def run_example(c: Check, label: str, launcher: list[str], cap: float) -> dict[s
            "example_images_per_sec": result.get("images_per_sec"),
            "device": result.get("device"), "amp": result.get("amp"),
            "launcher": result.get("launcher"), "world_size": result.get("world_size"),
+           "synthetic_dtype": result.get("synthetic_dtype"),
            "workers": int(header.group(1)) if header else None,
            "wall_s": round(ran.seconds, 1),
            "command": shlex.join(["python3", *argv[1:]]).replace(str(ROOT) + "/", "")}
@@ -448,7 +471,10 @@ def step_example(c: Check) -> dict[str, Any]:
                                     cap=50)),
         ("plain", lambda: run_example(c, "plain", [py], cap=75)),
     ]
-    if not c.cpu and c.facts.get("torchvision"):
+    # torchvision's ResNet-50 in the same loop: a second opinion on the ceiling, within 1-2%
+    # of trainkit's in all three runs of 2026-11-26/28; opt-in since, its ~20 s going to
+    # the horovod step.
+    if not c.cpu and c.facts.get("torchvision") and c.torchvision_ceiling:
         runs.append(("ceiling_torchvision",
                      lambda: c.child("ceiling", {"model": "torchvision", **ceiling_params(c)},
                                      log="ceiling-torchvision")))
@@ -498,6 +524,10 @@ def step_example(c: Check) -> dict[str, Any]:
 # changes the maths except where the name says so (no_ddp: no DDP wrapper at all).
 TUNING_VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
+    # The synthetic images as float32, as before 2026-11-28 (154 MB a batch of 256
+    # through shared memory, pinning and the copy, against uint8's 39 MB normalised on
+    # the GPU): ``args`` are added to the example's own.
+    "synthetic_float32": {"args": ["--synthetic-dtype", "float32"]},
     "sync_each_step": {"sync_each_step": True},  # the host waits for every step (the old loop)
     "no_grad_hooks": {"no_grad_hooks": True},
     "ddp_no_broadcast_buffers": {"ddp": {"broadcast_buffers": False}},
@@ -517,17 +547,22 @@ TUNING_VARIANTS: dict[str, dict[str, Any]] = {
     "no_param_hooks": {"no_param_hooks": True},
     "device_batch_no_param_hooks": {"device_batch": True, "no_param_hooks": True},
 }
-CPU_TUNING_VARIANTS = ("default", "sync_each_step", "ddp_all")
+CPU_TUNING_VARIANTS = ("default", "synthetic_float32", "sync_each_step", "ddp_all")
+# The GPU mode's default: the change of 2026-11-28 against the old input and against no
+# input path at all (each ~22 s on the H200; all of them do not fit the step's budget:
+# --variants picks others).
+GPU_TUNING_VARIANTS = ("default", "synthetic_float32", "device_batch")
 
 
 def step_tuning(c: Check) -> dict[str, Any]:
     s = c.sizes
-    names = c.variants or (CPU_TUNING_VARIANTS if c.cpu else tuple(TUNING_VARIANTS))
+    names = c.variants or (CPU_TUNING_VARIANTS if c.cpu else GPU_TUNING_VARIANTS)
     figures: dict[str, Any] = {"variants": {}}
     for name in names:
         metrics = c.work / f"metrics-tuning-{name}"
         params = {"variant": name, **TUNING_VARIANTS[name], "metrics": str(metrics),
-                  "args": example_args(s, metrics), "batch": s.batch,
+                  "args": [*example_args(s, metrics), *TUNING_VARIANTS[name].get("args", [])],
+                  "batch": s.batch,
                   "warmup": s.example_warmup, "port": free_port()}
         try:
             figures["variants"][name] = c.child("variant", params, cap=60, log=f"tuning-{name}")
@@ -589,6 +624,10 @@ def child_variant(p: dict[str, Any]) -> dict[str, Any]:
             lambda self, hook: None)
     if p.get("no_grad_hooks"):
         tdist.GradReadyTimes.ready = lambda self, param: None  # type: ignore[method-assign]
+    if p.get("per_image_crop"):  # --decode gpu/tensor's crop and resize image by image
+        import trainkit.gpudecode as tgpu
+
+        tgpu.DeviceDecode.group_from = 10**9
     if p.get("fused_sgd") and cuda:
         sgd = torch.optim.SGD
 
@@ -696,7 +735,8 @@ def step_data(c: Check) -> dict[str, Any]:
     if figures.get("decode_only"):
         summary += f"; decode only {figures['decode_only']['images_per_sec']:,.0f}"
     if figures.get("gpu_decode", {}).get("images_per_sec"):
-        summary += f"; nvJPEG on GPU {figures['gpu_decode']['images_per_sec']:,.0f}"
+        summary += (f"; nvJPEG on GPU {figures['gpu_decode']['images_per_sec']:,.0f} "
+                    f"(image by image {figures['gpu_decode']['per_image_images_per_sec']:,.0f})")
     figures["best_loader"] = best
     if target:
         summary += f"; feeds {target:,.0f} img/s: {'yes' if figures['feeds'] else 'no'}"
@@ -704,7 +744,11 @@ def step_data(c: Check) -> dict[str, Any]:
     training: dict[str, Any] = {}
     for label, extra in jpeg_runs(c):
         try:
-            training[label] = run_jpeg_example(c, label, extra, cap=90 if c.cpu else 75)
+            if label.endswith("_per_image"):
+                training[label] = run_jpeg_variant(c, label, extra, {"per_image_crop": True},
+                                                   cap=90 if c.cpu else 75)
+            else:
+                training[label] = run_jpeg_example(c, label, extra, cap=90 if c.cpu else 75)
         except StepFailed as exc:
             training[label] = {"error": str(exc), "error_tail": exc.tail}
             errors.append(f"{label}: {exc}")
@@ -738,8 +782,35 @@ def jpeg_runs(c: Check) -> list[tuple[str, list[str]]]:
                  "--synthetic-val-size", str(s.batch), "--val-batches", "1",
                  "--num-classes", str(s.tiny_classes)]
     return [(f"decode_{device}", [*data, "--decode", device]),
+            # the crop and resize image by image, as before 2026-11-28: the same maths
+            (f"decode_{device}_per_image", [*data, "--decode", device]),
             *([] if c.cpu else [("synthetic", synthetic)]),
             ("decode_cpu", [*data, "--decode", "cpu"])]
+
+
+def jpeg_example_args(c: Check, metrics: Path, extra: list[str]) -> list[str]:
+    s = c.sizes
+    return ["--backend", "ddp", "--arch", s.arch,
+            "--image-size", str(s.image_size), "--batch-size", str(s.batch), "--epochs", "1",
+            "--max-steps", str(s.jpeg_steps), "--amp", "on", "--checkpoint-dir", "",
+            "--workers", str(min(8, max(s.workers))), "--metrics-dir", str(metrics), *extra,
+            *(["--threads", str(s.threads)] if s.threads else [])]  # fmt: skip
+
+
+def run_jpeg_variant(c: Check, label: str, extra: list[str], patch: dict[str, Any],
+                     cap: float) -> dict[str, Any]:
+    """run_jpeg_example's run in one process with a tuning-style ``patch`` (child_variant):
+    the example's own code with one change, measured the same way."""
+    s = c.sizes
+    metrics = c.work / f"metrics-jpeg-{label}"
+    args = jpeg_example_args(c, metrics, extra)
+    params = {"variant": label, **patch, "metrics": str(metrics), "args": args,
+              "batch": s.batch, "warmup": s.jpeg_warmup, "port": free_port()}
+    out = c.child("variant", params, cap=cap, log=f"jpeg-{label}")
+    return {**out, "workers": min(8, max(s.workers)), "patch": patch,
+            "decode": extra[extra.index("--decode") + 1] if "--decode" in extra else None,
+            "command": shlex.join(["python3", str(EXAMPLE), *args]).replace(str(ROOT) + "/", "")
+            + f"  # in bench/gpu_check.py's child_variant with {patch}"}
 
 
 def run_jpeg_example(c: Check, label: str, extra: list[str], cap: float) -> dict[str, Any]:
@@ -748,11 +819,7 @@ def run_jpeg_example(c: Check, label: str, extra: list[str], cap: float) -> dict
     s = c.sizes
     metrics = c.work / f"metrics-jpeg-{label}"
     workers = min(8, max(s.workers))
-    argv = [sys.executable, str(EXAMPLE), "--backend", "ddp", "--arch", s.arch,
-            "--image-size", str(s.image_size), "--batch-size", str(s.batch), "--epochs", "1",
-            "--max-steps", str(s.jpeg_steps), "--amp", "on", "--checkpoint-dir", "",
-            "--workers", str(workers), "--metrics-dir", str(metrics), *extra,
-            *(["--threads", str(s.threads)] if s.threads else [])]  # fmt: skip
+    argv = [sys.executable, str(EXAMPLE), *jpeg_example_args(c, metrics, extra)]
     env = c.env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     ran, result = run_example_process(c, argv, f"example-jpeg-{label}", cap, env,
                                       f"example from JPEGs, {label}")
@@ -780,24 +847,457 @@ def step_checkpoint(c: Check) -> dict[str, Any]:
     return passed(summary, figures)
 
 
+# The capabilities by bit number (linux/capability.h), for APPTAINER_DROP_CAPS: root in
+# these VMs lacks some (CAP_SYS_RESOURCE on the dev VM) and Apptainer requests them all
+# unless told which to drop (scripts/install-apptainer.sh's wrapper does the same).
+_CAPS = ("CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP "
+         "LINUX_IMMUTABLE NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER "
+         "SYS_MODULE SYS_RAWIO SYS_CHROOT SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE "
+         "SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE AUDIT_WRITE AUDIT_CONTROL SETFCAP "
+         "MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ PERFMON BPF "
+         "CHECKPOINT_RESTORE").split()
+
+
+def missing_caps(status: str) -> list[str]:
+    """The capabilities (CAP_ names) missing from a /proc/PID/status text's permitted set."""
+    match = re.search(r"^CapPrm:\s*([0-9a-fA-F]+)$", status, re.M)
+    if not match:
+        return []
+    permitted = int(match.group(1), 16)
+    return [f"CAP_{name}" for bit, name in enumerate(_CAPS) if not permitted >> bit & 1]
+
+
+def carried_apptainer(c: Check) -> tuple[Path | None, dict[str, Any]]:
+    """Apptainer unpacked from the carried .deb (``--prepare-carry``) into the work
+    directory, laid out as its relocation expects (prefix = two levels above the binary;
+    its configuration in PREFIX/etc, its session directories under PREFIX/var and
+    PREFIX/lib/var). (path of the binary or None, what was found)."""
+    debs = sorted(c.carry.glob("apptainer_*.deb"))
+    info: dict[str, Any] = {"carry": str(c.carry), "deb": debs[-1].name if debs else None}
+    if not debs:
+        return None, info
+    dpkg_deb = shutil.which("dpkg-deb")
+    if dpkg_deb is None:
+        info["error"] = "dpkg-deb is not on PATH: the carried .deb cannot be unpacked"
+        return None, info
+    dest = c.work / "apptainer"
+    ran = c.command([dpkg_deb, "-x", str(debs[-1]), str(dest)], "apptainer-unpack", cap=60)
+    if ran.returncode != 0:
+        info["error"] = f"dpkg-deb -x failed (exit {ran.returncode}): {last_lines(ran.output, 3)}"
+        return None, info
+    usr = dest / "usr"
+    shutil.move(str(dest / "etc"), str(usr / "etc"))
+    for session in ("var/lib/apptainer/mnt/session", "lib/var/lib/apptainer/mnt/session"):
+        (usr / session).mkdir(parents=True, exist_ok=True)
+    binary = usr / "bin" / "apptainer"
+    # The repacked deb (scripts/install-apptainer.sh) keeps the real binary in libexec
+    # behind a wrapper with absolute paths; sid's own has it in bin.
+    if (usr / "libexec" / "apptainer").is_file():
+        binary = usr / "libexec" / "apptainer"
+    info["binary"] = str(binary.relative_to(c.work))
+    return binary, info
+
+
+def apptainer_env(c: Check) -> dict[str, str]:
+    extra = {}
+    caps = missing_caps(Path("/proc/self/status").read_text())
+    if caps:
+        extra["APPTAINER_DROP_CAPS"] = ",".join(caps)
+    libs = c.carry / "lib"
+    if libs.is_dir():  # libseccomp and libsqlite3 from the dev VM, for a machine without them
+        have = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True,
+                              check=False).stdout if shutil.which("ldconfig") else ""
+        if any(lib.name.split(".so")[0] + ".so" not in have for lib in libs.iterdir()):
+            extra["LD_LIBRARY_PATH"] = os.pathsep.join(
+                [str(libs), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])])
+    return c.env(**extra)
+
+
 def step_apptainer(c: Check) -> dict[str, Any]:
     if c.cpu:
         return skipped("--cpu: `--nv` passes the host's NVIDIA GPU into the container; "
                        "there is none in this mode")
+    figures: dict[str, Any] = {"uid": os.getuid()}
     apptainer = shutil.which("apptainer") or shutil.which("singularity")
+    images: list[Path] = []
     if apptainer is None:
-        return skipped("apptainer is not on PATH (the lent GPU machines have none and "
-                       "cannot fetch it): `apptainer exec --nv` was not checked")
-    image = c.image or os.environ.get("HPCDL_GPU_IMAGE") or "/scratch/images/pytorch-horovod-gpu-pypi.sif"
-    if not Path(image).is_file():
-        return skipped(f"no GPU image at {image} (pass --image IMAGE.sif)")
-    probe = "import torch; print(torch.cuda.is_available(), torch.cuda.device_count())"
-    ran = c.command([apptainer, "exec", "--nv", image, "python3", "-c", probe], "apptainer-nv")
-    words = ran.output.strip().splitlines()[-1].split() if ran.output.strip() else []
-    if ran.returncode != 0 or not words or words[0] != "True":
-        raise StepFailed(f"apptainer exec --nv: no GPU in the container (exit {ran.returncode})",
-                         last_lines(ran.output))
-    return passed(f"torch in {Path(image).name} sees {words[1]} GPU(s)", {"image": image})
+        binary, info = carried_apptainer(c)
+        figures["carried"] = info
+        if binary is None:
+            why = info.get("error") or (
+                f"no apptainer_*.deb in {c.carry} (prepare it here with `python3 "
+                "bench/gpu_check.py --prepare-carry` and carry .cache/gpu-carry)")
+            return skipped(f"apptainer is not on PATH and none was carried: {why}", figures)
+        apptainer = str(binary)
+        images = sorted(c.carry.glob("*.sif")) + [d for d in sorted(c.carry.glob("*-root"))
+                                                  if d.is_dir()]
+    if c.image:
+        images = [Path(c.image)]
+    elif not images:
+        images = [Path(os.environ.get("HPCDL_GPU_IMAGE")
+                       or "/scratch/images/pytorch-horovod-gpu-pypi.sif")]
+    images = [i for i in images if i.exists()]
+    if not images:
+        return skipped("no image to run (pass --image IMAGE.sif, or carry the tiny one "
+                       "--prepare-carry writes)", figures)
+    env = apptainer_env(c)
+    figures["drop_caps"] = env.get("APPTAINER_DROP_CAPS")
+    version = c.command([apptainer, "--version"], "apptainer-version", cap=20, env=env)
+    figures["version"] = last_lines(version.output, 1)
+    if version.returncode != 0:
+        raise StepFailed(f"{apptainer} --version: exit {version.returncode}: "
+                         f"{last_lines(version.output, 1)}", last_lines(version.output), figures)
+    # A torch image is asked for torch's view of the GPU; a tiny one (no python) for
+    # nvidia-smi's, which --nv binds in from the host with the driver's libraries.
+    runs: dict[str, Any] = {}
+    for image in images:
+        torch_image = image.suffix == ".sif" and "torch" in image.name
+        probe = (["python3", "-c", "import torch; print(torch.cuda.is_available(), "
+                  "torch.cuda.device_count())"] if torch_image else ["nvidia-smi", "-L"])
+        # First without --nv: a refused mount (loop device, FUSE) shows apart from --nv.
+        bare = c.command([apptainer, "exec", str(image), "/bin/sh", "-c", "echo container-ok"],
+                         f"apptainer-{image.name}", cap=60, env=env)
+        ran = c.command([apptainer, "exec", "--nv", str(image), *probe],
+                        f"apptainer-nv-{image.name}", cap=60, env=env)
+        out = ran.output.strip().splitlines()
+        ok = ran.returncode == 0 and (
+            (out and out[-1].split()[:1] == ["True"]) if torch_image
+            else any(line.startswith("GPU ") for line in out))
+        runs[image.name] = {"ok": ok, "exit": ran.returncode, "probe": shlex.join(probe),
+                            "seconds": round(ran.seconds, 1),
+                            "output": last_lines(ran.output, 6),
+                            "without_nv": {"ok": "container-ok" in bare.output,
+                                           "exit": bare.returncode,
+                                           "output": last_lines(bare.output, 4)}}
+    figures["runs"] = runs
+    good = [name for name, r in runs.items() if r["ok"]]
+    if not good:
+        # The refusal's own words (loop device, FUSE, capabilities, namespaces).
+        first = next(iter(runs.values()))
+        bare = ("the container itself ran without --nv" if first["without_nv"]["ok"] else
+                f"without --nv it did not run either: {last_lines(first['without_nv']['output'], 1)}")
+        raise StepFailed(f"apptainer exec --nv: no GPU in any container ({', '.join(runs)}): "
+                         f"{last_lines(first['output'], 1)}; {bare}", first["output"], figures)
+    bad = [name for name in runs if name not in good]
+    return passed(f"apptainer exec --nv {', '.join(good)}: "
+                  + "; ".join(last_lines(runs[n]["output"], 1) for n in good)
+                  + (f"; failed: {', '.join(bad)}" if bad else ""), figures)
+
+
+# ---------------------------------------------------------------------------------------
+# Step 7: Horovod built on the machine from a carried source archive, one rank
+
+
+def horovod_prerequisites(c: Check) -> dict[str, Any]:
+    """What building Horovod with NCCL GPU operations needs, each found (a path or a
+    version) or None: cmake, a C++ compiler, make or ninja, nvcc and the CUDA headers,
+    torch's C++ headers, NCCL's header and library (the nvidia-nccl wheel torch loads),
+    Python.h (or the carried CPython headers), setuptools, wheel and packaging (or
+    carried wheels), and the source archive."""
+    probe = (
+        "import json, os, sys, sysconfig, importlib.util as u\n"
+        "out = {'python': sys.version.split()[0], 'python_include': sysconfig.get_paths()['include']}\n"
+        "import torch\n"
+        "out['torch'] = torch.__version__; out['torch_cuda'] = torch.version.cuda\n"
+        "out['torch_include'] = os.path.join(os.path.dirname(torch.__file__), 'include')\n"
+        "try:\n"
+        "    import nvidia.nccl as n\n"
+        "    out['nccl_dir'] = list(n.__path__)[0]\n"
+        "except Exception:\n"
+        "    out['nccl_dir'] = None\n"
+        "for m in ('setuptools', 'wheel', 'packaging', 'horovod'):\n"
+        "    out['has_' + m] = u.find_spec(m) is not None\n"
+        "print(json.dumps(out))\n")
+    ran = c.command([sys.executable, "-c", probe], "horovod-probe", cap=60)
+    try:
+        py = json.loads(ran.output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise StepFailed("the probe of this python's torch failed", last_lines(ran.output)) from None
+    bindir = Path(sys.executable).parent
+    cuda_home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    nvcc = shutil.which("nvcc") or next((str(x) for x in [Path(cuda_home) / "bin" / "nvcc"]
+                                         if x.is_file()), None)
+    cuda_root = Path(nvcc).resolve().parents[1] if nvcc else None
+    wheels = c.carry / "wheels"
+
+    def carried(name: str) -> str | None:
+        hit = sorted(wheels.glob(f"{name}-*.whl")) if wheels.is_dir() else []
+        return f"carried {hit[-1].name}" if hit else None
+
+    nccl = Path(py["nccl_dir"]) if py.get("nccl_dir") else None
+    python_h = Path(py["python_include"]) / "Python.h"
+    carried_h = c.carry / "python-include" / f"python{'.'.join(py['python'].split('.')[:2])}"
+    sdists = sorted(c.carry.glob("horovod-*.tar.gz"))
+    found: dict[str, Any] = {
+        "source archive": str(sdists[-1]) if sdists else None,
+        "cmake": shutil.which("cmake") or next((str(x) for x in [bindir / "cmake"] if x.is_file()),
+                                               None),
+        "C++ compiler": shutil.which("g++") or shutil.which("c++"),
+        "make or ninja": shutil.which("make") or shutil.which("ninja")
+        or next((str(x) for x in [bindir / "ninja"] if x.is_file()), None),
+        "Python.h": str(python_h.parent) if python_h.is_file()
+        else (str(carried_h) if (carried_h / "Python.h").is_file() else None),
+        "torch C++ headers": py["torch_include"]
+        if (Path(py["torch_include"]) / "torch" / "extension.h").is_file() else None,
+        "setuptools": "installed" if py["has_setuptools"] else carried("setuptools"),
+        "wheel": "installed" if py["has_wheel"] else carried("wheel"),
+        "packaging": "installed" if py["has_packaging"] else carried("packaging"),
+    }
+    if not c.cpu:
+        found.update({
+            "nvcc": nvcc,
+            "CUDA headers": str(cuda_root / "include")
+            if cuda_root and (cuda_root / "include" / "cuda_runtime.h").is_file() else None,
+            "nccl.h": str(nccl / "include" / "nccl.h")
+            if nccl and (nccl / "include" / "nccl.h").is_file() else None,
+            "libnccl.so.2": str(nccl / "lib" / "libnccl.so.2")
+            if nccl and (nccl / "lib" / "libnccl.so.2").is_file() else None,
+        })
+    return {"found": found, "python": py["python"], "torch": py["torch"],
+            "torch_cuda": py["torch_cuda"], "preinstalled_horovod": py["has_horovod"]}
+
+
+def build_horovod(c: Check, pre: dict[str, Any], cap: float) -> tuple[Path, dict[str, Any]]:
+    """Unpack, patch and build the carried sdist into a wheel, then install it and its
+    carried dependencies into a folder of the work directory. The patches are
+    scripts/build-horovod-gpu.sh's: C++17 at the top level and for the CUDA kernels
+    (CUDA 13's headers refuse older), C++17 for horovod/torch (20 from torch 2.14, whose
+    headers require it); Gloo as the controller (no MPI: one process needs no launcher);
+    NCCL from the wheel torch loads, linked shared, through an unversioned symlink."""
+    import tarfile
+
+    found = pre["found"]
+    sdist = Path(found["source archive"])
+    src_root = c.work / "horovod-src"
+    with tarfile.open(sdist) as tar:
+        tar.extractall(src_root, filter="data")
+    src = next(src_root.iterdir())
+    major_minor = tuple(int(x) for x in re.findall(r"\d+", pre["torch"])[:2])
+    torch_std = "20" if major_minor >= (2, 14) else "17"
+    for rel, key, std in (("CMakeLists.txt", "CXX", "17"),
+                          ("horovod/torch/CMakeLists.txt", "CXX", torch_std),
+                          ("horovod/common/ops/cuda/CMakeLists.txt", "CUDA", "17")):
+        f = src / rel
+        text, n = re.subn(rf"set\(CMAKE_{key}_STANDARD \d+\)", f"set(CMAKE_{key}_STANDARD {std})",
+                          f.read_text())
+        if not n:
+            raise StepFailed(f"the C++ standard patch did not apply to {rel} of {sdist.name}")
+        f.write_text(text)
+    env = c.env(HOROVOD_WITH_PYTORCH="1", HOROVOD_WITHOUT_TENSORFLOW="1",
+                HOROVOD_WITHOUT_MXNET="1", HOROVOD_WITHOUT_MPI="1", HOROVOD_WITH_GLOO="1",
+                HOROVOD_CPU_OPERATIONS="GLOO", MAKEFLAGS=f"-j{os.cpu_count() or 2}")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    if not (shutil.which("make") or "").strip() and found["make or ninja"]:
+        env["CMAKE_GENERATOR"] = "Ninja"
+    # Always on the compilers' path: Horovod's CMake asks `distutils.sysconfig` for it,
+    # which Python 3.12 only has through setuptools' own site hook (absent when the
+    # carried setuptools comes in by PYTHONPATH), and the carried headers live nowhere
+    # a compiler looks.
+    env["CPATH"] = os.pathsep.join(filter(None, [found["Python.h"], os.environ.get("CPATH")]))
+    if not c.cpu:
+        nccl_lib = c.work / "nccl-lib"
+        nccl_lib.mkdir(exist_ok=True)
+        (nccl_lib / "libnccl.so").symlink_to(found["libnccl.so.2"])
+        cuda_root = str(Path(found["nvcc"]).resolve().parents[1])
+        arch = str(c.facts.get("gpu_capability") or "9.0")
+        env.update({"HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_NCCL_LINK": "SHARED",
+                    "HOROVOD_NCCL_INCLUDE": str(Path(found["nccl.h"]).parent),
+                    "HOROVOD_NCCL_LIB": str(nccl_lib), "CUDA_HOME": cuda_root,
+                    "HOROVOD_CUDA_HOME": cuda_root, "HOROVOD_BUILD_CUDA_CC_LIST": arch.replace(".", ""),
+                    "TORCH_CUDA_ARCH_LIST": arch})
+        env["PATH"] = os.pathsep.join([str(Path(cuda_root) / "bin"), env["PATH"]])
+    build_site = c.work / "horovod-build-site"  # setuptools/wheel/packaging when carried
+    wheels = c.carry / "wheels"
+    need = [m for m in ("setuptools", "wheel", "packaging")
+            if str(found[m]).startswith("carried")]
+    if need:
+        ran = c.command([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                         "--find-links", str(wheels), "--target", str(build_site), *need],
+                        "horovod-build-deps", cap=60)
+        if ran.returncode != 0:
+            raise StepFailed(f"pip install of the carried {', '.join(need)} failed",
+                             last_lines(ran.output))
+        env["PYTHONPATH"] = os.pathsep.join([str(build_site), env["PYTHONPATH"]])
+    out = c.work / "horovod-wheel"
+    ran = c.command([sys.executable, "-m", "pip", "wheel", "-v", "--no-index",
+                     "--no-build-isolation", "--no-deps", "-w", str(out), str(src)],
+                    "horovod-build", cap=cap, env=env)
+    built = sorted(out.glob("horovod-*.whl"))
+    figures: dict[str, Any] = {"build_s": round(ran.seconds, 1), "timed_out": ran.timed_out,
+                               "cxx_standard_torch": torch_std,
+                               "gpu_operations": env.get("HOROVOD_GPU_OPERATIONS")}
+    if ran.returncode != 0 or not built:
+        reached = re.findall(r"\[\s*(\d+)%\]", ran.output)
+        if ran.timed_out:
+            why = (f"the build did not finish within {ran.seconds:.0f} s"
+                   + (f" (make at {reached[-1]}%)" if reached else ""))
+        else:
+            errors = [ln for ln in ran.output.splitlines() if "error" in ln.lower()][:3]
+            why = f"the build failed (exit {ran.returncode}): " + " | ".join(errors)[:400]
+        raise StepFailed(why, last_lines(ran.output, 40), figures)
+    figures["wheel"] = built[-1].name
+    figures["wheel_mib"] = round(built[-1].stat().st_size / 2**20, 1)
+    site = c.work / "horovod-site"
+    deps = [str(w) for w in sorted(wheels.glob("*.whl"))
+            if w.name.split("-")[0].lower() in ("cloudpickle", "psutil", "pyyaml", "packaging")] \
+        if wheels.is_dir() else []
+    ran = c.command([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                     "--target", str(site), str(built[-1]), *deps], "horovod-install", cap=60)
+    if ran.returncode != 0:
+        raise StepFailed("pip install of the built wheel failed", last_lines(ran.output), figures)
+    return site, figures
+
+
+def step_horovod(c: Check) -> dict[str, Any]:
+    pre = horovod_prerequisites(c)
+    figures: dict[str, Any] = {"prerequisites": pre, "carry": str(c.carry)}
+    missing = [name for name, where in pre["found"].items() if not where]
+    if pre["preinstalled_horovod"] and not c.build_horovod:
+        site = None
+        figures["horovod"] = "installed here already"
+    elif missing:
+        hint = (" (prepare it here with `python3 bench/gpu_check.py --prepare-carry` and carry "
+                ".cache/gpu-carry)" if "source archive" in missing else "")
+        return skipped(f"cannot build Horovod here: missing {', '.join(missing)}{hint}", figures)
+    elif c.cpu and not c.build_horovod:
+        return skipped("--cpu: every prerequisite found; the build takes minutes, "
+                       "--build-horovod tries it", figures)
+    else:
+        # Leave the example's one-rank run its time: the build gets the rest.
+        site, built = build_horovod(c, pre, cap=max(10.0, c.left() - 45))
+        figures.update(built)
+    env = c.env(HOROVOD_GLOO_IFACE="lo", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    if site is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    check = ("import json, horovod.torch as hvd; hvd.init(); print(json.dumps({'size': hvd.size(), "
+             "'nccl': hvd.nccl_built(), 'gloo': hvd.gloo_built(), 'mpi': hvd.mpi_built(), "
+             "'cuda': hvd.cuda_built(), 'module': hvd.__file__}))")
+    ran = c.command([sys.executable, "-c", check], "horovod-import", cap=60, env=env)
+    try:
+        figures["built_with"] = json.loads(ran.output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise StepFailed(f"import horovod.torch; hvd.init() failed (exit {ran.returncode})",
+                         last_lines(ran.output), figures) from None
+    s = c.sizes
+    metrics = c.work / "metrics-horovod"
+    args = [a if a != "ddp" else "horovod" for a in example_args(s, metrics)]
+    args[args.index("--max-steps") + 1] = str(min(s.example_steps, 30))
+    argv = [sys.executable, str(EXAMPLE), *args]
+    ran, result = run_example_process(c, argv, "example-horovod", c.left(), env,
+                                      "the example under Horovod, one rank")
+    expected = "cpu" if c.cpu else "cuda"
+    if result.get("device") != expected or result.get("backend") != "horovod":
+        raise StepFailed(f"the Horovod example ran on {result.get('device')} with backend "
+                         f"{result.get('backend')}", last_lines(ran.output), figures)
+    figures["example"] = {**example_rates(metrics, s.batch, min(s.example_warmup, 10)),
+                          "launcher": result.get("launcher"), "world_size": result.get("world_size"),
+                          "device": result.get("device"),
+                          "command": shlex.join(["python3", *argv[1:]]).replace(str(ROOT) + "/", "")}
+    built = figures["built_with"]
+    return passed(f"Horovod {'built in ' + str(figures['build_s']) + ' s' if 'build_s' in figures else 'installed'}"
+                  f" (NCCL {built['nccl']}, Gloo {built['gloo']}, CUDA {built['cuda']}); the example, "
+                  f"one rank on {result.get('device')}: {figures['example']['images_per_sec']:,.0f} img/s",
+                  figures)
+
+
+# ---------------------------------------------------------------------------------------
+# --prepare-carry: here, with the package registry and this VM's Apptainer
+
+HOROVOD_VERSION = "0.28.1"  # as scripts/build-horovod-gpu.sh
+CARRY_LIMIT_MIB = 60  # of the device tool's 64 MiB for everything it carries
+
+
+def tiny_rootfs(root: Path) -> None:
+    """A directory image of this host's /bin/sh and the C library it and nvidia-smi (which
+    --nv binds in from the GPU machine) load: enough for `exec --nv IMAGE nvidia-smi -L`."""
+    libdir = Path("/lib/x86_64-linux-gnu")
+    for sub in ("bin", "lib64", "lib/x86_64-linux-gnu", "usr/bin", "etc", "tmp", "var/tmp",
+                "proc", "sys", "dev"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    shutil.copy(Path("/bin/sh").resolve(), root / "bin" / "sh")
+    shutil.copy(Path("/lib64/ld-linux-x86-64.so.2").resolve(), root / "lib64" / "ld-linux-x86-64.so.2")
+    for lib in ("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"):
+        shutil.copy((libdir / lib).resolve(), root / "lib" / "x86_64-linux-gnu" / lib)
+    for name in ("passwd", "group"):
+        (root / "etc" / name).write_text("root:x:0:0:root:/root:/bin/sh\n" if name == "passwd"
+                                         else "root:x:0:\n")
+
+
+def prepare_carry(dest: Path, python: str) -> int:
+    if not re.fullmatch(r"3\.\d{1,2}", python):
+        print(f"--python {python!r}: want X.Y, e.g. 3.12", file=sys.stderr)
+        return 2
+    dest = dest.resolve()
+    shutil.rmtree(dest, ignore_errors=True)
+    (dest / "wheels").mkdir(parents=True)
+    tag = "cp" + python.replace(".", "")
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
+    commands = [
+        [*pip, "--no-binary", ":all:", "-d", str(dest), f"horovod=={HOROVOD_VERSION}"],
+        [*pip, "--only-binary", ":all:", "--python-version", python, "--implementation", "cp",
+         "--abi", tag, "--abi", "abi3", "--abi", "none", "--platform", "manylinux2014_x86_64",
+         "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux_2_28_x86_64",
+         "--platform", "any", "-d", str(dest / "wheels"),
+         "cloudpickle", "psutil", "pyyaml", "packaging", "setuptools", "wheel"],
+    ]
+    for argv in commands:
+        ran = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+        if ran.returncode != 0:
+            print(f"{shlex.join(argv)}: exit {ran.returncode}\n{last_lines(ran.stderr, 10)}",
+                  file=sys.stderr)
+            return 1
+    # CPython's headers, for a GPU machine whose python has no -dev package: any patch
+    # release of the same X.Y builds extensions for it.
+    headers = sorted(Path.home().glob(f".pyenv/versions/{python}.*/include/python{python}"))
+    if headers:
+        shutil.copytree(headers[-1], dest / "python-include" / f"python{python}")
+    # Debian sid's Apptainer, as scripts/install-apptainer.sh fetched it: it needs glibc
+    # 2.38 (the lent machine's Ubuntu 24.04 has 2.39), libseccomp and libsqlite3 (this
+    # VM's are carried in case that machine lacks them).
+    cache = Path(os.environ.get("HPCDL_CACHE") or "/var/cache/hpcdl") / "debs"
+    debs = sorted(d for d in cache.glob("apptainer_*_amd64.deb") if "+hpcdl" not in d.name)
+    apptainer = shutil.which("apptainer")
+    if debs:
+        shutil.copy(debs[-1], dest / debs[-1].name)
+        (dest / "lib").mkdir()
+        for lib in ("libseccomp.so.2", "libsqlite3.so.0"):
+            shutil.copy(Path("/lib/x86_64-linux-gnu", lib).resolve(), dest / "lib" / lib)
+    if apptainer:
+        with tempfile.TemporaryDirectory(prefix="gpu-carry-") as tmp:
+            root = Path(tmp) / "root"
+            tiny_rootfs(root)
+            ran = subprocess.run([apptainer, "build", "-F", str(dest / "tiny-nv.sif"), str(root)],
+                                 capture_output=True, text=True, check=False, timeout=300)
+            if ran.returncode != 0:
+                print(f"apptainer build: exit {ran.returncode}\n{last_lines(ran.stderr, 10)}",
+                      file=sys.stderr)
+                return 1
+        tiny_rootfs(dest / "tiny-nv-root")  # the same as a directory: no loop or FUSE mount
+    files = sorted(f for f in dest.rglob("*") if f.is_file())
+    total = sum(f.stat().st_size for f in files)
+    manifest = {"python": python, "horovod": HOROVOD_VERSION, "bytes": total,
+                "apptainer_deb": debs[-1].name if debs else None,
+                "python_headers": str(headers[-1]) if headers else None,
+                "files": {str(f.relative_to(dest)): f.stat().st_size for f in files
+                          if f.parent == dest or f.parent.name in ("wheels", "lib")}}
+    (dest / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    for name, size in manifest["files"].items():
+        print(f"{size / 2**20:8.2f} MiB  {name}")
+    print(f"{total / 2**20:8.2f} MiB  in all ({len(files)} files) in {dest}")
+    missing = [what for what, ok in (("Apptainer's .deb (scripts/install-apptainer.sh "
+                                      "fetches it)", debs), ("CPython headers", headers),
+                                     ("apptainer here (for the tiny image)", apptainer)) if not ok]
+    if missing:
+        print(f"left out: {'; '.join(missing)}")
+    try:
+        rel = dest.relative_to(ROOT)
+        print(f'device tool: carry ["{rel}"]')
+    except ValueError:
+        print(f"(not under {ROOT}: the device tool carries paths of the repository only)")
+    if total > CARRY_LIMIT_MIB * 2**20:
+        print(f"{total / 2**20:.1f} MiB is over {CARRY_LIMIT_MIB} MiB", file=sys.stderr)
+        return 1
+    return 0
 
 
 # ---------------------------------------------------------------------------------------
@@ -815,7 +1315,7 @@ def skipped(reason: str, figures: dict[str, Any] | None = None) -> dict[str, Any
 STEP_FUNCS: dict[str, Callable[[Check], dict[str, Any]]] = {
     "gpu_tests": step_gpu_tests, "example": step_example, "tuning": step_tuning,
     "data": step_data,
-    "checkpoint": step_checkpoint, "apptainer_nv": step_apptainer,
+    "checkpoint": step_checkpoint, "apptainer_nv": step_apptainer, "horovod": step_horovod,
 }
 
 
@@ -900,7 +1400,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="FILE", help="the report [default: $OUT or . /gpu_check.json]")
     p.add_argument("--md", metavar="FILE", help="the markdown table [default: $OUT or . /gpu_check.md]")
     p.add_argument("--budget", type=float, default=None, metavar="S",
-                   help="seconds for all steps together [default: 560 (GPU), 240 (--cpu)]")
+                   help="seconds for all steps together [default: 560 (GPU), 330 (--cpu)]")
     p.add_argument("--image", metavar="SIF", help="GPU image for the apptainer --nv step")
     p.add_argument("--only", metavar="STEP,...", type=lambda v: v.split(","),
                    help=f"run only these steps ({', '.join(n for n, _ in STEPS)}); the others "
@@ -910,11 +1410,27 @@ def main(argv: list[str] | None = None) -> int:
                    "[default: all on a GPU, a few with --cpu]")
     p.add_argument("--no-profile", action="store_true",
                    help="leave out the tuning step's profiler trace")
+    p.add_argument("--torchvision-ceiling", action="store_true",
+                   help="the example step measures torchvision's ResNet-50 in the minimal "
+                   "loop too")
     p.add_argument("--tuning-ceiling", action="store_true",
                    help="measure the minimal loop in the tuning step too (for --only tuning)")
     p.add_argument("--workers", metavar="N,...", type=lambda v: tuple(int(n) for n in v.split(",")),
                    help="the data step's loader worker counts [default: 4,8,16; 0,1 with --cpu]")
     p.add_argument("--keep", action="store_true", help="keep the working directory")
+    p.add_argument("--carry-dir", metavar="DIR", type=Path,
+                   help="what the apptainer_nv and horovod steps take from [default: "
+                   ".cache/gpu-carry]")
+    p.add_argument("--build-horovod", action="store_true",
+                   help="build Horovod from the carried archive even with --cpu or where "
+                   "one is installed (minutes)")
+    p.add_argument("--prepare-carry", action="store_true",
+                   help="here, not on the GPU machine: write into --carry-dir what the "
+                   "apptainer_nv and horovod steps need there (Horovod's source archive, "
+                   "wheels of its dependencies, CPython headers, Apptainer's .deb, a tiny "
+                   "image), then print its size and the device tool's carry argument")
+    p.add_argument("--python", default="3.12", metavar="X.Y",
+                   help="with --prepare-carry: the GPU machine's python [default: 3.12]")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--params", default="{}", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -926,6 +1442,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--variants: no variant {', '.join(unknown)}")
     if args.child:
         return child_main(args.child, json.loads(args.params))
+    if args.prepare_carry:
+        return prepare_carry(args.carry_dir or ROOT / ".cache" / "gpu-carry", args.python)
 
     out_dir = Path(os.environ.get("OUT") or ".")
     json_path = Path(args.json) if args.json else out_dir / "gpu_check.json"
@@ -935,11 +1453,17 @@ def main(argv: list[str] | None = None) -> int:
     sizes = CPU_SIZES if args.cpu else GPU_SIZES
     if args.workers:
         sizes = dataclasses.replace(sizes, workers=args.workers)
-    budget = args.budget or (240.0 if args.cpu else 560.0)
+    budget = args.budget or (330.0 if args.cpu else 560.0)
+    if args.build_horovod:  # the build may take what the whole check has
+        sizes = dataclasses.replace(sizes, budgets={**sizes.budgets, "horovod": budget})
     work = Path(tempfile.mkdtemp(prefix="hpcdl-gpu-check-"))
     c = Check(args.cpu, sizes, budget, work, logs, args.image)
     c.variants, c.profile = args.variants or (), not args.no_profile
     c.ceiling_in_tuning = args.tuning_ceiling
+    c.build_horovod = args.build_horovod
+    c.torchvision_ceiling = args.torchvision_ceiling
+    if args.carry_dir:
+        c.carry = args.carry_dir.resolve()
     started = time.monotonic()
     command = shlex.join([sys.executable, *sys.argv])
     try:
@@ -1150,41 +1674,41 @@ class DecodeOnly:
 
 def _gpu_decode_rate(samples: list[tuple[str, int]], size: int, batch: int,
                      batches: int) -> dict[str, Any]:
-    """nvJPEG through torchvision.io.decode_jpeg(device='cuda'), then the example's
-    augmentation on the GPU (random-resized crop, flip, normalise): files read on the
-    host in the main process, everything else on the GPU."""
+    """The example's own device decode (trainkit.gpudecode.DeviceDecode: nvJPEG through
+    torchvision.io.decode_jpeg(device='cuda'), then the random-resized crop, flip and
+    normalisation on the GPU), files read on the host in the main process: with images
+    of one size cropped and resized together (the default) and one by one (as before
+    2026-11-28), alone on the GPU."""
     import torch
-    import torch.nn.functional as F
-    from torchvision.io import decode_jpeg, read_file
-    from trainkit.data import MEAN, STD, random_resized_crop_box
+    from trainkit.gpudecode import DeviceDecode, JpegFiles, collate_encoded, nvjpeg_decoder
 
     device = torch.device("cuda")
-    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
-    std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
-    rng = random.Random(0)
-    paths = [path for path, _ in samples]
+    decode, why = nvjpeg_decoder(device)
+    if decode is None:
+        raise RuntimeError(why)
+    files = JpegFiles(samples)
+    out: dict[str, Any] = {"timed_images": batches * batch, "batch": batch,
+                           "note": "alone on the GPU; while training it shares the GPU"}
+    for label, group_from in (("together", DeviceDecode.group_from), ("per_image", 10**9)):
+        dec = DeviceDecode(size, True, device, decode, torch.channels_last, seed=0)
+        dec.group_from = group_from
+        rng = random.Random(0)
 
-    def one_batch() -> Any:
-        data = [read_file(paths[rng.randrange(len(paths))]) for _ in range(batch)]
-        images = decode_jpeg(data, device=device)
-        out = torch.empty(batch, 3, size, size, device=device)
-        for k, img in enumerate(images):
-            _, h, w = img.shape
-            left, top, right, bottom = random_resized_crop_box(w, h, rng)
-            crop = img[:, top:bottom, left:right].unsqueeze(0).float()
-            resized = F.interpolate(crop, size=(size, size), mode="bilinear", align_corners=False)
-            out[k] = resized[0].flip(-1) if rng.random() < 0.5 else resized[0]
-        return out.div_(255).sub_(mean).div_(std).contiguous(memory_format=torch.channels_last)
+        def one_batch(dec: DeviceDecode, rng: random.Random) -> Any:
+            return dec(collate_encoded([files[rng.randrange(len(files))] for _ in range(batch)]),
+                       epoch=0)
 
-    one_batch()  # nvJPEG's and the kernels' start-up
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(batches):
-        one_batch()
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    return {"images_per_sec": round(batches * batch / seconds, 1), "timed_images": batches * batch,
-            "batch": batch, "note": "alone on the GPU; while training it shares the GPU"}
+        one_batch(dec, rng)  # nvJPEG's and the kernels' start-up
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(batches):
+            one_batch(dec, rng)
+        torch.cuda.synchronize()
+        out[f"{label}_images_per_sec"] = round(batches * batch / (time.perf_counter() - start), 1)
+    out["images_per_sec"] = out["together_images_per_sec"]
+    out["together_of_per_image"] = round(out["together_images_per_sec"]
+                                         / out["per_image_images_per_sec"], 3)
+    return out
 
 
 def child_data(p: dict[str, Any]) -> dict[str, Any]:

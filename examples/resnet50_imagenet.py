@@ -95,6 +95,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     data.add_argument("--synthetic-size", type=int, default=12800, help="synthetic train images")
     data.add_argument("--synthetic-val-size", type=int, default=1280)
     data.add_argument("--num-classes", type=int, default=1000, help="(synthetic mode)")
+    data.add_argument(
+        "--synthetic-dtype",
+        choices=("uint8", "float32"),
+        default="uint8",
+        help="synthetic images as 8-bit pixels normalised on the training device (a "
+        "quarter of the bytes through the loader and the copy), or as float32 (before "
+        "2026-11-28; the same draws, not quantised)",
+    )
     data.add_argument("--stage-to", metavar="DIR", help="copy --data here once per node first")
     data.add_argument("--image-size", type=int, default=224)
     data.add_argument("--workers", type=int, default=None, help="[default: SLURM_CPUS_PER_TASK-1]")
@@ -205,12 +213,15 @@ def log(rank: int, msg: str) -> None:
 
 
 def build_datasets(args: argparse.Namespace, data_root: str | None) -> tuple[Any, Any, int]:
+    import torch
     from trainkit.data import ImageFolderDataset, SyntheticImages
 
     if args.synthetic:
-        train = SyntheticImages(args.synthetic_size, args.num_classes, args.image_size, args.seed)
+        dtype = torch.uint8 if args.synthetic_dtype == "uint8" else torch.float32
+        train = SyntheticImages(args.synthetic_size, args.num_classes, args.image_size,
+                                args.seed, dtype)
         val = SyntheticImages(
-            args.synthetic_val_size, args.num_classes, args.image_size, args.seed + 1
+            args.synthetic_val_size, args.num_classes, args.image_size, args.seed + 1, dtype
         )
         return train, val, args.num_classes
     from hpcdl.jobside.imagefolder import scan_imagefolder
@@ -632,6 +643,7 @@ def result_record(args: argparse.Namespace, t: Training, s: RunSetup, progress: 
         "steps": progress.global_step,
         "steps_this_run": timing.steps,
         "data": "synthetic" if args.synthetic else s.data_root,
+        "synthetic_dtype": args.synthetic_dtype if args.synthetic else None,
         "decode": s.decode.mode if s.decode else None,
         "decode_fallbacks": out.decode_fallbacks,
         "stage_seconds": round(s.stage_seconds, 3) if s.stage_seconds is not None else None,

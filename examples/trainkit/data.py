@@ -114,13 +114,27 @@ class ImageFolderDataset(Dataset):
 
 
 class SyntheticImages(Dataset):
-    """Random images and labels, a pure function of (seed, index): same on every rank."""
+    """Random images and labels, a pure function of (seed, index): same on every rank.
 
-    def __init__(self, length: int, num_classes: int, size: int, seed: int = 0) -> None:
+    ``dtype`` uint8 (the default) gives each image as 8-bit pixels that ``normalise``
+    turns into the float input on the training device, as a decoded JPEG would be: a
+    quarter of float32's bytes through the loader's shared memory, pinning and the copy
+    (float32 images were 154 MB a 256-image batch, and the same batch kept on an H200
+    trained 1.15x faster: docs/benchmarks.md, GPU check 2026-11-28). They are the same
+    unit-normal draws as float32's, quantised: ``(z * STD + MEAN) * 255`` rounded and
+    clipped to 0..255, so after ``normalise`` each value is within half a level
+    (0.0088) of the draw clipped to the range a pixel can hold (-2.12..2.25 for red,
+    -1.80..2.64 for blue). float32 gives the draws themselves."""
+
+    def __init__(self, length: int, num_classes: int, size: int, seed: int = 0,
+                 dtype: torch.dtype = torch.uint8) -> None:
+        if dtype not in (torch.uint8, torch.float32):
+            raise ValueError(f"synthetic images are uint8 or float32, not {dtype}")
         self.length = length
         self.num_classes = num_classes
         self.size = size
         self.seed = seed
+        self.dtype = dtype
 
     def set_epoch(self, epoch: int) -> None:
         pass  # no augmentation
@@ -133,12 +147,40 @@ class SyntheticImages(Dataset):
         label = int(torch.randint(self.num_classes, (1,), generator=g))
         block = synthetic_block(self.size)
         if block == 1:
-            return torch.randn(3, self.size, self.size, generator=g), label
+            image = torch.randn(3, self.size, self.size, generator=g)
+            return (image if self.dtype == torch.float32 else quantise(image)), label
         # Drawing 224x224x3 normal values per image kept 4 loader workers from feeding
         # one H200 (45% of each step spent waiting, docs/benchmarks.md "GPU check"):
-        # draw a coarse grid and repeat each value over a block of pixels instead.
-        coarse = torch.randn(1, 3, -(-self.size // block), -(-self.size // block), generator=g)
+        # draw a coarse grid and repeat each value over a block of pixels instead
+        # (quantised before the repeat: the same pixels, a block's work once).
+        side = -(-self.size // block)
+        coarse = torch.randn(1, 3, side, side, generator=g)
+        if self.dtype == torch.uint8:
+            coarse = quantise(coarse)
         return torch.nn.functional.interpolate(coarse, size=(self.size, self.size))[0], label
+
+
+def quantise(z: torch.Tensor) -> torch.Tensor:
+    """Unit-normal draws as the 8-bit pixels whose ``normalise`` is nearest to them."""
+    mean = torch.tensor(MEAN).view(3, 1, 1)
+    std = torch.tensor(STD).view(3, 1, 1)
+    return (z * std + mean).mul_(255).round_().clamp_(0, 255).to(torch.uint8)
+
+
+_NORMALISE: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def normalise(x: torch.Tensor) -> torch.Tensor:
+    """A batch (N, 3, H, W) of 8-bit pixels as the float input the model trains on:
+    /255, minus MEAN, over STD, on x's device and in x's memory format (the maths of
+    ``_to_tensor`` and of trainkit.gpudecode). MEAN and STD are put on each device
+    once: a tensor made on a GPU from host values would wait for that GPU's queue."""
+    consts = _NORMALISE.get(x.device)
+    if consts is None:
+        consts = _NORMALISE.setdefault(x.device, (
+            torch.tensor(MEAN, device=x.device).view(1, 3, 1, 1),
+            torch.tensor(STD, device=x.device).view(1, 3, 1, 1)))
+    return x.float().div_(255).sub_(consts[0]).div_(consts[1])
 
 
 def synthetic_block(size: int) -> int:

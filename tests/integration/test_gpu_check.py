@@ -18,8 +18,8 @@ pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_check.py"
-STEPS = ["gpu_tests", "example", "tuning", "data", "checkpoint", "apptainer_nv"]
-TIMEOUT = 300  # s: ~35 s on an idle 2-core VM; the check's own budget is 240 s
+STEPS = ["gpu_tests", "example", "tuning", "data", "checkpoint", "apptainer_nv", "horovod"]
+TIMEOUT = 420  # s: ~1 min on an idle 2-core VM, 222 s at load 9; the check's own budget is 330 s
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +68,7 @@ def test_the_example_is_measured_under_torchrun_plain_and_against_its_ceiling(cp
     for run in ("torchrun", "plain"):
         assert fig[run]["device"] == "cpu" and fig[run]["world_size"] == 1
         assert fig[run]["images_per_sec"] > 0 and fig[run]["timed_steps"] == 6
+        assert fig[run]["synthetic_dtype"] == "uint8"  # the default; float32 is a tuning variant
     assert fig["ceiling"]["images_per_sec"] > 0 and fig["ceiling"]["model"] == "trainkit resnet18"
     assert fig["torchrun_of_ceiling"] > 0 and fig["plain_of_ceiling"] > 0
 
@@ -75,7 +76,8 @@ def test_the_example_is_measured_under_torchrun_plain_and_against_its_ceiling(cp
 def test_the_tuning_step_measures_each_variant_of_the_step(cpu_check) -> None:
     step = _steps(cpu_check[0])["tuning"]
     variants = step["figures"]["variants"]
-    assert step["status"] == "passed" and list(variants) == ["default", "sync_each_step", "ddp_all"]
+    assert step["status"] == "passed" and list(variants) == ["default", "synthetic_float32",
+                                                             "sync_each_step", "ddp_all"]
     for name, run in variants.items():
         assert run["variant"] == name and run["images_per_sec"] > 0, run
         assert run["timed_steps"] == 6 and run["wall_images_per_sec"] > 0
@@ -96,7 +98,7 @@ def test_the_data_path_is_measured_per_worker_count(cpu_check) -> None:
     # The example itself from the JPEGs: the device decode's code with PIL on the CPU
     # (--decode tensor), the workers' PIL path, and step 2's synthetic run beside them.
     runs = fig["training"]
-    assert list(runs) == ["decode_tensor", "decode_cpu", "synthetic"]
+    assert list(runs) == ["decode_tensor", "decode_tensor_per_image", "decode_cpu", "synthetic"]
     for label, decode in (("decode_tensor", "tensor"), ("decode_cpu", "cpu")):
         run = runs[label]
         assert run["decode"] == decode and run["decode_fallbacks"] == 0, run
@@ -104,6 +106,11 @@ def test_the_data_path_is_measured_per_worker_count(cpu_check) -> None:
         assert 0 <= run["data_wait_share"] < 1 and run["of_synthetic"] > 0
         assert f"--decode {decode}" in run["command"]
     assert runs["synthetic"]["from"] == "step example, plain run"
+    # The same decode with the crop and resize image by image (the old way), in one
+    # process through child_variant's patch, measured the same way.
+    old = runs["decode_tensor_per_image"]
+    assert old["decode"] == "tensor" and old["patch"] == {"per_image_crop": True}
+    assert old["images_per_sec"] > 0 and old["timed_steps"] == 4 and old["of_synthetic"] > 0
     assert "decode_tensor" in step["summary"] and "data wait" in step["summary"]
 
 
@@ -113,6 +120,25 @@ def test_the_checkpoint_round_trip_is_equal(cpu_check) -> None:
     assert step["status"] == "passed" and fig["device"] == "cpu"
     assert fig["equal"] is True and fig["differences"] == [] and fig["tensors_compared"] > 100
     assert fig["next_step_equal"] is True and fig["size_mib"] > 1
+
+
+def test_horovod_runs_the_example_one_rank_or_names_what_is_missing(cpu_check) -> None:
+    step = _steps(cpu_check[0])["horovod"]
+    fig = step["figures"]
+    found = fig["prerequisites"]["found"]
+    # The CPU mode asks only for what a CPU build needs; the GPU mode adds nvcc, CUDA's
+    # headers and NCCL's.
+    assert {"source archive", "cmake", "C++ compiler", "Python.h", "torch C++ headers"} <= set(found)
+    assert "nvcc" not in found
+    if fig["prerequisites"]["preinstalled_horovod"]:  # this VM: Horovod is installed
+        assert step["status"] == "passed", step
+        assert fig["built_with"]["gloo"] and fig["built_with"]["size"] == 1
+        run = fig["example"]
+        assert run["device"] == "cpu" and run["world_size"] == 1 and run["images_per_sec"] > 0
+        assert "--backend horovod" in run["command"]
+    else:  # no Horovod: skipped, naming what is missing or that the build takes minutes
+        assert step["status"] == "skipped"
+        assert step["reason"].startswith(("cannot build Horovod here: missing", "--cpu: "))
 
 
 def test_the_markdown_table_has_a_row_per_step(cpu_check) -> None:

@@ -109,24 +109,56 @@ def test_synthetic_images_are_deterministic() -> None:
 
 
 def test_small_synthetic_images_draw_every_pixel() -> None:
-    from trainkit.data import SyntheticImages
+    from trainkit.data import SyntheticImages, quantise
 
-    # Up to 63 px every pixel is drawn, as before the coarse grid: the tests' and CPU
-    # runs' data (and so their reference checksums) did not change with it.
+    # Up to 63 px every pixel is drawn, as before the coarse grid; float32 gives the
+    # draws themselves, uint8 (the default) the same draws quantised.
     g = torch.Generator().manual_seed(1 * 1_000_003 + 3)
     label = int(torch.randint(5, (1,), generator=g))
+    draws = torch.randn(3, 63, 63, generator=g)
+    image, got_label = SyntheticImages(10, 5, 63, seed=1, dtype=torch.float32)[3]
+    assert got_label == label and torch.equal(image, draws)
     image, got_label = SyntheticImages(10, 5, 63, seed=1)[3]
-    assert got_label == label and torch.equal(image, torch.randn(3, 63, 63, generator=g))
+    assert got_label == label and image.dtype == torch.uint8
+    assert torch.equal(image, quantise(draws))
+
+
+@pytest.mark.parametrize("size", [32, 224])
+def test_uint8_synthetic_images_normalise_to_the_float32_draws(size: int) -> None:
+    from trainkit.data import MEAN, STD, SyntheticImages, normalise
+
+    floats = torch.stack([SyntheticImages(6, 5, size, seed=2, dtype=torch.float32)[i][0]
+                          for i in range(6)])
+    pixels = torch.stack([SyntheticImages(6, 5, size, seed=2)[i][0] for i in range(6)])
+    assert pixels.dtype == torch.uint8 and pixels.nbytes * 4 == floats.nbytes
+    got = normalise(pixels)
+    assert got.dtype == torch.float32 and got.shape == floats.shape
+    # Within half a pixel level of the draw, clipped to what a pixel can hold.
+    lo = torch.tensor([-m / s for m, s in zip(MEAN, STD, strict=True)]).view(1, 3, 1, 1)
+    hi = torch.tensor([(1 - m) / s for m, s in zip(MEAN, STD, strict=True)]).view(1, 3, 1, 1)
+    assert float((got - floats.clamp(lo, hi)).abs().max()) <= 0.5 / 255 / min(STD) + 1e-6
+    # The maths of the PIL path's _to_tensor, in the batch's own memory format.
+    last = normalise(pixels.contiguous(memory_format=torch.channels_last))
+    assert last.is_contiguous(memory_format=torch.channels_last) and torch.equal(last, got)
+
+
+def test_synthetic_images_are_uint8_or_float32() -> None:
+    from trainkit.data import SyntheticImages
+
+    with pytest.raises(ValueError, match="uint8 or float32"):
+        SyntheticImages(4, 2, 32, dtype=torch.float16)
 
 
 def test_large_synthetic_images_repeat_a_coarse_grid() -> None:
-    from trainkit.data import SyntheticImages, synthetic_block
+    from trainkit.data import SyntheticImages, quantise, synthetic_block
 
     assert [synthetic_block(n) for n in (8, 63, 64, 224, 225)] == [1, 1, 2, 7, 7]
-    data = SyntheticImages(50, 1000, 224, seed=0)
+    data = SyntheticImages(50, 1000, 224, seed=0, dtype=torch.float32)
     image, _ = data[7]
     assert image.shape == (3, 224, 224) and image.dtype == torch.float32
-    assert torch.equal(image, SyntheticImages(50, 1000, 224, seed=0)[7][0])
+    assert torch.equal(image, SyntheticImages(50, 1000, 224, seed=0, dtype=torch.float32)[7][0])
+    # uint8: the same grid, quantised before it is repeated.
+    assert torch.equal(SyntheticImages(50, 1000, 224, seed=0)[7][0], quantise(image))
     # 7x7 blocks of one value, the blocks drawn independently (unit normal).
     assert torch.equal(image[:, :7, :7], image[:, :1, :1].expand(3, 7, 7))
     assert not torch.equal(image[:, :7, :7], image[:, 7:14, :7])

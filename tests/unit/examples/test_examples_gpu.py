@@ -127,6 +127,25 @@ def test_prefetched_batches_are_the_loaders_own_on_the_gpu() -> None:
         assert torch.equal(y.cpu(), labels[8 * i: 8 * i + 8])
 
 
+def test_uint8_batches_are_normalised_on_the_gpu_as_on_the_host() -> None:
+    from torch.utils.data import DataLoader
+    from trainkit.data import SyntheticImages, normalise
+    from trainkit.loop import DevicePrefetch
+
+    data = SyntheticImages(24, 10, 64, seed=3)  # uint8, the synthetic default
+    loader = DataLoader(data, batch_size=8, pin_memory=True)
+    got = list(DevicePrefetch(loader, torch.device("cuda", 0), torch.channels_last))
+    assert len(got) == 3
+    for (x, _), (pixels, _) in zip(got, loader, strict=True):
+        assert x.dtype == torch.float32 and x.is_contiguous(memory_format=torch.channels_last)
+        assert torch.allclose(x.cpu(), normalise(pixels), atol=1e-6)
+    # and a uint8 batch handed straight to a step (evaluation's path) trains as well
+    t = _training(init_scale=128.0)
+    pixels, y = next(iter(loader))
+    loss, _ = t.step(pixels, y, 0.05, 1, torch.zeros(3, dtype=torch.float64))
+    assert torch.isfinite(loss)
+
+
 def test_the_steps_sums_add_up_on_the_gpu_as_on_the_host() -> None:
     x, y = _batch()
     sums = {"cuda": torch.zeros(3, dtype=torch.float64, device="cuda"),
@@ -266,11 +285,11 @@ def _nvjpeg() -> Any:
     return decode
 
 
-def _jpegs(tmp_path: Path) -> list[tuple[str, int]]:
+def _jpegs(tmp_path: Path, sizes: list[tuple[int, int]] | None = None) -> list[tuple[str, int]]:
     from PIL import Image
 
     out = []
-    for i, (w, h) in enumerate([(120, 90), (90, 130), (200, 150), (64, 64)]):
+    for i, (w, h) in enumerate(sizes or [(120, 90), (90, 130), (200, 150), (64, 64)]):
         g = torch.Generator().manual_seed(i)
         small = torch.rand(1, 3, 6, 8, generator=g)
         img = torch.nn.functional.interpolate(small, size=(h, w), mode="bilinear")[0]
@@ -314,6 +333,25 @@ def test_the_gpu_batch_matches_the_tensor_path_on_the_cpu(tmp_path: Path) -> Non
     assert x.shape == ex.shape == (4, 3, 32, 32) and y.cpu().tolist() == ey.tolist()
     assert float((x.cpu() - ex).abs().mean()) < 0.05  # same boxes and flips; decoders differ
     assert gpu.fallbacks == 0 and gpu.images == 4
+
+
+def test_images_of_one_size_are_resized_together_on_the_gpu_as_one_by_one(tmp_path: Path) -> None:
+    from trainkit.gpudecode import DeviceDecode, JpegFiles, collate_encoded
+
+    decode = _nvjpeg()
+    samples = _jpegs(tmp_path, [(120, 90)] * 5 + [(64, 64)] * 2 + [(90, 130)])
+    files = JpegFiles(samples)
+    batch = collate_encoded([files[i] for i in range(len(files))])
+    device = torch.device("cuda", torch.cuda.current_device())
+    for train in (True, False):
+        together = DeviceDecode(48, train, device, decode, torch.channels_last, seed=5)
+        alone = DeviceDecode(48, train, device, decode, torch.channels_last, seed=5)
+        alone.group_from = 10**9
+        x, _ = together(batch, epoch=1)
+        ref, _ = alone(batch, epoch=1)
+        assert x.is_cuda and x.is_contiguous(memory_format=torch.channels_last)
+        # fp32 matrix products against the antialiasing kernel: float rounding only
+        assert float((x - ref).abs().max()) < 1e-3, train
 
 
 def test_images_nvjpeg_cannot_take_fall_back_and_are_counted_on_the_gpu(tmp_path: Path) -> None:

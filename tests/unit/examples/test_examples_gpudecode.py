@@ -140,6 +140,73 @@ def test_validation_resizes_the_short_side_and_crops_the_centre_as_the_cpu_path(
         assert float(diff.mean()) < 0.03 and float(diff.max()) < 0.25
 
 
+@pytest.fixture
+def same_size(tmp_path: Path) -> list[tuple[str, int]]:
+    """Photos of two sizes, five and three of each, and one of its own: two groups
+    resized together and one image resized alone."""
+    sizes = [(120, 90)] * 5 + [(70, 100)] * 3 + [(64, 48)]
+    return [(_write(tmp_path / f"c{i % 2}" / f"{i}.JPEG", _photo(w, h, i)), i % 2)
+            for i, (w, h) in enumerate(sizes)]
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("size", [40, 160])  # shrinking, and enlarging some
+def test_images_of_one_size_are_resized_together_as_one_by_one(same_size, train: bool,
+                                                                size: int) -> None:
+    order = [3, 8, 0, 5, 1, 6, 2, 7, 4]
+    batch = _batch(same_size, order)
+    together = _decoder(size, train, same_size, seed=4)
+    together.group_chunk = 2  # and a group split in chunks
+    alone = _decoder(size, train, same_size, seed=4)
+    alone.group_from = 10**9  # the per-image F.interpolate way
+    x, y = together(batch, epoch=3)
+    ref, ref_y = alone(batch, epoch=3)
+    assert x.shape == ref.shape == (9, 3, size, size) and torch.equal(y, ref_y)
+    # The same maths (F.interpolate's antialiased bilinear weights): float rounding.
+    assert float((x - ref).abs().max()) < 1e-3
+
+
+def test_images_resized_together_match_the_cpu_paths_crop_and_flip(same_size) -> None:
+    from trainkit.data import ImageFolderDataset, random_resized_crop_box
+
+    size, seed, epoch = 48, 7, 2
+    cpu = ImageFolderDataset(same_size, size, train=True, seed=seed)
+    cpu.set_epoch(epoch)
+    x, _ = _decoder(size, True, same_size, seed=seed)(_batch(same_size, list(range(9))),
+                                                      epoch=epoch)
+    flipped = 0
+    for k in range(9):
+        ref = cpu[k][0]
+        diff = (x[k] - ref).abs()
+        assert float(diff.mean()) < 0.03 and float(diff.max()) < 0.25, (k, float(diff.max()))
+        # ... and the comparison can tell a flip apart.
+        assert float((x[k].flip(-1) - ref).abs().mean()) > 3 * float(diff.mean()) + 0.01
+        rng = random.Random(f"{seed}/{epoch}/{k}")  # the CPU path's generator
+        random_resized_crop_box(120 if k < 5 else 70 if k < 8 else 64,
+                                90 if k < 5 else 100 if k < 8 else 48, rng)
+        flipped += rng.random() < 0.5
+    assert 0 < flipped < 9  # flipped and unflipped images in the groups
+
+
+def test_resample_weights_are_a_normalised_triangle_over_the_crop() -> None:
+    from trainkit.gpudecode import resample_weights
+
+    t = torch.tensor
+    w = resample_weights(t([10.0, 0.0]), t([40.0, 20.0]), t([8.0, 8.0]), t([0.0, 0.0]),
+                         t([False, True]), 8, 60)
+    assert w.shape == (2, 8, 60) and torch.allclose(w.sum(-1), torch.ones(2, 8))
+    assert float(w[0, :, :10].abs().sum()) == 0 and float(w[0, :, 50:].abs().sum()) == 0
+    assert float(w[1, :, 20:].abs().sum()) == 0  # nothing outside the crop
+    # Image 1 flipped: its first output pixel is its crop's last.
+    plain = resample_weights(t([0.0]), t([20.0]), t([8.0]), t([0.0]), None, 8, 60)
+    assert torch.allclose(w[1], plain[0].flip(0))
+    # As F.interpolate(antialias=True) of the crop: a row of pixels through both.
+    row = torch.rand(1, 1, 1, 60, generator=torch.Generator().manual_seed(0))
+    want = torch.nn.functional.interpolate(row[..., 10:50], size=(1, 8), mode="bilinear",
+                                           align_corners=False, antialias=True)
+    assert torch.allclose(w[0] @ row[0, 0, 0], want.flatten(), atol=1e-5)
+
+
 def test_images_nvjpeg_is_not_offered_fall_back_to_pil_and_are_counted(tmp_path: Path) -> None:
     photo = _photo(80, 60, 1)
     odd = [

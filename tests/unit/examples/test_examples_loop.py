@@ -42,6 +42,36 @@ def test_step_accumulates_sub_batches_like_one_batch() -> None:
     assert abs(float(sums1[0]) - float(sums2[0])) < 1e-4
 
 
+def test_uint8_images_are_normalised_on_the_device_as_the_float_input() -> None:
+    from trainkit.data import SyntheticImages, normalise
+
+    def conv_training():  # type: ignore[no-untyped-def]
+        from trainkit.dist import Backend
+        from trainkit.loop import Training
+
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1),
+                                    torch.nn.Flatten(), torch.nn.Linear(4, 3))
+        return Training(backend=Backend(), model=model, train_model=model,
+                        optimizer=torch.optim.SGD(model.parameters(), lr=0.1), scaler=None,
+                        criterion=torch.nn.CrossEntropyLoss(),
+                        memory_format=torch.contiguous_format, use_amp=False, cuda=False)
+
+    data = SyntheticImages(8, 3, 16, seed=4)
+    pixels = torch.stack([data[i][0] for i in range(8)])
+    y = torch.tensor([data[i][1] for i in range(8)])
+    as_bytes, as_floats = conv_training(), conv_training()
+    sums = [torch.zeros(3, dtype=torch.float64) for _ in range(2)]
+    as_bytes.step(pixels, y, lr=0.5, n_chunks=2, sums=sums[0])
+    as_floats.step(normalise(pixels), y, lr=0.5, n_chunks=2, sums=sums[1])
+    for a, b in zip(as_bytes.model.parameters(), as_floats.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(sums[0], sums[1])
+    loader = [(pixels, y)]
+    assert as_bytes.evaluate(loader, 0, "val") == as_floats.evaluate(  # type: ignore[arg-type]
+        [(normalise(pixels), y)], 0, "val")  # type: ignore[arg-type]
+
+
 def test_evaluate_and_state_round_trip() -> None:
     from trainkit.loop import Progress
 
