@@ -24,7 +24,7 @@ from hpcdl.data.mount import (
     STAGED_DATA_VARIABLE,
     native_mount_dir,
 )
-from hpcdl.hang.actions import DEFAULT_HANG_ACTION
+from hpcdl.hang.actions import DEFAULT_HANG_ACTION, UNWATCHED_NAME, WATCHDOG_PYTHON
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.jobside.requeue import (
     CHECKPOINT_ENV,
@@ -35,6 +35,7 @@ from hpcdl.jobside.requeue import (
     PROGRESS_NAME,
     wait_seconds,
 )
+from hpcdl.jobside.steps import HEARTBEAT_DIR, HEARTBEAT_ENV
 from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.nodes import (
@@ -54,7 +55,7 @@ from hpcdl.launch.rankenv import (
     rank_env_file,
     rank_env_script,
 )
-from hpcdl.launch.staging import job_dir, job_side_files
+from hpcdl.launch.staging import WATCHDOG_MODULE, job_dir, job_side_files
 from hpcdl.plan.command import (
     PORT_TRIES,
     check_shared_paths,
@@ -134,9 +135,9 @@ def build_plan(profile: Profile, req: JobRequest,
     files = _files(req, spec, dialect, launch, ranks)
     warnings = (*dialect.warnings(profile), *([arch_warning] if arch_warning else []),
                 *_hang_warnings(req, spec.time_seconds))
-    script = _script(profile, req, spec, dialect, launch, container, staged, ranks, probe,
-                     files)
     hang = _hang(req, spec)
+    script = _script(profile, req, spec, dialect, launch, container, staged, ranks, probe,
+                     files, hang)
     return JobPlan(spec=spec, partition_reason=reason, launch=launch, container=container,
                    files=files, script=script, warnings=warnings, probe=probe, hang=hang)
 
@@ -332,7 +333,8 @@ def _files(req: JobRequest, spec: JobSpec, dialect: ScriptDialect, launch: Launc
         if spec.spares:
             job_scripts += ((NODES_FILE, nodes_file_text()),)
     return FilesPart(output=output, error=error,
-                     job_files=job_side_files() if req.run_dir else (),
+                     job_files=(job_side_files(watchdog=req.hang_timeout is not None)
+                                if req.run_dir else ()),
                      job_scripts=job_scripts, code_dir=req.code_dir,
                      workdir=(f"{req.run_dir}/{CODE_DIR_NAME}" if req.code_dir and req.run_dir
                               else None))
@@ -345,7 +347,7 @@ def _derived(launch: LaunchPart, name: str) -> bool:
 
 
 def _hang(req: JobRequest, spec: JobSpec) -> HangPart | None:
-    """The watchdog's part (--hang-timeout), checked last as it always was."""
+    """The watchdog's part (--hang-timeout), checked last but the template's rendering."""
     if req.hang_timeout is None:
         return None
     return HangPart(timeout=req.hang_timeout, action=_hang_action(req, spec.spares))
@@ -353,7 +355,7 @@ def _hang(req: JobRequest, spec: JobSpec) -> HangPart | None:
 
 def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDialect,
             launch: LaunchPart, container: ContainerPart, staged: _Staged, ranks: _Ranks,
-            probe: ProbePart | None, files: FilesPart) -> str:
+            probe: ProbePart | None, files: FilesPart, hang: HangPart | None) -> str:
     """The job script: the dialect's template (or --template) filled from the parts."""
     image = container.image
     # The expressions the script evaluates; None where the profile or --env sets them.
@@ -402,6 +404,7 @@ def _script(profile: Profile, req: JobRequest, spec: JobSpec, dialect: ScriptDia
         "requeue": _requeue_block(spec.requeue, req, dialect),
         "guard": _guard_block(profile, spec, req, image, master_addr, spec.requeue),
         "progress": _progress(req, spec.requeue, dialect),
+        "hang": _hang_block(profile, req, hang, image),
         "workdir_q": shell_join([files.workdir]) if files.workdir else None,
     }
     return render_template(
@@ -600,14 +603,35 @@ def _run_dir_exports(req: JobRequest, image: str | None) -> list[tuple[str, str]
     return exports
 
 
+def _hang_block(profile: Profile, req: JobRequest, hang: HangPart | None,
+                image: str | None) -> dict[str, Any] | None:
+    """What the script's hang watchdog block needs (templates/sbatch.sh.j2): the
+    watchdog's arguments but the job id (the script's $SLURM_JOB_ID), quoted, and where
+    its modules are (RUN_DIR/job, as the batch host sees it). None without one."""
+    if hang is None:
+        return None
+    run_dir = req.run_dir or "."
+    args = ["--run-dir", run_dir, "--timeout", f"{hang.timeout:g}", "--action", hang.action]
+    if image:  # py-spy runs in the ranks' image (hpcdl.jobside.hangdiag.node_command)
+        args += ["--runtime", profile.container.binary or profile.container.runtime,
+                 "--image", image]
+    return {"timeout": f"{hang.timeout:g}", "action": hang.action,
+            "module": WATCHDOG_MODULE, "min_python": ".".join(map(str, WATCHDOG_PYTHON)),
+            "min_python_tuple": ", ".join(map(str, WATCHDOG_PYTHON)),
+            "args_q": shell_join(args), "job_dir_q": shell_join([job_dir(run_dir)]),
+            "unwatched_q": shell_join([f"{run_dir}/{UNWATCHED_NAME}"])}
+
+
 def _hang_exports(req: JobRequest, env: tuple[tuple[str, str], ...],
                   log_dir: str) -> list[tuple[str, str]]:
-    """With --hang-timeout: where the rank wrapper records the ranks' pids, and
-    PYTHONUNBUFFERED (a Python rank's prints must reach the log as they happen: the
-    log growing is progress)."""
+    """With --hang-timeout: where the rank wrapper records the ranks' pids, where the
+    ranks write their heartbeats (hpcdl.jobside.steps.beat), and PYTHONUNBUFFERED (a
+    Python rank's prints must reach the log as they happen: for a script without
+    heartbeats, the log growing is progress)."""
     if req.hang_timeout is None:
         return []
-    exports = [("HPCDL_PID_DIR", f"{log_dir}/pids")]
+    exports = [("HPCDL_PID_DIR", f"{log_dir}/pids"),
+               (HEARTBEAT_ENV, f"{log_dir}/{HEARTBEAT_DIR}")]
     if "PYTHONUNBUFFERED" not in dict(env):
         exports.append(("PYTHONUNBUFFERED", "1"))
     return exports
