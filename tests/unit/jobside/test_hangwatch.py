@@ -274,3 +274,63 @@ def _alive(pid: int) -> bool:
             return fh.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+# ---- the batch script's block that starts it ------------------------------------------------
+
+
+def hang_block(run_dir: Path) -> str:
+    """The rendered script's hang watchdog block (from its header to its ``fi``)."""
+    from hpcdl.plan import JobRequest, build_plan
+    from hpcdl.profiles import load_profile
+
+    plan = build_plan(load_profile("sandbox"), JobRequest(
+        nodes=2, gpus=0, no_image=True, command=("python3", "t.py"), run_dir=str(run_dir),
+        hang_timeout=45.0))
+    text = plan.script
+    start = text.index("# ---- hang watchdog")
+    return text[start:text.index("\nfi\n", start) + 4]
+
+
+@pytest.mark.parametrize("python", ["missing", "too old"])
+def test_a_batch_host_without_a_python3_runs_the_job_unwatched_and_says_so(
+        tmp_path: Path, python: str) -> None:
+    run = tmp_path / "run dir"  # (a blank: every path is quoted)
+    run.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if python == "too old":  # (the version check is the only call it gets)
+        (bin_dir / "python3").write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / "python3").chmod(0o755)
+    res = subprocess.run(["/bin/bash", "-c", "set -euo pipefail\n" + hang_block(run)],
+                         capture_output=True, text=True, timeout=30,
+                         env={"PATH": str(bin_dir), "SLURM_JOB_ID": "7",
+                              "SLURMD_NODENAME": "n1"})
+    assert res.returncode == 0, res.stderr
+    shown = "none on PATH" if python == "missing" else str(bin_dir / "python3")
+    assert res.stderr == ("hpcdl: hang watchdog: no python3 >= 3.9 on the batch host n1 "
+                          f"({shown}): the job does not watch itself\n")
+    assert (run / "hang-unwatched").read_text() == (
+        f"no python3 >= 3.9 on the batch host n1 ({shown})\n")
+
+
+def test_the_batch_script_starts_the_watchdog_from_the_runs_job_dir(tmp_path: Path) -> None:
+    run = tmp_path / "run dir"
+    run.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # A stand-in python3: the version check passes, the start records what it got.
+    (bin_dir / "python3").write_text(
+        '#!/bin/sh\n[ "$1" = -c ] && exit 0\n'
+        'printf "%s\\n" "PYTHONPATH=$PYTHONPATH" "$@" > "$OUT"\n')
+    (bin_dir / "python3").chmod(0o755)
+    out = tmp_path / "argv"
+    res = subprocess.run(["/bin/bash", "-c", "set -euo pipefail\n" + hang_block(run) + "wait\n"],
+                         capture_output=True, text=True, timeout=30,
+                         env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7",
+                              "OUT": str(out)})
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    assert out.read_text().splitlines() == [
+        f"PYTHONPATH={run}/job", "-m", "hpcdl.jobside.hangwatch", "--job-id", "7",
+        "--run-dir", str(run), "--timeout", "45", "--action", "cancel"]
+    assert not (run / "hang-unwatched").exists()
