@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     from trainkit.metrics import param_checksum
     from trainkit.schedule import scaled_lr
 
-    from hpcdl.jobside import requeue
+    from hpcdl.jobside import requeue, steps
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -135,6 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
             optimizer.step()
             if rank == 0:  # a step completed (written once, at the first; hpcdl/jobside/requeue.py)
                 requeue.mark_step(1)
+            steps.beat()  # the hang watchdog's progress (at most once a second; hpcdl/jobside/steps.py)
             sums += torch.tensor([float(loss.detach()) * len(y), len(y)], dtype=torch.float64)
         model.eval()
         hits = torch.zeros(2, dtype=torch.float64)

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     from trainkit.dist import Backend, init_backend, sync_figures
     from trainkit.resnet import build_model
 
-    from hpcdl.jobside import requeue
+    from hpcdl.jobside import requeue, steps
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         sync = backend.synchronize_then_step(optimizer, scaler)
         if rank == 0:  # a step completed (written once; hpcdl/jobside/requeue.py)
             requeue.mark_step(1)
+        steps.beat()  # the hang watchdog's progress (at most once a second; hpcdl/jobside/steps.py)
         return sync
 
     def log(msg: str) -> None:

@@ -232,12 +232,12 @@ probe_first = section(
     opt("--probe-slow-ratio", type=float, metavar="R",
         help=f"Slow below R of the median node's best link (default {DEFAULT_SLOW_RATIO})."))
 
-# ---- Hang: the watchdog while hpcdl follows the job.
+# ---- Hang: the job's own watchdog.
 hang = section(
     HANG,
     opt("--hang-timeout", "hang_timeout", metavar="SECONDS",
-        help="With --wait: no progress for SECONDS: dump every rank's stack (py-spy), "
-             "then act."),
+        help="No progress for SECONDS: the job dumps every rank's stack (py-spy), then "
+             "acts (with or without --wait)."),
     opt("--hang-action", "hang_action", type=click.Choice(HANG_ACTIONS),
         help="After the diagnosis (default: cancel; relaunch with spares)."))
 

@@ -98,12 +98,11 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
       hpcdl submit -p sandbox -N 1 -G 2 -- python3 train.py --epochs 3
       hpcdl submit -p sandbox -N 2 -G 2 --image img.sif --launcher torchrun -- python3 ddp.py
     """
-    hang_s = _hang_seconds(hang_timeout, wait=wait, dry_run=dry_run)
+    hang_s = _hang_seconds(hang_timeout)
     prof = load_profile(profile)
     # The one handle on the cluster: where its commands run and its run directories
     # live; it answers every question that turns on where the cluster is.
-    cluster = open_cluster(prof, "submit", dry_run=dry_run, run_dir=run_dir,
-                           hang_timeout=hang_s)
+    cluster = open_cluster(prof, "submit", dry_run=dry_run, run_dir=run_dir)
     if probe_first is None:
         # The profile's default, for an allocation the probe can measure (2 nodes or more,
         # its spares counted); --probe-first asks for it whatever the size (and is refused
@@ -175,8 +174,9 @@ def print_dry_run(plan: JobPlan, *, as_json: bool, notes: Sequence[str] = ()) ->
         click.echo(f"# dataset staged with sbcast to each node's {container.staged_data}; the "
                    "ranks read that copy", err=True)
     if plan.hang is not None:
-        click.echo(f"# hang watchdog (with --wait): no progress for {plan.hang.timeout:g} s "
-                   f"-> py-spy stacks of every rank in hang/, then {plan.hang.action}", err=True)
+        click.echo(f"# hang watchdog (in the job, with or without --wait): no progress for "
+                   f"{plan.hang.timeout:g} s -> py-spy stacks of every rank in hang/, then "
+                   f"{plan.hang.action}", err=True)
     if plan.launch.example_defaults:
         click.echo(f"# {defaults_line(plan)}", err=True)
     click.echo(plan.script, nl=False)
@@ -186,19 +186,15 @@ def print_dry_run(plan: JobPlan, *, as_json: bool, notes: Sequence[str] = ()) ->
         click.echo(text, nl=False, err=True)
 
 
-def _hang_seconds(text: str | None, *, wait: bool, dry_run: bool) -> float | None:
-    """--hang-timeout as seconds. The watchdog is part of following the job, so it needs
-    --wait (a --dry-run shows the script it would submit). Raises ValidationError."""
+def _hang_seconds(text: str | None) -> float | None:
+    """--hang-timeout as seconds (the job watches itself: with or without --wait, from
+    here or over SSH). Raises ValidationError."""
     if text is None:
         return None
     try:
-        seconds = parse_seconds("hang-timeout", text)
+        return parse_seconds("hang-timeout", text)
     except ValueError as exc:
         raise ValidationError(str(exc)) from exc
-    if not wait and not dry_run:
-        raise ValidationError(f"hang-timeout: {text} s needs --wait (the watchdog runs while "
-                              "hpcdl follows the job)")
-    return seconds
 
 
 def defaults_line(plan: JobPlan) -> str:

@@ -15,6 +15,13 @@ DEFAULT_HANG_ACTION = "cancel"
 # checkpoint inside the allocation (hpcdl.launch.nodes), without the hung rank's node
 # when the diagnosis points at one; the default for such a job.
 HANG_ACTIONS: tuple[str, ...] = (DEFAULT_HANG_ACTION, "leave", "relaunch")
+# The job watches itself (hpcdl.jobside.hangwatch) under its batch host's python3, which
+# must be this new (the job-side modules' syntax); the script checks before starting it.
+WATCHDOG_PYTHON = (3, 9)
+# What the script writes in the run directory when it cannot start the watchdog (no such
+# python3 on the batch host): one line saying why. A follower then watches from where it
+# runs (hpcdl.jobs.flow, hpcdl.jobs.watchdog).
+UNWATCHED_NAME = "hang-unwatched"
 
 
 def parse_seconds(field_name: str, text: str) -> float:

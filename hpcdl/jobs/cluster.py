@@ -6,8 +6,7 @@ profile's ``login:`` block: the transport its commands and files go through
 ``Shipped`` to the cluster's ``login.runs``), how a request's paths are seen there
 (a pushed image's or dataset's copy, a COMMAND's code), which checks read this host's
 files (the image's build record, the container runtime, the inputs, the dataset's
-size) and what a transport does not allow (``--hang-timeout`` over SSH, ``--code``
-without it). The commands above ask the handle; none of them asks the profile whether
+size) and what a transport does not allow (``--code`` without it). The commands above ask the handle; none of them asks the profile whether
 the cluster is remote. Never prints: notes and warnings come back as text.
 """
 
@@ -114,16 +113,6 @@ class Cluster:
         return preflight.many_files_warning(self._profile(), data)
 
     # What the transport allows.
-
-    def check_hang_watch(self, hang_timeout: float | None) -> None:
-        """Refuse --hang-timeout for a real submission over a transport to elsewhere: the
-        watchdog reads the run directory as the job writes it, on the cluster."""
-        prof = self._profile()
-        if hang_timeout is None or not self.remote or self.planning or prof.login is None:
-            return
-        raise ValidationError(f"hang-timeout: not yet for a cluster reached over SSH "
-                              f"(profile {prof.name} has login: {prof.login.host})",
-                              hint="run hpcdl on the cluster's login node for --hang-timeout")
 
     def check_code(self, code: object | None) -> None:
         """Refuse --code where the job starts where the user submits (nothing to copy)."""

@@ -1,7 +1,8 @@
-"""One job from its plan to its outcome: submit it, follow it to its end (with the
-hang watchdog when the plan asks for one), then record its result, its attempts, its
-report.html and its exit status. No terminal output: the caller's ``on_poll`` and
-``on_hang`` callbacks see the job while it runs, and a JobOutcome says how it ended.
+"""One job from its plan to its outcome: submit it, follow it to its end (reporting
+what the job's own hang watchdog found when the plan has one), then record its result,
+its attempts, its report.html and its exit status. No terminal output: the caller's
+``on_poll`` and ``on_hang`` callbacks see the job while it runs, and a JobOutcome says
+how it ended.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.submit import Submitted, attempts_of, exit_status, submit
 from hpcdl.jobside.probe_worker import EXIT_BAD_INPUT
-from hpcdl.launch.staging import stage_tool
+from hpcdl.launch.staging import JOB_DIR_NAME
 from hpcdl.plan import JobPlan
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import JobStatus, Scheduler
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from hpcdl.jobs.follow import OnLost, OnPoll, Reconnecting, Watcher
     from hpcdl.jobs.recoveries import Recovery
     from hpcdl.jobs.result import JobLogs, ResultRecord
-    from hpcdl.jobs.watchdog import HangWatchdog
+    from hpcdl.jobs.watchdog import HangReport
 
 OnHang = Callable[["Diagnosis"], None]
 # Writes run directory PATH's report.html: (the file, the facts gathered for it, with
@@ -39,8 +40,10 @@ WriteReport = Callable[[Path], tuple[Path, dict[str, Any]]]
 
 @dataclass(frozen=True)
 class SubmittedJob:
-    """A submitted job and what following it needs: the py-spy the hang watchdog runs on
-    the nodes (its copy in the run directory), or None when no watchdog will run."""
+    """A submitted job and what following it needs: the py-spy a follower's fallback
+    watchdog runs on the nodes (the run directory's copy, which the job's own watchdog
+    uses), or None when the job has no watchdog or the follower cannot be its fallback
+    (a run directory that is a copy of the cluster's)."""
 
     submitted: Submitted
     py_spy: str | None = None
@@ -78,22 +81,23 @@ def submit_job(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
                watch: bool, place: RunPlace = HERE) -> SubmittedJob:
     """Submit ``plan`` (planned with its run directory, see hpcdl.jobs.submit.plan_run).
 
-    ``watch``: the job will be followed, so the hang watchdog the plan asks for
-    (``plan.hang``) is readied: py-spy is found before submitting (a watchdog
-    that cannot look is none: ToolError) and copied into the run directory, since the
-    nodes run it from there and not from this venv. ``place``: where the cluster reads
-    the run directory (hpcdl.jobs.place). Raises ValidationError,
-    SubmitError, ToolError (see hpcdl.jobs.submit.submit, hpcdl.jobs.watchdog.find_py_spy).
+    With a hang watchdog (``plan.hang``; the job runs it itself) py-spy is found before
+    submitting (a watchdog that cannot look is none: ToolError) and copied into the run
+    directory before it is shipped, since the nodes run it from there and not from this
+    venv. ``watch``: the job will be followed. ``place``: where the cluster reads the run
+    directory (hpcdl.jobs.place). Raises ValidationError, SubmitError, ToolError (see
+    hpcdl.jobs.submit.submit, hpcdl.jobs.watchdog.find_py_spy).
     """
-    py_spy = None
-    if plan.hang is not None and watch:
-        # Lazy: the watchdog only for a job that is followed with a hang timeout.
+    tools: tuple[str, ...] = ()
+    if plan.hang is not None:
+        # Lazy: the watchdog's module only for a job with a hang timeout.
         from hpcdl.jobs.watchdog import find_py_spy
 
-        py_spy = find_py_spy()
-    sub = submit(profile, plan, scheduler=scheduler, place=place)
-    if py_spy is not None:
-        py_spy = stage_tool(sub.run.path, py_spy)
+        tools = (find_py_spy(),)
+    sub = submit(profile, plan, scheduler=scheduler, place=place, tools=tools)
+    py_spy = None
+    if tools and watch and place is HERE:
+        py_spy = str(sub.run.path / JOB_DIR_NAME / "bin" / Path(tools[0]).name)
     return SubmittedJob(sub, py_spy)
 
 
@@ -105,7 +109,8 @@ def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
 
     A requeued job keeps its id: following it follows every attempt; a chain is
     followed to its last job (the earlier ones end as it starts). ``on_poll`` runs
-    after each poll, ``on_hang(diagnosis)`` when the hang watchdog fires. The result
+    after each poll, ``on_hang(diagnosis)`` when the job's hang watchdog has written a
+    diagnosis (or, for a job that cannot watch itself, this follower's fires). The result
     record (result.json), attempts.json and report.html (by ``write_report``) are written
     to the run directory. ``probe``: a probe job, whose exit status is 2 when a node refused its
     input. For a cluster elsewhere the run directory is pulled back first, and a login
@@ -124,11 +129,12 @@ def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
     link = Reconnecting(on_lost=on_lost, hint=(
         f"the job goes on: `hpcdl status {watched}` or `hpcdl logs -f {watched}` find it "
         f"again from {sub.run_dir}"))
-    polled, watcher, dog = _hang_watch(profile, plan, sub, scheduler, watched, job.py_spy,
-                                       on_poll, on_hang, link)
+    polled, watcher, report = _hang_watch(profile, plan, sub, scheduler, watched,
+                                          job.py_spy, on_poll, on_hang, link)
     final = follow(watched, scheduler=scheduler, on_poll=polled, timeout=timeout,
                    watcher=watcher)
     link.call(lambda: sub.place.fetch(sub.run))
+    hang = report.finish() if report is not None else None
     record, logs = record_result(sub.run, final)
     code = exit_status(final)
     if probe:
@@ -137,7 +143,7 @@ def follow_job(profile: Profile, job: SubmittedJob, *, scheduler: Scheduler,
              if plan.spec.requeue is not None else [])
     html, straggler, why = _report(sub.run_dir, write_report)
     return JobOutcome(final=final, record=record, logs=logs, exit_status=code,
-                      attempts=tried, hang=dog.diagnosis if dog is not None else None,
+                      attempts=tried, hang=hang,
                       report=html, report_error=why, straggler=straggler,
                       steps=run_steps_seen(sub.run),
                       recoveries=recoveries.read(sub.run_dir) if plan.spec.spares else [],
@@ -168,30 +174,38 @@ def _report(run_dir: Path, write_report: WriteReport
 def _hang_watch(profile: Profile, plan: JobPlan, sub: Submitted, scheduler: Scheduler,
                 job_id: str, py_spy: str | None, on_poll: OnPoll | None,
                 on_hang: OnHang | None, link: Reconnecting) -> tuple[OnPoll | None, Watcher,
-                                                                     HangWatchdog | None]:
-    """The follow loop's callback, watcher and watchdog: ``on_poll`` alone, or (with a
-    hang timeout and py-spy) ``on_poll`` and the hang watchdog, with a watcher that
-    polls at least every tenth of the timeout."""
+                                                                     HangReport | None]:
+    """The follow loop's callback, watcher and hang report: ``on_poll`` alone, or (with
+    a hang timeout) ``on_poll`` and the report of what the job's watchdog wrote (a
+    HangReport, whose fallback watches from here a job that cannot watch itself, given
+    ``py_spy``), with a watcher that polls at least every tenth of the timeout."""
     # Lazy: as in follow_job.
     from hpcdl.jobs.follow import MAX_INTERVAL_S, Backoff, Watcher
-    from hpcdl.jobs.watchdog import HangWatchdog, collect
+    from hpcdl.jobs.watchdog import HangReport, HangWatchdog, collect
 
-    if py_spy is None or plan.hang is None:
+    hang = plan.hang
+    if hang is None:
         return on_poll, Watcher(scheduler, link=link), None
-    dog = HangWatchdog(
-        sub.run, job_id, timeout=plan.hang.timeout, action=plan.hang.action,
-        scheduler=scheduler, on_hang=on_hang,
-        collector=lambda job, pids: collect(
-            scheduler, job, pids, py_spy=py_spy, image=plan.container.image,
-            runtime=profile.container.binary or profile.container.runtime))
+
+    def fallback() -> HangWatchdog | None:
+        if py_spy is None or hang is None:
+            return None
+        return HangWatchdog(
+            sub.run, job_id, timeout=hang.timeout, action=hang.action,
+            scheduler=scheduler, on_hang=on_hang,
+            collector=lambda job, pids: collect(
+                scheduler, job, pids, py_spy=py_spy, image=plan.container.image,
+                runtime=profile.container.binary or profile.container.runtime))
+
+    report = HangReport(sub.run, on_hang=on_hang, fallback=fallback)
 
     def both(pending: dict[str, JobStatus], elapsed: float) -> None:
         if on_poll is not None:
             on_poll(pending, elapsed)
-        dog(pending, elapsed)
+        report(pending, elapsed)
 
-    # A hang is seen soon after its timeout: the files are read locally at every poll,
-    # and the scheduler is asked at most once a second.
+    # A hang is shown soon after the job diagnosed it: the files are read locally at
+    # every poll, and the scheduler is asked at most once a second.
     watcher = Watcher(scheduler, link=link, backoff=Backoff(
-        maximum=max(1.0, min(MAX_INTERVAL_S, plan.hang.timeout / 10))))
-    return both, watcher, dog
+        maximum=max(1.0, min(MAX_INTERVAL_S, hang.timeout / 10))))
+    return both, watcher, report

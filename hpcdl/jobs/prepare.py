@@ -37,18 +37,16 @@ def no_warning(_: str) -> None:
     return None
 
 
-def open_cluster(prof: Profile, command: str, *, dry_run: bool, run_dir: Path | None = None,
-                 hang_timeout: float | None = None) -> Cluster:
+def open_cluster(prof: Profile, command: str, *, dry_run: bool,
+                 run_dir: Path | None = None) -> Cluster:
     """The profile's Cluster for ``command``, and what it refuses before a request is
-    built: --hang-timeout over a transport to elsewhere (Cluster.check_hang_watch), and
-    ``command`` on a scheduler hpcdl does not submit to (PBS): refused for real, and
+    built: ``command`` on a scheduler hpcdl does not submit to (PBS): refused for real, and
     for a dry run too where the dry run would print no script of it (a sweep's job
     array, an allocation: hpcdl.schedulers.dialects.refuse), so a dry run refuses what
     the command refuses. ``run_dir``: the --run-dir given, whose parent holds the local
     copy. Opens nothing. Raises ValidationError, UserInputError."""
     cluster = connect(prof, local_root=run_dir.resolve().parent if run_dir else None,
                       dry_run=dry_run)
-    cluster.check_hang_watch(hang_timeout)  # the watchdog reads the run directory where it is
     refuse(prof, command, dry_run=dry_run)  # exit 2; --dry-run offered where it prints the script
     return cluster
 

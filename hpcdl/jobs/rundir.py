@@ -20,8 +20,12 @@
                        job. None there: no step (for a job whose plan.json records_steps)
         pids/          with --hang-timeout: rank-R (or node-N under torchrun) = "NODE PID",
                        written by the rank wrapper before it execs the command
-        hang/          what the hang watchdog collected: stacks-<node>.txt (py-spy's dumps),
-                       diagnosis.json and diagnosis.txt
+        heartbeat/     with --hang-timeout: rank-R, rewritten by each rank at most once a
+                       second after a step (hpcdl.jobside.steps.beat): the watchdog's progress
+        hang/          what the job's hang watchdog collected: stacks-<node>.txt (py-spy's
+                       dumps), diagnosis.json and diagnosis.txt
+        hang-unwatched with --hang-timeout: the batch host had no python3 to run the
+                       watchdog (one line; a --wait follower watches instead)
         metrics/       per-step metrics, rank-RRRRR.jsonl per rank (written by the job via
                        $HPCDL_RUN_DIR; hpcdl.jobside.steps owns the format)
         probe-error.R  `hpcdl probe`: rank R's report that it refused its input (written by
@@ -38,8 +42,8 @@ the plan's paths name; what the job writes is pulled back (hpcdl.jobs.place).
 PlanRecord, job.json as a JobRecord, result.json as hpcdl.jobs.result.ResultRecord,
 profile.yaml, image.json and image.def). What other files hold is their owners' to read
 and write: attempts.tsv/.json hpcdl.jobs.attempts, progress hpcdl.jobs.timelimit
-(run_steps_seen), pids/ and hang/ hpcdl.jobs.watchdog, relaunch.request
-hpcdl.launch.nodes, job/ hpcdl.launch.staging, code/ hpcdl.launch.code, probe-error.R
+(run_steps_seen), pids/, heartbeat/, hang/ and relaunch.request hpcdl.jobside.hangwatch
+(the job's watchdog; hpcdl.jobs.watchdog reads them on the follow side), job/ hpcdl.launch.staging, code/ hpcdl.launch.code, probe-error.R
 hpcdl.jobside.protocol, image.json's content hpcdl.container.hashing (image_record). The job script names
 two of them itself, its logs (``slurm-%j.out/.err``) and ``checkpoints/`` (hpcdl.plan
 renders them; RunDir.logs and RunDir.checkpoints follow the same names): the script's

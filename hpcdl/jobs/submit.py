@@ -14,6 +14,7 @@ import dataclasses
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,9 @@ from hpcdl.jobs.result import refused_record
 from hpcdl.jobs.rundir import JobRecord, RunDir
 from hpcdl.jobs.timelimit import EXIT_TIMEOUT
 from hpcdl.jobside.errors import HpcdlError, SubmitError, ToolError
+from hpcdl.jobside.steps import HEARTBEAT_DIR
 from hpcdl.launch.code import scan_code, stage_code
-from hpcdl.launch.staging import stage
+from hpcdl.launch.staging import stage, stage_tool
 from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler, SubmitOptions, is_final
@@ -90,14 +92,15 @@ def live_check_wanted(live_check: bool | None) -> bool:
 
 def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
            live_check: bool | None = None, one_at_a_time: bool = False,
-           place: RunPlace = HERE) -> Submitted:
+           place: RunPlace = HERE, tools: Sequence[str] = ()) -> Submitted:
     """Live check, run directory, submission: submits ``plan`` exactly as planned.
 
     ``plan.run_dir`` (see plan_run) is created here and must not exist yet;
     job.sbatch is ``plan.script`` byte for byte. For a cluster elsewhere (``place``)
     the directory is written here, then copied there whole before sbatch sees it; a
     copy that fails leaves neither side behind. ``one_at_a_time``: no job of the
-    same name runs beside it (a serial sweep's points). Raises
+    same name runs beside it (a serial sweep's points). ``tools``: host executables
+    copied into the run's job/bin before it is shipped (the hang watchdog's py-spy). Raises
     ValidationError (live check, a --code directory over its limit), SubmitError (no
     run directory in the plan, it exists already, or the scheduler refused),
     ToolError (scheduler or login node unreachable).
@@ -110,7 +113,7 @@ def submit(profile: Profile, plan: JobPlan, *, scheduler: Scheduler,
     local = place.local_path(plan.spec.run_dir)
     code = code_of(profile, plan, local)
     place.prepare()
-    run = write_run(profile, plan, local, code=code)
+    run = write_run(profile, plan, local, code=code, tools=tools)
     moved = ship_or_undo(place, run)
     script = place.cluster_path(run.script)
     argv = scheduler.submit_argv(script, plan.spec.job_name, SubmitOptions(one_at_a_time))
@@ -157,21 +160,24 @@ def ship_or_undo(place: RunPlace, run: RunDir) -> int:
 
 
 def write_run(profile: Profile, plan: JobPlan, local: Path, *, code: Any = None,
-              extra: dict[str, Any] | None = None) -> RunDir:
-    """The run directory ``local`` with everything the job reads: its staged files, the
-    code (``code``: a scan_code result), job.sbatch (``plan.script``) and plan.json
-    (``plan.to_dict()`` plus ``extra``: a sweep point's values). Raises SubmitError
-    when it exists already."""
+              extra: dict[str, Any] | None = None, tools: Sequence[str] = ()) -> RunDir:
+    """The run directory ``local`` with everything the job reads: its staged files and
+    ``tools`` (host executables, into job/bin), the code (``code``: a scan_code result),
+    job.sbatch (``plan.script``) and plan.json (``plan.to_dict()`` plus ``extra``: a
+    sweep point's values). Raises SubmitError when it exists already."""
     try:
         run = rundir.make_run_dir(local)
     except FileExistsError as exc:
         raise SubmitError(f"run directory {local} already exists",
                           hint="give a new --run-dir, or leave it out for a fresh one") from exc
-    if plan.hang is not None:  # the rank wrapper records the ranks' pids here
-        run.pids.mkdir()
+    if plan.hang is not None:  # the rank wrapper records the ranks' pids here, the
+        run.pids.mkdir()       # ranks their heartbeats (hpcdl.jobside.steps.beat) there
+        (run.path / HEARTBEAT_DIR).mkdir()
     files = plan.files
     if files.job_files or files.job_scripts:  # the nodes need not see the submitting hpcdl
         stage(run.path, files.job_files, files.job_scripts)
+    for tool in tools:
+        stage_tool(run.path, tool)
     if code is not None:
         stage_code(run.path, code.root, code.files)
     run.write_plan(plan.script, {**plan.to_dict(), **(extra or {})})

@@ -57,7 +57,7 @@ def hang_advice(nodes: int = 1) -> str:
     """What to run next for a job that looks hung (the time-limit line and a requeued
     attempt that stalled both end with it)."""
     probe = f" and `hpcdl probe -N {nodes}` to test the nodes' links" if nodes > 1 else ""
-    return ("rerun with --wait --hang-timeout SECONDS to get every rank's stack when it "
+    return ("rerun with --hang-timeout SECONDS to get every rank's stack when it "
             f"stops making progress{probe}")
 
 

@@ -25,6 +25,16 @@ Cheap by construction: a step appends one dict to a list; the lines are written
 seconds, and at close and interpreter exit. A reader tolerates a last line cut off
 mid-write (a killed rank) and lines it does not know.
 
+The heartbeat (``beat``): a job with ``--hang-timeout`` exports ``$HPCDL_HEARTBEAT_DIR``
+(RUN_DIR/heartbeat), and each rank calls ``beat()`` after every optimizer step (the
+bundled examples do; ``StepWriter.step`` does it too), which rewrites ``rank-R`` there
+at most once every BEAT_EVERY_S: one small write a second per rank on the shared
+filesystem, whatever the step rate, and nothing without the variable. This is the
+progress the job's hang watchdog reads (hpcdl.jobside.hangwatch), from the ranks
+themselves: it compares the files' sizes and mtimes between its polls (a change is
+progress), never an mtime with its own clock. A user's own script may call it too; one
+that does not is watched through its run directory's files.
+
 Standard library only: the examples and any training script import this module
 inside the job (from the checkout, the image's /opt/hpcdl or the wheel), without
 hpcdl's dependencies.
@@ -49,6 +59,49 @@ FLUSH_S = 10.0
 # The fields of a step line, in the order they are written (a reader keeps others too).
 STEP_FIELDS = ("step", "epoch", "t", "step_s", "data_s", "compute_s", "sync_s",
                "images_per_sec", "loss", "lr", "attempt")
+
+
+# The heartbeat (see the module doc).
+HEARTBEAT_ENV = "HPCDL_HEARTBEAT_DIR"
+HEARTBEAT_DIR = "heartbeat"
+# A rank writes its heartbeat at most this often: enough for any --hang-timeout (the
+# watchdog looks every tenth of it, at most every 10 s, at least every 0.5 s).
+BEAT_EVERY_S = 1.0
+_beat_last = float("-inf")
+_beat_path: str | None = None
+
+
+def beat(step: int | None = None, *, now: float | None = None) -> bool:
+    """This rank completed a step: rewrite its heartbeat file $HPCDL_HEARTBEAT_DIR/rank-R
+    (R: $RANK, else $SLURM_PROCID), at most every BEAT_EVERY_S (``now``:
+    time.monotonic(), for tests). True when it wrote. Never raises: a heartbeat that
+    cannot be written must not stop the training (the watchdog then reads the run
+    directory's files, or sees no progress)."""
+    global _beat_last, _beat_path
+    now = time.monotonic() if now is None else now
+    if now - _beat_last < BEAT_EVERY_S:
+        return False
+    _beat_last = now
+    if _beat_path is None:
+        directory = os.environ.get(HEARTBEAT_ENV, "")
+        if not directory:
+            _beat_last = float("inf")  # no watchdog: never look again
+            return False
+        rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or f"pid{os.getpid()}"
+        _beat_path = os.path.join(directory, f"rank-{rank}")
+    try:
+        with open(_beat_path, "w", encoding="ascii") as fh:
+            # The step, for a person reading it; the watchdog looks at size and mtime.
+            fh.write(f"{'' if step is None else step}\n")
+    except OSError:
+        return False
+    return True
+
+
+def beat_reset() -> None:
+    """Forget what beat() looked up (tests; a process that changed its environment)."""
+    global _beat_last, _beat_path
+    _beat_last, _beat_path = float("-inf"), None
 
 
 def rank_file(directory: str | os.PathLike[str], rank: int) -> Path:
@@ -119,7 +172,8 @@ class StepWriter:
 
     def step(self, step: int, *, epoch: int, step_s: float, data_s: float, sync_s: float,
              images: int, loss: float | None, lr: float | None) -> None:
-        """Record one optimizer step (see the module doc for the fields)."""
+        """Record one optimizer step (see the module doc for the fields), and beat."""
+        beat(step)
         if not self.enabled:
             return
         busy = data_s + step_s

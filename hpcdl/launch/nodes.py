@@ -15,15 +15,12 @@ naming them and the checkpoint to resume from.
 The logic is bash, staged with the run as ``job/bin/hpcdl-nodes`` (templates/
 hpcdl-nodes.sh: the batch shell sources it; the gate's step runs it on each node);
 this module owns what the job script tells it (``guard_exports``), the words it
-looks for, and the hang watchdog's relaunch request it reads (``request_relaunch``,
-the one function here that writes a file). Pure otherwise.
+looks for, and the name of the hang watchdog's relaunch request it reads (written by
+hpcdl.jobside.hangwatch.request_relaunch). Pure.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from hpcdl.core.atomic import write_atomic
 from hpcdl.core.resources import templates_dir
 from hpcdl.core.templating import shell_join
 from hpcdl.profiles.schema import Profile
@@ -33,8 +30,10 @@ _SOURCE = "hpcdl-nodes.sh"
 # Where the job records what the guard found (hpcdl.jobs.recoveries reads both).
 BAD_NODES_NAME = "bad-nodes.tsv"
 RECOVERIES_NAME = "recoveries.tsv"
-# The hang watchdog's request (request_relaunch, below): end the step,
-# relaunch, without the node it names.
+# The hang watchdog's request (hpcdl.jobside.hangwatch.request_relaunch, which the job's
+# watchdog calls; its RELAUNCH_REQUEST_NAME, spelt here too so that planning a job does
+# not import the watchdog: tests/unit/jobs/test_watchdog.py checks they agree): end the
+# step, relaunch, without the node it names.
 RELAUNCH_REQUEST_NAME = "relaunch.request"
 # The --probe-first step's slow nodes (hpcdl.jobside.probe_worker --slow-nodes-out), which the
 # guard excludes before the first rank.
@@ -135,15 +134,3 @@ def guard_exports(profile: Profile, *, tasks_per_node: int, gpus: int, max_relau
     if probe_slow:
         exports.append(("HPCDL_PROBE_SLOW", shell_join([probe_slow])))
     return exports
-
-
-def request_relaunch(run_dir: Path, node: str, why: str) -> bool:
-    """Ask the job's node guard to end the training step and relaunch it, without
-    ``node`` ("" for none): RELAUNCH_REQUEST_NAME in ``run_dir``, one line
-    "NODE<TAB>WHY", written atomically. False when it cannot be written."""
-    line = f"{node or '-'}\t{' '.join(why.split())[:300]}\n"
-    try:
-        write_atomic(run_dir / RELAUNCH_REQUEST_NAME, line)
-    except OSError:
-        return False
-    return True

@@ -29,6 +29,9 @@ from hpcdl.core.resources import PACKAGE_DIR, examples_dir
 JOB_DIR_NAME = "job"
 # Entry points beside the examples: what `hpcdl probe` runs.
 _ENTRY_MODULES = ("hpcdl.jobside.probe_worker",)
+# The job's own hang watchdog (--hang-timeout; the batch script runs it): staged only
+# into the runs that have one, so the others' job/ stays as it was.
+WATCHDOG_MODULE = "hpcdl.jobside.hangwatch"
 
 
 def job_dir(run_dir: str) -> str:
@@ -115,17 +118,17 @@ def _module_file(module: str) -> str | None:
 _FILES_LOCK = threading.Lock()
 
 
-def job_side_files() -> tuple[str, ...]:
+def job_side_files(watchdog: bool = False) -> tuple[str, ...]:
     """Every file the job side needs, relative to the job directory, sorted:
     ``examples/...`` (every bundled example and its trainkit) and ``hpcdl/...`` (the
-    probe worker and each hpcdl module these import, with their packages' __init__).
-    Read once per process."""
+    probe worker and each hpcdl module these import, with their packages' __init__;
+    ``watchdog``: the hang watchdog's too). Read once per process."""
     with _FILES_LOCK:
-        return _job_side_files()
+        return _job_side_files(watchdog)
 
 
-@lru_cache(maxsize=1)
-def _job_side_files() -> tuple[str, ...]:
+@lru_cache(maxsize=2)
+def _job_side_files(watchdog: bool) -> tuple[str, ...]:
     examples = examples_dir()
     files = {str(PurePosixPath("examples", p.relative_to(examples).as_posix()))
              for p in examples.rglob("*.py") if "__pycache__" not in p.parts}
@@ -140,7 +143,7 @@ def _job_side_files() -> tuple[str, ...]:
                 files.add(rel)
                 todo.append(source_of(rel))
 
-    for module in _ENTRY_MODULES:
+    for module in (*_ENTRY_MODULES, *((WATCHDOG_MODULE,) if watchdog else ())):
         add(module)
     while todo:
         for module in _hpcdl_imports(todo.pop()):

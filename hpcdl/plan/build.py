@@ -52,6 +52,7 @@ from hpcdl.plan.jobplan import (
     ContainerPart,
     FilesPart,
     FilesRequest,
+    HangPart,
     JobPlan,
     LaunchPart,
     ProbePart,
@@ -71,6 +72,7 @@ from hpcdl.plan.resilience import (
     HangRequest,
     ResilienceRequest,
     guard_block,
+    hang_block,
     hang_exports,
     hang_part,
     hang_warnings,
@@ -132,12 +134,12 @@ def build_plan(profile: Profile, req: JobRequest,
     launch = _launch(profile, launch_req, data, spec, dialect, container, ranks, probe_req.args)
     probe = probe_part(profile, probe_req, spec, dialect, container_req, data_req, container,
                        ranks.image(container), ranks.wrapper_file)
-    files = _files(files_req, spec, dialect, launch, ranks)
+    files = _files(files_req, spec, dialect, launch, ranks, watchdog=hang_req.timeout is not None)
     warnings = (*dialect.warnings(profile), *([arch_warning] if arch_warning else []),
                 *hang_warnings(hang_req, spec.time_seconds))
+    hang = hang_part(hang_req, spec.spares)  # checked last but the template's rendering
     script = _script(profile, _Asked(files_req, launch_req, resilience, hang_req), spec,
-                     dialect, launch, container, staged, ranks, probe, files)
-    hang = hang_part(hang_req, spec.spares)  # checked last, as it always was
+                     dialect, launch, container, staged, ranks, probe, files, hang)
     return JobPlan(spec=spec, partition_reason=reason, launch=launch, container=container,
                    data=data, files=files, script=script, warnings=warnings, probe=probe,
                    hang=hang)
@@ -294,9 +296,10 @@ def _launch(profile: Profile, req: LaunchRequest, data: DataPart, spec: JobSpec,
 
 
 def _files(req: FilesRequest, spec: JobSpec, dialect: ScriptDialect, launch: LaunchPart,
-           ranks: _Ranks) -> FilesPart:
+           ranks: _Ranks, *, watchdog: bool) -> FilesPart:
     """The logs, the files written into the run's job/ (the rank wrapper, the port pick,
-    the node guard), and the directory the job starts in (--code)."""
+    the node guard; the hang watchdog's modules with ``watchdog``), and the directory the
+    job starts in (--code)."""
     output, error = dialect.log_paths(spec)
     job_scripts: tuple[tuple[str, str], ...] = ()
     if ranks.wrapper_file is not None:
@@ -308,7 +311,7 @@ def _files(req: FilesRequest, spec: JobSpec, dialect: ScriptDialect, launch: Lau
         if spec.spares:
             job_scripts += ((NODES_FILE, nodes_file_text()),)
     return FilesPart(output=output, error=error,
-                     job_files=job_side_files() if req.run_dir else (),
+                     job_files=job_side_files(watchdog=watchdog) if req.run_dir else (),
                      job_scripts=job_scripts, code_dir=req.code_dir,
                      workdir=(f"{req.run_dir}/{CODE_DIR_NAME}" if req.code_dir and req.run_dir
                               else None))
@@ -332,7 +335,7 @@ class _Asked:
 
 def _script(profile: Profile, asked: _Asked, spec: JobSpec, dialect: ScriptDialect,
             launch: LaunchPart, container: ContainerPart, staged: _Staged, ranks: _Ranks,
-            probe: ProbePart | None, files: FilesPart) -> str:
+            probe: ProbePart | None, files: FilesPart, hang: HangPart | None) -> str:
     """The job script: the dialect's template (or --template) filled from the parts
     (``asked``: the request's; ``launch``: the plan's launch part)."""
     req, launch_req = asked.files, asked.launch
@@ -386,6 +389,7 @@ def _script(profile: Profile, asked: _Asked, spec: JobSpec, dialect: ScriptDiale
                              master_addr=master_addr is not None,
                              probe_first=probe is not None and probe.first),
         "progress": progress_block(req.run_dir, spec.requeue, dialect),
+        "hang": hang_block(profile, req.run_dir, hang, image),
         "workdir_q": shell_join([files.workdir]) if files.workdir else None,
     }
     return render_template(

@@ -13,7 +13,7 @@ from typing import Any
 
 from hpcdl.core.duration import format_time
 from hpcdl.core.templating import shell_join
-from hpcdl.hang.actions import DEFAULT_HANG_ACTION
+from hpcdl.hang.actions import DEFAULT_HANG_ACTION, UNWATCHED_NAME, WATCHDOG_PYTHON
 from hpcdl.jobside.requeue import (
     CHECKPOINT_ENV,
     EXIT_REQUEUE,
@@ -23,7 +23,9 @@ from hpcdl.jobside.requeue import (
     PROGRESS_NAME,
     wait_seconds,
 )
+from hpcdl.jobside.steps import HEARTBEAT_DIR, HEARTBEAT_ENV
 from hpcdl.launch.nodes import NODES_FILE, guard_calls_text, guard_exports, probe_slow_path
+from hpcdl.launch.staging import WATCHDOG_MODULE, job_dir
 from hpcdl.plan.jobplan import HangPart, job_script_path
 from hpcdl.plan.rules import relaunch_needs_spares
 from hpcdl.profiles.schema import Profile
@@ -44,8 +46,9 @@ class ResilienceRequest:
 
 @dataclass(frozen=True)
 class HangRequest:
-    """The request's hang part: the watchdog of `submit --wait` (hpcdl.jobs.watchdog),
-    seconds without progress before it collects stacks, and what it does then."""
+    """The request's hang part: the job's own watchdog (hpcdl.jobside.hangwatch, started
+    by the job script), seconds without progress before it collects stacks, and what it
+    does then."""
 
     timeout: float | None = None
     action: str | None = None
@@ -140,15 +143,36 @@ def hang_part(req: HangRequest, spares: int) -> HangPart | None:
 
 def hang_exports(req: HangRequest, env: tuple[tuple[str, str], ...],
                  log_dir: str) -> list[tuple[str, str]]:
-    """With --hang-timeout: where the rank wrapper records the ranks' pids, and
-    PYTHONUNBUFFERED (a Python rank's prints must reach the log as they happen: the
-    log growing is progress)."""
+    """With --hang-timeout: where the rank wrapper records the ranks' pids, where the
+    ranks write their heartbeats (hpcdl.jobside.steps.beat), and PYTHONUNBUFFERED (a
+    Python rank's prints must reach the log as they happen: for a script without
+    heartbeats, the log growing is progress)."""
     if req.timeout is None:
         return []
-    exports = [("HPCDL_PID_DIR", f"{log_dir}/pids")]
+    exports = [("HPCDL_PID_DIR", f"{log_dir}/pids"),
+               (HEARTBEAT_ENV, f"{log_dir}/{HEARTBEAT_DIR}")]
     if "PYTHONUNBUFFERED" not in dict(env):
         exports.append(("PYTHONUNBUFFERED", "1"))
     return exports
+
+
+def hang_block(profile: Profile, run_dir: str | None, hang: HangPart | None,
+               image: str | None) -> dict[str, Any] | None:
+    """What the script's hang watchdog block needs (templates/sbatch.sh.j2): the
+    watchdog's arguments but the job id (the script's $SLURM_JOB_ID), quoted, and where
+    its modules are (RUN_DIR/job, as the batch host sees it). None without one."""
+    if hang is None:
+        return None
+    run_dir = run_dir or "."
+    args = ["--run-dir", run_dir, "--timeout", f"{hang.timeout:g}", "--action", hang.action]
+    if image:  # py-spy runs in the ranks' image (hpcdl.jobside.hangdiag.node_command)
+        args += ["--runtime", profile.container.binary or profile.container.runtime,
+                 "--image", image]
+    return {"timeout": f"{hang.timeout:g}", "action": hang.action,
+            "module": WATCHDOG_MODULE, "min_python": ".".join(map(str, WATCHDOG_PYTHON)),
+            "min_python_tuple": ", ".join(map(str, WATCHDOG_PYTHON)),
+            "args_q": shell_join(args), "job_dir_q": shell_join([job_dir(run_dir)]),
+            "unwatched_q": shell_join([f"{run_dir}/{UNWATCHED_NAME}"])}
 
 
 def hang_warnings(req: HangRequest, limit: int | None) -> list[str]:

@@ -39,7 +39,9 @@ A job's stdout/stderr (with %j, %A, %a, %3a replaced) are written where its #SBA
 lines say, when it reaches its final state.
 
 The hang watchdog's side: a job spec's ``pids`` ({"rank-0": "n1 100", ...})
-are written at submission into the script's $HPCDL_PID_DIR, as the rank wrapper would;
+are written at submission into the script's $HPCDL_PID_DIR, as the rank wrapper would,
+and its ``run_files`` ({"hang/diagnosis.json": "...", ...}) into its $HPCDL_RUN_DIR, as
+the job's own watchdog would;
 ``srun --overlap`` prints the spec's ``srun`` ({"n1": "output", ...}) for the node it
 names (--nodelist=), exit 0, and fails like Slurm for a job that is not running.
 """
@@ -199,6 +201,12 @@ def sbatch(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
         folder = Path(shlex.split(pid_dir.group(1))[0])
         for name, line in spec["pids"].items():
             (folder / name).write_text(line + "\n")
+    run_dir = re.search(r"^export HPCDL_RUN_DIR=(.*)$", text, re.M)
+    if run_dir and spec.get("run_files"):  # what the job itself writes there (its watchdog)
+        folder = Path(shlex.split(run_dir.group(1))[0])
+        for name, content in spec["run_files"].items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(content)
     print(f"{job_id};fake" if "--parsable" in argv else f"Submitted batch job {job_id}", file=stdout)
     return 0
 

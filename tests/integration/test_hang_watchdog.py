@@ -1,9 +1,12 @@
 """The hang watchdog on the real sandbox, in the real image: a 2-node x 2-rank gloo job
-in which rank 2 sleeps while the other ranks wait in all_reduce is stopped by
-`hpcdl submit --wait --hang-timeout`, which names rank 2 and the frame it sleeps in
-(slow_step at gloo_hang.py:LINE, from py-spy run through srun --overlap inside the
-image), writes the dumps and the diagnosis to the run directory, and cancels the job;
-a healthy job that runs longer than the timeout, printing as it goes, is left alone.
+in which rank 2 sleeps while the other ranks wait in all_reduce is stopped by its own
+watchdog (`hpcdl submit --hang-timeout`: hpcdl.jobside.hangwatch on the batch host),
+which names rank 2 and the frame it sleeps in (slow_step at gloo_hang.py:LINE, from
+py-spy run through srun --overlap inside the image), writes the dumps and the diagnosis
+to the run directory, and cancels the job; `--wait` shows what it found. A healthy job
+that runs longer than the timeout, printing as it goes, is left alone. The same hang
+submitted without --wait (nobody follows it), its ranks writing heartbeats, is
+diagnosed and cancelled by the job all the same.
 
 Both jobs run at the same time (they share the nodes). The time from the hang to the
 diagnosis is printed (pytest -s); bench/bench_hang_watchdog.py measures it on its own.
@@ -13,8 +16,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +136,55 @@ def test_a_healthy_job_is_left_alone(jobs: dict) -> None:
     assert not (run / "hang").exists()
     assert sorted(p.name for p in (run / "pids").iterdir()) == ["rank-0", "rank-1"]
     assert "step 44 rank 1" in (run / f"slurm-{out['job_id']}.out").read_text()
+
+
+def test_without_wait_the_job_diagnoses_and_cancels_itself(slurm_cluster: Path,
+                                                           tmp_path: Path) -> None:
+    """issue 42: `submit --hang-timeout` without --wait returns at once; the job's own
+    watchdog reads its ranks' heartbeats (gloo_hang.py --beat), names rank 2 in
+    slow_step, writes hang/ and cancels the job, with no hpcdl process following it.
+    Natively (the nodes' own Python and torch; py-spy runs on the node itself), so that
+    it needs no image."""
+    argv = [sys.executable, "-m", "hpcdl", "submit", "-p", "sandbox", "-N", "2", "-G", "2",
+            "-c", "1", "--no-image", "--job-name", "hang-nowait",
+            "--hang-timeout", HANG_TIMEOUT, "--json", "--", "python3", str(SCRIPT),
+            "--steps", "3", "--slow-rank", "2", "--beat"]
+    started = time.monotonic()
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "HPCDL_RUNS": str(tmp_path)})
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert time.monotonic() - started < 60  # submitted and gone: nothing follows the job
+    sub = json.loads(res.stdout.strip().splitlines()[-1])
+    job, run = sub["job_id"], Path(sub["run_dir"])
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while True:
+        row = json.loads(hpcdl("status", job, "--json").stdout)
+        if row["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            break
+        assert time.monotonic() < deadline, f"job {job} not done in {JOB_TIMEOUT} s: {row}"
+        time.sleep(2)
+    err = (run / f"slurm-{job}.err").read_text()
+    assert row["state"] == "CANCELLED", f"{row}\n{err[-3000:]}"
+    hang = json.loads((run / "hang" / "diagnosis.json").read_text())
+    assert hang["cancelled"] is True and hang["progress"] == "heartbeat", hang
+    (s,) = hang["stragglers"]
+    assert (s["label"], s["node"], s["function"], s["line"]) == ("rank 2", "n2", "slow_step",
+                                                                SLEEP_LINE), hang
+    assert sorted(p.name for p in (run / "hang").iterdir()) == [
+        "diagnosis.json", "diagnosis.txt", "stacks-n1.txt", "stacks-n2.txt"]
+    assert sorted(p.name for p in (run / "heartbeat").iterdir()) == [
+        "rank-0", "rank-1", "rank-2", "rank-3"]
+    # The job's stderr says what its watchdog did (the lines --wait would have shown).
+    assert f"hpcdl: hang watchdog: watching job {job} on n1" in err, err[-3000:]
+    assert "hpcdl: hang watchdog: cancelling the job; stacks and diagnosis in" in err
+    found = re.search(r"HANG_START (\S+)", (run / f"slurm-{job}.out").read_text())
+    assert found, "no HANG_START in the job's output"
+    started_at = float(found.group(1))
+    print(f"\nhang watchdog in the job (no --wait): hang started {started_at:.1f}, diagnosis "
+          f"complete {hang['detected_at']:.1f}: {hang['detected_at'] - started_at:.1f} s "
+          f"(--hang-timeout {HANG_TIMEOUT}, stacks collected in {hang['collect_s']:.1f} s)")
+    # (the last heartbeat came a step's sleep, 0.5 s, before HANG_START)
+    assert float(HANG_TIMEOUT) - 1 <= hang["detected_at"] - started_at < float(HANG_TIMEOUT) + 60
 
 
 def test_under_torchrun_the_workers_are_named_by_their_rank(jobs: dict, cpu_image: Path,

@@ -244,6 +244,63 @@ def test_a_script_from_a_laptop_directory_runs_in_its_copy_and_unchanged_code_mo
     laptop.cli("cancel", again["job_id"], cwd=project, env=env)
 
 
+HANG = """\
+import os, time
+def slow_step():
+    time.sleep(3600)  # the hang: the job's watchdog must name this frame
+def wait_for_peer():
+    while True:
+        time.sleep(0.2)
+rank = int(os.environ["RANK"])
+for step in range(3):
+    print(f"step {step} rank {rank}", flush=True)
+    time.sleep(0.5)
+if rank == 1:
+    print(f"HANG_START {time.time():.3f}", flush=True)
+    slow_step()
+wait_for_peer()
+"""
+
+
+def test_a_hang_submitted_from_the_laptop_is_healed_by_the_job_itself(
+        laptop: Laptop, project: Path) -> None:
+    """issue 42: --hang-timeout from a laptop (refused before), without --wait: the laptop
+    submits and is gone; the job's own watchdog, on its batch host, dumps both ranks'
+    stacks with the py-spy the laptop staged, names rank 1 in slow_step and cancels the
+    job. Status from the laptop says CANCELLED; the diagnosis is in the run directory on
+    the cluster (read there: no --wait pulled it back)."""
+    env = {"HPCDL_RUNS": str(project / "runs")}
+    _write(laptop, project / "hang.py", HANG)
+    res = laptop.cli("submit", "-p", "sandbox-remote", "-N", "2", "-G", "0", "--no-image",
+                     "--json", "--job-name", "laptop-hang", "--hang-timeout", "15", "--",
+                     "python3", "hang.py", cwd=project, env=env, timeout=JOB_TIMEOUT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    info = _json_line(res.stdout)
+    job, cluster = info["job_id"], Path(info["cluster_run_dir"])
+    assert (cluster / "job" / "bin" / "py-spy").is_file()  # staged from the laptop's venv
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while True:  # each call a new process: nothing follows the job in between
+        status = laptop.cli("status", job, "--json", cwd=project, env=env)
+        assert status.returncode == 0, status.stderr
+        state = _json_line(status.stdout)["state"]
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            break
+        assert time.monotonic() < deadline, status.stdout
+        time.sleep(2)
+    err = (cluster / f"slurm-{job}.err").read_text()
+    assert state == "CANCELLED", err[-3000:]
+    hang = json.loads((cluster / "hang" / "diagnosis.json").read_text())
+    assert hang["cancelled"] is True and hang["progress"] == "run directory", hang
+    (s,) = hang["stragglers"]
+    assert (s["label"], s["function"]) == ("rank 1", "slow_step"), hang
+    assert f"hpcdl: hang watchdog: watching job {job} on " in err, err[-3000:]
+    found = re.search(r"HANG_START (\S+)", (cluster / f"slurm-{job}.out").read_text())
+    assert found, "no HANG_START in the job's output"
+    started = float(found.group(1))
+    print(f"\nhang from the laptop, no --wait: diagnosis {hang['detected_at'] - started:.1f} s "
+          f"after the hang (--hang-timeout 15)")
+
+
 SWEEP_SCRIPT = """\
 import os, sys
 print(f"SWEPT lr={sys.argv[sys.argv.index('--lr') + 1]} cwd={os.getcwd()} "

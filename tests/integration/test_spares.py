@@ -25,10 +25,11 @@ it); the gate test about 30 s in the image and 20 s natively; the hang test abou
 the slowed node (--probe-first) about 30 s. Each test's own cluster starts in 1-2 s.
 The guard's own behaviours on this Slurm (issue 42; the user's hang script, its result
 computed here, no reference run): a job without a time limit relaunching without a node
-the admin drained (~50 s), and no rank of the old step left on any node after a hang
-relaunch (~1.5 min); the slowed node again with the profile's probe_first default
-instead of the flag (~30 s); a gate's check blocked in D state on a FUSE mount that never answers
-(~3 min: the gate waits out its 90 s and KILLs its srun 10 s later).
+the admin drained (~50 s), no rank of the old step left on any node after a hang
+relaunch (~1.5 min), and a hang healed by the job itself, submitted without --wait; the
+slowed node again with the profile's probe_first default instead of the flag (~30 s); a
+gate's check blocked in D state on a FUSE mount that never answers (~3 min: the gate
+waits out its 90 s and KILLs its srun 10 s later).
 """
 
 from __future__ import annotations
@@ -361,6 +362,51 @@ def test_a_rank_hung_on_one_node_is_relaunched_without_that_node(
     # The report written at the end of --wait shows the relaunch too.
     page = (run / "report.html").read_text()
     assert 'id="recovery-table"' in page and f"{victim}: hang watchdog: " in page
+
+
+def test_without_wait_a_hung_rank_is_relaunched_by_the_job_itself(
+        three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path) -> None:
+    """issue 42: the hang above submitted without --wait (nobody follows the job): the
+    job's own watchdog (hpcdl.jobside.hangwatch, on its batch host) dumps the stacks and
+    asks its node guard to relaunch without the hung rank's node; the run completes
+    from its checkpoint of step 5 with the value of a run that never hung (computed, no
+    reference run). Natively (the nodes' own Python and torch), so it needs no image.
+    Prints the hang -> diagnosis -> relaunch times. Cost: ~1.5 min."""
+    cluster, env, profile = three_nodes
+    victim = cluster.nodes[1]
+    run = runs_dir / "hung-nowait"
+    steps = 12
+    started = time.monotonic()
+    res = hpcdl("submit", "--json", "-p", str(profile), "-N", "2", "-G", "1", "--spares", "1",
+                "--no-image", "--hang-timeout", "20", "--run-dir", str(run), "--",
+                "python3", str(HANG_SCRIPT), "--steps", str(steps), "--every", "5",
+                "--hang-at", "8", "--hang-host", victim, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert time.monotonic() - started < 60  # submitted and gone
+    job = json.loads(res.stdout.strip().splitlines()[-1])["job_id"]
+    row = final_status(job, env, timeout=500)
+    err = (run / f"slurm-{job}.err").read_text()
+    assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (row, err[-3000:])
+    hang = json.loads((run / "hang" / "diagnosis.json").read_text())
+    assert hang["action"] == "relaunch" and hang["relaunched"], hang
+    assert hang["relaunch_without"] == victim and hang["progress"] == "run directory", hang
+    assert (run / "hang" / f"stacks-{victim}.txt").is_file()
+    assert f"hpcdl: hang watchdog: watching job {job} on " in err, err[-3000:]
+    assert "hpcdl: hang watchdog: asked the node guard to relaunch" in err, err[-3000:]
+    assert f"hpcdl: node {victim} excluded: hang watchdog: " in err, err[-3000:]
+    log = (run / f"slurm-{job}.out").read_text()
+    assert f"RESULT value={hang_result(steps)} steps={steps} resumed_from=5" in log, log[-2000:]
+    (line,) = (run / "recoveries.tsv").read_text().splitlines()
+    fields = line.split("\t")
+    assert fields[4] == victim and fields[5].startswith(f"{victim}: hang watchdog: "), fields
+    hang_at = min(float(m.group(1)) for m in re.finditer(r"HANG_START (\S+)", log))
+    relaunched = float(fields[6])
+    print(f"\nhang relaunch without --wait: hang {hang_at:.1f}, diagnosis "
+          f"{hang['detected_at']:.1f} (+{hang['detected_at'] - hang_at:.1f} s, --hang-timeout "
+          f"20, stacks in {hang['collect_s']:.1f} s), relaunch started {relaunched:.0f} "
+          f"(+{relaunched - hang['detected_at']:.1f} s after the diagnosis)")
+    assert hang["detected_at"] - hang_at >= 20
+    assert 0 <= relaunched - hang["detected_at"] + 1 < 60  # (whole seconds in the record)
 
 
 def test_without_spares_a_dead_node_is_a_real_node_fail_and_requeue(

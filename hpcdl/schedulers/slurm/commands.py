@@ -5,7 +5,6 @@ Slurm's refusals turned into one-line errors with a hint. Returns values and rai
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -146,24 +145,13 @@ def _field_after_state(text: str, key: str) -> str | None:
     return (rest[:end] if end >= 0 else rest.split(" ", 1)[0]).strip() or None
 
 
-def overlap_argv(job_id: str, node: str, command: Sequence[str]) -> list[str]:
-    """``srun --overlap`` running ``command`` once on ``node`` inside the running job
-    ``job_id``: a step beside the job's own that shares its CPUs and memory, so it
-    starts even when the training step holds all of them. Pure.
-
-    Raises ToolError for a job id or node name that is not a plain token.
-    """
-    if not re.fullmatch(r"[0-9]+(_[0-9]+)?", job_id):
-        raise ToolError(f"srun --overlap: {job_id!r} is not a Slurm job id")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", node):
-        raise ToolError(f"srun --overlap: {node!r} is not a Slurm node name")
-    return ["srun", "--overlap", f"--jobid={job_id}", f"--nodelist={node}", "--nodes=1",
-            "--ntasks=1", "--cpus-per-task=1", "--mem=0", "--quiet", *command]
-
-
 def run_in_job(job_id: str, node: str, command: Sequence[str], *,
                timeout: float = OVERLAP_TIMEOUT, ex: Executor = LOCAL) -> proc.Result:
     """Run ``command`` on ``node`` of the running job (overlap_argv) and return what it
     printed and its exit code, whatever the code. Raises ToolError when srun is missing
     or the step does not end within ``timeout`` seconds."""
+    # One argv for both watchdogs: the job's own builds it too. Imported here, not at the
+    # top: a submission, which imports this module, does not need the watchdog's.
+    from hpcdl.jobside.hangwatch import overlap_argv
+
     return ex.run(overlap_argv(job_id, node, command), timeout=timeout, check=False)

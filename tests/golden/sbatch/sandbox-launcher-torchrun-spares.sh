@@ -21,6 +21,7 @@ export OMP_NUM_THREADS=1
 export OMP_PROC_BIND=false
 export OMPI_MCA_mpi_yield_when_idle=1
 export HPCDL_PID_DIR=/scratch/runs/t2/pids
+export HPCDL_HEARTBEAT_DIR=/scratch/runs/t2/heartbeat
 export PYTHONUNBUFFERED=1
 export HPCDL_RUN_DIR=/scratch/runs/t2
 export HPCDL_JOB_NAME=hpcdl-horovod
@@ -40,6 +41,21 @@ MASTER_PORT=$(/bin/sh /scratch/runs/t2/job/bin/hpcdl-master-port)
 export MASTER_PORT
 
 echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 2 ranks (1 nodes x 2)"
+
+# ---- hang watchdog (hpcdl submit --hang-timeout 30; hpcdl/jobside/hangwatch.py) ----
+# The job watches itself, with or without `submit --wait`: no progress for 30 s (the
+# ranks' heartbeats in RUN_DIR/heartbeat, else any file of the run directory) -> a py-spy
+# stack of every rank (srun --overlap) and a diagnosis in RUN_DIR/hang/, then relaunch.
+# It runs here, on the batch host, under this host's python3 (srun and scancel are here,
+# not in the image) and ends with this script. Without a python3 >= 3.9 here the job
+# runs unwatched, says so, and `submit --wait` on the login node watches instead.
+hpcdl_watch_py=$(command -v python3 || true)
+if [[ -n $hpcdl_watch_py ]] && "$hpcdl_watch_py" -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null; then
+  PYTHONPATH=/scratch/runs/t2/job "$hpcdl_watch_py" -m hpcdl.jobside.hangwatch --job-id "$SLURM_JOB_ID" --run-dir /scratch/runs/t2 --timeout 30 --action relaunch &
+else
+  echo "hpcdl: hang watchdog: no python3 >= 3.9 on the batch host ${SLURMD_NODENAME:-$(hostname)} (${hpcdl_watch_py:-none on PATH}): the job does not watch itself" >&2
+  echo "no python3 >= 3.9 on the batch host ${SLURMD_NODENAME:-$(hostname)} (${hpcdl_watch_py:-none on PATH})" > /scratch/runs/t2/hang-unwatched || true
+fi
 
 # ---- node guard (hpcdl submit --spares 1; job/bin/hpcdl-nodes, hpcdl/launch/nodes.py) ----
 # The training runs on 1 of the allocation's 2 nodes. Before it, and before every

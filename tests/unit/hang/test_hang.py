@@ -30,10 +30,10 @@ from hpcdl.hang.diagnosis import (
     split_node_output,
 )
 from hpcdl.jobside.errors import ToolError
+from hpcdl.jobside.hangwatch import overlap_argv
 from hpcdl.launch.rankenv import WRAPPER_NAME, rank_env_script
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
-from hpcdl.schedulers.slurm.commands import overlap_argv
 
 TORCH = "/usr/local/lib/python3.11/dist-packages/torch/distributed"
 # Real py-spy 0.4.3 output (a 2-node gloo job, rank 1 asleep before its all_reduce).
@@ -348,8 +348,6 @@ def test_submit_refuses_bad_watchdog_input_in_one_line() -> None:
                                                "seconds (e.g. 600)",
         ("--hang-timeout", "0", "--wait"): "error: hang-timeout: must be more than 0 seconds "
                                             "(got 0)",
-        ("--hang-timeout", "30"): "error: hang-timeout: 30 s needs --wait (the watchdog runs "
-                                  "while hpcdl follows the job)",
         ("--hang-action", "leave", "--wait"): "error: hang-action: 'leave' needs --hang-timeout "
                                               "SECONDS",
         ("--hang-timeout", "30", "--chain", "2", "--wait"):

@@ -159,7 +159,7 @@ def test_no_step_before_the_limit_looks_hung_not_short_of_time():
     assert line == (
         "job 42 hit its time limit of 00:10:00 after 00:10:04 (Slurm TIMEOUT) without "
         "completing a single training step: it looks hung, not short of time; rerun with "
-        "--wait --hang-timeout SECONDS to get every rank's stack when it stops making "
+        "--hang-timeout SECONDS to get every rank's stack when it stops making "
         "progress and `hpcdl probe -N 2` to test the nodes' links")
     one_node = timeout_message(status(), steps=False, scheduler=SLURM)
     assert one_node is not None and "--hang-timeout SECONDS" in one_node

@@ -1,8 +1,10 @@
-"""The hang watchdog's I/O side (hpcdl.jobs.watchdog) without a cluster: what counts as
-the job's progress, the watchdog on a fake scheduler and collector (diagnose, write,
-cancel or leave), finding py-spy, and submit --wait --hang-timeout against the fake Slurm.
-Its decisions (hpcdl.hang.diagnosis) are tests/unit/hang/test_hang.py's; on the real
-sandbox: tests/integration/test_hang_watchdog.py."""
+"""The hang watchdog's follow side (hpcdl.jobs.watchdog) without a cluster: what counts
+as the job's progress, the fallback watchdog on a fake scheduler and collector (diagnose,
+write, cancel or leave), finding py-spy, and submit --wait --hang-timeout against the
+fake Slurm: reporting what the job's own watchdog wrote, and watching from here a job
+that says it cannot. The job's watchdog (hpcdl.jobside.hangwatch) is
+tests/unit/jobside/test_hangwatch.py's, its decisions tests/unit/hang/test_hang.py's; on
+the real sandbox: tests/integration/test_hang_watchdog.py."""
 
 from __future__ import annotations
 
@@ -10,17 +12,26 @@ import json
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from hpcdl.hang import diagnosis as hang
-from hpcdl.hang.diagnosis import NodeDump, RankPid
+from hpcdl.hang.actions import UNWATCHED_NAME
+from hpcdl.hang.diagnosis import NodeDump, RankPid, diagnose, rank_stacks
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.watchdog import HangWatchdog, find_py_spy, fingerprint, hang_dump, write_hang
 from hpcdl.jobside.errors import ToolError
 from hpcdl.schedulers.base import JobState, JobStatus
 from tests.unit.hang.test_hang import SLEEPING, WAITING
+
+
+def test_the_relaunch_request_has_one_name() -> None:
+    from hpcdl.jobside import hangwatch
+    from hpcdl.launch import nodes
+
+    assert nodes.RELAUNCH_REQUEST_NAME == hangwatch.RELAUNCH_REQUEST_NAME
 
 
 def test_fingerprint_sees_the_jobs_files_not_the_watchdogs(tmp_path: Path) -> None:
@@ -136,10 +147,12 @@ def test_find_py_spy_takes_the_binary_not_a_shim(tmp_path: Path,
 # ---- the lifecycle through the CLI, against the fake Slurm -------------------------------------
 
 
-def test_submit_wait_with_the_watchdog_against_fake_slurm(fake_slurm, monkeypatch: pytest.MonkeyPatch,
-                                                          tmp_path: Path) -> None:
-    """submit --wait --hang-timeout: the job never writes a file, so after the timeout the
-    watchdog runs one srun --overlap per node, names rank 1, cancels; --json carries it."""
+def test_submit_wait_watches_a_job_that_cannot_watch_itself(fake_slurm,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    """submit --wait --hang-timeout of a job whose batch host has no python3 (it wrote
+    hang-unwatched): the job never writes a file, so after the timeout the follower runs
+    one srun --overlap per node, names rank 1, cancels; --json carries it."""
     from click.testing import CliRunner
 
     from hpcdl.cli import cli
@@ -151,6 +164,7 @@ def test_submit_wait_with_the_watchdog_against_fake_slurm(fake_slurm, monkeypatc
     fake_slurm.scenario(jobs={"hung": {
         "states": [["RUNNING", 10**6], ["COMPLETED", 0]],
         "pids": {"rank-0": "n1 21367", "rank-1": "n2 21416"},
+        "run_files": {UNWATCHED_NAME: "no python3 >= 3.9 on the batch host n1 (none on PATH)\n"},
         "srun": {"n1": f"@@hpcdl-stack 0 21367\n{WAITING}@@hpcdl-end 0\n",
                  "n2": f"@@hpcdl-stack 1 21416\n{SLEEPING}@@hpcdl-end 0\n"}}})
     started = time.monotonic()
@@ -173,10 +187,54 @@ def test_submit_wait_with_the_watchdog_against_fake_slurm(fake_slurm, monkeypatc
     assert hang_dump(run, "n2").is_file()
 
 
+def test_submit_wait_reports_what_the_jobs_own_watchdog_wrote(fake_slurm,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    """The job watched itself (the fake Slurm writes its hang/ as its watchdog would):
+    --wait shows the diagnosis as it appears, in the lines and --json it always printed,
+    and neither collects stacks nor cancels anything itself; a run directory that stays
+    silent after that is not diagnosed again from here."""
+    from click.testing import CliRunner
+
+    from hpcdl.cli import cli
+
+    monkeypatch.setenv("HPCDL_SKIP_LIVE_CHECK", "1")
+    monkeypatch.setattr("hpcdl.jobs.follow.MIN_INTERVAL_S", 0.01)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('never run: the fake Slurm runs nothing')\n")
+    stacks = rank_stacks([RankPid(0, "n1", 21367), RankPid(1, "n2", 21416)],
+                         {"n1": [NodeDump("0", 21367, WAITING, 0)],
+                          "n2": [NodeDump("1", 21416, SLEEPING, 0)]})
+    diag = replace(diagnose(stacks, job_id="100", silent_s=1.2, timeout_s=1, action="cancel"),
+                   cancelled=True, detected_at=time.time(), progress="heartbeat")
+    fake_slurm.scenario(jobs={"hung": {
+        "states": [["RUNNING", 6], ["CANCELLED", 0]], "exit": "0:15",
+        "pids": {"rank-0": "n1 21367", "rank-1": "n2 21416"},
+        "run_files": {"hang/diagnosis.json": json.dumps(diag.to_dict()),
+                      "hang/diagnosis.txt": "\n".join(diag.lines()) + "\n"}}})
+    res = CliRunner().invoke(cli, ["submit", "-p", "sandbox", "-N", "2", "-G", "0", "-J", "hung",
+                                   "--no-image", "--hang-timeout", "1", "--wait", "--json", "--",
+                                   "python3", "train.py"], catch_exceptions=False)
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["state"] == "CANCELLED", res.output
+    assert out["hang"] == json.loads(json.dumps(diag.to_dict()))
+    assert not [c for c in fake_slurm.calls() if c["tool"] in ("srun", "scancel")]
+    # As a person runs it: the diagnosis in a few lines, once, and how the job ended.
+    res = CliRunner().invoke(cli, ["submit", "-p", "sandbox", "-N", "2", "-G", "0", "-J", "hung",
+                                   "--no-image", "--hang-timeout", "1", "--wait", "--",
+                                   "python3", "train.py"], catch_exceptions=False)
+    shown = [line for line in res.stderr.splitlines() if line.startswith("hang: ")]
+    assert shown[0].startswith("hang: job 100: no progress for 1 s (--hang-timeout 1): rank 1 "), \
+        res.stderr
+    assert sum("stacks and diagnosis in" in line for line in shown) == 1  # shown once
+    assert "--- stopped by the hang watchdog (" in res.output
+
+
 def test_a_job_that_writes_is_left_alone(fake_slurm, monkeypatch: pytest.MonkeyPatch,
                                         tmp_path: Path) -> None:
-    """The fake job 'prints' (its log grows every poll through a stand-in for the ranks):
-    no srun, no cancel, the job completes."""
+    """The fake job 'prints' (its log grows every poll through a stand-in for the ranks)
+    and cannot watch itself, so the follower watches: no srun, no cancel, the job
+    completes."""
     from click.testing import CliRunner
 
     import hpcdl.jobs.watchdog as watchdog
@@ -187,7 +245,8 @@ def test_a_job_that_writes_is_left_alone(fake_slurm, monkeypatch: pytest.MonkeyP
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('never run: the fake Slurm runs nothing')\n")
     fake_slurm.scenario(jobs={"busy": {"states": [["RUNNING", 8], ["COMPLETED", 0]],
-                                       "pids": {"rank-0": "n1 5"}}})
+                                       "pids": {"rank-0": "n1 5"},
+                                       "run_files": {UNWATCHED_NAME: "no python3\n"}}})
     real = watchdog.fingerprint
     ticks = iter(range(10**6))
 

@@ -44,8 +44,8 @@ def test_job_side_files_as_from_whole_parses(monkeypatch: pytest.MonkeyPatch) ->
     # The files a job stages: the same set as when every file is parsed whole.
     from hpcdl.launch import staging
 
-    fast = staging._job_side_files.__wrapped__()
+    fast = staging._job_side_files.__wrapped__(True)  # (the watchdog's modules too)
     monkeypatch.setattr(staging, "_hpcdl_imports",
                         lambda path: imports_parsed(path.read_text(), str(path)))
-    assert fast == staging._job_side_files.__wrapped__()
+    assert fast == staging._job_side_files.__wrapped__(True)
     assert "hpcdl/jobside/probe_worker.py" in fast and "hpcdl/jobside/steps.py" in fast

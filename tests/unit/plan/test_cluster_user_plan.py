@@ -30,20 +30,24 @@ def test_the_job_side_files_are_the_examples_and_the_stdlib_modules_they_import(
     assert "examples/resnet50_imagenet.py" in files and "examples/trainkit/loop.py" in files
     assert "hpcdl/jobside/probe_worker.py" in files and "hpcdl/jobside/world.py" in files
     assert "hpcdl/jobside/protocol.py" in files and "hpcdl/__init__.py" in files
-    # The hpcdl files are the job-side package, whole (its __init__ included), and the
-    # top package's __init__: nothing of the planning side travels.
+    # The hpcdl files are the job-side package (its __init__ included), and the top
+    # package's __init__: nothing of the planning side travels. The hang watchdog's two
+    # modules only with a watchdog (--hang-timeout): whole then.
     jobside = {f"hpcdl/jobside/{p.name}" for p in (PACKAGE_DIR / "jobside").glob("*.py")}
-    assert {f for f in files if f.startswith("hpcdl/")} == {"hpcdl/__init__.py"} | jobside
+    watchdog = {"hpcdl/jobside/hangwatch.py", "hpcdl/jobside/hangdiag.py"}
+    assert {f for f in files if f.startswith("hpcdl/")} == {"hpcdl/__init__.py"} | jobside - watchdog
+    assert set(job_side_files(watchdog=True)) == set(files) | watchdog
     assert not {"hpcdl/plan/build.py", "hpcdl/cli/__init__.py", "hpcdl/profiles/schema.py"} & set(files)
     assert all(source_of(f).is_file() for f in files)
 
 
 def test_the_staged_modules_import_with_the_standard_library_alone(tmp_path: Path) -> None:
-    copied = stage(tmp_path, job_side_files())
+    files = job_side_files(watchdog=True)
+    copied = stage(tmp_path, files)
     job = tmp_path / "job"
-    assert copied == sum((job / f).stat().st_size for f in job_side_files())
-    assert {p.relative_to(job).as_posix() for p in job.rglob("*.py")} == set(job_side_files())
-    modules = sorted(f[:-3].replace("/", ".").removesuffix(".__init__") for f in job_side_files()
+    assert copied == sum((job / f).stat().st_size for f in files)
+    assert {p.relative_to(job).as_posix() for p in job.rglob("*.py")} == set(files)
+    modules = sorted(f[:-3].replace("/", ".").removesuffix(".__init__") for f in files
                      if f.startswith("hpcdl/") and "jobside/probe_worker" not in f)
     # -S: no site-packages at all (no pydantic, yaml, jinja2, torch): stdlib + the copy.
     code = (f"import sys; sys.path.insert(0, {str(job)!r}); "

@@ -146,11 +146,8 @@ def test_what_a_laptop_cannot_do_yet_is_refused_before_any_connection(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))  # no ssh: a connection attempt would fail
-    hang = CliRunner().invoke(cli, ["submit", "-p", "sandbox-remote", "-N", "1", "-G", "1",
-                                    "--wait", "--hang-timeout", "60"])
-    assert hang.exit_code == 2
-    assert hang.stderr.startswith("error: hang-timeout: not yet for a cluster reached over "
-                                  "SSH (profile sandbox-remote has login: 10.77.0.250)\n")
+    # (--hang-timeout from a laptop is no longer refused: the job watches itself; the
+    # remote dry run below shows the watchdog in the script.)
     code = CliRunner().invoke(cli, ["submit", "-p", "sandbox", "-N", "1", "-G", "1",
                                     "--code", str(tmp_path), "--", "python3", "t.py"])
     assert code.exit_code == 2
@@ -185,7 +182,7 @@ def test_a_remote_dry_run_names_the_clusters_paths_and_opens_no_connection(
     pushed = f"/home/jdoe/hpcdl-images/{remote_name(image, file_sha256(image))}"
     run_dir = tmp_path / "runs" / "pinned"
     res = CliRunner().invoke(cli, ["submit", "-p", "sandbox-remote", "-N", "1", "-G", "1",
-                                   "--image", str(image), "--dry-run",
+                                   "--image", str(image), "--dry-run", "--hang-timeout", "60",
                                    *(["--run-dir", str(run_dir)] if pinned else [])])
     assert res.exit_code == 0, res.output
     found = re.search(r"^# run directory on the cluster (/home/jdoe/hpcdl-runs/\S+?):? ",
@@ -200,6 +197,9 @@ def test_a_remote_dry_run_names_the_clusters_paths_and_opens_no_connection(
     assert f"export HPCDL_RUN_DIR={cluster}\n" in res.stdout
     assert f" {pushed} " in res.stdout and str(image) not in res.stdout
     assert str(REPO_ROOT) not in res.stdout and str(tmp_path) not in res.stdout
+    # The job watches itself, on the cluster (not refused from a laptop any more).
+    assert (f'PYTHONPATH={cluster}/job "$hpcdl_watch_py" -m hpcdl.jobside.hangwatch --job-id '
+            f'"$SLURM_JOB_ID" --run-dir {cluster} --timeout 60 --action cancel') in res.stdout
     assert f"# not checked: that {image} was pushed to {pushed}" in res.stderr
     assert not run_dir.exists() and list(Path(os.environ["HPCDL_RUNS"]).glob("*")) == []
     assert list(cache.parent.iterdir()) == [cache]  # the image's hash was not remembered
