@@ -72,7 +72,7 @@ def test_a_stalled_attempt_looks_hung():
                            STDERR, nodes=2, scheduler=SLURM)
     assert line is not None and "\n" not in line
     assert line.startswith("attempt 1 completed no training step before its time limit "
-                           "(exit 143): not requeued; it looks hung: rerun with --wait "
+                           "(exit 143): not requeued; it looks hung: rerun with "
                            "--hang-timeout SECONDS")
     assert line.endswith("`hpcdl probe -N 2` to test the nodes' links")
 
