@@ -31,6 +31,7 @@ from pydantic import ValidationError as PydanticError
 
 from hpcdl.core.tokens import Kind, check_token, checker
 from hpcdl.jobside.errors import ValidationError
+from hpcdl.schedulers.slurm.releases import profile_behaviour
 
 _NODE_NAME = re.compile(r"[a-z][a-z0-9]*")
 _PARTITION_NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -48,6 +49,7 @@ CLUSTER_NAME = Kind("cluster name", re.compile(r"[a-z][a-z0-9_-]*"), "hpcdl-sand
 DIRECTORY = Kind("absolute directory (letters, digits, . _ - + /)", re.compile(r"/[A-Za-z0-9._+/-]*"),
                  "/var/lib/hpcdl-sandbox")
 HOST_NAME = Kind("host name", re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*"), "vm")
+RELEASE = Kind("Slurm release (YY.MM)", re.compile(r"\d{2}\.\d{2}"), "26.05")
 
 NodeName = Annotated[str, checker(NODE_NAME)]
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -374,6 +376,16 @@ class Cluster(_Frozen):
     # Another Slurm release's root filesystem (scripts/slurm-rootfs.sh): its daemons and
     # commands run from there, its plugins too; None: the host's own Slurm.
     slurm_root: Annotated[str, checker(DIRECTORY)] | None = None
+    # That release (YY.MM): what slurm.conf enables for it (expedited_requeue).
+    release: Annotated[str, checker(RELEASE)] | None = None
+
+    @property
+    def expedited_requeue(self) -> bool:
+        """Whether slurm.conf enables ``--requeue=expedite``
+        (SlurmctldParameters=enable_expedited_requeue): on every release that has it
+        (25.11 on), as a site that wants the batch host's death requeued at the front
+        would; the release's profile says so (scheduler.requeue_expedite)."""
+        return self.release is not None and profile_behaviour(self.release).requeue_expedite
 
     @property
     def plugin_dir(self) -> str | None:
@@ -434,7 +446,7 @@ class Cluster(_Frozen):
 # sandbox.sh's environment (HPCDL_SANDBOX_NAME) -> Cluster's field.
 _ENV_FIELDS = {"DIR": "dir", "CLUSTER": "name", "ACCOUNTING": "accounting",
                "CTLD_PORT": "ctld_port", "DBD_PORT": "dbd_port", "DB_PORT": "db_port",
-               "SLURM_ROOT": "slurm_root"}
+               "SLURM_ROOT": "slurm_root", "RELEASE": "release"}
 
 
 def check_host(name: str) -> str:

@@ -121,6 +121,13 @@ hpcdl_time_left() {
   hpcdl_left_seconds "$(head -n 1 <<<"$out")"
 }
 # ---- end of the part the requeue block carries ----
+# --requeue=expedite (Slurm 25.11 on): Slurm itself requeues, held (REQUEUE_HOLD, for
+# good), a job whose batch script ends non-zero (measured on 26.05.5), where hpcdl's
+# decision below is final: the job that is not requeued here tells Slurm not to either.
+hpcdl_final() {
+  [[ $1 == 0 ]] || hpcdl_slurm scontrol update JobId="$hpcdl_job" Requeue=0 || true
+  exit "$1"
+}
 hpcdl_attempt=${SLURM_RESTART_COUNT:-0}
 hpcdl_started=$(date +%s)
 hpcdl_cause=""
@@ -177,10 +184,10 @@ printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$hpcdl_job" "$hpcdl_attempt" "$hpcdl_started"
   "$hpcdl_ended" "$hpcdl_rc" "$hpcdl_cause" >> /scratch/runs/r1/attempts.tsv
 if [[ $hpcdl_cause == STARTUP ]]; then
   echo "hpcdl: attempt ${hpcdl_attempt} failed before its first step: exit ${hpcdl_rc} (STARTUP); not requeued (another attempt would fail the same way; the cause is above)" >&2
-  exit "$hpcdl_rc"
+  hpcdl_final "$hpcdl_rc"
 elif [[ $hpcdl_cause == STALLED ]]; then
   echo "hpcdl: attempt ${hpcdl_attempt} completed no step before its time limit: exit ${hpcdl_rc} (STALLED); not requeued (it looks hung: --hang-timeout shows where)" >&2
-  exit "$hpcdl_rc"
+  hpcdl_final "$hpcdl_rc"
 fi
 # Preemption is not the job's fault: it is always requeued (a job whose batch shell ends
 # after the signal would otherwise be COMPLETED for Slurm) and uses up no restart; time
@@ -194,4 +201,4 @@ fi
 if [[ $hpcdl_rc != 0 ]]; then
   echo "hpcdl: attempt ${hpcdl_attempt} ended: exit ${hpcdl_rc} (${hpcdl_cause}); not requeued (--max-restarts 2)" >&2
 fi
-exit "$hpcdl_rc"
+hpcdl_final "$hpcdl_rc"
