@@ -25,7 +25,6 @@ from typing import Any
 
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.sandbox import cluster as model
-from hpcdl.schedulers.slurm.releases import profile_behaviour
 
 DEFAULT_DIR = Path(model.DEFAULT_DIR)
 # A cluster lives in one /24 whose .1 is the bridge; nodes take .11 onwards.
@@ -150,7 +149,7 @@ def shape_text(nodes: int, subnet: str, release: str | None = None) -> str:
 
 
 def environment(folder: Path, nodes: int, ctld_port: int, release: str | None = None,
-                slurm_root: str | None = None) -> dict[str, str]:
+                slurm_root: str | None = None, expedite: bool = False) -> dict[str, str]:
     """What sandbox.sh (up, down, status, shape) and Slurm's commands need to find the
     cluster in ``folder``: its directory and shape, its slurmctld port and name, no
     accounting daemons (slurmdbd and MariaDB per cluster cost more than the nodes), and
@@ -162,8 +161,8 @@ def environment(folder: Path, nodes: int, ctld_port: int, release: str | None = 
            "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
     if slurm_root:
         env["HPCDL_SANDBOX_SLURM_ROOT"] = slurm_root
-    if release:
-        env["HPCDL_SANDBOX_RELEASE"] = release
+    if expedite:  # the release has --requeue=expedite: slurm.conf enables it
+        env["HPCDL_SANDBOX_EXPEDITE"] = "yes"
     return env
 
 
@@ -210,7 +209,8 @@ def cluster_profile(base: dict[str, Any], shape: model.Shape, folder: Path, name
 
 
 def profile_data(base: dict[str, Any], nodes: int, folder: Path,
-                 release: str | None = None, pmix: bool = False) -> dict[str, Any]:
+                 release: str | None = None, pmix: bool = False,
+                 expedite: bool = False) -> dict[str, Any]:
     """The profile of the ``nodes``-node cluster in ``folder`` (`--nodes N`): its one
     partition over nodes like the default sandbox's. Any ``nodes`` (bench/bench_scale.py
     plans for 4,096), no addresses needed. For another ``release`` (`--slurm`), its
@@ -226,9 +226,10 @@ def profile_data(base: dict[str, Any], nodes: int, folder: Path,
     if release:
         data["scheduler"] = {**(data.get("scheduler") or {}),
                              "commands": str(commands_dir(folder)), "release": release}
-        # Its slurm.conf enables --requeue=expedite wherever the release has it
-        # (Cluster.expedited_requeue): the profile says so, and --requeue renders it.
-        if profile_behaviour(release).requeue_expedite:
+        # Its slurm.conf enables --requeue=expedite where the release has it
+        # (``expedite``, Cluster.expedited_requeue): the profile says so, and --requeue
+        # renders it.
+        if expedite:
             data["scheduler"]["requeue_expedite"] = True
         # 24.11's root has mpi/pmix reading the root's own PMIx (scripts/slurm-rootfs.sh,
         # pmix_path); forky's 26.05 package is built without the plugin: its ranks start

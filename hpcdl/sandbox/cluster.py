@@ -31,7 +31,6 @@ from pydantic import ValidationError as PydanticError
 
 from hpcdl.core.tokens import Kind, check_token, checker
 from hpcdl.jobside.errors import ValidationError
-from hpcdl.schedulers.slurm.releases import profile_behaviour
 
 _NODE_NAME = re.compile(r"[a-z][a-z0-9]*")
 _PARTITION_NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -49,7 +48,6 @@ CLUSTER_NAME = Kind("cluster name", re.compile(r"[a-z][a-z0-9_-]*"), "hpcdl-sand
 DIRECTORY = Kind("absolute directory (letters, digits, . _ - + /)", re.compile(r"/[A-Za-z0-9._+/-]*"),
                  "/var/lib/hpcdl-sandbox")
 HOST_NAME = Kind("host name", re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*"), "vm")
-RELEASE = Kind("Slurm release (YY.MM)", re.compile(r"\d{2}\.\d{2}"), "26.05")
 
 NodeName = Annotated[str, checker(NODE_NAME)]
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -376,16 +374,10 @@ class Cluster(_Frozen):
     # Another Slurm release's root filesystem (scripts/slurm-rootfs.sh): its daemons and
     # commands run from there, its plugins too; None: the host's own Slurm.
     slurm_root: Annotated[str, checker(DIRECTORY)] | None = None
-    # That release (YY.MM): what slurm.conf enables for it (expedited_requeue).
-    release: Annotated[str, checker(RELEASE)] | None = None
-
-    @property
-    def expedited_requeue(self) -> bool:
-        """Whether slurm.conf enables ``--requeue=expedite``
-        (SlurmctldParameters=enable_expedited_requeue): on every release that has it
-        (25.11 on), as a site that wants the batch host's death requeued at the front
-        would; the release's profile says so (scheduler.requeue_expedite)."""
-        return self.release is not None and profile_behaviour(self.release).requeue_expedite
+    # slurm.conf enables --requeue=expedite (SlurmctldParameters=enable_expedited_requeue):
+    # on a release that has it (25.11 on: `hpcdl sandbox up --slurm` asks the release
+    # table), as a site that wants the batch host's death requeued at the front would.
+    expedited_requeue: bool = False
 
     @property
     def plugin_dir(self) -> str | None:
@@ -428,7 +420,11 @@ class Cluster(_Frozen):
             value = environ.get(f"HPCDL_SANDBOX_{var}")
             if not value:
                 continue
-            if field.endswith("port"):
+            if field == "expedited_requeue":
+                if value not in ("yes", "no"):
+                    raise ValidationError(f"HPCDL_SANDBOX_{var}: {value!r} is not yes or no")
+                fields[field] = value == "yes"
+            elif field.endswith("port"):
                 if not re.fullmatch(r"\d{1,5}", value):
                     raise ValidationError(f"HPCDL_SANDBOX_{var}: {value!r} is not a port (1-65535)")
                 fields[field] = int(value)
@@ -446,7 +442,7 @@ class Cluster(_Frozen):
 # sandbox.sh's environment (HPCDL_SANDBOX_NAME) -> Cluster's field.
 _ENV_FIELDS = {"DIR": "dir", "CLUSTER": "name", "ACCOUNTING": "accounting",
                "CTLD_PORT": "ctld_port", "DBD_PORT": "dbd_port", "DB_PORT": "db_port",
-               "SLURM_ROOT": "slurm_root", "RELEASE": "release"}
+               "SLURM_ROOT": "slurm_root", "EXPEDITE": "expedited_requeue"}
 
 
 def check_host(name: str) -> str:
