@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.integration.conftest_releases import SlurmRelease
+from tests.integration.conftest_slurm import hpcdl
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_matrix]
 
@@ -141,3 +142,33 @@ def test_the_bundled_example_in_the_image_on_two_nodes(slurm_release: SlurmRelea
     assert re.search(r"^nodes\s+2$", out, re.M), out
     assert re.search(r"^backend\s+ddp$", out, re.M), out
     assert "parameters identical on every rank" in out
+
+
+def test_a_sweep_arrays_failed_point_retried_alone(slurm_release: SlurmRelease,
+                                                    tmp_path: Path) -> None:
+    """A sweep of 3 points as one job array whose n=2 fails the first time only (a node
+    hiccup); `--retry-failed` resubmits that point alone as a new array, and every point
+    is then COMPLETED. Its own runs directory: the session's holds one sweep already.
+    (22.05 with the host-like twin: test_sweep_array.py.)"""
+    rel = slurm_release
+    env = {**rel.env, "HPCDL_RUNS": str(tmp_path / "runs")}
+    flag = tmp_path / "failed-once"
+    script = f"echo n={{n}}; [ {{n}} != 2 ] || [ -e {flag} ] || {{ touch {flag}; exit 3; }}"
+    res = hpcdl("sweep", "-p", rel.profile, "-N", "1", "-G", "0", "-c", "1", "--param",
+                "n=1,2,3", "--no-image", "--wait", "--json", "--", "bash", "-c", script,
+                env=env, timeout=240)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert [r["state"] for r in json.loads(res.stdout)["rows"]] == ["COMPLETED", "FAILED",
+                                                                    "COMPLETED"]
+    (sweep_dir,) = (tmp_path / "runs").glob("sweep-*")
+    again = hpcdl("sweep", "--retry-failed", str(sweep_dir), "--wait", "--json", env=env,
+                  timeout=240)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [r["state"] for r in json.loads(again.stdout)["rows"]] == ["COMPLETED"] * 3
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    first, retry = record["arrays"]
+    assert retry["indices"] == [1] and "--array=1" in retry["argv"], retry
+    task = record["points"][1]["job_id"]
+    assert task == f"{retry['job_id']}_1"
+    logs = hpcdl("logs", task, env=env)
+    assert logs.returncode == 0 and "n=2" in logs.stdout, logs.stdout + logs.stderr
