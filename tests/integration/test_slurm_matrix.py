@@ -172,3 +172,23 @@ def test_a_sweep_arrays_failed_point_retried_alone(slurm_release: SlurmRelease,
     assert task == f"{retry['job_id']}_1"
     logs = hpcdl("logs", task, env=env)
     assert logs.returncode == 0 and "n=2" in logs.stdout, logs.stdout + logs.stderr
+
+
+def test_the_probe_on_two_nodes(slurm_release: SlurmRelease) -> None:
+    """`hpcdl probe` natively (the nodes' Python and torch, Gloo) on 2 nodes under the
+    release's srun: a sweep of allreduce sizes over both ranks, one pair, no slow node.
+    (22.05 in the image, with MPI and slowed links: test_probe.py.)"""
+    rel = slurm_release
+    res = rel.hpcdl("probe", "-p", rel.profile, "-N", "2", "--sizes", "4K,64K", "--iters",
+                    "3", "--warmup", "1", "--wait", "--json", timeout=300)
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    out = _last_json(res.stdout)
+    assert out["state"] == "COMPLETED" and out["exit_status"] == 0, out
+    probe = out["probe"]
+    assert probe["nodes"] == sorted(rel.nodes) and probe["world_size"] == 2, probe
+    assert [r["size"] for r in probe["allreduce"]] == [4096, 65536]
+    assert all(r["time_s"] > 0 and r["algorithm"] == "torch.distributed gloo all_reduce"
+               for r in probe["allreduce"]), probe["allreduce"]
+    assert [p["nodes"] for p in probe["pairs"]] == [sorted(rel.nodes)]
+    assert probe["verdict"]["slow_nodes"] == [] and not probe["verdict"]["bad"], probe["verdict"]
