@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.integration.conftest_releases import SlurmRelease
-from tests.integration.conftest_slurm import hpcdl
+from tests.integration.conftest_slurm import hpcdl, shared_copy
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_matrix]
 
@@ -192,3 +192,26 @@ def test_the_probe_on_two_nodes(slurm_release: SlurmRelease) -> None:
                for r in probe["allreduce"]), probe["allreduce"]
     assert [p["nodes"] for p in probe["pairs"]] == [sorted(rel.nodes)]
     assert probe["verdict"]["slow_nodes"] == [] and not probe["verdict"]["bad"], probe["verdict"]
+
+
+def test_the_hang_dump_names_the_hung_rank(slurm_release: SlurmRelease) -> None:
+    """`submit --wait --hang-timeout 30` natively (the nodes' Python and py-spy, dumped
+    through the release's `srun --overlap`): 2 ranks of a gloo script, rank 1 asleep in
+    slow_step while rank 0 waits in all_reduce; the watchdog names rank 1 and its frame
+    and cancels the job. (22.05 in the image, 4 ranks: test_hang_watchdog.py.)"""
+    rel = slurm_release
+    script = shared_copy(Path(__file__).resolve().parent / "hang") / "gloo_hang.py"
+    res = rel.hpcdl("submit", "-p", rel.profile, "-N", "2", "-G", "0", "-c", "1",
+                    "--no-image", "--hang-timeout", "30", "--wait", "--json", "--",
+                    "python3", str(script), "--steps", "3", "--slow-rank", "1", timeout=400)
+    assert "Traceback" not in res.stderr, res.stderr
+    out = _last_json(res.stdout)
+    assert out["state"] == "CANCELLED" and res.returncode != 0, f"{out}\n{res.stderr[-3000:]}"
+    hang = out["hang"]
+    assert hang["cancelled"] is True, hang
+    (slow,) = hang["stragglers"]
+    assert (slow["label"], slow["function"]) == ("rank 1", "slow_step"), hang
+    assert slow["node"] in rel.nodes and not slow["in_collective"], hang
+    (waiting,) = [p for p in hang["places"] if p["ranks"] != ["rank 1"]]
+    assert waiting["ranks"] == ["rank 0"] and waiting["in_collective"], hang
+    assert hang["silent_s"] >= 30
