@@ -187,6 +187,12 @@ MATRIX: tuple[tuple[str, dict[str, str]], ...] = (
     ("profiles detect", dict.fromkeys(("22.05", "24.11", "26.05"), _MATRIX_TESTS)),
     ("the example in the image, 2 nodes (DDP)", dict.fromkeys(("22.05", "24.11", "26.05"),
                                                               _MATRIX_TESTS)),
+    ("a sweep array's failed point, --retry-failed", dict.fromkeys(
+        ("22.05", "24.11", "26.05"), _MATRIX_TESTS)),
+    ("hpcdl probe on 2 nodes (native, Gloo)", dict.fromkeys(("22.05", "24.11", "26.05"),
+                                                            _MATRIX_TESTS)),
+    ("the hang dump (--hang-timeout, native, py-spy)", dict.fromkeys(
+        ("22.05", "24.11", "26.05"), _MATRIX_TESTS)),
     ("spares: a node dies, the relaunch gets every CPU and GPU",
      dict.fromkeys(("22.05", "24.11", "26.05"), "test_no_kill_relaunch.py")),
     ("requeue: the batch host dies", {"24.11": f"{_REQUEUE_TESTS}; plain requeue",
