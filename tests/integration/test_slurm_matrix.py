@@ -2,8 +2,10 @@
 (``slurm_release``: the host's 22.05 sandbox, the 24.11 and 26.05 release sandboxes;
 tests/integration/conftest_releases.py), through hpcdl's own commands and the
 release's own Slurm. What they cover: a native 2-node run with status and logs read
-back, a job's cancel, a sweep array task's status, `hpcdl alloc`, `profiles detect`, and the bundled
-example in the CPU image on 2 nodes."""
+back, a job's cancel, a sweep array task's status, `hpcdl alloc`, `profiles detect`, the
+bundled example in the CPU image on 2 nodes, and natively (the nodes' Python, torch and
+py-spy) a sweep's failed point retried alone (--retry-failed), `hpcdl probe` on 2 nodes
+and the hang dump. Requeue on each release: test_slurm_matrix_requeue.py."""
 
 from __future__ import annotations
 

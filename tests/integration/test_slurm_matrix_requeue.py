@@ -6,7 +6,8 @@ step done (HPCDL_PROGRESS_FILE) and, in the first attempt, waits for the requeue
 and exits 85 as a checkpointing rank does. What ends the first attempt is real:
 
 - a node dies (every process in its network namespace killed) and Slurm is told it is
-  down (``scontrol update State=DOWN``: what slurmctld does itself after SlurmdTimeout,
+  down 1 s later (drained, then ``scontrol update State=DOWN``: what slurmctld does
+  itself after SlurmdTimeout,
   300 s by default, a site's setting): the batch host (no job-side guard can see its
   death) or the other node (the NODE_FAIL requeue without spares). On 26.05 the
   sandbox's slurm.conf enables ``--requeue=expedite`` (SlurmctldParameters=
