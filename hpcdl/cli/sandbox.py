@@ -83,6 +83,14 @@ def _slurm_root(release: str) -> str:
     return lines[-1]
 
 
+def _expedite(release: str | None) -> bool:
+    """Whether a cluster of ``release`` enables --requeue=expedite: every release that
+    has it (the release table's; the host's 22.05 has not)."""
+    from hpcdl.schedulers.slurm.releases import profile_behaviour
+
+    return release is not None and profile_behaviour(release).requeue_expedite
+
+
 def _existing_env(folder: Path) -> dict[str, str] | None:
     """The environment the cluster in ``folder`` was started with, if it exists."""
     from hpcdl import sandbox as shape
@@ -116,12 +124,14 @@ def _prepare(nodes: int, folder: Path, release: str | None = None,
         write_atomic(folder / shape.ENV_FILE, shape.env_file_text(env))
     if env is None:
         folder.mkdir(parents=True, exist_ok=True)
-        env = shape.environment(folder, nodes, _free_port(), release, slurm_root)
+        env = shape.environment(folder, nodes, _free_port(), release, slurm_root,
+                                _expedite(release))
         write_atomic(folder / shape.SHAPE_FILE, shape.shape_text(nodes, _free_subnet(), release))
         write_atomic(folder / shape.ENV_FILE, shape.env_file_text(env))
     bundled = Path(__file__).resolve().parents[1] / "profiles" / "bundled" / "sandbox.yaml"
     data = shape.profile_data(yaml.safe_load(bundled.read_text()), nodes, folder, release,
-                              shape.root_has_pmix(env.get("HPCDL_SANDBOX_SLURM_ROOT")))
+                              shape.root_has_pmix(env.get("HPCDL_SANDBOX_SLURM_ROOT")),
+                              env.get("HPCDL_SANDBOX_EXPEDITE") == "yes")
     how = f"--slurm {release} --nodes {nodes}" if release else f"--nodes {nodes}"
     text = (f"# Written by `hpcdl sandbox up {how}`; matches {folder}/etc/slurm.conf.\n"
             + yaml.safe_dump(data, sort_keys=False))

@@ -108,6 +108,23 @@ def _partition(nodes: int, names: list[str] | None) -> model.Partition:
                            default_time=_DEFAULT_PARTITION.default_time, preempt_mode="OFF")
 
 
+# The default sandbox's preempting pair: urgent's jobs requeue lowprio's (GraceTime to
+# checkpoint). A release's cluster has them too, over all its nodes, so the release
+# matrix preempts for real (tests/integration/test_slurm_matrix_requeue.py).
+_PREEMPTION = tuple(p for p in model.DEFAULT_SHAPE.partitions if p.name in ("lowprio", "urgent"))
+
+
+def _partitions(nodes: int, names: list[str] | None,
+                release: str | None) -> tuple[model.Partition, ...]:
+    """An N-node cluster's partitions: debug (``_partition``); for another release also
+    lowprio and urgent (``_PREEMPTION``) over the same nodes, MaxNodes=N."""
+    first = _partition(nodes, names)
+    if not release:
+        return (first,)
+    return (first, *(model.Partition(**{**p.model_dump(), "nodes": first.nodes,
+                                         "max_nodes": nodes}) for p in _PREEMPTION))
+
+
 def shape(nodes: int, subnet: str, release: str | None = None) -> model.Shape:
     """``nodes`` nodes in ``subnet`` (``10.A.B``), each like the default sandbox's first
     node and up with a slurmd, and one partition (see ``_partition``) over all of them,
@@ -123,7 +140,7 @@ def shape(nodes: int, subnet: str, release: str | None = None) -> model.Shape:
                                   "address": f"{subnet}.{FIRST_HOST + i}",
                                   "port": FIRST_SLURMD_PORT + i})
                     for i, name in enumerate(names)),
-        partitions=(_partition(nodes, names),))
+        partitions=_partitions(nodes, names, release))
 
 
 def shape_text(nodes: int, subnet: str, release: str | None = None) -> str:
@@ -132,7 +149,7 @@ def shape_text(nodes: int, subnet: str, release: str | None = None) -> str:
 
 
 def environment(folder: Path, nodes: int, ctld_port: int, release: str | None = None,
-                slurm_root: str | None = None) -> dict[str, str]:
+                slurm_root: str | None = None, expedite: bool = False) -> dict[str, str]:
     """What sandbox.sh (up, down, status, shape) and Slurm's commands need to find the
     cluster in ``folder``: its directory and shape, its slurmctld port and name, no
     accounting daemons (slurmdbd and MariaDB per cluster cost more than the nodes), and
@@ -144,6 +161,8 @@ def environment(folder: Path, nodes: int, ctld_port: int, release: str | None = 
            "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
     if slurm_root:
         env["HPCDL_SANDBOX_SLURM_ROOT"] = slurm_root
+    if expedite:  # the release has --requeue=expedite: slurm.conf enables it
+        env["HPCDL_SANDBOX_EXPEDITE"] = "yes"
     return env
 
 
@@ -190,7 +209,8 @@ def cluster_profile(base: dict[str, Any], shape: model.Shape, folder: Path, name
 
 
 def profile_data(base: dict[str, Any], nodes: int, folder: Path,
-                 release: str | None = None, pmix: bool = False) -> dict[str, Any]:
+                 release: str | None = None, pmix: bool = False,
+                 expedite: bool = False) -> dict[str, Any]:
     """The profile of the ``nodes``-node cluster in ``folder`` (`--nodes N`): its one
     partition over nodes like the default sandbox's. Any ``nodes`` (bench/bench_scale.py
     plans for 4,096), no addresses needed. For another ``release`` (`--slurm`), its
@@ -198,13 +218,19 @@ def profile_data(base: dict[str, Any], nodes: int, folder: Path,
     recorded (scheduler.release), and ``pmix`` says whether its root has a working
     mpi/pmix plugin (root_has_pmix)."""
     how = f"--slurm {release} --nodes {nodes}" if release else f"--nodes {nodes}"
-    data = _profile(base, [model.profile_partition(_partition(nodes, None), [_LIKE] * nodes)],
+    data = _profile(base, [model.profile_partition(p, [_LIKE] * nodes)
+                           for p in _partitions(nodes, None, release)],
                     folder, profile_name(nodes, release),
                     f"Local {nodes}-node Slurm {release or ''}{' ' if release else ''}sandbox "
                     f"in {folder} (hpcdl sandbox up {how})")
     if release:
         data["scheduler"] = {**(data.get("scheduler") or {}),
                              "commands": str(commands_dir(folder)), "release": release}
+        # Its slurm.conf enables --requeue=expedite where the release has it
+        # (``expedite``, Cluster.expedited_requeue): the profile says so, and --requeue
+        # renders it.
+        if expedite:
+            data["scheduler"]["requeue_expedite"] = True
         # 24.11's root has mpi/pmix reading the root's own PMIx (scripts/slurm-rootfs.sh,
         # pmix_path); forky's 26.05 package is built without the plugin: its ranks start
         # without a PMI (torch.distributed needs none; Open MPI here speaks only PMIx).

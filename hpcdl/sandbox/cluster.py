@@ -374,6 +374,10 @@ class Cluster(_Frozen):
     # Another Slurm release's root filesystem (scripts/slurm-rootfs.sh): its daemons and
     # commands run from there, its plugins too; None: the host's own Slurm.
     slurm_root: Annotated[str, checker(DIRECTORY)] | None = None
+    # slurm.conf enables --requeue=expedite (SlurmctldParameters=enable_expedited_requeue):
+    # on a release that has it (25.11 on: `hpcdl sandbox up --slurm` asks the release
+    # table), as a site that wants the batch host's death requeued at the front would.
+    expedited_requeue: bool = False
 
     @property
     def plugin_dir(self) -> str | None:
@@ -416,7 +420,11 @@ class Cluster(_Frozen):
             value = environ.get(f"HPCDL_SANDBOX_{var}")
             if not value:
                 continue
-            if field.endswith("port"):
+            if field == "expedited_requeue":
+                if value not in ("yes", "no"):
+                    raise ValidationError(f"HPCDL_SANDBOX_{var}: {value!r} is not yes or no")
+                fields[field] = value == "yes"
+            elif field.endswith("port"):
                 if not re.fullmatch(r"\d{1,5}", value):
                     raise ValidationError(f"HPCDL_SANDBOX_{var}: {value!r} is not a port (1-65535)")
                 fields[field] = int(value)
@@ -434,7 +442,7 @@ class Cluster(_Frozen):
 # sandbox.sh's environment (HPCDL_SANDBOX_NAME) -> Cluster's field.
 _ENV_FIELDS = {"DIR": "dir", "CLUSTER": "name", "ACCOUNTING": "accounting",
                "CTLD_PORT": "ctld_port", "DBD_PORT": "dbd_port", "DB_PORT": "db_port",
-               "SLURM_ROOT": "slurm_root"}
+               "SLURM_ROOT": "slurm_root", "EXPEDITE": "expedited_requeue"}
 
 
 def check_host(name: str) -> str:

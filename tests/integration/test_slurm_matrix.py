@@ -2,8 +2,10 @@
 (``slurm_release``: the host's 22.05 sandbox, the 24.11 and 26.05 release sandboxes;
 tests/integration/conftest_releases.py), through hpcdl's own commands and the
 release's own Slurm. What they cover: a native 2-node run with status and logs read
-back, a job's cancel, a sweep array task's status, `hpcdl alloc`, `profiles detect`, and the bundled
-example in the CPU image on 2 nodes."""
+back, a job's cancel, a sweep array task's status, `hpcdl alloc`, `profiles detect`, the
+bundled example in the CPU image on 2 nodes, and natively (the nodes' Python, torch and
+py-spy) a sweep's failed point retried alone (--retry-failed), `hpcdl probe` on 2 nodes
+and the hang dump. Requeue on each release: test_slurm_matrix_requeue.py."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 import yaml
 
 from tests.integration.conftest_releases import SlurmRelease
+from tests.integration.conftest_slurm import hpcdl, shared_copy
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_matrix]
 
@@ -141,3 +144,76 @@ def test_the_bundled_example_in_the_image_on_two_nodes(slurm_release: SlurmRelea
     assert re.search(r"^nodes\s+2$", out, re.M), out
     assert re.search(r"^backend\s+ddp$", out, re.M), out
     assert "parameters identical on every rank" in out
+
+
+def test_a_sweep_arrays_failed_point_retried_alone(slurm_release: SlurmRelease,
+                                                    tmp_path: Path) -> None:
+    """A sweep of 3 points as one job array whose n=2 fails the first time only (a node
+    hiccup); `--retry-failed` resubmits that point alone as a new array, and every point
+    is then COMPLETED. Its own runs directory: the session's holds one sweep already.
+    (22.05 with the host-like twin: test_sweep_array.py.)"""
+    rel = slurm_release
+    env = {**rel.env, "HPCDL_RUNS": str(tmp_path / "runs")}
+    flag = tmp_path / "failed-once"
+    script = f"echo n={{n}}; [ {{n}} != 2 ] || [ -e {flag} ] || {{ touch {flag}; exit 3; }}"
+    res = hpcdl("sweep", "-p", rel.profile, "-N", "1", "-G", "0", "-c", "1", "--param",
+                "n=1,2,3", "--no-image", "--wait", "--json", "--", "bash", "-c", script,
+                env=env, timeout=240)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert [r["state"] for r in json.loads(res.stdout)["rows"]] == ["COMPLETED", "FAILED",
+                                                                    "COMPLETED"]
+    (sweep_dir,) = (tmp_path / "runs").glob("sweep-*")
+    again = hpcdl("sweep", "--retry-failed", str(sweep_dir), "--wait", "--json", env=env,
+                  timeout=240)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [r["state"] for r in json.loads(again.stdout)["rows"]] == ["COMPLETED"] * 3
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    first, retry = record["arrays"]
+    assert retry["indices"] == [1] and "--array=1" in retry["argv"], retry
+    task = record["points"][1]["job_id"]
+    assert task == f"{retry['job_id']}_1"
+    logs = hpcdl("logs", task, env=env)
+    assert logs.returncode == 0 and "n=2" in logs.stdout, logs.stdout + logs.stderr
+
+
+def test_the_probe_on_two_nodes(slurm_release: SlurmRelease) -> None:
+    """`hpcdl probe` natively (the nodes' Python and torch, Gloo) on 2 nodes under the
+    release's srun: a sweep of allreduce sizes over both ranks, one pair, no slow node.
+    (22.05 in the image, with MPI and slowed links: test_probe.py.)"""
+    rel = slurm_release
+    res = rel.hpcdl("probe", "-p", rel.profile, "-N", "2", "--sizes", "4K,64K", "--iters",
+                    "3", "--warmup", "1", "--wait", "--json", timeout=300)
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    out = _last_json(res.stdout)
+    assert out["state"] == "COMPLETED" and out["exit_status"] == 0, out
+    probe = out["probe"]
+    assert probe["nodes"] == sorted(rel.nodes) and probe["world_size"] == 2, probe
+    assert [r["size"] for r in probe["allreduce"]] == [4096, 65536]
+    assert all(r["time_s"] > 0 and r["algorithm"] == "torch.distributed gloo all_reduce"
+               for r in probe["allreduce"]), probe["allreduce"]
+    assert [p["nodes"] for p in probe["pairs"]] == [sorted(rel.nodes)]
+    assert probe["verdict"]["slow_nodes"] == [] and not probe["verdict"]["bad"], probe["verdict"]
+
+
+def test_the_hang_dump_names_the_hung_rank(slurm_release: SlurmRelease) -> None:
+    """`submit --wait --hang-timeout 30` natively (the nodes' Python and py-spy, dumped
+    through the release's `srun --overlap`): 2 ranks of a gloo script, rank 1 asleep in
+    slow_step while rank 0 waits in all_reduce; the watchdog names rank 1 and its frame
+    and cancels the job. (22.05 in the image, 4 ranks: test_hang_watchdog.py.)"""
+    rel = slurm_release
+    script = shared_copy(Path(__file__).resolve().parent / "hang") / "gloo_hang.py"
+    res = rel.hpcdl("submit", "-p", rel.profile, "-N", "2", "-G", "0", "-c", "1",
+                    "--no-image", "--hang-timeout", "30", "--wait", "--json", "--",
+                    "python3", str(script), "--steps", "3", "--slow-rank", "1", timeout=400)
+    assert "Traceback" not in res.stderr, res.stderr
+    out = _last_json(res.stdout)
+    assert out["state"] == "CANCELLED" and res.returncode != 0, f"{out}\n{res.stderr[-3000:]}"
+    hang = out["hang"]
+    assert hang["cancelled"] is True, hang
+    (slow,) = hang["stragglers"]
+    assert (slow["label"], slow["function"]) == ("rank 1", "slow_step"), hang
+    assert slow["node"] in rel.nodes and not slow["in_collective"], hang
+    (waiting,) = [p for p in hang["places"] if p["ranks"] != ["rank 1"]]
+    assert waiting["ranks"] == ["rank 0"] and waiting["in_collective"], hang
+    assert hang["silent_s"] >= 30

@@ -171,6 +171,46 @@ def differences(b: Behaviour) -> list[str]:
     return lines
 
 
+# What the release matrix (tests/integration, marker slurm_matrix) ran and passed on each
+# release's sandbox, case -> {release: the test module}; a release not named: not run
+# there (the docs' table says so). Kept by hand with the tests: a case goes in once it
+# passed on that release.
+_MATRIX_TESTS = "test_slurm_matrix.py"
+_REQUEUE_TESTS = "test_slurm_matrix_requeue.py"
+MATRIX: tuple[tuple[str, dict[str, str]], ...] = (
+    ("native 2-node run, status, logs", dict.fromkeys(("22.05", "24.11", "26.05"),
+                                                      _MATRIX_TESTS)),
+    ("cancel of a running job", dict.fromkeys(("22.05", "24.11", "26.05"), _MATRIX_TESTS)),
+    ("a sweep array task's status", dict.fromkeys(("22.05", "24.11", "26.05"),
+                                                  _MATRIX_TESTS)),
+    ("alloc", dict.fromkeys(("22.05", "24.11", "26.05"), _MATRIX_TESTS)),
+    ("profiles detect", dict.fromkeys(("22.05", "24.11", "26.05"), _MATRIX_TESTS)),
+    ("the example in the image, 2 nodes (DDP)", dict.fromkeys(("22.05", "24.11", "26.05"),
+                                                              _MATRIX_TESTS)),
+    ("a sweep array's failed point, --retry-failed", dict.fromkeys(
+        ("22.05", "24.11", "26.05"), _MATRIX_TESTS)),
+    ("hpcdl probe on 2 nodes (native, Gloo)", dict.fromkeys(("22.05", "24.11", "26.05"),
+                                                            _MATRIX_TESTS)),
+    ("the hang dump (--hang-timeout, native, py-spy)", dict.fromkeys(
+        ("22.05", "24.11", "26.05"), _MATRIX_TESTS)),
+    ("spares: a node dies, the relaunch gets every CPU and GPU",
+     dict.fromkeys(("22.05", "24.11", "26.05"), "test_no_kill_relaunch.py")),
+    ("requeue: the batch host dies", {"24.11": f"{_REQUEUE_TESTS}; plain requeue",
+                                      "26.05": f"{_REQUEUE_TESTS}; expedite, no hold"}),
+    ("requeue: NODE_FAIL without spares", {"22.05": "test_spares.py",
+                                           "24.11": _REQUEUE_TESTS,
+                                           "26.05": f"{_REQUEUE_TESTS}; expedite, no hold"}),
+    ("requeue: preemption", {"22.05": "test_requeue.py", "24.11": _REQUEUE_TESTS,
+                             "26.05": _REQUEUE_TESTS}),
+    ("requeue: time limit", {"22.05": "test_requeue.py", "24.11": _REQUEUE_TESTS,
+                             "26.05": _REQUEUE_TESTS}),
+    ("a job hpcdl does not requeue ends FAILED", {"22.05": "test_requeue.py",
+                                                  "24.11": _REQUEUE_TESTS,
+                                                  "26.05": f"{_REQUEUE_TESTS}; Requeue=0 "
+                                                           "first, else REQUEUE_HOLD"}),
+)
+
+
 def feature_table(names: tuple[str, ...] = ("22.05", "24.11", "26.05")) -> str:
     """The feature x release table of docs/guide/slurm-releases.md (markdown): for each
     thing that differs, what hpcdl does on each release, from this module's rows
@@ -193,7 +233,8 @@ def feature_table(names: tuple[str, ...] = ("22.05", "24.11", "26.05")) -> str:
         + " |",
         "| requeue | " + cells(
             lambda b: "--requeue=expedite where scheduler.requeue_expedite (the cluster's "
-                      "enable_expedited_requeue), else --requeue"
+                      "enable_expedited_requeue; a job hpcdl does not requeue sets "
+                      "Requeue=0 before its non-zero exit), else --requeue"
             if b.requeue_expedite else "--requeue (no expedite in this release)") + " |",
         "| relaunch after a node death (--no-kill) | " + cells(
             lambda b: "Slurm bug (fixed 23.02.3) not met: the relaunch (srun --overlap) gets "
@@ -204,4 +245,7 @@ def feature_table(names: tuple[str, ...] = ("22.05", "24.11", "26.05")) -> str:
             lambda b: "SIGCONT + SIGTERM, KillWait" if b.sigterm_teardown
             else "SIGKILL at once") + " |",
     ]
+    lines += [f"| tested: {case} | " + " | ".join(
+        f"passed ({ran[n]})" if n in ran else "not run" for n in names) + " |"
+        for case, ran in MATRIX]
     return "\n".join(lines) + "\n"

@@ -81,10 +81,17 @@ def requeue_options(spec: JobSpec) -> list[str]:
     if spec.requeue.chain == 1:
         # --requeue=expedite (25.11 on, where slurm.conf enables it): the requeued job
         # starts again first, before the queue's others.
-        expedite = (spec.profile.scheduler.requeue_expedite and releases.profile_behaviour(
-            spec.profile.scheduler.release).requeue_expedite)
-        options += ["--requeue=expedite" if expedite else "--requeue", "--open-mode=append"]
+        options += ["--requeue=expedite" if expedites(spec) else "--requeue",
+                    "--open-mode=append"]
     return options
+
+
+def expedites(spec: JobSpec) -> bool:
+    """Whether the job asks for ``--requeue=expedite``: a requeued job (not a chain's) on a
+    release that has it, whose cluster enables it (scheduler.requeue_expedite)."""
+    return (spec.requeue is not None and spec.requeue.chain == 1
+            and spec.profile.scheduler.requeue_expedite
+            and releases.profile_behaviour(spec.profile.scheduler.release).requeue_expedite)
 
 
 def sbatch_job_name(name: str) -> str:
@@ -160,6 +167,9 @@ class SlurmDialect:
             "cpus_env": releases.profile_behaviour(
                 spec.profile.scheduler.release).cpus_per_task_env,
             "slurm_release": spec.profile.scheduler.release,
+            # The job script's last word on a job it does not requeue (the template's
+            # hpcdl_final): Slurm must not requeue it either.
+            "requeue_expedite": expedites(spec),
             "job_name": sbatch_job_name(spec.job_name),
             "options": [*(sbatch_option(o) for o in options),
                         *(sbatch_option(o) for o in requeue_options(spec)),

@@ -121,6 +121,17 @@ hpcdl_time_left() {
   hpcdl_left_seconds "$(head -n 1 <<<"$out")"
 }
 # ---- end of the part the requeue block carries ----
+# --requeue=expedite (Slurm 25.11 on): Slurm itself requeues, held (REQUEUE_HOLD, for
+# good), a job whose batch script ends non-zero (measured on 26.05.5), where hpcdl's
+# decision below is final: the job that is not requeued here tells Slurm not to either.
+# Not once it requeued itself: Slurm's TERM at the requeue ends the sleep below and this
+# shell runs on for a moment, and Requeue=0 would cost the next attempt Slurm's own
+# requeue on a node failure.
+hpcdl_requeued=""
+hpcdl_final() {
+  [[ $1 == 0 || -n $hpcdl_requeued ]] || hpcdl_slurm scontrol update JobId="$hpcdl_job" Requeue=0 || true
+  exit "$1"
+}
 hpcdl_attempt=${SLURM_RESTART_COUNT:-0}
 hpcdl_started=$(date +%s)
 hpcdl_cause=""
@@ -177,10 +188,10 @@ printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$hpcdl_job" "$hpcdl_attempt" "$hpcdl_started"
   "$hpcdl_ended" "$hpcdl_rc" "$hpcdl_cause" >> /scratch/runs/r1/attempts.tsv
 if [[ $hpcdl_cause == STARTUP ]]; then
   echo "hpcdl: attempt ${hpcdl_attempt} failed before its first step: exit ${hpcdl_rc} (STARTUP); not requeued (another attempt would fail the same way; the cause is above)" >&2
-  exit "$hpcdl_rc"
+  hpcdl_final "$hpcdl_rc"
 elif [[ $hpcdl_cause == STALLED ]]; then
   echo "hpcdl: attempt ${hpcdl_attempt} completed no step before its time limit: exit ${hpcdl_rc} (STALLED); not requeued (it looks hung: --hang-timeout shows where)" >&2
-  exit "$hpcdl_rc"
+  hpcdl_final "$hpcdl_rc"
 fi
 # Preemption is not the job's fault: it is always requeued (a job whose batch shell ends
 # after the signal would otherwise be COMPLETED for Slurm) and uses up no restart; time
@@ -189,9 +200,9 @@ hpcdl_used=$(awk -F'\t' -v j="$hpcdl_job" '$1 == j && $6 != "PREEMPTED" && $6 !=
   /scratch/runs/r1/attempts.tsv | wc -l)
 if [[ $hpcdl_rc != 0 && ( $hpcdl_cause == PREEMPTED || $hpcdl_used -le 2 ) ]]; then
   echo "hpcdl: attempt ${hpcdl_attempt} ended: exit ${hpcdl_rc} (${hpcdl_cause}); requeueing at $(date +%s)" >&2
-  hpcdl_slurm scontrol requeue "$hpcdl_job" && sleep 300
+  hpcdl_slurm scontrol requeue "$hpcdl_job" && hpcdl_requeued=1 && sleep 300
 fi
 if [[ $hpcdl_rc != 0 ]]; then
   echo "hpcdl: attempt ${hpcdl_attempt} ended: exit ${hpcdl_rc} (${hpcdl_cause}); not requeued (--max-restarts 2)" >&2
 fi
-exit "$hpcdl_rc"
+hpcdl_final "$hpcdl_rc"

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from hpcdl import sandbox as shape
+from hpcdl.cli.sandbox import _expedite
 from hpcdl.jobside.errors import ValidationError
 from hpcdl.profiles.schema import Profile
 from hpcdl.sandbox.cluster import Cluster, parse_shape
@@ -95,3 +96,40 @@ def test_the_profile_yaml_round_trips(tmp_path):
     data = shape.profile_data(BUNDLED, 3, tmp_path, "26.05")
     again = Profile.model_validate(yaml.safe_load(yaml.safe_dump(data, sort_keys=False)))
     assert again.partitions[0].nodes == 3
+
+
+def test_expedited_requeue_is_enabled_where_the_release_has_it(tmp_path):
+    """26.05 (25.11 on): slurm.conf enables --requeue=expedite and the profile says so
+    (hpcdl then asks for it); 24.11 and the host's release: neither."""
+    for release, enabled in (("24.11", False), ("26.05", True), (None, False)):
+        assert _expedite(release) is enabled
+        env = shape.environment(tmp_path, 3, 17999, release, "/var/cache/x" if release else None,
+                                _expedite(release))
+        conf = render_files(Cluster.from_env(env, shape.shape_text(3, "10.91.9", release)),
+                            "host")["slurm.conf"]
+        params = next(line for line in conf.splitlines()
+                      if line.startswith("SlurmctldParameters="))
+        assert ("enable_expedited_requeue" in params) is enabled, (release, params)
+        assert "preempt_send_user_signal" in params
+        data = shape.profile_data(BUNDLED, 3, tmp_path, release, expedite=_expedite(release))
+        prof = Profile.model_validate(data)
+        assert prof.scheduler.requeue_expedite is enabled, release
+
+
+def test_a_release_cluster_has_the_preempting_pair(tmp_path):
+    """lowprio (requeued by) urgent, over every node, beside debug, in slurm.conf and the
+    profile; the host release's N-node clusters keep their one partition."""
+    parts = {p.name: p for p in shape.shape(3, "10.91.9", "26.05").partitions}
+    assert list(parts) == ["debug", "lowprio", "urgent"]
+    assert parts["lowprio"].preempt_mode == "REQUEUE" and parts["urgent"].priority_tier == 10
+    assert parts["lowprio"].node_names() == ["v2605n1", "v2605n2", "v2605n3"]
+    assert {p.max_nodes for p in parts.values()} == {3}
+    prof = Profile.model_validate(shape.profile_data(BUNDLED, 3, tmp_path, "24.11"))
+    assert [p.name for p in prof.partitions] == ["debug", "lowprio", "urgent"]
+    assert [p.name for p in shape.shape(3, "10.91.9").partitions] == ["debug"]
+
+
+def test_a_bad_release_in_the_environment_is_one_line(tmp_path):
+    env = {**shape.environment(tmp_path, 2, 17999), "HPCDL_SANDBOX_EXPEDITE": "1"}
+    with pytest.raises(ValidationError, match="HPCDL_SANDBOX_EXPEDITE"):
+        Cluster.from_env(env, shape.shape_text(2, "10.91.9", "26.05"))

@@ -113,6 +113,14 @@ def test_requeue_expedite_needs_the_release_and_the_cluster(release, enabled, ex
                       JobRequest(nodes=1, gpus=1, requeue=True, run_dir="/scratch/runs/x"))
     lines = [line for line in plan.script.splitlines() if line.startswith("#SBATCH --requeue")]
     assert lines == [f"#SBATCH {expected}"]
+    # An expedite job that hpcdl does not requeue tells Slurm not to either (26.05.5 holds
+    # it requeued, REQUEUE_HOLD, otherwise), not once it requeued itself; a plain
+    # --requeue job's script is as it always was.
+    expedite = expected.endswith("expedite")
+    assert ('scontrol update JobId="$hpcdl_job" Requeue=0' in plan.script) is expedite
+    assert ('scontrol requeue "$hpcdl_job" && hpcdl_requeued=1 && sleep 300'
+             in plan.script) is expedite
+    assert ('hpcdl_final "$hpcdl_rc"' in plan.script) is expedite
 
 
 @pytest.mark.parametrize("gpu_request,extra", [("gres", "gpus-per-node"), ("gpus-per-node", "gres"),
