@@ -10,7 +10,7 @@
 # headline command plus the demo's dataset.
 # Knobs (environment): HPCDL_DEMO_BACKEND=horovod|ddp, HPCDL_DEMO_ARCH=resnet50|resnet18,
 # HPCDL_DEMO_STEPS (default: the profile's 10), HPCDL_DEMO_DIR (dataset and runs),
-# HPCDL_CACHE (image).
+# HPCDL_CACHE (image), HPCDL_DEMO_IMAGE (where the nodes read it: under /scratch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE=${HPCDL_CACHE:-/var/cache/hpcdl}
@@ -18,7 +18,7 @@ CACHE=${HPCDL_CACHE:-/var/cache/hpcdl}
 # the dataset, the runs and the image the ranks read live on /scratch.
 DEMO_DIR=${HPCDL_DEMO_DIR:-/scratch/hpcdl-demo}
 BUILT=$CACHE/images/pytorch-horovod-cpu.sif
-IMAGE=/scratch/images/pytorch-horovod-cpu.sif
+IMAGE=${HPCDL_DEMO_IMAGE:-/scratch/images/pytorch-horovod-cpu.sif}
 DATA=$DEMO_DIR/tiny-imagenet
 BACKEND=${HPCDL_DEMO_BACKEND:-horovod}
 ARCH=${HPCDL_DEMO_ARCH:-resnet50}
