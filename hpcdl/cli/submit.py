@@ -27,7 +27,7 @@ from hpcdl.jobs.cluster import Cluster, connect
 from hpcdl.jobs.flow import submit_job
 from hpcdl.jobs.prepare import open_cluster, prepare_job
 from hpcdl.jobside.errors import ValidationError
-from hpcdl.jobside.probe_worker import DEFAULT_SLOW_RATIO
+from hpcdl.jobside.protocol import DEFAULT_SLOW_RATIO
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
