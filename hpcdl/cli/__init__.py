@@ -15,7 +15,7 @@ from typing import IO, Any
 import click
 
 from hpcdl import __version__
-from hpcdl.jobside.errors import HpcdlError
+from hpcdl.errors import HpcdlError
 
 # name -> (module:attribute, one-line help shown by `hpcdl --help`)
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from hpcdl.cli.display import probe_view
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.results.plot import build_figure, write_png
 from hpcdl.results.read import probe_report, stragglers
 from hpcdl.results.table import FIELDS, Row, format_table, to_csv, to_json

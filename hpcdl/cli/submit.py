@@ -22,11 +22,11 @@ from hpcdl.cli.options import (
     probe_first,
     resilience,
 )
+from hpcdl.errors import ValidationError
 from hpcdl.hang.actions import parse_seconds
 from hpcdl.jobs.cluster import Cluster, connect
 from hpcdl.jobs.flow import submit_job
 from hpcdl.jobs.prepare import open_cluster, prepare_job
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.jobside.protocol import DEFAULT_SLOW_RATIO
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args

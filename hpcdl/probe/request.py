@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from hpcdl.errors import ValidationError
 from hpcdl.jobside import protocol
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.profiles.schema import Profile
 
 # Small enough for a 2-core sandbox in seconds, large enough that the last size is

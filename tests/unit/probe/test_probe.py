@@ -15,11 +15,11 @@ from click.testing import CliRunner
 
 from hpcdl.cli import cli
 from hpcdl.cli.display import probe_view
+from hpcdl.errors import ValidationError
 from hpcdl.jobs.flow import probe_exit
 from hpcdl.jobs.result import JobLogs, result_record
 from hpcdl.jobside import probe_worker as worker
 from hpcdl.jobside import protocol
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.probe.request import ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
