@@ -2,7 +2,7 @@
 """`hpcdl probe` on a 3-node cluster with a network namespace per node: how far apart
 healthy nodes' ratios spread over repeated probes, against a node whose link is
 rate-limited (tc tbf through `scripts/sandbox.sh shape NODE --rate MBIT`), to choose
---slow-ratio's default (hpcdl.jobside.probe_worker.DEFAULT_SLOW_RATIO) with a margin both sides.
+--slow-ratio's default (hpcdl.jobside.protocol.DEFAULT_SLOW_RATIO) with a margin both sides.
 
 A cluster of its own is started beside the sandbox (bench.common.own_cluster: own
 directory, ports, subnet, node names, run directories under /scratch; no slurmdbd) and
@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.common import SANDBOX, own_cluster, run  # noqa: E402
 from bench.machine import describe, facts_line  # noqa: E402
-from hpcdl.jobside.probe_worker import DEFAULT_SLOW_RATIO  # noqa: E402
+from hpcdl.jobside.protocol import DEFAULT_SLOW_RATIO  # noqa: E402
 
 NODES = 3
 PROBE_TIMEOUT = 600  # s: a shaped probe took ~20 s; the job may queue behind nothing here

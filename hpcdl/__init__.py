@@ -10,7 +10,7 @@ tests/unit/project/test_layers.py builds the import graph and checks this, and t
 circle exists (imports made only for type checking are not part of the graph).
 
     job-side    hpcdl.jobside
-    core        hpcdl.core
+    core        hpcdl.core hpcdl.errors
     inputs      hpcdl.profiles hpcdl.container hpcdl.data hpcdl.sandbox hpcdl.remote
     schedulers  hpcdl.schedulers
     planning    hpcdl.plan hpcdl.launch hpcdl.probe hpcdl.hang

@@ -148,9 +148,9 @@ def refusal(exc: Exception) -> dict[str, Any]:
 
 def outcomes(n: int, seed: int, ignore: list[str]) -> list[dict[str, Any]]:
     """Every request's outcome, in the generator's order."""
+    from hpcdl.errors import HpcdlError
     from hpcdl.jobs.alloc import build_alloc
     from hpcdl.jobs.preflight import many_files_warning
-    from hpcdl.jobside.errors import HpcdlError
     from hpcdl.plan import JobRequest, build_plan
     from hpcdl.profiles import load_profile
 

@@ -15,12 +15,12 @@ from typing import IO, Any
 import click
 
 from hpcdl import __version__
-from hpcdl.jobside.errors import HpcdlError
+from hpcdl.errors import HpcdlError
 
 # name -> (module:attribute, one-line help shown by `hpcdl --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("hpcdl.cli.submit:submit", "Validate, render and submit a training job."),
-    "alloc": ("hpcdl.cli.submit:alloc", "Render (or run) salloc for interactive work."),
+    "alloc": ("hpcdl.cli.alloc:alloc", "Render (or run) salloc for interactive work."),
     "profiles": ("hpcdl.cli.profiles:profiles", "List, show and validate cluster profiles."),
     "data": ("hpcdl.cli.data:data", "Make, check and pack ImageFolder datasets (make-tiny, check, pack)."),
     "build": ("hpcdl.cli.build:build", "Build an Apptainer/Singularity image from a spec or .def."),
@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("hpcdl.cli.probe:probe", "Allreduce bandwidth across an allocation; names slow nodes."),
     "scale": ("hpcdl.cli.scale:scale", "Submit a scaling sweep (nodes x GPUs x backend x batch)."),
     "sweep": ("hpcdl.cli.sweep:sweep", "A hyperparameter sweep as one job array (--param lr=0.1,0.05)."),
-    "results": ("hpcdl.cli.scale:results", "Scaling table, CSV/JSON and plot of a sweep or run."),
+    "results": ("hpcdl.cli.results:results", "Scaling table, CSV/JSON and plot of a sweep or run."),
     "report": ("hpcdl.cli.report:report", "One self-contained HTML report of a run or sweep."),
     "track": ("hpcdl.cli.track:track", "Export runs to TensorBoard or MLflow (from the login node)."),
     "sandbox": ("hpcdl.cli.sandbox:sandbox", "Start/stop/check the local Slurm sandbox (two nodes, or --nodes N)."),

@@ -20,7 +20,7 @@ from hpcdl.container.build import (
 from hpcdl.container.definition import WHEELS_DEST
 from hpcdl.container.spec import bundled_spec_names
 from hpcdl.container.wheels import Resolution, wheel_names
-from hpcdl.jobside.errors import UserInputError
+from hpcdl.errors import UserInputError
 from hpcdl.profiles import load_profile
 
 

@@ -26,8 +26,7 @@ from hpcdl.jobs.recoveries import lines as recovery_lines
 from hpcdl.jobs.result import JobLogs, ResultRecord
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.timelimit import timeout_message
-from hpcdl.jobside.probe_worker import format_size
-from hpcdl.jobside.protocol import without_probe
+from hpcdl.jobside.protocol import format_size, without_probe
 from hpcdl.launch.nodes import RECOVERIES_NAME
 from hpcdl.results.table import Row
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler

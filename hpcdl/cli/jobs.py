@@ -7,6 +7,7 @@ import json
 import click
 
 from hpcdl.cli.display import attempt_lines, lost_line
+from hpcdl.errors import ValidationError
 from hpcdl.jobs.attempts import no_step_message
 from hpcdl.jobs.cluster import connect, reconnect
 from hpcdl.jobs.follow import log_chunks
@@ -15,7 +16,6 @@ from hpcdl.jobs.recoveries import lines as recovery_lines
 from hpcdl.jobs.rundir import RunDir, find_array_runs, find_run
 from hpcdl.jobs.status import JobSnapshot, job_snapshot
 from hpcdl.jobs.timelimit import clock_text, timeout_message
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.schedulers.base import JobStatus, Scheduler
 from hpcdl.schedulers.registry import scheduler_for
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import click
 
+from hpcdl.errors import ValidationError
 from hpcdl.hang.actions import HANG_ACTIONS
-from hpcdl.jobside.errors import ValidationError
-from hpcdl.jobside.probe_worker import DEFAULT_SLOW_RATIO
+from hpcdl.jobside.protocol import DEFAULT_SLOW_RATIO
 from hpcdl.plan import BACKENDS, GPU_BINDS, LAUNCHERS
 from hpcdl.probe.request import DEFAULT_SIZES
 

@@ -24,7 +24,7 @@ from hpcdl.cli.options import (
 )
 from hpcdl.cli.submit import echo_warning, print_dry_run, submit_and_show
 from hpcdl.jobs.prepare import open_cluster, prepare_job
-from hpcdl.jobside.probe_worker import DEFAULT_SLOW_RATIO
+from hpcdl.jobside.protocol import DEFAULT_SLOW_RATIO
 from hpcdl.plan import JobRequest
 from hpcdl.probe.request import (
     DEFAULT_SIZES,

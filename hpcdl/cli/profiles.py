@@ -133,7 +133,7 @@ def detect(name: str | None, output: str | None, force: bool, login_at: str | No
       hpcdl profiles diff mycluster
     """
     from hpcdl.core.atomic import write_atomic
-    from hpcdl.jobside.errors import UserInputError
+    from hpcdl.errors import UserInputError
     from hpcdl.schedulers.registry import describe_cluster
 
     if name is not None:
@@ -165,7 +165,7 @@ def _login_of(login_at: str | None, port: int | None, identity: str | None,
     """The profile's login: block from --login [USER@]HOST and its companions, each
     value checked as a token of its kind (exit 2 naming the option)."""
     from hpcdl.core.tokens import SSH_HOST, SSH_JUMP, SSH_USER, check_token
-    from hpcdl.jobside.errors import UserInputError
+    from hpcdl.errors import UserInputError
     from hpcdl.profiles.schema import Login
 
     if login_at is None:
@@ -206,7 +206,7 @@ def _commands_dir(commands: str) -> str:
     """--commands as scheduler.commands takes it (an absolute directory path, one
     token), or one line naming the option (exit 2)."""
     from hpcdl.core.tokens import SHARED_DIR, check_token
-    from hpcdl.jobside.errors import UserInputError
+    from hpcdl.errors import UserInputError
 
     try:
         check_token(commands, SHARED_DIR)
@@ -216,7 +216,7 @@ def _commands_dir(commands: str) -> str:
 
 
 def _check_name(name: str) -> None:
-    from hpcdl.jobside.errors import UserInputError
+    from hpcdl.errors import UserInputError
 
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
         raise UserInputError(f"name: {name!r} is not a profile name (letters, digits, '_', '.', '-')")

@@ -48,7 +48,7 @@ def push(image: Path, profile: str | None, as_json: bool, dry_run: bool) -> None
       hpcdl push ~/images/pytorch-horovod-cpu.sif -p sandbox-remote
       hpcdl submit -p sandbox-remote -N 2 -G 4 --image ~/images/pytorch-horovod-cpu.sif
     """
-    from hpcdl.jobside.errors import UserInputError
+    from hpcdl.errors import UserInputError
     from hpcdl.profiles import load_profile
     from hpcdl.remote.images import (
         check_image,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.report import write_run_report, write_sweep_report
 from hpcdl.results.straggler import DEFAULT_THRESHOLD
 from hpcdl.sweep.arrays import KIND as ARRAY_KIND

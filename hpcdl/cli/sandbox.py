@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from hpcdl.jobside.errors import ToolError, ValidationError
+from hpcdl.errors import ToolError, ValidationError
 
 NODES_HELP = ("A cluster of N nodes (1 to 200) in its own directory "
               "(/var/lib/hpcdl-sandbox-Nn), beside the two-node sandbox; without it, "

@@ -1,4 +1,4 @@
-"""`hpcdl submit` and `hpcdl alloc`: request -> validated plan -> script -> Slurm."""
+"""`hpcdl submit`: request -> validated plan -> script -> Slurm."""
 
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ from hpcdl.cli.options import (
     probe_first,
     resilience,
 )
+from hpcdl.errors import ValidationError
 from hpcdl.hang.actions import parse_seconds
 from hpcdl.jobs.cluster import Cluster, connect
 from hpcdl.jobs.flow import submit_job
 from hpcdl.jobs.prepare import open_cluster, prepare_job
-from hpcdl.jobside.errors import ValidationError
-from hpcdl.jobside.probe_worker import DEFAULT_SLOW_RATIO
+from hpcdl.jobside.protocol import DEFAULT_SLOW_RATIO
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from hpcdl.hang.diagnosis import Diagnosis
 
 # hpcdl.cli.display (the status line, how a job ended) is imported where a followed
-# job is shown, and the salloc path (hpcdl.jobs.alloc) by `hpcdl alloc`: neither is on
-# the way to sbatch, whose start-up is most of hpcdl's own time (issue 31).
+# job is shown: it is not on the way to sbatch, whose start-up is most of hpcdl's own
+# time (issue 31).
 
 # Starts the line above each job-side file a dry run prints after the script (the
 # arrow of `head FILE...`): a reader or a test finds where each file begins.
@@ -296,40 +296,3 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
                   steps=outcome.steps, nodes=plan.spec.nodes, recoveries=outcome.recoveries,
                   excluded=outcome.excluded, scheduler=scheduler)
     return code
-
-
-@click.command(cls=SectionedCommand)
-@placement()
-@output("dry_run", dry_run="Print what runs (salloc and its environment); run nothing.")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
-def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
-          cpus_per_task: int | None, job_name: str | None, dry_run: bool,
-          command: tuple[str, ...]) -> None:
-    """Allocate nodes for interactive work (salloc), checked like `submit`.
-
-    Without COMMAND salloc opens a shell in the allocation; with it, salloc runs
-    COMMAND there and returns its exit code. A profile with a login: node runs it
-    there, over `ssh -t` (from the remote home directory).
-
-    \b
-    Examples:
-      hpcdl alloc -p neuron -N 2 -G 4 -t 2:00:00 --dry-run
-      hpcdl alloc -p sandbox -N 2 -G 4 -- srun hostname
-    """
-    prof = load_profile(profile)
-    cluster = open_cluster(prof, "alloc", dry_run=dry_run)  # hpcdl allocates where it submits
-    request = JobRequest(nodes=nodes, gpus=gpus, partition=partition, time=time,
-                         cpus_per_task=cpus_per_task, job_name=job_name or "interactive",
-                         command=command)
-    # Lazy: the salloc path is alloc's alone; see the note at the top.
-    from hpcdl.jobs.alloc import prepare_alloc, run_alloc
-
-    ready = prepare_alloc(prof, request, cluster)
-    plan = ready.plan
-    if ready.notes is not None:
-        click.echo(f"# partition {plan.partition}: {plan.partition_reason}", err=True)
-        for note in ready.notes:
-            click.echo(f"# {note}", err=True)
-        click.echo(plan.script, nl=False)
-        return
-    raise SystemExit(run_alloc(plan, ready.executor))

@@ -25,8 +25,8 @@ from hpcdl.cli.options import (
     section,
 )
 from hpcdl.cli.submit import JOB_FILE_HEADER, defaults_line, echo_warning
+from hpcdl.errors import ValidationError
 from hpcdl.jobs.place import HERE, RunPlace
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobRequest
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 
 
 @click.command()

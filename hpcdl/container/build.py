@@ -63,7 +63,7 @@ from hpcdl.container.wheels import (
 from hpcdl.core import proc
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.core.yamlmodel import read_text
-from hpcdl.jobside.errors import BuildError, ToolError, UserInputError
+from hpcdl.errors import BuildError, ToolError, UserInputError
 
 # Placeholders for machine paths when hashing a rendered spec: a fresh clone in another
 # folder, with the same content, hashes the same and reuses the cached image.

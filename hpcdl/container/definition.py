@@ -14,7 +14,7 @@ from hpcdl.container.cache import SYSTEM_CACHE, cache_dirs
 from hpcdl.container.spec import ImageSpec, _req_name, expand_path
 from hpcdl.core.resources import PACKAGE_DIR, REPO_ROOT, containers_dir, examples_dir
 from hpcdl.core.templating import render_template
-from hpcdl.jobside.errors import ConfigError
+from hpcdl.errors import ConfigError
 
 TEMPLATE = "singularity.def.j2"
 DEFAULT_CACHE = SYSTEM_CACHE

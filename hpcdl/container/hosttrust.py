@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcdl.jobside.errors import UserInputError
+from hpcdl.errors import UserInputError
 
 # Variables that tell pip, requests, OpenSSL (python's ssl, wget), curl and git which CAs
 # to trust; inside the build each points at the bound copy of the host's bundle.

@@ -23,7 +23,7 @@ from typing import Any
 
 from hpcdl.core.tokens import IMAGE_REF, check_token
 from hpcdl.core.yamlmodel import read_text
-from hpcdl.jobside.errors import UserInputError
+from hpcdl.errors import UserInputError
 
 LOCALIMAGE_PREFIX = "localimage:"
 _HEADER = re.compile(r"\s*([A-Za-z][A-Za-z0-9]*)\s*:\s*(.*?)\s*")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from hpcdl.core import proc
-from hpcdl.jobside.errors import ToolError
+from hpcdl.errors import ToolError
 
 RUNTIMES = ("apptainer", "singularity")
 INSTALL_HINT = (

@@ -38,7 +38,7 @@ from hpcdl.core.tokens import (
     Version,
 )
 from hpcdl.core.yamlmodel import load_yaml_model, parse_yaml_model
-from hpcdl.jobside.errors import ConfigError, UserInputError
+from hpcdl.errors import ConfigError, UserInputError
 
 _FRAMEWORKS: tuple[Literal["pytorch"], ...] = ("pytorch",)
 _CONTROLLERS: tuple[Literal["mpi", "gloo"], ...] = ("mpi", "gloo")

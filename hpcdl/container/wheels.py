@@ -49,7 +49,7 @@ from hpcdl.container.hashing import file_sha256
 from hpcdl.container.spec import ImageSpec
 from hpcdl.core import proc
 from hpcdl.core.tokens import GLIBC_VERSION, MACHINE, PY_VERSION, check_token
-from hpcdl.jobside.errors import ToolError, UserInputError
+from hpcdl.errors import ToolError, UserInputError
 
 KEY_VERSION = 1
 # A wheelhouse root lands unquoted in %files (Apptainer cannot quote there).

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from hpcdl.jobside.errors import ToolError
+from hpcdl.errors import ToolError
 
 
 @dataclass(frozen=True)

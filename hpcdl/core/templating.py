@@ -26,7 +26,7 @@ import jinja2.sandbox
 from hpcdl import __version__
 from hpcdl.core.atomic import write_atomic
 from hpcdl.core.resources import templates_dir, user_cache
-from hpcdl.jobside.errors import RenderError
+from hpcdl.errors import RenderError
 
 
 class Raw(str):

@@ -24,7 +24,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, Strict
 
-from hpcdl.jobside.probe_worker import IFNAME_SPEC
+from hpcdl.jobside.protocol import IFNAME_SPEC
 
 # C0 and C1 control characters, DEL, and the Unicode line/paragraph separators
 # (some parsers, e.g. Python's str.splitlines, end a line there).

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import pydantic
 import yaml
 
-from hpcdl.jobside.errors import ConfigError
+from hpcdl.errors import ConfigError
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 _WORD = re.compile(r"[A-Za-z0-9_.\-]+")

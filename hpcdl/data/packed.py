@@ -26,7 +26,7 @@ from hpcdl.container.hashing import RECORD_VERSION, content_hash, file_sha256, s
 from hpcdl.core import proc
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.data.mount import SQUASHFS_MAGIC, is_packed_name
-from hpcdl.jobside.errors import ToolError, UserInputError
+from hpcdl.errors import ToolError, UserInputError
 from hpcdl.jobside.imagefolder import (
     DirTree,
     ImageFolder,

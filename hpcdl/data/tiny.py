@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.data import imagenet_like
-from hpcdl.jobside.errors import UserInputError
+from hpcdl.errors import UserInputError
 
 MARKER = ".hpcdl-tiny"
 

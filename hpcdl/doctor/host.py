@@ -15,7 +15,7 @@ from pathlib import Path
 from hpcdl.container.runtime import RuntimeFacts, find_runtime, gather_runtime_facts
 from hpcdl.core import proc
 from hpcdl.doctor.parse import parse_mpi_version, parse_shared_loop_devices
-from hpcdl.jobside.errors import ToolError, ValidationError
+from hpcdl.errors import ToolError, ValidationError
 from hpcdl.schedulers.slurm import releases
 from hpcdl.schedulers.slurm.detect import parse_mpi_list
 

@@ -17,7 +17,7 @@ from hpcdl.container.runtime import find_runtime, runtime_env
 from hpcdl.container.verify import ImportCheck, find_import_check, import_check_source
 from hpcdl.core import proc
 from hpcdl.doctor.parse import parse_cuda_archs, parse_horovod_cb, parse_mpi_version
-from hpcdl.jobside.errors import ToolError, UserInputError
+from hpcdl.errors import ToolError, UserInputError
 
 
 @dataclass

@@ -21,10 +21,10 @@ import yaml
 
 from hpcdl.core.gpuarch import ImageArchFacts
 from hpcdl.data.mount import is_packed_name
+from hpcdl.errors import ValidationError
 from hpcdl.jobs import preflight
 from hpcdl.jobs.place import HERE, RunPlace, Shipped
 from hpcdl.jobs.rundir import RunDir, runs_root
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import DataPart, JobRequest, RuntimeMode, job_image
 from hpcdl.profiles.schema import Profile
 from hpcdl.remote import images

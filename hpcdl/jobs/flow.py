@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.submit import Submitted, attempts_of, exit_status, submit
-from hpcdl.jobside.probe_worker import EXIT_BAD_INPUT
+from hpcdl.jobside.protocol import EXIT_BAD_INPUT
 from hpcdl.launch.staging import JOB_DIR_NAME
 from hpcdl.plan import JobPlan
 from hpcdl.profiles.schema import Profile

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from hpcdl.jobside.errors import ToolError
+from hpcdl.errors import ToolError
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler, is_final
 from hpcdl.schedulers.executor import ConnectionLost
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
 from hpcdl.data.mount import SQUASHFS_MAGIC, is_packed_name
-from hpcdl.jobside.errors import UserInputError, ValidationError
+from hpcdl.errors import UserInputError, ValidationError
 from hpcdl.plan import DataPart, JobRequest, RuntimeMode
 from hpcdl.plan.rules import on_shared_path
 from hpcdl.profiles.schema import Profile

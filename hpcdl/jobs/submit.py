@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.core.gpuarch import ImageArchFacts
+from hpcdl.errors import HpcdlError, SubmitError, ToolError
 from hpcdl.jobs import rundir
 from hpcdl.jobs.attempts import Attempt, from_script, join, read_script_attempts, write_attempts
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.result import refused_record
 from hpcdl.jobs.rundir import JobRecord, RunDir
 from hpcdl.jobs.timelimit import EXIT_TIMEOUT
-from hpcdl.jobside.errors import HpcdlError, SubmitError, ToolError
 from hpcdl.jobside.steps import HEARTBEAT_DIR
 from hpcdl.launch.code import scan_code, stage_code
 from hpcdl.launch.staging import stage, stage_tool

@@ -23,11 +23,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from hpcdl.errors import ToolError
 from hpcdl.hang.actions import UNWATCHED_NAME
 from hpcdl.hang.diagnosis import Diagnosis, Fingerprint, RankPid
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobside import hangwatch
-from hpcdl.jobside.errors import ToolError
 from hpcdl.jobside.hangwatch import COLLECT_TIMEOUT_S, PY_SPY_ENV, Collected, Watch
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler
 

@@ -1,4 +1,7 @@
-"""The exception hierarchy of hpcdl.
+"""The exception hierarchy of hpcdl, defined here, in the job-side layer, because the
+job side raises it too (this module is staged into every run: standard library only).
+The rest of hpcdl imports it as hpcdl.errors; the staged code (hpcdl/jobside, examples/)
+imports it from here, where a job finds it.
 
 The library raises these; only the CLI turns them into messages and exit codes
 (``exit_code`` 2 for bad input, 1 for a failed tool). Messages are one line a

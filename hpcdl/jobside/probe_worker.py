@@ -8,8 +8,9 @@ first step of `hpcdl submit --probe-first`).
 Standalone: the standard library at import, torch (and mpi4py + numpy for the MPI
 sweep, when present) inside ``main``; hpcdl itself is not needed in the image. The job
 binds hpcdl's package read-only at /hpcdl/hpcdl, like the bundled examples, and the
-report line is written by hpcdl.jobside.protocol (stdlib only; found from this file's
-own location when it is not on the path). Rank and world come from torchrun's
+report line, the arguments' syntax and limits and the exit status are
+hpcdl.jobside.protocol's (stdlib only; found from this file's own location when it is
+run as a script). Rank and world come from torchrun's
 variables, which hpcdl's rank-env wrapper sets under srun.
 
 What it measures, in this order:
@@ -60,20 +61,23 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-EXIT_OK = 0
-EXIT_SLOW = 1
-EXIT_BAD_INPUT = 2
-# Smallest and largest message: one float32, and 1 GiB (a probe, not a burn-in).
-MIN_SIZE = 4
-MAX_SIZE = 1 << 30
-MAX_ITERS = 1000
-# A node is named below this share of the median node's best link. Chosen from the
-# spread of healthy nodes against a rate-limited one (bench/bench_probe.py, docs/
-# benchmarks.md "Network probe"): on the 2-core sandbox healthy nodes fell to 0.38 of
-# the median (26 probes; 0.39 once in CI, where 0.5 named a healthy node) and a node
-# limited to 200 Mbit/s reached at most 0.065 (8 probes). 0.15, about their geometric
-# mean, leaves a factor of 2.6 to the lowest healthy ratio and 2.3 to the highest slow one.
-DEFAULT_SLOW_RATIO = 0.15
+if __name__ == "__main__":
+    # Run as a script (in a job): hpcdl.jobside.protocol from the hpcdl tree this file is
+    # part of (bound at /hpcdl/hpcdl in a job, or a checkout or installed package), so
+    # writer and parser always match; a python path that holds another hpcdl does not win.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from hpcdl.jobside import protocol  # noqa: E402
+from hpcdl.jobside.protocol import (  # noqa: E402
+    DEFAULT_SLOW_RATIO,
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_SLOW,
+    IFNAME_SPEC,
+    MAX_ITERS,
+    ProbeInputError,
+    parse_sizes,
+)
+
 EXIT_GRACE_S = 2.0
 # Up to this many nodes every pair runs, one at a time (28 pairs for 8 nodes); beyond,
 # the ring of neighbours in 2-3 rounds of disjoint pairs, then the suspects against good
@@ -85,57 +89,13 @@ SEQUENTIAL_PAIRS_UP_TO = 8
 # machine only ever slows a measurement down, so one disturbed pass does not make a
 # healthy link look slow, while a slow link is slow in every pass.
 PAIR_PASSES = 2
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
-          "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
-_SIZE = re.compile(r"(\d+)\s*([A-Za-z]*)")
-# Linux interface names (IFNAMSIZ 16: 15 characters); NCCL_SOCKET_IFNAME's syntax: a
-# comma list of prefixes, exact names after '=', excluded prefixes after '^'.
-_IFNAME = re.compile(r"[A-Za-z0-9_.:\-]{1,15}")
-IFNAME_SPEC = re.compile(r"[\^=]?[A-Za-z0-9_.:\-]{1,15}(,[A-Za-z0-9_.:\-]{1,15})*")
 # Variables that decide which interface and transport NCCL, Gloo and MPI use.
 TRANSPORT_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_DISABLE",
                  "NCCL_NET", "NCCL_P2P_DISABLE", "NCCL_ALGO", "NCCL_PROTO",
                  "OMPI_MCA_btl", "OMPI_MCA_pml", "OMPI_MCA_btl_tcp_if_include", "UCX_NET_DEVICES")
 
 
-class ProbeInputError(ValueError):
-    """A value the probe cannot run with (exit 2)."""
-
-
-# ---- pure parts (the CLI and the unit tests use them too) -----------------------
-def parse_size(text: str) -> int:
-    """Bytes of ``4096``, ``4K``, ``1M``, ``1GiB``; a multiple of 4 (float32) from
-    MIN_SIZE to MAX_SIZE. Raises ProbeInputError naming the value and the limit."""
-    m = _SIZE.fullmatch(text.strip())
-    unit = m.group(2).upper() if m else ""
-    if m is None or unit not in _UNITS:
-        raise ProbeInputError(f"{text!r} is not a size (bytes, or with K, M, G: 4K,1M,64M)")
-    size = int(m.group(1)) * _UNITS[unit]
-    if size < MIN_SIZE or size > MAX_SIZE:
-        raise ProbeInputError(f"{text!r} is {size} bytes: a probe message is "
-                              f"{MIN_SIZE} bytes to {format_size(MAX_SIZE)}")
-    if size % 4:
-        raise ProbeInputError(f"{text!r} is {size} bytes, not a whole number of float32 (4 bytes)")
-    return size
-
-
-def parse_sizes(text: str) -> tuple[int, ...]:
-    """A comma list of sizes, sorted, duplicates dropped. Raises ProbeInputError."""
-    items = [item for item in text.split(",")]
-    if not text.strip() or any(not item.strip() for item in items):
-        raise ProbeInputError(f"{text!r} is not a comma list of sizes (e.g. 4K,1M,16M)")
-    return tuple(sorted({parse_size(item) for item in items}))
-
-
-def format_size(size: int) -> str:
-    """``4K``, ``1M``, ``1536K``, ``100``: the largest binary unit that divides ``size``
-    (so parse_size reads it back exactly)."""
-    for unit, factor in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if size >= factor and size % factor == 0:
-            return f"{size // factor}{unit}"
-    return str(size)
-
-
+# ---- pure parts (the unit tests use them too) ------------------------------------
 def bus_factor(ranks: int) -> float:
     """nccl-tests' allreduce bus factor 2(n-1)/n: the share of the buffer each rank
     sends (and receives) in a bandwidth-optimal allreduce. Raises ValueError for < 1."""
@@ -395,18 +355,6 @@ def _fail(message: str, report: Callable[[dict[str, Any]], None]) -> int:
     return EXIT_BAD_INPUT
 
 
-def _protocol() -> Any:
-    """hpcdl.jobside.protocol (the report's writers), from the hpcdl tree this file is part
-    of (bound at /hpcdl/hpcdl in a job, or a checkout or installed package), so writer and
-    parser always match; a python path that holds another hpcdl does not win."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if os.path.isfile(os.path.join(root, "hpcdl", "jobside", "protocol.py")):
-        sys.path.insert(0, root)
-    from hpcdl.jobside import protocol
-
-    return protocol
-
-
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="hpcdl-probe-worker", description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="4K,64K,1M")
@@ -443,7 +391,6 @@ def write_slow_nodes(path: str, judged: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the probe in this rank; returns the exit status (see the module)."""
     args = _arguments(argv)
-    protocol = _protocol()
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
 

@@ -165,3 +165,66 @@ def parse_rank_table(log: str) -> list[dict[str, Any]]:
             rank = int(m.group(1))
             rows[rank] = {"rank": rank, "host": m.group(2), "checksum": m.group(3)}
     return [rows[r] for r in sorted(rows)]
+
+
+# ---- `hpcdl probe`'s worker: its command line and exit status ---------------------
+# hpcdl.probe.request writes the worker's arguments and hpcdl.jobs.flow reads its exit
+# status; the worker (hpcdl/jobside/probe_worker.py) parses and returns them: one owner
+# for both ends, as for the lines above.
+EXIT_OK = 0
+EXIT_SLOW = 1
+EXIT_BAD_INPUT = 2
+# Smallest and largest message: one float32, and 1 GiB (a probe, not a burn-in).
+MIN_SIZE = 4
+MAX_SIZE = 1 << 30
+MAX_ITERS = 1000
+# A node is named below this share of the median node's best link. Chosen from the
+# spread of healthy nodes against a rate-limited one (bench/bench_probe.py, docs/
+# benchmarks.md "Network probe"): on the 2-core sandbox healthy nodes fell to 0.38 of
+# the median (26 probes; 0.39 once in CI, where 0.5 named a healthy node) and a node
+# limited to 200 Mbit/s reached at most 0.065 (8 probes). 0.15, about their geometric
+# mean, leaves a factor of 2.6 to the lowest healthy ratio and 2.3 to the highest slow one.
+DEFAULT_SLOW_RATIO = 0.15
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
+          "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+_SIZE = re.compile(r"(\d+)\s*([A-Za-z]*)")
+# --ifname, in NCCL_SOCKET_IFNAME's syntax: a comma list of prefixes of Linux interface
+# names (IFNAMSIZ 16: 15 characters), exact names after '=', excluded prefixes after '^'.
+IFNAME_SPEC = re.compile(r"[\^=]?[A-Za-z0-9_.:\-]{1,15}(,[A-Za-z0-9_.:\-]{1,15})*")
+
+
+class ProbeInputError(ValueError):
+    """A value the probe cannot run with (exit 2)."""
+
+
+def parse_size(text: str) -> int:
+    """Bytes of ``4096``, ``4K``, ``1M``, ``1GiB``; a multiple of 4 (float32) from
+    MIN_SIZE to MAX_SIZE. Raises ProbeInputError naming the value and the limit."""
+    m = _SIZE.fullmatch(text.strip())
+    unit = m.group(2).upper() if m else ""
+    if m is None or unit not in _UNITS:
+        raise ProbeInputError(f"{text!r} is not a size (bytes, or with K, M, G: 4K,1M,64M)")
+    size = int(m.group(1)) * _UNITS[unit]
+    if size < MIN_SIZE or size > MAX_SIZE:
+        raise ProbeInputError(f"{text!r} is {size} bytes: a probe message is "
+                              f"{MIN_SIZE} bytes to {format_size(MAX_SIZE)}")
+    if size % 4:
+        raise ProbeInputError(f"{text!r} is {size} bytes, not a whole number of float32 (4 bytes)")
+    return size
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """A comma list of sizes, sorted, duplicates dropped. Raises ProbeInputError."""
+    items = [item for item in text.split(",")]
+    if not text.strip() or any(not item.strip() for item in items):
+        raise ProbeInputError(f"{text!r} is not a comma list of sizes (e.g. 4K,1M,16M)")
+    return tuple(sorted({parse_size(item) for item in items}))
+
+
+def format_size(size: int) -> str:
+    """``4K``, ``1M``, ``1536K``, ``100``: the largest binary unit that divides ``size``
+    (so parse_size reads it back exactly)."""
+    for unit, factor in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return str(size)

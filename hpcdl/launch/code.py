@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcdl.core.atomic import atomic_dir
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 
 IGNORE_FILE = ".hpcdlignore"
 # RUN_DIR/code: the copy the job starts in.

@@ -17,7 +17,7 @@ from typing import Any, cast
 from hpcdl.core.gpuarch import ImageArchFacts, check_partition
 from hpcdl.core.templating import Raw, render_template, shell_join
 from hpcdl.data.mount import CONTAINER_MOUNT, DATA_VARIABLE
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.nodes import (

@@ -12,7 +12,7 @@ from typing import Any
 
 from hpcdl.core.resources import PACKAGE_DIR, examples_dir
 from hpcdl.core.templating import Raw
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.launch.staging import job_dir
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import JobSpec, ScriptDialect

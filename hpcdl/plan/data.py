@@ -22,7 +22,7 @@ from hpcdl.data.mount import (
     is_packed_name,
     native_mount_dir,
 )
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import JobSpec, ScriptDialect
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from hpcdl.core.duration import format_time, parse_time
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.profiles.schema import Partition, Profile
 
 

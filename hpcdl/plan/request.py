@@ -23,8 +23,8 @@ from hpcdl.core.tokens import (
     Kind,
     check_token,
 )
+from hpcdl.errors import ValidationError
 from hpcdl.hang.actions import HANG_ACTIONS
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import rules
 from hpcdl.plan.command import LaunchRequest
 from hpcdl.plan.container import ContainerRequest

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import PurePosixPath
 
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.plan.data import DataPart
 from hpcdl.probe.request import check_nodes
 from hpcdl.profiles.schema import Profile

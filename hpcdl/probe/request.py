@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from hpcdl.jobside import probe_worker as worker
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
+from hpcdl.jobside import protocol
 from hpcdl.profiles.schema import Profile
 
 # Small enough for a 2-core sandbox in seconds, large enough that the last size is
@@ -36,7 +36,7 @@ class ProbeOptions:
     backend: str = "auto"
     mpi: str = "auto"
     ifname: str | None = None
-    slow_ratio: float = worker.DEFAULT_SLOW_RATIO
+    slow_ratio: float = protocol.DEFAULT_SLOW_RATIO
 
 
 def check_nodes(nodes: int) -> None:
@@ -54,13 +54,13 @@ def worker_args(opts: ProbeOptions, profile: Profile) -> tuple[str, ...]:
     """The worker's arguments: ``opts`` checked, the profile's interconnect filled in
     (expected bus bandwidth; socket_ifname unless --ifname). Raises ValidationError."""
     try:
-        sizes = worker.parse_sizes(opts.sizes)
-    except worker.ProbeInputError as err:
+        sizes = protocol.parse_sizes(opts.sizes)
+    except protocol.ProbeInputError as err:
         raise ValidationError(f"sizes: {err}") from None
-    if not 1 <= opts.iters <= worker.MAX_ITERS:
-        raise ValidationError(f"iters: {opts.iters} is not 1 to {worker.MAX_ITERS}")
-    if not 0 <= opts.warmup <= worker.MAX_ITERS:
-        raise ValidationError(f"warmup: {opts.warmup} is not 0 to {worker.MAX_ITERS}")
+    if not 1 <= opts.iters <= protocol.MAX_ITERS:
+        raise ValidationError(f"iters: {opts.iters} is not 1 to {protocol.MAX_ITERS}")
+    if not 0 <= opts.warmup <= protocol.MAX_ITERS:
+        raise ValidationError(f"warmup: {opts.warmup} is not 0 to {protocol.MAX_ITERS}")
     if opts.backend not in DIST_BACKENDS:
         raise ValidationError(f"backend: {opts.backend!r} is not one of {', '.join(DIST_BACKENDS)}")
     if opts.mpi not in MPI_MODES:
@@ -69,10 +69,10 @@ def worker_args(opts: ProbeOptions, profile: Profile) -> tuple[str, ...]:
         raise ValidationError(f"slow-ratio: {opts.slow_ratio} is not between 0 and 1 "
                               f"(a node below this share of the median is slow)")
     ifname = opts.ifname or profile.interconnect.socket_ifname
-    if ifname is not None and not worker.IFNAME_SPEC.fullmatch(ifname):
+    if ifname is not None and not protocol.IFNAME_SPEC.fullmatch(ifname):
         raise ValidationError(f"ifname: {ifname!r} is not an interface name or a "
                               f"NCCL_SOCKET_IFNAME list (e.g. ib0, eth, =eth0, ^docker,lo)")
-    args = ["--sizes", ",".join(worker.format_size(s) for s in sizes),
+    args = ["--sizes", ",".join(protocol.format_size(s) for s in sizes),
             "--iters", str(opts.iters), "--warmup", str(opts.warmup),
             "--backend", opts.backend, "--mpi", opts.mpi, "--slow-ratio", f"{opts.slow_ratio:g}"]
     if ifname:

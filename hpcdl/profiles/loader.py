@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hpcdl.core.resources import bundled_profiles_dir
 from hpcdl.core.yamlmodel import load_yaml_model
-from hpcdl.jobside.errors import UserInputError
+from hpcdl.errors import UserInputError
 from hpcdl.profiles.schema import Profile
 
 ENV_VAR = "HPCDL_PROFILE"

@@ -31,7 +31,7 @@ from hpcdl.container.hashing import FileDigest, file_sha256
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.core.resources import user_cache
 from hpcdl.data.mount import is_packed_name
-from hpcdl.jobside.errors import HpcdlError, UserInputError
+from hpcdl.errors import HpcdlError, UserInputError
 from hpcdl.remote.dirs import DEFAULT_IMAGES, ensure_writable, remote_dir
 from hpcdl.remote.ssh import Shell, SshExecutor, rsync_progress
 

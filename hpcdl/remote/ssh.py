@@ -27,7 +27,7 @@ from typing import Protocol
 
 from hpcdl.core import proc
 from hpcdl.core.tokens import SSH_HOST, SSH_JUMP, SSH_USER, check_token
-from hpcdl.jobside.errors import ToolError, UserInputError
+from hpcdl.errors import ToolError, UserInputError
 
 # The names reach the script as "$@", never as shell text.
 _WHICH_ALL = ["sh", "-c", 'for c do printf "%s\\n" "$(command -v "$c")"; done', "sh"]

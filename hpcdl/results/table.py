@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 
 COMPLETED = "COMPLETED"
 NO_RESULT = "NO_RESULT"

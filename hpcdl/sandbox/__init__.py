@@ -23,7 +23,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.sandbox import cluster as model
 
 DEFAULT_DIR = Path(model.DEFAULT_DIR)

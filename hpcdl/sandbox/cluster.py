@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import ValidationError as PydanticError
 
 from hpcdl.core.tokens import Kind, check_token, checker
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 
 _NODE_NAME = re.compile(r"[a-z][a-z0-9]*")
 _PARTITION_NAME = re.compile(r"[a-z][a-z0-9_]*")

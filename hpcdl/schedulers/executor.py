@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from hpcdl.core import proc
-from hpcdl.jobside.errors import ToolError
+from hpcdl.errors import ToolError
 from hpcdl.remote.ssh import (
     ConnectionLost,
     LoginNode,

@@ -21,7 +21,7 @@ from pathlib import PurePosixPath
 from typing import ClassVar, Literal
 
 from hpcdl.core.templating import Raw
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.profiles.schema import Launcher
 from hpcdl.schedulers.base import Feature, JobSpec
 

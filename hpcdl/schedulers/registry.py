@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcdl.jobside.errors import UserInputError
+from hpcdl.errors import UserInputError
 from hpcdl.schedulers.base import RunFiles, Scheduler
 from hpcdl.schedulers.executor import LOCAL, Executor, executor_for, executor_for_login
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler

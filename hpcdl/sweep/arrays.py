@@ -22,10 +22,10 @@ from typing import Any
 
 from hpcdl.core.atomic import write_atomic
 from hpcdl.core.gpuarch import ImageArchFacts
+from hpcdl.errors import ToolError, ValidationError
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import JobRecord, RunDir
 from hpcdl.jobs.submit import code_of, live_check_wanted, ship_or_undo, write_run
-from hpcdl.jobside.errors import ToolError, ValidationError
 from hpcdl.plan import JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import Scheduler, SubmitOptions

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 
 # The columns after the parameters' own, in the table's order.
 FIXED = ("state", "final_loss", "top1", "images_per_sec", "run_time_s", "job_id")

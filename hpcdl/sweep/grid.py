@@ -23,9 +23,9 @@ from typing import Any, TypedDict
 
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.core.gpuarch import ImageArchFacts
+from hpcdl.errors import ValidationError
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.rundir import new_run_path, runs_root
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import BACKENDS, JobPlan, JobRequest, RuntimeMode, build_plan
 from hpcdl.profiles.schema import Profile
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcdl.core.resources import examples_dir
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 
 # A parameter's name: an argparse long option without its dashes, or a placeholder.
 PARAM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")

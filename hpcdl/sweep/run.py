@@ -18,13 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hpcdl.errors import HpcdlError, ToolError, ValidationError
 from hpcdl.jobs.cluster import Cluster, reconnect
 from hpcdl.jobs.follow import FollowTimeout, Watcher
 from hpcdl.jobs.place import HERE, RunPlace
 from hpcdl.jobs.result import ResultRecord, record_result
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.submit import Submitted, submit
-from hpcdl.jobside.errors import HpcdlError, ToolError, ValidationError
 from hpcdl.plan import JobPlan, JobRequest
 from hpcdl.profiles.schema import Profile
 from hpcdl.results.table import Row, row_from, rows_from_csv, rows_from_json, with_scaling

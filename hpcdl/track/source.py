@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcdl.errors import ValidationError
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobside import steps as step_metrics
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.sweep.grid import read_sweep
 
 # Per-step keys and how ranks are combined (see the module doc).

@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from hpcdl.jobside.errors import ToolError, UserInputError
+from hpcdl.errors import ToolError, UserInputError
 from hpcdl.track.source import RunSource
 
 EXTRA_HINT = "pip install 'hpcdl[mlflow]'"

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hpcdl.jobside.probe_worker import DEFAULT_SLOW_RATIO
+from hpcdl.jobside.protocol import DEFAULT_SLOW_RATIO
 from tests.integration.conftest_slurm import NetnsCluster, hpcdl, shared_copy
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.mpi, pytest.mark.torch]

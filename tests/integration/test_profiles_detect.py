@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl.core.duration import parse_time
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.plan import (
     JobRequest,
     build_plan,

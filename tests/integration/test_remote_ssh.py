@@ -119,7 +119,7 @@ def client(user: ClusterUser, login: Login, code: str, **login_kw: object) -> di
           "identity": str(login.key), **login_kw}
     program = textwrap.dedent("""\
         import json, sys
-        from hpcdl.jobside.errors import HpcdlError
+        from hpcdl.errors import HpcdlError
         from hpcdl.remote.ssh import LoginNode, SshExecutor
         ex = SshExecutor.for_login(LoginNode(**json.loads(sys.argv[1])))
         out = {}

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hpcdl.core.templating import Raw
-from hpcdl.jobside.errors import UserInputError, ValidationError
+from hpcdl.errors import UserInputError, ValidationError
 from hpcdl.profiles.schema import Launcher, Partition, Profile
 from hpcdl.schedulers.base import Allocation, Feature, JobSpec
 

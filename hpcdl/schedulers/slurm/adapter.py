@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcdl.jobside.errors import ToolError, ValidationError
+from hpcdl.errors import ToolError, ValidationError
 from hpcdl.schedulers.base import Demand, JobStatus, RunFiles, SubmitOptions, TimeRanOut
 from hpcdl.schedulers.executor import LOCAL, CommandDir, Executor
 from hpcdl.schedulers.slurm import commands, livecheck, parse, query, releases, states

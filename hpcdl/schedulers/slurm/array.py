@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 
 from hpcdl.core.templating import shell_join
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.schedulers.slurm.script import sbatch_value
 
 # "0-5", "3,5", "0-999" with an optional "%M" throttle: what sbatch --array takes.

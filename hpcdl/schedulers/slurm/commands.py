@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hpcdl.core import proc
-from hpcdl.jobside.errors import HpcdlError, SubmitError, ToolError
+from hpcdl.errors import HpcdlError, SubmitError, ToolError
 from hpcdl.schedulers.base import SubmitOptions
 from hpcdl.schedulers.executor import LOCAL, Executor, RemoteInputError
 from hpcdl.schedulers.slurm.array import ARRAY_SPEC

@@ -29,7 +29,7 @@ import pydantic
 
 from hpcdl.core.duration import format_time, parse_time
 from hpcdl.core.yamlmodel import describe_validation_error, parse_yaml_model
-from hpcdl.jobside.errors import ConfigError, ToolError, ValidationError
+from hpcdl.errors import ConfigError, ToolError, ValidationError
 from hpcdl.profiles.schema import Login, Partition, Profile
 from hpcdl.schedulers.slurm import releases
 from hpcdl.schedulers.slurm.detect import ClusterFacts, Node, PartitionInfo

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from hpcdl.jobside.errors import ToolError
+from hpcdl.errors import ToolError
 from hpcdl.schedulers.executor import LOCAL, Executor, RemoteInputError
 from hpcdl.schedulers.slurm.parse import parse_config
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from hpcdl.core.duration import format_time, parse_time
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.profiles.schema import Partition, Profile
 from hpcdl.schedulers.base import Demand
 from hpcdl.schedulers.executor import LOCAL, Executor

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from hpcdl.jobside.errors import SubmitError
+from hpcdl.errors import SubmitError
 from hpcdl.schedulers.base import JobState, JobStatus, TimeRanOut, is_final
 from hpcdl.schedulers.slurm.states import to_hpcdl
 

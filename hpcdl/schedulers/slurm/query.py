@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from hpcdl.jobside.errors import ToolError
+from hpcdl.errors import ToolError
 from hpcdl.schedulers.base import is_final
 from hpcdl.schedulers.executor import LOCAL, Executor
 from hpcdl.schedulers.slurm.array import split_task_id

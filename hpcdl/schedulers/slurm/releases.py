@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from hpcdl.core.templating import shell_join
 from hpcdl.core.tokens import CONTROL
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.profiles.schema import Launcher, Partition, Profile
 from hpcdl.schedulers.base import Allocation, Feature, JobSpec, RunFiles
 from hpcdl.schedulers.launchers import launcher_for

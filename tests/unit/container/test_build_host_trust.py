@@ -27,7 +27,7 @@ from hpcdl.container.verify import (
     import_check_source,
     parse_import_check,
 )
-from hpcdl.jobside.errors import UserInputError
+from hpcdl.errors import UserInputError
 
 SYSTEM = "/etc/ssl/certs/ca-certificates.crt"
 

@@ -13,7 +13,7 @@ from hpcdl.container.build import execute, plan_build
 from hpcdl.container.runtime import find_runtime
 from hpcdl.container.spec import find_spec, load_spec
 from hpcdl.core.atomic import write_json_atomic
-from hpcdl.jobside.errors import BuildError, ToolError, UserInputError
+from hpcdl.errors import BuildError, ToolError, UserInputError
 from tests.unit.fake_wheels import WHEELS, fill_wheelhouse
 
 

@@ -13,7 +13,7 @@ from hpcdl.container.spec import (
     load_spec,
     parse_spec,
 )
-from hpcdl.jobside.errors import ConfigError, UserInputError
+from hpcdl.errors import ConfigError, UserInputError
 
 
 def cpu_data() -> dict:

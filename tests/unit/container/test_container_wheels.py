@@ -27,7 +27,7 @@ from hpcdl.container.wheels import (
     resolve,
     target_for,
 )
-from hpcdl.jobside.errors import BuildError, ConfigError, ToolError, UserInputError
+from hpcdl.errors import BuildError, ConfigError, ToolError, UserInputError
 
 SPEC = """\
 name: offline-test

@@ -9,7 +9,7 @@ import pytest
 from hpcdl.container.build import plan_build
 from hpcdl.container.recipes import convert_dockerfile, dockerfile_name, inspect_definition
 from hpcdl.core.resources import REPO_ROOT
-from hpcdl.jobside.errors import UserInputError
+from hpcdl.errors import UserInputError
 
 
 def dockerfile(tmp_path: Path, text: str) -> Path:

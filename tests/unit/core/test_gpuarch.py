@@ -23,8 +23,8 @@ from hpcdl.doctor.host import HostFacts
 from hpcdl.doctor.image import ImageFacts
 from hpcdl.doctor.parse import parse_cuda_archs
 from hpcdl.doctor.verdicts import verdicts
+from hpcdl.errors import ValidationError
 from hpcdl.jobs.preflight import image_arch_facts
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 

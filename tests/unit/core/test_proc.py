@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl.core import proc
-from hpcdl.jobside.errors import ToolError
+from hpcdl.errors import ToolError
 
 
 def test_stream_hands_over_lines_and_raises_with_the_tail() -> None:

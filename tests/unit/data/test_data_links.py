@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl.data.packed import link_definitions, pack_plan
-from hpcdl.jobside.errors import UserInputError
+from hpcdl.errors import UserInputError
 from hpcdl.jobside.imagefolder import TAIL, image_defect, walk_tree
 from tests.conftest import require
 from tests.unit.clirun import hpcdl

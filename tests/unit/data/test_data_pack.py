@@ -20,8 +20,8 @@ from hpcdl.data.packed import (
     pack_plan,
     parse_block_size,
 )
+from hpcdl.errors import UserInputError, ValidationError
 from hpcdl.jobs.preflight import check_inputs
-from hpcdl.jobside.errors import UserInputError, ValidationError
 from hpcdl.jobside.imagefolder import scan_tree
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from hpcdl.cli import cli
 from hpcdl.data.tiny import TinySpec, class_name, make_tiny
-from hpcdl.jobside.errors import UserInputError
+from hpcdl.errors import UserInputError
 from hpcdl.jobside.imagefolder import scan_imagefolder
 
 

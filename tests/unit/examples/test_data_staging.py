@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from trainkit.staging import MARKER, stage_dataset
 
-from hpcdl.jobside.errors import UserInputError
+from hpcdl.errors import UserInputError
 
 
 def _dataset(root: Path) -> Path:

@@ -92,7 +92,7 @@ def test_corrupt_image_is_a_user_error(tmp_path: Path) -> None:
     pytest.importorskip("PIL")
     from trainkit.data import ImageFolderDataset
 
-    from hpcdl.jobside.errors import UserInputError
+    from hpcdl.errors import UserInputError
 
     bad = tmp_path / "x.JPEG"
     bad.write_bytes(b"\xff\xd8\xff\xe0 truncated")

@@ -251,7 +251,7 @@ def test_an_image_the_device_refuses_is_found_and_decoded_with_pil(samples) -> N
 
 
 def test_a_file_no_decoder_reads_is_named(tmp_path: Path) -> None:
-    from hpcdl.jobside.errors import UserInputError
+    from hpcdl.errors import UserInputError
 
     broken = [(_write(tmp_path / "a" / "ok.JPEG", _photo(40, 40, 0)), 0)]
     truncated = tmp_path / "a" / "cut.JPEG"
@@ -288,7 +288,7 @@ def test_an_error_in_the_decode_thread_is_raised_in_the_training_thread(tmp_path
     from torch.utils.data import DataLoader
     from trainkit.gpudecode import DecodedBatches, JpegFiles, collate_encoded
 
-    from hpcdl.jobside.errors import UserInputError
+    from hpcdl.errors import UserInputError
 
     bad = tmp_path / "a" / "bad.JPEG"
     bad.parent.mkdir(parents=True)
@@ -303,7 +303,7 @@ def test_decode_choice_on_a_machine_without_a_gpu() -> None:
     sys.path.insert(0, str(EXAMPLES))
     import resnet50_imagenet as ex
 
-    from hpcdl.jobside.errors import UserInputError
+    from hpcdl.errors import UserInputError
 
     cpu = torch.device("cpu")
     assert ex.resolve_decode("auto", cpu, synthetic=True).mode is None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcdl.errors import ToolError
 from hpcdl.hang import diagnosis as hang
 from hpcdl.hang.actions import parse_seconds
 from hpcdl.hang.diagnosis import (
@@ -29,7 +30,6 @@ from hpcdl.hang.diagnosis import (
     rank_stacks,
     split_node_output,
 )
-from hpcdl.jobside.errors import ToolError
 from hpcdl.jobside.hangwatch import overlap_argv
 from hpcdl.launch.rankenv import WRAPPER_NAME, rank_env_script
 from hpcdl.plan import JobRequest, build_plan

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from hpcdl.errors import ValidationError
 from hpcdl.jobs.preflight import check_data_kind
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobRequest
 from tests.unit.clirun import hpcdl
 

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
+from hpcdl.errors import ToolError
 from hpcdl.jobs.follow import Backoff, FollowTimeout, Watcher, follow
-from hpcdl.jobside.errors import ToolError
 from hpcdl.schedulers.base import JobStatus
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
 from tests.fakeslurm.fixture import FakeSlurm

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from hpcdl.errors import ToolError
 from hpcdl.hang import diagnosis as hang
 from hpcdl.hang.actions import UNWATCHED_NAME
 from hpcdl.hang.diagnosis import NodeDump, RankPid, diagnose, rank_stacks
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.watchdog import HangWatchdog, find_py_spy, fingerprint, hang_dump, write_hang
-from hpcdl.jobside.errors import ToolError
 from hpcdl.schedulers.base import JobState, JobStatus
 from tests.unit.hang.test_hang import SLEEPING, WAITING
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from hpcdl.errors import ValidationError
 from hpcdl.jobside import requeue
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.schedulers.base import RequeueSpec

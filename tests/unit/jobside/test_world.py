@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hpcdl.jobside.errors import ConfigError
+from hpcdl.errors import ConfigError
 from hpcdl.jobside.world import (
     DEFAULT_PORT,
     PORT_BASE,

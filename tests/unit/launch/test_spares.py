@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from hpcdl.errors import ValidationError
 from hpcdl.jobs import recoveries
 from hpcdl.jobside import probe_worker as worker
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.launch.nodes import BAD_NODES_NAME, NODES_FILE, RECOVERIES_NAME
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile

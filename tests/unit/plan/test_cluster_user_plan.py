@@ -14,8 +14,8 @@ import pytest
 
 from hpcdl.container.runtime import RuntimeFacts
 from hpcdl.core.resources import PACKAGE_DIR
+from hpcdl.errors import ValidationError
 from hpcdl.jobs.preflight import runtime_mode
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.launch.staging import job_side_files, source_of, stage
 from hpcdl.plan import JobRequest, build_plan, on_shared_path
 from hpcdl.profiles import load_profile

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from hpcdl.errors import ValidationError
 from hpcdl.jobs.preflight import MANY_FILES, count_files, many_files_warning
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import DataPart, JobPlan, JobRequest, build_plan, decide_data
 from hpcdl.profiles import load_profile
 from tests.unit.clirun import hpcdl

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
-from hpcdl.jobside.errors import ConfigError
+from hpcdl.errors import ConfigError
 from hpcdl.plan import DEFAULT_EXAMPLE, JobPlan, JobRequest, build_plan, example_defaults
 from hpcdl.profiles import load_profile, load_profile_file
 from hpcdl.profiles.schema import Examples, Profile

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile

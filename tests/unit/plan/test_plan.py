@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.launch.rankenv import rank_env_script
 from hpcdl.plan import JobRequest, build_plan, choose_partition
 from hpcdl.profiles import load_profile

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from hpcdl.cli import cli
 from hpcdl.cli.submit import JOB_FILE_HEADER
 from hpcdl.core.resources import REPO_ROOT
+from hpcdl.errors import ValidationError
 from hpcdl.jobs.alloc import build_alloc
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.profiles import load_profile
 

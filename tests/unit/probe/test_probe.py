@@ -15,11 +15,11 @@ from click.testing import CliRunner
 
 from hpcdl.cli import cli
 from hpcdl.cli.display import probe_view
+from hpcdl.errors import ValidationError
 from hpcdl.jobs.flow import probe_exit
 from hpcdl.jobs.result import JobLogs, result_record
 from hpcdl.jobside import probe_worker as worker
 from hpcdl.jobside import protocol
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobPlan, JobRequest, build_plan
 from hpcdl.probe.request import ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
@@ -33,27 +33,27 @@ from hpcdl.schedulers.base import JobState, JobStatus
                                         ("1M", 1 << 20), ("1MiB", 1 << 20), ("1G", 1 << 30),
                                         (" 16M ", 16 << 20)])
 def test_parse_size(text, size):
-    assert worker.parse_size(text) == size
-    assert worker.parse_size(worker.format_size(size)) == size
+    assert protocol.parse_size(text) == size
+    assert protocol.parse_size(protocol.format_size(size)) == size
 
 
 @pytest.mark.parametrize("text, why", [("3X", "not a size"), ("", "not a size"), ("1.5M", "not a size"),
                                        ("-4", "not a size"), ("0", "4 bytes to 1G"),
                                        ("2G", "4 bytes to 1G"), ("6", "float32")])
 def test_parse_size_refuses(text, why):
-    with pytest.raises(worker.ProbeInputError, match=why):
-        worker.parse_size(text)
+    with pytest.raises(protocol.ProbeInputError, match=why):
+        protocol.parse_size(text)
 
 
 def test_parse_sizes_sorts_and_drops_duplicates():
-    assert worker.parse_sizes("1M,4K,1024K") == (4096, 1 << 20)
+    assert protocol.parse_sizes("1M,4K,1024K") == (4096, 1 << 20)
     for bad in ("", "4K,", ",4K", "4K,,1M"):
-        with pytest.raises(worker.ProbeInputError, match="comma list"):
-            worker.parse_sizes(bad)
+        with pytest.raises(protocol.ProbeInputError, match="comma list"):
+            protocol.parse_sizes(bad)
 
 
 def test_format_size_uses_the_largest_exact_unit():
-    assert [worker.format_size(s) for s in (100, 4096, 1536 * 1024, 1 << 30)] == \
+    assert [protocol.format_size(s) for s in (100, 4096, 1536 * 1024, 1 << 30)] == \
         ["100", "4K", "1536K", "1G"]
 
 
@@ -172,7 +172,7 @@ def test_a_good_node_slowed_by_load_is_cleared_alone():
     # default threshold, as heavy load on a shared machine can.)
     nodes = 20
     ring = {p: 1.0 for r in worker.pair_rounds(nodes) for p in r}
-    ring[(6, 7)] = ring[(7, 8)] = worker.DEFAULT_SLOW_RATIO / 2
+    ring[(6, 7)] = ring[(7, 8)] = protocol.DEFAULT_SLOW_RATIO / 2
     ring[(11, 12)] = 2.0  # the fastest good nodes: 11 and 12
     assert worker.confirm_rounds(nodes, ring) == [[(7, 11)]]
     slow = {0, 5, 10, 15}
@@ -295,7 +295,7 @@ def _run_worker(monkeypatch, capsys, args, world="2"):
 
 def test_worker_refuses_one_rank(monkeypatch, capsys):
     code, report, err = _run_worker(monkeypatch, capsys, ["--sizes", "4K"], world="1")
-    assert code == worker.EXIT_BAD_INPUT
+    assert code == protocol.EXIT_BAD_INPUT
     assert report == {"node": "n7", "rank": 0, "error": report["error"], "exit_code": 2}
     assert "world size 1" in report["error"] and err.count("\n") == 1
 
@@ -350,7 +350,7 @@ def test_worker_args_carry_the_profile_interconnect():
     args = worker_args(ProbeOptions(sizes="1M,4K"), _profile(expected_busbw_gbs=12.5,
                                                              socket_ifname="eth"))
     assert args == ("--sizes", "4K,1M", "--iters", "5", "--warmup", "2", "--backend", "auto",
-                    "--mpi", "auto", "--slow-ratio", f"{worker.DEFAULT_SLOW_RATIO:g}",
+                    "--mpi", "auto", "--slow-ratio", f"{protocol.DEFAULT_SLOW_RATIO:g}",
                     "--ifname", "eth",
                     "--expected-gbs", "12.5")
     mine = worker_args(ProbeOptions(ifname="ib0"), _profile(socket_ifname="eth"))
@@ -424,7 +424,7 @@ def test_probe_job_runs_the_worker_bound_from_the_host():
     plan = _probe_plan()
     assert plan.launch.launch_line.endswith("hpcdl-rank-env python3 /hpcdl/hpcdl/jobside/probe_worker.py "
                                      "--sizes 4K --iters 5 --warmup 2 --backend auto --mpi auto "
-                                     f"--slow-ratio {worker.DEFAULT_SLOW_RATIO:g}")
+                                     f"--slow-ratio {protocol.DEFAULT_SLOW_RATIO:g}")
     assert ":/hpcdl/hpcdl:ro" in plan.launch.launch_line and "PYTHONPATH=/hpcdl" in plan.launch.launch_line
     assert plan.launch.launch_line.startswith("srun --label --kill-on-bad-exit=1 --mpi=pmix ")
     assert plan.launch.example_defaults == () and "probe first" not in plan.script

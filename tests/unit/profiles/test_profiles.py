@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.jobside.errors import ConfigError, UserInputError
+from hpcdl.errors import ConfigError, UserInputError
 from hpcdl.profiles import list_profiles, load_profile, load_profile_file
 from hpcdl.profiles.loader import resolve_profile
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from hpcdl.cli import cli, one_line
 from hpcdl.core.templating import render_template
-from hpcdl.jobside.errors import ConfigError, RenderError
+from hpcdl.errors import ConfigError, RenderError
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.loader import load_profile_file

@@ -50,8 +50,8 @@ from hpcdl.core.duration import parse_time
 from hpcdl.core.resources import REPO_ROOT, containers_dir
 from hpcdl.core.tokens import CONTROL, KINDS, TEXT, Kind, check_token
 from hpcdl.core.yamlmodel import parse_yaml_model
+from hpcdl.errors import UserInputError
 from hpcdl.jobs.alloc import build_alloc
-from hpcdl.jobside.errors import UserInputError
 from hpcdl.plan import DEFAULT_EXAMPLE, JobPlan, JobRequest, build_plan
 from hpcdl.profiles.schema import Profile
 from tests.unit.jobfiles import stage_job_scripts
@@ -652,7 +652,7 @@ file_bytes = st.one_of(
 @pytest.mark.parametrize("model", [Profile, ImageSpec], ids=["profile", "spec"])
 def test_any_file_content_is_a_model_or_one_error_line(model, tmp_path):
     from hpcdl.core.yamlmodel import load_yaml_model
-    from hpcdl.jobside.errors import ConfigError
+    from hpcdl.errors import ConfigError
 
     path = tmp_path / "f.yaml"
 

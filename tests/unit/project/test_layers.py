@@ -166,3 +166,14 @@ def test_the_job_side_layer_needs_only_the_standard_library_and_the_runtime():
 @pytest.mark.parametrize("layer, prefixes", LAYERS, ids=[name for name, _ in LAYERS])
 def test_every_declared_prefix_names_a_module(layer, prefixes):
     assert all(p in MODULES for p in prefixes), (layer, [p for p in prefixes if p not in MODULES])
+
+
+def test_outside_the_job_side_errors_come_from_hpcdl_errors_and_nothing_imports_the_worker():
+    """hpcdl.errors is the hierarchy's name for the rest of hpcdl (it re-exports
+    hpcdl.jobside.errors, where the staged job side finds it), and the probe worker is a
+    script, not a library: its command line and exit status are hpcdl.jobside.protocol's."""
+    wrong = sorted(f"{module} -> {target}" for module, (ours, _) in TYPED_GRAPH.items()
+                   if layer_of(module, LAYERS) != 0 and module != "hpcdl.errors"
+                   for target in ours & {"hpcdl.jobside.errors", "hpcdl.jobside.probe_worker"})
+    assert not wrong, wrong
+    assert "hpcdl.jobside.errors" in GRAPH["hpcdl.errors"][0]

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from hpcdl.cli import cli
 from hpcdl.container.hashing import file_sha256
+from hpcdl.errors import ValidationError
 from hpcdl.jobs.cluster import Cluster, connect
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.plan import JobRequest
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from hpcdl.cli import cli
 from hpcdl.core import proc
-from hpcdl.jobside.errors import ToolError, UserInputError
+from hpcdl.errors import ToolError, UserInputError
 from hpcdl.profiles import load_profile_file
 from hpcdl.profiles.schema import Login
 from hpcdl.remote.ssh import (

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
-from hpcdl.jobside.errors import UserInputError
+from hpcdl.errors import UserInputError
 from hpcdl.remote import images
 from hpcdl.remote.images import (
     CACHE_ENTRIES,

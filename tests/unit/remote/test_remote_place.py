@@ -16,12 +16,12 @@ from click.testing import CliRunner
 from hpcdl.cli import cli
 from hpcdl.core.proc import Result
 from hpcdl.core.resources import REPO_ROOT
+from hpcdl.errors import ValidationError
 from hpcdl.jobs.cluster import connect, reconnect
 from hpcdl.jobs.follow import Reconnecting
 from hpcdl.jobs.place import HERE, Shipped, _siblings
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.submit import plan_run
-from hpcdl.jobside.errors import ValidationError
 from hpcdl.launch.code import ignored, scan_code
 from hpcdl.plan import JobRequest
 from hpcdl.profiles import load_profile

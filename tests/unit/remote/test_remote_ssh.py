@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.jobside.errors import UserInputError
+from hpcdl.errors import UserInputError
 from hpcdl.remote.ssh import (
     LoginNode,
     RemoteError,

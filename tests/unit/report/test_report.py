@@ -373,7 +373,7 @@ def test_results_json_carries_the_verdict_and_the_text_names_the_straggler(tmp_p
 def test_the_cli_path_does_not_import_matplotlib_until_a_report_is_made():
     import subprocess
 
-    code = ("import sys; from hpcdl.cli import cli; import hpcdl.cli.report, hpcdl.cli.scale; "
+    code = ("import sys; from hpcdl.cli import cli; import hpcdl.cli.report, hpcdl.cli.results, hpcdl.cli.scale; "
             "print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout

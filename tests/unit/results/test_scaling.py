@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest
 from hpcdl.profiles import load_profile
 from hpcdl.results.plot import X_LABEL, Y_LABELS, build_figure, write_png

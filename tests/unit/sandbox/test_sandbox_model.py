@@ -23,7 +23,7 @@ import yaml
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.profiles.loader import load_profile_file
 from hpcdl.sandbox import cluster_profile, profile_data
 from hpcdl.sandbox.cluster import DEFAULT_SHAPE, Cluster, Partition, parse_shape

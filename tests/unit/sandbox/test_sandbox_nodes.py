@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from hpcdl import sandbox as shape
 from hpcdl.cli import cli
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.profiles.schema import Profile
 
 REPO = Path(__file__).resolve().parents[3]

@@ -11,7 +11,7 @@ import yaml
 
 from hpcdl import sandbox as shape
 from hpcdl.cli.sandbox import _expedite
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.profiles.schema import Profile
 from hpcdl.sandbox.cluster import Cluster, parse_shape
 from hpcdl.sandbox.render import render_files

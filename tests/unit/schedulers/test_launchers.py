@@ -19,7 +19,7 @@ from typing import get_args
 import pytest
 
 from hpcdl.core.templating import shell_join
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.plan import LAUNCHERS, JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Launcher

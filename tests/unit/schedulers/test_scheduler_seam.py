@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from hpcdl.core import proc
+from hpcdl.errors import SubmitError, ToolError, UserInputError
 from hpcdl.jobs.follow import Watcher
-from hpcdl.jobside.errors import SubmitError, ToolError, UserInputError
 from hpcdl.schedulers.base import JobState, JobStatus, SubmitOptions
 from hpcdl.schedulers.executor import LocalExecutor
 from hpcdl.schedulers.registry import scheduler_for

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from hpcdl.core.duration import parse_time
-from hpcdl.jobside.errors import ConfigError, ToolError
+from hpcdl.errors import ConfigError, ToolError
 from hpcdl.profiles import load_profile
 from hpcdl.schedulers.slurm import detect as sd
 from hpcdl.schedulers.slurm.describe import Leaf, Map, Seq, describe, to_yaml

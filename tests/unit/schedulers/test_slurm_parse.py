@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from hpcdl.errors import SubmitError, ValidationError
 from hpcdl.jobs import rundir
 from hpcdl.jobs.submit import exit_status
-from hpcdl.jobside.errors import SubmitError, ValidationError
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 from hpcdl.schedulers.base import FINAL_STATES, JobState, is_final

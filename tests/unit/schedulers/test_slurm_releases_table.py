@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.schedulers.executor import LOCAL
 from hpcdl.schedulers.slurm import releases
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler

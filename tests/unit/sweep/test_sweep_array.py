@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from hpcdl.cli import cli
 from hpcdl.core.resources import PACKAGE_DIR
-from hpcdl.jobside.errors import ValidationError
+from hpcdl.errors import ValidationError
 from hpcdl.plan import JobRequest
 from hpcdl.profiles import load_profile
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
