@@ -44,6 +44,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl import sandbox as shape
+from hpcdl.data.packed import SQUASHFS_MAGIC
 from hpcdl.jobside.requeue import EXIT_REQUEUE, FLAG_ENV, PROGRESS_ENV
 from hpcdl.schedulers.slurm.releases import profile_behaviour
 from tests.integration.conftest_releases import HOST_RELEASE, matrix_releases
@@ -324,3 +325,28 @@ def test_a_job_hpcdl_does_not_requeue_ends_failed_not_held(requeue_release: str,
         lines = (runs_dir / run / "attempts.tsv").read_text().splitlines()
         assert [line.split("\t")[5] for line in lines] == reasons, evidence
         assert "JobState=FAILED" in b.show(job), evidence
+
+
+@pytest.mark.parametrize("requeue_release", _releases())
+def test_a_job_whose_dataset_mount_fails_ends_failed_not_held(requeue_release: str, box: Box,
+                                                              runs_dir: Path) -> None:
+    """An exit before the requeue block (the packed dataset's mount fails on the nodes:
+    its file has SquashFS's magic and nothing else) ends the job FAILED with exit 1 and
+    no attempt recorded; on
+    26.05 (expedite) the script's hpcdl_final says Requeue=0 first, else Slurm holds the
+    job requeued (REQUEUE_HOLD) for good."""
+    b = box
+    run = runs_dir / "mount"
+    # Submit reads only the magic; squashfuse on the node refuses the rest at once.
+    bad = runs_dir / "broken.sqfs"
+    bad.write_bytes(SQUASHFS_MAGIC + bytes(4096))
+    job = b.submit(run, "-N", "1", "-G", "0", "--time", "00:02:00", "--data", str(bad),
+                   "--", "true")
+    seen = _follow(b, job, release_hold=False, timeout=150)
+    status = _status(b, job)
+    evidence = f"{status}\nsqueue saw: {seen}\n{_evidence(b, run, job)}"
+    assert (status["state"], status["exit_code"]) == ("FAILED", 1), evidence
+    assert "JobState=FAILED" in b.show(job) and "Restarts=0" in b.show(job), evidence
+    assert not (run / "attempts.tsv").exists(), evidence  # it never reached the block
+    err = "".join(p.read_text() for p in run.glob("slurm-*"))
+    assert "hpcdl: packed dataset: " in err and "no rank was started" in err, evidence

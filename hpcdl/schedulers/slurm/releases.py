@@ -177,6 +177,7 @@ def differences(b: Behaviour) -> list[str]:
 # passed on that release.
 _MATRIX_TESTS = "test_slurm_matrix.py"
 _REQUEUE_TESTS = "test_slurm_matrix_requeue.py"
+_USERS_TESTS = "test_slurm_matrix_users.py"
 MATRIX: tuple[tuple[str, dict[str, str]], ...] = (
     ("native 2-node run, status, logs", dict.fromkeys(("22.05", "24.11", "26.05"),
                                                       _MATRIX_TESTS)),
@@ -208,6 +209,13 @@ MATRIX: tuple[tuple[str, dict[str, str]], ...] = (
                                                   "24.11": _REQUEUE_TESTS,
                                                   "26.05": f"{_REQUEUE_TESTS}; Requeue=0 "
                                                            "first, else REQUEUE_HOLD"}),
+    ("a job stopped before its requeue block (dataset mount) ends FAILED",
+     {"24.11": _REQUEUE_TESTS, "26.05": f"{_REQUEUE_TESTS}; Requeue=0 first, else REQUEUE_HOLD"}),
+    ("as the ordinary user: a 2-node run, its logs", {
+        "22.05": "test_cluster_user.py", "24.11": _USERS_TESTS, "26.05": _USERS_TESTS}),
+    ("from the laptop (SSH login node): a 2-node run, its logs", {
+        "22.05": "test_remote.py", "24.11": f"{_USERS_TESTS}; scheduler.commands over SSH",
+        "26.05": f"{_USERS_TESTS}; scheduler.commands over SSH"}),
 )
 
 
@@ -234,7 +242,8 @@ def feature_table(names: tuple[str, ...] = ("22.05", "24.11", "26.05")) -> str:
         "| requeue | " + cells(
             lambda b: "--requeue=expedite where scheduler.requeue_expedite (the cluster's "
                       "enable_expedited_requeue; a job hpcdl does not requeue sets "
-                      "Requeue=0 before its non-zero exit), else --requeue"
+                      "Requeue=0 before its non-zero exit, a staging, dataset mount or "
+                      "probe-first failure's too), else --requeue"
             if b.requeue_expedite else "--requeue (no expedite in this release)") + " |",
         "| relaunch after a node death (--no-kill) | " + cells(
             lambda b: "Slurm bug (fixed 23.02.3) not met: the relaunch (srun --overlap) gets "

@@ -42,18 +42,17 @@ export MASTER_PORT
 
 echo "hpcdl: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: 2 ranks (2 nodes x 1)"
 
-# ---- requeue (hpcdl submit --requeue / --chain; hpcdl/jobside/requeue.py has the contract) ----
-# Slurm sends SIGUSR1 to this shell 60 s before the time limit, or at
-# preemption. The ranks (maybe in a container, maybe using NCCL) are asked through a file
-# they poll at step boundaries; they checkpoint and exit 85. This shell, on
-# the host where scontrol exists, then requeues the job (at most 2 times).
-export HPCDL_CHECKPOINT_DIR=/scratch/runs/r1/checkpoints
-export HPCDL_REQUEUE_FLAG=/scratch/runs/r1/requeue.flag
-# The job as scontrol, squeue and attempts.tsv name it: an array task (hpcdl sweep) by its
-# own id, 123_4, since its SLURM_JOB_ID may be the array's, which names every task.
+# ---- --requeue=expedite: every non-zero exit of this script goes through hpcdl_final ----
+# Slurm 25.11 on requeues, held (REQUEUE_HOLD, for good), a job whose batch script ends
+# non-zero (measured on 26.05.5), where hpcdl's decision is final: a staging, dataset
+# mount or probe failure below, or an attempt the requeue block does not requeue, tells
+# Slurm not to requeue either. Not once the job requeued itself: Slurm's TERM at the
+# requeue ends the requeue block's sleep and this shell runs on for a moment, and
+# Requeue=0 would cost the next attempt Slurm's own requeue on a node failure.
+# The job as scontrol names it: an array task (hpcdl sweep) by its own id, 123_4.
 hpcdl_job=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-}}
 hpcdl_job=${hpcdl_job:-$SLURM_JOB_ID}
-# (from job/bin/hpcdl-nodes, which a job with spares sources instead)
+# (from job/bin/hpcdl-nodes)
 # ---- Slurm's commands, bounded (job.sbatch's requeue block carries this part too) ----
 # A Slurm command that does not answer (slurmctld busy or restarting, a node's slurmd
 # stuck) must not hold the job script: each runs under timeout, and is KILLed
@@ -121,17 +120,20 @@ hpcdl_time_left() {
   hpcdl_left_seconds "$(head -n 1 <<<"$out")"
 }
 # ---- end of the part the requeue block carries ----
-# --requeue=expedite (Slurm 25.11 on): Slurm itself requeues, held (REQUEUE_HOLD, for
-# good), a job whose batch script ends non-zero (measured on 26.05.5), where hpcdl's
-# decision below is final: the job that is not requeued here tells Slurm not to either.
-# Not once it requeued itself: Slurm's TERM at the requeue ends the sleep below and this
-# shell runs on for a moment, and Requeue=0 would cost the next attempt Slurm's own
-# requeue on a node failure.
 hpcdl_requeued=""
 hpcdl_final() {
   [[ $1 == 0 || -n $hpcdl_requeued ]] || hpcdl_slurm scontrol update JobId="$hpcdl_job" Requeue=0 || true
   exit "$1"
 }
+
+# ---- requeue (hpcdl submit --requeue / --chain; hpcdl/jobside/requeue.py has the contract) ----
+# Slurm sends SIGUSR1 to this shell 60 s before the time limit, or at
+# preemption. The ranks (maybe in a container, maybe using NCCL) are asked through a file
+# they poll at step boundaries; they checkpoint and exit 85. This shell, on
+# the host where scontrol exists, then requeues the job (at most 2 times).
+export HPCDL_CHECKPOINT_DIR=/scratch/runs/r1/checkpoints
+export HPCDL_REQUEUE_FLAG=/scratch/runs/r1/requeue.flag
+# (hpcdl_job, hpcdl_slurm and hpcdl_final: defined above, before the first exit)
 hpcdl_attempt=${SLURM_RESTART_COUNT:-0}
 hpcdl_started=$(date +%s)
 hpcdl_cause=""
