@@ -53,6 +53,14 @@ def matrix_releases() -> tuple[str, ...]:
     return picked
 
 
+def release_command(command: str, *args: str, env: dict[str, str]) -> str:
+    """Run one of a release's Slurm commands (a path from its commands directory) with
+    a test's environment on top of this one: its stdout and stderr, whatever the exit."""
+    res = subprocess.run([command, *args], capture_output=True, text=True, timeout=60,
+                         check=False, env={**os.environ, **env})
+    return res.stdout + res.stderr
+
+
 @dataclass(frozen=True)
 class SlurmRelease:
     """One release's cluster as a test uses it."""

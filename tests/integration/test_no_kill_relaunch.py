@@ -32,9 +32,7 @@ had taken out of the job, and lost every node with it (hpcdl_drop_gone now). Cos
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,7 +41,11 @@ from pathlib import Path
 import pytest
 
 from hpcdl import sandbox as shape
-from tests.integration.conftest_releases import HOST_RELEASE, matrix_releases
+from tests.integration.conftest_releases import (
+    HOST_RELEASE,
+    matrix_releases,
+    release_command,
+)
 from tests.integration.conftest_slurm import NetnsCluster, hpcdl
 from tests.own_cluster import kill_node
 
@@ -86,9 +88,7 @@ class Cluster:
 
     def slurm(self, name: str, *args: str) -> str:
         """A Slurm command of this release on this cluster: its stdout and stderr."""
-        res = subprocess.run([self.command(name), *args], capture_output=True, text=True,
-                             timeout=60, check=False, env={**os.environ, **self.env})
-        return res.stdout + res.stderr
+        return release_command(self.command(name), *args, env=self.env)
 
 
 def _releases() -> list:  # type: ignore[type-arg]

@@ -33,9 +33,7 @@ the non-batch node; 22.05 has no expedite). The batch host's death has no 22.05 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -47,7 +45,11 @@ from hpcdl import sandbox as shape
 from hpcdl.data.packed import SQUASHFS_MAGIC
 from hpcdl.jobside.requeue import EXIT_REQUEUE, FLAG_ENV, PROGRESS_ENV
 from hpcdl.schedulers.slurm.releases import profile_behaviour
-from tests.integration.conftest_releases import HOST_RELEASE, matrix_releases
+from tests.integration.conftest_releases import (
+    HOST_RELEASE,
+    matrix_releases,
+    release_command,
+)
 from tests.integration.conftest_slurm import hpcdl
 from tests.own_cluster import kill_node
 
@@ -96,9 +98,8 @@ class Box:
         return hpcdl(*args, env=self.env, timeout=timeout)
 
     def slurm(self, name: str, *args: str) -> str:
-        res = subprocess.run([self.command(name), *args], capture_output=True, text=True,
-                             timeout=60, check=False, env={**os.environ, **self.env})
-        return res.stdout + res.stderr
+        """A Slurm command of this release on this cluster: its stdout and stderr."""
+        return release_command(self.command(name), *args, env=self.env)
 
     def submit(self, run: Path, *args: str) -> str:
         res = self.cli("submit", "--json", "-p", self.profile, "--no-image", "--requeue",
