@@ -421,9 +421,14 @@ def test_a_relaunched_step_that_hangs_before_its_first_heartbeat_is_diagnosed_ag
     cluster, env, profile = three_nodes
     victim = cluster.nodes[1]
     run = runs_dir / "hung-again"
+    # This session's own copy (the nodes see runs_dir): HANG_SCRIPT's folder is per xdist
+    # worker name, which another session of this user may rewrite with its checkout's.
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    script = runs_dir / "resume_hang.py"
+    shutil.copyfile(Path(__file__).resolve().parent / "hang" / "resume_hang.py", script)
     res = hpcdl("submit", "--json", "-p", str(profile), "-N", "2", "-G", "1", "--spares", "1",
                 "--no-image", "--hang-timeout", "20", "--max-restarts", "1", "-t", "0:06:00",
-                "--run-dir", str(run), "--", "python3", str(HANG_SCRIPT), "--steps", "12",
+                "--run-dir", str(run), "--", "python3", str(script), "--steps", "12",
                 "--every", "5", "--hang-at", "8", "--hang-host", victim, "--beat",
                 "--hang-when-relaunched", env=env)
     assert res.returncode == 0, res.stdout + res.stderr
