@@ -6,10 +6,11 @@ hpcdl.cli prints them, RunDir stores them.
 
 Slurm alone cannot tell a self-requeued time limit from a crash (both are REQUEUED),
 and the script alone does not see a NODE_FAIL; together they name each attempt's
-reason: COMPLETED, TIMEOUT, PREEMPTED, NODE_FAIL, FAILED, CANCELLED or RUNNING, or
-one of NO_STEP's: STARTUP (failed before its first step: the container or the
-start-up failed) and STALLED (its time limit came before its first step: it looks
-hung). The batch script requeues neither: another attempt would do the same.
+reason: COMPLETED, TIMEOUT, PREEMPTED, NODE_FAIL, FAILED, CANCELLED or RUNNING, NODES
+(a job with spares ran out of healthy nodes), or one of NO_STEP's: STARTUP (failed
+before its first step: the container or the start-up failed) and STALLED (its time
+limit came before its first step: it looks hung). The batch script requeues neither:
+another attempt would do the same. The script's words are hpcdl.jobside.requeue's.
 """
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ from typing import Any
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.jobs.rundir import RunDir
 from hpcdl.jobs.timelimit import hang_advice
+from hpcdl.jobside import requeue
 from hpcdl.jobside.protocol import unlabel
 from hpcdl.schedulers.base import NATIVE_STATE_KEY, JobStatus, Scheduler
 
 # Causes the batch script gives an attempt that completed no training step (the run
-# directory's progress file was not there when it ended; hpcdl/jobside/requeue.py).
-STARTUP = "STARTUP"
-STALLED = "STALLED"
-NO_STEP = (STARTUP, STALLED)
+# directory's progress file was not there when it ended; hpcdl/jobside/requeue.py): the
+# words the job script is rendered with (hpcdl.jobside.requeue), not spelt again here.
+STARTUP = requeue.STARTUP
+STALLED = requeue.STALLED
+NO_STEP = requeue.NO_STEP
 # Lines in a job's stderr that report a failure rather than say what it was: the
 # scheduler's tools' (Scheduler.stderr_noise), and the batch shell's own (unlabelled; a
 # rank's "hpcdl: command not found" carries the launcher's rank label and is a cause).
@@ -43,7 +46,7 @@ class ScriptAttempt:
     started: int
     ended: int
     exit_code: int
-    cause: str  # COMPLETED, TIMEOUT, PREEMPTED, FAILED, STARTUP, STALLED
+    cause: str  # one of hpcdl.jobside.requeue.CAUSES (the batch script's $hpcdl_cause)
 
     @classmethod
     def parse(cls, line: str) -> ScriptAttempt | None:

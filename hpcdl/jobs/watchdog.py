@@ -110,11 +110,12 @@ def collect(scheduler: Scheduler, job_id: str, pids: list[RankPid], *, py_spy: s
                              timeout=timeout)
 
 
-def _progress(path: Path) -> tuple[str, Fingerprint]:
+def _progress(path: Path, stale: Fingerprint = frozenset()) -> tuple[str, Fingerprint]:
     """hpcdl.jobside.hangwatch.progress, through this module's fingerprint (which tests
     replace)."""
     beats = hangwatch.heartbeats(path)
-    return ("heartbeat", beats) if beats else ("run directory", fingerprint(RunDir(path)))
+    return (("heartbeat", beats) if beats and beats != stale
+            else ("run directory", fingerprint(RunDir(path))))
 
 
 class HangWatchdog:

@@ -9,12 +9,14 @@ for S seconds it collects a Python stack of every rank with py-spy (one
 ``srun --overlap`` per node, in the job's image when it has one), writes the dumps and
 the diagnosis to RUN_DIR/hang/ (hpcdl.jobside.hangdiag decides), then cancels the job
 (scancel), asks the node guard to relaunch the training (RUN_DIR/relaunch.request, read
-by templates/hpcdl-nodes.sh) or leaves it running and watches again once progress
-resumes. A follower (``--wait``, from the login node or a laptop) only reports what
+by templates/hpcdl-nodes.sh; the relaunched step's silence is then measured from the
+request, so one that hangs again, even before its first heartbeat, is diagnosed again,
+as often as the guard's --max-restarts allows) or leaves it running and watches again
+once progress resumes. A follower (``--wait``, from the login node or a laptop) only reports what
 it wrote.
 
 Progress (``progress``): the ranks' heartbeats (hpcdl.jobside.steps.beat) once any rank
-wrote one; before that, and for a script that writes none, any file of the run
+of the current step wrote one; before that, and for a script that writes none, any file of the run
 directory (the logs, checkpoints), as the follow-side watchdog always read it. Changes
 are compared between polls, never mtimes with this host's clock.
 
@@ -126,11 +128,13 @@ def heartbeats(run_dir: Path) -> Fingerprint:
     return frozenset(seen)
 
 
-def progress(run_dir: Path) -> tuple[str, Fingerprint]:
+def progress(run_dir: Path, stale: Fingerprint = frozenset()) -> tuple[str, Fingerprint]:
     """(what was read, its fingerprint): the heartbeats once any rank wrote one, else
-    the run directory's files."""
+    the run directory's files. ``stale``: the heartbeats of a step the watchdog had
+    relaunched; while they are all there is (the new step has not beaten yet), the run
+    directory's files are read, as before a first step's first beat."""
     beats = heartbeats(run_dir)
-    if beats:
+    if beats and beats != stale:
         return "heartbeat", beats
     return "run directory", fingerprint(run_dir)
 
@@ -332,7 +336,8 @@ class Watch:
                  cancel: Callable[[], bool],
                  on_hang: Callable[[Diagnosis], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 progress: Callable[[Path], tuple[str, Fingerprint]] = progress) -> None:
+                 progress: Callable[[Path, Fingerprint], tuple[str, Fingerprint]] = progress
+                 ) -> None:
         self.run_dir = Path(run_dir)
         self.job_id = job_id
         self.timeout = timeout
@@ -345,11 +350,13 @@ class Watch:
         self.silence = Silence()
         self.source = ""
         self.fired_at: Fingerprint | None = None  # the silence already diagnosed
+        # The heartbeats as the step relaunched last had left them: not the new step's.
+        self.stale: Fingerprint = frozenset()
         self.diagnosis: Diagnosis | None = None
 
     def poll(self, running: bool = True) -> Diagnosis | None:
         """Observe the job once; the diagnosis when this poll found (and acted on) a hang."""
-        source, fp = self.progress(self.run_dir) if running else ("", frozenset())
+        source, fp = self.progress(self.run_dir, self.stale) if running else ("", frozenset())
         if source and source != self.source:
             self.source = source
             self.silence = Silence()  # the heartbeats began: their own clock from now
@@ -357,7 +364,24 @@ class Watch:
         if silent < self.timeout or (self.fired_at is not None and fp == self.fired_at):
             return None
         self.fired_at = fp
-        return self.fire(silent)
+        diag = self.fire(silent)
+        if diag.relaunched:
+            self.relaunched(fp if source == "heartbeat" else self.stale)
+        return diag
+
+    def relaunched(self, beats: Fingerprint) -> None:
+        """After asking for a relaunch: the next silence is the new step's, measured from
+        now. Its heartbeats count once they differ from ``beats`` (the old step's, which
+        a new step that hangs before its first beat leaves as they were: without this
+        it was never diagnosed again); until then the run directory's files do, as for
+        a first step (the guard's and the new ranks' lines and pid files are progress).
+        The guard's relaunch budget (--max-restarts) bounds how often this repeats: out
+        of it, the job ends, and this watch with it."""
+        self.stale = beats
+        self.fired_at = None
+        self.source, fp = self.progress(self.run_dir, self.stale)
+        self.silence = Silence()
+        self.silence.observe(self.clock(), True, fp)
 
     def fire(self, silent: float) -> Diagnosis:
         """Collect, diagnose, write hang/, act; return the diagnosis."""

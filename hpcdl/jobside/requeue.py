@@ -63,6 +63,27 @@ PROGRESS_NAME = "progress"
 WAIT_MARGIN_S = 15
 MIN_WAIT_S = 10
 
+# Why an attempt ended, in the words the batch script records ($hpcdl_cause in the job
+# script, the sixth column of the run's attempts.tsv), spelt here once: the job script's
+# requeue and node guard blocks are rendered from these (templates/sbatch.sh.j2's
+# ``cause``, which hpcdl.plan.build fills from cause_words()), hpcdl.jobs.attempts reads
+# attempts.tsv with them. templates/hpcdl-nodes.sh is staged unrendered:
+# tests/unit/jobside/test_causes.py checks that every word it (and every rendered script)
+# assigns or compares is one of CAUSES, and that each of CAUSES is spelt in the bash.
+COMPLETED = "COMPLETED"  # the step exited 0
+FAILED = "FAILED"  # it exited non-zero and no signal came
+TIMEOUT = "TIMEOUT"  # the job's signal came near its time limit
+PREEMPTED = "PREEMPTED"  # the signal came earlier, or the job has no limit: preemption
+STARTUP = "STARTUP"  # FAILED before the attempt's first training step
+STALLED = "STALLED"  # TIMEOUT before the attempt's first training step: it looks hung
+NODES = "NODES"  # the node guard: fewer healthy nodes left than the training needs
+CAUSES = (COMPLETED, FAILED, TIMEOUT, PREEMPTED, STARTUP, STALLED, NODES)
+# An attempt that completed no training step: not requeued (another would do the same).
+NO_STEP = (STARTUP, STALLED)
+# Attempts that spend no restart of --max-restarts: preemption is not the job's doing,
+# and a completed attempt is not a restart.
+SPEND_NO_RESTART = (PREEMPTED, COMPLETED)
+
 _signalled = False
 _marked = False
 
@@ -129,3 +150,9 @@ def mark_step(step: int, env: Mapping[str, str] | None = None) -> bool:
     _marked = True
     return True
 
+
+
+def cause_words() -> dict[str, object]:
+    """The job script template's ``cause`` variable: each of CAUSES by its own name
+    (``{{ cause.TIMEOUT }}``), and ``spend_no_restart`` (SPEND_NO_RESTART)."""
+    return {**{word: word for word in CAUSES}, "spend_no_restart": list(SPEND_NO_RESTART)}

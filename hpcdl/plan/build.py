@@ -18,6 +18,7 @@ from hpcdl.core.gpuarch import ImageArchFacts, check_partition
 from hpcdl.core.templating import Raw, render_template, shell_join
 from hpcdl.data.mount import CONTAINER_MOUNT, DATA_VARIABLE
 from hpcdl.errors import ValidationError
+from hpcdl.jobside.requeue import cause_words
 from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.code import CODE_DIR_NAME
 from hpcdl.launch.nodes import (
@@ -384,6 +385,8 @@ def _script(profile: Profile, asked: _Asked, spec: JobSpec, dialect: ScriptDiale
         "rank_env_q": shell_join([rank_env_script(ranks.launcher.wrapper_mode, **ranks.wrapper_options)]),
         "launch_line": launch.launch_line,
         "probe_line": probe.line if probe else None,
+        # The words $hpcdl_cause takes (hpcdl.jobside.requeue: attempts.tsv is read with them)
+        "cause": cause_words(),
         "requeue": requeue_block(spec.requeue, req.run_dir, dialect),
         "guard": guard_block(profile, spec, asked.resilience, req.run_dir, image=bool(image),
                              master_addr=master_addr is not None,

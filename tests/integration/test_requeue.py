@@ -232,7 +232,9 @@ def test_a_job_that_keeps_failing_stops_after_max_restarts(runs_dir: Path) -> No
     lines = (run_dir / "attempts.tsv").read_text().splitlines()
     assert [ln.split("\t")[1] for ln in lines] == ["0", "1"]
     err = (run_dir / f"slurm-{job}.err").read_text()
-    assert "not requeued (--max-restarts 1)" in err
+    # Said once, by the last attempt: not by the first, which was requeued.
+    assert err.count("not requeued") == 1 and "not requeued (--max-restarts 1)" in err, err
+    assert "requeue failed" not in err, err
 
 
 def test_an_attempt_that_fails_before_its_first_step_is_not_requeued(runs_dir: Path) -> None:

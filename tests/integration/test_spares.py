@@ -409,6 +409,48 @@ def test_without_wait_a_hung_rank_is_relaunched_by_the_job_itself(
     assert 0 <= relaunched - hang["detected_at"] + 1 < 60  # (whole seconds in the record)
 
 
+def test_a_relaunched_step_that_hangs_before_its_first_heartbeat_is_diagnosed_again(
+        three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path) -> None:
+    """The hang above, with heartbeats (the ranks beat after every step, as hpcdl's do),
+    and the relaunched step hangs on every rank before its first step: the old step's
+    heartbeats stay as they were at the first diagnosis. The job's watchdog measures the
+    new silence from the relaunch, diagnoses it again after --hang-timeout (the run
+    directory's files as progress until a beat) and asks again; the guard's
+    --max-restarts 1 is spent, so the job ends, FAILED, instead of hanging to its time
+    limit (the old watchdog never diagnosed it again). Cost: ~1.5 min."""
+    cluster, env, profile = three_nodes
+    victim = cluster.nodes[1]
+    run = runs_dir / "hung-again"
+    # This session's own copy (the nodes see runs_dir): HANG_SCRIPT's folder is per xdist
+    # worker name, which another session of this user may rewrite with its checkout's.
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    script = runs_dir / "resume_hang.py"
+    shutil.copyfile(Path(__file__).resolve().parent / "hang" / "resume_hang.py", script)
+    res = hpcdl("submit", "--json", "-p", str(profile), "-N", "2", "-G", "1", "--spares", "1",
+                "--no-image", "--hang-timeout", "20", "--max-restarts", "1", "-t", "0:06:00",
+                "--run-dir", str(run), "--", "python3", str(script), "--steps", "12",
+                "--every", "5", "--hang-at", "8", "--hang-host", victim, "--beat",
+                "--hang-when-relaunched", env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    job = json.loads(res.stdout.strip().splitlines()[-1])["job_id"]
+    row = final_status(job, env, timeout=300)
+    err = (run / f"slurm-{job}.err").read_text()
+    log = (run / f"slurm-{job}.out").read_text()
+    assert row["state"] == "FAILED", (row, err[-3000:])
+    assert "HANG_AGAIN" in log and (run / "heartbeat" / "rank-0").is_file(), log[-2000:]
+    assert err.count("hpcdl: hang watchdog: asked the node guard to relaunch") == 2, err[-3000:]
+    assert "relaunches (--max-restarts 1): no relaunch" in err, err[-3000:]
+    first, second = [ln.split("\t") for ln in (run / "recoveries.tsv").read_text().splitlines()]
+    assert first[4] == victim and first[6] != "-" and second[6] == "-", (first, second)
+    last = json.loads((run / "hang" / "diagnosis.json").read_text())
+    assert last["progress"] == "run directory" and last["relaunched"], last
+    # The new silence counts from the relaunch (whole seconds in the record): at least the
+    # timeout, and not much more on a loaded machine.
+    again = last["detected_at"] - float(first[6])
+    print(f"\nrelaunch {float(first[6]):.0f}, second diagnosis +{again:.1f} s (--hang-timeout 20)")
+    assert 19 <= again < 60, again
+
+
 def test_without_spares_a_dead_node_is_a_real_node_fail_and_requeue(
         three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
         cpu_image: Path) -> None:

@@ -7,6 +7,7 @@ UNKNOWN rather than to a guess.
 
 from __future__ import annotations
 
+from hpcdl.jobside import requeue
 from hpcdl.schedulers.base import JobState
 
 # Slurm state (long name, as squeue %T / sacct State / scontrol JobState print it) -> hpcdl.
@@ -63,10 +64,12 @@ def may_come_back(raw: str) -> bool:
 
 
 # Slurm's accounting state of an ended attempt of a requeued job (sacct -D, one row per
-# attempt) -> hpcdl's reason, where Slurm's word is enough.
-ATTEMPT_REASONS = {"PREEMPTED": "PREEMPTED", "NODE_FAIL": "NODE_FAIL", "TIMEOUT": "TIMEOUT",
-                   "COMPLETED": "COMPLETED", "FAILED": "FAILED", "CANCELLED": "CANCELLED",
-                   "OUT_OF_MEMORY": "FAILED", "BOOT_FAIL": "NODE_FAIL"}
+# attempt) -> hpcdl's reason, where Slurm's word is enough: where the batch script has
+# a word for it too, the script's (hpcdl.jobside.requeue), so that both read the same.
+ATTEMPT_REASONS = {"PREEMPTED": requeue.PREEMPTED, "NODE_FAIL": "NODE_FAIL",
+                   "TIMEOUT": requeue.TIMEOUT, "COMPLETED": requeue.COMPLETED,
+                   "FAILED": requeue.FAILED, "CANCELLED": "CANCELLED",
+                   "OUT_OF_MEMORY": requeue.FAILED, "BOOT_FAIL": "NODE_FAIL"}
 # An attempt in one of these states has not ended (the newest) or was requeued (any other).
 _ATTEMPT_GOING = ("RUNNING", "PENDING", "REQUEUED")
 

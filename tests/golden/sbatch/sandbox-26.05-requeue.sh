@@ -137,6 +137,7 @@ export HPCDL_REQUEUE_FLAG=/scratch/runs/r1/requeue.flag
 hpcdl_attempt=${SLURM_RESTART_COUNT:-0}
 hpcdl_started=$(date +%s)
 hpcdl_cause=""
+hpcdl_requeued=""
 hpcdl_woke=0
 hpcdl_step=""
 rm -f "$HPCDL_REQUEUE_FLAG" "$HPCDL_PROGRESS_FILE"
@@ -202,9 +203,11 @@ hpcdl_used=$(awk -F'\t' -v j="$hpcdl_job" '$1 == j && $6 != "PREEMPTED" && $6 !=
   /scratch/runs/r1/attempts.tsv | wc -l)
 if [[ $hpcdl_rc != 0 && ( $hpcdl_cause == PREEMPTED || $hpcdl_used -le 2 ) ]]; then
   echo "hpcdl: attempt ${hpcdl_attempt} ended: exit ${hpcdl_rc} (${hpcdl_cause}); requeueing at $(date +%s)" >&2
+  # Slurm ends this shell in the sleep; should the sleep end first (expedite's TERM
+  # does), the shell runs on to its end: requeued, it says nothing more.
   hpcdl_slurm scontrol requeue "$hpcdl_job" && hpcdl_requeued=1 && sleep 300
-fi
-if [[ $hpcdl_rc != 0 ]]; then
+  [[ -n $hpcdl_requeued ]] || echo "hpcdl: attempt ${hpcdl_attempt}: the requeue failed (its error is above)" >&2
+elif [[ $hpcdl_rc != 0 ]]; then
   echo "hpcdl: attempt ${hpcdl_attempt} ended: exit ${hpcdl_rc} (${hpcdl_cause}); not requeued (--max-restarts 2)" >&2
 fi
 hpcdl_final "$hpcdl_rc"

@@ -2,6 +2,7 @@
 nothing of hpcdl), for the spare-node tests: it hangs once on one host.
 
     python3 resume_hang.py --steps N [--every K] [--hang-at S] [--hang-host HOST]
+                           [--beat] [--hang-when-relaunched]
 
 Every rank does N all_reduce steps of a running value, one line each. Rank 0 writes a
 checkpoint (the value and the step) to $HPCDL_CHECKPOINT_DIR every K steps, atomically;
@@ -9,6 +10,10 @@ on start every rank resumes from the newest one. On HOST (its short host name) t
 sleeps for an hour at step S (hang_here) while the others wait in the next all_reduce.
 At the end rank 0 prints ``RESULT value=V steps=N resumed_from=STEP``: the value does not
 depend on where the run was interrupted, so a relaunched run ends as an uninterrupted one.
+With --beat every rank writes its heartbeat after each step as hpcdl's ranks do
+($HPCDL_HEARTBEAT_DIR/rank-R: the step), by hand; with --hang-when-relaunched every rank
+of a relaunched step ($HPCDL_CYCLE > 0) hangs before its first step, so before its first
+heartbeat.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ def main() -> None:
     parser.add_argument("--hang-at", type=int, default=-1)
     parser.add_argument("--hang-host", default="")
     parser.add_argument("--step-s", type=float, default=0.3)
+    parser.add_argument("--beat", action="store_true")
+    parser.add_argument("--hang-when-relaunched", action="store_true")
     args = parser.parse_args()
     import torch
     import torch.distributed as dist
@@ -55,6 +62,10 @@ def main() -> None:
         start, value = found
     host = socket.gethostname().split(".")[0]
     tensor = torch.tensor([value], dtype=torch.float64)
+    if args.hang_when_relaunched and int(os.environ.get("HPCDL_CYCLE", "0") or 0) > 0:
+        print(f"HANG_AGAIN {time.time():.3f} rank {rank} host {host}", flush=True)
+        hang_here()
+    beat_dir = os.environ.get("HPCDL_HEARTBEAT_DIR", "") if args.beat else ""
     for step in range(start + 1, args.steps + 1):
         if step == args.hang_at and host == args.hang_host:
             print(f"HANG_START {time.time():.3f} rank {rank} host {host}", flush=True)
@@ -63,6 +74,9 @@ def main() -> None:
         tensor /= dist.get_world_size()
         tensor = tensor * 1.5 + step
         print(f"step {step} rank {rank} value {tensor.item():.6g}", flush=True)
+        if beat_dir:
+            with open(os.path.join(beat_dir, f"rank-{rank}"), "w") as fh:
+                fh.write(f"{step}\n")
         if rank == 0 and step == start + 1 and os.environ.get("HPCDL_PROGRESS_FILE"):
             open(os.environ["HPCDL_PROGRESS_FILE"], "w").close()
         if rank == 0 and step % args.every == 0:

@@ -177,6 +177,66 @@ def test_relaunch_asks_the_guard_without_the_stragglers_node_and_watches_again(
     assert second is not None and second.detected_at >= first.detected_at
 
 
+def test_a_relaunched_step_that_never_beats_is_diagnosed_again_after_the_timeout(
+        tmp_path: Path) -> None:
+    """The new step hangs before its first heartbeat (in its rendezvous, say): the old
+    step's heartbeats stay as they were when the first hang was diagnosed. Its silence is
+    measured from the relaunch request, with the run directory's files as progress until
+    the new step beats (as for a first step); each relaunch is the guard's to allow
+    (--max-restarts), so the watch asks again."""
+    run = a_run(tmp_path)
+    (run / "slurm-9.err").write_text("")
+    clock = [0.0]
+    watch = hangwatch.Watch(run, "9", timeout=5, action="relaunch", collector=collected,
+                            cancel=lambda: pytest.fail("a relaunch cancels nothing"),
+                            clock=lambda: clock[0])
+    watch.poll()
+    clock[0] = 6.0
+    first = watch.poll()
+    assert first is not None and first.relaunched and first.progress == "heartbeat"
+    (run / "relaunch.request").unlink()  # the guard took it
+    for now in (8.0, 10.9):  # under 5 s since the request: the relaunch's own time
+        clock[0] = now
+        assert watch.poll() is None
+    clock[0] = 11.2
+    second = watch.poll()
+    assert second is not None and second.relaunched and second.progress == "run directory"
+    assert (run / "relaunch.request").read_text().startswith("n2\t")
+    (run / "relaunch.request").unlink()
+    # The guard's and the new ranks' lines in the job's log are progress until a beat ...
+    clock[0] = 14.0
+    (run / "slurm-9.err").write_text("hpcdl: relaunch 2 on n1,n3\n")
+    assert watch.poll() is None
+    clock[0] = 18.5
+    assert watch.poll() is None
+    # ... and once the new step beats, its heartbeats are (the log no longer counts).
+    os.utime(run / "heartbeat" / "rank-0", ns=(time.time_ns() + 10**9,) * 2)
+    clock[0] = 19.0
+    assert watch.poll() is None and watch.source == "heartbeat"
+    clock[0] = 22.0
+    (run / "slurm-9.err").write_text("a printing thread is not a step\n")
+    assert watch.poll() is None
+    clock[0] = 24.5
+    third = watch.poll()
+    assert third is not None and third.progress == "heartbeat"
+
+
+@pytest.mark.parametrize("action", ["leave", "cancel"])
+def test_one_silence_is_diagnosed_once_where_nothing_was_relaunched(
+        tmp_path: Path, action: str) -> None:
+    """leave watches again once progress resumes; cancel ends the job (a failed cancel
+    is written as failed, not tried every timeout)."""
+    run = a_run(tmp_path)
+    clock = [0.0]
+    watch = hangwatch.Watch(run, "9", timeout=5, action=action, collector=collected,
+                            cancel=lambda: False, clock=lambda: clock[0])
+    watch.poll()
+    clock[0] = 6.0
+    assert watch.poll() is not None
+    clock[0] = 60.0
+    assert watch.poll() is None
+
+
 def test_the_diagnosis_reads_back_from_its_json() -> None:
     stacks = rank_stacks([RankPid(0, "n1", 21367), RankPid(1, "n2", 21416)],
                          {"n1": [NodeDump("0", 21367, WAITING, 0)]}, {"n2": "srun: timeout"})

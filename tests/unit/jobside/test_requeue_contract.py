@@ -76,11 +76,13 @@ def test_profile_default_turns_requeue_on(tmp_path: Path) -> None:
 
 def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
               signal_after: float | None = None, left: str = "0:30",
-              slurm_env: dict[str, str] | None = None) -> tuple[int, str, str]:
+              slurm_env: dict[str, str] | None = None,
+              requeue_fails: bool = False) -> tuple[int, str, str]:
     """Run the rendered script with stub srun (runs ``step``), scontrol and squeue (whose
     time left, ``left``, tells a time limit from a preemption; its arguments go to
     squeue.log); ``signal_after``: send the job's signal that many seconds after the step
-    started; ``slurm_env``: Slurm's variables (default: job 42, not an array task)."""
+    started; ``slurm_env``: Slurm's variables (default: job 42, not an array task);
+    ``requeue_fails``: scontrol refuses the requeue, in Slurm's words."""
     run = tmp_path / "run"
     run.mkdir(exist_ok=True)
     p = build_plan(load_profile("sandbox"), JobRequest(
@@ -94,8 +96,10 @@ def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
     (stub / "srun").write_text(f'#!/bin/bash\n: > {started}\nwhile [[ $1 == -* ]]; do shift; done\n'
                                'exec "$@"\n')
     # `scontrol show hostnames` (MASTER_ADDR, the first node) answers; the rest is logged.
+    refuse = ('[[ $1 == requeue ]] && { echo "scontrol: error: Requested operation is '
+              'presently disabled for job $2" >&2; exit 1; }\n') if requeue_fails else ""
     (stub / "scontrol").write_text('#!/bin/bash\n[[ $1 == show ]] && { echo n1; exit 0; }\n'
-                                   f'echo "$@" >> {tmp_path}/scontrol.log\n')
+                                   f'echo "$@" >> {tmp_path}/scontrol.log\n{refuse}')
     (stub / "squeue").write_text(f'#!/bin/bash\necho "$@" >> {tmp_path}/squeue.log\n'
                                  f"[[ $* == *%L* ]] && echo {left}\nexit 0\n")
     # No 300 s wait after the requeue (Slurm would kill the script then), no 2 s for a
@@ -268,6 +272,28 @@ def test_a_silent_squeue_is_named_and_read_as_a_preemption(tmp_path: Path) -> No
 def test_a_crash_after_a_step_is_requeued(tmp_path: Path) -> None:
     code, err, scontrol = run_block(tmp_path, CRASH_AFTER_A_STEP, restart=0)
     assert scontrol.strip() == "requeue 42" and causes(tmp_path) == ["FAILED"]
+
+
+def test_a_requeued_attempt_does_not_say_it_was_not_requeued(tmp_path: Path) -> None:
+    """The sleep after `scontrol requeue` ends here at once (as expedite's TERM ends it on
+    26.05): the shell runs on to its end, and said "not requeued (--max-restarts 1)"
+    after its "requeueing" line."""
+    code, err, scontrol = run_block(tmp_path, CRASH_AFTER_A_STEP, restart=0)
+    assert scontrol.strip() == "requeue 42" and code == 3
+    assert "(FAILED); requeueing at " in err and "not requeued" not in err, err
+    assert "requeue failed" not in err, err
+
+
+def test_a_requeue_slurm_refuses_is_named_and_not_blamed_on_max_restarts(
+        tmp_path: Path) -> None:
+    code, err, scontrol = run_block(tmp_path, CRASH_AFTER_A_STEP, restart=0, requeue_fails=True)
+    assert scontrol.strip() == "requeue 42" and code == 3
+    lines = err.splitlines()
+    assert lines[-2:] == [
+        "hpcdl: scontrol requeue 42 failed (exit 1: scontrol: error: Requested operation is "
+        "presently disabled for job 42)",
+        "hpcdl: attempt 0: the requeue failed (its error is above)"], err
+    assert "--max-restarts" not in err
 
 
 def test_a_finished_step_is_not_requeued(tmp_path: Path) -> None:

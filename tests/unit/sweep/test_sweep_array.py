@@ -342,7 +342,7 @@ def test_requeue_and_spares_apply_per_task_and_the_dry_run_shows_them(
     assert "# spares: each task allocates 1 + 1 nodes" in dry.stderr
     assert "point-000/job.sbatch (point 0's job script" in dry.stderr
     # Point 0's script, shown whole: with spares its requeue goes through the node guard.
-    assert "hpcdl_exclude_and_requeue && sleep 300" in dry.stderr
+    assert "hpcdl_exclude_and_requeue && hpcdl_requeued=1 && sleep 300" in dry.stderr
     assert "hpcdl_job=${SLURM_ARRAY_JOB_ID:+" in dry.stderr
     as_json = json.loads(sweep(*args, "--dry-run", "--json").stdout)
     assert (as_json["requeue"], as_json["max_restarts"], as_json["spares"]) == (True, 2, 1)
