@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.torch
+# One worker for the module: its tests share one run of the whole check (cpu_check, a
+# module fixture), which two xdist workers would each run (~2 min of both cores).
+pytestmark = [pytest.mark.torch, pytest.mark.xdist_group("gpu-check")]
 
 pytest.importorskip("torch")
 

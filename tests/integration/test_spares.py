@@ -95,18 +95,24 @@ def reference(key: str, common: list[str], runs_dir: Path, env: dict[str, str],
 def follow_requeued(cluster: NetnsCluster, job: str, timeout: float = 600,
                     pending: Callable[[], None] | None = None) -> list[str]:
     """Until ``job`` has ended, letting a requeued attempt go from Slurm's hold (~2 min
-    BeginTime) at once, whatever reason squeue shows for it; ``pending`` runs at each poll
-    that finds it pending. Returns the distinct ``STATE|REASON`` seen, in order."""
+    BeginTime) once it has been pending for a poll, whatever reason squeue shows for it;
+    ``pending`` runs at each poll that finds it pending. Not at the first poll: an
+    attempt started in the second its predecessor's credential was revoked is killed
+    ("Job credential revoked", seen on 22.05 under load). Returns the distinct
+    ``STATE|REASON`` seen, in order."""
     deadline = time.monotonic() + timeout
     seen: list[str] = []
+    polls_pending = 0
     while True:
         state = cluster.run("squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip()
         if state and state not in seen:
             seen.append(state)
-        if state.startswith("PENDING"):
+        polls_pending = polls_pending + 1 if state.startswith("PENDING") else 0
+        if polls_pending:
             if pending is not None:
                 pending()
-            cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now")
+            if polls_pending > 1:
+                cluster.run("scontrol", "update", f"jobid={job}", "StartTime=now")
         if not state or state.split("|")[0] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
             return seen
         assert time.monotonic() < deadline, f"job {job}: {state} (seen: {seen})"
