@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from hpcdl.errors import ToolError
 from hpcdl.hang.actions import UNWATCHED_NAME
@@ -32,23 +31,7 @@ from hpcdl.jobside.hangwatch import COLLECT_TIMEOUT_S, PY_SPY_ENV, Collected, Wa
 from hpcdl.schedulers.base import JobState, JobStatus, Scheduler
 
 __all__ = ["COLLECT_TIMEOUT_S", "PY_SPY_ENV", "HangReport", "HangWatchdog", "collect", "find_py_spy",
-           "fingerprint", "hang_dump", "read_pids", "write_hang"]
-
-
-def hang_dump(run: RunDir, node: str) -> Path:
-    """py-spy's dumps of the ranks on ``node`` (a Slurm node name), in the run's hang/."""
-    return hangwatch.hang_dump(run.path, node)
-
-
-def read_pids(run: RunDir) -> list[RankPid]:
-    """The processes the rank wrapper recorded in the run's pids/."""
-    return hangwatch.read_pids(run.path)
-
-
-def write_hang(run: RunDir, diagnosis: dict[str, Any], text: str,
-               dumps: dict[str, str]) -> list[Path]:
-    """The run's hang/ (hpcdl.jobside.hangwatch.write_hang)."""
-    return hangwatch.write_hang(run.path, diagnosis, text, dumps)
+           "fingerprint"]
 
 
 def fingerprint(run: RunDir) -> Fingerprint:

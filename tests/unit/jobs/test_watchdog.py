@@ -22,7 +22,8 @@ from hpcdl.hang import diagnosis as hang
 from hpcdl.hang.actions import UNWATCHED_NAME
 from hpcdl.hang.diagnosis import NodeDump, RankPid, diagnose, rank_stacks
 from hpcdl.jobs.rundir import RunDir
-from hpcdl.jobs.watchdog import HangWatchdog, find_py_spy, fingerprint, hang_dump, write_hang
+from hpcdl.jobs.watchdog import HangWatchdog, find_py_spy, fingerprint
+from hpcdl.jobside.hangwatch import hang_dump, write_hang
 from hpcdl.schedulers.base import JobState, JobStatus
 from tests.unit.hang.test_hang import SLEEPING, WAITING
 
@@ -38,7 +39,7 @@ def test_fingerprint_sees_the_jobs_files_not_the_watchdogs(tmp_path: Path) -> No
     run = RunDir(tmp_path)
     (tmp_path / "slurm-1.out").write_text("a")
     before = fingerprint(run)
-    write_hang(run, {"x": 1}, "x\n", {"n1": "dump"})
+    write_hang(run.path, {"x": 1}, "x\n", {"n1": "dump"})
     (tmp_path / "result.json").write_text("{}")
     assert fingerprint(run) == before
     (tmp_path / "checkpoints").mkdir()
@@ -184,7 +185,7 @@ def test_submit_wait_watches_a_job_that_cannot_watch_itself(fake_slurm,
     assert [c["argv"] for c in fake_slurm.calls() if c["tool"] == "scancel"] == [["100"]]
     run = RunDir(Path(out["run_dir"]))
     assert json.loads(run.hang_json.read_text())["summary"] == out["hang"]["summary"]
-    assert hang_dump(run, "n2").is_file()
+    assert hang_dump(run.path, "n2").is_file()
 
 
 def test_submit_wait_reports_what_the_jobs_own_watchdog_wrote(fake_slurm,
