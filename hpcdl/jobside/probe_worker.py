@@ -431,112 +431,195 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _measure(args, sizes, rank, world, report, env_ifname)
 
 
-def _measure(args: argparse.Namespace, sizes: tuple[int, ...], rank: int, world: int,
-             report: Callable[[dict[str, Any]], None], gloo_ifname: str | None) -> int:
-    import torch
-    import torch.distributed as dist
+def result_row(size: int, seconds: float, ranks: int, algorithm: str) -> dict[str, Any]:
+    """One measured allreduce as the report line holds it (torch's and MPI's alike)."""
+    algbw, busbw = bandwidths(size, seconds, ranks)
+    return {"size": size, "algorithm": algorithm, "ranks": ranks, "time_s": _sig(seconds),
+            "algbw_gbs": _sig(algbw), "busbw_gbs": _sig(busbw)}
 
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    backend = args.backend
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
-    nccl_log = None
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank % max(torch.cuda.device_count(), 1))
-        if "NCCL_DEBUG" not in os.environ:  # to read which transport NCCL chose
-            nccl_log = f"/tmp/hpcdl-probe-nccl.{os.getpid()}.log"
-            os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
-                              NCCL_DEBUG_FILE=nccl_log)
-    device = torch.device("cuda") if backend == "nccl" else torch.device("cpu")
-    started = time.monotonic()
-    dist.init_process_group(backend, rank=rank, world_size=world)
-    # Facts and results travel over Gloo even when the data goes over NCCL.
-    meta = dist.new_group(backend="gloo") if backend == "nccl" else None
-    sync: Callable[[], None] = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
 
-    def timed(size: int, group: Any) -> float:
-        tensor = torch.ones(size // 4, dtype=torch.float32, device=device)
-        for _ in range(args.warmup):
-            dist.all_reduce(tensor, group=group)
-        dist.barrier(group=group)
-        times = []
-        for _ in range(args.iters):
-            sync()
-            t0 = time.perf_counter()
-            dist.all_reduce(tensor, group=group)
-            sync()
-            times.append(time.perf_counter() - t0)
-        slowest = torch.tensor(times, dtype=torch.float64, device=device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
-        return float(statistics.median(slowest.tolist()))
-
-    def row(size: int, seconds: float, ranks: int, algorithm: str) -> dict[str, Any]:
-        algbw, busbw = bandwidths(size, seconds, ranks)
-        return {"size": size, "algorithm": algorithm, "ranks": ranks, "time_s": _sig(seconds),
-                "algbw_gbs": _sig(algbw), "busbw_gbs": _sig(busbw)}
-
-    # Who is where: node order as the ranks are laid out (NODE_RANK), first rank per node.
-    me = {"rank": rank, "node": node_name(), "node_rank": int(os.environ.get("NODE_RANK", "0")),
-          "local_rank": local_rank, **_facts(gloo_ifname)}
-    everyone: list[Any] = [None] * world
-    dist.all_gather_object(everyone, me, group=meta)
+def node_layout(everyone: Sequence[dict[str, Any]]) -> tuple[list[str], dict[str, int]]:
+    """(nodes, leaders) from every rank's facts: the node names in the order the ranks are
+    laid out (NODE_RANK, then rank) and each node's first rank, which measures its pairs."""
     nodes: list[str] = []
     leaders: dict[str, int] = {}
     for info in sorted(everyone, key=lambda i: (i["node_rank"], i["rank"])):
         if info["node"] not in leaders:
             nodes.append(info["node"])
             leaders[info["node"]] = info["rank"]
-    label = f"torch.distributed {backend} all_reduce"
-    whole = [row(size, timed(size, None), world, label) for size in sizes]
-    # Node pairs: their first ranks; every rank creates every group, in the same order.
-    pair_size = sizes[-1]
+    return nodes, leaders
 
-    def measure_pairs(rounds: list[list[tuple[int, int]]]) -> list[dict[str, Any]]:
+
+def ring_pair_mode(ring_rounds: int, extra: Sequence[Sequence[tuple[int, int]]],
+                   measured: int, nodes: int) -> str:
+    """The report's ``pair_mode`` above ``SEQUENTIAL_PAIRS_UP_TO`` nodes: how the ring's
+    rounds and the suspects' rounds (``extra``) went, and how many of all pairs that is."""
+    suspects = sum(len(r) for r in extra)
+    return (f"ring neighbours in {ring_rounds} rounds of disjoint pairs"
+            + (f", then {suspects} suspect node{'s' if suspects > 1 else ''} against "
+               f"good nodes in {len(extra)} round{'s' if len(extra) > 1 else ''}"
+               if extra else "") + f": {measured} of "
+            f"{nodes * (nodes - 1) // 2} pairs")
+
+
+def _read_nccl_log(path: str | None) -> dict[str, str]:
+    """``parse_nccl_debug`` of the NCCL_DEBUG file this rank asked for, which it then
+    removes; empty when there is none (NCCL_DEBUG was set by the user, or Gloo ran)."""
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            facts = parse_nccl_debug(fh.read())
+        os.remove(path)
+    except OSError:
+        return {}
+    return facts
+
+
+class _Collectives:
+    """torch.distributed for one probe: the backend, the device, the Gloo group that facts
+    and results travel over, and the timed allreduce every measurement uses."""
+
+    def __init__(self, args: argparse.Namespace, rank: int, world: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist, self.args, self.rank, self.world = torch, dist, args, rank, world
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        backend = args.backend
+        if backend == "auto":
+            backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+        self.backend = backend
+        self.nccl_log: str | None = None
+        if backend == "nccl":
+            torch.cuda.set_device(self.local_rank % max(torch.cuda.device_count(), 1))
+            if "NCCL_DEBUG" not in os.environ:  # to read which transport NCCL chose
+                self.nccl_log = f"/tmp/hpcdl-probe-nccl.{os.getpid()}.log"
+                os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
+                                  NCCL_DEBUG_FILE=self.nccl_log)
+        self.device = torch.device("cuda") if backend == "nccl" else torch.device("cpu")
+        self.label = f"torch.distributed {backend} all_reduce"
+        self.meta: Any = None  # the Gloo group, once started (None: the default group)
+
+    def start(self) -> None:
+        self.dist.init_process_group(self.backend, rank=self.rank, world_size=self.world)
+        # Facts and results travel over Gloo even when the data goes over NCCL.
+        self.meta = self.dist.new_group(backend="gloo") if self.backend == "nccl" else None
+
+    def sync(self) -> None:
+        # NCCL's all_reduce returns before the GPU is done: time to its end.
+        if self.backend == "nccl":
+            self.torch.cuda.synchronize()
+
+    def timed(self, size: int, group: Any) -> float:
+        """The median over --iters calls of the slowest rank's time for an allreduce of
+        ``size`` bytes in ``group`` (None: every rank), after --warmup untimed calls."""
+        torch, dist = self.torch, self.dist
+        tensor = torch.ones(size // 4, dtype=torch.float32, device=self.device)
+        for _ in range(self.args.warmup):
+            dist.all_reduce(tensor, group=group)
+        dist.barrier(group=group)
+        times = []
+        for _ in range(self.args.iters):
+            self.sync()
+            t0 = time.perf_counter()
+            dist.all_reduce(tensor, group=group)
+            self.sync()
+            times.append(time.perf_counter() - t0)
+        slowest = torch.tensor(times, dtype=torch.float64, device=self.device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
+        return float(statistics.median(slowest.tolist()))
+
+    def gather(self, obj: Any) -> list[Any]:
+        """``obj`` from every rank, in rank order (over the Gloo group)."""
+        out: list[Any] = [None] * self.world
+        self.dist.all_gather_object(out, obj, group=self.meta)
+        return out
+
+    def transport(self, everyone: Sequence[dict[str, Any]], leaders: dict[str, int],
+                  nccl_facts: dict[str, str]) -> dict[str, Any]:
+        """The report's ``transport``: versions, NCCL's chosen transport (``nccl_facts``,
+        from ``_read_nccl_log``), and each node's interface as its first rank saw it."""
+        torch = self.torch
+        return {
+            "backend": self.backend, "torch": torch.__version__,
+            "nccl": (".".join(map(str, torch.cuda.nccl.version()))
+                     if self.backend == "nccl" else None),
+            # torch's Gloo process group has one transport, TCP; NCCL's is read from
+            # its own INFO lines (IB, Socket, ...).
+            **({"transport": "TCP"} if self.backend == "gloo" else nccl_facts),
+            "nodes": [{k: info[k] for k in ("node", "interface", "address", "env")}
+                      for info in everyone if info["rank"] == leaders[info["node"]]],
+        }
+
+    def finish(self) -> None:
+        self.dist.barrier(group=self.meta)
+        self.dist.destroy_process_group()
+
+
+class _PairProbe:
+    """The node pairs' measurements: every pair's allreduce of the largest size between
+    the two nodes' first ranks, in rounds; every rank creates every group, in one order."""
+
+    def __init__(self, coll: _Collectives, nodes: list[str], leaders: dict[str, int],
+                 size: int) -> None:
+        self.coll, self.nodes, self.leaders, self.size = coll, nodes, leaders, size
+
+    def measure(self, rounds: list[list[tuple[int, int]]]) -> list[dict[str, Any]]:
+        """Every pair of ``rounds`` (node indices), each round ``PAIR_PASSES`` times,
+        keeping each pair's faster pass; every rank gets every pair's row."""
+        coll, nodes, leaders = self.coll, self.nodes, self.leaders
         groups = {}
         for pairs_now in rounds:
             for a, b in pairs_now:
-                groups[(a, b)] = dist.new_group([leaders[nodes[a]], leaders[nodes[b]]])
+                groups[(a, b)] = coll.dist.new_group([leaders[nodes[a]], leaders[nodes[b]]])
         best: dict[tuple[str, str], dict[str, Any]] = {}
         for _ in range(PAIR_PASSES):
             for pairs_now in rounds:
                 for a, b in pairs_now:
-                    if rank not in (leaders[nodes[a]], leaders[nodes[b]]):
+                    if coll.rank not in (leaders[nodes[a]], leaders[nodes[b]]):
                         continue
                     result = {"nodes": [nodes[a], nodes[b]],
-                              **row(pair_size, timed(pair_size, groups[(a, b)]), 2, label)}
+                              **result_row(self.size, coll.timed(self.size, groups[(a, b)]), 2,
+                                           coll.label)}
                     key = (nodes[a], nodes[b])
-                    if rank == leaders[nodes[a]] and (
+                    if coll.rank == leaders[nodes[a]] and (
                             key not in best or result["busbw_gbs"] > best[key]["busbw_gbs"]):
                         best[key] = result
-                dist.barrier(group=meta)
-        gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, list(best.values()), group=meta)
-        return [p for part in gathered for p in part]
+                coll.dist.barrier(group=coll.meta)
+        return [p for part in coll.gather(list(best.values())) for p in part]
 
-    rounds = pair_rounds(len(nodes))
-    measured = measure_pairs(rounds)
-    pair_mode = "one pair at a time"
-    if len(nodes) > SEQUENTIAL_PAIRS_UP_TO:
+    def measure_all(self, slow_ratio: float) -> tuple[list[dict[str, Any]], str]:
+        """(every measured pair's row, the report's ``pair_mode``): see ``pair_rounds``
+        and ``confirm_rounds`` for which pairs."""
+        nodes = self.nodes
+        rounds = pair_rounds(len(nodes))
+        measured = self.measure(rounds)
+        if len(nodes) <= SEQUENTIAL_PAIRS_UP_TO:
+            return measured, "one pair at a time"
         # Every rank holds the ring's results now and derives the same second rounds.
         index = {n: i for i, n in enumerate(nodes)}
         ring_bw = {(index[p["nodes"][0]], index[p["nodes"][1]]): p["busbw_gbs"] for p in measured}
-        extra = confirm_rounds(len(nodes), ring_bw, args.slow_ratio)
-        measured += measure_pairs(extra)
-        suspects = sum(len(r) for r in extra)
-        pair_mode = (f"ring neighbours in {len(rounds)} rounds of disjoint pairs"
-                     + (f", then {suspects} suspect node{'s' if suspects > 1 else ''} against "
-                        f"good nodes in {len(extra)} round{'s' if len(extra) > 1 else ''}"
-                        if extra else "") + f": {len(measured)} of "
-                     f"{len(nodes) * (len(nodes) - 1) // 2} pairs")
+        extra = confirm_rounds(len(nodes), ring_bw, slow_ratio)
+        measured += self.measure(extra)
+        return measured, ring_pair_mode(len(rounds), extra, len(measured), len(nodes))
+
+
+def _measure(args: argparse.Namespace, sizes: tuple[int, ...], rank: int, world: int,
+             report: Callable[[dict[str, Any]], None], gloo_ifname: str | None) -> int:
+    coll = _Collectives(args, rank, world)
+    started = time.monotonic()
+    coll.start()
+    # Who is where: node order as the ranks are laid out (NODE_RANK), first rank per node.
+    me = {"rank": rank, "node": node_name(), "node_rank": int(os.environ.get("NODE_RANK", "0")),
+          "local_rank": coll.local_rank, **_facts(gloo_ifname)}
+    everyone = coll.gather(me)
+    nodes, leaders = node_layout(everyone)
+    whole = [result_row(size, coll.timed(size, None), world, coll.label) for size in sizes]
+    pair_size = sizes[-1]
+    measured, pair_mode = _PairProbe(coll, nodes, leaders, pair_size).measure_all(args.slow_ratio)
     all_pairs = sorted(measured, key=lambda p: p["nodes"])
-    nccl_facts = {}
-    if nccl_log:
-        try:
-            with open(nccl_log, encoding="utf-8", errors="replace") as fh:
-                nccl_facts = parse_nccl_debug(fh.read())
-            os.remove(nccl_log)
-        except OSError:
-            pass
+    nccl_facts = _read_nccl_log(coll.nccl_log)  # every rank: each removes its own file
     mpi = _mpi_sweep(args.mpi, sizes, args.iters, args.warmup, world)
     elapsed = time.monotonic() - started
     pair_bw = {(p["nodes"][0], p["nodes"][1]): p["busbw_gbs"] for p in all_pairs}
@@ -546,25 +629,15 @@ def _measure(args: argparse.Namespace, sizes: tuple[int, ...], rank: int, world:
         write_slow_nodes(args.slow_nodes_out, judged)
     if rank == 0:
         report({
-            "backend": backend, "world_size": world, "nodes": nodes,
+            "backend": coll.backend, "world_size": world, "nodes": nodes,
             "ranks_per_node": world // len(nodes), "sizes": list(sizes), "iters": args.iters,
             "warmup": args.warmup, "allreduce": whole, "pairs": all_pairs,
             "pair_size": pair_size,
             "pair_mode": pair_mode,
             "mpi": mpi, "expected_gbs": args.expected_gbs, "verdict": judged,
-            "transport": {
-                "backend": backend, "torch": torch.__version__,
-                "nccl": (".".join(map(str, torch.cuda.nccl.version()))
-                         if backend == "nccl" else None),
-                # torch's Gloo process group has one transport, TCP; NCCL's is read from
-                # its own INFO lines (IB, Socket, ...).
-                **({"transport": "TCP"} if backend == "gloo" else nccl_facts),
-                "nodes": [{k: info[k] for k in ("node", "interface", "address", "env")}
-                          for info in everyone if info["rank"] == leaders[info["node"]]],
-            },
+            "transport": coll.transport(everyone, leaders, nccl_facts),
             "elapsed_s": round(elapsed, 3), "exit_code": code})
-    dist.barrier(group=meta)
-    dist.destroy_process_group()
+    coll.finish()
     if rank != 0:
         return EXIT_OK  # rank 0's status is the verdict
     if code != EXIT_OK:
@@ -619,9 +692,7 @@ def _mpi_sweep(mode: str, sizes: tuple[int, ...], iters: int, warmup: int,
         slowest = np.array(times)
         comm.Allreduce(MPI.IN_PLACE, slowest, op=MPI.MAX)
         seconds = float(statistics.median(slowest.tolist()))
-        algbw, busbw = bandwidths(size, seconds, world)
-        rows.append({"size": size, "algorithm": "mpi4py MPI_Allreduce", "ranks": world,
-                     "time_s": _sig(seconds), "algbw_gbs": _sig(algbw), "busbw_gbs": _sig(busbw)})
+        rows.append(result_row(size, seconds, world, "mpi4py MPI_Allreduce"))
     library = MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]
     return {"library": library, "allreduce": rows}
 
