@@ -7,6 +7,7 @@ with its fix.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -63,83 +64,101 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 def verdicts(host: HostFacts, image: ImageFacts | None = None,
              profile: ProfileFacts | None = None) -> list[Verdict]:
     """Judge the facts. Ordered: host, then image, then host x image x profile."""
+    out = _host_verdicts(host)
+    if profile is not None:
+        out += _profile_verdicts(host, profile)
+    if image is None:
+        return out
+    unusable = _unusable_image(host, image)
+    if unusable is not None:
+        # Nothing inside an image that cannot be read or started can be judged.
+        return [*out, unusable]
+    for check in IMAGE_CHECKS:
+        out += check(host, image, profile)
+    return out
+
+
+def _host_verdicts(host: HostFacts) -> list[Verdict]:
+    """The host alone: runtime, container access, Slurm, MPI, image mounts, GPUs."""
     out: list[Verdict] = []
-    add = out.append
     if host.runtime:
-        add(Verdict("ok", "runtime", f"{host.runtime} {host.runtime_version} ({host.runtime_path})"))
+        out.append(Verdict("ok", "runtime",
+                           f"{host.runtime} {host.runtime_version} ({host.runtime_path})"))
     else:
-        add(Verdict("problem", "runtime", host.runtime_error or "no apptainer or singularity",
-                    INSTALL_HINT))
-
+        out.append(Verdict("problem", "runtime",
+                           host.runtime_error or "no apptainer or singularity", INSTALL_HINT))
     if host.runtime and host.access is not None:
-        _access_verdicts(host.access, add)
-
-    if all(host.slurm_tools.get(t) for t in ("sbatch", "srun", "squeue")):
-        add(Verdict("ok", "slurm", f"Slurm {host.slurm_version or '?'} tools found"))
-    else:
-        missing = [t for t in ("sbatch", "srun", "squeue") if not host.slurm_tools.get(t)]
-        add(Verdict("warning", "slurm", f"not on PATH: {', '.join(missing)}",
-                    "run on a login node (or `module load slurm`); `hpcdl submit --dry-run` "
-                    "works anywhere"))
-
+        out += _access_verdicts(host.access)
+    out.append(_slurm_verdict(host))
     if host.mpi_flavour:
-        add(Verdict("ok", "host MPI", f"{host.mpi_flavour} {host.mpi_version}"))
+        out.append(Verdict("ok", "host MPI", f"{host.mpi_flavour} {host.mpi_version}"))
+    mounts = _mounts_verdict(host)
+    if mounts is not None:
+        out.append(mounts)
+    if host.gpus:
+        out.append(Verdict("ok", "GPUs",
+                           f"{len(host.gpus)} x {host.gpus[0]}, driver {host.driver_version}"
+                           + (f" (CUDA {host.driver_cuda})" if host.driver_cuda else "")))
+    return out
 
+
+def _slurm_verdict(host: HostFacts) -> Verdict:
+    if all(host.slurm_tools.get(t) for t in ("sbatch", "srun", "squeue")):
+        return Verdict("ok", "slurm", f"Slurm {host.slurm_version or '?'} tools found")
+    missing = [t for t in ("sbatch", "srun", "squeue") if not host.slurm_tools.get(t)]
+    return Verdict("warning", "slurm", f"not on PATH: {', '.join(missing)}",
+                   "run on a login node (or `module load slurm`); `hpcdl submit --dry-run` "
+                   "works anywhere")
+
+
+def _mounts_verdict(host: HostFacts) -> Verdict | None:
+    """How the ranks on a node mount the image; None when apptainer.conf was not read."""
     unprivileged = host.access is not None and runtime_mode(host.access) in (
         "unprivileged", "unusable")
     if host.shared_loop_devices is not None and unprivileged:
         # Loop devices are mounted by root or the setuid starter; an ordinary user's
         # ranks each mount the image with their own squashfuse.
-        add(Verdict("ok", "image mounts", "as this user every rank mounts the image with "
-                    "its own squashfuse (shared loop devices applies to root and setuid only)"))
-    elif host.shared_loop_devices is True:
-        add(Verdict("ok", "image mounts", "shared loop devices = yes: the ranks on a node "
-                    "share one mount (and one page cache) of the image"))
-    elif host.shared_loop_devices is False:
-        add(Verdict("warning", "image mounts",
-                    "shared loop devices = no: every rank mounts and decompresses its own "
-                    "copy of the image (measured on the sandbox with 4 ranks: 0.83-0.92x "
-                    "native throughput, first step 1.7-2.2 s later)",
-                    "set `shared loop devices = yes` in apptainer.conf (an admin setting; "
-                    "scripts/install-apptainer.sh sets it)"))
+        return Verdict("ok", "image mounts", "as this user every rank mounts the image with "
+                       "its own squashfuse (shared loop devices applies to root and setuid only)")
+    if host.shared_loop_devices is True:
+        return Verdict("ok", "image mounts", "shared loop devices = yes: the ranks on a node "
+                       "share one mount (and one page cache) of the image")
+    if host.shared_loop_devices is False:
+        return Verdict("warning", "image mounts",
+                       "shared loop devices = no: every rank mounts and decompresses its own "
+                       "copy of the image (measured on the sandbox with 4 ranks: 0.83-0.92x "
+                       "native throughput, first step 1.7-2.2 s later)",
+                       "set `shared loop devices = yes` in apptainer.conf (an admin setting; "
+                       "scripts/install-apptainer.sh sets it)")
+    return None
 
-    if host.gpus:
-        add(Verdict("ok", "GPUs", f"{len(host.gpus)} x {host.gpus[0]}, driver {host.driver_version}"
-                    + (f" (CUDA {host.driver_cuda})" if host.driver_cuda else "")))
 
-    if profile is not None:
-        _profile_verdicts(host, profile, add)
-
-    if image is None:
-        return out
+def _unusable_image(host: HostFacts, image: ImageFacts) -> Verdict | None:
+    """The one problem when the image is missing, unreadable or does not start; None
+    when its facts were read."""
     if not image.exists:
-        add(Verdict("problem", "image", f"{image.path} does not exist",
-                    "build it: hpcdl build SPEC -o " + image.path))
-        return out
+        return Verdict("problem", "image", f"{image.path} does not exist",
+                       "build it: hpcdl build SPEC -o " + image.path)
     if not image.readable:
-        add(Verdict("problem", "image", unreadable_reason(image), _unreadable_fix(image)))
-        return out
-    if image.error:
-        # The image exists: its fix is never a rebuild. Most often this user cannot
-        # start containers at all, and the access verdict above says why.
-        access = host.access
-        if not host.runtime:
-            add(Verdict("problem", "image", image.error, INSTALL_HINT))
-        elif access is not None and runtime_mode(access) == "unusable":
-            fix = "the container access problem above"
-            if can_unsquash(access):
-                fix += (f"; until then `{access.runtime or 'apptainer'} exec --unsquash "
-                        f"{image.path} ...` starts it ({UNSQUASH_COST})")
-            add(Verdict("problem", "image",
-                        f"cannot start it as {image.user or 'this user'}: {image.error}", fix))
-        else:
-            runtime = host.runtime or "apptainer"
-            add(Verdict("problem", "image", image.error,
-                        f"`{runtime} exec {image.path} python3 -V` shows the runtime's whole "
-                        f"message; `{runtime} sif list {image.path}` checks the file"))
-        return out
-    _image_verdicts(host, image, profile, add)
-    return out
+        return Verdict("problem", "image", unreadable_reason(image), _unreadable_fix(image))
+    if not image.error:
+        return None
+    # The image exists: its fix is never a rebuild. Most often this user cannot
+    # start containers at all, and the access verdict above says why.
+    access = host.access
+    if not host.runtime:
+        return Verdict("problem", "image", image.error, INSTALL_HINT)
+    if access is not None and runtime_mode(access) == "unusable":
+        fix = "the container access problem above"
+        if can_unsquash(access):
+            fix += (f"; until then `{access.runtime or 'apptainer'} exec --unsquash "
+                    f"{image.path} ...` starts it ({UNSQUASH_COST})")
+        return Verdict("problem", "image",
+                       f"cannot start it as {image.user or 'this user'}: {image.error}", fix)
+    runtime = host.runtime or "apptainer"
+    return Verdict("problem", "image", image.error,
+                   f"`{runtime} exec {image.path} python3 -V` shows the runtime's whole "
+                   f"message; `{runtime} sif list {image.path}` checks the file")
 
 
 # What an ordinary user pays for --unsquash: bench/bench_unsquash.py on the 2-core
@@ -179,19 +198,20 @@ def access_fix(f: RuntimeFacts, image: str = "IMAGE") -> str:
     return text
 
 
-def _access_verdicts(f: RuntimeFacts, add: Any) -> None:
+def _access_verdicts(f: RuntimeFacts) -> list[Verdict]:
     mode = runtime_mode(f)
     if mode != "unusable":
-        add(Verdict("ok", "container access", f"{mode}: {runtime_mode_reason(f)}"))
+        out = [Verdict("ok", "container access", f"{mode}: {runtime_mode_reason(f)}")]
         if mode == "unprivileged" and not f.fuse2fs:
-            add(Verdict("warning", "container access",
-                        "fuse2fs is not installed: writable overlay images (--overlay "
-                        "FILE.img) will not mount",
-                        "ask the admin to install fuse2fs (Debian/Ubuntu: apt install fuse2fs)"))
-        return
+            out.append(Verdict("warning", "container access",
+                               "fuse2fs is not installed: writable overlay images (--overlay "
+                               "FILE.img) will not mount",
+                               "ask the admin to install fuse2fs (Debian/Ubuntu: apt install "
+                               "fuse2fs)"))
+        return out
     causes = [setuid_problem(f), *unprivileged_missing(f)]
-    add(Verdict("problem", "container access",
-                "this user cannot start SIF images: " + "; ".join(causes), access_fix(f)))
+    return [Verdict("problem", "container access",
+                    "this user cannot start SIF images: " + "; ".join(causes), access_fix(f))]
 
 
 def _unreadable_fix(image: ImageFacts) -> str:
@@ -203,7 +223,9 @@ def _unreadable_fix(image: ImageFacts) -> str:
             f"{image.user or 'you'} in group {owner[2] or owner[0]}), or use a copy you can read")
 
 
-def _profile_verdicts(host: HostFacts, profile: ProfileFacts, add: Any) -> None:
+def _profile_verdicts(host: HostFacts, profile: ProfileFacts) -> list[Verdict]:
+    out: list[Verdict] = []
+    add = out.append
     if launcher_for(profile.launcher).passes_srun_mpi and profile.srun_mpi and host.srun_mpi:
         if profile.srun_mpi not in host.srun_mpi:
             add(Verdict("problem", "srun --mpi",
@@ -218,124 +240,154 @@ def _profile_verdicts(host: HostFacts, profile: ProfileFacts, add: Any) -> None:
                     f"profile {profile.name} runs with --nv but this host shows no NVIDIA GPU "
                     "(nvidia-smi absent or empty): --nv is a silent no-op here",
                     "check on a GPU node (srun -p <gpu partition> hpcdl doctor ...)"))
+    return out
 
 
-def _image_verdicts(host: HostFacts, image: ImageFacts, profile: ProfileFacts | None,
-                    add: Any) -> None:
-    add(Verdict("ok", "image", f"{image.path}: python {image.python}, torch {image.torch}"
-                + (f", CUDA {image.torch_cuda}" if image.torch_cuda else " (CPU build)")
-                + (f", NCCL {image.nccl}" if image.nccl else "")
-                + (f", GPU architectures {' '.join(image.cuda_archs)}" if image.cuda_archs else "")))
+# --- what is inside the image: one check per topic, in the order doctor prints them ---
+# Each is (host, image, profile) -> verdicts, so the table below is the whole list.
+
+def _torch_verdicts(host: HostFacts, image: ImageFacts,
+                    profile: ProfileFacts | None) -> list[Verdict]:
+    out = [Verdict("ok", "image", f"{image.path}: python {image.python}, torch {image.torch}"
+                   + (f", CUDA {image.torch_cuda}" if image.torch_cuda else " (CPU build)")
+                   + (f", NCCL {image.nccl}" if image.nccl else "")
+                   + (f", GPU architectures {' '.join(image.cuda_archs)}"
+                      if image.cuda_archs else ""))]
     if image.torch_cuda and not image.cuda_archs:
-        add(Verdict("warning", "torch", "a CUDA build of torch that reports no GPU "
-                    "architecture (torch._C._cuda_getArchFlags)",
-                    "check `python3 -c 'import torch; print(torch.cuda.get_arch_list())'` on a GPU node"))
+        out.append(Verdict("warning", "torch", "a CUDA build of torch that reports no GPU "
+                           "architecture (torch._C._cuda_getArchFlags)",
+                           "check `python3 -c 'import torch; print(torch.cuda.get_arch_list())'` "
+                           "on a GPU node"))
     if image.torch is None:
-        add(Verdict("problem", "torch", "torch does not import in the image",
-                    "add torch (pinned, torch==X.Y.Z) to the spec or use a PyTorch base image"))
+        out.append(Verdict("problem", "torch", "torch does not import in the image",
+                           "add torch (pinned, torch==X.Y.Z) to the spec or use a PyTorch base "
+                           "image"))
     check = image.import_check
     if check is not None and check.ok:
-        add(Verdict("ok", "imports", f"load together: {check.message}"))
+        out.append(Verdict("ok", "imports", f"load together: {check.message}"))
     elif check is not None and image.torch is not None:
         # "torchvision 0.28.0 does not match torch 2.13.0+cpu: operator ... does not exist"
-        add(Verdict("problem", "imports", check.message,
-                    "install the build made for this torch (the same index or wheelhouse as "
-                    "torch), or derive from an image that has both (for torchvision: "
-                    "pytorch-horovod-gpu-pypi, which runs on CPUs too)"))
+        out.append(Verdict("problem", "imports", check.message,
+                           "install the build made for this torch (the same index or wheelhouse "
+                           "as torch), or derive from an image that has both (for torchvision: "
+                           "pytorch-horovod-gpu-pypi, which runs on CPUs too)"))
+    return out
 
-    # Horovod: what `horovodrun -cb` says.
-    if image.horovod:
-        fw = image.horovod_frameworks
-        ctl = image.horovod_controllers
-        ops = image.horovod_operations
-        have = lambda d: ", ".join(k for k, v in d.items() if v) or "none"  # noqa: E731
-        add(Verdict("ok", "horovod", f"{image.horovod}: frameworks {have(fw)}; controllers "
-                    f"{have(ctl)}; tensor operations {have(ops)}"))
-        if not fw.get("PyTorch"):
-            add(Verdict("problem", "horovod", "built without PyTorch support",
-                        "rebuild with HOROVOD_WITH_PYTORCH=1 against the image's torch"))
-        if not (ctl.get("MPI") or ctl.get("Gloo")):
-            add(Verdict("problem", "horovod", "built with neither MPI nor Gloo controller",
-                        "rebuild with HOROVOD_WITH_MPI=1 and/or HOROVOD_WITH_GLOO=1"))
-        if image.gpu_image and not ops.get("NCCL"):
-            add(Verdict("problem", "horovod",
-                        "GPU image but Horovod was built without NCCL: allreduce goes "
-                        "through host memory (MPI/Gloo), many times slower",
-                        "rebuild with HOROVOD_GPU_OPERATIONS=NCCL "
-                        "(spec: horovod.gpu_operations: NCCL)"))
-    else:
-        add(Verdict("warning", "horovod", "Horovod is not installed in the image",
-                    "use --backend ddp, or add Horovod to the spec"))
 
-    # MPI: hybrid model (host launcher starts ranks that use the image's MPI).
-    if image.mpi_flavour and host.mpi_flavour:
-        if image.mpi_flavour != host.mpi_flavour:
-            add(Verdict("problem", "MPI",
+def _horovod_verdicts(host: HostFacts, image: ImageFacts,
+                      profile: ProfileFacts | None) -> list[Verdict]:
+    """What `horovodrun -cb` says."""
+    if not image.horovod:
+        return [Verdict("warning", "horovod", "Horovod is not installed in the image",
+                        "use --backend ddp, or add Horovod to the spec")]
+    fw, ctl, ops = image.horovod_frameworks, image.horovod_controllers, image.horovod_operations
+
+    def have(flags: dict[str, bool]) -> str:
+        return ", ".join(k for k, v in flags.items() if v) or "none"
+
+    out = [Verdict("ok", "horovod", f"{image.horovod}: frameworks {have(fw)}; controllers "
+                   f"{have(ctl)}; tensor operations {have(ops)}")]
+    if not fw.get("PyTorch"):
+        out.append(Verdict("problem", "horovod", "built without PyTorch support",
+                           "rebuild with HOROVOD_WITH_PYTORCH=1 against the image's torch"))
+    if not (ctl.get("MPI") or ctl.get("Gloo")):
+        out.append(Verdict("problem", "horovod", "built with neither MPI nor Gloo controller",
+                           "rebuild with HOROVOD_WITH_MPI=1 and/or HOROVOD_WITH_GLOO=1"))
+    if image.gpu_image and not ops.get("NCCL"):
+        out.append(Verdict("problem", "horovod",
+                           "GPU image but Horovod was built without NCCL: allreduce goes "
+                           "through host memory (MPI/Gloo), many times slower",
+                           "rebuild with HOROVOD_GPU_OPERATIONS=NCCL "
+                           "(spec: horovod.gpu_operations: NCCL)"))
+    return out
+
+
+def _mpi_verdicts(host: HostFacts, image: ImageFacts,
+                  profile: ProfileFacts | None) -> list[Verdict]:
+    """The hybrid model: a host launcher starts ranks that use the image's MPI."""
+    if not (image.mpi_flavour and host.mpi_flavour):
+        # Without MPI on the host there is nothing to match; an image without it only
+        # loses the MPI launchers.
+        return [Verdict("warning", "MPI", "no MPI library found in the image (mpi4py/mpirun)",
+                        "Gloo-only Horovod or DDP still work; add MPI for mpirun/srun "
+                        "--mpi=pmix")] if image.mpi_flavour is None else []
+    if image.mpi_flavour != host.mpi_flavour:
+        return [Verdict("problem", "MPI",
                         f"host {host.mpi_flavour} {host.mpi_version} vs image "
                         f"{image.mpi_flavour} {image.mpi_version}: `mpirun ... apptainer exec` "
                         "(hybrid model) needs the same MPI on both sides",
                         "build the image with the host's MPI (spec mpi: flavour/version), or "
-                        "launch with srun --mpi=pmix and no host mpirun"))
-        elif _major(image.mpi_version) != _major(host.mpi_version):
-            add(Verdict("problem", "MPI",
+                        "launch with srun --mpi=pmix and no host mpirun")]
+    if _major(image.mpi_version) != _major(host.mpi_version):
+        return [Verdict("problem", "MPI",
                         f"host {host.mpi_flavour} {host.mpi_version} vs image {image.mpi_version}: "
                         "different major versions do not interoperate",
-                        f"build the image with {host.mpi_flavour} {_minor(host.mpi_version)}.x"))
-        elif _minor(image.mpi_version) != _minor(host.mpi_version):
-            add(Verdict("warning", "MPI",
+                        f"build the image with {host.mpi_flavour} {_minor(host.mpi_version)}.x")]
+    if _minor(image.mpi_version) != _minor(host.mpi_version):
+        return [Verdict("warning", "MPI",
                         f"host {host.mpi_flavour} {host.mpi_version} vs image {image.mpi_version}: "
                         "same major, different minor (usually works; hangs at start-up if not)",
-                        f"match {_minor(host.mpi_version)}.x in the spec for the hybrid model"))
-        else:
-            add(Verdict("ok", "MPI", f"{image.mpi_flavour} {image.mpi_version} in the image matches "
-                        f"the host's {host.mpi_version} (hybrid model)"))
-    elif image.mpi_flavour is None:
-        add(Verdict("warning", "MPI", "no MPI library found in the image (mpi4py/mpirun)",
-                    "Gloo-only Horovod or DDP still work; add MPI for mpirun/srun --mpi=pmix"))
+                        f"match {_minor(host.mpi_version)}.x in the spec for the hybrid model")]
+    return [Verdict("ok", "MPI", f"{image.mpi_flavour} {image.mpi_version} in the image matches "
+                    f"the host's {host.mpi_version} (hybrid model)")]
 
-    # PMIx: Slurm's pmix plugin vs the PMIx the image's MPI was built with.
+
+def _pmix_verdicts(host: HostFacts, image: ImageFacts,
+                   profile: ProfileFacts | None) -> list[Verdict]:
+    """Slurm's pmix plugin vs the PMIx the image's MPI was built with, and PMI-2."""
+    out: list[Verdict] = []
     image_pmix = image.labels.get("org.hpcdl.pmix.version")
     if image_pmix and host.pmix_plugins:
         majors = {p.removeprefix("pmix_v") for p in host.pmix_plugins}
         if _major(image_pmix) not in majors:
-            add(Verdict("warning", "PMIx",
-                        f"Slurm offers {', '.join(host.pmix_plugins)} but the image's MPI uses "
-                        f"PMIx {image_pmix}: cross-version PMIx can fail at MPI_Init",
-                        f"build the image against PMIx {', '.join(sorted(majors))}.x, or launch "
-                        "with mpirun inside the allocation"))
+            out.append(Verdict("warning", "PMIx",
+                               f"Slurm offers {', '.join(host.pmix_plugins)} but the image's MPI "
+                               f"uses PMIx {image_pmix}: cross-version PMIx can fail at MPI_Init",
+                               f"build the image against PMIx {', '.join(sorted(majors))}.x, or "
+                               "launch with mpirun inside the allocation"))
         else:
-            add(Verdict("ok", "PMIx", f"image PMIx {image_pmix} matches Slurm's "
-                        f"{', '.join(host.pmix_plugins)}"))
-    if (profile and profile.srun_mpi == "pmi2" and image.mpi_flavour == "openmpi"):
-        add(Verdict("warning", "srun --mpi",
-                    "profile uses --mpi=pmi2 with an Open MPI image: Open MPI only speaks PMI-2 "
-                    "when built --with-pmi (Debian's is not)",
-                    "use mpi.srun_mpi: pmix"))
+            out.append(Verdict("ok", "PMIx", f"image PMIx {image_pmix} matches Slurm's "
+                               f"{', '.join(host.pmix_plugins)}"))
+    if profile and profile.srun_mpi == "pmi2" and image.mpi_flavour == "openmpi":
+        out.append(Verdict("warning", "srun --mpi",
+                           "profile uses --mpi=pmi2 with an Open MPI image: Open MPI only speaks "
+                           "PMI-2 when built --with-pmi (Debian's is not)",
+                           "use mpi.srun_mpi: pmix"))
+    return out
 
-    # GPUs and --nv.
-    if image.gpu_image:
-        if not host.gpus:
-            add(Verdict("warning", "--nv",
+
+def _gpu_verdicts(host: HostFacts, image: ImageFacts,
+                  profile: ProfileFacts | None) -> list[Verdict]:
+    """GPUs and --nv: the image's torch against this host's GPUs and driver."""
+    if not image.gpu_image:
+        return [Verdict("warning", "GPUs",
+                        "this host has GPUs but the image is a CPU build of torch",
+                        "build the GPU spec (pytorch-horovod-gpu) for GPU training")
+                ] if host.gpus else []
+    if not host.gpus:
+        return [Verdict("warning", "--nv",
                         "GPU image but no NVIDIA GPU/driver on this host: --nv passes nothing "
                         "and torch.cuda.is_available() will be False",
-                        "run it on a GPU node; `hpcdl doctor --image` there checks the driver"))
-        elif host.gpu_compute_cap and image.cuda_archs and not runs_on(
-                _cc(host.gpu_compute_cap), image.cuda_archs):
-            add(Verdict("problem", "GPU architecture",
+                        "run it on a GPU node; `hpcdl doctor --image` there checks the driver")]
+    if host.gpu_compute_cap and image.cuda_archs and not runs_on(
+            _cc(host.gpu_compute_cap), image.cuda_archs):
+        return [Verdict("problem", "GPU architecture",
                         f"this host's {host.gpus[0]} is sm_{host.gpu_compute_cap.replace('.', '')} "
                         f"but the image's torch was built for {' '.join(image.cuda_archs)}",
                         "use an image whose torch supports this GPU (older GPUs: a CUDA 12 "
-                        "build), or run on newer GPUs"))
-        elif image.torch_cuda and host.driver_cuda and \
-                _version_tuple(image.torch_cuda)[:2] > _version_tuple(host.driver_cuda)[:2]:
-            add(Verdict("problem", "CUDA",
+                        "build), or run on newer GPUs")]
+    if image.torch_cuda and host.driver_cuda and \
+            _version_tuple(image.torch_cuda)[:2] > _version_tuple(host.driver_cuda)[:2]:
+        return [Verdict("problem", "CUDA",
                         f"image torch needs CUDA {image.torch_cuda} but the driver "
                         f"{host.driver_version} supports up to {host.driver_cuda}",
-                        "use an older base image tag (spec base.tag) or a newer driver"))
-    elif host.gpus:
-        add(Verdict("warning", "GPUs",
-                    "this host has GPUs but the image is a CPU build of torch",
-                    "build the GPU spec (pytorch-horovod-gpu) for GPU training"))
+                        "use an older base image tag (spec base.tag) or a newer driver")]
+    return []
+
+
+ImageCheck = Callable[[HostFacts, ImageFacts, ProfileFacts | None], list[Verdict]]
+IMAGE_CHECKS: tuple[ImageCheck, ...] = (
+    _torch_verdicts, _horovod_verdicts, _mpi_verdicts, _pmix_verdicts, _gpu_verdicts)
 
 
 def report(host: HostFacts, image: ImageFacts | None, checks: list[Verdict]) -> dict[str, Any]:
