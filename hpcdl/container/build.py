@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from hpcdl.container.cache import cache_dirs
 from hpcdl.container.definition import (
@@ -42,6 +42,7 @@ from hpcdl.container.definition import (
     render_definition,
 )
 from hpcdl.container.hashing import (
+    ContentHash,
     content_hash,
     previous_digests,
     read_record,
@@ -387,57 +388,24 @@ def plan_build(
     Raises UserInputError (unknown spec/file, bad combination, a proxy variable that is
     not a URL), ConfigError (spec) or BuildError (a copied file or wheel is missing).
     """
-    if sandbox and remote:
-        raise UserInputError("--sandbox and --remote cannot be combined (remote builds give a SIF)")
-    if compression is not None and compression not in COMPRESSIONS:
-        raise UserInputError(f"--compression {compression!r} is not one of "
-                             f"{', '.join(COMPRESSIONS)}")
-    if compression is not None and sandbox:
-        raise UserInputError(f"--compression {compression}: a --sandbox folder is not "
-                             "compressed (drop one of them)")
+    _check_flags(sandbox=sandbox, remote=remote, compression=compression)
     recipe = _recipe(ref, base_image, wheels)
     if compression is not None:
         recipe = replace(recipe, compression=compression)
     trust = host_trust(ca_bundle) if (host or bake_ca) and not remote else None
     if bake_ca:
-        if trust is None or not trust.ca_bundle:
-            raise UserInputError("--bake-ca: no CA bundle found on this host (and --remote "
-                                 "builds elsewhere)", hint="name one with --ca-bundle PATH")
-        baked = bake_sections(trust.ca_bundle)
-        recipe = replace(recipe, text=recipe.text + baked, hash_text=recipe.hash_text + baked,
-                         files=[*recipe.files, (trust.ca_bundle, BAKED_CA)])
+        recipe = _bake_ca(recipe, trust)
     out = (Path(output).expanduser() if output else default_output(recipe.name, sandbox)).absolute()
     # A directory (--sandbox) image is not compressed at all.
     squash = f"-comp {recipe.compression}" if recipe.compression and not sandbox else None
     # An ordinary user builds in a user namespace: Apptainer >= 1.1 would imply it; saying
     # it keeps --dry-run exact (a remote build runs elsewhere, as root).
     fakeroot = fakeroot or (os.geteuid() != 0 and not remote)
-    options = (["--sandbox"] if sandbox else []) + (["--fakeroot"] if fakeroot else []) \
-        + (["--remote"] if remote else []) + (["--mksquashfs-args", squash] if squash else []) \
-        + list(extra_options)
-
-    inputs = recipe.files + _localimage_source(recipe.text, recipe.workdir)
-    pending: list[str] = []
-    if recipe.wheels and not recipe.wheels.resolved:
-        # --dry-run before the first resolve: the wheels are not known, nor the hash.
-        inputs = [(s, d) for s, d in inputs if d != WHEELS_DEST]
-        pending = [f"pip.packages not resolved yet ({recipe.wheels.key}): the content "
-                   "hash covers the wheels once they are"]
-    for src, _dst in inputs:
-        if not Path(src).exists():
-            raise BuildError(f"{recipe.source}: file to copy in does not exist: {src}")
-    record = read_record(sidecar(out, ".hash"))
-    digest = content_hash(
-        recipe.hash_text,
-        inputs,
-        options=(["sandbox"] if sandbox else []) + ([squash] if squash else []),
-        previous=previous_digests(record),
-    )
-    up_to_date = not pending and bool(
-        record and record.get("hash") == digest.digest and (out.is_dir() if sandbox else out.is_file())
-    )
+    options = build_options(sandbox=sandbox, fakeroot=fakeroot, remote=remote, squash=squash,
+                            extra=extra_options)
+    digest, reasons, up_to_date = _freshness(recipe, out, sandbox, squash)
     return BuildPlan(
-        reasons=tuple(pending or rebuild_reasons(record, digest.record(), out, sandbox)),
+        reasons=reasons,
         source=recipe.source,
         name=recipe.name,
         definition=recipe.text + (check_section() if import_check else ""),
@@ -454,6 +422,71 @@ def plan_build(
         import_check=import_check,
         wheels=recipe.wheels,
     )
+
+
+def _check_flags(*, sandbox: bool, remote: bool, compression: str | None) -> None:
+    """The build flags that cannot go together, before anything is read. Pure."""
+    if sandbox and remote:
+        raise UserInputError("--sandbox and --remote cannot be combined (remote builds give a SIF)")
+    if compression is not None and compression not in COMPRESSIONS:
+        raise UserInputError(f"--compression {compression!r} is not one of "
+                             f"{', '.join(COMPRESSIONS)}")
+    if compression is not None and sandbox:
+        raise UserInputError(f"--compression {compression}: a --sandbox folder is not "
+                             "compressed (drop one of them)")
+
+
+def _bake_ca(recipe: _Recipe, trust: HostTrust | None) -> _Recipe:
+    """``recipe`` with the host's CA bundle copied into the image (--bake-ca): content,
+    so it is hashed as well."""
+    if trust is None or not trust.ca_bundle:
+        raise UserInputError("--bake-ca: no CA bundle found on this host (and --remote "
+                             "builds elsewhere)", hint="name one with --ca-bundle PATH")
+    baked = bake_sections(trust.ca_bundle)
+    return replace(recipe, text=recipe.text + baked, hash_text=recipe.hash_text + baked,
+                   files=[*recipe.files, (trust.ca_bundle, BAKED_CA)])
+
+
+def build_options(*, sandbox: bool, fakeroot: bool, remote: bool, squash: str | None,
+                  extra: tuple[str, ...] = ()) -> list[str]:
+    """The options after ``apptainer build``, in the order --dry-run shows them. Pure."""
+    return (["--sandbox"] if sandbox else []) + (["--fakeroot"] if fakeroot else []) \
+        + (["--remote"] if remote else []) + (["--mksquashfs-args", squash] if squash else []) \
+        + list(extra)
+
+
+def _freshness(recipe: _Recipe, out: Path, sandbox: bool, squash: str | None
+               ) -> tuple[ContentHash, tuple[str, ...], bool]:
+    """(the content hash, why a build is needed, whether ``out`` is up to date): the hash
+    of what goes in against the record beside the image."""
+    inputs, pending = _hashed_inputs(recipe)
+    record = read_record(sidecar(out, ".hash"))
+    digest = content_hash(
+        recipe.hash_text,
+        inputs,
+        options=(["sandbox"] if sandbox else []) + ([squash] if squash else []),
+        previous=previous_digests(record),
+    )
+    up_to_date = not pending and bool(
+        record and record.get("hash") == digest.digest and (out.is_dir() if sandbox else out.is_file())
+    )
+    return digest, tuple(pending or rebuild_reasons(record, digest.record(), out, sandbox)), up_to_date
+
+
+def _hashed_inputs(recipe: _Recipe) -> tuple[list[tuple[str, str]], list[str]]:
+    """(the files whose content the hash covers, why the hash is not final yet). Raises
+    BuildError for a file to copy in that does not exist."""
+    inputs = recipe.files + _localimage_source(recipe.text, recipe.workdir)
+    pending: list[str] = []
+    if recipe.wheels and not recipe.wheels.resolved:
+        # --dry-run before the first resolve: the wheels are not known, nor the hash.
+        inputs = [(s, d) for s, d in inputs if d != WHEELS_DEST]
+        pending = [f"pip.packages not resolved yet ({recipe.wheels.key}): the content "
+                   "hash covers the wheels once they are"]
+    for src, _dst in inputs:
+        if not Path(src).exists():
+            raise BuildError(f"{recipe.source}: file to copy in does not exist: {src}")
+    return inputs, pending
 
 
 def unprivileged_build(binary: str | None = None) -> str:
@@ -520,15 +553,63 @@ def _remove_stale_builds(out: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _build(plan: BuildPlan, runtime: Runtime, on_line: Callable[[str], None] | None,
-           timeout: float | None) -> BuildResult:
+class _BuildLog:
+    """The build's log file and what its lines tell: every line goes to the log (and to
+    ``on_line``); the %test lines about torch and the import check are kept."""
+
+    def __init__(self, log: IO[str], on_line: Callable[[str], None] | None) -> None:
+        self.log, self.on_line = log, on_line
+        self.checks: list[ImportCheck] = []
+        # What the %test capability check printed about torch (see parse_image_facts_line).
+        self.image_facts: dict[str, Any] = {}
+
+    def __call__(self, line: str) -> None:
+        facts = parse_image_facts_line(line)
+        if facts is not None:
+            self.image_facts.update(facts)
+        result = parse_import_check(line)
+        if result is not None:
+            self.checks.append(result)
+        self.log.write(line)
+        self.log.flush()
+        if self.on_line:
+            self.on_line(line)
+
+    @property
+    def last_check(self) -> ImportCheck | None:
+        return self.checks[-1] if self.checks else None
+
+
+def build_failure(checks: list[ImportCheck], runtime: str, name: str, returncode: int | None,
+                  output: str) -> str:
+    """Why a build failed, in one line. Pure. The import check's own line names the two
+    packages that do not match; else the tool's message."""
+    failed = next((c for c in reversed(checks) if not c.ok), None)
+    if failed:
+        return f"import check failed: {failed.message}"
+    return f"{runtime} build of {name} failed (exit {returncode}): {_tool_message(output)}"
+
+
+def build_record(plan: BuildPlan, runtime: Runtime, seconds: float, built_at: datetime,
+                 image_facts: dict[str, Any], check: ImportCheck | None) -> dict[str, Any]:
+    """The hash record written beside a built image. Pure."""
+    return {
+        **plan.record,
+        "runtime": f"{runtime.name} {runtime.version}",
+        "built_at": built_at.isoformat(timespec="seconds"),
+        "build_seconds": round(seconds, 1),
+        **({"image_facts": image_facts} if image_facts else {}),
+        **({"import_check": check.message} if check else {}),
+    }
+
+
+def _stage_build_dir(plan: BuildPlan) -> tuple[Path, Path, Path | None]:
+    """(the build's own folder, its definition file, the folder of its CA copy or None).
+    The folder lives beside the target (same filesystem: the final rename is atomic) and
+    holds this process's pid, so a later build can tell a live one from a killed one."""
     out = plan.output
-    # The temporary image lives beside the target (same filesystem: the rename is atomic).
     tmpdir = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     (tmpdir / "pid").write_text(str(os.getpid()))
-    # Tags every process of this build (apptainer passes APPTAINERENV_X into %post as X).
-    token = tmpdir.name
-    tmp_image = tmpdir / out.name
     def_file = tmpdir / "image.def"
     def_file.write_text(plan.definition)
     # The host's CA bundle: a copy in the build's own folder (the host file may change,
@@ -538,67 +619,66 @@ def _build(plan: BuildPlan, runtime: Runtime, on_line: Callable[[str], None] | N
         ca_dir = tmpdir / "host-ca"
         ca_dir.mkdir()
         shutil.copyfile(plan.trust.ca_bundle, ca_dir / CA_NAME)
-    argv = plan.argv(runtime.path, tmp_image, def_file, ca_dir)
+    return tmpdir, def_file, ca_dir
+
+
+def _run_build(plan: BuildPlan, runtime: Runtime, argv: list[str], token: str,
+               log_tmp: Path, on_line: Callable[[str], None] | None,
+               timeout: float | None) -> _BuildLog:
+    """Run the build command, its output into ``log_tmp``; on failure or interruption
+    the log is published beside the image and the error raised."""
     trust_env = plan.trust.build_env() if plan.trust else {}
-    check: list[ImportCheck] = []
+    with log_tmp.open("w") as log:
+        log.write(f"# hpcdl build {plan.source} -> {plan.output}\n# {' '.join(argv)}\n")
+        log.write(f"# runtime: {runtime}\n# content hash: {plan.content_hash}\n")
+        if plan.trust:
+            log.write(f"# host trust: {plan.trust.summary()}\n")
+        lines = _BuildLog(log, on_line)
+        try:
+            proc.stream(
+                argv,
+                on_line=lines,
+                timeout=timeout,
+                env={**runtime_env(), **trust_env, "APPTAINERENV_HPCDL_BUILD": token},
+                cwd=plan.workdir,
+                error_cls=BuildError,
+            )
+        except BuildError as err:
+            log.write(f"# FAILED: exit {err.returncode}\n")
+            log.close()
+            _publish_log(log_tmp, plan.log_path)
+            raise BuildError(
+                build_failure(lines.checks, runtime.name, plan.name, err.returncode, err.output),
+                argv=argv,
+                returncode=err.returncode,
+                output=err.output,
+                hint=f"full log: {plan.log_path}; the previous image (if any) is untouched",
+            ) from err
+        except ToolError as err:  # pragma: no cover - proc raises error_cls
+            raise BuildError(err.message, argv=argv, returncode=err.returncode) from err
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM): proc.stream killed apptainer, but not the
+            # %post processes it started (no PID namespace in builds); keep the log.
+            killed = kill_build_processes(token)
+            log.write(f"# INTERRUPTED (killed {killed} leftover build processes)\n")
+            log.close()
+            _publish_log(log_tmp, plan.log_path)
+            raise
+    return lines
+
+
+def _build(plan: BuildPlan, runtime: Runtime, on_line: Callable[[str], None] | None,
+           timeout: float | None) -> BuildResult:
+    out = plan.output
+    tmpdir, def_file, ca_dir = _stage_build_dir(plan)
+    # Tags every process of this build (apptainer passes APPTAINERENV_X into %post as X).
+    token = tmpdir.name
+    tmp_image = tmpdir / out.name
+    argv = plan.argv(runtime.path, tmp_image, def_file, ca_dir)
     log_tmp = tmpdir / "build.log"
-    # What the %test capability check printed about torch (see parse_image_facts_line).
-    image_facts: dict[str, Any] = {}
     start = time.monotonic()
     try:
-        with log_tmp.open("w") as log:
-            log.write(f"# hpcdl build {plan.source} -> {out}\n# {' '.join(argv)}\n")
-            log.write(f"# runtime: {runtime}\n# content hash: {plan.content_hash}\n")
-            if plan.trust:
-                log.write(f"# host trust: {plan.trust.summary()}\n")
-
-            def handle(line: str) -> None:
-                facts = parse_image_facts_line(line)
-                if facts is not None:
-                    image_facts.update(facts)
-                result = parse_import_check(line)
-                if result is not None:
-                    check.append(result)
-                log.write(line)
-                log.flush()
-                if on_line:
-                    on_line(line)
-
-            try:
-                proc.stream(
-                    argv,
-                    on_line=handle,
-                    timeout=timeout,
-                    env={**runtime_env(), **trust_env, "APPTAINERENV_HPCDL_BUILD": token},
-                    cwd=plan.workdir,
-                    error_cls=BuildError,
-                )
-            except BuildError as err:
-                log.write(f"# FAILED: exit {err.returncode}\n")
-                log.close()
-                _publish_log(log_tmp, plan.log_path)
-                failed = next((c for c in reversed(check) if not c.ok), None)
-                # The import check's own line names the two packages that do not match.
-                why = (f"import check failed: {failed.message}" if failed
-                       else f"{runtime.name} build of {plan.name} failed (exit {err.returncode}): "
-                       f"{_tool_message(err.output)}")
-                raise BuildError(
-                    why,
-                    argv=argv,
-                    returncode=err.returncode,
-                    output=err.output,
-                    hint=f"full log: {plan.log_path}; the previous image (if any) is untouched",
-                ) from err
-            except ToolError as err:  # pragma: no cover - proc raises error_cls
-                raise BuildError(err.message, argv=argv, returncode=err.returncode) from err
-            except BaseException:
-                # Interrupted (Ctrl-C, SIGTERM): proc.stream killed apptainer, but not the
-                # %post processes it started (no PID namespace in builds); keep the log.
-                killed = kill_build_processes(token)
-                log.write(f"# INTERRUPTED (killed {killed} leftover build processes)\n")
-                log.close()
-                _publish_log(log_tmp, plan.log_path)
-                raise
+        lines = _run_build(plan, runtime, argv, token, log_tmp, on_line, timeout)
         # Never trust the exit code alone: the image must be there.
         if not (tmp_image.is_dir() if plan.sandbox else tmp_image.is_file() and tmp_image.stat().st_size > 0):
             _publish_log(log_tmp, plan.log_path)
@@ -611,19 +691,10 @@ def _build(plan: BuildPlan, runtime: Runtime, on_line: Callable[[str], None] | N
         _replace(tmp_image, out)
         _publish_log(log_tmp, plan.log_path)
         shutil.copyfile(def_file, plan.def_path)
-        write_json_atomic(
-            plan.hash_path,
-            {
-                **plan.record,
-                "runtime": f"{runtime.name} {runtime.version}",
-                "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "build_seconds": round(seconds, 1),
-                **({"image_facts": image_facts} if image_facts else {}),
-                **({"import_check": check[-1].message} if check else {}),
-            },
-        )
+        write_json_atomic(plan.hash_path, build_record(
+            plan, runtime, seconds, datetime.now(timezone.utc), lines.image_facts, lines.last_check))
         return BuildResult(out, True, seconds, plan.content_hash, plan.log_path, str(runtime),
-                           check[-1] if check else None)
+                           lines.last_check)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
 

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from hpcdl.cli import cli
-from hpcdl.container.build import execute, plan_build
-from hpcdl.container.runtime import find_runtime
+from hpcdl.container.build import (
+    _BuildLog,
+    _check_flags,
+    build_failure,
+    build_options,
+    build_record,
+    execute,
+    plan_build,
+)
+from hpcdl.container.runtime import Runtime, find_runtime
 from hpcdl.container.spec import find_spec, load_spec
+from hpcdl.container.verify import ImportCheck
 from hpcdl.core.atomic import write_json_atomic
 from hpcdl.errors import BuildError, ToolError, UserInputError
 from tests.unit.fake_wheels import WHEELS, fill_wheelhouse
@@ -249,3 +260,103 @@ def test_only_the_head_of_a_file_says_whether_it_is_a_definition(tmp_path):
     image = tmp_path / "image.sif"
     image.write_bytes(b"\x00\xff" * 2000 + b"\nBootstrap: docker\n")
     assert not _is_definition(image)
+
+
+# ---- the build's stages on their own ---------------------------------------------
+
+def test_build_options_in_the_order_dry_run_shows() -> None:
+    assert build_options(sandbox=False, fakeroot=True, remote=False, squash="-comp lz4",
+                         extra=("--notest",)) == [
+        "--fakeroot", "--mksquashfs-args", "-comp lz4", "--notest"]
+    assert build_options(sandbox=True, fakeroot=False, remote=False, squash=None) == ["--sandbox"]
+    assert build_options(sandbox=False, fakeroot=False, remote=True, squash=None) == ["--remote"]
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ({"sandbox": True, "remote": True, "compression": None}, "--sandbox and --remote cannot"),
+    ({"sandbox": False, "remote": False, "compression": "zip"}, "--compression 'zip' is not one of"),
+    ({"sandbox": True, "remote": False, "compression": "lz4"}, "a --sandbox folder is not compressed"),
+])
+def test_check_flags_refuses_combinations(flags: dict, message: str) -> None:
+    with pytest.raises(UserInputError, match=message):
+        _check_flags(**flags)
+
+
+def test_check_flags_accepts_a_compressed_sif() -> None:
+    _check_flags(sandbox=False, remote=True, compression="zstd")  # nothing raised
+
+
+def test_build_failure_prefers_the_import_checks_own_line() -> None:
+    checks = [ImportCheck(ok=False, message="torchvision 0.28.0 does not match torch 2.13.0")]
+    assert build_failure(checks, "apptainer", "img", 255, "FATAL: x") == (
+        "import check failed: torchvision 0.28.0 does not match torch 2.13.0")
+    assert build_failure([], "apptainer", "img", 255, "noise\nFATAL: no space left\nmore") == (
+        "apptainer build of img failed (exit 255): FATAL: no space left")
+
+
+def test_build_log_keeps_facts_and_checks_and_passes_every_line_on(tmp_path: Path) -> None:
+    seen: list[str] = []
+    with (tmp_path / "log").open("w") as fh:
+        lines = _BuildLog(fh, seen.append)
+        for line in ('+ pip install x\n', 'HPCDL_IMAGE_FACTS {"torch": "2.13.0"}\n',
+                     'INFO: HPCDL_IMPORT_CHECK ok torch 2.13.0\n'):
+            lines(line)
+    assert lines.image_facts == {"torch": "2.13.0"}
+    assert lines.last_check == ImportCheck(ok=True, message="torch 2.13.0")
+    assert len(seen) == 3 and (tmp_path / "log").read_text().splitlines()[0] == "+ pip install x"
+
+
+FAKE_APPTAINER = """#!/usr/bin/env python3
+import sys
+target, definition = sys.argv[-2], sys.argv[-1]
+print("HPCDL_IMAGE_FACTS {\\"torch\\": \\"2.13.0\\"}")
+if "# fake: fail" in open(definition).read():
+    print("HPCDL_IMPORT_CHECK FAIL torchvision does not match torch", flush=True)
+    sys.exit(3)
+print("HPCDL_IMPORT_CHECK ok torch 2.13.0")
+open(target, "wb").write(b"SIF")
+"""
+
+
+def _fake_runtime(tmp_path: Path) -> Runtime:
+    script = tmp_path / "fake-apptainer"
+    script.write_text(FAKE_APPTAINER)
+    script.chmod(0o755)
+    return Runtime(path=str(script), name="apptainer", version="1.3.4")
+
+
+def test_execute_publishes_image_log_and_record(cache: Path, tmp_path: Path) -> None:
+    out = tmp_path / "img.sif"
+    plan = plan_build("pytorch-horovod-cpu", output=out)
+    result = execute(plan, runtime=_fake_runtime(tmp_path))
+    assert result.built and out.read_bytes() == b"SIF"
+    assert result.import_check == ImportCheck(ok=True, message="torch 2.13.0")
+    record = json.loads(plan.hash_path.read_text())
+    assert record["hash"] == plan.content_hash and record["runtime"] == "apptainer 1.3.4"
+    assert record["image_facts"] == {"torch": "2.13.0"}
+    assert record["import_check"] == "torch 2.13.0"
+    assert plan.log_path.read_text().startswith(f"# hpcdl build {plan.source} -> {out}\n")
+    assert plan.def_path.read_text() == plan.definition
+    assert not list(tmp_path.glob(".img.sif.building-*"))  # its folder is gone
+
+
+def test_failed_build_keeps_the_old_image_and_names_the_import_check(
+        cache: Path, tmp_path: Path) -> None:
+    out = tmp_path / "img.sif"
+    out.write_bytes(b"OLD")
+    plan = replace(plan_build("pytorch-horovod-cpu", output=out, force=True),
+                   definition="# fake: fail\n")
+    with pytest.raises(BuildError, match="import check failed: torchvision does not match"):
+        execute(plan, runtime=_fake_runtime(tmp_path))
+    assert out.read_bytes() == b"OLD" and not plan.hash_path.exists()
+    assert plan.log_path.read_text().splitlines()[-1] == "# FAILED: exit 3"
+
+
+def test_build_record_is_the_plan_record_and_what_the_build_said(cache: Path,
+                                                                 tmp_path: Path) -> None:
+    plan = plan_build("pytorch-horovod-cpu", output=tmp_path / "o.sif")
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    runtime = Runtime(path="/x", name="apptainer", version="1.4.5")
+    record = build_record(plan, runtime, 12.34, at, {}, None)
+    assert record == {**plan.record, "runtime": "apptainer 1.4.5",
+                      "built_at": "2026-01-02T03:04:05+00:00", "build_seconds": 12.3}
