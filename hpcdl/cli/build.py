@@ -6,12 +6,15 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from hpcdl.container.build import (
     COMPRESSIONS,
+    BuildPlan,
+    BuildResult,
     WheelOptions,
     execute,
     plan_build,
@@ -159,29 +162,58 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
                       import_check=import_check, bake_ca=bake_ca, wheels=wheels,
                       compression=compression)
     if resolve_only:
-        res = plan.wheels
-        if as_json:
-            click.echo(json.dumps({"wheels": res.to_dict() if res else None}, indent=2))
-        elif res is None:
-            click.echo(f"{plan.source}: no pip.packages to resolve")
-        else:
-            click.echo(f"resolved {len(wheel_names(res))} wheels for "
-                       f"{res.target.describe()} in {res.path}")
+        click.echo(resolved_text(plan, as_json))
+    elif dry_run:
+        _show_dry_run(plan, as_json)
+    else:
+        on_line = None if as_json else _progress(verbose)  # its clock starts here
+        if not plan.up_to_date or force:
+            _announce(plan, force=force, ordinary_user=os.geteuid() != 0 and not remote,
+                      binary=binary)
+        result = _execute(plan, binary, on_line)
+        click.echo(result_text(plan, result, as_json))
+
+
+def resolved_text(plan: BuildPlan, as_json: bool) -> str:
+    """--resolve-only's answer: the resolved wheelhouse, or that there is nothing to
+    resolve. Pure."""
+    res = plan.wheels
+    if as_json:
+        return json.dumps({"wheels": res.to_dict() if res else None}, indent=2)
+    if res is None:
+        return f"{plan.source}: no pip.packages to resolve"
+    return f"resolved {len(wheel_names(res))} wheels for {res.target.describe()} in {res.path}"
+
+
+def _show_dry_run(plan: BuildPlan, as_json: bool) -> None:
+    """The definition on stdout (or the whole plan as JSON); the command, the host
+    trust and whether it would build on stderr, so that stdout is a usable .def file."""
+    if as_json:
+        click.echo(json.dumps({**plan.to_dict(), "definition": plan.definition}, indent=2))
         return
-    if dry_run:
-        if as_json:
-            click.echo(json.dumps({**plan.to_dict(), "definition": plan.definition}, indent=2))
-            return
-        click.echo(plan.definition, nl=False)
-        if plan.wheels:
-            _show_wheels(plan.wheels)
-        click.echo(f"\n# build: {plan.shown_command()}", err=True)
-        if plan.trust:
-            click.echo(f"# host trust: {plan.trust.summary()}", err=True)
-        state = ("up to date (no-op; --force rebuilds)" if plan.up_to_date
-                 else "would build: " + "; ".join(plan.reasons))
-        click.echo(f"# {plan.output}: {state}; content hash {plan.content_hash[:16]}", err=True)
-        return
+    click.echo(plan.definition, nl=False)
+    if plan.wheels:
+        _show_wheels(plan.wheels)
+    click.echo(f"\n# build: {plan.shown_command()}", err=True)
+    if plan.trust:
+        click.echo(f"# host trust: {plan.trust.summary()}", err=True)
+    state = ("up to date (no-op; --force rebuilds)" if plan.up_to_date
+             else "would build: " + "; ".join(plan.reasons))
+    click.echo(f"# {plan.output}: {state}; content hash {plan.content_hash[:16]}", err=True)
+
+
+def _announce(plan: BuildPlan, *, force: bool, ordinary_user: bool, binary: str | None) -> None:
+    """Before a build: how an ordinary user builds here, where it goes, and why."""
+    if ordinary_user:
+        click.echo(f"as an ordinary user: {unprivileged_build(binary)}", err=True)
+    click.echo(f"building {plan.name} -> {plan.output} (log: {plan.log_path})", err=True)
+    why = ["--force"] if plan.up_to_date and force else list(plan.reasons)
+    if why:
+        click.echo("  because: " + "; ".join(why), err=True)
+
+
+def _progress(verbose: bool) -> Callable[[str], None]:
+    """The build's lines on stderr, with the seconds since the build started."""
     start = time.monotonic()
 
     def progress(line: str) -> None:
@@ -190,31 +222,33 @@ def build(ref: str | None, output: str | None, fakeroot: bool, sandbox: bool, re
         if verbose or text.startswith(("INFO:", "WARNING:", "FATAL:", "ERROR:")):
             click.echo(f"[{time.monotonic() - start:6.0f}s] {text}", err=True)
 
-    if not plan.up_to_date or force:
-        if os.geteuid() != 0 and not remote:
-            click.echo(f"as an ordinary user: {unprivileged_build(binary)}", err=True)
-        click.echo(f"building {plan.name} -> {plan.output} (log: {plan.log_path})", err=True)
-        why = ["--force"] if plan.up_to_date else list(plan.reasons)
-        if why:
-            click.echo("  because: " + "; ".join(why), err=True)
+    return progress
+
+
+def _execute(plan: BuildPlan, binary: str | None,
+             on_line: Callable[[str], None] | None) -> BuildResult:
     # SIGTERM (scancel, kill, CI timeouts) must unwind like Ctrl-C, so the build child is
     # killed and the temporary image removed; Python's default would just exit.
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        result = execute(plan, binary=binary, on_line=None if as_json else progress)
+        return execute(plan, binary=binary, on_line=on_line)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def result_text(plan: BuildPlan, result: BuildResult, as_json: bool) -> str:
+    """What `hpcdl build` says at the end: built (where, how long, how big, the import
+    check), or up to date; with --json the plan and the result. Pure but for the image's
+    size, read from the file."""
     if as_json:
-        click.echo(json.dumps({**plan.to_dict(), "built": result.built,
-                               "seconds": round(result.seconds, 1),
-                               "import_check_result": result.import_check.message
-                               if result.import_check else None}, indent=2))
-    elif result.built:
-        size = result.image.stat().st_size if result.image.is_file() else 0
-        click.echo(f"built {result.image} in {result.seconds:.0f} s"
-                   + (f" ({size / 2**20:.0f} MiB)" if size else ""))
-        if result.import_check:
-            click.echo(f"import check: {result.import_check.message}")
-    else:
-        click.echo(f"{result.image} is up to date (content hash {result.content_hash[:16]}); "
-                   "--force rebuilds")
+        return json.dumps({**plan.to_dict(), "built": result.built,
+                           "seconds": round(result.seconds, 1),
+                           "import_check_result": result.import_check.message
+                           if result.import_check else None}, indent=2)
+    if not result.built:
+        return (f"{result.image} is up to date (content hash {result.content_hash[:16]}); "
+                "--force rebuilds")
+    size = result.image.stat().st_size if result.image.is_file() else 0
+    return (f"built {result.image} in {result.seconds:.0f} s"
+            + (f" ({size / 2**20:.0f} MiB)" if size else "")
+            + (f"\nimport check: {result.import_check.message}" if result.import_check else ""))
