@@ -123,73 +123,105 @@ def print_job_end(status: JobStatus, run_dir: Path, logs: JobLogs, record: Resul
     its notes in the stderr.
     """
     scheduler = scheduler or scheduler_for()
-    echo(f"job {status.job_id}: {status.state} ({scheduler.label} {status.native_state}), "
-         f"exit code {status.exit_code if status.exit_code is not None else '?'}"
-         f"{', signal ' + str(status.signal) if status.signal else ''}, elapsed {status.elapsed}")
-    # At a time limit Slurm terminates every rank: srun's "Terminated" lines are not a
-    # crash to trace (the stderr tail and the timeout line below say what happened).
     probe = record.get("probe")
     # A probe that named a slow node ended the job on purpose (rank 0, exit 1): its
     # verdict below says why; that is not a crash to trace.
     stopped_by_probe = bool(probe and probe.get("verdict", {}).get("bad"))
     # A job the hang watchdog cancelled did not crash either: its diagnosis says why.
     stopped = hang is not None and hang.cancelled
+    # At a time limit Slurm terminates every rank: srun's "Terminated" lines are not a
+    # crash to trace (the stderr tail and the timeout line below say what happened).
     crashed = ([] if status.state in (JobState.COMPLETED, JobState.TIMEOUT) or stopped_by_probe or stopped
                else describe_failures(logs.out, logs.err))
+    lines = [status_line(status, scheduler),
+             *log_tail_lines(status, logs, tail_lines, crashed=crashed, probe=bool(probe)),
+             *crash_lines(status, logs, crashed),
+             *outcome_lines(status, RunDir(run_dir), record, stopped_by_probe)]
+    timed_out = timeout_message(status, logs.err, scheduler=scheduler, max_time=max_time,
+                                steps=steps, nodes=nodes)
+    no_step = no_step_message(attempts or [], logs.err, scheduler=scheduler, nodes=nodes)
+    lines += [text for text in (timed_out, no_step) if text]
+    lines += history_lines(RunDir(run_dir), hang, attempts or [], recoveries or [], excluded)
+    # Named stragglers, and why none is named where the ranks outnumber the cores (a
+    # newcomer's 8 ranks on a 2-core machine would otherwise read as a slow node).
+    if straggler and (straggler.get("found") or straggler.get("oversubscribed")):
+        lines.append(str(straggler["message"]))
+    if html is not None:
+        lines.append(f"report: {html}")
+    lines.append(f"run directory: {run_dir}")
+    for line in lines:
+        echo(line)
+
+
+def status_line(status: JobStatus, scheduler: Scheduler) -> str:
+    """The job's end in one line: state (the scheduler's word too), exit code, signal,
+    elapsed time. Pure."""
+    return (f"job {status.job_id}: {status.state} ({scheduler.label} {status.native_state}), "
+            f"exit code {status.exit_code if status.exit_code is not None else '?'}"
+            f"{', signal ' + str(status.signal) if status.signal else ''}, elapsed {status.elapsed}")
+
+
+def log_tail_lines(status: JobStatus, logs: JobLogs, tail_lines: int, *,
+                   crashed: list[str], probe: bool) -> list[str]:
+    """The last ``tail_lines`` lines of stdout, and of stderr when the job did not
+    complete and no crash was traced (the trace shows the stderr that matters). Pure."""
     # The probe's report is shown as tables below, not as its (long) JSON line.
     out_text = without_probe(logs.out) if probe else logs.out
+    out: list[str] = []
     for label, path, text in (("stdout", logs.out_path, out_text),
                               ("stderr", logs.err_path, logs.err)):
         lines = text.splitlines()[-tail_lines:]
         if lines and (label == "stdout" or (status.state != JobState.COMPLETED and not crashed)):
-            echo(f"--- last {len(lines)} lines of {label} ({path}) ---")
-            for line in lines:
-                echo(line)
-    if crashed:
-        echo(f"--- the job failed: {crashed[0]} ---")
-        for line in crashed[1:]:
-            echo(line)
-        echo(f"full logs: hpcdl logs {status.job_id} (or {logs.err_path})")
+            out += [f"--- last {len(lines)} lines of {label} ({path}) ---", *lines]
+    return out
+
+
+def crash_lines(status: JobStatus, logs: JobLogs, crashed: list[str]) -> list[str]:
+    """Which rank failed and its last lines (``describe_failures``), and where the whole
+    logs are; empty when nothing crashed. Pure."""
+    if not crashed:
+        return []
+    return [f"--- the job failed: {crashed[0]} ---", *crashed[1:],
+            f"full logs: hpcdl logs {status.job_id} (or {logs.err_path})"]
+
+
+def outcome_lines(status: JobStatus, run: RunDir, record: ResultRecord,
+                  stopped_by_probe: bool) -> list[str]:
+    """The training's result table and the probe's tables, where the job wrote them. Pure."""
+    out: list[str] = []
     result = record.get("hpcdl_result")
     if result:
-        echo(f"--- result ({RunDir(run_dir).result_file}) ---")
-        echo(format_result_table(result, record.get("ranks")))
+        out += [f"--- result ({run.result_file}) ---",
+                format_result_table(result, record.get("ranks"))]
+    probe = record.get("probe")
     if probe:
-        echo(f"--- probe ({RunDir(run_dir).result_file}: probe) ---")
-        echo(probe_view(probe))
+        out += [f"--- probe ({run.result_file}: probe) ---", probe_view(probe)]
         if stopped_by_probe:
-            echo(f"--- the probe found a slow node or link: the job stopped (exit "
-                 f"{status.exit_code}) ---")
-    timed_out = timeout_message(status, logs.err, scheduler=scheduler, max_time=max_time,
-                                steps=steps, nodes=nodes)
-    if timed_out:
-        echo(timed_out)
-    no_step = no_step_message(attempts or [], logs.err, scheduler=scheduler, nodes=nodes)
-    if no_step:
-        echo(no_step)
+            out.append(f"--- the probe found a slow node or link: the job stopped (exit "
+                       f"{status.exit_code}) ---")
+    return out
+
+
+def history_lines(run: RunDir, hang: Diagnosis | None, attempts: list[Attempt],
+                  recoveries: list[Recovery], excluded: list[dict[str, str]] | None
+                  ) -> list[str]:
+    """What happened on the way: the hang watchdog's gist, the attempts of a requeued
+    job, node failures recovered inside the job, and the nodes left out. Pure."""
+    out: list[str] = []
     if hang is not None:  # its lines were shown when it fired (hang_lines): the gist
-        echo(f"--- {'stopped' if stopped else 'diagnosed'} by the hang watchdog "
-             f"({RunDir(run_dir).hang_text}) ---")
-        echo(hang.summary)
+        out += [f"--- {'stopped' if hang.cancelled else 'diagnosed'} by the hang watchdog "
+                f"({run.hang_text}) ---", hang.summary]
     if attempts:
-        echo(f"--- {len(attempts)} attempt{'s' if len(attempts) != 1 else ''} "
-             f"({RunDir(run_dir).attempts_file}) ---")
-        for line in attempt_lines(attempts):
-            echo(line)
+        out.append(f"--- {len(attempts)} attempt{'s' if len(attempts) != 1 else ''} "
+                   f"({run.attempts_file}) ---")
+        out += attempt_lines(attempts)
     if recoveries:
-        echo(f"--- {len(recoveries)} node failure{'s' if len(recoveries) != 1 else ''} "
-             f"inside the job ({RunDir(run_dir).path / RECOVERIES_NAME}) ---")
-        for line in recovery_lines(recoveries):
-            echo(line)
+        out.append(f"--- {len(recoveries)} node failure{'s' if len(recoveries) != 1 else ''} "
+                   f"inside the job ({run.path / RECOVERIES_NAME}) ---")
+        out += recovery_lines(recoveries)
     if excluded:
-        echo(excluded_line(excluded))
-    # Named stragglers, and why none is named where the ranks outnumber the cores (a
-    # newcomer's 8 ranks on a 2-core machine would otherwise read as a slow node).
-    if straggler and (straggler.get("found") or straggler.get("oversubscribed")):
-        echo(str(straggler["message"]))
-    if html is not None:
-        echo(f"report: {html}")
-    echo(f"run directory: {run_dir}")
+        out.append(excluded_line(excluded))
+    return out
 
 
 def _seconds(value: float) -> str:
