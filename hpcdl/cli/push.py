@@ -7,8 +7,12 @@ import dataclasses
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:  # imported where used, as before: `hpcdl push --help` loads none of them
+    from hpcdl.remote.images import Pushed, PushPlan
 
 
 @click.command()
@@ -50,14 +54,7 @@ def push(image: Path, profile: str | None, as_json: bool, dry_run: bool) -> None
     """
     from hpcdl.errors import UserInputError
     from hpcdl.profiles import load_profile
-    from hpcdl.remote.images import (
-        check_image,
-        copy_argv,
-        human_mb,
-        plan_push,
-        push_image,
-        rename_argv,
-    )
+    from hpcdl.remote.images import check_image, copy_argv, plan_push, push_image
     from hpcdl.schedulers.executor import ssh_transport
 
     prof = load_profile(profile)
@@ -75,31 +72,49 @@ def push(image: Path, profile: str | None, as_json: bool, dry_run: bool) -> None
 
     if dry_run:
         plan = plan_push(ex, prof.login, local, note=note)
-        if as_json:
-            click.echo(json.dumps({**dataclasses.asdict(plan), "local": str(local)}))
-        elif plan.already_there:
-            click.echo(f"{image} already on {plan.host}:{plan.remote_path} (sha256 "
-                       f"{plan.sha256}; nothing would move)")
-        elif plan.twin:
-            click.echo(f"would link {plan.host}:{plan.remote_path} to {plan.twin} there "
-                       f"(the same content; nothing would move)")
-        else:
-            tmp = plan.temp_path("RANDOM")
-            click.echo(f"would push {image} ({human_mb(plan.size)}, sha256 {plan.sha256}) "
-                       f"-> {plan.host}:{plan.remote_path}")
-            click.echo(f"  {shlex.join(copy_argv(ex, local, tmp))}")
-            mv = shlex.join(rename_argv(tmp, plan.remote_path))
-            click.echo(f"  then on {plan.host}: {mv}")
-        return
-    done = push_image(ex, prof.login, local, note=note)
-    if as_json:
-        click.echo(json.dumps(done.record()))
-    elif done.linked_from:
-        click.echo(f"pushed {image} -> {done.host}:{done.remote_path} (the same content as "
-                   f"{done.linked_from} there, linked; nothing moved)")
-    elif done.already_there:
-        click.echo(f"{image} already on {done.host}:{done.remote_path} (sha256 {done.sha256}; "
-                   f"nothing moved)")
+        copy = copy_argv(ex, local, plan.temp_path(DRY_RUN_TOKEN))
+        click.echo(dry_run_text(image, local, plan, copy, as_json))
     else:
-        click.echo(f"pushed {image} -> {done.host}:{done.remote_path} "
-                   f"({human_mb(done.bytes_moved)} moved in {done.seconds:.1f} s)")
+        click.echo(pushed_text(image, push_image(ex, prof.login, local, note=note), as_json))
+
+
+# --dry-run shows this in place of the temporary name's random part.
+DRY_RUN_TOKEN = "RANDOM"
+
+
+def dry_run_text(image: Path, local: Path, plan: PushPlan, copy: list[str],
+                 as_json: bool) -> str:
+    """What --dry-run says: that the copy is there (or its twin, to link), or the rsync
+    (``copy``, to the temporary name) and the mv that would run. Pure."""
+    from hpcdl.remote.images import human_mb, rename_argv
+
+    if as_json:
+        return json.dumps({**dataclasses.asdict(plan), "local": str(local)})
+    if plan.already_there:
+        return (f"{image} already on {plan.host}:{plan.remote_path} (sha256 "
+                f"{plan.sha256}; nothing would move)")
+    if plan.twin:
+        return (f"would link {plan.host}:{plan.remote_path} to {plan.twin} there "
+                f"(the same content; nothing would move)")
+    mv = shlex.join(rename_argv(plan.temp_path(DRY_RUN_TOKEN), plan.remote_path))
+    return "\n".join([f"would push {image} ({human_mb(plan.size)}, sha256 {plan.sha256}) "
+                      f"-> {plan.host}:{plan.remote_path}",
+                      f"  {shlex.join(copy)}",
+                      f"  then on {plan.host}: {mv}"])
+
+
+def pushed_text(image: Path, done: Pushed, as_json: bool) -> str:
+    """What a push says it did: linked to a twin, found there, or moved (how much, how
+    fast). Pure."""
+    from hpcdl.remote.images import human_mb
+
+    if as_json:
+        return json.dumps(done.record())
+    if done.linked_from:
+        return (f"pushed {image} -> {done.host}:{done.remote_path} (the same content as "
+                f"{done.linked_from} there, linked; nothing moved)")
+    if done.already_there:
+        return (f"{image} already on {done.host}:{done.remote_path} (sha256 {done.sha256}; "
+                f"nothing moved)")
+    return (f"pushed {image} -> {done.host}:{done.remote_path} "
+            f"({human_mb(done.bytes_moved)} moved in {done.seconds:.1f} s)")
