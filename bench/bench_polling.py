@@ -61,7 +61,7 @@ def submit_jobs(n: int, work: Path, name: str, command: tuple[str, ...]) -> list
     profile = load_profile("sandbox")
     ids = []
     for i in range(n):
-        req = JobRequest(nodes=1, gpus=0, cpus_per_task=1, job_name=f"{name}-{i}",
+        req = JobRequest.of(nodes=1, gpus=0, cpus_per_task=1, job_name=f"{name}-{i}",
                          command=command)
         ids.append(submit(profile, plan_run(profile, req, runs_under=work),
                           scheduler=SlurmScheduler(), live_check=False).job_id)

@@ -105,7 +105,7 @@ def planning(args: argparse.Namespace) -> int:
             profile = load_profile_file(path)
             times["profile"].append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            plan = build_plan(profile, JobRequest(nodes=args.profile_nodes, gpus=4,
+            plan = build_plan(profile, JobRequest.of(nodes=args.profile_nodes, gpus=4,
                                                   command=("true",)))
             times["plan"].append(time.perf_counter() - t0)
             script_lines = len(plan.script.splitlines())

@@ -206,7 +206,7 @@ def measure(args: argparse.Namespace, profile_ref: str) -> int:
     # One name for every job of this run, so that the end cancels what is still queued:
     # dozens of `true` jobs would otherwise hold the shared sandbox's queue for minutes.
     name = f"bench-submit-{os.getpid()}"
-    req = JobRequest(nodes=nodes, gpus=gpus, command=COMMAND, job_name=name,
+    req = JobRequest.of(nodes=nodes, gpus=gpus, command=COMMAND, job_name=name,
                      run_dir=str(work / "plain"))
     (work / "plain").mkdir()
     plan = build_plan(profile, req)  # the same script hpcdl submits (logs to work/plain)
@@ -224,7 +224,7 @@ def measure(args: argparse.Namespace, profile_ref: str) -> int:
         old = export_revision(args.baseline, work / "baseline")
         base = Cli(argv, cli_env(old, pycache), work)
         base.check(old)
-    lib_req = JobRequest(nodes=nodes, gpus=gpus, command=COMMAND, job_name=name)
+    lib_req = JobRequest.of(nodes=nodes, gpus=gpus, command=COMMAND, job_name=name)
 
     def library() -> None:
         submit(profile, plan_run(profile, lib_req), scheduler=SlurmScheduler(profile.name))

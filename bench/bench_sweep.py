@@ -60,7 +60,7 @@ def fake_slurm(work: Path, scenario: str) -> Iterator[None]:
 
 def planned(n: int, sweep_dir: Path) -> Any:
     profile = load_profile("sandbox")
-    base = JobRequest(nodes=1, gpus=1, cpus_per_task=1, command=("true", "{x}"),
+    base = JobRequest.of(nodes=1, gpus=1, cpus_per_task=1, command=("true", "{x}"),
                       job_name="bench-sweep")
     return profile, plan_array(profile, base, grid([("x", tuple(str(i) for i in range(n)))]),
                                sweep_dir=sweep_dir)

@@ -169,7 +169,8 @@ def outcomes(n: int, seed: int, ignore: list[str]) -> list[dict[str, Any]]:
         kw = random_request(rng, [p.name for p in base.partitions])
         mode = rng.choice([None, "setuid", "unprivileged", "root"])
         row: dict[str, Any] = {"i": i, "profile": label, "request": repr(kw), "mode": mode}
-        req = JobRequest(**kw)
+        # Since issue 45 a request is made of parts; JobRequest.of takes the flat fields.
+        req = getattr(JobRequest, "of", JobRequest)(**kw)
         try:
             plan = build_plan(profile, req, runtime_mode=mode)
         except HpcdlError as exc:
@@ -189,7 +190,8 @@ def outcomes(n: int, seed: int, ignore: list[str]) -> list[dict[str, Any]]:
         try:
             # Since issue 45 it takes the decided data part (decided the one way the
             # plan decides it); before, the request.
-            dataset = (plan_mod.decide_data(profile.paths.imagenet, req.dataset)
+            data_req = req.data if hasattr(JobRequest, "of") else getattr(req, "dataset", None)
+            dataset = (plan_mod.decide_data(profile.paths.imagenet, data_req)
                        if hasattr(plan_mod, "decide_data") else req)
             row["many_files"] = many_files_warning(profile, dataset, limit=1)
         except HpcdlError as exc:

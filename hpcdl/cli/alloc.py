@@ -30,7 +30,7 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
     """
     prof = load_profile(profile)
     cluster = open_cluster(prof, "alloc", dry_run=dry_run)  # hpcdl allocates where it submits
-    request = JobRequest(nodes=nodes, gpus=gpus, partition=partition, time=time,
+    request = JobRequest.of(nodes=nodes, gpus=gpus, partition=partition, time=time,
                          cpus_per_task=cpus_per_task, job_name=job_name or "interactive",
                          command=command)
     # Lazy: the salloc path is alloc's alone, and `hpcdl --help` imports nothing.

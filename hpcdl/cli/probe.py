@@ -98,7 +98,7 @@ def probe(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
     prof = load_profile(profile)
     args = worker_args(ProbeOptions(sizes=sizes, iters=iters, warmup=warmup, backend=backend,
                                     mpi=mpi, ifname=ifname, slow_ratio=slow_ratio), prof)
-    request = JobRequest(
+    request = JobRequest.of(
         nodes=nodes, gpus=gpus, partition=partition, time=time, cpus_per_task=cpus_per_task,
         job_name=job_name, image=image, env=parse_env(env), binds=binds, no_image=no_image,
         launcher="srun", requeue=False, probe=args,

@@ -97,7 +97,7 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
     prof = load_profile(profile)
     cluster = open_cluster(prof, "scale", dry_run=dry_run)  # a PBS profile's: --dry-run only
     sweep_id = new_sweep_id()
-    base = JobRequest(partition=partition, time=time, cpus_per_task=cpus_per_task,
+    base = JobRequest.of(partition=partition, time=time, cpus_per_task=cpus_per_task,
                       job_name=job_name or default_job_name(sweep_id), image=image,
                       env=parse_env(env), binds=binds, data=data, synthetic=synthetic,
                       example_args=example_args, template=template, no_image=no_image,

@@ -119,7 +119,7 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
         sizes=probe_sizes or DEFAULT_SIZES,
         slow_ratio=DEFAULT_SLOW_RATIO if probe_slow_ratio is None else probe_slow_ratio), prof)
         if probe_first else None)
-    request = JobRequest(
+    request = JobRequest.of(
         nodes=nodes, gpus=gpus, partition=partition, time=time, cpus_per_task=cpus_per_task,
         job_name=job_name, image=image, backend=backend, env=parse_env(env), binds=binds,
         probe=probe, probe_first=probe_first,

@@ -121,7 +121,7 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     known = None if command else sweep_params.example_options()
     points = _points(params, points_file, random_count, seed, known)
     sweep_id = new_sweep_id()
-    base = JobRequest(nodes=nodes, gpus=gpus, partition=partition, time=time,
+    base = JobRequest.of(nodes=nodes, gpus=gpus, partition=partition, time=time,
                       cpus_per_task=cpus_per_task,
                       job_name=job_name or f"hpcdl-sweep-{sweep_id.rsplit('-', 1)[-1]}",
                       image=image, backend=backend, env=parse_env(env), binds=binds,

@@ -45,19 +45,19 @@ def build_alloc(profile: Profile, req: JobRequest) -> AllocPlan:
     RenderError, UserInputError (a scheduler hpcdl cannot allocate on)."""
     check_request(req)
     part, reason = choose_partition(profile, req.placement)
-    cpus = req.cpus_per_task or default_cpus_per_task(part, req.gpus)
-    spec = JobSpec(profile=profile, partition=part, nodes=req.nodes, gpus_per_node=req.gpus,
-                   tasks_per_node=tasks_per_node(req.gpus), cpus_per_task=cpus,
+    cpus = req.placement.cpus_per_task or default_cpus_per_task(part, req.placement.gpus)
+    spec = JobSpec(profile=profile, partition=part, nodes=req.placement.nodes, gpus_per_node=req.placement.gpus,
+                   tasks_per_node=tasks_per_node(req.placement.gpus), cpus_per_task=cpus,
                    time_seconds=job_time(profile, part, req.placement),
-                   job_name=req.job_name or "interactive", run_dir=None)
-    alloc = dialect_for(profile.scheduler.type).alloc(spec, req.command)
+                   job_name=req.files.job_name or "interactive", run_dir=None)
+    alloc = dialect_for(profile.scheduler.type).alloc(spec, req.launch.command)
     script = render_template(
         alloc.template,
         {"profile": profile, "modules": profile.modules, "salloc_line": shell_join(alloc.argv),
          "cpus_per_task": cpus,
          # The dialect's variable for srun's CPUs per task (the release's, on Slurm).
          "cpus_env": alloc.env[0][0] if alloc.env else "SRUN_CPUS_PER_TASK"},
-        template_file=req.template,
+        template_file=req.files.template,
         template_dirs=[profile.template_dir] if profile.template_dir else (),
     )
     return AllocPlan(profile.name, part.name, reason, alloc.argv, script, alloc.env)

@@ -152,7 +152,7 @@ class Cluster:
                          f"(the live check)")
         else:
             self.scheduler.require()  # first: a login node without Slurm is said as such
-        image = req.image
+        image = req.container.image
         local_image = bool(image) and Path(str(image)).expanduser().is_file()
         if notes is not None:
             needs = [login.runs] + ([login.images] if local_image else [])
@@ -161,7 +161,8 @@ class Cluster:
                              f"home is not known here yet (set login.runs and login.images "
                              f"to plan without a connection)")
         if image and local_image:
-            req = dataclasses.replace(req, image=self._pushed_copy("image", image, notes))
+            copy = self._pushed_copy("image", image, notes)
+            req = dataclasses.replace(req, container=dataclasses.replace(req.container, image=copy))
         elif image and not preflight.REMOTE_IMAGE.fullmatch(image):
             if notes is not None:
                 notes.append(f"not checked: that {image} is readable on the cluster")
@@ -170,16 +171,19 @@ class Cluster:
                                       f"on the cluster ({ex.target})",
                                       hint=f"push a local image first: hpcdl push IMAGE -p "
                                            f"{profile.name}")
-        data = req.data
+        data = req.data.path
         if data and is_packed_name(data) and Path(data).expanduser().is_file():
             # A packed dataset here goes as an image does: pushed once, content-named there.
-            req = dataclasses.replace(req, data=self._pushed_copy("data", data, notes))
-        if req.code_dir is None and req.command:
-            script = preflight.command_script(req.command)
+            copy = self._pushed_copy("data", data, notes)
+            req = dataclasses.replace(req, data=dataclasses.replace(req.data, path=copy))
+        if req.files.code_dir is None and req.launch.command:
+            script = preflight.command_script(req.launch.command)
             if script and not Path(script).is_absolute() and Path(script).is_file():
-                req = dataclasses.replace(req, code_dir=str(Path.cwd()))
-        if req.code_dir is not None:
-            req = dataclasses.replace(req, code_dir=str(Path(req.code_dir).resolve()))
+                req = dataclasses.replace(
+                    req, files=dataclasses.replace(req.files, code_dir=str(Path.cwd())))
+        if req.files.code_dir is not None:
+            code_dir = str(Path(req.files.code_dir).resolve())
+            req = dataclasses.replace(req, files=dataclasses.replace(req.files, code_dir=code_dir))
         return req
 
     def _pushed_copy(self, field: str, path: str, notes: list[str] | None) -> str:

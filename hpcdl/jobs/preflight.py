@@ -131,14 +131,14 @@ def check_data_kind(req: JobRequest) -> None:
     example's check_inputs says that; a COMMAND's data may live only on the nodes).
     For every command that takes --data, dry run or not (hpcdl.jobs.prepare calls it
     first), so a user's COMMAND is not submitted without the data it was given."""
-    if not req.data or req.synthetic:
+    if not req.data.path or req.data.synthetic:
         return
-    path = Path(req.data).expanduser()
+    path = Path(req.data.path).expanduser()
     try:
         st = path.stat()
     except OSError:
         return
-    if is_packed_name(req.data):
+    if is_packed_name(req.data.path):
         from hpcdl.data.packed import check_packed
 
         try:
@@ -154,19 +154,19 @@ def check_data_kind(req: JobRequest) -> None:
             with path.open("rb") as fh:
                 if fh.read(len(SQUASHFS_MAGIC)) == SQUASHFS_MAGIC:
                     raise ValidationError(
-                        f"data: --data {req.data} is a SquashFS file without the .sqfs "
+                        f"data: --data {req.data.path} is a SquashFS file without the .sqfs "
                         f"name a packed dataset is known by",
                         hint=f"rename it (or link it) as {path.name}.sqfs")
         except OSError:
             pass
-    raise ValidationError(f"data: --data {req.data} is {what}, neither a dataset folder nor "
+    raise ValidationError(f"data: --data {req.data.path} is {what}, neither a dataset folder nor "
                           f"a packed SquashFS file", hint=DATA_TAKES)
 
 
 def check_inputs(req: JobRequest, image: str | None = None) -> None:
     """Raise ValidationError (exit 2) with the fix when the image, the dataset or the
-    command's script is missing. ``image``: the plan's (default: ``req.image``)."""
-    image = image or req.image
+    command's script is missing. ``image``: the plan's (default: ``req.container.image``)."""
+    image = image or req.container.image
     if image:
         if not Path(image).expanduser().exists():
             raise ValidationError(
@@ -175,7 +175,7 @@ def check_inputs(req: JobRequest, image: str | None = None) -> None:
                 f"(in a checkout, scripts/build-image.sh -o {image} also fills the "
                 "wheelhouse the CPU spec installs from)",
             )
-    script = command_script(req.command)
+    script = command_script(req.launch.command)
     # The job starts in this directory (sbatch's default), and Apptainer binds it, so a
     # relative script path must exist here. An absolute one may live only in the image.
     if script and (not Path(script).is_absolute() or not image) and not Path(script).exists():
@@ -184,25 +184,25 @@ def check_inputs(req: JobRequest, image: str | None = None) -> None:
             hint="give the script's path relative to where you submit, or an absolute one",
         )
     # --data's kind (check_data_kind) was checked first by every prepare, dry run or not.
-    if req.data and is_packed_name(req.data):
+    if req.data.path and is_packed_name(req.data.path):
         from hpcdl.data.packed import check_packed
 
         try:
-            check_packed(Path(req.data).expanduser())
+            check_packed(Path(req.data.path).expanduser())
         except UserInputError as exc:
             raise ValidationError(f"data: {exc.message}", hint=exc.hint) from None
-    elif req.data and not req.command:
-        data = Path(req.data).expanduser()
+    elif req.data.path and not req.launch.command:
+        data = Path(req.data.path).expanduser()
         if not data.is_dir():
             raise ValidationError(
-                f"data: dataset folder {req.data!r} does not exist",
-                hint=f"make a tiny one for a test run: hpcdl data make-tiny {req.data}",
+                f"data: dataset folder {req.data.path!r} does not exist",
+                hint=f"make a tiny one for a test run: hpcdl data make-tiny {req.data.path}",
             )
         if not (data / "train").is_dir():
             raise ValidationError(
-                f"data: {req.data!r} has no train/ folder (ImageNet layout: train/ and val/, "
+                f"data: {req.data.path!r} has no train/ folder (ImageNet layout: train/ and val/, "
                 f"one folder per class)",
-                hint=f"make a tiny one for a test run: hpcdl data make-tiny {req.data}",
+                hint=f"make a tiny one for a test run: hpcdl data make-tiny {req.data.path}",
             )
 
 

@@ -97,7 +97,7 @@ def prepare(prof: Profile, request: JobRequest, cluster: Cluster,
     ``check_image``: False for the probe, whose job reads no build record and whose
     inputs are not checked before submission (as `hpcdl probe` has always done).
     Returns the Inputs and the plan. Raises ValidationError, RenderError."""
-    cluster.check_code(request.code_dir)
+    cluster.check_code(request.files.code_dir)
     cluster.check_data(request)
     facts = cluster.image_facts(request) if check_image else None
     mode = runtime_mode(cluster, request, on_warning)
@@ -142,7 +142,7 @@ def prepare_job(prof: Profile, request: JobRequest, cluster: Cluster, *,
                 on_warning: OnWarning = no_warning) -> Prepared:
     """``request`` made ready to submit through ``cluster`` (open_cluster's; a planning
     handle is a dry run) by ``prepare``, planned with its run directory decided
-    (plan_run: ``request.run_dir``, else a new name under $HPCDL_RUNS from
+    (plan_run: ``request.files.run_dir``, else a new name under $HPCDL_RUNS from
     ``run_name``, chosen now). ``check_image``: see ``prepare``.
     Raises ValidationError, RenderError before anything is written."""
     def plan(ready: Inputs) -> JobPlan:
@@ -157,7 +157,7 @@ def prepare_job(prof: Profile, request: JobRequest, cluster: Cluster, *,
     notes = ready.notes
     if notes is not None and not ready.reading and planned.spec.run_dir is not None:
         where = " on the cluster" if cluster.remote else ""
-        if ready.request.run_dir is None:
+        if ready.request.files.run_dir is None:
             notes.insert(0, f"run directory{where} {planned.spec.run_dir}: the name a "
                             f"submission made now gets (one made later gets a new name; "
                             f"--run-dir pins it); nothing is created")

@@ -65,7 +65,7 @@ def plan_run(profile: Profile, request: JobRequest, *, runs_under: Path | None =
              runtime_mode: RuntimeMode | None = None, place: RunPlace = HERE) -> JobPlan:
     """The plan that gets submitted: ``request`` with its run directory decided first.
 
-    Unless ``request.run_dir`` is set, the run directory's path is chosen (not
+    Unless ``request.files.run_dir`` is set, the run directory's path is chosen (not
     created) under ``runs_under`` (default: runs_root()), named after ``run_name``
     (default: the job name), so the script's log paths, the checkpoint directory
     and the container's binds point into it; ``submit`` then writes exactly
@@ -74,12 +74,13 @@ def plan_run(profile: Profile, request: JobRequest, *, runs_under: Path | None =
     ``runtime_mode``: as for build_plan. Raises ValidationError, RenderError (see
     build_plan).
     """
-    if request.run_dir is None:
-        name = run_name or request.job_name or f"hpcdl-{request.backend}"
+    if request.files.run_dir is None:
+        name = run_name or request.files.job_name or f"hpcdl-{request.launch.backend}"
         local = rundir.new_run_path(name, runs_under)
     else:
-        local = Path(request.run_dir)
-    request = dataclasses.replace(request, run_dir=place.cluster_path(local))
+        local = Path(request.files.run_dir)
+    request = dataclasses.replace(
+        request, files=dataclasses.replace(request.files, run_dir=place.cluster_path(local)))
     return build_plan(profile, request, image_facts, runtime_mode)
 
 

@@ -120,7 +120,7 @@ def build_plan(profile: Profile, req: JobRequest,
     # depend on it); the rules between parts are hpcdl.plan.rules's.
     placement, resilience, hang_req = req.placement, req.resilience, req.hang
     files_req, container_req, launch_req = req.files, req.container, req.launch
-    probe_req, data_req = req.probe_request, req.dataset
+    probe_req, data_req = req.probe, req.data
     dialect = dialect_for(profile.scheduler.type)
     data = decide_data(profile.paths.imagenet, data_req)
     part, reason, arch_warning = _placement(profile, placement, image_facts)

@@ -80,9 +80,11 @@ class ArrayPlan:
 def point_request(base: JobRequest, point: Point) -> JobRequest:
     """The request of one point: the example's -X with ``--NAME=v``, or COMMAND with its
     placeholders filled in."""
-    if base.command:
-        return dataclasses.replace(base, command=command_args(base.command, point))
-    return dataclasses.replace(base, example_args=example_args(base.example_args, point))
+    if base.launch.command:
+        return dataclasses.replace(base, launch=dataclasses.replace(
+            base.launch, command=command_args(base.launch.command, point)))
+    return dataclasses.replace(base, launch=dataclasses.replace(
+        base.launch, example_args=example_args(base.launch.example_args, point)))
 
 
 def cluster_array_size(scheduler: Scheduler, live_check: bool | None = None) -> int | None:
@@ -159,9 +161,10 @@ def plan_array(profile: Profile, base: JobRequest, points: list[Point], *, sweep
     plans: list[JobPlan] = []
     size_limit = ""
     for point in points:
+        request = point_request(base, point)
+        run_dir = place.cluster_path(sweep_dir / point_name(point.index, width))
         request = dataclasses.replace(
-            point_request(base, point),
-            run_dir=place.cluster_path(sweep_dir / point_name(point.index, width)))
+            request, files=dataclasses.replace(request.files, run_dir=run_dir))
         try:
             plans.append(build_plan(profile, request, image_facts, runtime_mode))
         except ValidationError as err:

@@ -104,17 +104,19 @@ def expand(backends: tuple[str, ...], nodes: tuple[int, ...], gpus: tuple[int, .
 def point_request(base: JobRequest, point: SweepPoint) -> JobRequest:
     """The job request of one point: the shared settings plus the point's own."""
     extra = (f"{BATCH_FLAG}={point.batch_size}",) if point.batch_size is not None else ()
-    return dataclasses.replace(base, backend=point.backend, nodes=point.nodes, gpus=point.gpus,
-                               example_args=(*base.example_args, *extra))
+    return dataclasses.replace(
+        base, placement=dataclasses.replace(base.placement, nodes=point.nodes, gpus=point.gpus),
+        launch=dataclasses.replace(base.launch, backend=point.backend,
+                                   example_args=(*base.launch.example_args, *extra)))
 
 
 def check_base(base: JobRequest, sweeping_batch: bool) -> None:
     """What a sweep cannot take. Raises ValidationError."""
-    if base.command:
+    if base.launch.command:
         raise ValidationError("command: a sweep runs the bundled example; a custom COMMAND "
                               "cannot report the throughput a scaling table needs")
     if sweeping_batch and any(arg == BATCH_FLAG or arg.startswith(BATCH_FLAG + "=")
-                              for arg in base.example_args):
+                              for arg in base.launch.example_args):
         raise ValidationError(f"example-arg: {BATCH_FLAG} is set per point by --batch-size; "
                               f"drop it from -X")
 
@@ -129,12 +131,13 @@ def pin_partition(profile: Profile, base: JobRequest,
     node: the grid always has that corner) for all points. Raises ValidationError,
     naming that point, when no partition fits it.
     """
-    if base.partition is not None or not points:
+    if base.placement.partition is not None or not points:
         return base, "requested with --partition"
     most_nodes, most_gpus = max(p.nodes for p in points), max(p.gpus for p in points)
     corner = next(p for p in points if (p.nodes, p.gpus) == (most_nodes, most_gpus))
     ((_, plan),) = plan_points(profile, base, [corner])
-    return (dataclasses.replace(base, partition=plan.spec.partition.name),
+    return (dataclasses.replace(base, placement=dataclasses.replace(
+        base.placement, partition=plan.spec.partition.name)),
             f"the largest point, {corner.label}: {plan.partition_reason}")
 
 
@@ -159,8 +162,9 @@ def plan_points(profile: Profile, base: JobRequest, points: list[SweepPoint],
     for point in points:
         request = point_request(base, point)
         if sweep_dir is not None:
+            run_dir = place.cluster_path(new_run_path(point.label, sweep_dir))
             request = dataclasses.replace(
-                request, run_dir=place.cluster_path(new_run_path(point.label, sweep_dir)))
+                request, files=dataclasses.replace(request.files, run_dir=run_dir))
         try:
             plans.append((point, build_plan(profile, request, image_facts, runtime_mode)))
         except ValidationError as err:
@@ -214,11 +218,11 @@ def sweep_record(sweep_id: str, profile: str, base: JobRequest, concurrent: bool
         "sweep_id": sweep_id,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "profile": profile,
-        "partition": base.partition,
-        "image": base.image,
-        "synthetic": base.synthetic,
-        "data": base.data,
-        "example_args": list(base.example_args),
+        "partition": base.placement.partition,
+        "image": base.container.image,
+        "synthetic": base.data.synthetic,
+        "data": base.data.path,
+        "example_args": list(base.launch.example_args),
         "concurrent": concurrent,
         "points": points,
     }

@@ -47,7 +47,7 @@ def submit_sweep(profile: Profile, base: JobRequest, plans: list[tuple[SweepPoin
     """Check every point against the live cluster, then submit them all; returns
     ``sweep_dir`` (created here, with sweep.json). Each plan already names its run
     directory under ``sweep_dir`` (plan_points) and is submitted as it is. The
-    points share ``base.job_name`` (what singleton orders by). Nothing is submitted
+    points share ``base.files.job_name`` (what singleton orders by). Nothing is submitted
     when a check fails; when the scheduler refuses a point, the points already
     submitted are cancelled and sweep.json says what happened. ``on_submitted``
     runs after each submission. Raises ValidationError, SubmitError, ToolError.

@@ -337,7 +337,7 @@ def _equivalent(prof: Profile, part_name: str, req: JobRequest) -> list[str]:
 def judge(cluster: Cluster, prof: Profile, row: tuple[str | None, int, int, str | None, int | None, str],
           work: Path, jobs: list[str]) -> Verdict:
     part, nodes, gpus, t, cpt, kind = row
-    req = JobRequest(nodes=nodes, gpus=gpus, partition=part, time=t, cpus_per_task=cpt,
+    req = JobRequest.of(nodes=nodes, gpus=gpus, partition=part, time=t, cpus_per_task=cpt,
                      job_name="hpcdl-judge", command=("true",))
     label = _describe(part, nodes, gpus, t, cpt)
     try:

@@ -241,7 +241,7 @@ def test_one_hundred_concurrent_submissions_all_complete(runs_dir: Path) -> None
     profile = load_profile("sandbox")
 
     def one(i: int) -> tuple[str, Path]:
-        req = JobRequest(nodes=1, gpus=0, cpus_per_task=1, job_name=f"load-{i}",
+        req = JobRequest.of(nodes=1, gpus=0, cpus_per_task=1, job_name=f"load-{i}",
                          command=("true",))
         sub = submit(profile, plan_run(profile, req), scheduler=SlurmScheduler(profile.name))
         return sub.job_id, sub.run_dir

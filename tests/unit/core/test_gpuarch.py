@@ -164,21 +164,21 @@ def test_doctor_warns_about_a_cuda_torch_without_archs() -> None:
 
 def test_plan_refuses_neuron_v100_with_a_cuda13_image() -> None:
     neuron = load_profile("neuron")
-    req = JobRequest(nodes=1, gpus=2, image="/img/gpu.sif")
+    req = JobRequest.of(nodes=1, gpus=2, image="/img/gpu.sif")
     with pytest.raises(ValidationError) as err:
         build_plan(neuron, req, CU13_FACTS)
     assert "cas_v100_2: GPU type V100 is sm_70" in err.value.message
     assert err.value.hint and "--partition" in err.value.hint
     # Without the facts the plan does not check (and does not pretend it did).
     assert build_plan(neuron, req).warnings == ()
-    ok = build_plan(neuron, JobRequest(nodes=1, gpus=2, image="/img/gpu.sif",
+    ok = build_plan(neuron, JobRequest.of(nodes=1, gpus=2, image="/img/gpu.sif",
                                        partition="amd_a100_2"), CU13_FACTS)
     assert ok.spec.partition.name == "amd_a100_2" and ok.warnings == ()
 
 
 def test_plan_carries_the_not_checked_warning() -> None:
     unknown = ImageArchFacts(image="/img/x.sif", unknown="no hpcdl build record beside the image")
-    plan = build_plan(load_profile("neuron"), JobRequest(nodes=1, gpus=2, image="/img/x.sif"),
+    plan = build_plan(load_profile("neuron"), JobRequest.of(nodes=1, gpus=2, image="/img/x.sif"),
                       unknown)
     assert any("GPU architecture not checked: no hpcdl build record" in w for w in plan.warnings)
 
@@ -233,11 +233,11 @@ def test_a_sweep_is_checked_point_by_point() -> None:
     from hpcdl.sweep.grid import expand, plan_points
 
     neuron = load_profile("neuron")
-    base = JobRequest(image="/img/gpu.sif", partition="cas_v100_4")
+    base = JobRequest.of(image="/img/gpu.sif", partition="cas_v100_4")
     with pytest.raises(ValidationError) as err:
         plan_points(neuron, base, expand(("horovod",), (1,), (1, 2), None),
                     image_facts=CU13_FACTS)
     assert "GPU type V100 is sm_70" in err.value.message
-    a100 = JobRequest(image="/img/gpu.sif", partition="amd_a100_4")
+    a100 = JobRequest.of(image="/img/gpu.sif", partition="amd_a100_4")
     assert len(plan_points(neuron, a100, expand(("horovod",), (1,), (1, 2), None),
                            image_facts=CU13_FACTS)) == 2

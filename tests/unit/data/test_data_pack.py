@@ -135,9 +135,9 @@ def test_submit_preflight_refuses_a_file_that_is_not_squashfs(tmp_path):
     bad = tmp_path / "d.sqfs"
     bad.write_text("not squashfs")
     with pytest.raises(ValidationError, match="data: .* is not a SquashFS file"):
-        check_inputs(JobRequest(nodes=1, gpus=0, data=str(bad)))
+        check_inputs(JobRequest.of(nodes=1, gpus=0, data=str(bad)))
     with pytest.raises(ValidationError, match="data: .*no such file"):
-        check_inputs(JobRequest(nodes=1, gpus=0, data=str(tmp_path / "none.sqfs")))
+        check_inputs(JobRequest.of(nodes=1, gpus=0, data=str(tmp_path / "none.sqfs")))
 
 
 DATA = "/scratch/data/imagenet.sqfs"
@@ -145,15 +145,15 @@ IMAGE = "/scratch/images/pytorch-horovod.sif"
 
 
 @pytest.mark.parametrize("case, req", [
-    ("packed-image", JobRequest(nodes=2, gpus=2, image=IMAGE, data=DATA,
+    ("packed-image", JobRequest.of(nodes=2, gpus=2, image=IMAGE, data=DATA,
                                 run_dir="/scratch/runs/p1")),
-    ("packed-native", JobRequest(nodes=2, gpus=2, no_image=True, data=DATA,
+    ("packed-native", JobRequest.of(nodes=2, gpus=2, no_image=True, data=DATA,
                                  run_dir="/scratch/runs/p2")),
 ])
 def test_packed_data_golden(case, req):
     plan = build_plan(load_profile("sandbox"), req)
     check_golden(GOLDEN / "sbatch" / f"sandbox-{case}.sh", plan.script)
-    if req.image:
+    if req.container.image:
         assert image_bind(DATA) == f"{DATA}:/data:image-src=/,ro"
         assert plan.container.binds[-1] == image_bind(DATA) and "--data /data " in plan.launch.launch_line
         assert "squashfuse" not in plan.script and "export HPCDL_DATA=/data" in plan.script
@@ -171,11 +171,11 @@ def test_packed_data_refusals():
     sandbox = load_profile("sandbox")
     with pytest.raises(ValidationError, match="--data: /opt/d.sqfs is not on a path the "
                                               "compute nodes share"):
-        build_plan(sandbox, JobRequest(nodes=1, gpus=0, image=IMAGE, data="/opt/d.sqfs"))
+        build_plan(sandbox, JobRequest.of(nodes=1, gpus=0, image=IMAGE, data="/opt/d.sqfs"))
     with pytest.raises(ValidationError, match="profile polaris is pbs: give --image"):
-        build_plan(load_profile("polaris"), JobRequest(nodes=1, gpus=1, no_image=True, data=DATA))
+        build_plan(load_profile("polaris"), JobRequest.of(nodes=1, gpus=1, no_image=True, data=DATA))
     # A directory tree stays what it was: no bind, no mount.
-    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=0, no_image=True, data="/scratch/d"))
+    plan = build_plan(sandbox, JobRequest.of(nodes=1, gpus=0, no_image=True, data="/scratch/d"))
     assert "squashfuse" not in plan.script and "--data /scratch/d" in plan.launch.launch_line
     assert is_packed_name("X.SquashFS") and not is_packed_name("x.sif")
 

@@ -324,10 +324,10 @@ def test_the_wrapper_records_the_pid_the_command_keeps(tmp_path: Path) -> None:
 
 def test_the_plan_records_pids_only_with_the_watchdog() -> None:
     prof = load_profile("sandbox")
-    req = JobRequest(nodes=2, command=("python3", "t.py"), run_dir="/scratch/runs/r1")
+    req = JobRequest.of(nodes=2, command=("python3", "t.py"), run_dir="/scratch/runs/r1")
     plain = build_plan(prof, req)
     assert "HPCDL_PID_DIR" not in plain.script and plain.hang is None
-    dog = build_plan(prof, JobRequest(nodes=2, command=("python3", "t.py"), run_dir="/scratch/runs/r1",
+    dog = build_plan(prof, JobRequest.of(nodes=2, command=("python3", "t.py"), run_dir="/scratch/runs/r1",
                                       hang_timeout=60))
     assert "export HPCDL_PID_DIR=/scratch/runs/r1/pids\n" in dog.script
     assert "export PYTHONUNBUFFERED=1\n" in dog.script

@@ -40,7 +40,7 @@ def fake(fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
 
 def _run(name: str, polls: list[str]):  # type: ignore[no-untyped-def]
     prof = load_profile("sandbox")
-    plan = plan_run(prof, JobRequest(nodes=2, gpus=2, cpus_per_task=1, job_name=name,
+    plan = plan_run(prof, JobRequest.of(nodes=2, gpus=2, cpus_per_task=1, job_name=name,
                                      command=("python3", "train.py")))
     scheduler = SlurmScheduler(prof.name)
     job = submit_job(prof, plan, scheduler=scheduler, watch=True)

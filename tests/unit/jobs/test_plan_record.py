@@ -14,7 +14,7 @@ from hpcdl.profiles import load_profile
 
 
 def test_what_submit_writes_reads_back(tmp_path: Path) -> None:
-    plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=2, backend="ddp"))
+    plan = build_plan(load_profile("sandbox"), JobRequest.of(nodes=2, gpus=2, backend="ddp"))
     run = rundir.make_run_dir(tmp_path / "r")
     run.write_plan(plan.script, plan.to_dict())
     record = run.read_plan()

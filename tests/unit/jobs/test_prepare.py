@@ -63,7 +63,7 @@ def test_an_allocs_dry_run_shows_what_the_allocation_runs(profile: str) -> None:
     assert dry.returncode == 0, dry.stderr
     commands = [line for line in dry.stdout.splitlines()
                 if line.strip() and not line.startswith("#")]
-    plan = build_alloc(load_profile(profile), JobRequest(
+    plan = build_alloc(load_profile(profile), JobRequest.of(
         nodes=1, gpus=1, time="0:10:00", job_name="interactive", command=("srun", "hostname")))
     argv, env = alloc_command(plan)
     assert commands == [*(f"export {k}={shlex.quote(v)}" for k, v in env.items()),

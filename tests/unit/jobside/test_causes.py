@@ -57,7 +57,7 @@ def rendered(monkeypatch: pytest.MonkeyPatch | None = None,
                               ("spares", sandbox, {"spares": 1}),
                               ("spares+requeue", sandbox, {"spares": 1, "requeue": True}),
                               ("expedite", expedite, {"requeue": True})]:
-        plan = build_plan(profile, JobRequest(nodes=1, gpus=1, run_dir="/scratch/r/x", **kw))
+        plan = build_plan(profile, JobRequest.of(nodes=1, gpus=1, run_dir="/scratch/r/x", **kw))
         out[name] = plan.script
     return out
 

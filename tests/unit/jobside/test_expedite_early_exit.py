@@ -35,7 +35,7 @@ CASES = {
 
 def _run(tmp_path: Path, release: str, case: str) -> tuple[int, str, str]:
     kw, _, _ = CASES[case]
-    plan = build_plan(_profile(release), JobRequest(
+    plan = build_plan(_profile(release), JobRequest.of(
         nodes=2, gpus=0, run_dir=str(tmp_path / "run"), requeue=True, image=None, **kw))
     assert "hpcdl_final" in plan.script or release != "26.05"
     stage_job_scripts(plan, tmp_path)
@@ -76,7 +76,7 @@ def test_an_early_exit_of_an_expedite_job_sets_requeue_0(tmp_path: Path, release
 
 def test_the_staging_exits_go_through_the_same_function() -> None:
     # sbcast and its free-space check need a real file and nodes: the rendered lines say it.
-    plan = build_plan(_profile("26.05"), JobRequest(
+    plan = build_plan(_profile("26.05"), JobRequest.of(
         nodes=2, gpus=0, run_dir="/scratch/runs/x", requeue=True, image="/scratch/i/x.sif",
         data="/scratch/data/x.sqfs", stage_image=True, stage_data=True))
     lines = plan.script.splitlines()
@@ -88,7 +88,7 @@ def test_the_staging_exits_go_through_the_same_function() -> None:
     assert plan.script.count("hpcdl_final() {") == 1
     assert plan.script.index("hpcdl_final() {") < plan.script.index("hpcdl_stage() {")
     assert [ln.strip() for ln in lines if ln.strip().startswith("exit ")] == ['exit "$1"']
-    plain = build_plan(_profile("24.11"), JobRequest(
+    plain = build_plan(_profile("24.11"), JobRequest.of(
         nodes=2, gpus=0, run_dir="/scratch/runs/x", requeue=True, image="/scratch/i/x.sif",
         data="/scratch/data/x.sqfs", stage_image=True, stage_data=True))
     assert "hpcdl_final" not in plain.script and "Requeue=0" not in plain.script

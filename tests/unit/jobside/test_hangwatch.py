@@ -344,7 +344,7 @@ def hang_block(run_dir: Path) -> str:
     from hpcdl.plan import JobRequest, build_plan
     from hpcdl.profiles import load_profile
 
-    plan = build_plan(load_profile("sandbox"), JobRequest(
+    plan = build_plan(load_profile("sandbox"), JobRequest.of(
         nodes=2, gpus=0, no_image=True, command=("python3", "t.py"), run_dir=str(run_dir),
         hang_timeout=45.0))
     text = plan.script

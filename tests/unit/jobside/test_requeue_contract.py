@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def plan(**kw: Any) -> JobPlan:
-    return build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=1, run_dir="/scratch/r/x", **kw))
+    return build_plan(load_profile("sandbox"), JobRequest.of(nodes=2, gpus=1, run_dir="/scratch/r/x", **kw))
 
 
 def test_requeue_options_and_block() -> None:
@@ -47,7 +47,7 @@ def test_requeue_options_and_block() -> None:
     assert p.launch.records_steps and plain.launch.records_steps
     assert plan(requeue=True, command=("python3", "t.py")).launch.records_steps
     assert not plan(command=("python3", "t.py")).launch.records_steps
-    no_dir = build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1))
+    no_dir = build_plan(load_profile("sandbox"), JobRequest.of(nodes=1, gpus=1))
     assert "HPCDL_PROGRESS_FILE" not in no_dir.script and not no_dir.launch.records_steps
 
 
@@ -68,9 +68,9 @@ def test_profile_default_turns_requeue_on(tmp_path: Path) -> None:
     prof = load_profile("sandbox")
     prof = prof.model_copy(update={"scheduler": prof.scheduler.model_copy(
         update={"requeue": True, "max_restarts": 5})})
-    p = build_plan(prof, JobRequest(nodes=1, gpus=1, run_dir="/scratch/r/y"))
+    p = build_plan(prof, JobRequest.of(nodes=1, gpus=1, run_dir="/scratch/r/y"))
     assert "#SBATCH --requeue" in p.script and p.spec.requeue is not None and p.spec.requeue.max_restarts == 5
-    off = build_plan(prof, JobRequest(nodes=1, gpus=1, run_dir="/scratch/r/y", requeue=False))
+    off = build_plan(prof, JobRequest.of(nodes=1, gpus=1, run_dir="/scratch/r/y", requeue=False))
     assert "--requeue" not in off.script
 
 
@@ -85,7 +85,7 @@ def run_block(tmp_path: Path, step: str, restart: int, max_restarts: int = 1,
     ``requeue_fails``: scontrol refuses the requeue, in Slurm's words."""
     run = tmp_path / "run"
     run.mkdir(exist_ok=True)
-    p = build_plan(load_profile("sandbox"), JobRequest(
+    p = build_plan(load_profile("sandbox"), JobRequest.of(
         nodes=1, gpus=1, run_dir=str(run), requeue=True, max_restarts=max_restarts,
         signal="USR2@20", command=("python3", "-c", step)))
     stage_job_scripts(p, tmp_path)  # the rank wrapper and port pick, as submit stages them

@@ -75,7 +75,7 @@ def job_side_scripts() -> dict[str, str]:
                      "spares": {"spares": 1},
                      "requeue": {"requeue": True}}.items():
         plan = build_plan(load_profile("sandbox"),
-                          JobRequest(nodes=1, gpus=1, run_dir="/scratch/r/x", **kw))
+                          JobRequest.of(nodes=1, gpus=1, run_dir="/scratch/r/x", **kw))
         texts[f"rendered {name}: job.sbatch"] = plan.script
         for path, text in plan.files.job_scripts:
             texts[f"rendered {name}: {path}"] = text
@@ -103,7 +103,7 @@ def test_no_job_side_script_needs_a_bash_newer_than_4_2() -> None:
 def test_the_guard_is_sourced_and_run_under_the_options_its_harness_uses() -> None:
     """test_nodes_guard's DRIVER runs the guard as job.sbatch does: sourced and set up
     under `set -euo pipefail`, supervised after `set +e`."""
-    script = build_plan(load_profile("sandbox"), JobRequest(
+    script = build_plan(load_profile("sandbox"), JobRequest.of(
         nodes=1, gpus=1, run_dir="/scratch/r/x", spares=1)).script
     lines = script.splitlines()
     strict, source = lines.index("set -euo pipefail"), lines.index("source /scratch/r/x/job/bin/hpcdl-nodes")
@@ -143,11 +143,11 @@ def test_the_requeue_block_carries_the_same_reading() -> None:
     text = guard_calls_text()
     assert text in nodes_file_text()
     assert "hpcdl_left_seconds() {" in text and "hpcdl_slurm() {" in text
-    script = build_plan(load_profile("sandbox"), JobRequest(
+    script = build_plan(load_profile("sandbox"), JobRequest.of(
         nodes=1, gpus=1, run_dir="/scratch/r/x", requeue=True)).script
     assert script.count(text) == 1 and "awk -F'[-:]'" not in script
     # With spares the block uses hpcdl-nodes' own, sourced: not a second copy.
-    spares = build_plan(load_profile("sandbox"), JobRequest(
+    spares = build_plan(load_profile("sandbox"), JobRequest.of(
         nodes=1, gpus=1, run_dir="/scratch/r/x", requeue=True, spares=1)).script
     assert "hpcdl_left_seconds() {" not in spares and "left=$(hpcdl_time_left)" in spares
 

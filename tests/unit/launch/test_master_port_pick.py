@@ -25,7 +25,7 @@ from hpcdl.profiles import load_profile
 
 def port_file(scheduler_profile: str = "sandbox") -> str:
     """The port pick the job's batch shell runs (and exports what it prints)."""
-    plan = build_plan(load_profile(scheduler_profile), JobRequest(nodes=1, gpus=1, command=("true",)))
+    plan = build_plan(load_profile(scheduler_profile), JobRequest.of(nodes=1, gpus=1, command=("true",)))
     assert "MASTER_PORT=$(/bin/sh ./job/bin/hpcdl-master-port)\nexport MASTER_PORT\n" in plan.script
     return dict(plan.files.job_scripts)[PORT_PICK_FILE]
 
@@ -113,7 +113,7 @@ def test_the_pbs_script_carries_the_same_pick_inline() -> None:
     # from PBS's job id.
     slurm = port_file().splitlines()
     loop = [line for line in slurm if not line.startswith(("#", "echo"))]
-    pbs = build_plan(load_profile("polaris"), JobRequest(nodes=1, gpus=1, command=("true",))).script
+    pbs = build_plan(load_profile("polaris"), JobRequest.of(nodes=1, gpus=1, command=("true",))).script
     lines = pbs.splitlines()
     start = lines.index("MASTER_PORT=$((15000 + ${PBS_JOBID%%.*} % 15000)) hpcdl_tries=0")
     assert lines[start + 1:start + 4] == loop[1:] and lines[start + 4] == "export MASTER_PORT"

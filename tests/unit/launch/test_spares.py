@@ -19,7 +19,7 @@ from tests.unit.clirun import hpcdl
 
 
 def plan_of(profile: str = "neuron", **req: Any) -> JobPlan:
-    return build_plan(load_profile(profile), JobRequest(**{"nodes": 2, "gpus": 1, **req}))
+    return build_plan(load_profile(profile), JobRequest.of(**{"nodes": 2, "gpus": 1, **req}))
 
 
 def test_spares_allocate_n_plus_s_and_the_ranks_run_on_the_guards_nodes() -> None:
@@ -48,9 +48,9 @@ def test_no_spares_renders_no_guard() -> None:
 def test_the_profile_default_applies_to_training_not_to_the_probe() -> None:
     prof = load_profile("neuron")
     prof = prof.model_copy(update={"scheduler": prof.scheduler.model_copy(update={"spares": 2})})
-    assert build_plan(prof, JobRequest(nodes=2, gpus=1)).spec.spares == 2
-    assert build_plan(prof, JobRequest(nodes=2, gpus=1, spares=0)).spec.spares == 0
-    probe = build_plan(prof, JobRequest(nodes=2, gpus=1, probe=("--sizes", "4K")))
+    assert build_plan(prof, JobRequest.of(nodes=2, gpus=1)).spec.spares == 2
+    assert build_plan(prof, JobRequest.of(nodes=2, gpus=1, spares=0)).spec.spares == 0
+    probe = build_plan(prof, JobRequest.of(nodes=2, gpus=1, probe=("--sizes", "4K")))
     assert probe.spec.spares == 0 and "--no-kill" not in probe.script
 
 

@@ -64,7 +64,7 @@ def test_the_staged_modules_import_with_the_standard_library_alone(tmp_path: Pat
 
 
 def test_the_plans_sh_files_are_staged_executable_beside_the_copy(tmp_path: Path) -> None:
-    plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=4, run_dir=str(tmp_path)))
+    plan = build_plan(load_profile("sandbox"), JobRequest.of(nodes=2, gpus=4, run_dir=str(tmp_path)))
     copied = stage(tmp_path, plan.files.job_files, plan.files.job_scripts)
     for path, text in plan.job_script_paths():
         assert Path(path).read_text() == text and Path(path).stat().st_mode & 0o777 == 0o755
@@ -89,7 +89,7 @@ def test_a_script_path_that_leaves_job_is_refused_and_nothing_staged(tmp_path: P
 
 
 def test_an_image_run_binds_the_run_directorys_copy_not_the_install() -> None:
-    plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=4, image=IMAGE,
+    plan = build_plan(load_profile("sandbox"), JobRequest.of(nodes=2, gpus=4, image=IMAGE,
                                                           run_dir=RUN))
     assert f"-B {RUN}/job:/hpcdl:ro" in plan.launch.launch_line
     assert str(PACKAGE_DIR) not in plan.script
@@ -100,17 +100,17 @@ def test_an_image_run_binds_the_run_directorys_copy_not_the_install() -> None:
 
 
 def test_a_native_run_reads_the_copy_through_pythonpath() -> None:
-    plan = build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1, run_dir=RUN))
+    plan = build_plan(load_profile("sandbox"), JobRequest.of(nodes=1, gpus=1, run_dir=RUN))
     assert f"python3 {RUN}/job/examples/resnet50_imagenet.py" in plan.launch.launch_line
     assert f"export PYTHONPATH={RUN}/job${{PYTHONPATH:+:$PYTHONPATH}}\n" in plan.script
     assert str(PACKAGE_DIR) not in plan.script
-    probe = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=1, run_dir=RUN,
+    probe = build_plan(load_profile("sandbox"), JobRequest.of(nodes=2, gpus=1, run_dir=RUN,
                                                            probe=("--sizes", "4K")))
     assert f"python3 {RUN}/job/hpcdl/jobside/probe_worker.py --sizes 4K" in probe.launch.launch_line
 
 
 def test_a_users_command_finds_the_copy_but_not_on_its_path() -> None:
-    plan = build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1, run_dir=RUN,
+    plan = build_plan(load_profile("sandbox"), JobRequest.of(nodes=1, gpus=1, run_dir=RUN,
                                                           command=("python3", "t.py")))
     assert f"export HPCDL_RUN_DIR={RUN}\n" in plan.script
     assert "PYTHONPATH" not in plan.script
@@ -125,7 +125,7 @@ def test_a_users_command_finds_the_copy_but_not_on_its_path() -> None:
 ])
 def test_what_the_nodes_cannot_see_is_one_line(field: str, request_kw: dict, path: str) -> None:
     with pytest.raises(ValidationError) as err:
-        build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1, **request_kw))
+        build_plan(load_profile("sandbox"), JobRequest.of(nodes=1, gpus=1, **request_kw))
     assert err.value.message == (f"{field}: {path} is not on a path the compute nodes share "
                                  "(profile sandbox: paths.shared = /home, /scratch): the nodes "
                                  "cannot see it")
@@ -136,10 +136,10 @@ def test_shared_paths_and_what_is_not_checked() -> None:
     assert not on_shared_path("/scratchy/x", ["/scratch"])
     sandbox = load_profile("sandbox")
     # In a container --data is the container's own path (a bind brings it).
-    build_plan(sandbox, JobRequest(nodes=1, gpus=1, image=IMAGE, data="/imagenet",
+    build_plan(sandbox, JobRequest.of(nodes=1, gpus=1, image=IMAGE, data="/imagenet",
                                    binds=("/scratch/imagenet:/imagenet",)))
     # A profile that names no shared paths checks nothing (the bundled real clusters).
-    build_plan(load_profile("neuron"), JobRequest(nodes=1, gpus=1, run_dir="/anywhere/r"))
+    build_plan(load_profile("neuron"), JobRequest.of(nodes=1, gpus=1, run_dir="/anywhere/r"))
 
 
 FACTS = RuntimeFacts(euid=1000, runtime="apptainer", runtime_path="/usr/bin/apptainer",
@@ -163,7 +163,7 @@ def test_the_runtime_mode_on_this_host_decides_the_plans() -> None:
 
 def test_unprivileged_ranks_get_what_mpi_needs_and_others_nothing() -> None:
     sandbox = load_profile("sandbox")
-    req = JobRequest(nodes=2, gpus=4, image=IMAGE, run_dir=RUN)
+    req = JobRequest.of(nodes=2, gpus=4, image=IMAGE, run_dir=RUN)
     plan = build_plan(sandbox, req, runtime_mode="unprivileged")
     assert plan.container.mode == "unprivileged"
     assert "export OMPI_MCA_btl_vader_single_copy_mechanism=none\n" in plan.script
@@ -171,11 +171,11 @@ def test_unprivileged_ranks_get_what_mpi_needs_and_others_nothing() -> None:
     for mode in ("setuid", "root", None):
         other = build_plan(sandbox, req, runtime_mode=mode)
         assert other.container.mode == mode and "single_copy" not in other.script
-    native = build_plan(sandbox, dataclasses.replace(req, image=None), runtime_mode="unprivileged")
+    native = build_plan(sandbox, req.amended(image=None), runtime_mode="unprivileged")
     assert native.container.mode is None and "single_copy" not in native.script
     # What the user sets wins; a profile that says how its nodes run wins over detection.
-    mine = build_plan(sandbox, dataclasses.replace(
-        req, env=(("OMPI_MCA_btl_vader_single_copy_mechanism", "cma"),)), runtime_mode="unprivileged")
+    mine = build_plan(sandbox, req.amended(
+        env=(("OMPI_MCA_btl_vader_single_copy_mechanism", "cma"),)), runtime_mode="unprivileged")
     assert dict(mine.launch.env)["OMPI_MCA_btl_vader_single_copy_mechanism"] == "cma"
     site = sandbox.model_copy(update={"container": sandbox.container.model_copy(
         update={"mode": "setuid"})})
@@ -187,7 +187,7 @@ def test_a_run_directory_that_cannot_be_a_bind_source_is_refused(run_dir: str) -
     """The run directory (and its job/) is bound into the container: a ':' would start
     the bind's destination, a ',' another bind."""
     with pytest.raises(ValidationError) as err:
-        build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1, image=IMAGE,
+        build_plan(load_profile("sandbox"), JobRequest.of(nodes=1, gpus=1, image=IMAGE,
                                                        run_dir=run_dir))
     assert err.value.message.startswith(f"run-dir: {run_dir!r} is not a path usable as a bind "
                                         "source (no ':' or ',')")

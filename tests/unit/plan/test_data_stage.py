@@ -31,9 +31,9 @@ IMAGE = "/scratch/images/pytorch-horovod.sif"
 
 
 @pytest.mark.parametrize("case, req", [
-    ("packed-native-staged", JobRequest(nodes=2, gpus=2, no_image=True, data=DATA,
+    ("packed-native-staged", JobRequest.of(nodes=2, gpus=2, no_image=True, data=DATA,
                                         stage_data=True, run_dir="/scratch/runs/p3")),
-    ("packed-image-staged", JobRequest(nodes=2, gpus=2, image=IMAGE, data=DATA,
+    ("packed-image-staged", JobRequest.of(nodes=2, gpus=2, image=IMAGE, data=DATA,
                                        stage_image=True, stage_data=True,
                                        run_dir="/scratch/runs/p4")),
 ])
@@ -48,7 +48,7 @@ def test_stage_data_golden(case: str, req: JobRequest) -> None:
             f"/local\n") in script
     assert script.index("hpcdl_stage dataset") < script.index(plan.launch.launch_line)
     assert DATA not in plan.launch.launch_line
-    if req.image:
+    if req.container.image:
         # The image first, then the dataset; the bind reads the node's copy.
         assert script.index("hpcdl_stage image") < script.index("hpcdl_stage dataset")
         assert ' -B "$HPCDL_DATA_FILE":/data:image-src=/,ro ' in plan.launch.launch_line
@@ -71,18 +71,18 @@ def test_stage_data_golden(case: str, req: JobRequest) -> None:
 ])
 def test_stage_data_without_a_packed_file_is_refused(req: dict, message: str) -> None:
     with pytest.raises(ValidationError) as err:
-        build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=0, stage_data=True, **req))
+        build_plan(load_profile("sandbox"), JobRequest.of(nodes=2, gpus=0, stage_data=True, **req))
     assert str(err.value) == message
 
 
 def test_stage_data_needs_local_scratch_and_slurm() -> None:
     with pytest.raises(ValidationError, match=r"^stage-data: profile sandbox has no "
                                               r"paths.local_scratch"):
-        build_plan(profile(local=None), JobRequest(nodes=2, gpus=0, no_image=True, data=DATA,
+        build_plan(profile(local=None), JobRequest.of(nodes=2, gpus=0, no_image=True, data=DATA,
                                                    stage_data=True))
     with pytest.raises(ValidationError, match="^stage-data: staging uses Slurm's sbcast; "
                                               "profile polaris is pbs"):
-        build_plan(load_profile("polaris"), JobRequest(nodes=1, gpus=1, image=IMAGE, data=DATA,
+        build_plan(load_profile("polaris"), JobRequest.of(nodes=1, gpus=1, image=IMAGE, data=DATA,
                                                        stage_data=True))
 
 
@@ -103,7 +103,7 @@ def test_the_cli_refuses_in_one_line_and_dry_run_shows_the_staging() -> None:
 
 
 def test_with_spares_every_allocated_node_gets_a_copy() -> None:
-    plan = build_plan(load_profile("sandbox"), JobRequest(
+    plan = build_plan(load_profile("sandbox"), JobRequest.of(
         nodes=1, gpus=1, no_image=True, data=DATA, stage_data=True, spares=1,
         run_dir="/scratch/runs/p5"))
     # $SLURM_JOB_NUM_NODES: the allocation, spares included (a spare may replace a node).
@@ -182,7 +182,7 @@ def run_staged(tmp_path: Path, free_kib: dict[str, int], *, image: bool, ll: boo
     img, data = tmp_path / "img.sif", tmp_path / "d.sqfs"
     img.write_bytes(b"\0" * (1 << 20))  # 1 MiB
     data.write_bytes(b"hsqs" + b"\0" * ((3 << 20) - 4))  # 3 MiB
-    req = JobRequest(nodes=2, gpus=0, data=str(data), stage_data=True,
+    req = JobRequest.of(nodes=2, gpus=0, data=str(data), stage_data=True,
                      **({"image": str(img), "stage_image": True, "command": ("true",)} if image
                         else {"no_image": True, "command": ("sh", "-c", NATIVE_RANK)}))
     plan = build_plan(profile(local=str(local)), req)
@@ -262,25 +262,25 @@ def test_count_files_stops_at_the_limit(tmp_path: Path) -> None:
 
 def decided(prof: Any, req: JobRequest) -> DataPart:
     """The data part build_plan decides for ``req`` (what many_files_warning reads)."""
-    return decide_data(prof.paths.imagenet, req.dataset)
+    return decide_data(prof.paths.imagenet, req.data)
 
 
 def test_a_crowded_tree_on_a_shared_path_is_warned_about_once(tmp_path: Path) -> None:
     root = tree(tmp_path / "inet", 6)
     shared = profile().model_copy(update={"paths": profile().paths.model_copy(
         update={"shared": [str(tmp_path)]})})
-    req = JobRequest(nodes=1, gpus=0, no_image=True, data=str(root))
+    req = JobRequest.of(nodes=1, gpus=0, no_image=True, data=str(root))
     assert many_files_warning(shared, decided(shared, req), limit=5) == (
         f"data: {root} is a directory tree of more than 5 files on a shared path: every rank "
         f"opens each of them every epoch through the filesystem's metadata servers; pack it "
         f"once and pass the file: hpcdl data pack {root} -o {root}.sqfs")
     assert many_files_warning(shared, decided(shared, req), limit=6) is None  # not more than the limit
     # Not for --synthetic, a packed file, a tree off the shared paths.
-    assert many_files_warning(shared, decided(shared, JobRequest(nodes=1, gpus=0, synthetic=True)),
+    assert many_files_warning(shared, decided(shared, JobRequest.of(nodes=1, gpus=0, synthetic=True)),
                               limit=1) is None
     sqfs = tmp_path / "inet.sqfs"
     sqfs.write_bytes(b"hsqs")
-    assert many_files_warning(shared, decided(shared, JobRequest(nodes=1, gpus=0, data=str(sqfs))),
+    assert many_files_warning(shared, decided(shared, JobRequest.of(nodes=1, gpus=0, data=str(sqfs))),
                               limit=0) is None
     elsewhere = profile().model_copy(update={"paths": profile().paths.model_copy(
         update={"shared": ["/nowhere"]})})
@@ -314,7 +314,7 @@ def test_the_warning_is_one_line_at_submit(tmp_path: Path, monkeypatch: pytest.M
 
 def test_odd_dataset_names_stay_one_quoted_word() -> None:
     data = "/scratch/my data/it's $(reboot).sqfs"
-    plan = build_plan(profile(local="/local dir/$HOME"), JobRequest(
+    plan = build_plan(profile(local="/local dir/$HOME"), JobRequest.of(
         nodes=2, gpus=0, no_image=True, data=data, stage_data=True, command=("true",)))
     assert ("hpcdl_stage dataset '/scratch/my data/it'\"'\"'s $(reboot).sqfs' "
             "'/local dir/$HOME/hpcdl-'\"$SLURM_JOB_ID\"'-data-it'\"'\"'s $(reboot).sqfs' "
@@ -343,7 +343,7 @@ def test_the_dataset_is_decided_once_and_recorded(kw: dict[str, Any],
     prof = load_profile("sandbox")
     prof = prof.model_copy(update={"paths": prof.paths.model_copy(
         update={"imagenet": PACKED_DEFAULT})})
-    plan = build_plan(prof, JobRequest(nodes=2, gpus=1, run_dir="/scratch/runs/d1", **kw))
+    plan = build_plan(prof, JobRequest.of(nodes=2, gpus=1, run_dir="/scratch/runs/d1", **kw))
     data = plan.data
     assert (data.reader, data.source, data.origin, data.packed) == expected
     assert plan.to_dict()["data"] == data.to_dict()

@@ -58,7 +58,7 @@ def test_sandbox_carries_the_demo_sizes_for_the_resnet_example(sandbox):
 def test_real_clusters_keep_the_examples_own_defaults(name):
     prof = load_profile(name)
     assert prof.examples == Examples()
-    assert build_plan(prof, JobRequest(nodes=1, gpus=1)).launch.example_defaults == ()
+    assert build_plan(prof, JobRequest.of(nodes=1, gpus=1)).launch.example_defaults == ()
 
 
 @pytest.mark.parametrize("bad, needle", [
@@ -110,7 +110,7 @@ def test_valid_forms_load(tmp_path):
 # --- plan -----------------------------------------------------------------------------
 
 def test_headline_request_gets_the_sandbox_defaults(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=4, image="/scratch/img.sif"))
+    plan = build_plan(sandbox, JobRequest.of(nodes=2, gpus=4, image="/scratch/img.sif"))
     assert plan.launch.example_defaults == tuple(sandbox.examples.per_example[DEFAULT_EXAMPLE])
     argv = example_argv(plan)
     assert argv[:3] == ["--backend", "horovod", "--synthetic"]
@@ -120,7 +120,7 @@ def test_headline_request_gets_the_sandbox_defaults(sandbox):
 
 
 def test_a_user_x_replaces_the_default_for_the_same_option(sandbox):
-    req = JobRequest(nodes=2, gpus=4, example_args=("--max-steps=3", "--arch=resnet18",
+    req = JobRequest.of(nodes=2, gpus=4, example_args=("--max-steps=3", "--arch=resnet18",
                                                     "--batch-size", "8"))
     plan = build_plan(sandbox, req)
     argv = example_argv(plan)
@@ -145,13 +145,13 @@ def test_the_example_really_takes_the_users_value(sandbox, monkeypatch):
     sys.modules.pop("resnet50_imagenet", None)
     import resnet50_imagenet
 
-    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=4, example_args=(
+    plan = build_plan(sandbox, JobRequest.of(nodes=2, gpus=4, example_args=(
         "--max-steps=3", "--image-size", "64", "--workers=1")))
     args = resnet50_imagenet.parse_args(example_argv(plan))
     assert (args.max_steps, args.image_size, args.workers) == (3, 64, 1)
     assert (args.batch_size, args.epochs, args.threads, args.num_classes) == (4, 2, 1, 10)
     assert args.synthetic and args.backend == "horovod"
-    plain = resnet50_imagenet.parse_args(example_argv(build_plan(sandbox, JobRequest(
+    plain = resnet50_imagenet.parse_args(example_argv(build_plan(sandbox, JobRequest.of(
         nodes=2, gpus=4))))
     assert (plain.max_steps, plain.image_size, plain.batch_size, plain.lr) == (10, 32, 4, 0.002)
 
@@ -159,22 +159,22 @@ def test_the_example_really_takes_the_users_value(sandbox, monkeypatch):
 def test_per_example_replaces_args_and_x_replaces_both():
     prof = profile_with({"args": ["--lr=0.1", "--epochs=3", "--zero-init-residual"],
                          "per_example": {DEFAULT_EXAMPLE: ["--lr=0.2", "--max-steps=5"]}})
-    assert example_defaults(prof, JobRequest().launch) == (
+    assert example_defaults(prof, JobRequest.of().launch) == (
         "--epochs=3", "--zero-init-residual", "--lr=0.2", "--max-steps=5")
     # A flag default goes away when -X names it (argparse alone could not undo it).
-    req = JobRequest(example_args=("--zero-init-residual", "--lr=0.3"))
+    req = JobRequest.of(example_args=("--zero-init-residual", "--lr=0.3"))
     assert example_defaults(prof, req.launch) == ("--epochs=3", "--max-steps=5")
     assert example_argv(build_plan(prof, req))[-4:] == [
         "--epochs=3", "--max-steps=5", "--zero-init-residual", "--lr=0.3"]
 
 
 def test_defaults_follow_data_and_run_dir_and_skip_a_command(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, data="/scratch/d", run_dir="/scratch/runs/r"))
+    plan = build_plan(sandbox, JobRequest.of(nodes=1, gpus=1, data="/scratch/d", run_dir="/scratch/runs/r"))
     argv = example_argv(plan)
     assert argv[:6] == ["--backend", "horovod", "--data", "/scratch/d", "--checkpoint-dir",
                         "/scratch/runs/r/checkpoints"]
     assert argv[6:] == list(plan.launch.example_defaults)
-    cmd = build_plan(sandbox, JobRequest(nodes=1, gpus=1, command=("python3", "t.py")))
+    cmd = build_plan(sandbox, JobRequest.of(nodes=1, gpus=1, command=("python3", "t.py")))
     assert cmd.launch.example_defaults == () and cmd.launch.command == ("python3", "t.py")
 
 

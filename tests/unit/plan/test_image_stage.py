@@ -36,7 +36,7 @@ def profile(*, local: str | None = "/local", stage: str = "none", name: str = "s
 
 
 def staged(prof: Profile, **req: object) -> JobPlan:
-    return build_plan(prof, JobRequest(**{"nodes": 2, "gpus": 0, "command": ("true",), **req}))
+    return build_plan(prof, JobRequest.of(**{"nodes": 2, "gpus": 0, "command": ("true",), **req}))
 
 
 def test_stage_image_copies_with_sbcast_and_the_ranks_run_the_copy() -> None:

@@ -27,14 +27,14 @@ def sandbox():
 
 def refused(profile, **kw) -> str:
     with pytest.raises(ValidationError) as err:
-        build_plan(profile, JobRequest(**kw))
+        build_plan(profile, JobRequest.of(**kw))
     assert err.value.exit_code == 2
     assert "\n" not in err.value.message  # one line
     return err.value.message
 
 
 def test_two_by_four_on_neuron_picks_smallest_4gpu_partition(neuron):
-    plan = build_plan(neuron, JobRequest(nodes=2, gpus=4))
+    plan = build_plan(neuron, JobRequest.of(nodes=2, gpus=4))
     assert plan.spec.partition.name == "cas_v100nv_4"
     assert plan.partition_reason.startswith("smallest partition that fits")
     assert (plan.spec.ntasks, plan.spec.tasks_per_node, plan.spec.cpus_per_task) == (8, 4, 10)
@@ -43,8 +43,8 @@ def test_two_by_four_on_neuron_picks_smallest_4gpu_partition(neuron):
 
 
 def test_eight_gpus_goes_to_an_eight_gpu_partition(neuron):
-    assert build_plan(neuron, JobRequest(nodes=2, gpus=8)).spec.partition.name == "cas_v100nv_8"
-    assert build_plan(neuron, JobRequest(nodes=6, gpus=8)).spec.partition.name == "amd_a100nv_8"
+    assert build_plan(neuron, JobRequest.of(nodes=2, gpus=8)).spec.partition.name == "cas_v100nv_8"
+    assert build_plan(neuron, JobRequest.of(nodes=6, gpus=8)).spec.partition.name == "amd_a100nv_8"
 
 
 def test_gpus_over_partition(neuron):
@@ -73,7 +73,7 @@ def test_unlimited_time_fits_an_unlimited_partition():
             {"name": "short", "nodes": 1, "gpus_per_node": 0, "cpus_per_node": 4, "max_time": "1:00:00"},
             {"name": "long", "nodes": 1, "gpus_per_node": 0, "cpus_per_node": 4, "max_time": "UNLIMITED"},
         ]})
-    plan = build_plan(profile, JobRequest(time="infinite", command=("true",)))
+    plan = build_plan(profile, JobRequest.of(time="infinite", command=("true",)))
     assert (plan.spec.partition.name, plan.time) == ("long", "infinite")
 
 
@@ -95,8 +95,8 @@ def test_time_over_max(sandbox):
 
 
 def test_time_picks_a_partition_that_allows_it(sandbox):
-    assert build_plan(sandbox, JobRequest(nodes=1, gpus=1, time="1:00:00")).spec.partition.name == "gpu"
-    assert build_plan(sandbox, JobRequest(nodes=1, gpus=1)).spec.partition.name == "debug"
+    assert build_plan(sandbox, JobRequest.of(nodes=1, gpus=1, time="1:00:00")).spec.partition.name == "gpu"
+    assert build_plan(sandbox, JobRequest.of(nodes=1, gpus=1)).spec.partition.name == "debug"
 
 
 def test_cpus_times_tasks_over_node(sandbox):
@@ -112,7 +112,7 @@ def test_per_user_gpu_limit(tmp_path):
         "max_gpus_per_user: 8}\n"
     )
     prof = load_profile(str(path))
-    assert build_plan(prof, JobRequest(nodes=2, gpus=4)).spec.ntasks == 8  # exactly the limit
+    assert build_plan(prof, JobRequest.of(nodes=2, gpus=4)).spec.ntasks == 8  # exactly the limit
     msg = refused(prof, nodes=3, gpus=4)
     assert msg.startswith("gpus: 3 nodes x 4 GPUs = 12 exceeds partition g4's per-user limit of 8 GPUs")
 
@@ -141,14 +141,14 @@ def test_malformed_values(sandbox, kw, start):
 
 
 def test_default_time_is_clipped_to_partition(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, partition="short"))
+    plan = build_plan(sandbox, JobRequest.of(nodes=1, gpus=1, partition="short"))
     assert plan.time == "00:05:00"
 
 
 def test_the_plan_carries_seconds_and_each_dialect_spells_them(sandbox):
     # --time is parsed once (the request); the plan holds seconds, plan.json keeps its
     # "time" text in its place, and the Slurm and PBS dialects each format the seconds.
-    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, time="62:03", command=("true",)))
+    plan = build_plan(sandbox, JobRequest.of(nodes=1, gpus=1, time="62:03", command=("true",)))
     assert plan.spec.time_seconds == 3723 and plan.time == "01:02:03"
     data = plan.to_dict()
     keys = list(data)
@@ -162,20 +162,20 @@ def test_the_plan_carries_seconds_and_each_dialect_spells_them(sandbox):
 
 
 def test_choose_partition_prefers_default_on_ties(sandbox):
-    part, reason = choose_partition(sandbox, JobRequest(nodes=2, gpus=4).placement)
+    part, reason = choose_partition(sandbox, JobRequest.of(nodes=2, gpus=4).placement)
     assert part.name == "debug"
     assert "candidates: debug, gpu" in reason
 
 
 def test_cpu_only_job_runs_one_task_per_node(neuron):
-    plan = build_plan(neuron, JobRequest(nodes=2, gpus=0))
+    plan = build_plan(neuron, JobRequest.of(nodes=2, gpus=0))
     assert plan.spec.partition.name == "skl"
     assert plan.spec.tasks_per_node == 1
     assert "--gres" not in plan.script
 
 
 def test_pbs_profile_warns(tmp_path):
-    plan = build_plan(load_profile("polaris"), JobRequest(nodes=2, gpus=4))
+    plan = build_plan(load_profile("polaris"), JobRequest.of(nodes=2, gpus=4))
     assert plan.spec.profile.scheduler.type == "pbs"
     assert any("does not submit it" in w for w in plan.warnings)
     # PBS Pro's own launcher, not the Slurm one the profile's mpi section names.
@@ -185,7 +185,7 @@ def test_pbs_profile_warns(tmp_path):
 
 
 def test_plan_json_roundtrip(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=4, env=(("A", "1"),)))
+    plan = build_plan(sandbox, JobRequest.of(nodes=2, gpus=4, env=(("A", "1"),)))
     data = plan.to_dict()
     assert data["ntasks"] == 8 and data["env"]["A"] == "1" and data["script"] == plan.script
     slurm = SlurmScheduler()
@@ -198,7 +198,7 @@ def test_plan_json_roundtrip(sandbox):
 
 
 def test_example_args_follow_the_bundled_example(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, example_args=("--arch=resnet18", "a b")))
+    plan = build_plan(sandbox, JobRequest.of(nodes=1, gpus=1, example_args=("--arch=resnet18", "a b")))
     assert plan.launch.command[-2:] == ("--arch=resnet18", "a b")
     # After the profile's example defaults (tests/unit/plan/test_example_defaults.py).
     assert plan.launch.launch_line.endswith(" --num-classes=10 --arch=resnet18 'a b'")
@@ -207,7 +207,7 @@ def test_example_args_follow_the_bundled_example(sandbox):
 
 
 def test_run_dir_holds_logs_and_checkpoints_and_is_bound(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, image="/scratch/i.sif", run_dir="/scratch/r/run1"))
+    plan = build_plan(sandbox, JobRequest.of(nodes=2, gpus=2, image="/scratch/i.sif", run_dir="/scratch/r/run1"))
     assert "#SBATCH --output=/scratch/r/run1/slurm-%j.out" in plan.script
     at = plan.launch.command.index("--checkpoint-dir")
     assert plan.launch.command[at + 1] == "/scratch/r/run1/checkpoints"
@@ -217,13 +217,13 @@ def test_run_dir_holds_logs_and_checkpoints_and_is_bound(sandbox):
 # --- bring your own workload: launchers, images, rendezvous variables ---------------
 
 def test_every_rank_starts_through_the_rank_env_wrapper(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, command=("python3", "t.py")))
+    plan = build_plan(sandbox, JobRequest.of(nodes=2, gpus=2, command=("python3", "t.py")))
     assert plan.launch.launch_line == ('srun --label --kill-on-bad-exit=1 --mpi=pmix /bin/sh '
                                 './job/bin/hpcdl-rank-env python3 t.py')
     # The wrapper is a file of the run (./job without a run directory), not in the script.
     assert "HPCDL_RANK_ENV" not in plan.script
     assert dict(plan.files.job_scripts)["bin/hpcdl-rank-env"] == "#!/bin/sh\n" + rank_env_script()
-    in_run = build_plan(sandbox, JobRequest(nodes=2, gpus=2, command=("python3", "t.py"),
+    in_run = build_plan(sandbox, JobRequest.of(nodes=2, gpus=2, command=("python3", "t.py"),
                                             run_dir="/scratch/runs/a b"))
     assert in_run.launch.launch_line.endswith(" /bin/sh '/scratch/runs/a b/job/bin/hpcdl-rank-env' "
                                        "python3 t.py")
@@ -240,17 +240,17 @@ def test_every_rank_starts_through_the_rank_env_wrapper(sandbox):
 
 
 def test_master_addr_is_the_first_node_unless_set(neuron):
-    plan = build_plan(neuron, JobRequest(nodes=2, gpus=2, command=("x",), no_image=True))
+    plan = build_plan(neuron, JobRequest.of(nodes=2, gpus=2, command=("x",), no_image=True))
     assert ('\nexport MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"\n'
             in plan.script)
-    mine = build_plan(neuron, JobRequest(nodes=2, gpus=2, command=("x",), no_image=True,
+    mine = build_plan(neuron, JobRequest.of(nodes=2, gpus=2, command=("x",), no_image=True,
                                          env=(("MASTER_ADDR", "ib-n1"), ("MASTER_PORT", "1234"))))
     assert "scontrol show hostnames" not in mine.script and "SLURM_JOB_ID %" not in mine.script
     assert (mine.launch.master_addr, mine.launch.master_port) == ("ib-n1", "1234")
 
 
 def test_torchrun_is_one_per_node_with_c10d_on_the_first(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=4, cpus_per_task=2, launcher="torchrun",
+    plan = build_plan(sandbox, JobRequest.of(nodes=2, gpus=4, cpus_per_task=2, launcher="torchrun",
                                           command=("python3", "-u", "ddp.py", "--lr", "0.1")))
     assert plan.launch.launch_line == (
         'srun --label --kill-on-bad-exit=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 '
@@ -261,25 +261,25 @@ def test_torchrun_is_one_per_node_with_c10d_on_the_first(sandbox):
     assert "# - launcher torchrun: one torchrun per node" in plan.script
     wrapper = dict(plan.files.job_scripts)["bin/hpcdl-rank-env"]
     assert "PET_RDZV_CONF" in wrapper and "OMPI_COMM_WORLD_RANK" not in wrapper
-    other = build_plan(sandbox, JobRequest(nodes=1, gpus=1, launcher="torchrun",
+    other = build_plan(sandbox, JobRequest.of(nodes=1, gpus=1, launcher="torchrun",
                                            command=("./train.sh",)))
     assert "python3 -m torch.distributed.run" in other.launch.launch_line  # the profile's python
 
 
 def test_torchrun_refuses_the_bundled_example_on_horovod(sandbox):
     with pytest.raises(ValidationError, match="launcher: torchrun starts ranks without MPI"):
-        build_plan(sandbox, JobRequest(nodes=2, gpus=2, launcher="torchrun"))
-    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, launcher="torchrun", backend="ddp"))
+        build_plan(sandbox, JobRequest.of(nodes=2, gpus=2, launcher="torchrun"))
+    plan = build_plan(sandbox, JobRequest.of(nodes=2, gpus=2, launcher="torchrun", backend="ddp"))
     assert "resnet50_imagenet.py --backend ddp" in plan.launch.launch_line
 
 
 def test_mpirun_launcher_ignores_the_srun_profiles_arguments(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=2, gpus=2, launcher="mpirun", command=("x",)))
+    plan = build_plan(sandbox, JobRequest.of(nodes=2, gpus=2, launcher="mpirun", command=("x",)))
     assert plan.launch.launch_line.startswith('mpirun -np "$SLURM_NTASKS" /bin/sh ./job/bin/hpcdl-rank-env')
 
 
 def test_default_image_and_no_image(neuron):
-    plan = build_plan(neuron, JobRequest(nodes=1, gpus=2))
+    plan = build_plan(neuron, JobRequest.of(nodes=1, gpus=2))
     image = neuron.container.default_image
     assert plan.container.image == image and plan.container.image_source == "profile default_image"
     assert f" {image} /bin/sh ./job/bin/hpcdl-rank-env" in plan.launch.launch_line
@@ -288,25 +288,25 @@ def test_default_image_and_no_image(neuron):
     assert "/examples:/hpcdl/examples:ro -B " in plan.launch.launch_line
     assert "--env PYTHONPATH=/hpcdl " in plan.launch.launch_line
     assert "python3 /hpcdl/examples/resnet50_imagenet.py" in plan.launch.launch_line
-    native = build_plan(neuron, JobRequest(nodes=1, gpus=2, no_image=True))
+    native = build_plan(neuron, JobRequest.of(nodes=1, gpus=2, no_image=True))
     assert native.container.image is None and "singularity exec" not in native.launch.launch_line
     assert "/examples/resnet50_imagenet.py" in native.launch.launch_line
-    mine = build_plan(neuron, JobRequest(nodes=1, gpus=2, image="/my.sif"))
+    mine = build_plan(neuron, JobRequest.of(nodes=1, gpus=2, image="/my.sif"))
     assert mine.container.image_source == "--image"
     with pytest.raises(ValidationError, match="no-image: --no-image and --image '/my.sif'"):
-        build_plan(neuron, JobRequest(nodes=1, gpus=2, image="/my.sif", no_image=True))
+        build_plan(neuron, JobRequest.of(nodes=1, gpus=2, image="/my.sif", no_image=True))
 
 
 def test_a_users_command_gets_no_project_binds(sandbox):
-    plan = build_plan(sandbox, JobRequest(nodes=1, gpus=1, image="/scratch/i.sif", command=("x",)))
+    plan = build_plan(sandbox, JobRequest.of(nodes=1, gpus=1, image="/scratch/i.sif", command=("x",)))
     assert ":/hpcdl/" not in plan.launch.launch_line and "PYTHONPATH" not in plan.launch.launch_line
 
 
 def test_gpu_bind_is_documented_in_the_script(sandbox):
-    narrow = build_plan(sandbox, JobRequest(nodes=1, gpus=4, gpu_bind="local-rank", command=("x",)))
+    narrow = build_plan(sandbox, JobRequest.of(nodes=1, gpus=4, gpu_bind="local-rank", command=("x",)))
     assert "# - GPUs: each rank sees one GPU, number LOCAL_RANK of its node's 4" in narrow.script
     assert "HPCDL_NODE_GPUS" in dict(narrow.files.job_scripts)["bin/hpcdl-rank-env"]
-    keep = build_plan(sandbox, JobRequest(nodes=1, gpus=4, command=("x",)))
+    keep = build_plan(sandbox, JobRequest.of(nodes=1, gpus=4, command=("x",)))
     assert "# - GPUs: every rank sees the 4 GPUs of its node and uses GPU LOCAL_RANK" in keep.script
     assert "HPCDL_NODE_GPUS" not in dict(keep.files.job_scripts)["bin/hpcdl-rank-env"]
 
@@ -317,4 +317,4 @@ def test_gpu_bind_is_documented_in_the_script(sandbox):
 ])
 def test_bad_launch_values_are_refused(sandbox, kw, message):
     with pytest.raises(ValidationError, match=message):
-        build_plan(sandbox, JobRequest(nodes=1, gpus=1, command=("x",), **kw))
+        build_plan(sandbox, JobRequest.of(nodes=1, gpus=1, command=("x",), **kw))

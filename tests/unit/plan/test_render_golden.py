@@ -30,18 +30,18 @@ SLURM_PROFILES = ["generic", "karolina", "neuron", "sandbox", "taurus"]
 PBS_PROFILES = ["polaris"]  # scheduler.type: pbs -> templates/pbs.sh.j2
 
 REQUESTS = {
-    "2x4-default": JobRequest(nodes=2, gpus=4),
-    "image-ddp": JobRequest(
+    "2x4-default": JobRequest.of(nodes=2, gpus=4),
+    "image-ddp": JobRequest.of(
         nodes=2, gpus=2, image="/scratch/images/pytorch-horovod.sif", backend="ddp",
         env=(("NCCL_SOCKET_IFNAME", "ib0"),), binds=("/scratch/data/imagenet:/imagenet",),
         data="/imagenet", job_name="resnet50 ddp", time="00:20:00",
     ),
-    "command": JobRequest(
+    "command": JobRequest.of(
         nodes=1, gpus=1, command=("python3", "train.py", "--lr", "0.1"), job_name="t1",
         run_dir="/scratch/runs/t1",
     ),
     # submit --code (a cluster reached over SSH): the job starts in the run's code/.
-    "command-code": JobRequest(
+    "command-code": JobRequest.of(
         nodes=1, gpus=1, command=("python3", "train.py"), job_name="t2",
         run_dir="/scratch/runs/t2", code_dir="/home/jdoe/project",
     ),
@@ -92,18 +92,18 @@ PLAN_JSON_CASES = {
     "sandbox-command-code": ("sandbox", REQUESTS["command-code"]),
     "generic-image-ddp": ("generic", REQUESTS["image-ddp"]),
     "polaris-image-ddp": ("polaris", REQUESTS["image-ddp"]),
-    "sandbox-requeue": ("sandbox", JobRequest(nodes=2, gpus=1, run_dir="/scratch/runs/r1",
+    "sandbox-requeue": ("sandbox", JobRequest.of(nodes=2, gpus=1, run_dir="/scratch/runs/r1",
                                               requeue=True, max_restarts=2, signal="USR1@60",
                                               hang_timeout=30.0)),
-    "sandbox-chain": ("sandbox", JobRequest(nodes=1, gpus=0, command=("true",), chain=3,
+    "sandbox-chain": ("sandbox", JobRequest.of(nodes=1, gpus=0, command=("true",), chain=3,
                                             run_dir="/scratch/runs/c1", launcher="torchrun",
                                             backend="ddp")),
-    "sandbox-spares-probe-first": ("sandbox", JobRequest(
+    "sandbox-spares-probe-first": ("sandbox", JobRequest.of(
         nodes=1, gpus=1, spares=1, probe=("--sizes", "4K"), probe_first=True,
         hang_timeout=20.0, run_dir="/scratch/runs/s1", image="/scratch/images/x.sif")),
-    "sandbox-probe": ("sandbox", JobRequest(nodes=2, gpus=0, probe=("--sizes", "4K"),
+    "sandbox-probe": ("sandbox", JobRequest.of(nodes=2, gpus=0, probe=("--sizes", "4K"),
                                             run_dir="/scratch/runs/p1")),
-    "sandbox-staged": ("sandbox", JobRequest(nodes=2, gpus=2, image="/scratch/images/x.sif",
+    "sandbox-staged": ("sandbox", JobRequest.of(nodes=2, gpus=2, image="/scratch/images/x.sif",
                                              data="/scratch/data/imagenet.sqfs",
                                              stage_image=True, stage_data=True,
                                              run_dir="/scratch/runs/p4", gpu_bind="local-rank")),
@@ -149,7 +149,7 @@ def test_polaris_pbs_lines_that_matter():
 
 
 def test_pbs_walltime_has_no_days():
-    plan = build_plan(load_profile("polaris"), JobRequest(nodes=10, gpus=4, partition="prod",
+    plan = build_plan(load_profile("polaris"), JobRequest.of(nodes=10, gpus=4, partition="prod",
                                                           time="1-00:00:00"))
     assert "#PBS -l walltime=24:00:00" in plan.script.splitlines()
 
@@ -162,7 +162,7 @@ def test_pbs_walltime_has_no_days():
     ("/scratch/runs/a\nb", "run-dir: .* control character"),
 ])
 def test_pbs_run_dir_must_be_a_plain_path(run_dir, refusal):
-    req = JobRequest(nodes=1, gpus=1, command=("true",), run_dir=run_dir.replace("\\n", "\n"))
+    req = JobRequest.of(nodes=1, gpus=1, command=("true",), run_dir=run_dir.replace("\\n", "\n"))
     if refusal is None:
         assert "#PBS -o /scratch/runs/t1/" in build_plan(load_profile("polaris"), req).script
     else:
@@ -187,7 +187,7 @@ def test_submit_refuses_pbs_without_dry_run():
 
 @pytest.mark.parametrize("profile", SLURM_PROFILES)
 def test_salloc_golden(profile):
-    plan = build_alloc(load_profile(profile), JobRequest(nodes=2, gpus=2, time="2:00:00"))
+    plan = build_alloc(load_profile(profile), JobRequest.of(nodes=2, gpus=2, time="2:00:00"))
     check_golden(GOLDEN / "salloc" / f"{profile}.sh", plan.script)
 
 
@@ -231,7 +231,7 @@ def test_karolina_uses_gpus_per_node_and_account():
 def test_template_override(tmp_path):
     custom = tmp_path / "my.sh.j2"
     custom.write_text("#!/bin/sh\n# {{ profile.name }} {{ ntasks }}\n{{ launch_line }}\n")
-    plan = build_plan(load_profile("sandbox"), JobRequest(nodes=2, gpus=4, template=str(custom),
+    plan = build_plan(load_profile("sandbox"), JobRequest.of(nodes=2, gpus=4, template=str(custom),
                                                           command=("hostname",),
                                                           run_dir="/scratch/runs/t2"))
     assert plan.script == ("#!/bin/sh\n# sandbox 8\nsrun --label --kill-on-bad-exit=1 --mpi=pmix "
@@ -245,7 +245,7 @@ def test_an_edited_template_is_read_again_in_the_same_process(tmp_path):
     # still show. Jinja compares mtimes, and two writes within one timestamp tick of the
     # filesystem share one, so the edit here is dated a second later.
     custom = tmp_path / "my.sh.j2"
-    req = JobRequest(nodes=1, gpus=1, template=str(custom), command=("hostname",))
+    req = JobRequest.of(nodes=1, gpus=1, template=str(custom), command=("hostname",))
     custom.write_text("#!/bin/sh\n# first {{ ntasks }}\n")
     assert build_plan(load_profile("sandbox"), req).script == "#!/bin/sh\n# first 1\n"
     stat = custom.stat()
@@ -259,7 +259,7 @@ def test_a_site_template_that_includes_the_inline_block_still_renders(tmp_path):
     # the same port pick, and the launch line runs the staged file.
     custom = tmp_path / "old.sh.j2"
     custom.write_text('#!/bin/bash\n{% include "rank-env.sh.j2" %}\n{{ launch_line }}\n')
-    plan = build_plan(load_profile("sandbox"), JobRequest(nodes=1, gpus=1, template=str(custom),
+    plan = build_plan(load_profile("sandbox"), JobRequest.of(nodes=1, gpus=1, template=str(custom),
                                                           command=("hostname",)))
     picked = dict(plan.files.job_scripts)["bin/hpcdl-master-port"]
     block = picked.split("rendezvous) must not fail the job: the next free one is taken instead.\n")[1]
@@ -269,10 +269,10 @@ def test_a_site_template_that_includes_the_inline_block_still_renders(tmp_path):
 
 
 def test_pbs_refuses_torchrun_as_launcher():
-    req = JobRequest(nodes=2, gpus=2, launcher="torchrun", command=("python3", "ddp.py"))
+    req = JobRequest.of(nodes=2, gpus=2, launcher="torchrun", command=("python3", "ddp.py"))
     with pytest.raises(ValidationError, match="launcher: torchrun starts one agent per node"):
         build_plan(load_profile("polaris"), req)
-    plan = build_plan(load_profile("polaris"), JobRequest(nodes=2, gpus=2, launcher="mpirun",
+    plan = build_plan(load_profile("polaris"), JobRequest.of(nodes=2, gpus=2, launcher="mpirun",
                                                           command=("python3", "ddp.py")))
     assert plan.launch.launch_line.startswith("mpiexec -n 4 --ppn 2 ")
 
@@ -284,7 +284,7 @@ def test_pbs_refuses_torchrun_as_launcher():
 RELEASE_PROFILES = {"24.11": {}, "26.05": {"requeue_expedite": True}}
 RELEASE_REQUESTS = {
     "2x4-default": REQUESTS["2x4-default"],
-    "requeue": JobRequest(nodes=2, gpus=1, run_dir="/scratch/runs/r1", requeue=True,
+    "requeue": JobRequest.of(nodes=2, gpus=1, run_dir="/scratch/runs/r1", requeue=True,
                           max_restarts=2, signal="USR1@60"),
 }
 
@@ -305,5 +305,5 @@ def test_sbatch_golden_per_release(release, case):
 
 @pytest.mark.parametrize("release", sorted(RELEASE_PROFILES))
 def test_salloc_golden_per_release(release):
-    plan = build_alloc(release_profile(release), JobRequest(nodes=2, gpus=2, time="2:00:00"))
+    plan = build_alloc(release_profile(release), JobRequest.of(nodes=2, gpus=2, time="2:00:00"))
     check_golden(GOLDEN / "salloc" / f"sandbox-{release}.sh", plan.script)

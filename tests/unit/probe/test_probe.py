@@ -414,7 +414,7 @@ def test_parse_probe_names_the_lowest_ranks_error_whatever_the_order():
 
 def _probe_plan(**kw: Any) -> JobPlan:
     prof = load_profile("sandbox")
-    req = JobRequest(**{"nodes": 2, "gpus": 0, "launcher": "srun", "job_name": "hpcdl-probe",
+    req = JobRequest.of(**{"nodes": 2, "gpus": 0, "launcher": "srun", "job_name": "hpcdl-probe",
                         "image": "/scratch/img/cpu.sif", "probe": worker_args(ProbeOptions(sizes="4K"), prof),
                         **kw})
     return build_plan(prof, req)
@@ -457,7 +457,7 @@ def test_probe_plan_refusals(kw, message):
 
 def test_probe_refused_on_pbs():
     prof = load_profile("polaris")
-    req = JobRequest(nodes=2, gpus=0, probe=("--sizes", "4K"), launcher="srun")
+    req = JobRequest.of(nodes=2, gpus=0, probe=("--sizes", "4K"), launcher="srun")
     with pytest.raises(ValidationError, match="probe: the probe starts its ranks with srun; "
                                               "profile polaris is pbs"):
         build_plan(prof, req)

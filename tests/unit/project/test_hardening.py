@@ -110,7 +110,7 @@ def test_template_errors_exit_2_and_the_sandbox_holds(tmp_path, text, needle):
     assert needle in one_error_line(result)
     with pytest.raises(RenderError):  # the library raises, only the CLI prints
         build_plan(load_profile("sandbox"),
-                   JobRequest(gpus=1, template=str(template), command=("true",)))
+                   JobRequest.of(gpus=1, template=str(template), command=("true",)))
 
 
 def test_missing_template_exit_2(tmp_path):
@@ -173,7 +173,7 @@ def test_unlimited_time_on_a_limited_partition(word):
 def test_sbatch_values_with_spaces_are_quoted_and_quotes_refused(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(PROFILE.replace("account: proj", "extra_options: {comment: two words}"))
-    plan = build_plan(load_profile_file(path), JobRequest(gpus=1, command=("true",)))
+    plan = build_plan(load_profile_file(path), JobRequest.of(gpus=1, command=("true",)))
     assert '#SBATCH --comment="two words"\n' in plan.script
     path.write_text(PROFILE.replace("account: proj", "extra_options: {comment: 'a\"b'}"))
     with pytest.raises(ConfigError, match="is not a Slurm option value"):

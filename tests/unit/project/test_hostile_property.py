@@ -34,7 +34,7 @@ import re
 import subprocess
 import types
 import typing
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from hpcdl.core.yamlmodel import parse_yaml_model
 from hpcdl.errors import UserInputError
 from hpcdl.jobs.alloc import build_alloc
 from hpcdl.plan import DEFAULT_EXAMPLE, JobPlan, JobRequest, build_plan
+from hpcdl.plan.request import FLAT_FIELDS
 from hpcdl.profiles.schema import Profile
 from tests.unit.jobfiles import stage_job_scripts
 
@@ -372,10 +373,10 @@ class Counter:
 
 
 def _profile_outputs(profile: Profile, run_dir: Path) -> tuple[str, str, list[str]]:
-    plan = build_plan(profile, JobRequest(nodes=1, gpus=1, image="/scratch/img/x.sif",
+    plan = build_plan(profile, JobRequest.of(nodes=1, gpus=1, image="/scratch/img/x.sif",
                                           run_dir=str(run_dir)))
     stage_in(plan, run_dir)
-    alloc = build_alloc(profile, JobRequest(nodes=1, gpus=1, command=("true",)))
+    alloc = build_alloc(profile, JobRequest.of(nodes=1, gpus=1, command=("true",)))
     return plan.script, alloc.script, list(alloc.argv)
 
 
@@ -506,10 +507,11 @@ def test_every_string_field_is_walked_and_typed():
 
 # --- request options ---------------------------------------------------------------
 
-REQUEST_BASE = JobRequest(nodes=1, gpus=1, image="/scratch/img/x.sif", env=(("HPCDL_X", "1"),),
+REQUEST_BASE = JobRequest.of(nodes=1, gpus=1, image="/scratch/img/x.sif", env=(("HPCDL_X", "1"),),
                           binds=("/data",), run_dir="/scratch/runs/r1")
-REQUEST_FIELDS = [f.name for f in fields(JobRequest)
-                  if f.name not in ("nodes", "gpus", "cpus_per_task", "synthetic", "no_image",
+# Every flat field of the request (JobRequest.of's, each routed to its part).
+REQUEST_FIELDS = [name for name in FLAT_FIELDS
+                  if name not in ("nodes", "gpus", "cpus_per_task", "synthetic", "no_image",
                                     "requeue", "max_restarts", "chain", "probe_first",
                                     "hang_timeout", "stage_image", "stage_data", "spares",
                                     # a local directory: the script names RUN_DIR/code
@@ -519,25 +521,26 @@ REQUEST_FIELDS = [f.name for f in fields(JobRequest)
 def _request_with(name: str, value: str, runs_root: Path) -> JobRequest:
     # The run directory goes under runs_root, where the script's job-side files are
     # staged; a hostile --run-dir is taken below it, whole.
-    base = replace(REQUEST_BASE, run_dir=f"{runs_root}/r1")
+    base = REQUEST_BASE.amended(run_dir=f"{runs_root}/r1")
     if name == "run_dir":
-        return replace(base, run_dir=f"{runs_root}/{value}")
+        return base.amended(run_dir=f"{runs_root}/{value}")
     return _request_from(base, name, value)
 
 
 def _request_from(base: JobRequest, name: str, value: str) -> JobRequest:
     if name == "env":
-        return replace(base, env=(("HPCDL_X", value),))
+        return base.amended(env=(("HPCDL_X", value),))
     if name == "env_key":
-        return replace(base, env=((value, "1"),))
+        return base.amended(env=((value, "1"),))
     if name == "probe":  # a probe job (2 nodes) whose worker gets the value as an argument
-        return replace(base, nodes=2, probe=("--sizes", value))
+        return base.amended(nodes=2, probe=("--sizes", value))
     if name == "hang_action":  # an action without a timeout is refused whatever it is
-        return replace(base, hang_timeout=60.0, hang_action=value)
-    current = getattr(base, name)
+        return base.amended(hang_timeout=60.0, hang_action=value)
+    part, field = FLAT_FIELDS[name]
+    current = getattr(getattr(base, part), field)
     if isinstance(current, tuple):
-        return replace(base, **{name: (*current, value)})
-    return replace(base, **{name: value})
+        return base.amended(**{name: (*current, value)})
+    return base.amended(**{name: value})
 
 
 # A harmless value of each request option: tried first, so every option's rendering

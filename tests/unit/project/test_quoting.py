@@ -61,7 +61,7 @@ def test_values_arrive_verbatim_and_never_execute(tmp_path, index):
     name = value.replace("\n", " ")  # a Slurm job name cannot hold a newline
     plan = build_plan(
         load_profile("sandbox"),
-        JobRequest(
+        JobRequest.of(
             nodes=2, gpus=4, job_name=name, env=(("HPCDL_EVIL", value),),
             image=f"/scratch/img/{name}.sif", binds=(f"/scratch/data/{name.replace(',', '')}",),
             command=("python3", "-c", "pass", value),
@@ -89,7 +89,7 @@ def test_values_arrive_verbatim_and_never_execute(tmp_path, index):
 
 def test_sbatch_header_carries_quoted_name_on_one_line(tmp_path):
     plan = build_plan(load_profile("sandbox"),
-                      JobRequest(nodes=1, gpus=1, job_name='a "b" $(c)', command=("true",)))
+                      JobRequest.of(nodes=1, gpus=1, job_name='a "b" $(c)', command=("true",)))
     header = [line for line in plan.script.splitlines() if line.startswith("#SBATCH --job-name")]
     assert header == ["#SBATCH --job-name=\"a 'b' $(c)\""]
     # The exact name travels on sbatch's argv, where no parser touches it.

@@ -71,7 +71,7 @@ def test_submit_maps_a_local_packed_file_to_its_pushed_copy_or_refuses(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     prof = load_profile("sandbox-remote")
     data = packed(tmp_path / "inet.sqfs")
-    req = JobRequest(nodes=1, gpus=0, no_image=True, data=str(data))
+    req = JobRequest.of(nodes=1, gpus=0, no_image=True, data=str(data))
     monkeypatch.setattr(images, "remote_image", lambda ex, login, local: None)
     with pytest.raises(ValidationError) as err:
         _cluster(prof).for_cluster(req)
@@ -80,7 +80,7 @@ def test_submit_maps_a_local_packed_file_to_its_pushed_copy_or_refuses(
     assert err.value.hint == f"copy it there once: hpcdl push {data} -p sandbox-remote"
     pushed = "/home/jdoe/hpcdl-images/inet-0123456789abcdef.sqfs"
     monkeypatch.setattr(images, "remote_image", lambda ex, login, local: pushed)
-    assert _cluster(prof).for_cluster(req).data == pushed
+    assert _cluster(prof).for_cluster(req).data.path == pushed
     # A path that is no file here is the cluster's already: left as it is.
-    there = JobRequest(nodes=1, gpus=0, no_image=True, data="/scratch/inet.sqfs")
-    assert _cluster(prof).for_cluster(there).data == "/scratch/inet.sqfs"
+    there = JobRequest.of(nodes=1, gpus=0, no_image=True, data="/scratch/inet.sqfs")
+    assert _cluster(prof).for_cluster(there).data.path == "/scratch/inet.sqfs"

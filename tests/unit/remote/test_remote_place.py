@@ -46,7 +46,7 @@ def test_run_directories_keep_their_names_and_nesting_on_the_cluster(tmp_path: P
 def test_the_plan_names_the_clusters_paths_and_none_of_the_laptops(tmp_path: Path) -> None:
     profile = load_profile("sandbox-remote")
     place = _over_ssh(tmp_path / "runs")
-    plan = plan_run(profile, JobRequest(nodes=1, gpus=1, command=("python3", "train.py"),
+    plan = plan_run(profile, JobRequest.of(nodes=1, gpus=1, command=("python3", "train.py"),
                                         code_dir=str(tmp_path)),
                     runs_under=tmp_path / "runs", place=place)
     assert plan.spec.run_dir is not None and plan.spec.run_dir.startswith("/home/jdoe/hpcdl-runs/")

@@ -178,17 +178,17 @@ def test_expand_orders_points_smallest_first_per_backend_and_batch():
 
 
 def test_point_request_sets_the_points_values_and_batch_flag():
-    base = JobRequest(synthetic=True, example_args=("--arch=resnet18",))
+    base = JobRequest.of(synthetic=True, example_args=("--arch=resnet18",))
     req = point_request(base, SweepPoint("ddp", 2, 4, 64))
-    assert (req.backend, req.nodes, req.gpus) == ("ddp", 2, 4)
-    assert req.example_args == ("--arch=resnet18", "--batch-size=64")
+    assert (req.launch.backend, req.placement.nodes, req.placement.gpus) == ("ddp", 2, 4)
+    assert req.launch.example_args == ("--arch=resnet18", "--batch-size=64")
 
 
 def test_plan_points_names_the_point_over_the_limit():
     prof = load_profile("sandbox")
     points = expand(("horovod",), (1, 3), (1,), None)
     with pytest.raises(ValidationError, match=r"^point horovod-n3-g1 \(3 ranks\): nodes: 3"):
-        plan_points(prof, JobRequest(synthetic=True), points)
+        plan_points(prof, JobRequest.of(synthetic=True), points)
 
 
 def test_every_point_runs_on_the_partition_of_the_largest_point():
@@ -196,20 +196,20 @@ def test_every_point_runs_on_the_partition_of_the_largest_point():
     # gpu2 for 4): a sweep must not mix them, or its speedups compare different GPUs.
     prof = load_profile("taurus")
     points = expand(("horovod",), (1, 2, 4), (1, 2, 4), None)
-    assert plan_points(prof, JobRequest(synthetic=True), points[:1])[0][1].spec.partition.name == "hpdlf"
-    base, why = pin_partition(prof, JobRequest(synthetic=True), points)
-    assert base.partition == "gpu2" and why.startswith("the largest point, horovod-n4-g4")
+    assert plan_points(prof, JobRequest.of(synthetic=True), points[:1])[0][1].spec.partition.name == "hpdlf"
+    base, why = pin_partition(prof, JobRequest.of(synthetic=True), points)
+    assert base.placement.partition == "gpu2" and why.startswith("the largest point, horovod-n4-g4")
     assert {plan.spec.partition.name for _, plan in plan_points(prof, base, points)} == {"gpu2"}
-    asked = JobRequest(synthetic=True, partition="alpha")
+    asked = JobRequest.of(synthetic=True, partition="alpha")
     assert pin_partition(prof, asked, points) == (asked, "requested with --partition")
 
 
 def test_a_sweep_takes_no_command_and_no_batch_size_in_x():
     with pytest.raises(ValidationError, match="command"):
-        check_base(JobRequest(command=("python3", "x.py")), sweeping_batch=False)
+        check_base(JobRequest.of(command=("python3", "x.py")), sweeping_batch=False)
     with pytest.raises(ValidationError, match="--batch-size is set per point"):
-        check_base(JobRequest(example_args=("--batch-size=8",)), sweeping_batch=True)
-    check_base(JobRequest(example_args=("--batch-size=8",)), sweeping_batch=False)
+        check_base(JobRequest.of(example_args=("--batch-size=8",)), sweeping_batch=True)
+    check_base(JobRequest.of(example_args=("--batch-size=8",)), sweeping_batch=False)
 
 
 # ----- the commands -----------------------------------------------------------------
@@ -262,7 +262,7 @@ def _sweep_dir(tmp_path: Path) -> Path:
         (run_dir / "result.json").write_text(json.dumps(record))
     # The last point's job never wrote a result (it was cancelled before it ran).
     (sweep / entries[-1]["run_dir"] / "result.json").unlink()
-    write_sweep(sweep, sweep_record(sweep.name, "sandbox", JobRequest(synthetic=True), False,
+    write_sweep(sweep, sweep_record(sweep.name, "sandbox", JobRequest.of(synthetic=True), False,
                                     entries))
     return sweep
 

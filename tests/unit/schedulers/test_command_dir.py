@@ -47,7 +47,7 @@ def test_alloc_runs_salloc_from_the_profiles_command_directory():
     prof = load_profile("sandbox")
     prof = prof.model_copy(update={"scheduler": prof.scheduler.model_copy(
         update={"commands": "/opt/slurm/24.11/bin", "release": "24.11"})})
-    plan = build_alloc(prof, JobRequest(nodes=1, gpus=1))
+    plan = build_alloc(prof, JobRequest.of(nodes=1, gpus=1))
     argv, env = alloc_command(plan, with_commands(prof, LOCAL))
     assert argv[0] == "/opt/slurm/24.11/bin/salloc" and argv[1:] == list(plan.argv[1:])
     # The release's variable for srun's CPUs per task, in salloc's environment.

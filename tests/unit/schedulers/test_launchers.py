@@ -45,11 +45,11 @@ def test_an_unknown_name_is_refused_in_one_line_naming_it():
     assert str(caught.value) == ("launcher: 'mpiexec' is not one of srun, torchrun, mpirun, "
                                  "horovodrun")
     with pytest.raises(ValidationError, match="^launcher: 'bogus' is not one of"):
-        build_plan(load_profile("sandbox"), JobRequest(launcher="bogus"))
+        build_plan(load_profile("sandbox"), JobRequest.of(launcher="bogus"))
 
 
 def _plan(profile: str, name: str, **extra):
-    req = JobRequest(nodes=2, gpus=2, launcher=name, backend="ddp",
+    req = JobRequest.of(nodes=2, gpus=2, launcher=name, backend="ddp",
                      command=("python3", "train.py"), run_dir="/scratch/runs/l1", **extra)
     return build_plan(load_profile(profile), req)
 
@@ -111,11 +111,11 @@ def _refusal(profile: str, req: JobRequest) -> str | None:
 # probe as the job, spare nodes, the bundled example with --backend horovod, a PBS
 # profile (where a launcher that needs a scheduler feature is refused).
 CAPABILITIES = {
-    "starts_probe": ("sandbox", JobRequest(nodes=2, gpus=0, probe=("--sizes", "4K"))),
-    "takes_spares": ("sandbox", JobRequest(nodes=1, gpus=1, spares=1, backend="ddp",
+    "starts_probe": ("sandbox", JobRequest.of(nodes=2, gpus=0, probe=("--sizes", "4K"))),
+    "takes_spares": ("sandbox", JobRequest.of(nodes=1, gpus=1, spares=1, backend="ddp",
                                            command=("python3", "train.py"))),
-    "horovod_example": ("sandbox", JobRequest(nodes=2, gpus=1, backend="horovod")),
-    "feature": ("polaris", JobRequest(nodes=2, gpus=1, command=("python3", "train.py"))),
+    "horovod_example": ("sandbox", JobRequest.of(nodes=2, gpus=1, backend="horovod")),
+    "feature": ("polaris", JobRequest.of(nodes=2, gpus=1, command=("python3", "train.py"))),
 }
 
 
@@ -131,7 +131,7 @@ def _can(launcher: RankLauncher, capability: str) -> bool:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_launcher_is_accepted_or_refused_as_its_class_says(name, capability):
     profile, req = CAPABILITIES[capability]
-    req = JobRequest(**{**req.__dict__, "launcher": name})
+    req = req.amended(launcher=name)
     refused = _refusal(profile, req)
     if _can(launcher_for(name), capability):
         assert refused is None, refused
@@ -179,17 +179,17 @@ def test_torchrun_runs_its_agent_with_the_commands_python(command, python):
 # One request per launcher, and the two launchers that run on N of N+S nodes with a
 # spare (srun's probe-first step included).
 LAUNCHER_REQUESTS = {
-    "srun-spares-probe-first": JobRequest(
+    "srun-spares-probe-first": JobRequest.of(
         nodes=1, gpus=1, spares=1, probe=("--sizes", "4K"), probe_first=True,
         command=("python3", "train.py"), run_dir="/scratch/runs/s1", hang_timeout=20.0),
-    "torchrun": JobRequest(nodes=2, gpus=2, launcher="torchrun", backend="ddp",
+    "torchrun": JobRequest.of(nodes=2, gpus=2, launcher="torchrun", backend="ddp",
                            image="/scratch/images/x.sif", run_dir="/scratch/runs/t1"),
-    "torchrun-spares": JobRequest(nodes=1, gpus=2, launcher="torchrun", spares=1,
+    "torchrun-spares": JobRequest.of(nodes=1, gpus=2, launcher="torchrun", spares=1,
                                   command=("python3", "ddp.py"), run_dir="/scratch/runs/t2",
                                   hang_timeout=30.0),
-    "mpirun": JobRequest(nodes=2, gpus=2, launcher="mpirun", command=("python3", "x.py"),
+    "mpirun": JobRequest.of(nodes=2, gpus=2, launcher="mpirun", command=("python3", "x.py"),
                          run_dir="/scratch/runs/m1", gpu_bind="local-rank"),
-    "horovodrun": JobRequest(nodes=2, gpus=2, launcher="horovodrun",
+    "horovodrun": JobRequest.of(nodes=2, gpus=2, launcher="horovodrun",
                              image="/scratch/images/x.sif", run_dir="/scratch/runs/h1"),
 }
 

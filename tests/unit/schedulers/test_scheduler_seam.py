@@ -244,14 +244,14 @@ def test_an_interactive_allocation_is_the_dialects_or_its_refusal() -> None:
     from hpcdl.plan import JobRequest
     from hpcdl.profiles import load_profile
 
-    plan = build_alloc(load_profile("sandbox"), JobRequest(nodes=1, gpus=0, command=("true",)))
+    plan = build_alloc(load_profile("sandbox"), JobRequest.of(nodes=1, gpus=0, command=("true",)))
     assert plan.argv[0] == "salloc" and plan.argv[-1] == "true"
     assert dict(plan.env) == {"SRUN_CPUS_PER_TASK": next(
         a.split("=", 1)[1] for a in plan.argv if a.startswith("--cpus-per-task="))}
     with pytest.raises(UserInputError, match=r"^scheduler: profile polaris uses pbs; hpcdl "
                                              r"alloc works with Slurm only \(on PBS an "
                                              r"interactive job is `qsub -I`\)$"):
-        build_alloc(load_profile("polaris"), JobRequest(nodes=1, gpus=1))
+        build_alloc(load_profile("polaris"), JobRequest.of(nodes=1, gpus=1))
 
 
 def test_an_allocation_of_a_login_profile_runs_there_over_ssh_t(
@@ -261,7 +261,7 @@ def test_an_allocation_of_a_login_profile_runs_there_over_ssh_t(
     from hpcdl.profiles import load_profile
     from hpcdl.remote.ssh import LoginNode, SshExecutor
 
-    plan = build_alloc(load_profile("sandbox-remote"), JobRequest(
+    plan = build_alloc(load_profile("sandbox-remote"), JobRequest.of(
         nodes=1, gpus=1, job_name="it's me", command=("sh", "-c", "echo $HOSTNAME; hostname")))
     login = SshExecutor(LoginNode("10.77.0.250", user="jdoe", port=2222),
                         Path("/run/user/1000/hpcdl/ssh"))

@@ -191,17 +191,17 @@ def _liar():
 def test_live_check_errors_only_for_what_the_request_needs() -> None:
     liar = _liar()
     cluster = livecheck.parse_partitions(SCONTROL, SINFO)
-    small = build_plan(liar, JobRequest(nodes=1, gpus=2, partition="debug"))
+    small = build_plan(liar, JobRequest.of(nodes=1, gpus=2, partition="debug"))
     warnings = livecheck.check_demand(liar, small.demand(), cluster)
     assert any("GPUs per node: profile liar partition debug claims 8, the cluster has 4" in w
                for w in warnings)
-    big = build_plan(liar, JobRequest(nodes=1, gpus=8, partition="debug"))
+    big = build_plan(liar, JobRequest.of(nodes=1, gpus=8, partition="debug"))
     with pytest.raises(ValidationError, match=r"claims 8, the cluster has 4 \(the request needs 8\)"):
         livecheck.check_demand(liar, big.demand(), cluster)
-    long = build_plan(liar, JobRequest(nodes=1, gpus=1, partition="debug", time="03:00:00"))
+    long = build_plan(liar, JobRequest.of(nodes=1, gpus=1, partition="debug", time="03:00:00"))
     with pytest.raises(ValidationError, match="cluster's limit is 00:30:00"):
         livecheck.check_demand(liar, long.demand(), cluster)
-    missing = build_plan(liar, JobRequest(nodes=1, gpus=1, partition="huge"))
+    missing = build_plan(liar, JobRequest.of(nodes=1, gpus=1, partition="huge"))
     with pytest.raises(ValidationError, match="huge does not exist on the cluster"):
         livecheck.check_demand(liar, missing.demand(), cluster)
 

@@ -110,7 +110,7 @@ def test_requeue_expedite_needs_the_release_and_the_cluster(release, enabled, ex
     from hpcdl.plan import JobRequest, build_plan
 
     plan = build_plan(_profile(release=release, requeue_expedite=enabled),
-                      JobRequest(nodes=1, gpus=1, requeue=True, run_dir="/scratch/runs/x"))
+                      JobRequest.of(nodes=1, gpus=1, requeue=True, run_dir="/scratch/runs/x"))
     lines = [line for line in plan.script.splitlines() if line.startswith("#SBATCH --requeue")]
     assert lines == [f"#SBATCH {expected}"]
     # An expedite job that hpcdl does not requeue tells Slurm not to either (26.05.5 holds
@@ -128,7 +128,7 @@ def test_requeue_expedite_needs_the_release_and_the_cluster(release, enabled, ex
 def test_26_05_refuses_two_gpu_requests_in_one_line(gpu_request, extra):
     from hpcdl.plan import JobRequest, build_plan
 
-    req = JobRequest(nodes=1, gpus=1, run_dir="/scratch/runs/x")
+    req = JobRequest.of(nodes=1, gpus=1, run_dir="/scratch/runs/x")
     prof = _profile(release="26.05", gpu_request=gpu_request, extra_options={extra: "gpu:1"})
     with pytest.raises(ValidationError) as err:
         build_plan(prof, req)

@@ -272,7 +272,7 @@ def test_submit_array_checks_the_clusters_limit_in_its_live_check(
     fake.scenario(max_array_size=2)
     profile = load_profile("sandbox")
     points = params.grid([params.parse_param("n=1,2,3", known=None)])
-    plan = arrays.plan_array(profile, JobRequest(nodes=1, gpus=1, cpus_per_task=1,
+    plan = arrays.plan_array(profile, JobRequest.of(nodes=1, gpus=1, cpus_per_task=1,
                                                  command=("echo", "{n}"), no_image=True),
                              points, sweep_dir=tmp_path / "runs" / "sweep-x")
     with pytest.raises(ValidationError, match=r"3 points, but the cluster allows 2 "
