@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 
-from hpcdl.cli.options import SectionedCommand, output, placement
+from hpcdl.cli import options
+from hpcdl.cli.options import Output, SectionedCommand
 from hpcdl.jobs.prepare import open_cluster
-from hpcdl.plan import JobRequest
+from hpcdl.plan import FilesRequest, JobRequest, LaunchRequest, PlacementRequest
 from hpcdl.profiles import load_profile
 
 
 @click.command(cls=SectionedCommand)
-@placement()
-@output("dry_run", dry_run="Print what runs (salloc and its environment); run nothing.")
+@options.placement()
+@options.output("dry_run", dry_run="Print what runs (salloc and its environment); run nothing.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
-def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
-          cpus_per_task: int | None, job_name: str | None, dry_run: bool,
-          command: tuple[str, ...]) -> None:
+def alloc(profile: str | None, placement: PlacementRequest, files: FilesRequest,
+          output: Output, command: tuple[str, ...]) -> None:
     """Allocate nodes for interactive work (salloc), checked like `submit`.
 
     Without COMMAND salloc opens a shell in the allocation; with it, salloc runs
@@ -29,10 +31,10 @@ def alloc(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
       hpcdl alloc -p sandbox -N 2 -G 4 -- srun hostname
     """
     prof = load_profile(profile)
-    cluster = open_cluster(prof, "alloc", dry_run=dry_run)  # hpcdl allocates where it submits
-    request = JobRequest.of(nodes=nodes, gpus=gpus, partition=partition, time=time,
-                         cpus_per_task=cpus_per_task, job_name=job_name or "interactive",
-                         command=command)
+    # hpcdl allocates where it submits
+    cluster = open_cluster(prof, "alloc", dry_run=output.dry_run)
+    request = JobRequest(placement=placement, launch=LaunchRequest(command=command),
+                         files=replace(files, job_name=files.job_name or "interactive"))
     # Lazy: the salloc path is alloc's alone, and `hpcdl --help` imports nothing.
     from hpcdl.jobs.alloc import prepare_alloc, run_alloc
 

@@ -7,25 +7,25 @@ probe_view (or as JSON with --json).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from hpcdl.cli.options import (
-    PROBE,
-    SectionedCommand,
-    container,
-    launch,
-    opt,
-    output,
-    parse_env,
-    placement,
-    section,
-)
+from hpcdl.cli import options
+from hpcdl.cli.options import PROBE, Output, SectionedCommand, opt
 from hpcdl.cli.submit import echo_warning, print_dry_run, submit_and_show
 from hpcdl.jobs.prepare import open_cluster, prepare_job
 from hpcdl.jobside.protocol import DEFAULT_SLOW_RATIO
-from hpcdl.plan import JobRequest
+from hpcdl.plan import (
+    ContainerRequest,
+    FilesRequest,
+    JobRequest,
+    LaunchRequest,
+    PlacementRequest,
+    ProbeRequest,
+    ResilienceRequest,
+)
 from hpcdl.probe.request import (
     DEFAULT_SIZES,
     DIST_BACKENDS,
@@ -38,7 +38,7 @@ from hpcdl.profiles import load_profile
 
 
 @click.command(cls=SectionedCommand)
-@placement(
+@options.placement(
     nodes=opt("--nodes", "-N", type=int, default=2, show_default=True,
               help="Nodes to probe (2 or more; 3 or more to name the slow one)."),
     gpus=opt("--gpus", "-G", type=int, default=0, show_default=True,
@@ -47,9 +47,9 @@ from hpcdl.profiles import load_profile
     cpus_per_task="CPUs per rank.",
     job_name=opt("--job-name", "-J", default="hpcdl-probe", show_default=True,
                  help="Job name (as the scheduler shows it)."))
-@container("image", "no_image", "binds")
-@launch("env")
-@section(
+@options.container("image", "no_image", "binds")
+@options.launch("env")
+@options.section(
     PROBE,
     opt("--sizes", default=DEFAULT_SIZES, show_default=True, metavar="LIST",
         help="Message sizes (4 bytes to 1G, whole float32s); pairs use the largest."),
@@ -63,15 +63,14 @@ from hpcdl.profiles import load_profile
         help="Interface for NCCL and Gloo (NCCL_SOCKET_IFNAME syntax; default: the "
              "profile's)."),
     opt("--slow-ratio", type=float, default=DEFAULT_SLOW_RATIO, show_default=True,
-        help="Slow below this share of the median node's best link (exit 1)."))
-@output(
+        help="Slow below this share of the median node's best link (exit 1)."),
+    part="measure", build=ProbeOptions)
+@options.output(
     dry_run="Print the job script and the files it runs (or the plan, --json).",
     wait="Follow the probe; exit 0 (no slow node), 1 (slow) or 2 (input refused).")
-def probe(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
-          cpus_per_task: int | None, job_name: str, image: str | None, env: tuple[str, ...],
-          binds: tuple[str, ...], no_image: bool, sizes: str, iters: int, warmup: int,
-          backend: str, mpi: str, ifname: str | None, slow_ratio: float, dry_run: bool,
-          run_dir: Path | None, as_json: bool, wait: bool) -> None:
+def probe(profile: str | None, placement: PlacementRequest, files: FilesRequest,
+          container: ContainerRequest, launch: LaunchRequest, measure: ProbeOptions,
+          output: Output) -> None:
     """Measure allreduce bandwidth across an allocation and name slow nodes.
 
     Runs hpcdl's probe worker (stdlib + torch; no hpcdl needed in the image) on every
@@ -94,22 +93,22 @@ def probe(profile: str | None, partition: str | None, nodes: int, gpus: int, tim
       hpcdl probe -p neuron -N 4 -G 4 --ifname ib0 --wait --json
       hpcdl submit -p neuron -N 4 -G 4 --probe-first -- python3 train.py
     """
-    check_nodes(nodes)
+    check_nodes(placement.nodes)
     prof = load_profile(profile)
-    args = worker_args(ProbeOptions(sizes=sizes, iters=iters, warmup=warmup, backend=backend,
-                                    mpi=mpi, ifname=ifname, slow_ratio=slow_ratio), prof)
-    request = JobRequest.of(
-        nodes=nodes, gpus=gpus, partition=partition, time=time, cpus_per_task=cpus_per_task,
-        job_name=job_name, image=image, env=parse_env(env), binds=binds, no_image=no_image,
-        launcher="srun", requeue=False, probe=args,
-        run_dir=str(run_dir.resolve()) if run_dir is not None else None)
-    cluster = open_cluster(prof, "probe", dry_run=dry_run, run_dir=run_dir)
+    args = worker_args(measure, prof)
+    # The probe is srun's, and a measurement is not requeued.
+    request = JobRequest(placement=placement, container=container,
+                         launch=replace(launch, launcher="srun"),
+                         resilience=ResilienceRequest(requeue=False),
+                         probe=ProbeRequest(args=args), files=files)
+    run_dir = Path(files.run_dir) if files.run_dir is not None else None
+    cluster = open_cluster(prof, "probe", dry_run=output.dry_run, run_dir=run_dir)
     ready = prepare_job(prof, request, cluster, run_name="probe", check_image=False,
                         on_warning=echo_warning)
     if ready.notes is not None:
-        print_dry_run(ready.plan, as_json=as_json, notes=ready.notes)
+        print_dry_run(ready.plan, as_json=output.as_json, notes=ready.notes)
         return
-    code = submit_and_show(prof, ready.plan, wait=wait, as_json=as_json, probe=True,
-                           conn=ready.conn)
+    code = submit_and_show(prof, ready.plan, wait=output.wait, as_json=output.as_json,
+                           probe=True, conn=ready.conn)
     if code:
         raise SystemExit(code)

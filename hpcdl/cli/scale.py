@@ -4,28 +4,28 @@ follow it. Its table is `hpcdl results` (hpcdl.cli.results)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
 
+from hpcdl.cli import options
 from hpcdl.cli.display import SweepBar, done_line, sweep_dir_line
-from hpcdl.cli.options import (
-    SWEEP,
-    SectionedCommand,
-    container,
-    data,
-    launch,
-    opt,
-    output,
-    parse_env,
-    placement,
-    section,
-)
+from hpcdl.cli.options import SWEEP, Output, SectionedCommand, opt
 from hpcdl.cli.submit import defaults_line, echo_warning
+from hpcdl.jobs.cluster import Cluster
 from hpcdl.jobs.prepare import open_cluster
 from hpcdl.jobs.submit import Submitted
-from hpcdl.plan import JobRequest
+from hpcdl.plan import (
+    ContainerRequest,
+    DataRequest,
+    FilesRequest,
+    JobRequest,
+    LaunchRequest,
+    PlacementRequest,
+)
 from hpcdl.profiles import load_profile
+from hpcdl.profiles.schema import Profile
 from hpcdl.results.table import count, format_table, to_json
 from hpcdl.sweep.flow import finish_sweep, start_sweep
 from hpcdl.sweep.grid import (
@@ -43,39 +43,60 @@ from hpcdl.sweep.grid import (
 from hpcdl.sweep.prepare import PreparedPoints, prepare_points
 
 
+@dataclass(frozen=True)
+class ScaleAxes:
+    """The scaling sweep's axes (every combination is a point) and whether its points
+    may run at the same time."""
+
+    nodes: tuple[int, ...]
+    gpus: tuple[int, ...]
+    backends: tuple[str, ...]
+    batches: tuple[int, ...] | None
+    concurrent: bool
+
+
+def _axes(nodes: str, gpus: str, backends: str, batches: str | None,
+          concurrent: bool) -> ScaleAxes:
+    """The axes from their LIST options. Raises ValidationError naming the option."""
+    return ScaleAxes(nodes=parse_int_list("nodes", nodes),
+                     gpus=parse_int_list("gpus", gpus, minimum=0),
+                     backends=parse_backends(backends),
+                     batches=parse_int_list("batch-size", batches) if batches else None,
+                     concurrent=concurrent)
+
+
 @click.command(cls=SectionedCommand)
-@placement(
+@options.placement(
     partition="Partition of every point (default: the smallest that fits the "
               "largest point).",
     nodes=opt("--nodes", "-N", "nodes_text", default="1", show_default=True, metavar="LIST",
+              part="axes", field="nodes", build=_axes,
               help="Node counts to sweep, e.g. 1,2,4."),
     gpus=opt("--gpus", "-G", "gpus_text", required=True, metavar="LIST",
+             part="axes", field="gpus", build=_axes,
              help="GPUs per node to sweep (one rank per GPU), e.g. 1,2,4."),
     time="Wall time limit of each point's job.",
     job_name="Job name the points share (default: hpcdl-scale-<id>).")
-@container("image", "no_image", "binds")
-@data("data", "synthetic")
-@launch("example_args", "env", "launcher", "gpu_bind", "template")
-@section(
+@options.container("image", "no_image", "binds")
+@options.data("data", "synthetic")
+@options.launch("example_args", "env", "launcher", "gpu_bind", "template")
+@options.section(
     SWEEP,
-    opt("--backend", "backends_text", default="horovod", show_default=True,
+    opt("--backend", "backends_text", default="horovod", show_default=True, field="backends",
         metavar="LIST", help="Backends to sweep: horovod, ddp or horovod,ddp."),
-    opt("--batch-size", "batch_text", metavar="LIST",
+    opt("--batch-size", "batch_text", metavar="LIST", field="batches",
         help="Per-rank batch sizes to sweep (default: the example's 32)."),
     opt("--concurrent", is_flag=True,
-        help="Let the points run at the same time (default: one after another)."))
-@output("dry_run", "as_json", "wait",
+        help="Let the points run at the same time (default: one after another)."),
+    part="axes", build=_axes)
+@options.output("dry_run", "as_json", "wait",
         dry_run="Show the points and their run directories (--json: each plan and "
                 "script); submit nothing.",
         wait="Follow every point, then print the table and write the results and "
              "plot.")
-def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text: str,
-          backends_text: str, batch_text: str | None, time: str | None,
-          cpus_per_task: int | None, job_name: str | None, template: str | None,
-          image: str | None, env: tuple[str, ...], binds: tuple[str, ...], data: str | None,
-          synthetic: bool, example_args: tuple[str, ...], no_image: bool, launcher: str | None,
-          gpu_bind: str | None, concurrent: bool, dry_run: bool, as_json: bool,
-          wait: bool) -> None:
+def scale(profile: str | None, placement: PlacementRequest, axes: ScaleAxes,
+          container: ContainerRequest, data: DataRequest, launch: LaunchRequest,
+          files: FilesRequest, output: Output) -> None:
     """Run the bundled example at every point of a scaling sweep.
 
     One job per combination of --backend, --batch-size, --nodes and --gpus, all with
@@ -90,30 +111,32 @@ def scale(profile: str | None, partition: str | None, nodes_text: str, gpus_text
           --image img.sif -c 1 -X --arch=resnet18 -X --max-steps=20 --wait
       hpcdl scale -p taurus -N 1,2,4 -G 1,2,4 --batch-size 32,64 --dry-run
     """
-    nodes = parse_int_list("nodes", nodes_text)
-    gpus = parse_int_list("gpus", gpus_text, minimum=0)
-    backends = parse_backends(backends_text)
-    batches = parse_int_list("batch-size", batch_text) if batch_text else None
     prof = load_profile(profile)
-    cluster = open_cluster(prof, "scale", dry_run=dry_run)  # a PBS profile's: --dry-run only
+    cluster = open_cluster(prof, "scale", dry_run=output.dry_run)  # PBS: --dry-run only
     sweep_id = new_sweep_id()
-    base = JobRequest.of(partition=partition, time=time, cpus_per_task=cpus_per_task,
-                      job_name=job_name or default_job_name(sweep_id), image=image,
-                      env=parse_env(env), binds=binds, data=data, synthetic=synthetic,
-                      example_args=example_args, template=template, no_image=no_image,
-                      launcher=launcher, gpu_bind=gpu_bind)
-    check_base(base, sweeping_batch=batches is not None)
-    points = expand(backends, nodes, gpus, batches)
+    job_name = files.job_name or default_job_name(sweep_id)
+    base = JobRequest(placement=placement, container=container, data=data, launch=launch,
+                      files=replace(files, job_name=job_name))
+    check_base(base, sweeping_batch=axes.batches is not None)
+    points = expand(axes.backends, axes.nodes, axes.gpus, axes.batches)
     base, why = pin_partition(prof, base, points)  # one partition: comparable speedups
     # Each point planned once with its run directory in the sweep directory, for a dry
     # run too (nothing is created): those plans are what gets submitted.
     sweep_dir = sweep_path(sweep_id)
     ready = prepare_points(prof, base, points, cluster, sweep_dir=sweep_dir,
                            on_warning=echo_warning)
-    base, plans = ready.request, ready.plans
     if ready.notes is not None:
-        _show_plans(ready, why, as_json, sweep_dir=sweep_dir)
+        _show_plans(ready, why, output.as_json, sweep_dir=sweep_dir)
         return
+    _run(prof, ready, cluster, sweep_id, sweep_dir, concurrent=axes.concurrent,
+         as_json=output.as_json, wait=output.wait)
+
+
+def _run(prof: Profile, ready: PreparedPoints, cluster: Cluster, sweep_id: str,
+         sweep_dir: Path, *, concurrent: bool, as_json: bool, wait: bool) -> None:
+    """Submit the planned points (``ready``) into ``sweep_dir``; with ``wait`` follow
+    them and print the table."""
+    base, plans = ready.request, ready.plans
 
     def submitted(point: SweepPoint, sub: Submitted) -> None:
         click.echo(f"submitted {point.label}: job {sub.job_id} ({count(point.ranks, 'rank')} on "

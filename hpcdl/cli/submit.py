@@ -4,31 +4,31 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from hpcdl.cli import one_line
-from hpcdl.cli.options import (
-    SectionedCommand,
-    container,
-    data,
-    hang,
-    launch,
-    output,
-    parse_env,
-    placement,
-    probe_first,
-    resilience,
-)
+from hpcdl.cli import one_line, options
+from hpcdl.cli.options import Output, ProbeFirst, SectionedCommand
 from hpcdl.errors import ValidationError
-from hpcdl.hang.actions import parse_seconds
 from hpcdl.jobs.cluster import Cluster, connect
 from hpcdl.jobs.flow import submit_job
 from hpcdl.jobs.prepare import open_cluster, prepare_job
 from hpcdl.jobside.protocol import DEFAULT_SLOW_RATIO
-from hpcdl.plan import JobPlan, JobRequest
+from hpcdl.plan import (
+    ContainerRequest,
+    DataRequest,
+    FilesRequest,
+    HangRequest,
+    JobPlan,
+    JobRequest,
+    LaunchRequest,
+    PlacementRequest,
+    ProbeRequest,
+    ResilienceRequest,
+)
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
 from hpcdl.profiles.schema import Profile
@@ -46,30 +46,24 @@ JOB_FILE_HEADER = "# ==>"
 
 
 @click.command(cls=SectionedCommand, context_settings={"ignore_unknown_options": False})
-@placement()
-@container()
-@data()
-@launch()
-@resilience()
-@probe_first
-@hang
-@output(
+@options.placement()
+@options.container()
+@options.data()
+@options.launch()
+@options.resilience()
+@options.probe_first
+@options.hang
+@options.output(
     dry_run="Print the script (stdout) and the files it runs (stderr), or the plan "
             "(--json); write nothing.",
     run_dir="Run directory (must not exist yet; default: a new one under $HPCDL_RUNS); "
             "--dry-run shows its script.",
     wait="Follow the job; exit with its exit code (124 when it hit its time limit).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
-def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, time: str | None,
-           cpus_per_task: int | None, job_name: str | None, template: str | None,
-           image: str | None, backend: str, env: tuple[str, ...], binds: tuple[str, ...],
-           data: str | None, synthetic: bool, example_args: tuple[str, ...], no_image: bool,
-           launcher: str | None, gpu_bind: str | None, dry_run: bool, run_dir: Path | None,
-           as_json: bool, wait: bool, requeue: bool | None, max_restarts: int | None,
-           spares: int | None, signal: str | None, probe_first: bool | None,
-           probe_sizes: str | None, probe_slow_ratio: float | None, chain: int,
-           hang_timeout: str | None, hang_action: str | None, stage_image: bool | None,
-           stage_data: bool, code: Path | None, command: tuple[str, ...]) -> None:
+def submit(profile: str | None, placement: PlacementRequest, container: ContainerRequest,
+           data: DataRequest, launch: LaunchRequest, resilience: ResilienceRequest,
+           probe_first: ProbeFirst, hang: HangRequest, files: FilesRequest, output: Output,
+           command: tuple[str, ...]) -> None:
     """Validate a training job against the cluster profile, render it, submit it.
 
     Without COMMAND the job runs the bundled ResNet-50 example with --backend,
@@ -98,46 +92,49 @@ def submit(profile: str | None, partition: str | None, nodes: int, gpus: int, ti
       hpcdl submit -p sandbox -N 1 -G 2 -- python3 train.py --epochs 3
       hpcdl submit -p sandbox -N 2 -G 2 --image img.sif --launcher torchrun -- python3 ddp.py
     """
-    hang_s = _hang_seconds(hang_timeout)
     prof = load_profile(profile)
     # The one handle on the cluster: where its commands run and its run directories
     # live; it answers every question that turns on where the cluster is.
-    cluster = open_cluster(prof, "submit", dry_run=dry_run, run_dir=run_dir)
-    if probe_first is None:
+    run_dir = Path(files.run_dir) if files.run_dir is not None else None
+    cluster = open_cluster(prof, "submit", dry_run=output.dry_run, run_dir=run_dir)
+    placement, probe = _probe_part(prof, placement, probe_first)
+    request = JobRequest(placement=placement, container=container, data=data,
+                         launch=replace(launch, command=command), resilience=resilience,
+                         hang=hang, probe=probe, files=files)
+    ready = prepare_job(prof, request, cluster, on_warning=echo_warning)
+    if ready.notes is not None:
+        print_dry_run(ready.plan, as_json=output.as_json, notes=ready.notes)
+        return
+    status = submit_and_show(prof, ready.plan, wait=output.wait, as_json=output.as_json,
+                             conn=ready.conn)
+    if status:
+        raise SystemExit(status)
+
+
+def _probe_part(prof: Profile, placement: PlacementRequest, given: ProbeFirst
+                ) -> tuple[PlacementRequest, ProbeRequest]:
+    """The probe part of `submit` (--probe-first and its options) and the placement it
+    measures: the profile's default decided, the worker's arguments made. Raises
+    ValidationError."""
+    first, spares = given.first, placement.spares
+    if first is None:
         # The profile's default, for an allocation the probe can measure (2 nodes or more,
         # its spares counted); --probe-first asks for it whatever the size (and is refused
         # below 2 nodes).
-        allocated = nodes + (prof.scheduler.spares if spares is None else spares)
-        probe_first = prof.scheduler.probe_first and allocated >= 2
-    if probe_first and spares is None:
+        allocated = placement.nodes + (prof.scheduler.spares if spares is None else spares)
+        first = prof.scheduler.probe_first and allocated >= 2
+    if first and spares is None:
         # (the probe's size check counts the spares the request names: the profile's, then)
-        spares = prof.scheduler.spares
-    for name, value in (("probe-sizes", probe_sizes), ("probe-slow-ratio", probe_slow_ratio)):
-        if value is not None and not probe_first:
+        placement = replace(placement, spares=prof.scheduler.spares)
+    for name, value in (("probe-sizes", given.sizes), ("probe-slow-ratio", given.slow_ratio)):
+        if value is not None and not first:
             raise ValidationError(f"{name}: only with --probe-first")
-    probe = (worker_args(ProbeOptions(
-        sizes=probe_sizes or DEFAULT_SIZES,
-        slow_ratio=DEFAULT_SLOW_RATIO if probe_slow_ratio is None else probe_slow_ratio), prof)
-        if probe_first else None)
-    request = JobRequest.of(
-        nodes=nodes, gpus=gpus, partition=partition, time=time, cpus_per_task=cpus_per_task,
-        job_name=job_name, image=image, backend=backend, env=parse_env(env), binds=binds,
-        probe=probe, probe_first=probe_first,
-        command=command, data=data, synthetic=synthetic, example_args=example_args, template=template,
-        no_image=no_image, launcher=launcher, gpu_bind=gpu_bind,
-        run_dir=str(run_dir.resolve()) if run_dir is not None else None,
-        requeue=requeue, max_restarts=max_restarts, signal=signal, chain=chain, spares=spares,
-        hang_timeout=hang_s, hang_action=hang_action, stage_image=stage_image,
-        stage_data=stage_data,
-        code_dir=str(code) if code is not None else None,
-    )
-    ready = prepare_job(prof, request, cluster, on_warning=echo_warning)
-    if ready.notes is not None:
-        print_dry_run(ready.plan, as_json=as_json, notes=ready.notes)
-        return
-    status = submit_and_show(prof, ready.plan, wait=wait, as_json=as_json, conn=ready.conn)
-    if status:
-        raise SystemExit(status)
+    if not first:
+        return placement, ProbeRequest()
+    args = worker_args(ProbeOptions(
+        sizes=given.sizes or DEFAULT_SIZES,
+        slow_ratio=DEFAULT_SLOW_RATIO if given.slow_ratio is None else given.slow_ratio), prof)
+    return placement, ProbeRequest(args=args, first=True)
 
 
 def echo_warning(text: str) -> None:
@@ -184,17 +181,6 @@ def print_dry_run(plan: JobPlan, *, as_json: bool, notes: Sequence[str] = ()) ->
         click.echo(f"{JOB_FILE_HEADER} {path} (written with the run; the script runs it)",
                    err=True)
         click.echo(text, nl=False, err=True)
-
-
-def _hang_seconds(text: str | None) -> float | None:
-    """--hang-timeout as seconds (the job watches itself: with or without --wait, from
-    here or over SSH). Raises ValidationError."""
-    if text is None:
-        return None
-    try:
-        return parse_seconds("hang-timeout", text)
-    except ValueError as exc:
-        raise ValidationError(str(exc)) from exc
 
 
 def defaults_line(plan: JobPlan) -> str:

@@ -5,44 +5,54 @@ job array (hpcdl.sweep.arrays), optionally followed to its comparison table; and
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from hpcdl.cli import options
 from hpcdl.cli.display import SweepBar, sweep_dir_line
-from hpcdl.cli.options import (
-    SWEEP,
-    SectionedCommand,
-    container,
-    data,
-    launch,
-    opt,
-    output,
-    parse_env,
-    placement,
-    resilience,
-    section,
-)
+from hpcdl.cli.options import SWEEP, Output, SectionedCommand, opt
 from hpcdl.cli.submit import JOB_FILE_HEADER, defaults_line, echo_warning
 from hpcdl.errors import ValidationError
 from hpcdl.jobs.place import HERE, RunPlace
-from hpcdl.plan import JobRequest
+from hpcdl.plan import (
+    ContainerRequest,
+    DataRequest,
+    FilesRequest,
+    JobRequest,
+    LaunchRequest,
+    PlacementRequest,
+    ResilienceRequest,
+)
 
 if TYPE_CHECKING:
     from hpcdl.sweep.arrays import ArrayPlan
 
 
+@dataclass(frozen=True)
+class SweepOptions:
+    """The sweep part: where the points come from and how many run at once."""
+
+    params: tuple[str, ...] = ()
+    points_file: Path | None = None
+    random_count: int | None = None
+    seed: int = 0
+    max_concurrent: int | None = None
+    retry: Path | None = None
+
+
 @click.command(cls=SectionedCommand)
-@placement(
+@options.placement(
     nodes="Nodes of every point.",
     gpus=opt("--gpus", "-G", type=int, help="GPUs per node of every point (one rank per GPU)."),
     time="Wall time limit of each point.",
     job_name="The array's job name (default: hpcdl-sweep-<id>).")
-@container("image", "no_image", "binds")
-@data("data", "synthetic")
-@launch("backend", "example_args", "env", "launcher", "gpu_bind", "template")
-@section(
+@options.container("image", "no_image", "binds")
+@options.data("data", "synthetic")
+@options.launch("backend", "example_args", "env", "launcher", "gpu_bind", "template")
+@options.section(
     SWEEP,
     opt("--param", "params", multiple=True, metavar="NAME=V1,V2",
         help="A parameter and its values (repeatable; every combination): --NAME=V for the "
@@ -56,26 +66,21 @@ if TYPE_CHECKING:
         help="At most M points at once (default: the partition's max_jobs_per_user)."),
     opt("--retry-failed", "retry", type=click.Path(exists=True, file_okay=False,
                                                    path_type=Path),
-        metavar="SWEEP_DIR", help="Submit SWEEP_DIR's failed points again as one new array."))
-@resilience("requeue", "max_restarts", "signal", "spares",
+        metavar="SWEEP_DIR", help="Submit SWEEP_DIR's failed points again as one new array."),
+    part="sweep_opts", build=SweepOptions)
+@options.resilience("requeue", "max_restarts", "signal", "spares",
             requeue="Each task checkpoints and requeues itself alone, by its task id "
                     "(default: the profile's scheduler.requeue).",
             spares="Each task allocates S nodes more and replaces a failed one (default: "
                    "the profile's, 0).")
-@output("dry_run", "as_json", "wait",
+@options.output("dry_run", "as_json", "wait",
         dry_run="Print the points and the array script; write and submit nothing.",
         wait="Follow every task, then print the comparison table.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ...]")
-def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | None,
-          time: str | None, cpus_per_task: int | None, job_name: str | None,
-          template: str | None, backend: str, image: str | None, env: tuple[str, ...],
-          binds: tuple[str, ...], data: str | None, synthetic: bool,
-          example_args: tuple[str, ...], no_image: bool, launcher: str | None,
-          gpu_bind: str | None, params: tuple[str, ...], points_file: Path | None,
-          random_count: int | None, seed: int, max_concurrent: int | None,
-          requeue: bool | None, max_restarts: int | None, signal: str | None,
-          spares: int | None, retry: Path | None,
-          dry_run: bool, as_json: bool, wait: bool, command: tuple[str, ...]) -> None:
+def sweep(profile: str | None, placement: PlacementRequest, container: ContainerRequest,
+          data: DataRequest, launch: LaunchRequest, sweep_opts: SweepOptions,
+          resilience: ResilienceRequest, files: FilesRequest, output: Output,
+          command: tuple[str, ...]) -> None:
     """Run a hyperparameter sweep as one Slurm job array.
 
     Every point (a combination of the --param values, a --points file's entry or a
@@ -105,34 +110,29 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     from hpcdl.sweep.grid import new_sweep_id, sweep_path
     from hpcdl.sweep.prepare import prepare_array
 
-    if retry is not None:
-        if (params or points_file or random_count or command or dry_run or requeue is not None
-                or max_restarts is not None or signal is not None or spares is not None):
-            raise ValidationError("retry-failed: takes only --max-concurrent, --wait, --json "
-                                  "(the points and their scripts, --requeue and --spares "
-                                  "included, are the sweep's)")
-        _retry(retry, max_concurrent=max_concurrent, wait=wait, as_json=as_json)
+    if sweep_opts.retry is not None:
+        _check_retry(sweep_opts, resilience, placement, command, dry_run=output.dry_run)
+        _retry(sweep_opts.retry, max_concurrent=sweep_opts.max_concurrent, wait=output.wait,
+               as_json=output.as_json)
         return
-    if gpus is None:
+    # (--gpus is optional for --retry-failed alone: the points are the sweep's)
+    if placement.gpus is None:
         raise ValidationError("gpus: -G/--gpus N is required (GPUs per node of every point)")
     prof = load_profile(profile)
     # The one handle on the cluster (a PBS profile's: --dry-run only).
+    dry_run, as_json, wait = output.dry_run, output.as_json, output.wait
     cluster = open_cluster(prof, "sweep", dry_run=dry_run)
     known = None if command else sweep_params.example_options()
-    points = _points(params, points_file, random_count, seed, known)
+    points = _points(sweep_opts, known)
     sweep_id = new_sweep_id()
-    base = JobRequest.of(nodes=nodes, gpus=gpus, partition=partition, time=time,
-                      cpus_per_task=cpus_per_task,
-                      job_name=job_name or f"hpcdl-sweep-{sweep_id.rsplit('-', 1)[-1]}",
-                      image=image, backend=backend, env=parse_env(env), binds=binds,
-                      command=command, data=data, synthetic=synthetic,
-                      example_args=example_args, template=template, no_image=no_image,
-                      launcher=launcher, gpu_bind=gpu_bind, requeue=requeue,
-                      max_restarts=max_restarts, signal=signal, spares=spares)
+    job_name = files.job_name or f"hpcdl-sweep-{sweep_id.rsplit('-', 1)[-1]}"
+    base = JobRequest(placement=placement, container=container, data=data,
+                      launch=replace(launch, command=command), resilience=resilience,
+                      files=replace(files, job_name=job_name))
     # As submit: over a login: profile the image and code as the cluster sees them, and
     # every point's run directory mapped to the cluster's.
     ready = prepare_array(prof, base, points, cluster, sweep_dir=sweep_path(sweep_id),
-                          max_concurrent=max_concurrent, on_warning=echo_warning)
+                          max_concurrent=sweep_opts.max_concurrent, on_warning=echo_warning)
     plan, cluster_dir = ready.plan, ready.cluster_dir
     if dry_run:
         _show(plan, as_json, notes=ready.notes or [], cluster_dir=cluster_dir)
@@ -157,10 +157,23 @@ def sweep(profile: str | None, partition: str | None, nodes: int, gpus: int | No
     _follow(plan.sweep_dir, cluster.scheduler, len(points), as_json, place=cluster.place)
 
 
-def _points(params: tuple[str, ...], points_file: Path | None, random_count: int | None,
-            seed: int, known: frozenset[str] | None) -> list[Any]:
+def _check_retry(sweep: SweepOptions, resilience: ResilienceRequest,
+                 placement: PlacementRequest, command: tuple[str, ...], *,
+                 dry_run: bool) -> None:
+    """--retry-failed takes the sweep's points and scripts as they are. Raises
+    ValidationError."""
+    if (sweep.params or sweep.points_file or sweep.random_count or command or dry_run
+            or resilience.requeue is not None or resilience.max_restarts is not None
+            or resilience.signal is not None or placement.spares is not None):
+        raise ValidationError("retry-failed: takes only --max-concurrent, --wait, --json "
+                              "(the points and their scripts, --requeue and --spares "
+                              "included, are the sweep's)")
+
+
+def _points(opts: SweepOptions, known: frozenset[str] | None) -> list[Any]:
     from hpcdl.sweep import params as sweep_params
 
+    params, points_file, random_count = opts.params, opts.points_file, opts.random_count
     given = sum(1 for x in (bool(params) and random_count is None, points_file,
                             random_count is not None) if x)
     if given != 1:
@@ -171,7 +184,7 @@ def _points(params: tuple[str, ...], points_file: Path | None, random_count: int
     if random_count is not None:
         if not params:
             raise ValidationError("random: needs --param NAME=log:LOW:HIGH (or lin:, or a list)")
-        return sweep_params.sample(list(params), random_count, seed, known=known)
+        return sweep_params.sample(list(params), random_count, opts.seed, known=known)
     return sweep_params.grid([sweep_params.parse_param(p, known=known) for p in params])
 
 
