@@ -14,7 +14,7 @@ from hpcdl.cli import one_line, options
 from hpcdl.cli.options import Output, ProbeFirst, SectionedCommand
 from hpcdl.errors import ValidationError
 from hpcdl.jobs.cluster import Cluster, connect
-from hpcdl.jobs.flow import submit_job
+from hpcdl.jobs.flow import JobOutcome, SubmittedJob, submit_job
 from hpcdl.jobs.prepare import open_cluster, prepare_job
 from hpcdl.jobside.protocol import DEFAULT_SLOW_RATIO
 from hpcdl.plan import (
@@ -35,6 +35,7 @@ from hpcdl.profiles.schema import Profile
 
 if TYPE_CHECKING:
     from hpcdl.hang.diagnosis import Diagnosis
+    from hpcdl.schedulers.base import Scheduler
 
 # hpcdl.cli.display (the status line, how a job ended) is imported where a followed
 # job is shown: it is not on the way to sbatch, whose start-up is most of hpcdl's own
@@ -231,11 +232,21 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
         if as_json:
             click.echo(json.dumps(info))
         return 0
+    return _follow(prof, plan, job, info, scheduler=scheduler, as_json=as_json,
+                   timeout=timeout, probe=probe)
+
+
+def _follow(prof: Profile, plan: JobPlan, job: SubmittedJob, info: dict[str, object], *,
+            scheduler: Scheduler, as_json: bool, timeout: float | None, probe: bool) -> int:
+    """submit_and_show's --wait: follow ``job`` to its end, showing its status line and
+    what the hang watchdog finds, and print how it ended (``info``: the submission's
+    facts, for --json). Returns the exit code."""
     # Lazy: following a job (and showing it) is only --wait's; see the note at the top.
     from hpcdl.cli.display import StatusLine, hang_lines, lost_line, print_job_end
     from hpcdl.jobs.flow import follow_job
     from hpcdl.report import write_run_report
 
+    sub = job.submitted
     line = StatusLine(sub.last_job_id, quiet=as_json)
 
     def shown(diagnosis: Diagnosis) -> None:
@@ -257,18 +268,7 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
                    f"`hpcdl report {sub.run_dir}`", err=True)
     final, code = outcome.final, outcome.exit_status
     if as_json:
-        hang = outcome.hang.to_dict() if outcome.hang is not None else None
-        tried = outcome.attempts
-        click.echo(json.dumps({**info, **outcome.record, "exit_status": code,
-                               "steps_completed": outcome.steps,
-                               **({"attempts": [a.to_dict() for a in tried]} if tried else {}),
-                               **({"recoveries": [r.to_dict() for r in outcome.recoveries]}
-                                  if outcome.recoveries else {}),
-                               **({"excluded_nodes": outcome.excluded}
-                                  if outcome.excluded else {}),
-                               **({"hang": hang} if hang else {}),
-                               "report": str(outcome.report) if outcome.report else None,
-                               "straggler": outcome.straggler}))
+        click.echo(json.dumps(_outcome_record(info, outcome)))
         return code
     if outcome.probe_error is not None:  # a node refused the probe's input: the one line that says why
         click.echo(f"job {final.job_id}: {final.state}, exit code {final.exit_code}; "
@@ -282,3 +282,19 @@ def submit_and_show(prof: Profile, plan: JobPlan, *, wait: bool, as_json: bool,
                   steps=outcome.steps, nodes=plan.spec.nodes, recoveries=outcome.recoveries,
                   excluded=outcome.excluded, scheduler=scheduler)
     return code
+
+
+def _outcome_record(info: dict[str, object], outcome: JobOutcome) -> dict[str, object]:
+    """What `submit --wait --json` prints: the submission's facts (``info``), the job's
+    record and how it ended."""
+    hang = outcome.hang.to_dict() if outcome.hang is not None else None
+    tried = outcome.attempts
+    return {**info, **outcome.record, "exit_status": outcome.exit_status,
+            "steps_completed": outcome.steps,
+            **({"attempts": [a.to_dict() for a in tried]} if tried else {}),
+            **({"recoveries": [r.to_dict() for r in outcome.recoveries]}
+               if outcome.recoveries else {}),
+            **({"excluded_nodes": outcome.excluded} if outcome.excluded else {}),
+            **({"hang": hang} if hang else {}),
+            "report": str(outcome.report) if outcome.report else None,
+            "straggler": outcome.straggler}
