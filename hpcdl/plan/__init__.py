@@ -1,9 +1,9 @@
 """Planning: a user's request, checked against a cluster profile, becomes a frozen
 JobPlan whose script is exactly what gets submitted. Pure: nothing here runs a tool.
 
-The request comes in parts (JobRequest's placement, dataset, container, launch,
-probe_request, files, resilience and hang properties), and build_plan is a row of
-stages, each planning one part handed only that part and the parts it depends on.
+The request is made of parts (JobRequest's placement, container, data, launch,
+resilience, hang, probe and files: the CLI builds each from its options), and
+build_plan is a row of stages, each planning one part handed only that part and the parts it depends on.
 Modules, in the order a plan is made: ``request`` (JobRequest and the checks that need
 no profile), ``data`` (the dataset the job reads, decided once: DataPart),
 ``partition`` (the placement part: which partition, tasks, CPUs, time, spares),

@@ -34,7 +34,7 @@ Reader = Literal["example", "command", "probe"]
 @dataclass(frozen=True)
 class DataRequest:
     """The request's data part, as given: --data, --synthetic, --stage-data, and who
-    reads the data (JobRequest.dataset says it from the command)."""
+    reads the data (JobRequest sets it from the launch and probe parts)."""
 
     path: str | None = None
     synthetic: bool = False
