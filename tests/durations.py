@@ -26,6 +26,10 @@ import pytest
 from hpcdl.core.atomic import write_atomic, write_json_atomic
 
 SLOWEST = 40
+# The page lists this many files by summed time (the json has every file).
+FILES_SHOWN = 30
+# A test's group when it has none: under xdist it runs wherever a worker is free.
+FREE = "(free)"
 NAME = "test-durations"
 # Where the files go, relative to the rootdir; an ini value moves them (the plugin's own
 # tests write into pytester's folder).
@@ -63,6 +67,32 @@ def whole_suite(config: pytest.Config) -> bool:
 def plain_id(nodeid: str) -> str:
     """The test's id without the ``@GROUP`` xdist's loadgroup appends (tests/parallel.py)."""
     return XDIST_GROUP.sub("", nodeid)
+
+
+def group_of(nodeid: str) -> str:
+    """The xdist group loadgroup appended to the id (``...::t@sandbox`` -> "sandbox"),
+    or FREE: the group's tests run one after another in one worker, so the biggest
+    group's summed time is the least the session can take (tests/parallel.py)."""
+    found = XDIST_GROUP.search(nodeid)
+    return found.group(0)[1:] if found else FREE
+
+
+def file_of(nodeid: str) -> str:
+    """tests/unit/x/test_y.py::t[a::b] -> tests/unit/x/test_y.py."""
+    return nodeid.split("::", 1)[0]
+
+
+def sums_by(seconds: dict[str, float], key: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """{key: {"tests": n, "seconds": summed}} over ``seconds`` (by test id), the biggest
+    first; ``key`` maps a test id to its key."""
+    out: dict[str, dict[str, Any]] = {}
+    for nodeid, s in seconds.items():
+        row = out.setdefault(key[nodeid], {"tests": 0, "seconds": 0.0})
+        row["tests"] += 1
+        row["seconds"] += s
+    for row in out.values():
+        row["seconds"] = round(row["seconds"], 1)
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1]["seconds"], kv[0])))
 
 
 def tier_of(nodeid: str) -> str:
@@ -130,7 +160,32 @@ def render_markdown(data: dict[str, Any]) -> str:
         # A backtick in a parametrized id would end the code span early.
         nodeid = t["nodeid"].replace("`", "'")
         lines.append(f"| {i} | `{nodeid}` | {t['seconds']:.1f} | {t['outcome']} |")
+    lines += render_balance(data)
     return "\n".join(lines) + "\n"
+
+
+def render_balance(data: dict[str, Any]) -> list[str]:
+    """The xdist groups and the files by summed time: what the next balancing of
+    tests/parallel.py reads (a group runs in one worker, one test after another)."""
+    groups = data.get("groups") or []
+    if not groups:
+        return []
+    total = sum(g["seconds"] for g in groups)
+    workers = max(int(data.get("workers", 1)), 1)
+    lines = ["", f"Summed over every test: {fmt_seconds(total)}; over {workers} worker(s) "
+             f"at least {fmt_seconds(total / workers)} each. Each xdist group runs in one "
+             f"worker, its tests one after another (tests/parallel.py; {FREE}: anywhere):",
+             "", "| xdist group | tests | summed time |", "|---|---|---|"]
+    for g in groups:
+        lines.append(f"| {g['group']} | {g['tests']:,} | {fmt_seconds(g['seconds'])} |")
+    files = data.get("files") or []
+    lines += ["", f"The {min(len(files), FILES_SHOWN)} files of the most summed time (the "
+              f"json has all {len(files)}):", "",
+              "| file | xdist group | tests | summed time |", "|---|---|---|---|"]
+    for f in files[:FILES_SHOWN]:
+        lines.append(f"| `{f['file']}` | {f['group']} | {f['tests']:,} "
+                     f"| {fmt_seconds(f['seconds'])} |")
+    return lines
 
 
 @dataclass(eq=False)  # a plugin object must hash (pluggy keeps a set of them)
@@ -142,6 +197,7 @@ class Durations:
     seconds: dict[str, float] = field(default_factory=dict)
     outcome: dict[str, str] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
+    group: dict[str, str] = field(default_factory=dict)
     collected: set[str] = field(default_factory=set)
     deselected: int = 0
 
@@ -159,6 +215,7 @@ class Durations:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         nodeid = plain_id(report.nodeid)
+        self.group[nodeid] = group_of(report.nodeid)
         self.seconds[nodeid] = self.seconds.get(nodeid, 0.0) + report.duration
         # The test's outcome is its call's, unless set-up or teardown failed or skipped it.
         if report.when == "call" or report.outcome != "passed":
@@ -185,6 +242,15 @@ class Durations:
         outcomes: dict[str, int] = {}
         for o in self.outcome.values():
             outcomes[o] = outcomes.get(o, 0) + 1
+        # Lists, the biggest first (the json's objects are written with sorted keys).
+        groups = [{"group": name, **row} for name, row in sums_by(self.seconds, self.group).items()]
+        # A file's tests may be in more than one group (a release's cases): "a, b".
+        file_groups: dict[str, set[str]] = {}
+        for nodeid in self.seconds:
+            file_groups.setdefault(file_of(nodeid), set()).add(self.group[nodeid])
+        files = [{"file": name, "group": ", ".join(sorted(file_groups[name])), **row}
+                 for name, row in sums_by(self.seconds,
+                                          {n: file_of(n) for n in self.seconds}).items()]
         slowest = sorted(self.seconds.items(), key=lambda kv: kv[1], reverse=True)[:SLOWEST]
         params = self.config.invocation_params
         return {
@@ -197,6 +263,8 @@ class Durations:
             "stages": stage_seconds(dict(os.environ)),
             "tiers": dict(sorted(tiers.items())),
             "outcomes": outcomes,
+            "groups": groups,
+            "files": files,
             "slowest": [{"nodeid": n, "seconds": round(s, 2),
                          "outcome": self.outcome.get(n, "passed")} for n, s in slowest],
         }

@@ -3,7 +3,8 @@
 the GPU image), built by ``hpcdl build`` through this machine's TLS-intercepting proxy,
 published where the sandbox's nodes read images; then a training script of the user's
 own (byo/tv_train.py: torchvision's resnet50, ImageFolder and transforms, tqdm,
-torch.utils.tensorboard) runs unchanged from its own folder on 2 nodes x 2 ranks, once
+torch.utils.tensorboard) runs unchanged from its own folder on 2 nodes x 2 ranks (of the
+sandbox's twin, ``sandbox_twin``: the jobs need only its shape), once
 with Horovod and once with torch.distributed (env://), on the tiny dataset, and leaves
 its TensorBoard files in its working directory.
 
@@ -25,8 +26,8 @@ import pytest
 
 from hpcdl.container.hashing import sidecar
 from tests.integration.conftest_apptainer import HOST_BINDS, image_path
-from tests.integration.conftest_slurm import hpcdl, submit_json, wait_final
-from tests.parallel import SANDBOX as PARALLEL_SANDBOX
+from tests.integration.conftest_slurm import NetnsCluster, hpcdl, submit_json, wait_final
+from tests.parallel import TWIN_2
 
 BYO = Path(__file__).resolve().parent / "byo"
 BUILD_TIMEOUT = 1800  # s: unpack the 3.6 GB base, pip install, import check, mksquashfs
@@ -36,8 +37,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.horovod, pyt
               pytest.mark.timeout(BUILD_TIMEOUT + 300),
               # One worker for the whole module (tests/parallel.py): its derived image is
               # built by a module fixture to one path, and two workers building it at
-              # once removed each other's.
-              pytest.mark.xdist_group(PARALLEL_SANDBOX)]
+              # once removed each other's. Its jobs run on the sandbox's twin
+              # (sandbox_twin, the second twin's group): they need only its shape.
+              pytest.mark.xdist_group(TWIN_2)]
 COMMON = ("-p", "sandbox", "-N", "2", "-G", "2", "-c", "1")
 DERIVED = "test-gpu-derived.sif"
 # What a user writes (docs/guide/build.md): the bundled GPU image as a local FROM.
@@ -107,7 +109,7 @@ def test_derived_image_built_through_the_proxy_with_the_import_check(
 
 
 @pytest.fixture(scope="module")
-def tv_runs(slurm_cluster: Path, derived_image: tuple[Path, dict, Path],
+def tv_runs(sandbox_twin: NetnsCluster, derived_image: tuple[Path, dict, Path],
             tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path, str, str]]:
     """The user's script from its own folder (``cd project && hpcdl submit ... -- python3
     train.py``) under Horovod and under torch.distributed, both jobs queued together;
@@ -142,11 +144,12 @@ def tv_runs(slurm_cluster: Path, derived_image: tuple[Path, dict, Path],
 @pytest.mark.parametrize("dist", ["horovod", "ddp"])
 def test_torchvision_script_runs_unchanged_in_the_derived_image(
         dist: str, tv_runs: dict[str, tuple[Path, Path, str, str]],
-        derived_image: tuple[Path, dict, Path], apptainer_bin: str) -> None:
+        derived_image: tuple[Path, dict, Path], apptainer_bin: str,
+        sandbox_twin: NetnsCluster) -> None:
     project, run_dir, log, err = tv_runs[dist]
     ranks = sorted((int(m[0]), m) for m in _RANK.findall(log))
     assert [r for r, _ in ranks] == [0, 1, 2, 3], log[-3000:]
-    assert {m[2] for _, m in ranks} == {"n1", "n2"}
+    assert {m[2] for _, m in ranks} == set(sandbox_twin.nodes)
     assert {m[1] for _, m in ranks} == {"4"} and {m[3] for _, m in ranks} == {"3"}
     assert len({m[4] for _, m in ranks}) == 1, ranks  # every rank ends with the same weights
     done = _DONE.findall(log)

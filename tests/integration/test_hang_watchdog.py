@@ -8,7 +8,9 @@ that runs longer than the timeout, printing as it goes, is left alone. The same 
 submitted without --wait (nobody follows it), its ranks writing heartbeats, is
 diagnosed and cancelled by the job all the same.
 
-Both jobs run at the same time (they share the nodes). The time from the hang to the
+On the twin of the sandbox (``sandbox_twin``: the host sandbox's shape, node names of its
+own; tests/parallel.py runs it beside the host sandbox's tests). Both jobs run at the
+same time (they share the nodes). The time from the hang to the
 diagnosis is printed (pytest -s); bench/bench_hang_watchdog.py measures it on its own.
 """
 
@@ -25,9 +27,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest_slurm import hpcdl, shared_copy
+from tests.integration.conftest_slurm import NetnsCluster, hpcdl, shared_copy
 
-pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.torch]
+pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.torch,
+              pytest.mark.usefixtures("sandbox_twin")]
 
 # The nodes do not see the checkout: the script runs from a copy on the shared /scratch.
 SCRIPT = shared_copy(Path(__file__).resolve().parent / "hang") / "gloo_hang.py"
@@ -71,7 +74,7 @@ def finish(p: subprocess.Popen[str]) -> tuple[int, dict[str, Any], str]:
 
 
 @pytest.fixture(scope="module")
-def jobs(slurm_cluster: Path, cpu_image: Path, tmp_path_factory: pytest.TempPathFactory,
+def jobs(sandbox_twin: NetnsCluster, cpu_image: Path, tmp_path_factory: pytest.TempPathFactory,
          ) -> dict[str, tuple[int, dict[str, Any], str]]:
     runs = tmp_path_factory.mktemp("hang-runs")
     image = ("--image", str(cpu_image))
@@ -83,14 +86,16 @@ def jobs(slurm_cluster: Path, cpu_image: Path, tmp_path_factory: pytest.TempPath
     return {"hung": finish(hung), "healthy": finish(healthy)}
 
 
-def test_the_hung_rank_is_named_with_its_frame_and_the_job_cancelled(jobs: dict) -> None:
+def test_the_hung_rank_is_named_with_its_frame_and_the_job_cancelled(
+        jobs: dict, sandbox_twin: NetnsCluster) -> None:
+    n1, n2 = sandbox_twin.nodes
     code, out, err = jobs["hung"]
     assert out["state"] == "CANCELLED", f"{out}\n{err}"
     assert code != 0
     hang = out["hang"]
     assert hang["cancelled"] is True and hang["action"] == "cancel"
     (s,) = hang["stragglers"]
-    assert (s["label"], s["node"]) == ("rank 2", "n2"), hang
+    assert (s["label"], s["node"]) == ("rank 2", n2), hang
     assert (s["function"], s["line"]) == ("slow_step", SLEEP_LINE), hang
     assert s["file"] == str(SCRIPT) and not s["in_collective"]
     assert s["frame"] == f"slow_step (gloo_hang.py:{SLEEP_LINE})"
@@ -103,18 +108,18 @@ def test_the_hung_rank_is_named_with_its_frame_and_the_job_cancelled(jobs: dict)
     # --wait said it in a few lines when it happened, and the report names the watchdog
     # (not srun's "Terminated" lines) as what ended the job.
     shown = [line for line in err.splitlines() if line.startswith("hang: ")]
-    assert 3 <= len(shown) <= 8 and "rank 2 (n2, pid" in shown[0], err
+    assert 3 <= len(shown) <= 8 and f"rank 2 ({n2}, pid" in shown[0], err
     assert f"slow_step (gloo_hang.py:{SLEEP_LINE})" in shown[0]
     assert "--- stopped by the hang watchdog (" in err and "the job failed" not in err
     # The run directory holds the dumps of both nodes and the diagnosis.
     run = Path(out["run_dir"])
     assert sorted(p.name for p in (run / "hang").iterdir()) == [
-        "diagnosis.json", "diagnosis.txt", "stacks-n1.txt", "stacks-n2.txt"]
+        "diagnosis.json", "diagnosis.txt", f"stacks-{n1}.txt", f"stacks-{n2}.txt"]
     assert json.loads((run / "hang" / "diagnosis.json").read_text())["summary"] == hang["summary"]
-    n1 = (run / "hang" / "stacks-n1.txt").read_text()
-    n2 = (run / "hang" / "stacks-n2.txt").read_text()
-    assert n1.count("=== rank ") == 2 and "all_reduce" in n1
-    assert f"slow_step ({SCRIPT}:{SLEEP_LINE})" in n2
+    stacks1 = (run / "hang" / f"stacks-{n1}.txt").read_text()
+    stacks2 = (run / "hang" / f"stacks-{n2}.txt").read_text()
+    assert stacks1.count("=== rank ") == 2 and "all_reduce" in stacks1
+    assert f"slow_step ({SCRIPT}:{SLEEP_LINE})" in stacks2
     # Slurm agrees: the job ended CANCELLED.
     status = hpcdl("status", out["job_id"], "--json")
     assert json.loads(status.stdout)["state"] == "CANCELLED", status.stdout
@@ -138,13 +143,14 @@ def test_a_healthy_job_is_left_alone(jobs: dict) -> None:
     assert "step 44 rank 1" in (run / f"slurm-{out['job_id']}.out").read_text()
 
 
-def test_without_wait_the_job_diagnoses_and_cancels_itself(slurm_cluster: Path,
+def test_without_wait_the_job_diagnoses_and_cancels_itself(sandbox_twin: NetnsCluster,
                                                            tmp_path: Path) -> None:
     """issue 42: `submit --hang-timeout` without --wait returns at once; the job's own
     watchdog reads its ranks' heartbeats (gloo_hang.py --beat), names rank 2 in
     slow_step, writes hang/ and cancels the job, with no hpcdl process following it.
     Natively (the nodes' own Python and torch; py-spy runs on the node itself), so that
     it needs no image."""
+    n1, n2 = sandbox_twin.nodes
     argv = [sys.executable, "-m", "hpcdl", "submit", "-p", "sandbox", "-N", "2", "-G", "2",
             "-c", "1", "--no-image", "--job-name", "hang-nowait",
             "--hang-timeout", HANG_TIMEOUT, "--json", "--", "python3", str(SCRIPT),
@@ -168,14 +174,14 @@ def test_without_wait_the_job_diagnoses_and_cancels_itself(slurm_cluster: Path,
     hang = json.loads((run / "hang" / "diagnosis.json").read_text())
     assert hang["cancelled"] is True and hang["progress"] == "heartbeat", hang
     (s,) = hang["stragglers"]
-    assert (s["label"], s["node"], s["function"], s["line"]) == ("rank 2", "n2", "slow_step",
+    assert (s["label"], s["node"], s["function"], s["line"]) == ("rank 2", n2, "slow_step",
                                                                 SLEEP_LINE), hang
     assert sorted(p.name for p in (run / "hang").iterdir()) == [
-        "diagnosis.json", "diagnosis.txt", "stacks-n1.txt", "stacks-n2.txt"]
+        "diagnosis.json", "diagnosis.txt", f"stacks-{n1}.txt", f"stacks-{n2}.txt"]
     assert sorted(p.name for p in (run / "heartbeat").iterdir()) == [
         "rank-0", "rank-1", "rank-2", "rank-3"]
     # The job's stderr says what its watchdog did (the lines --wait would have shown).
-    assert f"hpcdl: hang watchdog: watching job {job} on n1" in err, err[-3000:]
+    assert f"hpcdl: hang watchdog: watching job {job} on {n1}" in err, err[-3000:]
     assert "hpcdl: hang watchdog: cancelling the job; stacks and diagnosis in" in err
     found = re.search(r"HANG_START (\S+)", (run / f"slurm-{job}.out").read_text())
     assert found, "no HANG_START in the job's output"
@@ -187,8 +193,8 @@ def test_without_wait_the_job_diagnoses_and_cancels_itself(slurm_cluster: Path,
     assert float(HANG_TIMEOUT) - 1 <= hang["detected_at"] - started_at < float(HANG_TIMEOUT) + 60
 
 
-def test_under_torchrun_the_workers_are_named_by_their_rank(jobs: dict, cpu_image: Path,
-                                                           tmp_path: Path) -> None:
+def test_under_torchrun_the_workers_are_named_by_their_rank(
+        jobs: dict, cpu_image: Path, tmp_path: Path, sandbox_twin: NetnsCluster) -> None:
     """--launcher torchrun: the wrapper records each node's agent; the workers (its
     children) are dumped with --subprocesses and named by the RANK torchrun gave them.
     Runs after the two jobs above (``jobs``), not beside them: 2 cores."""
@@ -200,7 +206,7 @@ def test_under_torchrun_the_workers_are_named_by_their_rank(jobs: dict, cpu_imag
     run = Path(out["run_dir"])
     assert sorted(f.name for f in (run / "pids").iterdir()) == ["node-0", "node-1"]
     (s,) = out["hang"]["stragglers"]
-    assert (s["label"], s["node"], s["function"], s["line"]) == ("rank 1", "n1", "slow_step",
-                                                                SLEEP_LINE), out["hang"]
+    assert (s["label"], s["node"], s["function"], s["line"]) == (
+        "rank 1", sandbox_twin.nodes[0], "slow_step", SLEEP_LINE), out["hang"]
     (main,) = [p for p in out["hang"]["places"] if p["ranks"] != ["rank 1"]]
     assert main["ranks"] == ["rank 0", "rank 2", "rank 3"] and main["in_collective"]

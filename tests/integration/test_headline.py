@@ -4,7 +4,9 @@ venv the nodes do not see, Apptainer unprivileged: tests/integration/conftest_us
 the sandbox profile's example defaults make it end with the result table (without them
 it ran into the 10-minute default time). And a
 job that really hits its time limit: `submit --wait` says so in one line with the fix
-and exits 124, `hpcdl status` shows the limit it hit.
+and exits 124, `hpcdl status` shows the limit it hit (on the sandbox's twin,
+``sandbox_twin``: it needs only the sandbox's shape, and runs beside the host sandbox's
+tests, tests/parallel.py).
 """
 
 from __future__ import annotations
@@ -77,8 +79,8 @@ SLEEPER = "import time; print('sleeping', flush=True); time.sleep(600)"
 
 
 @pytest.mark.slurm
-def test_a_job_past_its_time_limit_is_named_with_the_limit_and_the_fix(
-        slurm_cluster: Path, runs_dir: Path) -> None:
+@pytest.mark.usefixtures("sandbox_twin")
+def test_a_job_past_its_time_limit_is_named_with_the_limit_and_the_fix(runs_dir: Path) -> None:
     res = hpcdl("submit", "-p", "sandbox", "--nodes", "1", "--gpus", "1", "--time", "00:01:00",
                 "--job-name", "i19-timeout", "--wait", "--", "python3", "-c", SLEEPER,
                 timeout=TIMEOUT_JOB_TIMEOUT)

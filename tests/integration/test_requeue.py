@@ -41,7 +41,12 @@ EXAMPLE = ["-p", "sandbox", "-N", "2", "-G", "1", "--backend", "ddp",
            "-e", f"PYTHONPATH={REPO}",
            "-X", "--arch=resnet18", "-X", f"--max-steps={STEPS}", "-X", "--epochs=1",
            "-X", "--checkpoint-every=5"]
-SLOW = ["-X", "--step-sleep=1.5"]
+# s a step: slow enough that a preemption or a kill lands while the job still runs (each
+# test acts on a checkpoint it saw, then has 15 steps or more of margin), no slower: the
+# sleeps of every attempt add up (30 steps and the ones redone after an interruption).
+SLOW = "1.0"
+# The test without a time limit acts 10 steps before its end, not 15: more margin a step.
+SLOWER = "1.5"
 CHECKSUM = re.compile(r"hpcdl_rank_checksum rank=(\d+) host=\S+ checksum=(\w+)")
 
 
@@ -121,10 +126,11 @@ def reference(sandbox_twin: object, tmp_path_factory: pytest.TempPathFactory) ->
     return sums.pop()
 
 
-def submit_requeue(runs_dir: Path, *extra: str) -> tuple[str, Path]:
+def submit_requeue(runs_dir: Path, *extra: str, sleep: str = SLOW) -> tuple[str, Path]:
     # Under $HPCDL_RUNS (the runs_dir fixture), where `hpcdl status` finds attempts.tsv.
     run_dir = runs_dir / "run"
-    out = submit_json(*EXAMPLE, *SLOW, "--requeue", "--run-dir", str(run_dir), *extra)
+    out = submit_json(*EXAMPLE, "-X", f"--step-sleep={sleep}", "--requeue", "--run-dir",
+                      str(run_dir), *extra)
     return out["job_id"], run_dir
 
 
@@ -347,7 +353,7 @@ def test_a_job_without_a_time_limit_is_preempted_not_timed_out(runs_dir: Path) -
     does not hold the requeued job back). Cost: ~1.5 min (15 steps, one preemption), no
     reference run: the test is about the cause, not the weights."""
     job, run_dir = submit_requeue(runs_dir, "--partition", "lowprio", "-c", "8",
-                                  "--max-restarts", "0", "-X", "--max-steps=15")
+                                  "--max-restarts", "0", "-X", "--max-steps=15", sleep=SLOWER)
     wait_for("checkpoint 5", lambda: bool(checkpoints(run_dir))
              and slurm_state(job)[0] == "RUNNING", job, 400)
     assert sh("scontrol", "update", f"JobId={job}", "TimeLimit=UNLIMITED") == ""

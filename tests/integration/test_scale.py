@@ -111,8 +111,9 @@ def test_results_follows_a_sweep_submitted_without_wait(sandbox_twin: object, cp
     assert res.returncode == 0, res.stderr
     submitted = json.loads(res.stdout)
     sweep_dir = Path(submitted["sweep_dir"])
-    assert [p["job_id"] for p in submitted["points"]] == sorted(p["job_id"]
-                                                                for p in submitted["points"])
+    # In submission order: job ids as numbers (a fresh twin's 9 and 10 sort "10" < "9").
+    ids = [int(p["job_id"]) for p in submitted["points"]]
+    assert ids == sorted(ids), submitted["points"]
     first = json.loads(hpcdl("results", str(sweep_dir), "--json").stdout)["rows"]
     # The second point waits for the first (singleton) while the first is queued or running.
     assert first[1]["state"] in ("PENDING", "RUNNING", "COMPLETING", "COMPLETED"), first

@@ -106,6 +106,52 @@ def test_a_partial_run_keeps_the_last_whole_runs_file(suite: pytest.Pytester) ->
     assert (out(suite) / "test-durations.json").read_text() == before
 
 
+def test_an_xdist_run_sums_each_group_and_each_file(suite: pytest.Pytester) -> None:
+    """Under `-n N --dist loadgroup` the ids carry their group (``@sandbox``): the page and
+    the json sum every group and every file, so the next balance is measured."""
+    (suite.path / "tests" / "integration" / "test_grouped.py").write_text(
+        "import time, pytest\n"
+        "@pytest.mark.xdist_group('cluster')\n"
+        "def test_a(): time.sleep(0.3)\n"
+        "@pytest.mark.xdist_group('cluster')\n"
+        "def test_b(): time.sleep(0.2)\n")
+    result = suite.runpytest_inprocess("-p", "tests.durations", "-p", "xdist", "-n", "2",
+                                       "--dist", "loadgroup", "tests")
+    result.assert_outcomes(passed=5, failed=1, skipped=1)
+    data = json.loads((out(suite) / "test-durations.json").read_text())
+    groups = {g["group"]: g for g in data["groups"]}
+    assert sorted(groups) == [durations.FREE, "cluster"]
+    summed = [g["seconds"] for g in data["groups"]]
+    assert summed == sorted(summed, reverse=True)  # the biggest first
+    assert groups["cluster"]["tests"] == 2 and groups["cluster"]["seconds"] >= 0.5
+    assert groups[durations.FREE]["tests"] == 5
+    files = {f["file"]: f for f in data["files"]}
+    assert files["tests/integration/test_grouped.py"]["group"] == "cluster"
+    assert files["tests/integration/test_grouped.py"]["tests"] == 2
+    assert files["tests/unit/test_unit.py"] == {
+        "file": "tests/unit/test_unit.py", "group": durations.FREE, "tests": 3,
+        "seconds": files["tests/unit/test_unit.py"]["seconds"]}
+    summed = [f["seconds"] for f in data["files"]]
+    assert summed == sorted(summed, reverse=True) and len(summed) == 3
+    # The ids in the slowest list are the plain ones (no @group).
+    assert data["slowest"][0]["nodeid"] == "tests/integration/test_grouped.py::test_a"
+    page = (out(suite) / "test-durations.md").read_text()
+    assert "| cluster | 2 |" in page and f"| {durations.FREE} | 5 |" in page
+    assert "| `tests/integration/test_grouped.py` | cluster | 2 |" in page
+    assert "over 2 worker(s) at least" in page
+
+
+def test_group_and_file_of_a_test_id() -> None:
+    assert durations.group_of("tests/integration/test_x.py::test_y[a]@sandbox-twin") \
+        == "sandbox-twin"
+    assert durations.group_of("tests/integration/test_x.py::test_y[a@b]") == durations.FREE
+    assert durations.group_of("tests/unit/test_x.py::test_y") == durations.FREE
+    assert durations.file_of("tests/unit/test_x.py::test_y[a::b]") == "tests/unit/test_x.py"
+    sums = durations.sums_by({"a": 1.0, "b": 2.5, "c": 0.04},
+                             {"a": "g", "b": "h", "c": "g"})
+    assert sums == {"h": {"tests": 1, "seconds": 2.5}, "g": {"tests": 2, "seconds": 1.0}}
+
+
 def test_tier_of_names_the_folder_under_tests() -> None:
     assert durations.tier_of("tests/unit/core/test_x.py::test_y[a/b]") == "unit"
     assert durations.tier_of("tests/integration/test_x.py::test_y") == "integration"

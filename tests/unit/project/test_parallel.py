@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.parallel import SANDBOX, TWIN, group_of
+from tests.parallel import SANDBOX, SECOND_TWIN, TWIN, TWIN_2, group_of
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -32,6 +32,10 @@ class Item:
     def callspec(self) -> Any:
         return type("CallSpec", (), {"params": self.params})() if self.params else None
 
+    @property
+    def path(self) -> Path:
+        return REPO / self.nodeid.split("::", 1)[0]
+
     def get_closest_marker(self, name: str) -> Mark | None:
         return self.marks.get(name)
 
@@ -42,6 +46,8 @@ class Item:
     (Item(["slurm_cluster", "runs_dir"]), SANDBOX),
     (Item(["sandbox_user", "slurm_cluster"]), SANDBOX),
     (Item(["sandbox_twin", "twin_cluster"]), TWIN),
+    (Item(["sandbox_twin"], nodeid="tests/integration/test_scale.py::test_y"), TWIN_2),
+    (Item(["slurm_cluster"], nodeid="tests/integration/test_scale.py::test_y"), SANDBOX),
     (Item(["slurm_release", "release_sandboxes"], {"slurm_release": "22.05"}), SANDBOX),
     (Item(["slurm_release", "release_sandboxes"], {"slurm_release": "24.11"}), "slurm-24.11"),
     (Item(["release_sandboxes"], {"release": "26.05"}), "slurm-26.05"),
@@ -56,6 +62,13 @@ def test_the_group_follows_the_cluster_a_test_uses(item: Item, group: str | None
 def test_a_release_sandbox_without_its_release_is_refused_at_collection() -> None:
     with pytest.raises(pytest.UsageError, match="slurm_release_only"):
         group_of(Item(["release_sandboxes"]))  # type: ignore[arg-type]
+
+
+def test_the_second_twins_modules_exist_and_take_the_twin() -> None:
+    # A renamed module would fall back to the first twin's group unnoticed.
+    for name in SECOND_TWIN:
+        source = (REPO / "tests" / "integration" / name).read_text()
+        assert "sandbox_twin" in source, name
 
 
 def test_under_xdist_the_groups_come_first_biggest_first(pytester: pytest.Pytester) -> None:
