@@ -181,6 +181,8 @@ _USERS_TESTS = "test_slurm_matrix_users.py"
 MATRIX: tuple[tuple[str, dict[str, str]], ...] = (
     ("native 2-node run, status, logs", dict.fromkeys(("22.05", "24.11", "26.05"),
                                                       _MATRIX_TESTS)),
+    ("the job's accounting (sacct) through hpcdl status", dict.fromkeys(
+        ("22.05", "24.11", "26.05"), _MATRIX_TESTS)),
     ("cancel of a running job", dict.fromkeys(("22.05", "24.11", "26.05"), _MATRIX_TESTS)),
     ("a sweep array task's status", dict.fromkeys(("22.05", "24.11", "26.05"),
                                                   _MATRIX_TESTS)),
