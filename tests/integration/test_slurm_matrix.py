@@ -71,8 +71,12 @@ def test_the_jobs_accounting_read_through_hpcdl(slurm_release: SlurmRelease) -> 
     job's attempts (`sacct -D`, what `hpcdl status JOB` reads for a requeued job) are
     there too."""
     rel = slurm_release
+    # Rank 1 ends first (0), rank 0 a moment later with 3: if both ended 3, srun's
+    # --kill-on-bad-exit could TERM the slower one first, and the job's code be 143 (seen
+    # under load on 22.05 and 24.11).
     res = rel.hpcdl("submit", "-p", rel.profile, "-N", "2", "-G", "0", "--no-image", "--wait",
-                    "--json", "--", "bash", "-c", "exit 3", timeout=300)
+                    "--json", "--", "bash", "-c",
+                    'if [ "$SLURM_PROCID" = 0 ]; then sleep 2; exit 3; fi', timeout=300)
     assert res.returncode == 3, res.stdout + res.stderr
     job = str(_last_json(res.stdout)["job_id"])
     deadline = time.monotonic() + 60
