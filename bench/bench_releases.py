@@ -14,6 +14,15 @@ brought up here in a directory of the bench's own and taken down at the end). Pe
             figure says which release held it.
   probe     `hpcdl probe -N 2 --sizes 4K,64K --iters 3 --warmup 1 --wait` natively
             (Gloo): wall seconds from the command to its verdict.
+  death     a node death to the first step after the relaunch: a `submit --spares 1 -N 2
+            --no-image` job (3 nodes) whose ranks print when they start; once both run,
+            every process of the second active node (not the batch host) is killed for
+            real (its network namespace's) and the survivor's rank ends non-zero at once,
+            as a DDP rank whose peer vanished does; then the relaunched step's first rank
+            on the survivor and the spare: seconds from the kill (hpcdl's guard and gate
+            at their defaults). 22.05 in a 3-node cluster of the bench's own
+            (bench.common.own_cluster: the shared sandbox's nodes are never killed);
+            24.11 and 26.05 in their sandbox, as its last row (it is taken down after).
 
     sudo python3 bench/bench_releases.py [--releases 22.05,24.11,26.05] [--pairs 5]
                                          [--json-out FILE]
@@ -168,6 +177,86 @@ def measure_probe(rel: Release) -> dict[str, Any]:
     return {"probe_s": took, "probe_state": out.get("state")}
 
 
+DEATH_RANK = r"""#!/bin/bash
+echo "death-rank cycle=${HPCDL_CYCLE:-?} host=$(hostname -s) task=${SLURM_PROCID} t=$(date +%s.%N)"
+if [[ ${HPCDL_CYCLE:-0} == 0 ]]; then
+  until [[ -e $1 ]]; do sleep 0.2; done
+  exit 3
+fi
+"""
+DEATH_LINE = re.compile(r"death-rank cycle=(\d+) host=(\S+) task=(\d+) t=(\d+\.\d+)")
+
+
+def measure_death(hpcdl_env: dict[str, str], profile: str, folder: Path, nodes: list[str],
+                  slurm: Any, work: Path) -> dict[str, Any]:
+    """A node death to the first step after the relaunch (see the module's docstring),
+    on the 3-node cluster in ``folder`` (``nodes``), hpcdl run with ``hpcdl_env``,
+    ``slurm(name, *args)`` its Slurm commands."""
+    from tests.own_cluster import kill_node
+
+    work.mkdir(parents=True, exist_ok=True)
+    script, stop, run = work / "rank.sh", work / "stop", work / "death"
+    script.write_text(DEATH_RANK)
+    res = subprocess.run([sys.executable, "-m", "hpcdl", "submit", "--json", "-p", profile,
+                          "-N", "2", "--spares", "1", "-G", "1", "--no-image", "--time",
+                          "00:05:00", "--run-dir", str(run), "--", "bash", str(script),
+                          str(stop)], capture_output=True, text=True, timeout=300,
+                         check=False, env=hpcdl_env, cwd=REPO)
+    job = str(json.loads(_ok(res, "submit --spares").strip().splitlines()[-1])["job_id"])
+    out, err = run / f"slurm-{job}.out", run / f"slurm-{job}.err"
+
+    def lines() -> list[tuple[int, str, float]]:
+        text = out.read_text() if out.exists() else ""
+        return [(int(m.group(1)), m.group(2), float(m.group(4)))
+                for m in DEATH_LINE.finditer(text)]
+    try:
+        deadline = time.monotonic() + 180
+        while len([x for x in lines() if x[0] == 0]) < 2:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"death: job {job}'s first step did not start")
+            time.sleep(0.2)
+        victim = nodes[1]
+        died = kill_node(folder, victim)
+        stop.touch()
+        deadline = time.monotonic() + 300
+        while not [x for x in lines() if x[0] >= 1]:
+            if time.monotonic() > deadline:
+                tail = err.read_text()[-1500:] if err.exists() else ""
+                raise SystemExit(f"death: job {job} did not relaunch in 300 s:\n{tail}")
+            time.sleep(0.2)
+        first = min(x[2] for x in lines() if x[0] >= 1)
+        # Where the relaunch ran (evidence, not timed): both of its ranks, once printed.
+        deadline = time.monotonic() + 30
+        while len([x for x in lines() if x[0] >= 1]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        relaunched = [x for x in lines() if x[0] >= 1]
+        return {"death_to_relaunch_s": first - died, "death_killed": victim,
+                "death_relaunch_hosts": sorted({x[1] for x in relaunched})}
+    finally:
+        slurm("scancel", job)
+
+
+def death_row(rel: Release) -> dict[str, Any]:
+    """measure_death on ``rel``'s cluster: the release sandbox's own, or for the host's
+    22.05 a 3-node cluster of the bench's own."""
+    if rel.folder is not None:
+        assert rel.bin is not None
+        return measure_death(rel.env, rel.profile, rel.folder,
+                             shape.node_names(NODES, rel.release), rel.slurm,
+                             rel.runs / "death")
+    from bench.common import own_cluster
+
+    with own_cluster(NODES, "brd") as c:
+        env = {**os.environ, **c["env"]}
+
+        def slurm(name: str, *args: str) -> str:
+            res = subprocess.run([name, *args], capture_output=True, text=True, timeout=60,
+                                 check=False, env=env)
+            return res.stdout + res.stderr
+        return measure_death(env, str(c["profile"]), c["dir"], c["nodes"], slurm,
+                             c["runs"] / "death")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--releases", default="22.05,24.11,26.05")
@@ -191,6 +280,8 @@ def main() -> None:
                 row.update(measure_submit(rel, args.pairs))
                 row.update(measure_requeue(rel))
                 row.update(measure_probe(rel))
+                # Last: it kills a node of the release sandbox, which goes down next.
+                row.update(death_row(rel))
                 rows[r] = row
                 print(f"{r}: {json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()})}",
                       flush=True)
@@ -200,13 +291,16 @@ def main() -> None:
         shutil.rmtree(base, ignore_errors=True)
     machine = describe()
     print()
-    print("| release | hpcdl submit | plain sbatch | hpcdl's own | requeue -> next attempt's "
-          "first rank | probe, 2 nodes |")
-    print("|---|---|---|---|---|---|")
+    print("| release | sandbox up | hpcdl submit | plain sbatch | hpcdl's own | requeue -> "
+          "next attempt's first rank | probe, 2 nodes | node death -> first step of the "
+          "relaunch |")
+    print("|---|---|---|---|---|---|---|---|")
     for r, row in rows.items():
         hold = " (BeginTime hold let go after 2 s)" if row["begin_time_hold"] else ""
-        print(f"| {r} | {row['hpcdl_s']:.2f} s | {row['sbatch_s']:.2f} s | {row['own_s']:.2f} s | "
-              f"{row['requeue_to_first_rank_s']:.1f} s{hold} | {row['probe_s']:.1f} s |")
+        up = f"{row['up_s']:.1f} s" if r != HOST_RELEASE else "(shared, up)"
+        print(f"| {r} | {up} | {row['hpcdl_s']:.2f} s | {row['sbatch_s']:.2f} s | "
+              f"{row['own_s']:.2f} s | {row['requeue_to_first_rank_s']:.1f} s{hold} | "
+              f"{row['probe_s']:.1f} s | {row['death_to_relaunch_s']:.1f} s |")
     print(f"\nmachine: {facts_line(machine)}")
     print("command: sudo python3 bench/bench_releases.py " + " ".join(sys.argv[1:]))
     if args.json_out:

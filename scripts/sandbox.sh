@@ -501,6 +501,9 @@ start_mariadb() {
   STARTED+=("mariadbd")
 }
 
+# Another release's cluster: slurmdbd is the release's (first on PATH, its plugins from
+# slurmdbd.conf's PluginDir); MariaDB above is always the host's, in the cluster's own
+# datadir and ports.
 start_slurmdbd() {
   local pidfile=$D/run/slurmdbd.pid
   if pid_alive "$pidfile" slurmdbd; then return 0; fi

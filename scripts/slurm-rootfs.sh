@@ -8,8 +8,11 @@
 #   scripts/slurm-rootfs.sh --path RELEASE   print the path it would have (builds nothing)
 #
 # RELEASE: 24.11 (Debian trixie) or 26.05 (Debian forky). The root holds slurmctld,
-# slurmd, slurm-client and munge (slurmdbd + MariaDB are not installed: the release
-# sandboxes run without accounting; they would add ~60 MB and a database start).
+# slurmd, slurmdbd, slurm-client and munge: the release's own slurmdbd keeps the
+# sandbox's accounting (sacct), as the host's 22.05 sandbox has. The database server is
+# not the release's: sandbox.sh starts the host's MariaDB (bookworm's) in each
+# sandbox's own datadir; the release's slurmdbd speaks to it through the root's
+# libmariadb (the client protocol has not changed between them).
 #
 # Cached by content: the root is $HPCDL_SLURM_ROOTFS_CACHE (default
 # /var/cache/hpcdl/slurm-rootfs)/RELEASE-KEY, KEY = 12 hex digits of the SHA-256 of this
@@ -75,10 +78,10 @@ host_run() {
   mkdir -p "$tmp/hpcdl/bin" "$tmp/hpcdl/sbin"
   # Resolved inside the root: /usr/sbin/slurmd is an absolute symlink through
   # /etc/alternatives, which outside the root names the HOST's 22.05 binary.
-  for f in slurmctld slurmd slurmstepd munged; do
+  for f in slurmctld slurmd slurmstepd slurmdbd munged; do
     cp "$tmp$(chroot "$tmp" readlink -f "/usr/sbin/$f")" "$tmp/hpcdl/sbin/$f"
   done
-  for f in sbatch srun squeue scontrol sinfo scancel sacct salloc sprio sshare sstat scrontrol munge unmunge; do
+  for f in sbatch srun squeue scontrol sinfo scancel sacct sacctmgr salloc sprio sshare sstat scrontrol munge unmunge; do
     if chroot "$tmp" test -e "/usr/bin/$f"; then
       cp "$tmp$(chroot "$tmp" readlink -f "/usr/bin/$f")" "$tmp/hpcdl/bin/$f"
     fi
@@ -143,7 +146,7 @@ printf 'Acquire::Check-Valid-Until "false";\n' >"$tmp/etc/apt/apt.conf.d/99hpcdl
 mount -t proc proc "$tmp/proc"
 chroot "$tmp" env DEBIAN_FRONTEND=noninteractive apt-get -q update >/dev/null
 chroot "$tmp" env DEBIAN_FRONTEND=noninteractive apt-get -q -y install --no-install-recommends \
-  slurmctld slurmd slurm-client munge >/dev/null
+  slurmctld slurmd slurmdbd slurm-client munge >/dev/null
 chroot "$tmp" apt-get clean
 umount "$tmp/proc"
 rm -rf "$tmp/var/lib/apt/lists/"*

@@ -63,6 +63,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports (each socket held open until all are picked)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def _folder(nodes: int, folder: Path | None, release: str | None = None) -> Path:
     from hpcdl import sandbox as shape
 
@@ -124,8 +136,11 @@ def _prepare(nodes: int, folder: Path, release: str | None = None,
         write_atomic(folder / shape.ENV_FILE, shape.env_file_text(env))
     if env is None:
         folder.mkdir(parents=True, exist_ok=True)
+        # A release's cluster has accounting, as the host's 22.05 sandbox (its own
+        # slurmdbd and MariaDB: the ports each its own, beside every other cluster's).
+        dbd_port, db_port = _free_ports(2)
         env = shape.environment(folder, nodes, _free_port(), release, slurm_root,
-                                _expedite(release))
+                                _expedite(release), (dbd_port, db_port) if release else None)
         write_atomic(folder / shape.SHAPE_FILE, shape.shape_text(nodes, _free_subnet(), release))
         write_atomic(folder / shape.ENV_FILE, shape.env_file_text(env))
     bundled = Path(__file__).resolve().parents[1] / "profiles" / "bundled" / "sandbox.yaml"

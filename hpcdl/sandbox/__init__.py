@@ -149,16 +149,25 @@ def shape_text(nodes: int, subnet: str, release: str | None = None) -> str:
 
 
 def environment(folder: Path, nodes: int, ctld_port: int, release: str | None = None,
-                slurm_root: str | None = None, expedite: bool = False) -> dict[str, str]:
+                slurm_root: str | None = None, expedite: bool = False,
+                accounting_ports: tuple[int, int] | None = None) -> dict[str, str]:
     """What sandbox.sh (up, down, status, shape) and Slurm's commands need to find the
-    cluster in ``folder``: its directory and shape, its slurmctld port and name, no
-    accounting daemons (slurmdbd and MariaDB per cluster cost more than the nodes), and
-    SLURM_CONF; for another release, the root filesystem its Slurm runs from."""
+    cluster in ``folder``: its directory and shape, its slurmctld port and name, and
+    SLURM_CONF; for another release, the root filesystem its Slurm runs from.
+
+    Accounting: with ``accounting_ports`` (slurmdbd's port, MariaDB's), the cluster runs
+    its own slurmdbd and MariaDB on them, as the host's 22.05 sandbox does (a release
+    cluster: its `sacct` is what hpcdl's status and results read); without, none (an
+    N-node cluster for scale: slurmdbd and MariaDB per cluster cost more than its nodes)."""
     env = {"HPCDL_SANDBOX_DIR": str(folder), "HPCDL_SANDBOX_SHAPE": str(folder / SHAPE_FILE),
            "HPCDL_SANDBOX_CTLD_PORT": str(ctld_port),
            "HPCDL_SANDBOX_CLUSTER": cluster_name(nodes, release),
            "HPCDL_SANDBOX_ACCOUNTING": "none",
            "SLURM_CONF": str(folder / "etc" / "slurm.conf")}
+    if accounting_ports:
+        dbd, db = accounting_ports
+        env.update({"HPCDL_SANDBOX_ACCOUNTING": "slurmdbd",
+                    "HPCDL_SANDBOX_DBD_PORT": str(dbd), "HPCDL_SANDBOX_DB_PORT": str(db)})
     if slurm_root:
         env["HPCDL_SANDBOX_SLURM_ROOT"] = slurm_root
     if expedite:  # the release has --requeue=expedite: slurm.conf enables it

@@ -2,7 +2,7 @@
 (``slurm_release``: the host's 22.05 sandbox, the 24.11 and 26.05 release sandboxes;
 tests/integration/conftest_releases.py), through hpcdl's own commands and the
 release's own Slurm. What they cover: a native 2-node run with status and logs read
-back, a job's cancel, a sweep array task's status, `hpcdl alloc`, `profiles detect`, the
+back, the job's accounting (sacct) read through `hpcdl status`, a job's cancel, a sweep array task's status, `hpcdl alloc`, `profiles detect`, the
 bundled example in the CPU image on 2 nodes, and natively (the nodes' Python, torch and
 py-spy) a sweep's failed point retried alone (--retry-failed), `hpcdl probe` on 2 nodes
 and the hang dump. Requeue on each release: test_slurm_matrix_requeue.py."""
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest_releases import SlurmRelease
+from tests.integration.conftest_releases import SlurmRelease, release_command
 from tests.integration.conftest_slurm import hpcdl, shared_copy
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_matrix]
@@ -61,6 +61,40 @@ def test_a_native_two_node_run_its_status_and_logs(slurm_release: SlurmRelease) 
     assert row["state"] == "COMPLETED"
     logs = rel.hpcdl("logs", job)
     assert logs.returncode == 0 and _labelled(logs.stdout) == names, logs.stdout + logs.stderr
+
+
+def test_the_jobs_accounting_read_through_hpcdl(slurm_release: SlurmRelease) -> None:
+    """sacct of the release (every release sandbox runs its own slurmdbd, as 22.05's
+    does): a 2-node job that exits 3 is listed by `hpcdl status -p PROFILE --json` from
+    the accounting database (source ``sacct``: once slurmdbd has its record, sacct's row
+    wins over squeue's) with its state, exit code, partition and both nodes; and the
+    job's attempts (`sacct -D`, what `hpcdl status JOB` reads for a requeued job) are
+    there too."""
+    rel = slurm_release
+    # Rank 1 ends first (0), rank 0 a moment later with 3: if both ended 3, srun's
+    # --kill-on-bad-exit could TERM the slower one first, and the job's code be 143 (seen
+    # under load on 22.05 and 24.11).
+    res = rel.hpcdl("submit", "-p", rel.profile, "-N", "2", "-G", "0", "--no-image", "--wait",
+                    "--json", "--", "bash", "-c",
+                    'if [ "$SLURM_PROCID" = 0 ]; then sleep 2; exit 3; fi', timeout=300)
+    assert res.returncode == 3, res.stdout + res.stderr
+    job = str(_last_json(res.stdout)["job_id"])
+    deadline = time.monotonic() + 60
+    while True:
+        listed = rel.hpcdl("status", "-p", rel.profile, "--json")
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        row = next((r for r in json.loads(listed.stdout) if r["job_id"] == job), None)
+        if (row and row["source"] == "sacct") or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert row is not None and row["source"] == "sacct", row
+    assert (row["state"], row["exit_code"], row["partition"]) == ("FAILED", 3, "debug"), row
+    nodes = release_command(rel.command("scontrol"), "show", "hostnames", row["nodes"],
+                            env=rel.env).split()
+    assert sorted(nodes) == sorted(rel.nodes), row
+    sacct = release_command(rel.command("sacct"), "-n", "-P", "-X", "-D", "-j", job, "-o",
+                            "JobID,State,ExitCode", env=rel.env)
+    assert sacct.split() == [f"{job}|FAILED|3:0"], sacct
 
 
 def test_cancel_of_a_running_job(slurm_release: SlurmRelease) -> None:

@@ -181,6 +181,8 @@ _USERS_TESTS = "test_slurm_matrix_users.py"
 MATRIX: tuple[tuple[str, dict[str, str]], ...] = (
     ("native 2-node run, status, logs", dict.fromkeys(("22.05", "24.11", "26.05"),
                                                       _MATRIX_TESTS)),
+    ("the job's accounting (sacct) through hpcdl status", dict.fromkeys(
+        ("22.05", "24.11", "26.05"), _MATRIX_TESTS)),
     ("cancel of a running job", dict.fromkeys(("22.05", "24.11", "26.05"), _MATRIX_TESTS)),
     ("a sweep array task's status", dict.fromkeys(("22.05", "24.11", "26.05"),
                                                   _MATRIX_TESTS)),
@@ -196,7 +198,9 @@ MATRIX: tuple[tuple[str, dict[str, str]], ...] = (
         ("22.05", "24.11", "26.05"), _MATRIX_TESTS)),
     ("spares: a node dies, the relaunch gets every CPU and GPU",
      dict.fromkeys(("22.05", "24.11", "26.05"), "test_no_kill_relaunch.py")),
-    ("requeue: the batch host dies", {"24.11": f"{_REQUEUE_TESTS}; plain requeue",
+    ("requeue: the batch host dies", {"22.05": f"{_REQUEUE_TESTS}; plain requeue, a "
+                                               "3-node cluster of its own",
+                                      "24.11": f"{_REQUEUE_TESTS}; plain requeue",
                                       "26.05": f"{_REQUEUE_TESTS}; expedite, no hold"}),
     ("requeue: NODE_FAIL without spares", {"22.05": "test_spares.py",
                                            "24.11": _REQUEUE_TESTS,

@@ -133,3 +133,25 @@ def test_a_bad_release_in_the_environment_is_one_line(tmp_path):
     env = {**shape.environment(tmp_path, 2, 17999), "HPCDL_SANDBOX_EXPEDITE": "1"}
     with pytest.raises(ValidationError, match="HPCDL_SANDBOX_EXPEDITE"):
         Cluster.from_env(env, shape.shape_text(2, "10.91.9", "26.05"))
+
+
+def test_a_release_cluster_runs_its_own_accounting(tmp_path):
+    """With accounting ports (what `sandbox up --slurm` gives a release's cluster): its
+    slurm.conf stores to its own slurmdbd on that port, whose slurmdbd.conf loads the
+    release root's plugins and stores in MariaDB on the other port; without them (the
+    N-node clusters): no accounting, as before."""
+    root = "/var/cache/hpcdl/slurm-rootfs/26.05-0123456789ab"
+    env = shape.environment(tmp_path, 3, 17999, "26.05", root, True, (17801, 17802))
+    assert env["HPCDL_SANDBOX_ACCOUNTING"] == "slurmdbd"
+    files = render_files(Cluster.from_env(env, shape.shape_text(3, "10.91.9", "26.05")), "host")
+    conf = files["slurm.conf"].splitlines()
+    assert "AccountingStorageType=accounting_storage/slurmdbd" in conf
+    assert "AccountingStoragePort=17801" in conf
+    dbd = files["slurmdbd.conf"].splitlines()
+    assert {"DbdPort=17801", "StoragePort=17802",
+            f"PluginDir={root}/usr/lib/x86_64-linux-gnu/slurm-wlm"} <= set(dbd)
+    assert "ACCOUNTING=slurmdbd" in files["cluster.sh"].splitlines()
+    plain = shape.environment(tmp_path, 3, 17999)
+    assert plain["HPCDL_SANDBOX_ACCOUNTING"] == "none" and "HPCDL_SANDBOX_DBD_PORT" not in plain
+    host = render_files(Cluster.from_env(plain, shape.shape_text(3, "10.91.9")), "host")
+    assert "PluginDir" not in host["slurmdbd.conf"]
