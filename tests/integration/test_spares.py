@@ -2,9 +2,9 @@
 allocation (hpcdl submit --spares; hpcdl.launch.nodes).
 
 Each test starts a 3-node cluster of its own (``netns_cluster``: a network namespace
-per node). The bundled example (ResNet-18, 32 px, synthetic data, 30 steps, a checkpoint
+per node). The bundled example (ResNet-18, 32 px, synthetic data, 15 steps, a checkpoint
 every 5, slowed with --step-sleep so it can be interrupted) runs in the CPU image on 2
-nodes with 1 spare. Once its checkpoint of step 10 exists, an active node dies: every
+nodes with 1 spare. Once its checkpoint of step 5 exists, an active node dies: every
 process in its network namespace is killed (its slurmd, the slurmstepd, the ranks), as
 when a node loses power. The job finds it (its heartbeat, a line a second from every
 node through srun, stops while the others' go on: DDP's surviving rank ends and srun
@@ -20,8 +20,8 @@ The DDP case also runs as the ordinary user (hpcdl from a wheel in the user's ve
 owner may do; and natively (``--no-image``: the guard is the same, the ranks are the nodes'
 own Python). Cost (14 min for the module before the reference runs were shared): about
 1.5-2 minutes per node-death test and for the NODE_FAIL requeue, 2.5 for running out of
-spares (the uninterrupted reference run once per backend, by the first test that needs
-it); the gate test about 30 s in the image and 20 s natively; the hang test about 50 s;
+spares (the uninterrupted reference run once per backend and step count in the session,
+by the first test that needs it, whichever xdist worker runs it); the gate test about 30 s in the image and 20 s natively; the hang test about 50 s;
 the slowed node (--probe-first) about 30 s. Each test's own cluster starts in 1-2 s.
 The guard's own behaviours on this Slurm (issue 42; the user's hang script, its result
 computed here, no reference run): a job without a time limit relaunching without a node
@@ -34,6 +34,7 @@ waits out its 90 s and KILLs its srun 10 s later).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -60,36 +61,58 @@ from tests.own_cluster import blocked, hung_mount, kill_node, netns_name, wait_c
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.mpi, pytest.mark.torch,
               pytest.mark.timeout(900)]
 
-STEPS = 30
+# Steps of the bundled example, a checkpoint every 5. A node dies once the checkpoint of
+# step 5 exists (KILL_AT): the 10 steps left, a second or more each with --step-sleep=1,
+# are the test's room to kill it before the run could end (the job cannot end without
+# it: its peer waits for it), and the relaunch trains 10 steps, not 20 (30 steps with
+# the kill at 10 before: ~15 s more per node death and per reference run).
+STEPS = 15
+KILL_AT = 5
 CHECKSUM = re.compile(r"hpcdl_rank_checksum rank=(\d+) host=(\S+) checksum=(\w+)")
 
 
-def example(backend: str) -> list[str]:
+def example(backend: str, steps: int = STEPS) -> list[str]:
     return ["-G", "1", "--backend", backend, "--synthetic", "-X", "--arch=resnet18",
-            "-X", f"--max-steps={STEPS}", "-X", "--epochs=1", "-X", "--checkpoint-every=5"]
+            "-X", f"--max-steps={steps}", "-X", "--epochs=1", "-X", "--checkpoint-every=5"]
 
 
 def checksums(text: str) -> dict[str, str]:
     return {m.group(1): m.group(3) for m in CHECKSUM.finditer(text)}
 
 
-# The uninterrupted run's checksum per backend: the same on every cluster of this module
-# (same seed, 2 ranks, CPU), so it is computed once, by the first test that needs it.
-_REFERENCE: dict[str, set[str]] = {}
+@pytest.fixture(scope="session")
+def references(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the uninterrupted runs' checksums are kept for the whole session: the
+    session's own temporary folder, which every xdist worker's lies under (each worker's
+    is its popen-gwN), so that the workers share them."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    path = base / "spares-references"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 def reference(key: str, common: list[str], runs_dir: Path, env: dict[str, str],
+              references: Path,
               cli: Callable[..., subprocess.CompletedProcess[str]] = hpcdl) -> set[str]:
     """The final parameter checksum of ``common`` run to the end with nothing in its way
-    (``key``: the backend, and the runtime when it is not the image)."""
-    if key not in _REFERENCE:
-        ref = cli("submit", *common, "--wait", "--run-dir", str(runs_dir / f"ref-{key}"),
-                  env=env, timeout=400)
-        assert ref.returncode == 0, ref.stdout + ref.stderr
-        found = set(checksums(ref.stdout).values())
-        assert len(found) == 1, ref.stdout
-        _REFERENCE[key] = found
-    return _REFERENCE[key]
+    (``key``: the backend, the step count, and the runtime when it is not the image). The
+    same on every cluster of this module (same seed, 2 ranks, CPU): computed once in the
+    session, by the first test that needs it, in whichever xdist worker (a run of 30-60 s
+    under load, which 3-4 workers each made before); a test of another worker that needs
+    it meanwhile waits for it (the lock), as it would have waited for its own."""
+    saved = references / f"{key}.json"
+    with open(references / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not saved.exists():
+            ref = cli("submit", *common, "--wait", "--run-dir",
+                      str(runs_dir / f"ref-{key}"), env=env, timeout=400)
+            assert ref.returncode == 0, ref.stdout + ref.stderr
+            found = set(checksums(ref.stdout).values())
+            assert len(found) == 1, ref.stdout
+            saved.write_text(json.dumps(sorted(found)))
+        return set(json.loads(saved.read_text()))
 
 
 def follow_requeued(cluster: NetnsCluster, job: str, timeout: float = 600,
@@ -145,7 +168,7 @@ def three_nodes(netns_cluster: Callable[..., NetnsCluster], runs_dir: Path
 def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
         backend: str, who: str, where: str,
         three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
-        cpu_image: Path, request: pytest.FixtureRequest) -> None:
+        cpu_image: Path, references: Path, request: pytest.FixtureRequest) -> None:
     """In the image, or natively (the nodes' own Python and torch, the checkout's hpcdl):
     the guard is the same bash either way; natively the ranks are plain processes."""
     cluster, env, profile = three_nodes
@@ -165,15 +188,15 @@ def test_a_node_dies_and_the_spare_takes_over_from_the_checkpoint(
         cli = user.cli
     runtime = ["--image", str(cpu_image)] if where == "image" else ["--no-image"]
     common = ["-p", str(profile), "-N", "2", *runtime, *example(backend)]
-    expected = reference(backend if where == "image" else f"{backend}-{where}", common,
-                         runs_dir, env, cli)
+    key = f"{backend}-{STEPS}" + ("" if where == "image" else f"-{where}")
+    expected = reference(key, common, runs_dir, env, references, cli)
 
     run = runs_dir / "spare"
     res = cli("submit", "--json", *common, "--spares", "1", "-X", "--step-sleep=1",
               "--run-dir", str(run), env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     job = json.loads(res.stdout.strip().splitlines()[-1])["job_id"]
-    wait_checkpoint(run, 10)
+    wait_checkpoint(run, KILL_AT)
     victim = cluster.nodes[1]  # active (the first two of the allocation), not the batch host
     died = kill_node(cluster.dir, victim)
 
@@ -459,7 +482,7 @@ def test_a_relaunched_step_that_hangs_before_its_first_heartbeat_is_diagnosed_ag
 
 def test_without_spares_a_dead_node_is_a_real_node_fail_and_requeue(
         three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
-        cpu_image: Path) -> None:
+        cpu_image: Path, references: Path) -> None:
     """--requeue, no spares: a node dies, Slurm declares it down (SlurmdTimeout lowered to
     20 s on this test's cluster: 300 s by default), ends the job NODE_FAIL and requeues
     it; the next attempt runs on the nodes left and ends with the uninterrupted checksum."""
@@ -468,12 +491,12 @@ def test_without_spares_a_dead_node_is_a_real_node_fail_and_requeue(
     cluster.conf.write_text(conf + "SlurmdTimeout=20\n")
     assert cluster.run("scontrol", "reconfigure").returncode == 0
     common = ["-p", str(profile), "-N", "2", "--image", str(cpu_image), *example("ddp")]
-    expected = reference("ddp", common, runs_dir, env)
+    expected = reference(f"ddp-{STEPS}", common, runs_dir, env, references)
     run = runs_dir / "requeue"
     out = submit_json(*common, "--requeue", "-X", "--step-sleep=1", "--run-dir", str(run),
                       env=env)
     job = out["job_id"]
-    wait_checkpoint(run, 10)
+    wait_checkpoint(run, KILL_AT)
     victim = cluster.nodes[1]
     kill_node(cluster.dir, victim)
     seen = follow_requeued(cluster, job)
@@ -491,7 +514,8 @@ def test_without_spares_a_dead_node_is_a_real_node_fail_and_requeue(
 
 
 def test_out_of_spares_the_job_requeues_without_its_bad_nodes(
-        netns_cluster: Callable[..., NetnsCluster], runs_dir: Path, cpu_image: Path) -> None:
+        netns_cluster: Callable[..., NetnsCluster], runs_dir: Path, cpu_image: Path,
+        references: Path) -> None:
     """5 nodes, 2 active + 1 spare: one active node dies (the spare takes over), then
     another (no spare left): the job requeues itself with both excluded (requeuehold,
     ExcNodeList, release), the next attempt gets two fresh nodes and resumes from the
@@ -501,13 +525,17 @@ def test_out_of_spares_the_job_requeues_without_its_bad_nodes(
     cluster = netns_cluster(nodes=5, accounting=True)
     env = {**cluster.env, "HPCDL_RUNS": str(runs_dir)}
     profile = probe_profile(cluster)
-    common = ["-p", str(profile), "-N", "2", "--image", str(cpu_image), *example("ddp")]
-    expected = reference("ddp", common, runs_dir, env)
+    # 20 steps, a node dying at the checkpoints of steps 5 and 10: after the second, as
+    # after the one death of the tests above, 10 steps are the room to kill it.
+    steps = 20
+    common = ["-p", str(profile), "-N", "2", "--image", str(cpu_image),
+              *example("ddp", steps)]
+    expected = reference(f"ddp-{steps}", common, runs_dir, env, references)
     run = runs_dir / "out"
     job = submit_json(*common, "--spares", "1", "--requeue", "-X", "--step-sleep=1",
                       "--run-dir", str(run), env=env)["job_id"]
     a, b, c = cluster.nodes[:3]  # the allocation: the first three nodes, a the batch host
-    for step, victim in ((10, b), (20, c)):
+    for step, victim in ((KILL_AT, b), (2 * KILL_AT, c)):
         wait_checkpoint(run, step)
         kill_node(cluster.dir, victim)
     excluded: list[str] = []
