@@ -368,15 +368,12 @@ def test_a_rank_hung_on_one_node_is_relaunched_without_that_node(
     """A user's torchrun-style script (the resume contract, nothing of hpcdl) hangs on one
     node at step 8: the watchdog of --wait --hang-timeout dumps the stacks and, the job
     having a spare, asks it to relaunch without that node; the run completes from its
-    checkpoint of step 5 with the value of a run that never hung."""
+    checkpoint of step 5 with the value of a run that never hung (computed: hang_result,
+    as the tests below do; no reference job, which took 30-40 s under load)."""
     cluster, env, profile = three_nodes
     victim = cluster.nodes[1]
-    script = ["--", "python3", str(HANG_SCRIPT), "--steps", "12", "--every", "5"]
-    ref = hpcdl("submit", "-p", str(profile), "-N", "2", "-G", "1", "--image", str(cpu_image),
-                "--wait", "--run-dir", str(runs_dir / "ref"), *script, env=env, timeout=400)
-    assert ref.returncode == 0, ref.stdout + ref.stderr
-    expected = re.search(r"RESULT value=(\S+)", ref.stdout)
-    assert expected, ref.stdout
+    steps = 12
+    script = ["--", "python3", str(HANG_SCRIPT), "--steps", str(steps), "--every", "5"]
     run = runs_dir / "hung"
     res = hpcdl("submit", "-p", str(profile), "-N", "2", "-G", "1", "--spares", "1", "--image",
                 str(cpu_image), "--hang-timeout", "20", "--wait", "--json", "--run-dir",
@@ -389,7 +386,8 @@ def test_a_rank_hung_on_one_node_is_relaunched_without_that_node(
     (rec,) = out["recoveries"]
     assert rec["nodes"] == [victim] and rec["how"].startswith(f"{victim}: hang watchdog: ")
     log = (run / f"slurm-{out['job_id']}.out").read_text()
-    assert f"RESULT value={expected.group(1)} steps=12 resumed_from=5" in log, log[-2000:]
+    assert f"RESULT value={hang_result(steps)} steps={steps} resumed_from=5" in log, \
+        log[-2000:]
     assert (run / "hang" / "diagnosis.json").exists()
     # The report written at the end of --wait shows the relaunch too.
     page = (run / "report.html").read_text()
