@@ -362,6 +362,16 @@ def test_a_node_slowed_before_the_start_is_excluded_by_the_probe(
 HANG_SCRIPT = shared_copy(Path(__file__).resolve().parent / "hang") / "resume_hang.py"
 
 
+def own_hang_script(runs_dir: Path) -> Path:
+    """This session's own copy of resume_hang.py (the nodes see runs_dir), for a test
+    that uses an option of today's script: HANG_SCRIPT's folder is per xdist worker name,
+    which another session of this user may rewrite with its checkout's."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    script = runs_dir / "resume_hang.py"
+    shutil.copyfile(Path(__file__).resolve().parent / "hang" / "resume_hang.py", script)
+    return script
+
+
 def test_a_rank_hung_on_one_node_is_relaunched_without_that_node(
         three_nodes: tuple[NetnsCluster, dict[str, str], Path], runs_dir: Path,
         cpu_image: Path) -> None:
@@ -451,11 +461,7 @@ def test_a_relaunched_step_that_hangs_before_its_first_heartbeat_is_diagnosed_ag
     cluster, env, profile = three_nodes
     victim = cluster.nodes[1]
     run = runs_dir / "hung-again"
-    # This session's own copy (the nodes see runs_dir): HANG_SCRIPT's folder is per xdist
-    # worker name, which another session of this user may rewrite with its checkout's.
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    script = runs_dir / "resume_hang.py"
-    shutil.copyfile(Path(__file__).resolve().parent / "hang" / "resume_hang.py", script)
+    script = own_hang_script(runs_dir)
     res = hpcdl("submit", "--json", "-p", str(profile), "-N", "2", "-G", "1", "--spares", "1",
                 "--no-image", "--hang-timeout", "20", "--max-restarts", "1", "-t", "0:06:00",
                 "--run-dir", str(run), "--", "python3", str(script), "--steps", "12",
@@ -635,11 +641,16 @@ def test_a_job_without_a_time_limit_relaunches_without_a_node_the_admin_drained(
     profile = no_limit_profile(cluster)
     a, b, c = cluster.nodes
     run = runs_dir / "drained"
-    steps = 40
+    # The drain, its check and the crash come after the checkpoint of step 10, however
+    # long they take under load: the ranks, their 12 steps done, wait for ``crashed``
+    # (resume_hang.py --hold-until), which the test makes once the rank is killed. (40
+    # steps of a second before, the room for them: the relaunch then trained 30 s.)
+    steps = 12
+    crashed = runs_dir / "crashed"
     res = hpcdl("submit", "--json", "-p", str(profile), "-N", "2", "-G", "1", "--spares", "1",
                 "--image", str(cpu_image), "--run-dir", str(run), "--", "python3",
-                str(HANG_SCRIPT), "--steps", str(steps), "--every", "5", "--step-s", "1",
-                env=env)
+                str(own_hang_script(runs_dir)), "--steps", str(steps), "--every", "5",
+                "--hold-until", str(crashed), env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     job = json.loads(res.stdout.strip().splitlines()[-1])["job_id"]
     assert "#SBATCH --time=infinite" in (run / "job.sbatch").read_text()
@@ -650,6 +661,7 @@ def test_a_job_without_a_time_limit_relaunches_without_a_node_the_admin_drained(
     assert cluster.run("sinfo", "-h", "-n", b, "-o", "%t").stdout.strip() == "drng"
     (pid,) = hang_ranks(cluster, job)[a]
     os.kill(pid, signal.SIGKILL)
+    crashed.touch()  # (the relaunched step's ranks end after their steps)
 
     row = final_status(job, env, timeout=400)
     err = (run / f"slurm-{job}.err").read_text()
@@ -681,12 +693,19 @@ def test_after_a_hang_relaunch_no_rank_of_the_old_step_is_left_on_any_node(
     profile = no_limit_profile(cluster)
     a, b, c = cluster.nodes
     run = runs_dir / "hung"
-    steps = 60
+    steps = 12
+    # The relaunched step's ranks, their steps done, wait for ``seen`` (resume_hang.py
+    # --hold-until): the step runs until the test has looked at every node, however long
+    # that takes under load, and not a minute longer (60 steps of a second before, so
+    # that it outlived the look).
+    script = own_hang_script(runs_dir)
+    seen = runs_dir / "seen"
     proc = subprocess.Popen(
         [sys.executable, "-m", "hpcdl", "submit", "-p", str(profile), "-N", "2", "-G", "1",
          "--spares", "1", "--image", str(cpu_image), "--hang-timeout", "20", "--wait",
-         "--json", "--run-dir", str(run), "--", "python3", str(HANG_SCRIPT), "--steps",
-         str(steps), "--every", "5", "--step-s", "1", "--hang-at", "8", "--hang-host", a],
+         "--json", "--run-dir", str(run), "--", "python3", str(script), "--steps",
+         str(steps), "--every", "5", "--hang-at", "8", "--hang-host", a, "--hold-until",
+         str(seen)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
     try:
         # (--json prints nothing before the end: the cluster is this test's, its one job)
@@ -712,12 +731,14 @@ def test_after_a_hang_relaunch_no_rank_of_the_old_step_is_left_on_any_node(
             now.update(hang_ranks(cluster, job))
             steps_seen = {s for ranks in now.values() for s in ranks.values()}
             return len(now[b]) == 1 and len(now[c]) == 1 and not steps_seen & old_step
-        # (the old ranks have KillWait, 30 s, to end on SIGTERM; the new step runs ~55 s)
+        # (the old ranks have KillWait, 30 s, to end on SIGTERM; the new step holds)
         wait_until("the relaunched ranks alone", only_new_ranks, 45)
         assert not now[a], now  # the hung rank, on the node the job keeps
         assert proc.poll() is None, "the job ended before its relaunched step was seen"
+        seen.touch()
         out, errs = proc.communicate(timeout=400)
     finally:
+        seen.touch()
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=30)
