@@ -71,12 +71,15 @@ pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.mpi, pytest.
 # record's steps_lost (the metrics' last step) was None.
 STEPS = 20
 KILL_AT = 10
+# The tests whose node is excluded before the first step (the gate, the probe) ask only
+# where the training ran and that no step failed: 5 steps show it as well as 20.
+BEFORE_STEPS = 5
 CHECKSUM = re.compile(r"hpcdl_rank_checksum rank=(\d+) host=(\S+) checksum=(\w+)")
 
 
-def example(backend: str) -> list[str]:
+def example(backend: str, steps: int = STEPS) -> list[str]:
     return ["-G", "1", "--backend", backend, "--synthetic", "-X", "--arch=resnet18",
-            "-X", f"--max-steps={STEPS}", "-X", "--epochs=1", "-X", "--checkpoint-every=5"]
+            "-X", f"--max-steps={steps}", "-X", "--epochs=1", "-X", "--checkpoint-every=5"]
 
 
 def checksums(text: str) -> dict[str, str]:
@@ -250,7 +253,8 @@ def test_the_gate_replaces_a_node_that_lost_the_shared_filesystem(
     # In the image, or natively (the nodes' own Python and torch, the checkout's hpcdl).
     runtime = ["--image", str(cpu_image)] if where == "image" else ["--no-image"]
     res = hpcdl("submit", "-p", str(profile), "-N", "2", "--spares", "1", *runtime,
-                *example("ddp"), "--wait", "--run-dir", str(run), env=env, timeout=400)
+                *example("ddp", BEFORE_STEPS), "--wait", "--run-dir", str(run), env=env,
+                timeout=400)
     assert res.returncode == 0, res.stdout + res.stderr
     assert {m.group(2) for m in CHECKSUM.finditer(res.stdout)} == {cluster.nodes[0],
                                                                    cluster.nodes[2]}
@@ -283,8 +287,8 @@ def test_a_gate_check_blocked_in_d_state_is_bounded_and_its_node_excluded(
     with hung_mount(cluster.dir, victim, data) as ops:
         t0 = time.monotonic()
         res = hpcdl("submit", "-p", str(profile), "-N", "2", "--spares", "1", "--image",
-                    str(cpu_image), *example("ddp"), "--wait", "--run-dir", str(run),
-                    env=env, timeout=500)
+                    str(cpu_image), *example("ddp", BEFORE_STEPS), "--wait", "--run-dir",
+                    str(run), env=env, timeout=500)
         took = time.monotonic() - t0
         still = blocked(cluster.dir, victim)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -336,7 +340,7 @@ def test_a_node_slowed_before_the_start_is_excluded_by_the_probe(
         # The default --probe-slow-ratio, as test_probe's 3-node test: chosen so that 3
         # nodes' ranks on 2 cores name the slowed node (3-7%) and no healthy one (38% seen).
         res = hpcdl("submit", "-p", str(profile), "-N", "2", "--spares", "1", "--image",
-                    str(cpu_image), *example("ddp"), *flag, "--probe-sizes",
+                    str(cpu_image), *example("ddp", BEFORE_STEPS), *flag, "--probe-sizes",
                     "4K,64K,1M", "--wait", "--json", "--run-dir", str(run), env=env,
                     timeout=400)
     finally:
