@@ -18,18 +18,19 @@ slowed before the start, named by the --probe-first step.
 The DDP case also runs as the ordinary user (hpcdl from a wheel in the user's venv,
 ``cluster_user``): shrinking the allocation and requeueing with exclusions are what a job
 owner may do; and natively (``--no-image``: the guard is the same, the ranks are the nodes'
-own Python). Cost (14 min for the module before the reference runs were shared): about
-1.5-2 minutes per node-death test and for the NODE_FAIL requeue, 2.5 for running out of
-spares (the uninterrupted reference run once per backend and step count in the session,
-by the first test that needs it, whichever xdist worker runs it); the gate test about 30 s in the image and 20 s natively; the hang test about 50 s;
-the slowed node (--probe-first) about 30 s. Each test's own cluster starts in 1-2 s.
-The guard's own behaviours on this Slurm (issue 42; the user's hang script, its result
-computed here, no reference run): a job without a time limit relaunching without a node
-the admin drained (~50 s), no rank of the old step left on any node after a hang
-relaunch (~1.5 min), and a hang healed by the job itself, submitted without --wait; the
-slowed node again with the profile's probe_first default instead of the flag (~30 s); a
-gate's check blocked in D state on a FUSE mount that never answers (~3 min: the gate
-waits out its 90 s and KILLs its srun 10 s later).
+own Python). Cost (measured on 2 cores at load 3-10, one session: 23 min for the module
+before issue 43, 16 after): about 1-1.5 minutes per node-death test and for the
+NODE_FAIL requeue and running out of spares, plus the uninterrupted reference run
+(30-40 s) once per backend in the session, by the first test that needs it, whichever
+xdist worker runs it; the gate test 15-20 s, the slowed node (--probe-first) 25-45 s.
+Each test's own cluster starts in 1-2 s. The guard's own behaviours on this Slurm
+(issue 42; the user's hang script, its result computed here, no reference run): a job
+without a time limit relaunching without a node the admin drained (~20 s), no rank of
+the old step left on any node after a hang relaunch (~40 s), a hang relaunched (~40 s)
+and healed by the job itself, submitted without --wait (~40 s); the slowed node again
+with the profile's probe_first default instead of the flag; a gate's check blocked in
+D state on a FUSE mount that never answers (~2.2 min: the gate waits out its 90 s and
+KILLs its srun 10 s later).
 """
 
 from __future__ import annotations
@@ -415,7 +416,7 @@ def test_without_wait_a_hung_rank_is_relaunched_by_the_job_itself(
     asks its node guard to relaunch without the hung rank's node; the run completes
     from its checkpoint of step 5 with the value of a run that never hung (computed, no
     reference run). Natively (the nodes' own Python and torch), so it needs no image.
-    Prints the hang -> diagnosis -> relaunch times. Cost: ~1.5 min."""
+    Prints the hang -> diagnosis -> relaunch times. Cost: ~40 s."""
     cluster, env, profile = three_nodes
     victim = cluster.nodes[1]
     run = runs_dir / "hung-nowait"
@@ -461,7 +462,7 @@ def test_a_relaunched_step_that_hangs_before_its_first_heartbeat_is_diagnosed_ag
     new silence from the relaunch, diagnoses it again after --hang-timeout (the run
     directory's files as progress until a beat) and asks again; the guard's
     --max-restarts 1 is spent, so the job ends, FAILED, instead of hanging to its time
-    limit (the old watchdog never diagnosed it again). Cost: ~1.5 min."""
+    limit (the old watchdog never diagnosed it again). Cost: ~1 min."""
     cluster, env, profile = three_nodes
     victim = cluster.nodes[1]
     run = runs_dir / "hung-again"
@@ -640,7 +641,7 @@ def test_a_job_without_a_time_limit_relaunches_without_a_node_the_admin_drained(
     sinfo says "drng" while the job holds it), then a rank on a crashes. The guard reads b's
     state, excludes it, and relaunches on a and c from the checkpoint: the old guard read
     UNLIMITED as 0 s left and refused any relaunch, and did not know "drng" (the crash was
-    then "not a node failure": the job failed). Cost: ~1.5 min."""
+    then "not a node failure": the job failed). Cost: ~20 s."""
     cluster, env, _ = three_nodes
     profile = no_limit_profile(cluster)
     a, b, c = cluster.nodes
@@ -692,7 +693,7 @@ def test_after_a_hang_relaunch_no_rank_of_the_old_step_is_left_on_any_node(
     (22.05) the old guard's step ended as well, its ranks gone within the 45 s allowed
     here without a scancel (seen twice, with a time limit): what fails on the old guard is
     the cancel's line; the process check holds the outcome wherever an orphaned step's
-    tasks are left running. The job has no time limit, as above. Cost: ~1.5 min."""
+    tasks are left running. The job has no time limit, as above. Cost: ~40 s."""
     cluster, env, _ = three_nodes
     profile = no_limit_profile(cluster)
     a, b, c = cluster.nodes
