@@ -2,7 +2,7 @@
 nothing of hpcdl), for the spare-node tests: it hangs once on one host.
 
     python3 resume_hang.py --steps N [--every K] [--hang-at S] [--hang-host HOST]
-                           [--beat] [--hang-when-relaunched]
+                           [--beat] [--hang-when-relaunched] [--hold-until FILE]
 
 Every rank does N all_reduce steps of a running value, one line each. Rank 0 writes a
 checkpoint (the value and the step) to $HPCDL_CHECKPOINT_DIR every K steps, atomically;
@@ -13,7 +13,10 @@ depend on where the run was interrupted, so a relaunched run ends as an uninterr
 With --beat every rank writes its heartbeat after each step as hpcdl's ranks do
 ($HPCDL_HEARTBEAT_DIR/rank-R: the step), by hand; with --hang-when-relaunched every rank
 of a relaunched step ($HPCDL_CYCLE > 0) hangs before its first step, so before its first
-heartbeat.
+heartbeat. With --hold-until every rank, its steps done, waits for FILE to exist before
+the end (a line a second meanwhile, which the job's hang watchdog counts as progress): a
+test that looks at the running step says when it has seen enough, instead of the step
+training for as long as the test might look.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ def main() -> None:
     parser.add_argument("--step-s", type=float, default=0.3)
     parser.add_argument("--beat", action="store_true")
     parser.add_argument("--hang-when-relaunched", action="store_true")
+    parser.add_argument("--hold-until", default="")
     args = parser.parse_args()
     import torch
     import torch.distributed as dist
@@ -86,6 +90,9 @@ def main() -> None:
                 fh.write(repr(tensor.item()))
             os.replace(tmp, os.path.join(ckpt_dir, f"step-{step}.txt"))
         time.sleep(args.step_s)
+    while args.hold_until and not os.path.exists(args.hold_until):
+        print(f"HOLD rank {rank} host {host}: until {args.hold_until} exists", flush=True)
+        time.sleep(1)
     if rank == 0:
         print(f"RESULT value={tensor.item()!r} steps={args.steps} resumed_from={start}",
               flush=True)
