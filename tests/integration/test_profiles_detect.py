@@ -323,15 +323,16 @@ def _sbatch(cluster: Cluster, argv: list[str], cwd: Path, jobs: list[str]) -> tu
 def _equivalent(prof: Profile, part_name: str, req: JobRequest) -> list[str]:
     """The sbatch options hpcdl would have written for ``req`` in ``part_name``."""
     part = prof.partition(part_name)
+    placement = req.placement
     if part is None:  # not in the profile: the same options with Slurm's defaults
-        opts = [f"--partition={part_name}", f"--nodes={req.nodes}",
-                f"--ntasks-per-node={tasks_per_node(req.gpus)}",
-                f"--cpus-per-task={req.cpus_per_task or 1}", f"--time={req.time or '00:05:00'}"]
-        return opts + ([f"--gres=gpu:{req.gpus}"] if req.gpus else [])
-    cpus = req.cpus_per_task or default_cpus_per_task(part, req.gpus)
-    return scheduler_options(prof, part, nodes=req.nodes, gpus=req.gpus,
-                             tasks_per_node=tasks_per_node(req.gpus), cpus_per_task=cpus,
-                             time_seconds=job_time(prof, part, req.placement))
+        opts = [f"--partition={part_name}", f"--nodes={placement.nodes}",
+                f"--ntasks-per-node={tasks_per_node(placement.gpus)}",
+                f"--cpus-per-task={placement.cpus_per_task or 1}", f"--time={placement.time or '00:05:00'}"]
+        return opts + ([f"--gres=gpu:{placement.gpus}"] if placement.gpus else [])
+    cpus = placement.cpus_per_task or default_cpus_per_task(part, placement.gpus)
+    return scheduler_options(prof, part, nodes=placement.nodes, gpus=placement.gpus,
+                             tasks_per_node=tasks_per_node(placement.gpus), cpus_per_task=cpus,
+                             time_seconds=job_time(prof, part, placement))
 
 
 def judge(cluster: Cluster, prof: Profile, row: tuple[str | None, int, int, str | None, int | None, str],
