@@ -475,14 +475,25 @@ start_mariadb() {
   local pidfile=$D/run/mysqld.pid
   if pid_alive "$pidfile" mariadbd; then return 0; fi
   local init=0
-  if [[ ! -d $D/db/mysql ]]; then
+  # A database is made once: its system tables, then the accounting database and user,
+  # then the marker. One without the marker (an install or a first start that failed
+  # half-way: mariadb-install-db can say "failed" and still exit 0) is made again, or
+  # every later `up` would start a server slurmdbd cannot log in to. (A database with
+  # slurm_acct_db from before the marker existed is whole.)
+  if [[ ! -e $D/db/.hpcdl-made && ! -d $D/db/slurm_acct_db ]]; then
     init=1
-    mariadb-install-db --no-defaults --datadir="$D/db" --user=root \
+    rm -rf "$D/db" "$D/db-tmp"
+    mkdir -p "$D/db" "$D/db-tmp"
+    # Its own tmpdir: the shared /tmp is other tests' and clusters' to clean.
+    mariadb-install-db --no-defaults --datadir="$D/db" --tmpdir="$D/db-tmp" --user=root \
       --auth-root-authentication-method=socket --skip-test-db >"$D/log/mysqld-install.log" 2>&1 \
+      && ! grep -q "Installation of system tables failed" "$D/log/mysqld-install.log" \
       || fail "mariadb-install-db failed" "$D/log/mysqld-install.log"
   fi
+  mkdir -p "$D/db-tmp"
   # setsid: the server outlives this script and never gets the terminal's signals.
-  setsid mariadbd --no-defaults --datadir="$D/db" --socket="$DB_SOCKET" --port="$DB_PORT" \
+  setsid mariadbd --no-defaults --datadir="$D/db" --tmpdir="$D/db-tmp" --socket="$DB_SOCKET" \
+    --port="$DB_PORT" \
     --bind-address=127.0.0.1 --user=root --pid-file="$pidfile" --log-error="$D/log/mysqld.log" \
     --skip-log-bin --innodb-buffer-pool-size=32M --performance-schema=OFF \
     </dev/null >>"$D/log/mysqld.log" 2>&1 9>&- &
@@ -497,6 +508,7 @@ start_mariadb() {
             GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
             GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';" \
       || fail "could not create the accounting database" "$D/log/mysqld.log"
+    : >"$D/db/.hpcdl-made"
   fi
   STARTED+=("mariadbd")
 }
