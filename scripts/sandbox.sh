@@ -282,8 +282,10 @@ own_netns() {  # every namespace of this cluster's tag
 }
 
 # hosts_edit [BLOCK]: rewrite /etc/hosts without this cluster's marked block, plus BLOCK
-# (when given) at the end. Written in place (the file may be a bind mount), under a lock
-# shared by every cluster's up/down; lines outside the block are kept byte for byte.
+# (when given) at the end, under a lock shared by every cluster's up/down; lines outside
+# the block are kept byte for byte. Every resolver on the machine reads the file (other
+# clusters' jobs: a rank that saw a short one failed with EAI_AGAIN), so a new file is
+# renamed over it; where that fails (a bind-mounted /etc/hosts) it is written in place.
 hosts_edit() {
   local block=${1:-} rest
   mkdir -p /run/lock
@@ -295,7 +297,13 @@ hosts_edit() {
       skip && $0 == e {skip = 0; next}
       !skip {print}' "$HOSTS_FILE" >"$rest"
     if [[ -n $block ]]; then printf '%s\n' "$block" >>"$rest"; fi
-    cat "$rest" >"$HOSTS_FILE"
+    if ! cmp -s "$rest" "$HOSTS_FILE"; then
+      local next="$HOSTS_FILE.hpcdl-$$"
+      if ! { cp "$rest" "$next" && chmod 644 "$next" && mv -f "$next" "$HOSTS_FILE"; } 2>/dev/null; then
+        rm -f "$next"
+        cat "$rest" >"$HOSTS_FILE"
+      fi
+    fi
     rm -f "$rest"
   ) 8>/run/lock/hpcdl-sandbox-hosts.lock
 }
