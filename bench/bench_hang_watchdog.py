@@ -54,7 +54,14 @@ def one_run(runs: Path, script: Path, args: argparse.Namespace, i: int) -> dict[
     if not hang:
         raise SystemExit(f"run {i}: no diagnosis (state {out.get('state')}):\n{res.stderr}")
     log = (Path(out["run_dir"]) / f"slurm-{out['job_id']}.out").read_text()
-    started = next(float(line.split()[2]) for line in log.splitlines() if "HANG_START" in line)
+    starts = [float(line.split()[2]) for line in log.splitlines() if "HANG_START" in line]
+    if not starts:
+        # The job went quiet for --timeout before its hang began: the ranks' start-up
+        # (image, torch import) outlasted it on a loaded machine. Not a figure of a hang.
+        raise SystemExit(f"run {i}: diagnosed before the hang began (start-up longer than "
+                         f"--timeout {args.timeout:g} s; rerun with a longer one): "
+                         f"{json.dumps(hang)[:600]}")
+    started = starts[0]
     total = hang["detected_at"] - started
     return {"total_s": total, "timeout_s": float(args.timeout),
             "silent_s": hang["silent_s"], "collect_s": hang["collect_s"],
