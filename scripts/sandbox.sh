@@ -483,6 +483,8 @@ start_mariadb() {
   local pidfile=$D/run/mysqld.pid
   if pid_alive "$pidfile" mariadbd; then return 0; fi
   local init=0
+  # Its own tmpdir (install and server): the shared /tmp is other tests' and clusters'.
+  mkdir -p "$D/db-tmp"
   # A database is made once: its system tables, then the accounting database and user,
   # then the marker. One without the marker (an install or a first start that failed
   # half-way: mariadb-install-db can say "failed" and still exit 0) is made again, or
@@ -490,20 +492,17 @@ start_mariadb() {
   # slurm_acct_db from before the marker existed is whole.)
   if [[ ! -e $D/db/.hpcdl-made && ! -d $D/db/slurm_acct_db ]]; then
     init=1
-    rm -rf "$D/db" "$D/db-tmp"
-    mkdir -p "$D/db" "$D/db-tmp"
-    # Its own tmpdir: the shared /tmp is other tests' and clusters' to clean.
+    rm -rf "$D/db"
+    mkdir -p "$D/db"
     mariadb-install-db --no-defaults --datadir="$D/db" --tmpdir="$D/db-tmp" --user=root \
       --auth-root-authentication-method=socket --skip-test-db >"$D/log/mysqld-install.log" 2>&1 \
       && ! grep -q "Installation of system tables failed" "$D/log/mysqld-install.log" \
       || fail "mariadb-install-db failed" "$D/log/mysqld-install.log"
   fi
-  mkdir -p "$D/db-tmp"
   # setsid: the server outlives this script and never gets the terminal's signals.
   setsid mariadbd --no-defaults --datadir="$D/db" --tmpdir="$D/db-tmp" --socket="$DB_SOCKET" \
-    --port="$DB_PORT" \
-    --bind-address=127.0.0.1 --user=root --pid-file="$pidfile" --log-error="$D/log/mysqld.log" \
-    --skip-log-bin --innodb-buffer-pool-size=32M --performance-schema=OFF \
+    --port="$DB_PORT" --bind-address=127.0.0.1 --user=root --pid-file="$pidfile" \
+    --log-error="$D/log/mysqld.log" --skip-log-bin --innodb-buffer-pool-size=32M --performance-schema=OFF \
     </dev/null >>"$D/log/mysqld.log" 2>&1 9>&- &
   WATCH_PID=$!
   wait_for "mariadbd" "$D/log/mysqld.log" mariadb-admin --no-defaults -S "$DB_SOCKET" -u root ping

@@ -103,20 +103,12 @@ class JobRequest:
     def of(cls, **flat: Any) -> JobRequest:
         """A request from flat fields (nodes=2, image=..., probe=ARGS, ...), each routed
         to its part (``FLAT_FIELDS``): a shorthand for tests, benchmarks and scripts."""
-        parts: dict[str, dict[str, Any]] = {}
-        for key, value in flat.items():
-            part, name = FLAT_FIELDS[key]  # KeyError: no such field
-            parts.setdefault(part, {})[name] = value
-        return cls(**{part: _PARTS[part](**fields) for part, fields in parts.items()})
+        return cls(**{part: _PARTS[part](**fields) for part, fields in _route(flat).items()})
 
     def amended(self, **flat: Any) -> JobRequest:
         """This request with flat fields replaced in their parts (as ``of`` takes them)."""
-        parts: dict[str, dict[str, Any]] = {}
-        for key, value in flat.items():
-            part, name = FLAT_FIELDS[key]
-            parts.setdefault(part, {})[name] = value
         return replace(self, **{part: replace(getattr(self, part), **fields)
-                                for part, fields in parts.items()})
+                                for part, fields in _route(flat).items()})
 
     @property
     def probe_only(self) -> bool:
@@ -127,6 +119,16 @@ class JobRequest:
     def runs_example(self) -> bool:
         """The job's command is the bundled example (no COMMAND, not a probe job)."""
         return not self.launch.command and not self.probe_only
+
+
+def _route(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Flat fields grouped by the part each goes to, under its name there (KeyError: no
+    such field)."""
+    parts: dict[str, dict[str, Any]] = {}
+    for key, value in flat.items():
+        part, name = FLAT_FIELDS[key]
+        parts.setdefault(part, {})[name] = value
+    return parts
 
 
 def _fail(message: str) -> ValidationError:
