@@ -4,7 +4,8 @@
 Runs unchanged under torchrun, mpirun, horovodrun and srun (rank and world come from
 hpcdl.jobside.world). What it does, as the Horovod/DDP tutorials teach:
 
-* one GPU per local rank; AMP and channels_last on GPU only;
+* one GPU per local rank; AMP and channels_last on GPU only (the parameters stay
+  contiguous under Horovod, which allreduces contiguous tensors only);
 * LR scaled by world size x batches-per-allreduce (linear, or sqrt), warmed up per
   step over --warmup-epochs, then divided by 10 at 1/3, 2/3 and 8/9 of the epochs;
 * parameters and optimizer state broadcast from rank 0 at start and after --resume;
@@ -301,7 +302,7 @@ def set_up(args: argparse.Namespace, world: World, num_classes: int) -> Training
     torch.manual_seed(args.seed)
     model = build_model(args.arch, num_classes, zero_init_residual=args.zero_init_residual)
     memory_format = torch.channels_last if cuda else torch.contiguous_format
-    model = model.to(backend.device, memory_format=memory_format)
+    model = model.to(backend.device, memory_format=backend.param_format(memory_format))
     torch.manual_seed(args.seed + backend.rank)
     random.seed(args.seed + backend.rank)
     optimizer: torch.optim.Optimizer = torch.optim.SGD(

@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     fmt = torch.channels_last if cuda else torch.contiguous_format
 
     torch.manual_seed(args.seed)
-    model = build_model(args.model, args.num_classes).to(device, memory_format=fmt)
+    model = build_model(args.model, args.num_classes).to(device,
+                                                          memory_format=backend.param_format(fmt))
     optimizer: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * size)
     train_model, optimizer = backend.wrap(
         model, optimizer, fp16_allreduce=args.fp16_allreduce, batches_per_allreduce=1

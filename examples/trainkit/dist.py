@@ -49,6 +49,11 @@ class Backend:
             torch.cuda.set_device(index)
             self.device = torch.device("cuda", index)
 
+    def param_format(self, memory_format: torch.memory_format) -> torch.memory_format:
+        """The memory format the model's parameters take when its inputs come in
+        ``memory_format`` (channels_last on a GPU)."""
+        return memory_format
+
     # Overridden below.
     def wrap(
         self,
@@ -115,6 +120,12 @@ class HorovodBackend(Backend):
         self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
         self.nodes = hvd.cross_size()
         self._pin_device()
+
+    def param_format(self, memory_format: torch.memory_format) -> torch.memory_format:
+        # Horovod's collectives take contiguous tensors only, and a channels_last
+        # parameter's gradient and momentum are channels_last too: the parameters stay
+        # contiguous, the inputs channels_last (cuDNN still picks channels_last kernels).
+        return torch.contiguous_format
 
     def wrap(
         self,

@@ -122,3 +122,59 @@ def test_ddp_allreduce_sum_reduces_a_tensor_on_the_ranks_device_in_place():
     sums = torch.tensor([1.0, 2.5], dtype=torch.float64)
     assert backend.allreduce_sum(sums, name="sums") is sums
     assert sums.tolist() == [2.0, 5.0] and backend.dist.reduced == [sums]
+
+
+_HOROVOD_CHANNELS_LAST = r"""
+import json, sys
+import torch
+from torch import nn
+from trainkit.dist import HorovodBackend
+
+backend = HorovodBackend()
+cl = torch.channels_last
+out = {"param_format": str(backend.param_format(cl))}
+try:  # what Horovod does with channels_last parameters, as the example had on a GPU
+    backend.hvd.broadcast_parameters(nn.Conv2d(3, 4, 3).to(memory_format=cl).state_dict(), 0)
+    out["channels_last_params"] = "broadcast"
+except ValueError as e:
+    out["channels_last_params"] = str(e)
+torch.manual_seed(0)
+model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                      nn.Linear(4 * 6 * 6, 2)).to(memory_format=backend.param_format(cl))
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+model, opt = backend.wrap(model, opt, fp16_allreduce=False, batches_per_allreduce=1)
+before = model[0].weight.detach().clone()
+for _ in range(2):  # the second step has momentum buffers, which a resume broadcasts
+    x = torch.randn(2, 3, 8, 8).contiguous(memory_format=cl)
+    nn.functional.cross_entropy(model(x), torch.tensor([0, 1])).backward()
+    backend.synchronize_then_step(opt, None)
+    opt.zero_grad()
+backend.broadcast_state(model, opt, {"epoch": 1})
+out["moved"] = not torch.equal(before, model[0].weight)
+out["momentum"] = len(opt.state)
+backend.shutdown()
+print(json.dumps(out))
+"""
+
+
+def test_horovod_trains_and_broadcasts_with_channels_last_inputs() -> None:
+    """On a GPU the example feeds channels_last batches; Horovod refuses non-contiguous
+    tensors, so under it the parameters (and so their gradients and momentum) stay
+    contiguous. Checked with a real Horovod on the CPU: the same refusal, the same path."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("horovod.torch")
+    examples = Path(__file__).resolve().parents[3] / "examples"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
+        str(examples), os.environ.get("PYTHONPATH")])))
+    ran = subprocess.run([sys.executable, "-c", _HOROVOD_CHANNELS_LAST], env=env,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    got = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert got["channels_last_params"] == "Tensor is required to be contiguous."
+    assert got["param_format"] == "torch.contiguous_format"
+    assert got["moved"] is True and got["momentum"] > 0
