@@ -156,8 +156,12 @@ def nvjpeg_decoder(device: torch.device) -> tuple[Callable[[list[torch.Tensor]],
         Image.new("RGB", (16, 8), (200, 100, 50)).save(buf, "JPEG")
         probe = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
         got = decode([probe, probe])
-        if len(got) != 2 or tuple(got[0].shape) != (3, 8, 16) or got[0].device != device:
-            return None, f"decode_jpeg on {device} gave {[tuple(g.shape) for g in got]}"
+        # torch.device("cuda") (no index) names the current GPU, where the images land.
+        on = got[0].device if got else None
+        if len(got) != 2 or tuple(got[0].shape) != (3, 8, 16) or on is None \
+                or on.type != device.type or device.index not in (None, on.index):
+            return None, (f"decode_jpeg on {device} gave {[tuple(g.shape) for g in got]}"
+                          f" on {on}")
     except Exception as exc:
         return None, f"decode_jpeg on {device} failed ({type(exc).__name__}: {str(exc)[:120]})"
     return decode, ""

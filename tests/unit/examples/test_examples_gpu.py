@@ -285,6 +285,14 @@ def _nvjpeg() -> Any:
     return decode
 
 
+def test_nvjpeg_takes_the_current_gpu_by_its_bare_name() -> None:
+    from trainkit.gpudecode import nvjpeg_decoder
+
+    _nvjpeg()
+    decode, why = nvjpeg_decoder(torch.device("cuda"))  # as gpu_check's data step asks
+    assert decode is not None, why
+
+
 def _jpegs(tmp_path: Path, sizes: list[tuple[int, int]] | None = None) -> list[tuple[str, int]]:
     from PIL import Image
 
@@ -311,9 +319,11 @@ def test_nvjpeg_decodes_a_batch_as_pil_does(tmp_path: Path) -> None:
     for img, data in zip(got, datas, strict=True):
         ref = pil_decode(data, "ref")
         assert img.is_cuda and img.dtype == torch.uint8 and img.shape == ref.shape
-        # Two JPEG decoders: IDCT and chroma upsampling may differ by a few levels.
+        # Two JPEG decoders: IDCT and chroma upsampling differ by a few levels (nvJPEG of
+        # torchvision 0.26 against Pillow 12.3 on an H200: up to 3.8 on average over an
+        # image, where two different images of these differ by tens).
         diff = (img.cpu().int() - ref.int()).abs().float()
-        assert float(diff.mean()) < 3 and float(diff.max()) < 40
+        assert float(diff.mean()) < 6 and float(diff.max()) < 40
 
 
 def test_the_gpu_batch_matches_the_tensor_path_on_the_cpu(tmp_path: Path) -> None:
