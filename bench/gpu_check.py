@@ -397,16 +397,16 @@ def example_rates(metrics: Path, batch: int, warmup: int) -> dict[str, Any]:
 
 
 def run_example_process(c: Check, argv: list[str], log: str, cap: float, env: dict[str, str],
-                        what: str) -> tuple[Ran, dict[str, Any]]:
+                        what: str, figures: dict[str, Any] | None = None) -> tuple[Ran, dict[str, Any]]:
     """Run the example (``argv``) and return its output and result record; StepFailed
-    naming ``what`` when it fails or prints no result."""
+    naming ``what`` (with the step's ``figures`` so far) when it fails or prints no result."""
     from hpcdl.jobside.protocol import parse_result
 
     ran = c.command(argv, log, cap, env=env, cwd=c.work)
     result = parse_result(ran.output) if ran.returncode == 0 else None
     if result is None:
         why = "timed out" if ran.timed_out else f"exit {ran.returncode}"
-        raise StepFailed(f"{what} ({why}, {ran.seconds:.0f} s)", last_lines(ran.output))
+        raise StepFailed(f"{what} ({why}, {ran.seconds:.0f} s)", last_lines(ran.output), figures)
     return ran, result
 
 
@@ -680,6 +680,16 @@ def child_variant(p: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def union_us(spans: list[tuple[float, float]]) -> float:
+    """How long at least one of ``spans`` (start, end) was running."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
 def profile_summary(prof: Any, path: Path) -> dict[str, Any]:
     """The trace's top rows (host and GPU time) into ``path``; the GPU's busy share."""
     averages = prof.key_averages()
@@ -691,7 +701,10 @@ def profile_summary(prof: Any, path: Path) -> dict[str, Any]:
     path.write_text("\n\n".join(tables))
     kernels = [e for e in prof.events() if getattr(e, "device_type", None) is not None
                and str(e.device_type).endswith("CUDA")]
-    busy = sum(getattr(e, "device_time", 0.0) or getattr(e, "cuda_time", 0.0) for e in kernels)
+    # The union of the kernels' spans, not their sum: kernels on the copy stream and the
+    # compute stream overlap (a sum read 2.02 of the wall on the H200, 2026-11-28).
+    busy = union_us([(e.time_range.start, e.time_range.end) for e in kernels
+                     if getattr(e, "time_range", None) is not None])
     spans = [(e.time_range.start, e.time_range.end) for e in prof.events()
              if getattr(e, "time_range", None) is not None]
     wall = (max(e for _, e in spans) - min(s for s, _ in spans)) if spans else 0.0
@@ -1005,7 +1018,7 @@ def horovod_prerequisites(c: Check) -> dict[str, Any]:
         "    out['nccl_dir'] = list(n.__path__)[0]\n"
         "except Exception:\n"
         "    out['nccl_dir'] = None\n"
-        "for m in ('setuptools', 'wheel', 'packaging', 'horovod'):\n"
+        "for m in ('setuptools', 'wheel', 'packaging', 'cffi', 'pycparser', 'horovod'):\n"
         "    out['has_' + m] = u.find_spec(m) is not None\n"
         "print(json.dumps(out))\n")
     ran = c.command([sys.executable, "-c", probe], "horovod-probe", cap=60)
@@ -1042,6 +1055,10 @@ def horovod_prerequisites(c: Check) -> dict[str, Any]:
         "setuptools": "installed" if py["has_setuptools"] else carried("setuptools"),
         "wheel": "installed" if py["has_wheel"] else carried("wheel"),
         "packaging": "installed" if py["has_packaging"] else carried("packaging"),
+        # Horovod's setup_requires names cffi (for its torch extension) and setuptools
+        # fetches what is missing from the index, which the GPU machine cannot reach.
+        "cffi": "installed" if py["has_cffi"] else carried("cffi"),
+        "pycparser": "installed" if py["has_pycparser"] or py["has_cffi"] else carried("pycparser"),
     }
     if not c.cpu:
         found.update({
@@ -1083,7 +1100,15 @@ def build_horovod(c: Check, pre: dict[str, Any], cap: float) -> tuple[Path, dict
         if not n:
             raise StepFailed(f"the C++ standard patch did not apply to {rel} of {sdist.name}")
         f.write_text(text)
-    env = c.env(HOROVOD_WITH_PYTORCH="1", HOROVOD_WITHOUT_TENSORFLOW="1",
+    # GCC 13 no longer pulls <string> and <stdexcept> in through other standard headers,
+    # and these two use std::string and std::logic_error without including them.
+    for rel in ("horovod/common/group_table.h", "horovod/common/common.h"):
+        f = src / rel
+        f.write_text("#include <stdexcept>\n#include <string>\n" + f.read_text())
+    # CMAKE_POLICY_VERSION_MINIMUM: CMake 4 refuses Gloo's cmake_minimum_required(2.8)
+    # unless told which policies to assume; older CMake ignores it.
+    env = c.env(CMAKE_POLICY_VERSION_MINIMUM="3.5", HOROVOD_WITH_PYTORCH="1",
+                HOROVOD_WITHOUT_TENSORFLOW="1",
                 HOROVOD_WITHOUT_MXNET="1", HOROVOD_WITHOUT_MPI="1", HOROVOD_WITH_GLOO="1",
                 HOROVOD_CPU_OPERATIONS="GLOO", MAKEFLAGS=f"-j{os.cpu_count() or 2}")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -1108,8 +1133,11 @@ def build_horovod(c: Check, pre: dict[str, Any], cap: float) -> tuple[Path, dict
         env["PATH"] = os.pathsep.join([str(Path(cuda_root) / "bin"), env["PATH"]])
     build_site = c.work / "horovod-build-site"  # setuptools/wheel/packaging when carried
     wheels = c.carry / "wheels"
-    need = [m for m in ("setuptools", "wheel", "packaging")
+    need = [m for m in ("setuptools", "wheel", "packaging", "cffi", "pycparser")
             if str(found[m]).startswith("carried")]
+    # setuptools' own fetch of setup_requires ignores pip's --no-index: without these it
+    # retries the unreachable index for minutes instead of failing on what is missing.
+    env.update({"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)})
     if need:
         ran = c.command([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                          "--find-links", str(wheels), "--target", str(build_site), *need],
@@ -1139,7 +1167,8 @@ def build_horovod(c: Check, pre: dict[str, Any], cap: float) -> tuple[Path, dict
     figures["wheel_mib"] = round(built[-1].stat().st_size / 2**20, 1)
     site = c.work / "horovod-site"
     deps = [str(w) for w in sorted(wheels.glob("*.whl"))
-            if w.name.split("-")[0].lower() in ("cloudpickle", "psutil", "pyyaml", "packaging")] \
+            if w.name.split("-")[0].lower() in ("cloudpickle", "psutil", "pyyaml", "packaging",
+                                                "cffi", "pycparser")] \
         if wheels.is_dir() else []
     ran = c.command([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                      "--target", str(site), str(built[-1]), *deps], "horovod-install", cap=60)
@@ -1184,7 +1213,7 @@ def step_horovod(c: Check) -> dict[str, Any]:
     args[args.index("--max-steps") + 1] = str(min(s.example_steps, 30))
     argv = [sys.executable, str(EXAMPLE), *args]
     ran, result = run_example_process(c, argv, "example-horovod", c.left(), env,
-                                      "the example under Horovod, one rank")
+                                      "the example under Horovod, one rank", figures)
     expected = "cpu" if c.cpu else "cuda"
     if result.get("device") != expected or result.get("backend") != "horovod":
         raise StepFailed(f"the Horovod example ran on {result.get('device')} with backend "
@@ -1238,7 +1267,8 @@ def prepare_carry(dest: Path, python: str) -> int:
          "--abi", tag, "--abi", "abi3", "--abi", "none", "--platform", "manylinux2014_x86_64",
          "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux_2_28_x86_64",
          "--platform", "any", "-d", str(dest / "wheels"),
-         "cloudpickle", "psutil", "pyyaml", "packaging", "setuptools", "wheel"],
+         "cloudpickle", "psutil", "pyyaml", "packaging", "setuptools", "wheel", "cffi",
+         "pycparser"],
     ]
     for argv in commands:
         ran = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
@@ -1272,7 +1302,15 @@ def prepare_carry(dest: Path, python: str) -> int:
                 print(f"apptainer build: exit {ran.returncode}\n{last_lines(ran.stderr, 10)}",
                       file=sys.stderr)
                 return 1
-        tiny_rootfs(dest / "tiny-nv-root")  # the same as a directory: no loop or FUSE mount
+        # The same as a directory (no loop or FUSE mount), unpacked from the SIF so that it
+        # has /.singularity.d: its env scripts put --nv's bound libraries on LD_LIBRARY_PATH.
+        ran = subprocess.run([apptainer, "build", "-F", "--sandbox", str(dest / "tiny-nv-root"),
+                              str(dest / "tiny-nv.sif")],
+                             capture_output=True, text=True, check=False, timeout=300)
+        if ran.returncode != 0:
+            print(f"apptainer build --sandbox: exit {ran.returncode}\n{last_lines(ran.stderr, 10)}",
+                  file=sys.stderr)
+            return 1
     files = sorted(f for f in dest.rglob("*") if f.is_file())
     total = sum(f.stat().st_size for f in files)
     manifest = {"python": python, "horovod": HOROVOD_VERSION, "bytes": total,

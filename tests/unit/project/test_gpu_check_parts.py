@@ -93,3 +93,11 @@ def test_the_data_step_sets_the_old_per_image_crop_beside_the_new(tmp_path: Path
     assert runs["decode_tensor"] == runs["decode_tensor_per_image"]  # the patch differs only
     gpu_runs = [label for label, _ in gpu_check.jpeg_runs(_check(tmp_path / "g", cpu=False))]
     assert gpu_runs == ["decode_gpu", "decode_gpu_per_image", "synthetic", "decode_cpu"]
+
+
+def test_the_gpus_busy_time_counts_overlapping_kernels_once() -> None:
+    # two streams' kernels overlapping, one inside another, a gap, one touching the end
+    spans = [(0.0, 10.0), (5.0, 12.0), (20.0, 25.0), (21.0, 22.0), (25.0, 26.0)]
+    assert gpu_check.union_us(spans) == 18.0
+    assert gpu_check.union_us(list(reversed(spans))) == 18.0
+    assert gpu_check.union_us([]) == 0.0
