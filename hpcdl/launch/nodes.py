@@ -39,9 +39,6 @@ RELAUNCH_REQUEST_NAME = "relaunch.request"
 # guard excludes before the first rank.
 PROBE_SLOW_NAME = "probe-slow-nodes.tsv"
 
-# Seconds the gate's step may take on every node together (a dead node's launch fails
-# after Slurm's MessageTimeout, 10 s by default; a container start takes a few).
-GATE_TIMEOUT_S = 90
 # Free space node-local scratch must have for a node to pass the gate.
 GATE_MIN_LOCAL_MB = 256
 # After a rank ended, how long srun may go on before the guard asks the step's nodes
@@ -110,7 +107,7 @@ def guard_exports(profile: Profile, *, tasks_per_node: int, gpus: int, max_relau
         ("HPCDL_NODES_FILE", shell_join([nodes_file])),
         ("HPCDL_TASKS_PER_NODE", str(tasks_per_node)),
         ("HPCDL_MAX_RELAUNCHES", str(max_relaunches)),
-        ("HPCDL_GATE_TIMEOUT", str(GATE_TIMEOUT_S)),
+        ("HPCDL_GATE_TIMEOUT", str(profile.scheduler.gate_timeout)),
         ("HPCDL_GATE_GPUS", str(gpus)),
         ("HPCDL_GATE_PATHS", shell_join(["\n".join(profile.paths.shared)])),
         ("HPCDL_STUCK_S", str(STUCK_S)),

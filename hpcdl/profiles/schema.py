@@ -176,6 +176,12 @@ class Scheduler(_Strict):
     spares: NonNegativeInt = Field(
         default=0, description="submit --spares by default: nodes allocated beyond --nodes that "
         "replace a failed one inside the job (the training job's; not the probe's)")
+    gate_timeout: int = Field(
+        default=90, ge=15, le=3600,
+        description="seconds the node guard's health gate (--spares) may take on every node "
+        "together; a node that has not answered by then is excluded (a dead node's launch "
+        "fails after Slurm's MessageTimeout, 10 s by default; a container start from a slow "
+        "shared filesystem may take a minute)")
     probe_first: bool = Field(
         default=False, description="submit --probe-first by default (jobs of 2 or more nodes, "
         "spares counted): the allreduce probe before the first rank; with spares a slow node "

@@ -120,3 +120,21 @@ def test_no_profile_and_unknown_profile(monkeypatch):
         load_profile("nope")
     with pytest.raises(UserInputError, match="does not exist"):
         load_profile("/no/such/profile.yaml")
+
+
+def test_the_gate_timeout_reaches_the_guard_and_is_bounded(tmp_path):
+    from hpcdl.launch.nodes import guard_exports
+
+    def gate(profile):
+        exports = dict(guard_exports(profile, tasks_per_node=1, gpus=0, max_relaunches=1,
+                                     nodes_file="n", image=False, master_addr=False))
+        return exports["HPCDL_GATE_TIMEOUT"]
+
+    assert gate(load_profile_file(write(tmp_path, MINIMAL))) == "90"
+    path = write(tmp_path, MINIMAL + "scheduler: {gate_timeout: 30}\n", "g.yaml")
+    assert gate(load_profile_file(path)) == "30"
+    for bad in ("5", "7200", "soon"):
+        path = write(tmp_path, MINIMAL + f"scheduler: {{gate_timeout: {bad}}}\n", f"b{bad}.yaml")
+        with pytest.raises(ConfigError, match=rf"'scheduler\.gate_timeout'.*{bad}") as err:
+            load_profile_file(path)
+        assert "\n" not in err.value.message
