@@ -273,7 +273,8 @@ def _launch(profile: Profile, req: LaunchRequest, data: DataPart, spec: JobSpec,
         # A requeued attempt or a relaunch on other nodes continues from the checkpoint.
         command = list(req.command) or default_command(
             profile, req, spec.run_dir, container.image, defaults,
-            resume=spec.requeue is not None or spec.spares > 0, data=data)
+            resume=spec.requeue is not None or spec.spares > 0,
+            data_args=data.example_args(container.image))
     rules.launcher_on_scheduler(profile, dialect, ranks.launcher)
     prefix = dialect.launcher_tokens(spec, launcher)
     if launcher == profile.mpi.launcher:  # the profile's arguments are for its launcher

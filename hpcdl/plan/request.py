@@ -182,10 +182,11 @@ def check_request(req: JobRequest) -> None:
             )
     if place.partition is not None:
         _check("partition", place.partition, NAME)
-    for name, path in (("image", cont.image), ("data", req.data.path),
-                       ("template", files.template)):
-        if path is not None:
-            _check(name, path, PATH)
+    if cont.image is not None:
+        _check("image", cont.image, PATH)
+    req.data.check_path()  # the data part's own checks are its (hpcdl.plan.data)
+    if files.template is not None:
+        _check("template", files.template, PATH)
     if files.run_dir is not None:  # bound into the container (and its job/ at /hpcdl)
         _check("run-dir", files.run_dir, BIND_SOURCE)
     for key, value in launch.env:
@@ -217,8 +218,7 @@ def check_request(req: JobRequest) -> None:
         raise _fail(f"chain: --chain {res.chain} is for clusters without requeue; "
                     f"it excludes --requeue")
     _check_hang(req.hang, res.chain)
-    if req.data.synthetic and req.data.path:
-        raise _fail(f"synthetic: --synthetic and --data {req.data.path!r} exclude each other")
+    req.data.check_alone()
     for bind in cont.binds:
         try:
             check_token(bind, BIND)
