@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from hpcdl.core.duration import format_time, parse_time
+from hpcdl.core.tokens import NAME, check_token
 from hpcdl.errors import ValidationError
 from hpcdl.profiles.schema import Partition, Profile
 
@@ -37,6 +38,39 @@ class PlacementRequest:
             return None
         seconds = parse_time(self.time)
         return math.inf if seconds is None else seconds
+
+    # Its own checks (check_request calls each where its refusal has always come).
+    # Each raises ValidationError naming the option, the value and the limit.
+
+    def check_sizes(self) -> None:
+        """--nodes, --gpus and --cpus-per-task are counts."""
+        if self.nodes < 1:
+            raise _fail(f"nodes: must be at least 1 (got {self.nodes})")
+        if self.gpus < 0:
+            raise _fail(f"gpus: must be 0 or more GPUs per node (got {self.gpus})")
+        if self.cpus_per_task is not None and self.cpus_per_task < 1:
+            raise _fail(f"cpus-per-task: must be at least 1 (got {self.cpus_per_task})")
+
+    def check_time(self) -> None:
+        """--time is hpcdl's duration syntax."""
+        if self.time is not None:
+            try:
+                self.time_seconds  # noqa: B018 (parses --time: raises ValueError)
+            except ValueError as exc:
+                raise _fail(f"time: {exc}") from exc
+
+    def check_partition(self) -> None:
+        """--partition is a name (it goes into the script)."""
+        if self.partition is not None:
+            try:
+                check_token(self.partition, NAME)
+            except ValueError as exc:
+                raise _fail(f"partition: {exc}") from exc
+
+    def check_spares(self) -> None:
+        """--spares is a count (what it may go with is hpcdl.plan.rules's)."""
+        if self.spares is not None and self.spares < 0:
+            raise _fail(f"spares: must be 0 or more spare nodes (got {self.spares})")
 
 
 def _fail(message: str) -> ValidationError:
