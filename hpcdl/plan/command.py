@@ -125,9 +125,8 @@ def rank_tokens(profile: Profile, spec: JobSpec, command: list[str], launcher: s
         tokens += [Raw("/bin/sh"), Raw("-c"), Raw(f'"${{{SCRIPT_VARIABLE}:?}}"'), Raw(WRAPPER_NAME)]
     else:
         tokens += [Raw("/bin/sh"), wrapper_file]
-    tokens += launcher_for(launcher).agent_tokens(
-        command, profile.python, nodes=spec.nodes, tasks_per_node=spec.tasks_per_node,
-        job_id_word=job_id_word)
+    tokens += launcher_for(launcher).agent_tokens(command, profile.python, spec,
+                                                  job_id_word=job_id_word)
     return tokens + command
 
 

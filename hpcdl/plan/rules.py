@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import PurePosixPath
 
 from hpcdl.errors import ValidationError
+from hpcdl.hang.actions import DEFAULT_HANG_ACTION
 from hpcdl.plan.data import DataPart
 from hpcdl.plan.partition import PlacementRequest
 from hpcdl.probe.request import check_nodes
@@ -81,6 +82,13 @@ def relaunch_needs_spares(action: str | None, spares: int) -> None:
     if action == "relaunch" and not spares:
         raise ValidationError("hang-action: relaunch restarts the training inside the job's "
                               "allocation; it needs spare nodes (--spares S)")
+
+
+def hang_action(action: str | None, spares: int) -> str:
+    """The watchdog's action: --hang-action, else relaunch for a job with spares (its
+    node guard restarts the training) and cancel for the others."""
+    relaunch_needs_spares(action, spares)
+    return action or ("relaunch" if spares else DEFAULT_HANG_ACTION)
 
 
 def spares_supported(profile: Profile, dialect: ScriptDialect, launcher: RankLauncher) -> None:
