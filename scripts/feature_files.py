@@ -231,7 +231,9 @@ def _run(args: list[str], *, part: str | None = None, field: str | None = None,
     try:
         if tracer is not None:
             sys.setprofile(tracer)
-        result = CliRunner().invoke(cli, args, catch_exceptions=False)
+        # $HPCDL_PROFILE unset: -p names the profile.
+        result = CliRunner().invoke(cli, args, catch_exceptions=False,
+                                    env={"HPCDL_PROFILE": None})
     finally:
         sys.setprofile(None)
         for owner, name, value in reversed(restore):
@@ -307,7 +309,6 @@ def follow(option: str) -> tuple[list[str], list[str]]:
     if not args:
         raise SystemExit(f"feature_files: no request for {option}: add one to FEATURES")
     declared, part, field = _declaration(option)
-    os.environ.pop("HPCDL_PROFILE", None)
     baseline = _run(BASE + base_args)
     plain = _run(BASE + args)
     plan_class = PLAN_PARTS[part]
