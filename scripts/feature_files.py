@@ -10,8 +10,9 @@ in-process twice (a baseline, then with the option at a telling value, FEATURES)
 records what the second run's code does with the value until the job script is
 rendered. A file counts when a reader must open it to see what becomes of the value:
 
-1. the file that declares the option (hpcdl/cli), and the file that defines the
-   request part it sets (its ``part`` and ``field``, hpcdl.cli.options);
+1. the file that declares the option (hpcdl/cli), the file that defines the request
+   part it sets (its ``part`` and ``field``, hpcdl.cli.options), and the one that
+   defines the plan's part carrying it (2.);
 2. every file whose code reads the value: the part's field, or a field of the plan's
    part built from it that differs from the baseline's (JobSpec for placement, DataPart
    for data, ...; ``PLAN_PARTS``), or a property of that part whose value differs, or a
@@ -35,7 +36,7 @@ repository, and what runs after the job script is rendered (--dry-run's summary
 lines, plan.json). Reads of the value in those are listed after the count as "after
 the script", for information.
 
-Order: declaration, part definition, then the other files in the order the run first
+Order: declaration, part definitions, then the other files in the order the run first
 touches them, templates last. The profile is the bundled ``sandbox`` (Slurm, with paths.shared and local scratch); the
 requests are FEATURES' (a packed dataset exercises the most --data code).
 """
@@ -338,6 +339,10 @@ def follow(option: str) -> tuple[list[str], list[str]]:
     traced = _run(BASE + args, part=part, field=field, carriers=carriers, derived=derived)
     WHY[:] = traced.why
     files = [declared, _rel(_source_file(_request_class(part))) or ""]
+    if plan_class in carriers:  # the plan's part that carries it: its definition too
+        defined = _rel(_source_file(_plan_classes()[plan_class]))
+        if defined and defined not in files:
+            files.append(defined)
     for rel in traced.order:
         if rel not in files:
             files.append(rel)
