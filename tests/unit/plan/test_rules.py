@@ -68,6 +68,29 @@ def test_the_watchdog_and_relaunch_rules():
     rules.relaunch_needs_spares(None, 0)
     with pytest.raises(ValidationError, match=r"^hang-action: relaunch .*\(--spares S\)$"):
         rules.relaunch_needs_spares("relaunch", 0)
+    # The action the watchdog takes: the one given, else relaunch where spares can.
+    assert rules.hang_action(None, 1) == "relaunch"
+    assert rules.hang_action(None, 0) == "cancel"
+    assert rules.hang_action("cancel", 2) == "cancel"
+    with pytest.raises(ValidationError, match=r"^hang-action: relaunch "):
+        rules.hang_action("relaunch", 0)
+
+
+@pytest.mark.parametrize("nodes, spares, given, first, decided", [
+    # The profile's default: for an allocation of 2 nodes or more, spares counted.
+    (1, None, None, False, None), (2, None, None, True, 0), (1, 1, None, True, 1),
+    # --probe-first asks whatever the size (probe_nodes refuses it below 2).
+    (1, None, True, True, 0), (4, 2, False, False, 2),
+])
+def test_submit_probes_first_by_the_profiles_default_for_two_nodes_or_more(
+        nodes, spares, given, first, decided):
+    profile = SANDBOX.model_copy(update={"scheduler": SANDBOX.scheduler.model_copy(
+        update={"probe_first": True, "spares": 0})})
+    runs, placement = rules.probe_first(profile, PlacementRequest(nodes=nodes, spares=spares),
+                                        given)
+    assert runs is first
+    # With the probe, the spares it measures are decided (the profile's when none named).
+    assert placement.spares == decided if first else placement.spares == spares
 
 
 def test_spares_need_a_slurm_script_and_a_launcher_that_starts_on_healthy_nodes():
