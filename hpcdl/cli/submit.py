@@ -28,6 +28,7 @@ from hpcdl.plan import (
     PlacementRequest,
     ProbeRequest,
     ResilienceRequest,
+    rules,
 )
 from hpcdl.probe.request import DEFAULT_SIZES, ProbeOptions, worker_args
 from hpcdl.profiles import load_profile
@@ -117,16 +118,7 @@ def _probe_part(prof: Profile, placement: PlacementRequest, given: ProbeFirst
     """The probe part of `submit` (--probe-first and its options) and the placement it
     measures: the profile's default decided, the worker's arguments made. Raises
     ValidationError."""
-    first, spares = given.first, placement.spares
-    if first is None:
-        # The profile's default, for an allocation the probe can measure (2 nodes or more,
-        # its spares counted); --probe-first asks for it whatever the size (and is refused
-        # below 2 nodes).
-        allocated = placement.nodes + (prof.scheduler.spares if spares is None else spares)
-        first = prof.scheduler.probe_first and allocated >= 2
-    if first and spares is None:
-        # (the probe's size check counts the spares the request names: the profile's, then)
-        placement = replace(placement, spares=prof.scheduler.spares)
+    first, placement = rules.probe_first(prof, placement, given.first)
     for name, value in (("probe-sizes", given.sizes), ("probe-slow-ratio", given.slow_ratio)):
         if value is not None and not first:
             raise ValidationError(f"{name}: only with --probe-first")

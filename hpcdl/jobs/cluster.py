@@ -26,6 +26,7 @@ from hpcdl.jobs import preflight
 from hpcdl.jobs.place import HERE, RunPlace, Shipped
 from hpcdl.jobs.rundir import RunDir, runs_root
 from hpcdl.plan import DataPart, JobRequest, RuntimeMode, job_image
+from hpcdl.plan.data import check_data_kind
 from hpcdl.profiles.schema import Profile
 from hpcdl.remote import images
 from hpcdl.remote.dirs import known_offline
@@ -100,10 +101,10 @@ class Cluster:
 
     def check_data(self, request: JobRequest) -> None:
         """Refuse (ValidationError) a --data that is neither a dataset folder nor a
-        packed file here (preflight.check_data_kind), dry run or not; over a transport
-        --data is a path on the cluster."""
+        packed file here (hpcdl.plan.data.check_data_kind), dry run or not; over a
+        transport --data is a path on the cluster."""
         if not self.remote:
-            preflight.check_data_kind(request)
+            check_data_kind(request.data)
 
     def many_files_warning(self, data: DataPart) -> str | None:
         """preflight.many_files_warning on this host's files, for the dataset the plan

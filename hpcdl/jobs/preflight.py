@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from hpcdl.core.gpuarch import ImageArchFacts, facts_from_record
-from hpcdl.data.mount import SQUASHFS_MAGIC, is_packed_name
+from hpcdl.data.mount import is_packed_name
 from hpcdl.errors import UserInputError, ValidationError
 from hpcdl.plan import DataPart, JobRequest, RuntimeMode
 from hpcdl.plan.rules import on_shared_path
@@ -107,60 +106,6 @@ def image_arch_facts(image: str | None) -> ImageArchFacts | None:
     if stale:
         return ImageArchFacts(image=image, unknown="its build record is older than the image")
     return facts_from_record(image, record)
-
-
-def _kind(st: os.stat_result) -> str:
-    """What a path that is no directory is, in words."""
-    for test, words in ((stat.S_ISREG, f"a regular file ({st.st_size:,} bytes)"),
-                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                        (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
-        if test(st.st_mode):
-            return words
-    return "no directory"
-
-
-DATA_TAKES = ("--data takes a dataset folder (DIR/train/<class>/, DIR/val/<class>/) or a "
-              "packed dataset DATA.sqfs (hpcdl data pack)")
-
-
-def check_data_kind(req: JobRequest) -> None:
-    """Raise ValidationError (one line: what the path is, what --data takes) when
-    ``--data`` names a path on this host that is neither a directory nor a SquashFS
-    file named *.sqfs (a text file, a device, a SquashFS file under another name, a
-    *.sqfs that is no SquashFS); nothing for a path this host lacks (the bundled
-    example's check_inputs says that; a COMMAND's data may live only on the nodes).
-    For every command that takes --data, dry run or not (hpcdl.jobs.prepare calls it
-    first), so a user's COMMAND is not submitted without the data it was given."""
-    if not req.data.path or req.data.synthetic:
-        return
-    path = Path(req.data.path).expanduser()
-    try:
-        st = path.stat()
-    except OSError:
-        return
-    if is_packed_name(req.data.path):
-        from hpcdl.data.packed import check_packed
-
-        try:
-            check_packed(path)
-        except UserInputError as exc:
-            raise ValidationError(f"data: {exc.message}", hint=DATA_TAKES) from None
-        return
-    if stat.S_ISDIR(st.st_mode):
-        return
-    what = _kind(st)
-    if stat.S_ISREG(st.st_mode):
-        try:
-            with path.open("rb") as fh:
-                if fh.read(len(SQUASHFS_MAGIC)) == SQUASHFS_MAGIC:
-                    raise ValidationError(
-                        f"data: --data {req.data.path} is a SquashFS file without the .sqfs "
-                        f"name a packed dataset is known by",
-                        hint=f"rename it (or link it) as {path.name}.sqfs")
-        except OSError:
-            pass
-    raise ValidationError(f"data: --data {req.data.path} is {what}, neither a dataset folder nor "
-                          f"a packed SquashFS file", hint=DATA_TAKES)
 
 
 def check_inputs(req: JobRequest, image: str | None = None) -> None:

@@ -63,6 +63,7 @@ from hpcdl.plan.partition import (
     PlacementRequest,
     choose_partition,
     default_cpus_per_task,
+    guard_block,
     job_spares,
     job_time,
     tasks_per_node,
@@ -72,11 +73,11 @@ from hpcdl.plan.request import JobRequest, RuntimeMode, check_request
 from hpcdl.plan.resilience import (
     HangRequest,
     ResilienceRequest,
-    guard_block,
     hang_block,
     hang_exports,
     hang_part,
     hang_warnings,
+    max_restarts,
     progress_block,
     requeue_block,
     requeue_spec,
@@ -138,7 +139,8 @@ def build_plan(profile: Profile, req: JobRequest,
     files = _files(files_req, spec, dialect, launch, ranks, watchdog=hang_req.timeout is not None)
     warnings = (*dialect.warnings(profile), *([arch_warning] if arch_warning else []),
                 *hang_warnings(hang_req, spec.time_seconds))
-    hang = hang_part(hang_req, spec.spares)  # checked last but the template's rendering
+    # checked last but the template's rendering
+    hang = hang_part(hang_req, rules.hang_action(hang_req.action, spec.spares))
     script = _script(profile, _Asked(files_req, launch_req, resilience, hang_req), spec,
                      dialect, launch, container, staged, ranks, probe, files, hang)
     return JobPlan(spec=spec, partition_reason=reason, launch=launch, container=container,
@@ -273,7 +275,8 @@ def _launch(profile: Profile, req: LaunchRequest, data: DataPart, spec: JobSpec,
         # A requeued attempt or a relaunch on other nodes continues from the checkpoint.
         command = list(req.command) or default_command(
             profile, req, spec.run_dir, container.image, defaults,
-            resume=spec.requeue is not None or spec.spares > 0, data=data)
+            resume=spec.requeue is not None or spec.spares > 0,
+            data_args=data.example_args(container.image))
     rules.launcher_on_scheduler(profile, dialect, ranks.launcher)
     prefix = dialect.launcher_tokens(spec, launcher)
     if launcher == profile.mpi.launcher:  # the profile's arguments are for its launcher
@@ -388,8 +391,8 @@ def _script(profile: Profile, asked: _Asked, spec: JobSpec, dialect: ScriptDiale
         # The words $hpcdl_cause takes (hpcdl.jobside.requeue: attempts.tsv is read with them)
         "cause": cause_words(),
         "requeue": requeue_block(spec.requeue, req.run_dir, dialect),
-        "guard": guard_block(profile, spec, asked.resilience, req.run_dir, image=bool(image),
-                             master_addr=master_addr is not None,
+        "guard": guard_block(profile, spec, max_restarts(profile, asked.resilience),
+                             req.run_dir, image=bool(image), master_addr=master_addr is not None,
                              probe_first=probe is not None and probe.first),
         "progress": progress_block(req.run_dir, spec.requeue, dialect),
         "hang": hang_block(profile, req.run_dir, hang, image),

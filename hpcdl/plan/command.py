@@ -16,7 +16,6 @@ from hpcdl.jobside.world import PORT_BASE, PORT_SPAN
 from hpcdl.launch.rankenv import SCRIPT_VARIABLE, WRAPPER_NAME
 from hpcdl.launch.staging import job_dir
 from hpcdl.plan.container import JOB_PROJECT_DIR
-from hpcdl.plan.data import DataPart
 from hpcdl.plan.partition import tasks_per_node
 from hpcdl.probe.request import worker_path
 from hpcdl.profiles.schema import Profile
@@ -72,15 +71,16 @@ def example_defaults(profile: Profile, req: LaunchRequest,
 
 def default_command(profile: Profile, req: LaunchRequest, run_dir: str | None,
                     image: str | None, defaults: tuple[str, ...], resume: bool,
-                    data: DataPart) -> list[str]:
-    """The bundled example's command line: hpcdl's options, the dataset (``data``, the
-    plan's decided part), the profile's ``defaults`` (example_defaults), the user's -X;
+                    data_args: list[str]) -> list[str]:
+    """The bundled example's command line: hpcdl's options, the dataset's (``data_args``,
+    hpcdl.plan.data.DataPart.example_args), the profile's ``defaults``
+    (example_defaults), the user's -X;
     ``resume``: every attempt of a requeued or chained job continues where the last one
     stopped."""
     base = (JOB_PROJECT_DIR / "examples" if image else
             PurePosixPath(job_dir(run_dir)) / "examples" if run_dir else examples_dir())
     cmd = [profile.python, str(base / DEFAULT_EXAMPLE), "--backend", req.backend]
-    cmd += data.example_args(image)
+    cmd += data_args
     if run_dir:  # checkpoints belong with the run that wrote them
         cmd += ["--checkpoint-dir", f"{run_dir}/checkpoints"]
     if resume:
@@ -125,9 +125,8 @@ def rank_tokens(profile: Profile, spec: JobSpec, command: list[str], launcher: s
         tokens += [Raw("/bin/sh"), Raw("-c"), Raw(f'"${{{SCRIPT_VARIABLE}:?}}"'), Raw(WRAPPER_NAME)]
     else:
         tokens += [Raw("/bin/sh"), wrapper_file]
-    tokens += launcher_for(launcher).agent_tokens(
-        command, profile.python, nodes=spec.nodes, tasks_per_node=spec.tasks_per_node,
-        job_id_word=job_id_word)
+    tokens += launcher_for(launcher).agent_tokens(command, profile.python, spec,
+                                                  job_id_word=job_id_word)
     return tokens + command
 
 

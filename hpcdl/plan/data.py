@@ -3,26 +3,31 @@ reads the data), decided once into the plan's DataPart (plan.json's ``data``), a
 two template blocks made from it: the copy to every node (--stage-data) and the native
 mount of a packed file. Every reader of "which dataset does the job read" (the bundled
 example's --data, the container's bind, the shared-path check, the many-files warning)
-reads the DataPart instead of deriving it again. Pure.
+reads the DataPart instead of deriving it again. The request's own checks are here too
+(DataRequest.check_path, check_alone), and what --data names on this host
+(check_data_kind, the one function here that looks at files). Pure otherwise.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from hpcdl.core.templating import Raw, shell_join
+from hpcdl.core.tokens import PATH, check_token
 from hpcdl.data.mount import (
     CONTAINER_MOUNT,
     DATA_VARIABLE,
+    SQUASHFS_MAGIC,
     STAGED_DATA_VARIABLE,
     image_bind,
     is_packed_name,
     native_mount_dir,
 )
-from hpcdl.errors import ValidationError
+from hpcdl.errors import UserInputError, ValidationError
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import JobSpec, ScriptDialect
 
@@ -40,6 +45,21 @@ class DataRequest:
     synthetic: bool = False
     stage: bool = False
     reader: Reader = "example"
+
+    def check_path(self) -> None:
+        """--data can be written into the script (check_request calls it where the
+        other paths are checked). Raises ValidationError."""
+        if self.path is not None:
+            try:
+                check_token(self.path, PATH)
+            except ValueError as exc:
+                raise ValidationError(f"data: {exc}") from exc
+
+    def check_alone(self) -> None:
+        """--synthetic and --data exclude each other. Raises ValidationError."""
+        if self.synthetic and self.path:
+            raise ValidationError(f"synthetic: --synthetic and --data {self.path!r} "
+                                  f"exclude each other")
 
 
 @dataclass(frozen=True)
@@ -166,3 +186,58 @@ def data_mount(profile: Profile, data: DataPart, image: str | None,
             "note": f"dataset: {where}, mounted read-only with squashfuse_ll (else "
                     f"squashfuse) on every node at {shown} ($HPCDL_DATA, below), "
                     f"unmounted at the end."}
+
+
+def _kind(st: os.stat_result) -> str:
+    """What a path that is no directory is, in words."""
+    for test, words in ((stat.S_ISREG, f"a regular file ({st.st_size:,} bytes)"),
+                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                        (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(st.st_mode):
+            return words
+    return "no directory"
+
+
+DATA_TAKES = ("--data takes a dataset folder (DIR/train/<class>/, DIR/val/<class>/) or a "
+              "packed dataset DATA.sqfs (hpcdl data pack)")
+
+
+def check_data_kind(data: DataRequest) -> None:
+    """Raise ValidationError (one line: what the path is, what --data takes) when
+    ``--data`` names a path on this host that is neither a directory nor a SquashFS
+    file named *.sqfs (a text file, a device, a SquashFS file under another name, a
+    *.sqfs that is no SquashFS); nothing for a path this host lacks (the bundled
+    example's check_inputs says that; a COMMAND's data may live only on the nodes).
+    For every command that takes --data, dry run or not (hpcdl.jobs.prepare calls it
+    first, through Cluster.check_data: over a transport --data is a path on the
+    cluster), so a user's COMMAND is not submitted without the data it was given."""
+    if not data.path or data.synthetic:
+        return
+    path = Path(data.path).expanduser()
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    if is_packed_name(data.path):
+        from hpcdl.data.packed import check_packed
+
+        try:
+            check_packed(path)
+        except UserInputError as exc:
+            raise ValidationError(f"data: {exc.message}", hint=DATA_TAKES) from None
+        return
+    if stat.S_ISDIR(st.st_mode):
+        return
+    what = _kind(st)
+    if stat.S_ISREG(st.st_mode):
+        try:
+            with path.open("rb") as fh:
+                if fh.read(len(SQUASHFS_MAGIC)) == SQUASHFS_MAGIC:
+                    raise ValidationError(
+                        f"data: --data {data.path} is a SquashFS file without the .sqfs "
+                        f"name a packed dataset is known by",
+                        hint=f"rename it (or link it) as {path.name}.sqfs")
+        except OSError:
+            pass
+    raise ValidationError(f"data: --data {data.path} is {what}, neither a dataset folder nor "
+                          f"a packed SquashFS file", hint=DATA_TAKES)

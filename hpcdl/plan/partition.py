@@ -1,6 +1,7 @@
-"""The request's placement part (nodes, GPUs, partition, time, CPUs, spares), which
-partition it runs on, and the sizes derived from it: tasks per node, CPUs per task, the
-job's time, the spare nodes. Pure; raises ValidationError naming the limit broken.
+"""The request's placement part (nodes, GPUs, partition, time, CPUs, spares), its own
+checks, which partition it runs on, and the sizes derived from it: tasks per node, CPUs
+per task, the job's time, the spare nodes, and the template block spare nodes fill (the
+node guard, guard_block). Pure; raises ValidationError naming the limit broken.
 """
 
 from __future__ import annotations
@@ -8,10 +9,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from hpcdl.core.duration import format_time, parse_time
+from hpcdl.core.templating import shell_join
+from hpcdl.core.tokens import NAME, check_token
 from hpcdl.errors import ValidationError
+from hpcdl.jobside.requeue import CHECKPOINT_ENV
+from hpcdl.launch.nodes import NODES_FILE, guard_exports, probe_slow_path
+from hpcdl.plan.jobplan import job_script_path
 from hpcdl.profiles.schema import Partition, Profile
+from hpcdl.schedulers.base import JobSpec
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,39 @@ class PlacementRequest:
             return None
         seconds = parse_time(self.time)
         return math.inf if seconds is None else seconds
+
+    # Its own checks (check_request calls each where its refusal has always come).
+    # Each raises ValidationError naming the option, the value and the limit.
+
+    def check_sizes(self) -> None:
+        """--nodes, --gpus and --cpus-per-task are counts."""
+        if self.nodes < 1:
+            raise _fail(f"nodes: must be at least 1 (got {self.nodes})")
+        if self.gpus < 0:
+            raise _fail(f"gpus: must be 0 or more GPUs per node (got {self.gpus})")
+        if self.cpus_per_task is not None and self.cpus_per_task < 1:
+            raise _fail(f"cpus-per-task: must be at least 1 (got {self.cpus_per_task})")
+
+    def check_time(self) -> None:
+        """--time is hpcdl's duration syntax."""
+        if self.time is not None:
+            try:
+                self.time_seconds  # noqa: B018 (parses --time: raises ValueError)
+            except ValueError as exc:
+                raise _fail(f"time: {exc}") from exc
+
+    def check_partition(self) -> None:
+        """--partition is a name (it goes into the script)."""
+        if self.partition is not None:
+            try:
+                check_token(self.partition, NAME)
+            except ValueError as exc:
+                raise _fail(f"partition: {exc}") from exc
+
+    def check_spares(self) -> None:
+        """--spares is a count (what it may go with is hpcdl.plan.rules's)."""
+        if self.spares is not None and self.spares < 0:
+            raise _fail(f"spares: must be 0 or more spare nodes (got {self.spares})")
 
 
 def _fail(message: str) -> ValidationError:
@@ -165,3 +206,28 @@ def job_time(profile: Profile, part: Partition, req: PlacementRequest) -> int | 
     if default is not None and limit is not None and default > limit:
         default = limit
     return default
+
+
+def guard_block(profile: Profile, spec: JobSpec, relaunches: int, run_dir: str | None,
+                *, image: bool, master_addr: bool, probe_first: bool) -> dict[str, Any] | None:
+    """What the template's node guard block needs (None without spares): at most
+    ``relaunches`` relaunches (hpcdl.plan.resilience.max_restarts), ``image``,
+    ``master_addr`` (the script derives it), ``probe_first`` (the probe step names the
+    slow nodes)."""
+    if not spec.spares:
+        return None
+    nodes_file = job_script_path(run_dir, NODES_FILE)
+    exports = guard_exports(profile, tasks_per_node=spec.tasks_per_node,
+                            gpus=spec.gpus_per_node, max_relaunches=relaunches,
+                            nodes_file=nodes_file, image=image, master_addr=master_addr,
+                            probe_slow=probe_slow_path(run_dir) if probe_first else None)
+    if spec.requeue is None and run_dir:
+        # A relaunch resumes as a requeued attempt does: the contract's checkpoint directory
+        # (the requeue block exports it when there is one).
+        exports.insert(0, (CHECKPOINT_ENV, shell_join([f"{run_dir}/checkpoints"])))
+    return {
+        "nodes": spec.nodes, "spares": spec.spares, "allocated": spec.allocated_nodes,
+        "max_relaunches": relaunches, "requeue": spec.requeue is not None,
+        "file_q": shell_join([nodes_file]),
+        "exports": exports,
+    }

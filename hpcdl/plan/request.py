@@ -16,7 +16,6 @@ from hpcdl.core.tokens import (
     BIND_SOURCE,
     CONTROL,
     ENV_NAME,
-    NAME,
     PATH,
     REQUEUE_SIGNAL,
     Kind,
@@ -153,12 +152,9 @@ def check_request(req: JobRequest) -> None:
     always come (the first broken rule is the one named). Raises ValidationError."""
     place, cont, launch, files, res = (req.placement, req.container, req.launch, req.files,
                                        req.resilience)
-    if place.nodes < 1:
-        raise _fail(f"nodes: must be at least 1 (got {place.nodes})")
-    if place.gpus < 0:
-        raise _fail(f"gpus: must be 0 or more GPUs per node (got {place.gpus})")
-    if place.cpus_per_task is not None and place.cpus_per_task < 1:
-        raise _fail(f"cpus-per-task: must be at least 1 (got {place.cpus_per_task})")
+    # Each part's own checks are its module's (hpcdl.plan.partition, hpcdl.plan.data),
+    # called here in the order the refusals have always come.
+    place.check_sizes()
     if launch.backend not in BACKENDS:
         raise _fail(f"backend: {launch.backend!r} is not one of {', '.join(BACKENDS)}")
     if launch.launcher is not None:
@@ -167,11 +163,7 @@ def check_request(req: JobRequest) -> None:
         raise _fail(f"gpu-bind: {launch.gpu_bind!r} is not one of {', '.join(GPU_BINDS)}")
     if cont.image and cont.no_image:
         raise _fail(f"no-image: --no-image and --image {cont.image!r} exclude each other")
-    if place.time is not None:
-        try:
-            place.time_seconds  # noqa: B018 (parses --time: raises ValueError)
-        except ValueError as exc:
-            raise _fail(f"time: {exc}") from exc
+    place.check_time()
     if files.job_name is not None:
         if not files.job_name.strip():
             raise _fail("job-name: must not be empty")
@@ -180,12 +172,12 @@ def check_request(req: JobRequest) -> None:
                 f"job-name: control characters (newline, tab) cannot be part of a job "
                 f"name (got {files.job_name!r})"
             )
-    if place.partition is not None:
-        _check("partition", place.partition, NAME)
-    for name, path in (("image", cont.image), ("data", req.data.path),
-                       ("template", files.template)):
-        if path is not None:
-            _check(name, path, PATH)
+    place.check_partition()
+    if cont.image is not None:
+        _check("image", cont.image, PATH)
+    req.data.check_path()  # the data part's own checks are its (hpcdl.plan.data)
+    if files.template is not None:
+        _check("template", files.template, PATH)
     if files.run_dir is not None:  # bound into the container (and its job/ at /hpcdl)
         _check("run-dir", files.run_dir, BIND_SOURCE)
     for key, value in launch.env:
@@ -195,7 +187,7 @@ def check_request(req: JobRequest) -> None:
     for arg in launch.command:
         _no_nul("command", arg)
     if req.probe.args is not None:
-        rules.probe_nodes(place.nodes, place.spares, probe_first=req.probe.first)
+        rules.probe_nodes(place, probe_first=req.probe.first)
         for arg in req.probe.args:
             _no_nul("probe", arg)
         rules.example_args_not_for_probe(launch.example_args, probe_only=req.probe_only)
@@ -210,15 +202,13 @@ def check_request(req: JobRequest) -> None:
         raise _fail(f"max-restarts: must be 0 or more (got {res.max_restarts})")
     if res.chain < 1:
         raise _fail(f"chain: must be at least 1 job (got {res.chain})")
-    if place.spares is not None and place.spares < 0:
-        raise _fail(f"spares: must be 0 or more spare nodes (got {place.spares})")
-    rules.spares_for_training(place.spares, probe_only=req.probe_only, chain=res.chain)
+    place.check_spares()
+    rules.spares_for_training(place, probe_only=req.probe_only, chain=res.chain)
     if res.chain > 1 and res.requeue:
         raise _fail(f"chain: --chain {res.chain} is for clusters without requeue; "
                     f"it excludes --requeue")
     _check_hang(req.hang, res.chain)
-    if req.data.synthetic and req.data.path:
-        raise _fail(f"synthetic: --synthetic and --data {req.data.path!r} exclude each other")
+    req.data.check_alone()
     for bind in cont.binds:
         try:
             check_token(bind, BIND)

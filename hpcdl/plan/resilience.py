@@ -1,8 +1,8 @@
 """How the job survives what ends a job: the request's resilience part (--requeue,
 --max-restarts, --signal, --chain) planned into the scheduler's RequeueSpec, and the
 hang part (--hang-timeout, --hang-action) into the plan's HangPart; the template
-blocks they fill (requeue, the node guard of a job with spares, the progress file) and
-what the watchdog needs exported. Pure; raises ValidationError. The rules that tie
+blocks they fill (requeue, the progress file; the node guard of a job with spares is
+the placement's, hpcdl.plan.partition) and what the watchdog needs exported. Pure; raises ValidationError. The rules that tie
 these to other parts (spares, the probe, the chain) are hpcdl.plan.rules's.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from hpcdl.core.duration import format_time
 from hpcdl.core.templating import shell_join
-from hpcdl.hang.actions import DEFAULT_HANG_ACTION, UNWATCHED_NAME, WATCHDOG_PYTHON
+from hpcdl.hang.actions import UNWATCHED_NAME, WATCHDOG_PYTHON
 from hpcdl.jobside.requeue import (
     CHECKPOINT_ENV,
     EXIT_REQUEUE,
@@ -24,12 +24,11 @@ from hpcdl.jobside.requeue import (
     wait_seconds,
 )
 from hpcdl.jobside.steps import HEARTBEAT_DIR, HEARTBEAT_ENV
-from hpcdl.launch.nodes import NODES_FILE, guard_calls_text, guard_exports, probe_slow_path
+from hpcdl.launch.nodes import guard_calls_text
 from hpcdl.launch.staging import WATCHDOG_MODULE, job_dir
-from hpcdl.plan.jobplan import HangPart, job_script_path
-from hpcdl.plan.rules import relaunch_needs_spares
+from hpcdl.plan.jobplan import HangPart
 from hpcdl.profiles.schema import Profile
-from hpcdl.schedulers.base import JobSpec, RequeueSpec, ScriptDialect
+from hpcdl.schedulers.base import RequeueSpec, ScriptDialect
 
 
 @dataclass(frozen=True)
@@ -88,31 +87,6 @@ def requeue_block(requeue: RequeueSpec | None, run_dir: str | None,
     }
 
 
-def guard_block(profile: Profile, spec: JobSpec, req: ResilienceRequest, run_dir: str | None,
-                *, image: bool, master_addr: bool, probe_first: bool) -> dict[str, Any] | None:
-    """What the template's node guard block needs (None without spares): ``image``,
-    ``master_addr`` (the script derives it), ``probe_first`` (the probe step names the
-    slow nodes)."""
-    if not spec.spares:
-        return None
-    relaunches = max_restarts(profile, req)
-    nodes_file = job_script_path(run_dir, NODES_FILE)
-    exports = guard_exports(profile, tasks_per_node=spec.tasks_per_node,
-                            gpus=spec.gpus_per_node, max_relaunches=relaunches,
-                            nodes_file=nodes_file, image=image, master_addr=master_addr,
-                            probe_slow=probe_slow_path(run_dir) if probe_first else None)
-    if spec.requeue is None and run_dir:
-        # A relaunch resumes as a requeued attempt does: the contract's checkpoint directory
-        # (the requeue block exports it when there is one).
-        exports.insert(0, (CHECKPOINT_ENV, shell_join([f"{run_dir}/checkpoints"])))
-    return {
-        "nodes": spec.nodes, "spares": spec.spares, "allocated": spec.allocated_nodes,
-        "max_relaunches": relaunches, "requeue": spec.requeue is not None,
-        "file_q": shell_join([nodes_file]),
-        "exports": exports,
-    }
-
-
 def progress_block(run_dir: str | None, requeue: RequeueSpec | None,
                    dialect: ScriptDialect) -> dict[str, str] | None:
     """Where the job records that an attempt completed its first step
@@ -130,14 +104,11 @@ def progress_block(run_dir: str | None, requeue: RequeueSpec | None,
     return {"env": PROGRESS_ENV, "path": path}
 
 
-def hang_part(req: HangRequest, spares: int) -> HangPart | None:
-    """The watchdog's part (--hang-timeout): --hang-action, else relaunch for a job with
-    spares (its node guard restarts the training) and cancel for the others. Raises
-    ValidationError for relaunch without spares."""
+def hang_part(req: HangRequest, action: str) -> HangPart | None:
+    """The watchdog's part (--hang-timeout), with its ``action`` (rules.hang_action:
+    --hang-action, else what the job's spares make it)."""
     if req.timeout is None:
         return None
-    relaunch_needs_spares(req.action, spares)
-    action = req.action or ("relaunch" if spares else DEFAULT_HANG_ACTION)
     return HangPart(timeout=req.timeout, action=action)
 
 

@@ -11,20 +11,40 @@ ValidationError (one line: the option, the value, why).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import PurePosixPath
 
 from hpcdl.errors import ValidationError
+from hpcdl.hang.actions import DEFAULT_HANG_ACTION
 from hpcdl.plan.data import DataPart
+from hpcdl.plan.partition import PlacementRequest
 from hpcdl.probe.request import check_nodes
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import ScriptDialect
 from hpcdl.schedulers.launchers import RankLauncher
 
 
-def probe_nodes(nodes: int, spares: int | None, *, probe_first: bool) -> None:
+def probe_nodes(placement: PlacementRequest, *, probe_first: bool) -> None:
     """The probe measures links between nodes: enough of them. With spares the
     --probe-first step measures them too (every healthy node)."""
-    check_nodes(nodes + (spares or 0) if probe_first else nodes)
+    nodes = placement.nodes
+    check_nodes(nodes + (placement.spares or 0) if probe_first else nodes)
+
+
+def probe_first(profile: Profile, placement: PlacementRequest, first: bool | None
+                ) -> tuple[bool, PlacementRequest]:
+    """Whether `submit`'s probe runs first (--probe-first, else the profile's default)
+    and the placement it measures. The default is for an allocation the probe can
+    measure (2 nodes or more, its spares counted); --probe-first asks for it whatever
+    the size (and probe_nodes refuses it below 2 nodes)."""
+    spares = placement.spares
+    if first is None:
+        allocated = placement.nodes + (profile.scheduler.spares if spares is None else spares)
+        first = profile.scheduler.probe_first and allocated >= 2
+    if first and spares is None:
+        # (the probe's size check counts the spares the request names: the profile's, then)
+        placement = replace(placement, spares=profile.scheduler.spares)
+    return first, placement
 
 
 def example_args_not_for_probe(example_args: tuple[str, ...], *, probe_only: bool) -> None:
@@ -38,9 +58,10 @@ def example_args_not_for_command(example_args: tuple[str, ...], command: tuple[s
         raise ValidationError("example-arg: only applies to the bundled example, not to a COMMAND")
 
 
-def spares_for_training(spares: int | None, *, probe_only: bool, chain: int) -> None:
+def spares_for_training(placement: PlacementRequest, *, probe_only: bool, chain: int) -> None:
     """Spare nodes replace a failed node inside the training's allocation: not for the
     probe (it measures the nodes it is given), not for a chain (a new allocation each)."""
+    spares = placement.spares
     if spares and probe_only:
         raise ValidationError("spares: the probe measures the nodes it is given; spares are "
                               "for training")
@@ -61,6 +82,13 @@ def relaunch_needs_spares(action: str | None, spares: int) -> None:
     if action == "relaunch" and not spares:
         raise ValidationError("hang-action: relaunch restarts the training inside the job's "
                               "allocation; it needs spare nodes (--spares S)")
+
+
+def hang_action(action: str | None, spares: int) -> str:
+    """The watchdog's action: --hang-action, else relaunch for a job with spares (its
+    node guard restarts the training) and cancel for the others."""
+    relaunch_needs_spares(action, spares)
+    return action or ("relaunch" if spares else DEFAULT_HANG_ACTION)
 
 
 def spares_supported(profile: Profile, dialect: ScriptDialect, launcher: RankLauncher) -> None:

@@ -59,10 +59,11 @@ class RankLauncher:
         spares over every node its guard found healthy, not the training's N."""
         raise NotImplementedError
 
-    def agent_tokens(self, command: list[str], python: str, *, nodes: int,
-                     tasks_per_node: int, job_id_word: str) -> list[str]:
-        """What runs between the rank-env wrapper and ``command`` on each task: nothing
-        for a launcher whose tasks are the ranks."""
+    def agent_tokens(self, command: list[str], python: str, spec: JobSpec, *,
+                     job_id_word: str) -> list[str]:
+        """What runs between the rank-env wrapper and ``command`` on each task (over
+        ``spec``'s nodes, as ``tokens``): nothing for a launcher whose tasks are the
+        ranks."""
         return []
 
     def note(self, tasks_per_node: int) -> str:
@@ -138,16 +139,16 @@ class Torchrun(RankLauncher):
                             "--ntasks-per-node=1",
                             f"--cpus-per-task={spec.cpus_per_task * spec.tasks_per_node}"])
 
-    def agent_tokens(self, command: list[str], python: str, *, nodes: int,
-                     tasks_per_node: int, job_id_word: str) -> list[str]:
+    def agent_tokens(self, command: list[str], python: str, spec: JobSpec, *,
+                     job_id_word: str) -> list[str]:
         """``python -m torch.distributed.run`` (= torchrun, without relying on its entry
         point being on PATH) for one node, with the command's own Python when it names
         one (else ``python``); ``--no-python`` runs the command as given in each worker.
         ``job_id_word``: the dialect's shell word for the job id (the rendezvous id)."""
         if _PYTHON.fullmatch(PurePosixPath(command[0]).name):
             python = command[0]
-        return [python, "-m", "torch.distributed.run", f"--nnodes={nodes}",
-                f"--nproc-per-node={tasks_per_node}", "--rdzv-backend=c10d",
+        return [python, "-m", "torch.distributed.run", f"--nnodes={spec.nodes}",
+                f"--nproc-per-node={spec.tasks_per_node}", "--rdzv-backend=c10d",
                 Raw('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'),
                 Raw(f"--rdzv-id={job_id_word}"), "--no-python"]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from hpcdl.errors import ValidationError
-from hpcdl.jobs.preflight import check_data_kind
 from hpcdl.plan import JobRequest
+from hpcdl.plan.data import check_data_kind
 from tests.unit.clirun import hpcdl
 
 BASE = ("-p", "sandbox", "-N", "1", "-G", "1", "--no-image")
@@ -53,16 +53,16 @@ def test_what_the_path_is_is_named(tmp_path):
     squash.write_bytes(b"hsqs" + b"\0" * 60)
     with pytest.raises(ValidationError, match=r"inet.img is a SquashFS file without the "
                                               r"\.sqfs name") as exc:
-        check_data_kind(JobRequest.of(nodes=1, gpus=1, data=str(squash)))
+        check_data_kind(JobRequest.of(nodes=1, gpus=1, data=str(squash)).data)
     assert exc.value.hint == "rename it (or link it) as inet.img.sqfs"
     fake = tmp_path / "inet.sqfs"
     fake.write_text("not squashfs")
     with pytest.raises(ValidationError, match=r"inet.sqfs is not a SquashFS file"):
-        check_data_kind(JobRequest.of(nodes=1, gpus=1, data=str(fake)))
+        check_data_kind(JobRequest.of(nodes=1, gpus=1, data=str(fake)).data)
     with pytest.raises(ValidationError, match=r"--data /dev/null is a character device"):
-        check_data_kind(JobRequest.of(nodes=1, gpus=1, data="/dev/null"))
+        check_data_kind(JobRequest.of(nodes=1, gpus=1, data="/dev/null").data)
     # A folder, a real packed file, a path this host lacks: not this check's to refuse.
     (tmp_path / "tree").mkdir()
     (tmp_path / "ok.sqfs").write_bytes(b"hsqs" + b"\0" * 60)
     for fine in ("tree", "ok.sqfs", "missing"):
-        check_data_kind(JobRequest.of(nodes=1, gpus=1, data=str(tmp_path / fine)))
+        check_data_kind(JobRequest.of(nodes=1, gpus=1, data=str(tmp_path / fine)).data)

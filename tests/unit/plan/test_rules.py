@@ -12,6 +12,7 @@ import pytest
 from hpcdl.errors import ValidationError
 from hpcdl.plan import rules
 from hpcdl.plan.data import DataRequest, decide_data
+from hpcdl.plan.partition import PlacementRequest
 from hpcdl.profiles import load_profile
 from hpcdl.schedulers.dialects import dialect_for
 from hpcdl.schedulers.launchers import REGISTRY, launcher_for
@@ -22,12 +23,13 @@ NO_DATA = decide_data(None, DataRequest(synthetic=True))
 
 
 def test_the_probe_counts_the_spares_only_when_it_runs_first():
-    rules.probe_nodes(2, None, probe_first=False)
-    rules.probe_nodes(1, 1, probe_first=True)  # 1 node + 1 spare: two to measure
+    rules.probe_nodes(PlacementRequest(nodes=2, spares=None), probe_first=False)
+    # 1 node + 1 spare: two to measure
+    rules.probe_nodes(PlacementRequest(nodes=1, spares=1), probe_first=True)
     with pytest.raises(ValidationError, match=r"^nodes: the probe .* needs 2 or more \(got 1\)"):
-        rules.probe_nodes(1, 1, probe_first=False)
+        rules.probe_nodes(PlacementRequest(nodes=1, spares=1), probe_first=False)
     with pytest.raises(ValidationError, match=r"\(got 1\)"):
-        rules.probe_nodes(1, 0, probe_first=True)
+        rules.probe_nodes(PlacementRequest(nodes=1, spares=0), probe_first=True)
 
 
 def test_example_args_go_to_the_bundled_example_only():
@@ -47,12 +49,14 @@ def test_example_args_go_to_the_bundled_example_only():
 ])
 def test_spares_are_for_one_training_allocation(spares, probe_only, chain, why):
     with pytest.raises(ValidationError, match=why):
-        rules.spares_for_training(spares, probe_only=probe_only, chain=chain)
+        rules.spares_for_training(PlacementRequest(spares=spares), probe_only=probe_only,
+                                  chain=chain)
 
 
 @pytest.mark.parametrize("spares, probe_only, chain", [(1, False, 1), (0, True, 5), (None, True, 2)])
 def test_no_spares_or_one_training_job_passes(spares, probe_only, chain):
-    assert rules.spares_for_training(spares, probe_only=probe_only, chain=chain) is None
+    assert rules.spares_for_training(PlacementRequest(spares=spares), probe_only=probe_only,
+                                     chain=chain) is None
 
 
 def test_the_watchdog_and_relaunch_rules():
@@ -64,6 +68,29 @@ def test_the_watchdog_and_relaunch_rules():
     rules.relaunch_needs_spares(None, 0)
     with pytest.raises(ValidationError, match=r"^hang-action: relaunch .*\(--spares S\)$"):
         rules.relaunch_needs_spares("relaunch", 0)
+    # The action the watchdog takes: the one given, else relaunch where spares can.
+    assert rules.hang_action(None, 1) == "relaunch"
+    assert rules.hang_action(None, 0) == "cancel"
+    assert rules.hang_action("cancel", 2) == "cancel"
+    with pytest.raises(ValidationError, match=r"^hang-action: relaunch "):
+        rules.hang_action("relaunch", 0)
+
+
+@pytest.mark.parametrize("nodes, spares, given, first, decided", [
+    # The profile's default: for an allocation of 2 nodes or more, spares counted.
+    (1, None, None, False, None), (2, None, None, True, 0), (1, 1, None, True, 1),
+    # --probe-first asks whatever the size (probe_nodes refuses it below 2).
+    (1, None, True, True, 0), (4, 2, False, False, 2),
+])
+def test_submit_probes_first_by_the_profiles_default_for_two_nodes_or_more(
+        nodes, spares, given, first, decided):
+    profile = SANDBOX.model_copy(update={"scheduler": SANDBOX.scheduler.model_copy(
+        update={"probe_first": True, "spares": 0})})
+    runs, placement = rules.probe_first(profile, PlacementRequest(nodes=nodes, spares=spares),
+                                        given)
+    assert runs is first
+    # With the probe, the spares it measures are decided (the profile's when none named).
+    assert placement.spares == decided if first else placement.spares == spares
 
 
 def test_spares_need_a_slurm_script_and_a_launcher_that_starts_on_healthy_nodes():

@@ -14,6 +14,7 @@ HPCDL_REGEN_GOLDEN=1 pytest tests/unit/schedulers/test_launchers.py, then read t
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import get_args
 
 import pytest
@@ -65,8 +66,8 @@ def test_every_launcher_renders_its_own_command(profile, name):
     assert plan.launch.launch_line.startswith(prefix + " ")
     assert plan.script.rstrip("\n").endswith(plan.launch.launch_line)
     # Between the rank-env wrapper and the command: the launcher's agent, if any.
-    agent = launcher.agent_tokens(["python3", "train.py"], "python3", nodes=2,
-                                  tasks_per_node=2, job_id_word='"$SLURM_JOB_ID"')
+    agent = launcher.agent_tokens(["python3", "train.py"], "python3", spec,
+                                  job_id_word='"$SLURM_JOB_ID"')
     assert plan.launch.launch_line.endswith(
         "/bin/sh /scratch/runs/l1/job/bin/hpcdl-rank-env "
         + shell_join([*agent, "python3", "train.py"]))
@@ -170,7 +171,8 @@ def test_the_cli_refuses_spares_for_a_launcher_without_a_node_list(name):
     (["bash", "x.sh"], "/usr/bin/python3"),  # not a Python: the profile's runs the agent
 ])
 def test_torchrun_runs_its_agent_with_the_commands_python(command, python):
-    tokens = Torchrun().agent_tokens(command, "/usr/bin/python3", nodes=3, tasks_per_node=4,
+    spec = replace(_plan("generic", "torchrun").spec, nodes=3, tasks_per_node=4)
+    tokens = Torchrun().agent_tokens(command, "/usr/bin/python3", spec,
                                      job_id_word='"$SLURM_JOB_ID"')
     assert tokens[:3] == [python, "-m", "torch.distributed.run"]
     assert "--nnodes=3" in tokens and "--nproc-per-node=4" in tokens
