@@ -10,7 +10,9 @@ reason: COMPLETED, TIMEOUT, PREEMPTED, NODE_FAIL, FAILED, CANCELLED or RUNNING, 
 (a job with spares ran out of healthy nodes), or one of NO_STEP's: STARTUP (failed
 before its first step: the container or the start-up failed) and STALLED (its time
 limit came before its first step: it looks hung). The batch script requeues neither:
-another attempt would do the same. The script's words are hpcdl.jobside.requeue's.
+another attempt would do the same. The script's words are hpcdl.jobside.requeue's, and
+what it decided (hpcdl.jobs.requeue_policy specifies it) is read back from attempts.tsv,
+not worked out again here.
 """
 
 from __future__ import annotations

@@ -70,6 +70,7 @@ MIN_WAIT_S = 10
 # attempts.tsv with them. templates/hpcdl-nodes.sh is staged unrendered:
 # tests/unit/jobside/test_causes.py checks that every word it (and every rendered script)
 # assigns or compares is one of CAUSES, and that each of CAUSES is spelt in the bash.
+# Which word an attempt ends with, and whether it is requeued: hpcdl.jobs.requeue_policy.
 COMPLETED = "COMPLETED"  # the step exited 0
 FAILED = "FAILED"  # it exited non-zero and no signal came
 TIMEOUT = "TIMEOUT"  # the job's signal came near its time limit

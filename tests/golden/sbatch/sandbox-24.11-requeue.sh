@@ -121,6 +121,48 @@ hpcdl_time_left() {
   hpcdl_left_seconds "$(head -n 1 <<<"$out")"
 }
 # ---- end of the part the requeue block carries ----
+# hpcdl_requeue_verdict RC CAUSE LEFT LEAD PROGRESS USED MAX_RESTARTS CHAIN: what the
+# attempt ends as and whether it goes back to the queue, as hpcdl/jobs/requeue_policy.py
+# specifies it (the arguments are described there; tests/unit/jobs/test_requeue_policy.py
+# holds this function to it): prints the cause, 1 to requeue (else 0), and the key of what
+# to say. RC empty: the job's signal came and the step still runs. Bash, not Python: the
+# batch host may have none. No Slurm and no files here: its callers ask them.
+hpcdl_requeue_verdict() {
+  local rc=$1 cause=$2 left=$3 lead=$4 progress=$5 used=$6 max=$7 chain=$8
+  if [[ -z $rc ]]; then
+    # The first word stands. Near the limit, a time limit; a job without a limit ("none")
+    # can only be preempted; squeue silent (""): preemption, which spends no restart.
+    if [[ -z $cause ]]; then
+      if [[ $left =~ ^[0-9]+$ ]] && (( 10#$left <= lead + 60 )); then cause=TIMEOUT; else cause=PREEMPTED; fi
+    fi
+    echo "$cause 0 signal"
+    return 0
+  fi
+  if [[ $rc == 0 ]]; then cause=COMPLETED
+  elif [[ -z $cause ]]; then cause=FAILED
+  fi
+  if (( chain > 1 )); then  # a chain's next job (--dependency=afterany) resumes
+    if [[ $rc != 0 ]]; then echo "$cause 0 chain"; else echo "$cause 0 done"; fi
+    return 0
+  fi
+  # No step and no checkpoint promised (exit 85): the attempt failed before its first
+  # step (the container or the start-up failed: STARTUP) or reached its time limit without
+  # one (it looks hung: STALLED). Another attempt would do the same, so neither is
+  # requeued; a preempted attempt is, whatever it did (not the job's doing).
+  if [[ $rc != 0 && $rc != 85 && $progress != 1 ]]; then
+    case $cause in FAILED) cause=STARTUP ;; TIMEOUT) cause=STALLED ;; esac
+  fi
+  case $cause in
+    STARTUP) echo "$cause 0 startup"; return 0 ;;
+    STALLED) echo "$cause 0 stalled"; return 0 ;;
+  esac
+  if [[ $rc == 0 ]]; then echo "$cause 0 done"; return 0; fi
+  # Preemption is not the job's fault: it is always requeued (a job whose batch shell ends
+  # after the signal would otherwise be COMPLETED for Slurm) and uses up no restart; time
+  # limits and failures count against --max-restarts (this one included).
+  case $cause in PREEMPTED|COMPLETED) ;; *) used=$(( used + 1 )) ;; esac
+  if [[ $cause == PREEMPTED ]] || (( used <= max )); then echo "$cause 1 requeue"; else echo "$cause 0 limit"; fi
+}
 hpcdl_attempt=${SLURM_RESTART_COUNT:-0}
 hpcdl_started=$(date +%s)
 hpcdl_cause=""
@@ -131,12 +173,11 @@ rm -f "$HPCDL_REQUEUE_FLAG" "$HPCDL_PROGRESS_FILE"
 hpcdl_on_signal() {
   hpcdl_woke=1
   [[ -n $hpcdl_cause ]] && return 0
-  # Time left decides what the signal means: near the limit, a time limit; else preemption.
-  # A job without a limit ("none") can only be preempted; squeue silent (""): preemption,
-  # which spends no restart.
-  local left
+  # Time left decides what the signal means (hpcdl_requeue_verdict).
+  local left verdict
   left=$(hpcdl_time_left)
-  if [[ -n $left && $left != none ]] && (( left <= 60 + 60 )); then hpcdl_cause=TIMEOUT; else hpcdl_cause=PREEMPTED; fi
+  verdict=$(hpcdl_requeue_verdict "" "" "$left" 60 0 0 0 1)
+  hpcdl_cause=${verdict%% *}
   echo "hpcdl: SIGUSR1 at $(date +%s) (attempt ${hpcdl_attempt}, ${hpcdl_cause}): asking the ranks to checkpoint and stop" >&2
   date +%s > "$HPCDL_REQUEUE_FLAG"
   # Bounded: if the ranks have not stopped in 45 s, SIGTERM the step (the example
@@ -163,38 +204,27 @@ while :; do
   [[ $hpcdl_woke == 1 ]] || break  # a trapped signal woke wait: the step still runs
 done
 hpcdl_ended=$(date +%s)
-if [[ $hpcdl_rc == 0 ]]; then hpcdl_cause=COMPLETED
-elif [[ -z $hpcdl_cause ]]; then hpcdl_cause=FAILED
-fi
-# No step recorded and no checkpoint promised (exit 85): the attempt failed before its
-# first step (the container or the start-up failed: STARTUP) or reached its time limit
-# without one (it looks hung: STALLED). Another attempt would do the same, so neither
-# is requeued; a preempted attempt is, whatever it did (not the job's doing).
-if [[ $hpcdl_rc != 0 && $hpcdl_rc != 85 && ! -e $HPCDL_PROGRESS_FILE ]]; then
-  case $hpcdl_cause in FAILED) hpcdl_cause=STARTUP ;; TIMEOUT) hpcdl_cause=STALLED ;; esac
-fi
+hpcdl_progress=0
+[[ -e $HPCDL_PROGRESS_FILE ]] && hpcdl_progress=1
+# The restarts the job's earlier attempts spent (hpcdl_requeue_verdict counts this one).
+hpcdl_used=0
+[[ -e /scratch/runs/r1/attempts.tsv ]] && hpcdl_used=$(awk -F'\t' -v j="$hpcdl_job" '$1 == j && $6 != "PREEMPTED" && $6 != "COMPLETED"' \
+  /scratch/runs/r1/attempts.tsv | wc -l)
+read -r hpcdl_cause hpcdl_requeue hpcdl_say <<<"$(hpcdl_requeue_verdict "$hpcdl_rc" "$hpcdl_cause" "" \
+  60 "$hpcdl_progress" "$hpcdl_used" 2 1)"
 # One line per attempt (hpcdl.jobs.rundir.RunDir.attempts reads it).
 printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$hpcdl_job" "$hpcdl_attempt" "$hpcdl_started" \
   "$hpcdl_ended" "$hpcdl_rc" "$hpcdl_cause" >> /scratch/runs/r1/attempts.tsv
-if [[ $hpcdl_cause == STARTUP ]]; then
-  echo "hpcdl: attempt ${hpcdl_attempt} failed before its first step: exit ${hpcdl_rc} (STARTUP); not requeued (another attempt would fail the same way; the cause is above)" >&2
-  exit "$hpcdl_rc"
-elif [[ $hpcdl_cause == STALLED ]]; then
-  echo "hpcdl: attempt ${hpcdl_attempt} completed no step before its time limit: exit ${hpcdl_rc} (STALLED); not requeued (it looks hung: --hang-timeout shows where)" >&2
-  exit "$hpcdl_rc"
-fi
-# Preemption is not the job's fault: it is always requeued (a job whose batch shell ends
-# after the signal would otherwise be COMPLETED for Slurm) and uses up no restart; time
-# limits and failures count against --max-restarts (this one included).
-hpcdl_used=$(awk -F'\t' -v j="$hpcdl_job" '$1 == j && $6 != "PREEMPTED" && $6 != "COMPLETED"' \
-  /scratch/runs/r1/attempts.tsv | wc -l)
-if [[ $hpcdl_rc != 0 && ( $hpcdl_cause == PREEMPTED || $hpcdl_used -le 2 ) ]]; then
+case $hpcdl_say in
+  startup) echo "hpcdl: attempt ${hpcdl_attempt} failed before its first step: exit ${hpcdl_rc} (STARTUP); not requeued (another attempt would fail the same way; the cause is above)" >&2 ;;
+  stalled) echo "hpcdl: attempt ${hpcdl_attempt} completed no step before its time limit: exit ${hpcdl_rc} (STALLED); not requeued (it looks hung: --hang-timeout shows where)" >&2 ;;
+  limit) echo "hpcdl: attempt ${hpcdl_attempt} ended: exit ${hpcdl_rc} (${hpcdl_cause}); not requeued (--max-restarts 2)" >&2 ;;
+esac
+if [[ $hpcdl_requeue == 1 ]]; then
   echo "hpcdl: attempt ${hpcdl_attempt} ended: exit ${hpcdl_rc} (${hpcdl_cause}); requeueing at $(date +%s)" >&2
   # Slurm ends this shell in the sleep; should the sleep end first (expedite's TERM
   # does), the shell runs on to its end: requeued, it says nothing more.
   hpcdl_slurm scontrol requeue "$hpcdl_job" && hpcdl_requeued=1 && sleep 300
   [[ -n $hpcdl_requeued ]] || echo "hpcdl: attempt ${hpcdl_attempt}: the requeue failed (its error is above)" >&2
-elif [[ $hpcdl_rc != 0 ]]; then
-  echo "hpcdl: attempt ${hpcdl_attempt} ended: exit ${hpcdl_rc} (${hpcdl_cause}); not requeued (--max-restarts 2)" >&2
 fi
 exit "$hpcdl_rc"

@@ -16,17 +16,19 @@ from hpcdl.launch.nodes import nodes_file_text
 from hpcdl.plan import JobRequest, build_plan
 from hpcdl.profiles import load_profile
 
-# Where bash spells a cause: an assignment, a test, a case branch, attempts.tsv's cause
-# column ($6) in awk, and the "(CAUSE); not requeued" lines.
+# Where bash spells a cause: an assignment, a test, a case branch (of $hpcdl_cause, or of
+# $cause in hpcdl_requeue_verdict), attempts.tsv's cause column ($6) in awk, and the
+# "(CAUSE); not requeued" lines.
 WORD = r"([A-Za-z_][A-Za-z0-9_]*)"
+VAR = r"(?:hpcdl_)?cause"
 SPELLINGS = [
-    re.compile(rf"\bhpcdl_cause={WORD}(?=[\s;]|$)", re.M),
-    re.compile(rf"\$\{{?hpcdl_cause\}}?\s*[!=]?=\s*{WORD}(?=[\s\]]|$)", re.M),
+    re.compile(rf"\b{VAR}={WORD}(?=[\s;]|$)", re.M),
+    re.compile(rf"\$\{{?{VAR}\}}?\s*[!=]?=\s*{WORD}(?=[\s\]]|$)", re.M),
     re.compile(rf"\$6\s*[!=]=\s*\"{WORD}\""),
     re.compile(rf"\({WORD}\); not requeued"),
 ]
-CASE = re.compile(r"case \$hpcdl_cause in (.*?)\besac\b", re.S)
-CASE_BRANCH = re.compile(rf"(?:^|;;)\s*{WORD}\)")
+CASE = re.compile(rf"case \${VAR} in (.*?)\besac\b", re.S)
+CASE_BRANCH = re.compile(rf"(?:^|;;)\s*{WORD}(?:\|{WORD})*\)")
 
 
 def spelt(text: str) -> set[str]:
@@ -35,7 +37,8 @@ def spelt(text: str) -> set[str]:
     code = "\n".join(re.sub(r"(^|\s)#.*$", "", line) for line in text.splitlines())
     found = {m.group(1) for pattern in SPELLINGS for m in pattern.finditer(code)}
     for case in CASE.finditer(code):
-        found |= {m.group(1) for m in CASE_BRANCH.finditer(case.group(1))}
+        for m in CASE_BRANCH.finditer(case.group(1)):
+            found |= set(re.findall(WORD, m.group(0)))
     return found
 
 
@@ -65,8 +68,9 @@ def rendered(monkeypatch: pytest.MonkeyPatch | None = None,
 def test_the_scan_finds_each_way_bash_spells_a_cause() -> None:
     text = ('hpcdl_cause=A\n[[ $hpcdl_cause == B ]]\n[[ $hpcdl_cause != C && x ]]\n'
             "awk '$6 != \"D\" && $6 == \"E\"'\ncase $hpcdl_cause in F) x ;; G) y ;; esac\n"
-            'echo "exit 1 (H); not requeued"\n# hpcdl_cause=COMMENT\n[[ -n $hpcdl_cause ]]\n')
-    assert spelt(text) == set("ABCDEFGH")
+            'echo "exit 1 (H); not requeued"\n# hpcdl_cause=COMMENT\n[[ -n $hpcdl_cause ]]\n'
+            'cause=I\n[[ $cause == J ]]\ncase $cause in K|L) ;; *) x ;; esac\n')
+    assert spelt(text) == set("ABCDEFGHIJKL")
 
 
 def test_the_template_spells_no_cause_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
