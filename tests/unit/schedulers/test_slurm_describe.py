@@ -7,12 +7,34 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hpcdl.errors import ConfigError
 from hpcdl.schedulers.slurm import detect as sd
-from hpcdl.schedulers.slurm.describe import Leaf, Map, describe, profile_name, to_yaml
+from hpcdl.schedulers.slurm.describe import Leaf, Map, Seq, describe, profile_name, to_yaml
 
 RUNTIME = sd.Runtime("apptainer", "/usr/bin/apptainer", "1.3.4")
+TEXT = st.text(max_size=30)  # any code point: what a Reason= or an error may hold
+
+
+@given(value=TEXT, comment=TEXT, header=TEXT, items=st.lists(TEXT, max_size=3))
+def test_the_writer_reads_back_as_its_values_whatever_the_text(value, comment, header, items):
+    doc = Map((("a", Leaf(value, comment)),
+               ("b", Map((("c", Leaf(3, comment)), ("d", Leaf(None, comment))), comment)),
+               ("e", Seq(tuple(Leaf(x, comment) for x in items), comment)),
+               ("f", Seq((Map((("g", Leaf(True, comment)),)),), comment))))
+    text = to_yaml(doc, [header, "", header])
+    assert yaml.safe_load(text) == {"a": value, "b": {"c": 3, "d": None}, "e": items,
+                                    "f": [{"g": True}]}
+
+
+@pytest.mark.parametrize("comment", ["down\u2028evil: 1", "x\x85evil: 1", "bad \x80 byte",
+                                     "a\u2029b: 2", "line\nbreak: 3"])
+def test_a_comment_cannot_add_a_key_or_break_the_yaml(comment):
+    text = to_yaml(Map((("k", Leaf("v", comment)),)), [comment])
+    assert yaml.safe_load(text) == {"k": "v"}
 
 
 def test_a_value_that_is_no_scalar_is_refused():
@@ -39,6 +61,16 @@ def _facts(partitions=None, nodes=None, config=None, mpi=None, qos=None, gaps=No
         nodes=nodes if nodes is not None else [_node("n1"), _node("n2")],
         config=config if config is not None else {"ClusterName": "c1"},
         mpi=mpi, qos=qos, runtime=runtime or RUNTIME, gaps=gaps or {})
+
+
+def test_hostile_text_from_the_cluster_still_gives_a_profile():
+    # A node's Reason is whatever the admin typed; a gap is a command's error text.
+    nodes = [_node("n1", state="DOWN", reason="fan\u2028name: evil\x85x\x80"), _node("n2")]
+    found = describe(_facts(nodes=nodes, gaps={"mpi": "srun: \u2029mpi: evil"},
+                           config={"ClusterName": "lab-\U0001f680"}))
+    assert found.profile.name == "lab"
+    assert found.profile.description == "Slurm cluster lab-\U0001f680 (detected from Slurm unknown version)"
+    assert "1 not usable now: n1 DOWN" in found.text
 
 
 def test_a_partition_is_described_by_its_smallest_node():
