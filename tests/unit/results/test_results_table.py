@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hpcdl.errors import ValidationError
 from hpcdl.results.table import (
     COMPLETED,
     NO_RESULT,
     Row,
     format_table,
     row_from,
+    rows_from_csv,
+    rows_from_json,
+    to_csv,
+    to_json,
     with_scaling,
 )
 
@@ -28,6 +34,18 @@ rows = st.builds(
     images_per_sec_per_rank=FLOATS, speedup=FLOATS, efficiency=FLOATS,
     baseline_ranks=st.none() | INTS, step_seconds=FLOATS, sync_seconds=FLOATS,
     sync_share=FLOATS, epoch_seconds=FLOATS, note=TEXT, run_dir=st.none() | TEXT.filter(bool))
+
+
+@given(st.lists(rows, max_size=4))
+def test_rows_read_back_from_csv_and_json(table):
+    assert rows_from_csv(to_csv(table)) == table
+    assert rows_from_json(to_json(table, {"sweep": "s"})) == table
+
+
+def test_a_csv_no_reader_can_read_is_one_line():
+    header = to_csv([]).rstrip("\n")
+    with pytest.raises(ValidationError, match=r"t.csv: line \d+: new-line character seen"):
+        rows_from_csv(header + "\n,,,1,1,1,x,,,,,,,,,,,a\rb,\n", "t.csv")
 
 
 def _ok(backend: str, batch: int | None, ranks: int, ips: float) -> Row:
