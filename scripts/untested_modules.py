@@ -17,7 +17,8 @@ The rules, kept simple so that a reader can check a line by hand:
   not count: they are not behaviour).
 - named after it: hpcdl/<package>/.../<name>.py has a test file when
   tests/unit/<package>/ holds test_<word>.py or test_<word>_<anything>.py, where <word>
-  is <name> or <part>_<name> for any folder <part> on its path (so
+  is <name> or <part>_<name> for any folder <part> on its path, or its singular
+  without a final s (so tests/unit/jobs/test_job_flow.py counts for hpcdl/jobs/flow.py,
   hpcdl/schedulers/slurm/parse.py is tested by tests/unit/schedulers/test_slurm_parse.py,
   hpcdl/remote/ssh.py by tests/unit/remote/test_remote_ssh.py). A package's __init__.py
   is named after its package (hpcdl/report/__init__.py: tests/unit/report/test_report.py).
@@ -60,7 +61,9 @@ def test_words(rel: Path) -> set[str]:
     if not parts:
         return set()
     name, folders = parts[-1], parts[:-1]
-    return {name} | {f"{folder}_{name}" for folder in folders}
+    # A folder's singular counts too: tests/unit/jobs/test_job_flow.py is jobs/flow.py's.
+    return {name} | {f"{f}_{name}" for folder in folders
+                     for f in (folder, folder.removesuffix("s")) if f}
 
 
 def has_test(rel: Path, unit: Path) -> bool:
