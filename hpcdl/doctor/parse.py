@@ -10,7 +10,7 @@ def parse_mpi_version(text: str) -> tuple[str | None, str | None]:
     patterns = [
         (r"Open MPI\)?\s*v?(\d+\.\d+(?:\.\d+)?)", "openmpi"),
         (r"Intel\(R\) MPI Library\s+(?:for Linux\* OS,\s*Version\s*)?(\d+(?:\.\d+)*)", "intelmpi"),
-        (r"MVAPICH2?\s*(?:Version\s*:?\s*)?(\d+\.\d+\w*)", "mvapich2"),
+        (r"MVAPICH2?\s*(?:Version\s*:?\s*)?(\d+\.\d+(?:\.\d+)?\w*)", "mvapich2"),
         (r"MPICH\s*(?:Version\s*:?\s*)?(\d+\.\d+(?:\.\d+)?)", "mpich"),
         (r"HYDRA build details:\s*Version:\s*(\d+\.\d+(?:\.\d+)?)", "mpich"),
     ]

@@ -193,12 +193,23 @@ def to_json(rows: list[Row], meta: dict[str, Any] | None = None) -> str:
 
 
 def to_csv(rows: list[Row]) -> str:
+    """The rows as CSV, one record a line ending in \\n. The writer's terminator is
+    \\r\\n so that csv quotes a field holding a \\r (with \\n alone it wrote a note's
+    bare \\r unquoted, and no reader could read the table back); each record's \\r\\n
+    is then cut to \\n."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in dataclasses.asdict(row).items()})
-    return buf.getvalue()
+    writer = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\r\n")
+    lines = []
+    for record in [None, *rows]:
+        buf.seek(0)
+        buf.truncate()
+        if record is None:
+            writer.writeheader()
+        else:
+            writer.writerow({k: ("" if v is None else v)
+                             for k, v in dataclasses.asdict(record).items()})
+        lines.append(buf.getvalue().removesuffix("\r\n") + "\n")
+    return "".join(lines)
 
 
 def _typed(name: str, text: str) -> Any:
@@ -220,7 +231,7 @@ def rows_from_csv(text: str, source: str = "CSV") -> list[Row]:
                               f"{', '.join(missing[:3])})")
     try:
         return [Row(**{k: _typed(k, rec[k]) for k in FIELDS}) for rec in reader]
-    except ValueError as exc:
+    except (ValueError, csv.Error) as exc:  # csv.Error: no ValueError (a bare \\r, say)
         raise ValidationError(f"{source}: line {reader.line_num}: {exc}") from exc
 
 

@@ -3,7 +3,7 @@
 ``describe(facts)`` turns the facts ``detect`` read (ClusterFacts) into a profile whose every
 value carries a comment saying where it came from, and ``to_yaml`` writes it. The
 writer is a tiny emitter of its own (not yaml.dump) so the comments can sit beside
-the values; every string is written double-quoted (JSON escaping, valid YAML), every
+the values; every string is written double-quoted in ASCII (YAML escapes for the rest), every
 comment is one line, and the text is parsed back and validated with the profile
 schema before anyone sees it: a profile feeds job scripts.
 
@@ -19,7 +19,6 @@ how the compute nodes run it (``container.mode``) is left for the user to say.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +34,10 @@ from hpcdl.schedulers.slurm import releases
 from hpcdl.schedulers.slurm.detect import ClusterFacts, Node, PartitionInfo
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.\-]+")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Out of a comment: what YAML reads as a line break (\x85, \u2028, \u2029: a comment
+# would end there and the rest be read as a key) or refuses in a file (C0/C1 controls,
+# lone surrogates, \ufffe/\uffff). A node's Reason= is whatever its admin typed.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
 SCONTROL_PART = "scontrol show partition"
 SCONTROL_NODE = "scontrol show node"
 SCONTROL_CONFIG = "scontrol show config"
@@ -89,8 +91,26 @@ def _scalar(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid YAML double-quoted scalar
+        return _quoted(value)
     raise TypeError(f"cannot write {type(value).__name__} to a profile")
+
+
+def _quoted(text: str) -> str:
+    """A YAML double-quoted scalar of ASCII only: every other character escaped. Not
+    json.dumps: JSON writes a character beyond U+FFFF as a surrogate pair, which YAML
+    reads back as two lone surrogates (\\U........ is YAML's escape for it)."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= code < 0x7F:
+            out.append(ch)
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
 
 
 def _line(prefix: str, body: str, comment: str) -> str:
