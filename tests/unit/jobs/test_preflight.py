@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from hpcdl.errors import ValidationError
 from hpcdl.jobs.preflight import (
-    check_data_kind,
     check_inputs,
     command_script,
     image_arch_facts,
 )
 from hpcdl.plan import JobRequest
+from hpcdl.plan.data import check_data_kind
 
 
 @pytest.mark.parametrize(("command", "script"), [
@@ -107,11 +107,12 @@ def test_a_packed_dataset_must_be_squashfs(tmp_path):
 
 def test_what_data_may_be(tmp_path):
     def kind(path: Path) -> None:
-        check_data_kind(JobRequest.of(nodes=1, gpus=0, data=str(path)))
+        check_data_kind(JobRequest.of(nodes=1, gpus=0, data=str(path)).data)
 
     kind(tmp_path)  # a folder
     kind(tmp_path / "absent")  # not on this host: check_inputs's business
-    check_data_kind(JobRequest.of(nodes=1, gpus=0, data=str(tmp_path / "x.txt"), synthetic=True))
+    check_data_kind(JobRequest.of(nodes=1, gpus=0, data=str(tmp_path / "x.txt"),
+                                  synthetic=True).data)
     squash = tmp_path / "data.img"
     squash.write_bytes(b"hsqs" + bytes(10))
     with pytest.raises(ValidationError, match="is a SquashFS file without the .sqfs name") as err:

@@ -22,6 +22,7 @@ from hpcdl.plan.resilience import (
     requeue_block,
     requeue_spec,
 )
+from hpcdl.plan.rules import hang_action
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.dialects import DIALECTS
 
@@ -63,12 +64,15 @@ def test_the_requeue_and_progress_blocks():
 
 
 def test_the_hang_part_and_its_action():
-    assert hang_part(HangRequest(), spares=0) is None
-    assert hang_part(HangRequest(timeout=300), spares=0).action == "cancel"
-    assert hang_part(HangRequest(timeout=300), spares=1).action == "relaunch"
-    assert hang_part(HangRequest(timeout=300, action="requeue"), spares=1).action == "requeue"
+    def part(req: HangRequest, spares: int):
+        return hang_part(req, hang_action(req.action, spares))
+
+    assert part(HangRequest(), spares=0) is None
+    assert part(HangRequest(timeout=300), spares=0).action == "cancel"
+    assert part(HangRequest(timeout=300), spares=1).action == "relaunch"
+    assert part(HangRequest(timeout=300, action="requeue"), spares=1).action == "requeue"
     with pytest.raises(ValidationError):
-        hang_part(HangRequest(timeout=300, action="relaunch"), spares=0)
+        part(HangRequest(timeout=300, action="relaunch"), spares=0)
 
 
 def test_hang_exports_block_and_warning():
@@ -79,7 +83,7 @@ def test_hang_exports_block_and_warning():
                                            ("PYTHONUNBUFFERED", "1")]
     assert len(hang_exports(req, (("PYTHONUNBUFFERED", "0"),), "/r")) == 2  # the user's stays
     prof = profile()
-    block = hang_block(prof, "/runs/x y", hang_part(req, 0), "/img/a b.sif")
+    block = hang_block(prof, "/runs/x y", hang_part(req, hang_action(None, 0)), "/img/a b.sif")
     assert shlex.split(block["args_q"]) == ["--run-dir", "/runs/x y", "--timeout", "600",
                                             "--action", "cancel", "--runtime", "apptainer",
                                             "--image", "/img/a b.sif"]
