@@ -157,10 +157,9 @@ print(json.dumps(out))
 """
 
 
-def test_horovod_trains_and_broadcasts_with_channels_last_inputs() -> None:
-    """On a GPU the example feeds channels_last batches; Horovod refuses non-contiguous
-    tensors, so under it the parameters (and so their gradients and momentum) stay
-    contiguous. Checked with a real Horovod on the CPU: the same refusal, the same path."""
+def _run_horovod(script: str) -> dict:
+    """``script`` in a one-rank Horovod process (the host's real Horovod) with trainkit
+    importable; its last stdout line, as JSON."""
     import json
     import os
     import subprocess
@@ -171,10 +170,80 @@ def test_horovod_trains_and_broadcasts_with_channels_last_inputs() -> None:
     examples = Path(__file__).resolve().parents[3] / "examples"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
         str(examples), os.environ.get("PYTHONPATH")])))
-    ran = subprocess.run([sys.executable, "-c", _HOROVOD_CHANNELS_LAST], env=env,
+    ran = subprocess.run([sys.executable, "-c", script], env=env,
                          capture_output=True, text=True, timeout=120, check=False)
     assert ran.returncode == 0, ran.stderr[-2000:]
-    got = json.loads(ran.stdout.strip().splitlines()[-1])
+    got: dict = json.loads(ran.stdout.strip().splitlines()[-1])
+    return got
+
+
+def test_horovod_trains_and_broadcasts_with_channels_last_inputs() -> None:
+    """On a GPU the example feeds channels_last batches; Horovod refuses non-contiguous
+    tensors, so under it the parameters (and so their gradients and momentum) stay
+    contiguous. Checked with a real Horovod on the CPU: the same refusal, the same path."""
+    got = _run_horovod(_HOROVOD_CHANNELS_LAST)
     assert got["channels_last_params"] == "Tensor is required to be contiguous."
     assert got["param_format"] == "torch.contiguous_format"
     assert got["moved"] is True and got["momentum"] > 0
+
+
+_HOROVOD_RESUME_CHANNELS_LAST = r"""
+import io, json
+import torch
+from torch import nn
+from trainkit.dist import HorovodBackend
+from trainkit.loop import Training
+
+cl = torch.channels_last
+
+
+def net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(4 * 6 * 6, 2))
+
+
+# The checkpoint the example writes under DDP on a GPU: its parameters are channels_last
+# there, so their gradients and momentum buffers are too, and torch.save keeps strides.
+ddp = net().to(memory_format=cl)
+sgd = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+x = torch.randn(2, 3, 8, 8).contiguous(memory_format=cl)
+nn.functional.cross_entropy(ddp(x), torch.tensor([0, 1])).backward()
+sgd.step()
+raw = io.BytesIO()
+torch.save({"model": ddp.state_dict(), "optimizer": sgd.state_dict(), "scaler": None,
+            "progress": {"epoch": 1, "global_step": 4}}, raw)
+raw.seek(0)
+state = torch.load(raw, map_location="cpu", weights_only=False)
+saved = state["optimizer"]["state"][0]["momentum_buffer"]
+out = {"saved_channels_last": not saved.is_contiguous()}
+
+backend = HorovodBackend()  # resumed under Horovod: parameters contiguous (param_format)
+model = net().to(memory_format=backend.param_format(cl))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+model, optimizer = backend.wrap(model, optimizer, fp16_allreduce=False, batches_per_allreduce=1)
+t = Training(backend=backend, model=model, train_model=model, optimizer=optimizer, scaler=None,
+             criterion=nn.CrossEntropyLoss(), memory_format=cl, use_amp=False, cuda=False)
+t.load_state(state)  # rank 0 of the example's resume()
+try:
+    backend.broadcast_state(model, optimizer, None)
+    out["broadcast"] = "ok"
+except ValueError as e:
+    out["broadcast"] = str(e)
+buf = optimizer.state[model[0].weight]["momentum_buffer"]
+out["momentum_kept"] = torch.equal(buf, saved)
+t.step(x, torch.tensor([0, 1]), 0.1, 1, torch.zeros(3, dtype=torch.float64))  # trains on
+out["trained"] = bool(torch.isfinite(model[0].weight).all())
+backend.shutdown()
+print(json.dumps(out))
+"""
+
+
+def test_horovod_resumes_a_checkpoint_with_channels_last_momentum() -> None:
+    """A checkpoint written by DDP on a GPU holds channels_last momentum buffers, which
+    the optimizer's load_state_dict keeps as they are; Horovod's broadcast_optimizer_state
+    refuses them (non-contiguous), so rank 0 of a Horovod resume died there."""
+    got = _run_horovod(_HOROVOD_RESUME_CHANNELS_LAST)
+    assert got["saved_channels_last"] is True
+    assert got["broadcast"] == "ok"
+    assert got["momentum_kept"] is True and got["trained"] is True
