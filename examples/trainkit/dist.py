@@ -156,6 +156,14 @@ class HorovodBackend(Backend):
             len(optimizer.state) > 0, root_rank=0, name="has_opt_state"
         )
         if has_state:
+            # A checkpoint written where the parameters were channels_last (DDP on a GPU)
+            # holds channels_last momentum, and load_state_dict keeps its strides; Horovod
+            # broadcasts contiguous tensors only. Replaced in optimizer.state, which
+            # broadcast_optimizer_state's state_dict() hands out by reference.
+            for param_state in optimizer.state.values():
+                for key, value in param_state.items():
+                    if torch.is_tensor(value) and not value.is_contiguous():
+                        param_state[key] = value.contiguous()
             # Optimizer state first: on ranks with a fresh optimizer, Horovod initialises
             # it with a zero-gradient step, which (with weight decay) moves the weights;
             # the parameter broadcast below then overwrites them with rank 0's.
