@@ -247,6 +247,50 @@ def test_ddp_over_nccl_reduces_the_loops_cpu_tensors(monkeypatch: pytest.MonkeyP
         backend.shutdown()
 
 
+def test_ddp_broadcasts_the_optimizer_state_as_cpu_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pickled CUDA tensor unpickles onto the GPU it came from: rank 0's optimizer state,
+    pickled as CUDA tensors by broadcast_object_list, lands on rank 0's GPU on every rank
+    (a CUDA context each there, refused in exclusive-process mode). Not observable with one
+    GPU (every rank's is cuda:0): what rank 0 hands to the object broadcast is checked."""
+    import torch.distributed as dist
+    from torch import nn
+    from trainkit.dist import DDPBackend
+
+    from hpcdl.jobside.world import World, torch_env
+
+    world = World(rank=0, world_size=1, local_rank=0, local_size=1, nodes=1,
+                  master_addr="127.0.0.1", master_port=_free_port(), launcher="single")
+    for key, value in torch_env(world).items():
+        monkeypatch.setenv(key, value)
+    backend = DDPBackend(world, timeout_s=120)
+    sent: list[Any] = []
+
+    def recorded(objects: list[Any], *args: Any, **kwargs: Any) -> None:
+        sent.extend(objects)
+        dist.broadcast_object_list(objects, *args, **kwargs)
+
+    try:
+        model = nn.Linear(4, 2).to(backend.device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        wrapped, optimizer = backend.wrap(model, optimizer, fp16_allreduce=False,
+                                          batches_per_allreduce=1)
+        backend.backward(wrapped(torch.randn(8, 4, device=backend.device)).sum())
+        backend.synchronize_then_step(optimizer, None)  # CUDA momentum buffers
+        monkeypatch.setattr(backend, "dist", type("Recording", (), {
+            "broadcast": staticmethod(dist.broadcast),
+            "broadcast_object_list": staticmethod(recorded)})())
+        assert backend.broadcast_state(model, optimizer, ("progress", None)) == ("progress", None)
+        states = [o for o in sent if isinstance(o, dict) and "state" in o]
+        assert len(states) == 1 and states[0]["state"]
+        tensors = [v for entry in states[0]["state"].values() for v in entry.values()
+                   if isinstance(v, torch.Tensor)]
+        assert tensors and not any(t.is_cuda for t in tensors)
+        assert all(b["momentum_buffer"].is_cuda for b in optimizer.state.values())
+    finally:
+        monkeypatch.undo()
+        dist.destroy_process_group()
+
+
 def _run_example(tmp_path: Path, *extra: str) -> dict[str, Any]:
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
            "PYTHONPATH": str(REPO)}
