@@ -8,7 +8,8 @@ hpcdl.jobside.world). What it does, as the Horovod/DDP tutorials teach:
   contiguous under Horovod, which allreduces contiguous tensors only);
 * LR scaled by world size x batches-per-allreduce (linear, or sqrt), warmed up per
   step over --warmup-epochs, then divided by 10 at 1/3, 2/3 and 8/9 of the epochs;
-* parameters and optimizer state broadcast from rank 0 at start and after --resume;
+* parameters, optimizer state and AMP's loss scale broadcast from rank 0 at start and
+  after --resume;
 * a DistributedSampler (set_epoch every epoch) so each rank reads its own shard;
   augmentation seeded per sample, so runs and resumes are reproducible;
 * loss/top-1/top-5 summed across ranks with allreduce;
@@ -323,7 +324,8 @@ def set_up(args: argparse.Namespace, world: World, num_classes: int) -> Training
 def resume(args: argparse.Namespace, t: Training, num_classes: int,
            global_batch: int) -> tuple[Progress, str | None]:
     """(Progress, checkpoint resumed from): rank 0 loads --resume's checkpoint (if any),
-    then its weights, optimizer state and position go to every rank, fresh or resumed."""
+    then its weights, optimizer state, AMP loss scale and position go to every rank,
+    fresh or resumed."""
     from trainkit.loop import Progress, find_resume_state
 
     progress = Progress(global_batch=global_batch)
@@ -339,7 +341,13 @@ def resume(args: argparse.Namespace, t: Training, num_classes: int,
                 )
             progress = t.load_state(state)
             resumed_from = str(path)
-    progress, resumed_from = t.backend.broadcast_state(t.model, t.optimizer, (progress, resumed_from))
+    # AMP's loss scale too: a rank left at the fresh scale would scale its gradients
+    # differently from rank 0 before they are averaged, and unscale by its own.
+    scaler_state = t.scaler.state_dict() if t.scaler is not None else None
+    progress, resumed_from, scaler_state = t.backend.broadcast_state(
+        t.model, t.optimizer, (progress, resumed_from, scaler_state))
+    if t.scaler is not None and scaler_state:
+        t.scaler.load_state_dict(scaler_state)
     if progress.global_batch != global_batch and progress.step_in_epoch:
         # The shards of a half-done epoch depend on the world size: restart at the next epoch.
         log(

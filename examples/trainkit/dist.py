@@ -156,6 +156,14 @@ class HorovodBackend(Backend):
             len(optimizer.state) > 0, root_rank=0, name="has_opt_state"
         )
         if has_state:
+            # A checkpoint written where the parameters were channels_last (DDP on a GPU)
+            # holds channels_last momentum, and load_state_dict keeps its strides; Horovod
+            # broadcasts contiguous tensors only. Replaced in optimizer.state, which
+            # broadcast_optimizer_state's state_dict() hands out by reference.
+            for param_state in optimizer.state.values():
+                for key, value in param_state.items():
+                    if torch.is_tensor(value) and not value.is_contiguous():
+                        param_state[key] = value.contiguous()
             # Optimizer state first: on ranks with a fresh optimizer, Horovod initialises
             # it with a zero-gradient step, which (with weight decay) moves the weights;
             # the parameter broadcast below then overwrites them with rank 0's.
@@ -267,7 +275,13 @@ class DDPBackend(Backend):
         for tensor in model.state_dict().values():
             self.dist.broadcast(tensor, src=0)  # in place: state_dict tensors share storage
         if self._broadcast_object(len(optimizer.state) > 0):
-            state = self._broadcast_object(optimizer.state_dict() if self.rank == 0 else None)
+            # Sent as CPU copies: a pickled CUDA tensor unpickles (torch.load without
+            # map_location) onto the GPU it was pickled from, rank 0's, on every rank,
+            # which where all GPUs are visible puts the whole optimizer state and a CUDA
+            # context of every rank on rank 0's GPU (refused outright in exclusive-process
+            # mode). load_state_dict moves the state to each rank's parameters' device.
+            state = self._broadcast_object(_on_cpu(optimizer.state_dict()) if self.rank == 0
+                                           else None)
             if self.rank != 0:
                 optimizer.load_state_dict(state)
         return self._broadcast_object(extra)
@@ -300,6 +314,17 @@ class DDPBackend(Backend):
 
     def shutdown(self) -> None:
         self.dist.destroy_process_group()
+
+
+def _on_cpu(obj: Any) -> Any:
+    """``obj`` (nested dicts, lists and tuples) with every tensor copied to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {key: _on_cpu(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_on_cpu(value) for value in obj)
+    return obj
 
 
 def _step(optimizer: torch.optim.Optimizer, scaler: Any) -> None:

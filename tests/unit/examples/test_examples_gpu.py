@@ -1,7 +1,9 @@
-"""The examples' GPU paths on a real NVIDIA GPU, natively (no Slurm, Apptainer or
-Horovod): one GPU per local rank, AMP with channels_last, a checkpoint of CUDA tensors
-resumed, NCCL collectives on the CPU tensors the loop keeps its sums in, and the ResNet
-example end to end on DDP over NCCL, resumed from its own checkpoint.
+"""The examples' GPU paths on a real NVIDIA GPU, natively (no Slurm or Apptainer): one
+GPU per local rank, AMP with channels_last, a checkpoint of CUDA tensors resumed, NCCL
+collectives on the CPU tensors the loop keeps its sums in, and the ResNet example end to
+end on DDP over NCCL, resumed from its own checkpoint; where Horovod imports (skipped,
+saying why, where it does not), the same under Horovod: fp16-compressed allreduce of CUDA
+gradients with AMP and two sub-batches, a resume from a DDP checkpoint, the example.
 
 Every test here is ``gpu``-marked and skipped without CUDA (CI and the development
 machines have none). ``bench/gpu_check.py`` runs them on a lent GPU machine with
@@ -245,6 +247,50 @@ def test_ddp_over_nccl_reduces_the_loops_cpu_tensors(monkeypatch: pytest.MonkeyP
         backend.shutdown()
 
 
+def test_ddp_broadcasts_the_optimizer_state_as_cpu_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pickled CUDA tensor unpickles onto the GPU it came from: rank 0's optimizer state,
+    pickled as CUDA tensors by broadcast_object_list, lands on rank 0's GPU on every rank
+    (a CUDA context each there, refused in exclusive-process mode). Not observable with one
+    GPU (every rank's is cuda:0): what rank 0 hands to the object broadcast is checked."""
+    import torch.distributed as dist
+    from torch import nn
+    from trainkit.dist import DDPBackend
+
+    from hpcdl.jobside.world import World, torch_env
+
+    world = World(rank=0, world_size=1, local_rank=0, local_size=1, nodes=1,
+                  master_addr="127.0.0.1", master_port=_free_port(), launcher="single")
+    for key, value in torch_env(world).items():
+        monkeypatch.setenv(key, value)
+    backend = DDPBackend(world, timeout_s=120)
+    sent: list[Any] = []
+
+    def recorded(objects: list[Any], *args: Any, **kwargs: Any) -> None:
+        sent.extend(objects)
+        dist.broadcast_object_list(objects, *args, **kwargs)
+
+    try:
+        model = nn.Linear(4, 2).to(backend.device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        wrapped, optimizer = backend.wrap(model, optimizer, fp16_allreduce=False,
+                                          batches_per_allreduce=1)
+        backend.backward(wrapped(torch.randn(8, 4, device=backend.device)).sum())
+        backend.synchronize_then_step(optimizer, None)  # CUDA momentum buffers
+        monkeypatch.setattr(backend, "dist", type("Recording", (), {
+            "broadcast": staticmethod(dist.broadcast),
+            "broadcast_object_list": staticmethod(recorded)})())
+        assert backend.broadcast_state(model, optimizer, ("progress", None)) == ("progress", None)
+        states = [o for o in sent if isinstance(o, dict) and "state" in o]
+        assert len(states) == 1 and states[0]["state"]
+        tensors = [v for entry in states[0]["state"].values() for v in entry.values()
+                   if isinstance(v, torch.Tensor)]
+        assert tensors and not any(t.is_cuda for t in tensors)
+        assert all(b["momentum_buffer"].is_cuda for b in optimizer.state.values())
+    finally:
+        monkeypatch.undo()
+        dist.destroy_process_group()
+
+
 def _run_example(tmp_path: Path, *extra: str) -> dict[str, Any]:
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
            "PYTHONPATH": str(REPO)}
@@ -410,3 +456,170 @@ def test_the_example_trains_from_jpegs_with_gpu_decode(tmp_path: Path) -> None:
     result = json.loads(line)["hpcdl_result"]
     assert result["device"] == "cuda" and result["decode"] == "gpu"
     assert result["decode_fallbacks"] == 0 and result["steps"] == 4
+
+
+# --- Horovod with CUDA tensors: NCCL, fp16 compression, AMP, a resume ------------------
+#
+# Horovod is absent from a bare lent machine: gpu_check's horovod step builds it (NCCL,
+# Gloo, no MPI) after this file has run. These skip, saying why, until `import
+# horovod.torch` works in this interpreter (its site on PYTHONPATH). One GPU: one rank
+# (NCCL takes no two ranks on one GPU), whose DistributedOptimizer registers its allreduce
+# hooks only where size > 1; the checks register them so the gradients really go through
+# Horovod's fp16-compressed allreduce of CUDA tensors.
+
+
+def _horovod() -> None:
+    try:
+        import horovod.torch  # noqa: F401
+    except Exception as exc:  # not installed, or a build that does not load beside this torch
+        pytest.skip(f"import horovod.torch fails ({type(exc).__name__}: {str(exc)[:160]}); "
+                    "Horovod is built by gpu_check's horovod step only")
+
+
+def _horovod_env() -> dict[str, str]:
+    """One Horovod rank without a launcher (Gloo's single-process mode, as gpu_check's
+    horovod step runs it), trainkit and hpcdl importable, Horovod's site kept."""
+    env = {**os.environ, "HOROVOD_GLOO_IFACE": "lo", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(_free_port()),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), str(EXAMPLES),
+                                                       os.environ.get("PYTHONPATH")]))}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(key, None)
+    return env
+
+
+_HOROVOD_GPU = r"""
+import io, json, sys, warnings
+import torch
+from torch import nn
+from trainkit.dist import HorovodBackend
+from trainkit.loop import Training
+from trainkit.resnet import build_model
+
+backend = HorovodBackend()
+hvd = backend.hvd
+out = {"cuda_built": bool(hvd.cuda_built()), "device": str(backend.device), "size": backend.size}
+if not out["cuda_built"]:
+    print(json.dumps(out))
+    sys.exit(0)
+cl = torch.channels_last
+
+
+def training(init_scale):
+    # As set_up() builds it under Horovod on a GPU, with --fp16-allreduce and
+    # --batches-per-allreduce 2.
+    torch.manual_seed(0)
+    model = build_model("resnet18", 10).to(backend.device,
+                                           memory_format=backend.param_format(cl))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-5)
+    model, opt = backend.wrap(model, opt, fp16_allreduce=True, batches_per_allreduce=2)
+    if backend.size == 1:
+        opt._register_hooks()
+    return Training(backend=backend, model=model, train_model=model, optimizer=opt,
+                    scaler=torch.amp.GradScaler("cuda", init_scale=init_scale),
+                    criterion=nn.CrossEntropyLoss(), memory_format=cl, use_amp=True, cuda=True)
+
+
+g = torch.Generator().manual_seed(1)
+x = torch.randn(16, 3, 64, 64, generator=g).pin_memory()
+y = torch.randint(0, 10, (16,), generator=g).pin_memory()
+t = training(2.0**24)  # overflows fp16 in the compressed allreduce
+backend.broadcast_state(t.model, t.optimizer, None)  # fresh: CUDA parameters
+sums = torch.zeros(3, dtype=torch.float64, device=backend.device)
+before = [p.detach().clone() for p in t.model.parameters()]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    t.step(x, y, 0.05, 2, sums)
+    out["overflow_skipped"] = all(torch.equal(a, b) for a, b in zip(before, t.model.parameters()))
+    out["scale_after_overflow"] = t.scaler.get_scale()
+    t.scaler.update(new_scale=128.0)
+    for _ in range(3):
+        loss, sync_s = t.step(x, y, 0.05, 2, sums)
+out["warnings"] = [str(w.message)[:120] for w in caught if "horovod" in w.filename]
+out["loss_finite"] = bool(torch.isfinite(loss)) and sync_s >= 0
+out["scale"] = t.scaler.get_scale()  # 128 kept: none of the three steps was skipped
+out["moved"] = sum(not torch.equal(a, b) for a, b in zip(before, t.model.parameters()))
+out["params"] = len(before)
+grad = t.model.conv1.weight.grad
+out["grad"] = [grad.is_cuda, grad.is_contiguous(), str(grad.dtype)]
+out["images"] = int(sums[2])
+out["cpu_sums"] = backend.allreduce_sum(sums.cpu(), name="sums").tolist() == sums.cpu().tolist()
+out["gpu_sum"] = backend.allreduce_sum(torch.ones(2, device=backend.device), name="g").tolist()
+out["gathered"] = backend.allgather_object("r0", name="names")
+
+# Resumed from what the example checkpoints under DDP on this GPU: channels_last
+# parameters, so channels_last momentum, and a loss scale of 512.
+ddp = build_model("resnet18", 10).to(backend.device, memory_format=cl)
+sgd = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+with torch.autocast("cuda"):
+    ddp_loss = nn.functional.cross_entropy(ddp(x.to(backend.device, memory_format=cl)),
+                                           y.to(backend.device))
+ddp_loss.backward()
+sgd.step()
+raw = io.BytesIO()
+torch.save({"model": ddp.state_dict(), "optimizer": sgd.state_dict(),
+            "scaler": torch.amp.GradScaler("cuda", init_scale=512.0).state_dict(),
+            "progress": {"epoch": 1, "global_step": 4}}, raw)
+raw.seek(0)
+state = torch.load(raw, map_location="cpu", weights_only=False)
+saved = state["optimizer"]["state"][0]["momentum_buffer"]
+r = training(2.0**16)
+r.load_state(state)
+r.backend.broadcast_state(r.model, r.optimizer, None)
+buf = r.optimizer.state[r.model.conv1.weight]["momentum_buffer"]
+out["resumed"] = [not saved.is_contiguous(), buf.is_cuda, buf.is_contiguous(),
+                  torch.equal(buf.cpu(), saved), r.scaler.get_scale()]
+loss, _ = r.step(x, y, 0.05, 2, torch.zeros(3, dtype=torch.float64, device=backend.device))
+out["resumed_trains"] = bool(torch.isfinite(loss))
+backend.shutdown()
+print(json.dumps(out))
+"""
+
+
+def test_horovod_trains_and_resumes_with_cuda_tensors() -> None:
+    _horovod()
+    ran = subprocess.run([sys.executable, "-c", _HOROVOD_GPU], env=_horovod_env(),
+                         capture_output=True, text=True, timeout=RUN_TIMEOUT, cwd=REPO,
+                         stdin=subprocess.DEVNULL, check=False)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    got = json.loads(ran.stdout.strip().splitlines()[-1])
+    if not got["cuda_built"]:
+        pytest.skip("this Horovod is built without CUDA (hvd.cuda_built() is False): its "
+                    "collectives take no CUDA tensors")
+    assert got["device"].startswith("cuda") and got["size"] == 1
+    # fp16 compression overflowing a 2**24 loss scale: inf back, the step skipped
+    assert got["overflow_skipped"] is True and got["scale_after_overflow"] == 2.0**23
+    assert got["warnings"] == [] and got["loss_finite"] is True and got["scale"] == 128.0
+    assert got["moved"] == got["params"]  # momentum and weight decay move every tensor
+    assert got["grad"] == [True, True, "torch.float32"]  # decompressed, contiguous
+    assert got["images"] == 4 * 16
+    assert got["cpu_sums"] is True and got["gpu_sum"] == [1.0, 1.0]
+    assert got["gathered"] == ["r0"]
+    # saved channels_last, now on the GPU, contiguous, equal; rank 0's loss scale
+    assert got["resumed"] == [True, True, True, True, 512.0]
+    assert got["resumed_trains"] is True
+
+
+def _run_example_horovod(tmp_path: Path, *extra: str) -> dict[str, Any]:
+    argv = [sys.executable, str(EXAMPLE), "--backend", "horovod", "--synthetic", "--arch",
+            "resnet18", "--image-size", "64", "--batch-size", "16", "--batches-per-allreduce",
+            "2", "--fp16-allreduce", "--synthetic-size", "128", "--synthetic-val-size", "64",
+            "--num-classes", "10", "--workers", "2", "--checkpoint-dir", str(tmp_path / "ck"),
+            "--metrics-dir", "", *extra]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT,
+                         env=_horovod_env(), cwd=tmp_path, stdin=subprocess.DEVNULL, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith('{"hpcdl_result"')]
+    assert lines, res.stdout[-3000:]
+    result: dict[str, Any] = json.loads(lines[-1])["hpcdl_result"]
+    return result
+
+
+def test_the_example_trains_and_resumes_under_horovod_on_the_gpu(tmp_path: Path) -> None:
+    _horovod()
+    first = _run_example_horovod(tmp_path, "--epochs", "1")
+    assert first["backend"] == "horovod" and first["device"] == "cuda" and first["amp"] is True
+    assert first["steps"] == 4 and first["ranks_agree"] and first["images_per_sec"] > 0
+    second = _run_example_horovod(tmp_path, "--epochs", "2", "--resume")
+    assert second["resumed_from"] == first["checkpoint"]
+    assert second["steps"] == 8 and second["steps_this_run"] == 4

@@ -163,3 +163,48 @@ def test_default_workers_follow_slurm_else_a_share_of_the_cores_up_to_8(
     monkeypatch.setattr(ex.os, "cpu_count", lambda: 16)
     assert ex.default_workers({}, 1, gpu=True) == 8
     assert ex.default_workers({}, 4, gpu=True) == 3
+
+
+def test_a_resume_gives_every_rank_the_checkpoints_loss_scale(tmp_path: Path) -> None:
+    """AMP's GradScaler state is rank 0's to load and every rank's to use: a rank left at
+    the fresh scale scales its gradients differently from rank 0, and the averaged
+    gradients, unscaled by each rank's own scale, differ between ranks (the weights
+    drift apart). The scaler is CUDA's in the example; the CPU's runs the same logic."""
+    import argparse
+
+    import resnet50_imagenet as ex
+    from trainkit.dist import Backend
+    from trainkit.loop import Checkpoints, Progress
+
+    sent: list = []
+
+    class Rank(Backend):
+        """One of two ranks, in this process: what rank 0 broadcasts, rank 1 receives."""
+
+        def __init__(self, rank: int) -> None:
+            super().__init__()
+            self.rank, self.size = rank, 2
+
+        def broadcast_state(self, model, optimizer, extra):  # type: ignore[no-untyped-def]
+            if self.rank == 0:
+                sent.append(extra)
+            return sent[-1]
+
+    def training(rank: int, init_scale: float = 2.0**16):  # type: ignore[no-untyped-def]
+        t = _training()
+        t.backend = Rank(rank)
+        t.scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
+        return t
+
+    first = training(0, init_scale=512.0)
+    x, y = torch.randn(6, 4, generator=torch.Generator().manual_seed(2)), torch.tensor([0, 1, 2] * 2)
+    first.step(x, y, lr=0.1, n_chunks=1, sums=torch.zeros(3, dtype=torch.float64))
+    assert first.scaler.get_scale() == 1024.0  # grown after a clean step: not the initial scale
+    Checkpoints(str(tmp_path), keep=2, rank=0, meta={"arch": "resnet18", "num_classes": 3}).save(
+        first, Progress(global_step=1, global_batch=12))
+    args = argparse.Namespace(resume="latest", checkpoint_dir=str(tmp_path), arch="resnet18")
+    ranks = [training(0), training(1)]
+    for t in ranks:  # rank 0 loads and broadcasts first, as in a real job
+        progress, resumed_from = ex.resume(args, t, num_classes=3, global_batch=12)
+        assert progress.global_step == 1 and resumed_from
+    assert [t.scaler.state_dict() for t in ranks] == [first.scaler.state_dict()] * 2
