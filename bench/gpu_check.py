@@ -307,20 +307,28 @@ def junit_cases(path: Path) -> list[dict[str, Any]]:
     return cases
 
 
+def native_gpu_pytest(c: Check, name: str, *select: str,
+                      env: dict[str, str] | None = None) -> tuple[Ran, list[str], list[dict[str, Any]]]:
+    """The gpu-marked tests of NATIVE_GPU_TESTS (``select``: more pytest arguments, e.g.
+    ``-k horovod``): (the run, its argv, each test's outcome)."""
+    junit = c.work / f"{name}.xml"
+    # --noconftest: tests/conftest.py's plugins import hpcdl's own dependencies (yaml,
+    # pydantic, ...), which a bare GPU machine lacks; the native module needs none.
+    argv = [sys.executable, "-m", "pytest", "-m", "gpu", *select, "--noconftest", "-p",
+            "no:cacheprovider", "-q", "-rs", "--tb=short", f"--junitxml={junit}",
+            str(NATIVE_GPU_TESTS)]
+    ran = c.command(argv, name, env=env)
+    if ran.timed_out or not junit.is_file():
+        raise StepFailed(f"pytest ({'timed out' if ran.timed_out else f'exit {ran.returncode}'})",
+                         last_lines(ran.output))
+    return ran, argv, junit_cases(junit)
+
+
 def step_gpu_tests(c: Check) -> dict[str, Any]:
     if not c.facts.get("pytest_importable"):
         return skipped("pytest is not installed here (`import pytest` fails): the gpu-marked "
                        "tests were not run")
-    junit = c.work / "gpu-tests.xml"
-    # --noconftest: tests/conftest.py's plugins import hpcdl's own dependencies (yaml,
-    # pydantic, ...), which a bare GPU machine lacks; the native module needs none.
-    argv = [sys.executable, "-m", "pytest", "-m", "gpu", "--noconftest", "-p", "no:cacheprovider",
-            "-q", "-rs", "--tb=short", f"--junitxml={junit}", str(NATIVE_GPU_TESTS)]
-    ran = c.command(argv, "pytest-gpu")
-    if ran.timed_out or not junit.is_file():
-        raise StepFailed(f"pytest ({'timed out' if ran.timed_out else f'exit {ran.returncode}'})",
-                         last_lines(ran.output))
-    cases = junit_cases(junit)
+    ran, argv, cases = native_gpu_pytest(c, "pytest-gpu")
     others = [str(p.relative_to(ROOT)) for p in gpu_marked_files() if p != NATIVE_GPU_TESTS]
     # Those run the example under `apptainer exec --nv` from the GPU image, which their
     # fixtures build first (minutes, and the wheels a lent machine does not have).
@@ -1223,10 +1231,23 @@ def step_horovod(c: Check) -> dict[str, Any]:
                           "device": result.get("device"),
                           "command": shlex.join(["python3", *argv[1:]]).replace(str(ROOT) + "/", "")}
     built = figures["built_with"]
+    tests = ""
+    if not c.cpu and c.facts.get("pytest_importable"):
+        # The gpu-marked Horovod tests skip in the gpu_tests step, before Horovod is built:
+        # here they run with the built Horovod on the path.
+        ran, _, cases = native_gpu_pytest(c, "pytest-gpu-horovod", "-k", "horovod", env=env)
+        counts = {k: sum(1 for t in cases if t["outcome"] == k)
+                  for k in ("passed", "failed", "skipped")}
+        figures["gpu_tests"] = {**counts, "tests": cases}
+        tests = (f"; its gpu tests: {counts['passed']} passed, {counts['failed']} failed, "
+                 f"{counts['skipped']} skipped")
+        if counts["failed"] or ran.returncode not in (0, 5):
+            raise StepFailed(f"Horovod's gpu-marked tests{tests} (pytest exit {ran.returncode})",
+                             last_lines(ran.output), figures)
     return passed(f"Horovod {'built in ' + str(figures['build_s']) + ' s' if 'build_s' in figures else 'installed'}"
                   f" (NCCL {built['nccl']}, Gloo {built['gloo']}, CUDA {built['cuda']}); the example, "
-                  f"one rank on {result.get('device')}: {figures['example']['images_per_sec']:,.0f} img/s",
-                  figures)
+                  f"one rank on {result.get('device')}: {figures['example']['images_per_sec']:,.0f} img/s"
+                  f"{tests}", figures)
 
 
 # ---------------------------------------------------------------------------------------
