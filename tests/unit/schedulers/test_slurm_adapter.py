@@ -5,38 +5,13 @@ and the profile's commands directory in front of every Slurm command."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 
-from hpcdl.core.proc import Result
 from hpcdl.errors import ToolError, ValidationError
 from hpcdl.profiles.schema import Profile
 from hpcdl.schedulers.base import Demand
 from hpcdl.schedulers.slurm.adapter import SlurmScheduler
-
-
-@dataclass
-class Slurm:
-    answers: dict[str, tuple[int, str]]
-    calls: list[list[str]] = field(default_factory=list)
-    remote: bool = False
-    target: str = "localhost"
-    where: str = "this machine"
-
-    def run(self, argv, *, timeout=None, check=True, **_: object) -> Result:
-        self.calls.append(list(argv))
-        code, out = self.answers.get(argv[0].rsplit("/", 1)[-1], (1, ""))
-        if check and code:
-            raise ToolError(f"{argv[0]} failed", argv=list(argv), returncode=code, output=out)
-        return Result(tuple(argv), code, out, "")
-
-    def which_all(self, names):
-        return {n: (n if n.rsplit("/", 1)[-1] in self.answers else None) for n in names}
-
-    def __hash__(self) -> int:
-        return id(self)
-
+from tests.unit.schedulers.scripted import Slurm
 
 # The cluster's nodes have 2 GPUs where the profile claims 4.
 PARTITIONS = ("PartitionName=gpu MaxNodes=2 MaxTime=01:00:00 TotalNodes=2 State=UP\n",

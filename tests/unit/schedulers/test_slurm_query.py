@@ -5,35 +5,12 @@ sacct's placeholder row not trusted, squeue + scontrol for a job that just ended
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 
-from hpcdl.core.proc import Result
 from hpcdl.errors import ToolError
 from hpcdl.schedulers.base import JobState
 from hpcdl.schedulers.slurm.query import job_status, list_jobs, slurm_available, statuses
-
-
-@dataclass
-class Slurm:
-    """Answers by tool: ``answers[tool]`` is (returncode, stdout); remembers each argv."""
-
-    answers: dict[str, tuple[int, str]]
-    calls: list[list[str]] = field(default_factory=list)
-    remote: bool = False
-    target: str = "localhost"
-
-    def run(self, argv, *, timeout=None, check=True, **_: object) -> Result:
-        self.calls.append(list(argv))
-        code, out = self.answers.get(argv[0], (1, ""))
-        return Result(tuple(argv), code, out, "" if code == 0 else f"{argv[0]}: error")
-
-    def which_all(self, names):
-        return {n: (f"/usr/bin/{n}" if n in self.answers else None) for n in names}
-
-    def tools(self) -> list[str]:
-        return [c[0] for c in self.calls]
+from tests.unit.schedulers.scripted import Slurm
 
 
 def sq(job: str, task: str, state: str, code: str = "0", name: str = "train") -> str:
