@@ -24,6 +24,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, Strict
 
+from hpcdl.errors import ValidationError
 from hpcdl.jobside.protocol import IFNAME_SPEC
 
 # C0 and C1 control characters, DEL, and the Unicode line/paragraph separators
@@ -59,6 +60,14 @@ def check_token(value: str, kind: Kind) -> str:
         example = f", e.g. {kind.example!r}" if kind.example else ""
         raise ValueError(f"{value!r} is not {_a(kind.name)}{example}")
     return value
+
+
+def check_field(field_name: str, value: str, kind: Kind) -> None:
+    """``check_token`` as a request's refusal: ValidationError "FIELD: why" (one line)."""
+    try:
+        check_token(value, kind)
+    except ValueError as exc:
+        raise ValidationError(f"{field_name}: {exc}") from exc
 
 
 def _a(noun: str) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from hpcdl.core.templating import Raw, shell_join
-from hpcdl.core.tokens import PATH, check_token
+from hpcdl.core.tokens import PATH, check_field
 from hpcdl.data.mount import (
     CONTAINER_MOUNT,
     DATA_VARIABLE,
@@ -50,10 +50,7 @@ class DataRequest:
         """--data can be written into the script (check_request calls it where the
         other paths are checked). Raises ValidationError."""
         if self.path is not None:
-            try:
-                check_token(self.path, PATH)
-            except ValueError as exc:
-                raise ValidationError(f"data: {exc}") from exc
+            check_field("data", self.path, PATH)
 
     def check_alone(self) -> None:
         """--synthetic and --data exclude each other. Raises ValidationError."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from hpcdl.core.duration import format_time, parse_time
 from hpcdl.core.templating import shell_join
-from hpcdl.core.tokens import NAME, check_token
+from hpcdl.core.tokens import NAME, check_field
 from hpcdl.errors import ValidationError
 from hpcdl.jobside.requeue import CHECKPOINT_ENV
 from hpcdl.launch.nodes import NODES_FILE, guard_exports, probe_slow_path
@@ -69,10 +69,7 @@ class PlacementRequest:
     def check_partition(self) -> None:
         """--partition is a name (it goes into the script)."""
         if self.partition is not None:
-            try:
-                check_token(self.partition, NAME)
-            except ValueError as exc:
-                raise _fail(f"partition: {exc}") from exc
+            check_field("partition", self.partition, NAME)
 
     def check_spares(self) -> None:
         """--spares is a count (what it may go with is hpcdl.plan.rules's)."""

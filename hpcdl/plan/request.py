@@ -18,7 +18,7 @@ from hpcdl.core.tokens import (
     ENV_NAME,
     PATH,
     REQUEUE_SIGNAL,
-    Kind,
+    check_field,
     check_token,
 )
 from hpcdl.errors import ValidationError
@@ -134,13 +134,6 @@ def _fail(message: str) -> ValidationError:
     return ValidationError(message)
 
 
-def _check(field_name: str, value: str, kind: Kind) -> None:
-    try:
-        check_token(value, kind)
-    except ValueError as exc:
-        raise _fail(f"{field_name}: {exc}") from exc
-
-
 def _no_nul(field_name: str, value: str) -> None:
     # Free text is quoted wherever it lands, but no argv or environment can carry NUL.
     if "\0" in value:
@@ -174,12 +167,12 @@ def check_request(req: JobRequest) -> None:
             )
     place.check_partition()
     if cont.image is not None:
-        _check("image", cont.image, PATH)
+        check_field("image", cont.image, PATH)
     req.data.check_path()  # the data part's own checks are its (hpcdl.plan.data)
     if files.template is not None:
-        _check("template", files.template, PATH)
+        check_field("template", files.template, PATH)
     if files.run_dir is not None:  # bound into the container (and its job/ at /hpcdl)
-        _check("run-dir", files.run_dir, BIND_SOURCE)
+        check_field("run-dir", files.run_dir, BIND_SOURCE)
     for key, value in launch.env:
         if not ENV_NAME.pattern or not ENV_NAME.pattern.fullmatch(key):
             raise _fail(f"env: {key!r} is not a valid variable name (use KEY=VALUE)")
@@ -197,7 +190,7 @@ def check_request(req: JobRequest) -> None:
         _no_nul("example-arg", arg)
     rules.example_args_not_for_command(launch.example_args, launch.command)
     if res.signal is not None:
-        _check("signal", res.signal, REQUEUE_SIGNAL)
+        check_field("signal", res.signal, REQUEUE_SIGNAL)
     if res.max_restarts is not None and res.max_restarts < 0:
         raise _fail(f"max-restarts: must be 0 or more (got {res.max_restarts})")
     if res.chain < 1:
