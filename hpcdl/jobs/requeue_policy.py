@@ -18,6 +18,7 @@ from hpcdl.jobside.requeue import (
     COMPLETED,
     EXIT_REQUEUE,
     FAILED,
+    LEAD_SLACK_S,
     NO_STEP,
     PREEMPTED,
     SPEND_NO_RESTART,
@@ -25,10 +26,6 @@ from hpcdl.jobside.requeue import (
     STARTUP,
     TIMEOUT,
 )
-
-# A signal this close to the time limit (the lead, plus this much for squeue's answer
-# and the clocks) is the time limit's; an earlier one is a preemption.
-LEAD_SLACK_S = 60
 
 # What the batch script says about the verdict (its messages, by key):
 SIGNAL = "signal"  # the job's signal came: ask the ranks to checkpoint and stop

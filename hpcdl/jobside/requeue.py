@@ -84,6 +84,9 @@ NO_STEP = (STARTUP, STALLED)
 # Attempts that spend no restart of --max-restarts: preemption is not the job's doing,
 # and a completed attempt is not a restart.
 SPEND_NO_RESTART = (PREEMPTED, COMPLETED)
+# A signal this close to the time limit (the lead, plus this much for squeue's answer
+# and the clocks) is the time limit's (TIMEOUT); an earlier one is a preemption.
+LEAD_SLACK_S = 60
 
 _signalled = False
 _marked = False

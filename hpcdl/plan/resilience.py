@@ -19,6 +19,7 @@ from hpcdl.jobside.requeue import (
     EXIT_REQUEUE,
     FLAG_ENV,
     FLAG_NAME,
+    LEAD_SLACK_S,
     PROGRESS_ENV,
     PROGRESS_NAME,
     wait_seconds,
@@ -77,6 +78,7 @@ def requeue_block(requeue: RequeueSpec | None, run_dir: str | None,
         return None
     return {
         "signal": requeue.signal, "lead": requeue.lead, "wait_s": wait_seconds(requeue.lead),
+        "lead_slack": LEAD_SLACK_S,
         "run_dir": shell_join([run_dir]) if run_dir else dialect.submit_dir,
         "flag_env": FLAG_ENV, "flag_name": FLAG_NAME,
         "checkpoint_env": CHECKPOINT_ENV, "exit_requeue": EXIT_REQUEUE,
