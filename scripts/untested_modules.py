@@ -28,6 +28,7 @@ The rules, kept simple so that a reader can check a line by hand:
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -66,16 +67,19 @@ def test_words(rel: Path) -> set[str]:
                      for f in (folder, folder.removesuffix("s")) if f}
 
 
+@functools.cache
+def _test_stems(folder: Path) -> tuple[str, ...]:
+    """The names of the test files under ``folder`` without "test_" (read once a folder)."""
+    if not folder.is_dir():
+        return ()
+    return tuple(t.stem.removeprefix("test_") for t in folder.rglob("test_*.py"))
+
+
 def has_test(rel: Path, unit: Path) -> bool:
     folder = unit / rel.parts[0] if len(rel.parts) > 1 else unit
-    if not folder.is_dir():
-        return False
     words = test_words(rel)
-    for test in folder.rglob("test_*.py"):
-        stem = test.stem.removeprefix("test_")
-        if any(stem == w or stem.startswith(w + "_") for w in words):
-            return True
-    return False
+    return any(stem == w or stem.startswith(w + "_")
+               for stem in _test_stems(folder) for w in words)
 
 
 def untested(root: Path) -> list[tuple[int, str]]:
