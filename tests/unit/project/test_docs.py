@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from hpcdl.container.spec import ImageSpec
 from hpcdl.profiles.schema import Profile
 from tests.conftest import require
+from tests.unit.project.scriptload import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 README_MAX_LINES = 200
@@ -27,12 +28,7 @@ MKDOCS_ENV = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
 
 
 def _reference() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_reference",
-                                                  ROOT / "scripts" / "docs_reference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs_reference")
 
 
 def _mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,16 +9,14 @@ from types import ModuleType
 
 import pytest
 
+from tests.unit.project.scriptload import load_script
+
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "scripts" / "docs_counts.py"
 
 
 def _counts() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_counts", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs_counts")
 
 
 def test_tiers_split_unit_tests_on_the_slow_marker() -> None:

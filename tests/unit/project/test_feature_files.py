@@ -6,14 +6,14 @@ what hands its part on."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.unit.project.scriptload import load_script
+
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "scripts" / "feature_files.py"
 
 # At main before the parts moved next to their modules: --data 9, --nodes 10, --spares 11.
 AT_MOST = {"--data": 6, "--nodes": 7, "--spares": 8}
@@ -22,11 +22,7 @@ PART_FILE = {"--data": "hpcdl/plan/data.py", "--nodes": "hpcdl/plan/partition.py
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("feature_files", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("feature_files")
 
 
 @pytest.mark.parametrize("option", sorted(AT_MOST))

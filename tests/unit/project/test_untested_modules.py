@@ -4,22 +4,19 @@ a tree of its own, and its run on this checkout."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+
+from tests.unit.project.scriptload import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "scripts" / "untested_modules.py"
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("untested_modules", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("untested_modules")
 
 
 def test_logic_size_counts_branches_inside_functions_only() -> None:
