@@ -30,13 +30,14 @@ from tests.unit.plan.test_render_golden import GOLDEN, check_golden
 JPEG = b"\xff\xd8\xff\xe0" + b"\0" * 16 + b"\xff\xd9"
 
 
-def dataset(root: Path, classes: int = 2, per_class: int = 2) -> Path:
+def dataset(root: Path, classes: int = 2, per_class: int = 2, *, sized: bool = False) -> Path:
+    """An ImageFolder of tiny JPEGs; ``sized``: image i of a class is i bytes longer."""
     for split in ("train", "val"):
         for c in range(classes):
             d = root / split / f"n{c:08d}"
             d.mkdir(parents=True)
             for i in range(per_class):
-                (d / f"{i}.JPEG").write_bytes(JPEG)
+                (d / f"{i}.JPEG").write_bytes(JPEG + bytes(i if sized else 0))
     return root
 
 

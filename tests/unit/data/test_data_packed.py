@@ -27,18 +27,13 @@ from hpcdl.data.packed import (
 )
 from hpcdl.errors import ToolError, UserInputError
 from hpcdl.jobside.imagefolder import scan_imagefolder
+from tests.unit.data.test_data_pack import JPEG
+from tests.unit.data.test_data_pack import dataset as pack_dataset
 
-JPEG = b"\xff\xd8\xff\xe0" + b"\0" * 16 + b"\xff\xd9"
 
-
-def dataset(root: Path, classes: int = 2, per_class: int = 3) -> Path:
-    for split in ("train", "val"):
-        for c in range(classes):
-            d = root / split / f"n{c:08d}"
-            d.mkdir(parents=True)
-            for i in range(per_class):
-                (d / f"{i}.JPEG").write_bytes(JPEG + bytes(i))
-    return root
+def dataset(root: Path) -> Path:
+    """test_data_pack's ImageFolder, 3 images a class of 3 sizes."""
+    return pack_dataset(root, per_class=3, sized=True)
 
 
 @pytest.mark.parametrize("size", BLOCK_SIZES)
